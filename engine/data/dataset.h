@@ -1,0 +1,30 @@
+// An in-memory labelled image dataset: uint8 pixels, one int32 label per sample.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace crumb::data {
+
+struct Dataset {
+  int count = 0;                 // number of samples
+  int channels = 1, height = 0, width = 0;
+  int num_classes = 10;
+  std::vector<uint8_t> pixels;   // [count, channels, height, width], row-major
+  std::vector<int32_t> labels;   // [count], each in [0, num_classes)
+  int sample_size() const { return channels * height * width; }
+};
+
+// Per-channel normalisation applied when a batch is assembled: x = (pixel / 255 - mean) / std.
+struct Normalization {
+  float mean = 0.f, std = 1.f;
+};
+// Fashion-MNIST training-set statistics (mean and std of pixel/255 over all 60000 images); the
+// PyTorch reference in tools/bench uses the same constants.
+inline constexpr Normalization kFashionMnistNorm{0.2860f, 0.3530f};
+
+// A deterministic dataset for tests: `count` images of size c x h x w whose class is decodable
+// from the pixels (so a model can learn it), generated from `seed`.
+Dataset make_synthetic(int count, int channels, int height, int width, int num_classes, uint64_t seed);
+
+}  // namespace crumb::data

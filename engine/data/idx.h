@@ -1,0 +1,28 @@
+// Reader for the IDX format (MNIST / Fashion-MNIST), plain or gzip-compressed (detected by magic).
+// Every defect (missing file, bad gzip stream, wrong magic, wrong dtype, truncated payload, trailing
+// bytes, label out of range, image/label count mismatch) throws crumb::Error naming the file.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/data/dataset.h"
+
+namespace crumb::data {
+
+struct IdxArray {
+  std::vector<int> dims;       // e.g. {60000, 28, 28} for images, {60000} for labels
+  std::vector<uint8_t> bytes;  // payload, row-major (only unsigned-byte IDX, type code 0x08)
+};
+
+// Reads a whole file, inflating it if it starts with the gzip magic.
+IdxArray read_idx(const std::string& path);
+
+// Loads `<dir>/<split>-images-idx3-ubyte.gz` and `<dir>/<split>-labels-idx1-ubyte.gz` (also accepts the
+// uncompressed names without .gz). split is "train" or "t10k". Checks counts match, labels < 10.
+Dataset load_mnist_split(const std::string& dir, const std::string& split);
+
+// Default location of Debian's dataset-fashion-mnist package.
+inline const char* kDefaultFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+
+}  // namespace crumb::data

@@ -1,0 +1,65 @@
+// Batch loader: a background thread assembles the next batch (gather by shuffled index, convert to
+// normalised float) while the current one trains. Two preallocated batch buffers; no allocation per
+// batch. Each epoch's order comes from (seed, epoch), so runs are reproducible.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "engine/data/dataset.h"
+
+namespace crumb::data {
+
+struct Batch {
+  const float* x = nullptr;      // [size, channels, height, width], normalised
+  const int32_t* y = nullptr;    // [size]
+  int size = 0;                  // samples in this batch (the last batch of an epoch may be short)
+  int index = 0;                 // batch index within the epoch
+};
+
+class Loader {
+ public:
+  // shuffle=false keeps dataset order (evaluation). drop_last=false keeps a short final batch.
+  Loader(const Dataset& ds, int batch_size, Normalization norm, bool shuffle, uint64_t seed,
+         bool drop_last = false);
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  // Starts epoch `epoch` (0-based); prefetching of its first batch begins immediately.
+  void start_epoch(int epoch);
+  // Returns the next batch of the current epoch, or false at the end of the epoch. The returned
+  // pointers stay valid until the next call to next() or start_epoch().
+  bool next(Batch& out);
+  int batches_per_epoch() const;
+
+ private:
+  // (implementation-defined members)
+  void worker();
+  void fill(int slot, int batch_index);
+
+  const Dataset& ds_;
+  int batch_size_;
+  Normalization norm_;
+  bool shuffle_;
+  uint64_t seed_;
+  bool drop_last_;
+  std::vector<int> order_;
+  std::vector<float> xbuf_[2];
+  std::vector<int32_t> ybuf_[2];
+  int slot_size_[2] = {0, 0};
+  int slot_index_[2] = {-1, -1};
+  // handshake between next() and the worker
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int requested_ = -1;       // batch index the worker should fill next, -1 = none
+  int ready_slot_ = -1;      // slot holding a filled batch, -1 = none
+  int consumer_slot_ = -1;   // slot the caller is reading
+  int next_batch_ = 0;       // next batch index next() returns
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace crumb::data

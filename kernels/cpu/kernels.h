@@ -1,0 +1,74 @@
+// CPU kernels: plain functions over raw pointers with explicit shapes (the llm.c way).
+// Kernels never allocate: scratch space comes from the caller as `workspace` sized by the matching
+// *_workspace() function. T is float (training) or double (gradient checks).
+// `accumulate` selects the write mode of a gradient output: false writes (=), true adds (+=). This is
+// what fused micro-batch accumulation needs: the first micro-batch writes, later ones add in place.
+// Threading: kernels may use OpenMP / Eigen threads; the thread count is set once by the caller.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/shapes.h"
+
+namespace crumb::cpu {
+
+// ---- linear: x [n, in], w [out, in] (PyTorch layout), b [out] (may be null), y [n, out]
+template <class T> void linear_forward(T* y, const T* x, const T* w, const T* b, int n, int in, int out);
+// dx [n, in] (=|+=) dy [n, out] * w [out, in]
+template <class T>
+void linear_backward_data(T* dx, const T* dy, const T* w, int n, int in, int out, bool accumulate);
+// dw [out, in] (=|+=) dy^T x; db [out] (=|+=) sum over n of dy (db may be null)
+template <class T>
+void linear_backward_weight(T* dw, T* db, const T* dy, const T* x, int n, int in, int out, bool accumulate);
+
+// ---- conv2d (NCHW), w [c_out, c_in, kh, kw], b [c_out] (may be null)
+// Workspace sizes are in elements of T.
+std::size_t conv2d_forward_workspace(const Conv2dShape& s);
+std::size_t conv2d_backward_data_workspace(const Conv2dShape& s);
+std::size_t conv2d_backward_weight_workspace(const Conv2dShape& s);
+template <class T> void conv2d_forward(T* y, const T* x, const T* w, const T* b, const Conv2dShape& s, T* workspace);
+// dx (=|+=) conv-transpose of dy with w
+template <class T>
+void conv2d_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, T* workspace, bool accumulate);
+// dw (=|+=) correlation of x with dy; db (=|+=) sum of dy over n, h, w (db may be null)
+template <class T>
+void conv2d_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dShape& s, T* workspace,
+                            bool accumulate);
+
+// ---- pooling (NCHW). Padding cells never win a max and count as zeros for the average
+// (PyTorch's count_include_pad=True default).
+template <class T> void max_pool2d_forward(T* y, const T* x, const Pool2dShape& s);
+// Routes dy to the first maximum of each window of x (recomputed, no index tensor kept).
+template <class T> void max_pool2d_backward(T* dx, const T* dy, const T* x, const Pool2dShape& s, bool accumulate);
+template <class T> void avg_pool2d_forward(T* y, const T* x, const Pool2dShape& s);
+template <class T> void avg_pool2d_backward(T* dx, const T* dy, const Pool2dShape& s, bool accumulate);
+// global average pool: x [n, c, hw] -> y [n, c]
+template <class T> void global_avg_pool_forward(T* y, const T* x, int n, int c, int hw);
+template <class T> void global_avg_pool_backward(T* dx, const T* dy, int n, int c, int hw, bool accumulate);
+
+// ---- elementwise. y may alias x (in place), dx may alias dy.
+template <class T> void relu_forward(T* y, const T* x, std::size_t count);
+// dx = dy where y > 0 else 0 (uses the forward *output*, so the forward may run in place)
+template <class T> void relu_backward(T* dx, const T* dy, const T* y, std::size_t count, bool accumulate);
+// y = a + b (y may alias a or b)
+template <class T> void add_forward(T* y, const T* a, const T* b, std::size_t count);
+// y (=|+=) x
+template <class T> void copy_or_accumulate(T* y, const T* x, std::size_t count, bool accumulate);
+
+// ---- softmax cross-entropy over logits [n, k] with int32 labels [n] in [0, k).
+// Writes probs [n, k] (kept for the backward) and returns the *sum* over the n samples of
+// -log p[label], computed stably (max-subtracted log-sum-exp), accumulated in double.
+template <class T> double softmax_xent_forward(T* probs, const T* logits, const int32_t* labels, int n, int k);
+// dlogits (=|+=) scale * (probs - onehot(labels)). scale is 1/B for a batch of B samples.
+template <class T>
+void softmax_xent_backward(T* dlogits, const T* probs, const int32_t* labels, int n, int k, T scale, bool accumulate);
+// Number of rows whose argmax equals the label (first maximum wins).
+template <class T> int count_correct(const T* probs, const int32_t* labels, int n, int k);
+
+// ---- optimizer: one pass over a flat parameter block (PyTorch torch.optim.SGD semantics,
+// dampening 0, no Nesterov): g = grad + weight_decay * p; buf = first_step ? g : momentum * buf + g;
+// p -= lr * (momentum != 0 ? buf : g).
+void sgd_momentum_step(float* params, const float* grads, float* momentum_buf, std::size_t count, float lr,
+                       float momentum, float weight_decay, bool first_step);
+
+}  // namespace crumb::cpu
