@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Run Crumb's train and the PyTorch reference with identical settings and
+# print a side-by-side table of throughput and accuracy, then one JSON line.
+#
+# usage: tools/bench/compare.sh [--model lenet5|cnn|mlp|all] [--epochs 1]
+#          [--batch 64] [--threads 2] [--device cpu] [--data DIR] [--crumb PATH]
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+model=lenet5 epochs=1 batch=64 threads=2 device=cpu data="" crumb=""
+# Fixed so both sides train the same problem; not meant to be tuned here.
+lr=0.05 momentum=0.9 seed=0
+
+usage() { sed -n '5,6p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+while [[ $# -gt 0 ]]; do
+  [[ "$1" == -h || "$1" == --help ]] && usage
+  [[ $# -ge 2 ]] || { echo "missing value for $1" >&2; usage; }
+  case "$1" in
+    --model) model=$2 ;;
+    --epochs) epochs=$2 ;;
+    --batch) batch=$2 ;;
+    --threads) threads=$2 ;;
+    --device) device=$2 ;;
+    --data) data=$2 ;;
+    --crumb) crumb=$2 ;;
+    *) echo "unknown argument: $1" >&2; usage ;;
+  esac
+  shift 2
+done
+
+case "$model" in
+  all) models=(lenet5 cnn mlp) ;;
+  lenet5|cnn|mlp) models=("$model") ;;
+  *) echo "unknown model: $model" >&2; usage ;;
+esac
+
+if [[ -z "$crumb" ]]; then
+  crumb="$repo/build/train"
+  if [[ ! -x "$crumb" ]]; then
+    echo "== building Crumb (build/train missing)" >&2
+    cmake -S "$repo" -B "$repo/build" -G Ninja -DCMAKE_BUILD_TYPE=Release >&2
+    cmake --build "$repo/build" --target train >&2
+  fi
+fi
+[[ -x "$crumb" ]] || { echo "crumb binary not executable: $crumb" >&2; exit 1; }
+
+py=$("$repo/tools/bench/setup_venv.sh" | tail -n 1)
+
+common=(--epochs "$epochs" --batch "$batch" --lr "$lr" --momentum "$momentum"
+        --threads "$threads" --seed "$seed")
+[[ -n "$data" ]] && common+=(--data "$data")
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# Runs one command, keeping only its last stdout line (the JSON summary);
+# stderr progress passes through. Fails if the run fails or prints no JSON.
+run_json() {
+  local out=$1; shift
+  echo "== $*" >&2
+  if ! "$@" > "$tmp/stdout"; then
+    echo "run failed: $*" >&2; return 1
+  fi
+  tail -n 1 "$tmp/stdout" > "$out"
+  python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$out" 2>/dev/null \
+    || { echo "no JSON summary as last stdout line of: $*" >&2; return 1; }
+}
+
+# One after another, never concurrently, so neither steals the other's cores.
+for m in "${models[@]}"; do
+  run_json "$tmp/$m.crumb.json" "$crumb" --model "$m" "${common[@]}"
+  # --device is PyTorch's only: Crumb picks its backend itself.
+  run_json "$tmp/$m.torch.json" "$py" "$repo/tools/bench/torch_reference.py" \
+    --model "$m" --device "$device" "${common[@]}"
+done
+
+python3 - "$tmp" "${models[@]}" <<'PY'
+import json, sys
+tmp, models = sys.argv[1], sys.argv[2:]
+rows = []
+for m in models:
+    c = json.load(open(f"{tmp}/{m}.crumb.json"))
+    t = json.load(open(f"{tmp}/{m}.torch.json"))
+    rows.append({
+        "model": m,
+        "epochs": t["epochs"], "batch": t["batch"], "threads": t["threads"],
+        "crumb_samples_per_s": c["samples_per_s"],
+        "torch_samples_per_s": t["samples_per_s"],
+        "ratio": round(c["samples_per_s"] / t["samples_per_s"], 3),
+        "crumb_test_accuracy": c["test_accuracy"],
+        "torch_test_accuracy": t["test_accuracy"],
+        "acc_diff": round(c["test_accuracy"] - t["test_accuracy"], 4),
+        "crumb_final_loss": c.get("final_loss"),
+        "torch_final_loss": t.get("final_loss"),
+        "torch_version": t["torch_version"],
+        "torch_device": t["device"],
+    })
+hdr = ("model", "crumb sam/s", "torch sam/s", "crumb/torch",
+       "crumb acc", "torch acc", "acc diff", "torch")
+fmt = "{:<8} {:>12} {:>12} {:>11} {:>9} {:>9} {:>9}  {}"
+print(fmt.format(*hdr))
+for r in rows:
+    print(fmt.format(r["model"],
+                     f'{r["crumb_samples_per_s"]:.1f}', f'{r["torch_samples_per_s"]:.1f}',
+                     f'{r["ratio"]:.3f}',
+                     f'{r["crumb_test_accuracy"]:.4f}', f'{r["torch_test_accuracy"]:.4f}',
+                     f'{r["acc_diff"]:+.4f}',
+                     f'{r["torch_version"]} ({r["torch_device"]})'))
+print(json.dumps({"compare": rows}, separators=(",", ":")))
+PY

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Create (or reuse) the benchmark venv at <repo>/.venv-bench with torch+numpy.
+# The venv is git-ignored and only used by tools/bench; CI never needs it.
+# Prints the venv's python path as its last stdout line.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+venv="$repo/.venv-bench"
+py="$venv/bin/python"
+
+if [[ ! -x "$py" ]]; then
+  echo "creating $venv" >&2
+  python3 -m venv "$venv"
+fi
+
+# Idempotent: a working torch means there is nothing to do (and no network).
+if ! "$py" -c 'import torch, numpy' >/dev/null 2>&1; then
+  echo "installing torch and numpy into $venv (default index)" >&2
+  "$py" -m pip install --upgrade pip >&2
+  "$py" -m pip install torch numpy >&2
+fi
+
+"$py" -c 'import torch; print("torch", torch.__version__)' >&2
+echo "$py"
