@@ -36,26 +36,29 @@ class Loader {
   int batches_per_epoch() const;
 
  private:
-  // (implementation-defined members)
   void worker();
   void fill(int slot, int batch_index);
+  void wait_idle(std::unique_lock<std::mutex>& lock);
 
   const Dataset& ds_;
   int batch_size_;
-  Normalization norm_;
   bool shuffle_;
   uint64_t seed_;
   bool drop_last_;
-  std::vector<int> order_;
+  float lut_[256];                 // normalised value of each pixel byte
+  std::vector<int> order_;         // sample indices of the current epoch
   std::vector<float> xbuf_[2];
   std::vector<int32_t> ybuf_[2];
   int slot_size_[2] = {0, 0};
-  int slot_index_[2] = {-1, -1};
-  // handshake between next() and the worker
+  // Handshake between the caller and the worker, all guarded by mu_. The worker only ever writes
+  // the slot the caller is not reading, so the caller's batch stays valid while the next one fills.
   std::mutex mu_;
   std::condition_variable cv_;
+  bool started_ = false;     // start_epoch() has been called
   int requested_ = -1;       // batch index the worker should fill next, -1 = none
-  int ready_slot_ = -1;      // slot holding a filled batch, -1 = none
+  int fill_slot_ = 0;        // slot that request goes into
+  bool busy_ = false;        // the worker is filling a slot right now
+  int ready_slot_ = -1;      // slot holding a filled, not yet returned batch, -1 = none
   int consumer_slot_ = -1;   // slot the caller is reading
   int next_batch_ = 0;       // next batch index next() returns
   bool stop_ = false;

@@ -1,0 +1,145 @@
+#include "engine/data/loader.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "engine/error.h"
+
+namespace crumb::data {
+namespace {
+
+// A private generator rather than std::shuffle/std:: distributions, whose output differs between
+// standard libraries; the epoch order must be the same wherever a run is reproduced.
+class SplitMix64 {
+ public:
+  explicit SplitMix64(uint64_t seed) : state_(seed) {}
+  uint64_t operator()() {
+    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+
+ private:
+  uint64_t state_;
+};
+
+}  // namespace
+
+Loader::Loader(const Dataset& ds, int batch_size, Normalization norm, bool shuffle, uint64_t seed,
+               bool drop_last)
+    : ds_(ds), batch_size_(batch_size), shuffle_(shuffle), seed_(seed), drop_last_(drop_last) {
+  CRUMB_CHECK(batch_size > 0, "Loader: batch_size must be > 0, got ", batch_size);
+  CRUMB_CHECK(norm.std > 0.f, "Loader: normalisation std must be > 0, got ", norm.std);
+  CRUMB_CHECK(ds.count >= 0 && ds.sample_size() > 0, "Loader: dataset has count ", ds.count,
+              " and sample shape ", ds.channels, "x", ds.height, "x", ds.width);
+  CRUMB_CHECK(ds.pixels.size() == size_t(ds.count) * ds.sample_size() &&
+                  ds.labels.size() == size_t(ds.count),
+              "Loader: dataset of ", ds.count, " samples of ", ds.sample_size(), " pixels holds ",
+              ds.pixels.size(), " pixels and ", ds.labels.size(), " labels");
+  for (int p = 0; p < 256; ++p) lut_[p] = (float(p) / 255.f - norm.mean) / norm.std;
+  order_.resize(ds.count);
+  for (int s = 0; s < 2; ++s) {
+    xbuf_[s].resize(size_t(batch_size) * ds.sample_size());
+    ybuf_[s].resize(batch_size);
+  }
+  thread_ = std::thread(&Loader::worker, this);
+}
+
+Loader::~Loader() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+int Loader::batches_per_epoch() const {
+  return drop_last_ ? ds_.count / batch_size_ : (ds_.count + batch_size_ - 1) / batch_size_;
+}
+
+void Loader::wait_idle(std::unique_lock<std::mutex>& lock) {
+  cv_.wait(lock, [&] { return requested_ < 0 && !busy_; });
+}
+
+void Loader::start_epoch(int epoch) {
+  std::unique_lock<std::mutex> lock(mu_);
+  // order_ and both slots are about to change; the worker must not be reading them.
+  wait_idle(lock);
+  std::iota(order_.begin(), order_.end(), 0);
+  if (shuffle_) {
+    SplitMix64 rng(SplitMix64(seed_)() + uint64_t(epoch));
+    // Fisher-Yates; the modulo bias is below 2^-32 for any dataset that fits in memory.
+    for (size_t i = order_.size(); i > 1; --i) std::swap(order_[i - 1], order_[rng() % i]);
+  }
+  started_ = true;
+  ready_slot_ = consumer_slot_ = -1;
+  next_batch_ = 0;
+  if (batches_per_epoch() > 0) {
+    requested_ = 0;
+    fill_slot_ = 0;
+    lock.unlock();
+    cv_.notify_all();
+  }
+}
+
+bool Loader::next(Batch& out) {
+  std::unique_lock<std::mutex> lock(mu_);
+  CRUMB_CHECK(started_, "Loader: call start_epoch() before next()");
+  if (next_batch_ >= batches_per_epoch()) return false;
+  // Requests are issued in order, so the one slot that becomes ready holds batch next_batch_.
+  cv_.wait(lock, [&] { return ready_slot_ >= 0; });
+  consumer_slot_ = ready_slot_;
+  ready_slot_ = -1;
+  const int batch = next_batch_++;
+  if (next_batch_ < batches_per_epoch()) {
+    requested_ = next_batch_;
+    fill_slot_ = 1 - consumer_slot_;
+  }
+  const int slot = consumer_slot_;
+  lock.unlock();
+  cv_.notify_all();
+  out.x = xbuf_[slot].data();
+  out.y = ybuf_[slot].data();
+  out.size = slot_size_[slot];
+  out.index = batch;
+  return true;
+}
+
+void Loader::worker() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || requested_ >= 0; });
+    if (stop_) return;
+    const int batch = requested_, slot = fill_slot_;
+    requested_ = -1;
+    busy_ = true;
+    lock.unlock();
+    fill(slot, batch);
+    lock.lock();
+    busy_ = false;
+    ready_slot_ = slot;
+    cv_.notify_all();
+  }
+}
+
+// Runs on the worker without the lock: it only touches slot `slot`, which the caller does not read
+// until the handshake hands it over, and order_, which start_epoch() changes only while idle.
+void Loader::fill(int slot, int batch_index) {
+  const int sample = ds_.sample_size();
+  const int begin = batch_index * batch_size_;
+  const int size = std::min(batch_size_, ds_.count - begin);
+  float* x = xbuf_[slot].data();
+  int32_t* y = ybuf_[slot].data();
+  for (int i = 0; i < size; ++i) {
+    const int src = order_[begin + i];
+    const uint8_t* p = &ds_.pixels[size_t(src) * sample];
+    float* dst = x + size_t(i) * sample;
+    for (int j = 0; j < sample; ++j) dst[j] = lut_[p[j]];
+    y[i] = ds_.labels[src];
+  }
+  slot_size_[slot] = size;
+}
+
+}  // namespace crumb::data
