@@ -1,0 +1,105 @@
+#include "engine/graph.h"
+
+#include <sstream>
+
+#include "engine/error.h"
+#include "engine/ops/op.h"
+
+namespace crumb {
+
+std::string dims_str(const Dims& d) {
+  std::ostringstream os;
+  os << '[';
+  for (size_t i = 0; i < d.size(); ++i) os << (i ? ", " : "") << d[i];
+  os << ']';
+  return os.str();
+}
+
+Dims Value::full_dims(int64_t batch) const {
+  if (!batched) return dims;
+  Dims d{batch};
+  d.insert(d.end(), dims.begin(), dims.end());
+  return d;
+}
+
+ValueId Graph::add_value(Value v) {
+  values_.push_back(std::move(v));
+  return static_cast<ValueId>(values_.size() - 1);
+}
+
+NodeId Graph::add_node(Node n) {
+  CRUMB_CHECK(n.def, "node '", n.name, "' has no op");
+  for (ValueId v : n.in)
+    CRUMB_CHECK(v >= 0 && v < num_values(), "layer '", n.name, "' (", n.def->name, "): unknown input value ", v);
+  const NodeId id = static_cast<NodeId>(nodes_.size());
+  n.def->infer(*this, n);
+  if (n.def->view) values_.at(n.out.at(0)).view_of = n.in.at(0);
+  for (ValueId v : n.out) {
+    Value& val = values_.at(v);
+    if (val.kind == ValueKind::Activation) {
+      CRUMB_CHECK(val.producer < 0, "value '", val.name, "' is produced twice");
+      val.producer = id;
+    }
+  }
+  nodes_.push_back(std::move(n));
+  return id;
+}
+
+ValueId Graph::apply(const OpDef& def, std::vector<ValueId> in, const std::string& name, Attrs attrs) {
+  CRUMB_CHECK(!in.empty(), "layer '", name, "' (", def.name, ") needs an input");
+  const Value& x = value(in[0]);
+  Value out;
+  out.name = name;
+  out.dtype = x.dtype == DType::I32 ? float_dtype_ : x.dtype;
+  out.batched = x.batched;
+  for (ValueId v : in) out.requires_grad = out.requires_grad || value(v).requires_grad;
+  const ValueId y = add_value(std::move(out));
+  Node n;
+  n.def = &def;
+  n.name = name;
+  n.in = std::move(in);
+  n.out = {y};
+  n.attrs = attrs;
+  add_node(std::move(n));
+  return y;
+}
+
+ValueId Graph::input(const std::string& name, Dims per_sample, DType dtype, bool requires_grad) {
+  Value v;
+  v.name = name;
+  v.kind = ValueKind::Input;
+  v.dtype = dtype == DType::I32 ? DType::I32 : float_dtype_;
+  v.dims = std::move(per_sample);
+  v.batched = true;
+  v.requires_grad = requires_grad;
+  const ValueId id = add_value(std::move(v));
+  inputs_.push_back(id);
+  return id;
+}
+
+ValueId Graph::param(const std::string& name, Dims dims, ParamInit init, DType dtype) {
+  CRUMB_CHECK(find_value(name) < 0, "duplicate parameter name '", name, "'");
+  Value v;
+  v.name = name;
+  v.kind = ValueKind::Param;
+  v.dtype = dtype == DType::F32 ? float_dtype_ : dtype;
+  v.dims = std::move(dims);
+  v.requires_grad = true;
+  v.init = init;
+  const ValueId id = add_value(std::move(v));
+  params_.push_back(id);
+  return id;
+}
+
+ValueId Graph::find_value(const std::string& name) const {
+  for (int i = 0; i < num_values(); ++i)
+    if (values_[i].name == name) return i;
+  return -1;
+}
+
+ValueId Graph::storage_root(ValueId v) const {
+  while (values_.at(v).view_of >= 0) v = values_[v].view_of;
+  return v;
+}
+
+}  // namespace crumb

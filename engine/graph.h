@@ -1,0 +1,105 @@
+// The IR: values and nodes of a static graph with a symbolic batch dimension. A model is built into a
+// Graph (forward), autograd appends the backward nodes to the same Graph, the planner and executor
+// consume it. Batched values store their per-sample dims; the batch size is bound at compile/run time.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/tensor.h"
+
+namespace crumb {
+
+struct OpDef;
+using ValueId = int;
+using NodeId = int;
+
+enum class ValueKind : uint8_t {
+  Input,       // fed from outside per micro-batch (images, labels): lives in input staging
+  Param,       // persistent, trained
+  ParamGrad,   // persistent, accumulated over the micro-batches of a batch
+  Activation,  // everything else: lives in the arena for its lifetime only
+};
+
+// How an op initialises a parameter (PyTorch's defaults for Linear/Conv2d: both weight and bias
+// are uniform in +-1/sqrt(fan_in), i.e. kaiming_uniform_(a=sqrt(5)) for the weight).
+struct ParamInit {
+  int64_t fan_in = 1;
+};
+
+struct Value {
+  std::string name;
+  ValueKind kind = ValueKind::Activation;
+  DType dtype = DType::F32;
+  Dims dims;             // per-sample dims if batched, full dims otherwise
+  bool batched = false;  // has a leading symbolic batch dimension
+  NodeId producer = -1;
+  ValueId view_of = -1;  // shares the storage of this value (reshape views)
+  bool requires_grad = false;
+  ValueId grad = -1;     // Param: its ParamGrad value; Input with requires_grad: its gradient
+  ParamInit init;
+
+  int64_t count(int64_t batch) const { return dims_count(dims) * (batched ? batch : 1); }
+  Dims full_dims(int64_t batch) const;
+};
+
+// Numeric attributes of an op; each op reads the fields it needs.
+struct Attrs {
+  int kh = 0, kw = 0, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+  Dims dims;  // target per-sample dims of a reshape
+};
+
+// How an op writes its parameter-gradient outputs across the micro-batches of one batch.
+enum class GradWrite : uint8_t {
+  None,              // outputs are activations: always written (=)
+  FirstMicroBatch,   // first writer of a parameter gradient: = on the first micro-batch, += after
+  Accumulate,        // a later writer of the same gradient (shared weights): always +=
+};
+
+struct Node {
+  const OpDef* def = nullptr;
+  std::string name;  // layer name, used in error messages and reports
+  std::vector<ValueId> in, out;
+  Attrs attrs;
+  bool backward = false;  // part of the derived backward graph
+  GradWrite grad_write = GradWrite::None;
+};
+
+class Graph {
+ public:
+  ValueId add_value(Value v);
+  // Adds a node whose output values already exist; runs the op's shape rule (throws on mismatch).
+  NodeId add_node(Node n);
+  // Convenience: one new Activation output shaped by the op's shape rule.
+  ValueId apply(const OpDef& def, std::vector<ValueId> in, const std::string& name, Attrs attrs = {});
+
+  ValueId input(const std::string& name, Dims per_sample, DType dtype = DType::F32, bool requires_grad = false);
+  ValueId param(const std::string& name, Dims dims, ParamInit init, DType dtype = DType::F32);
+  // Marks the training loss (the output of a loss op). The forward ends there.
+  void set_loss(ValueId v) { loss_ = v; }
+
+  const Value& value(ValueId v) const { return values_.at(v); }
+  Value& value(ValueId v) { return values_.at(v); }
+  const Node& node(NodeId n) const { return nodes_.at(n); }
+  Node& node(NodeId n) { return nodes_.at(n); }
+  int num_values() const { return static_cast<int>(values_.size()); }
+  int num_nodes() const { return static_cast<int>(nodes_.size()); }
+  const std::vector<ValueId>& params() const { return params_; }
+  const std::vector<ValueId>& inputs() const { return inputs_; }
+  ValueId loss() const { return loss_; }
+  ValueId find_value(const std::string& name) const;  // -1 if absent
+  // Follows view_of to the value that owns the storage.
+  ValueId storage_root(ValueId v) const;
+  // The dtype every floating-point value of this graph uses (F32 for training, F64 for checks).
+  DType float_dtype() const { return float_dtype_; }
+  void set_float_dtype(DType t) { float_dtype_ = t; }
+
+ private:
+  std::vector<Value> values_;
+  std::vector<Node> nodes_;
+  std::vector<ValueId> params_, inputs_;
+  ValueId loss_ = -1;
+  DType float_dtype_ = DType::F32;
+};
+
+}  // namespace crumb

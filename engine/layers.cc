@@ -1,0 +1,71 @@
+#include "engine/layers.h"
+
+#include "engine/error.h"
+#include "engine/ops/op.h"
+
+namespace crumb::nn {
+
+ValueId linear(Graph& g, ValueId x, int out_features, const std::string& name, bool bias) {
+  const Value& xv = g.value(x);
+  CRUMB_CHECK(xv.dims.size() == 1, "layer '", name, "' (linear): input '", xv.name, "' must be [batch, features], got ",
+              "per-sample ", dims_str(xv.dims), " (insert a flatten)");
+  CRUMB_CHECK(out_features > 0, "layer '", name, "' (linear): out_features must be > 0");
+  const int64_t in = xv.dims[0];
+  std::vector<ValueId> ins{x, g.param(name + ".weight", {out_features, in}, {in})};
+  if (bias) ins.push_back(g.param(name + ".bias", {out_features}, {in}));
+  return g.apply(kLinear, ins, name);
+}
+
+ValueId conv2d(Graph& g, ValueId x, int out_channels, int kernel, int stride, int pad, const std::string& name,
+               bool bias) {
+  const Value& xv = g.value(x);
+  CRUMB_CHECK(xv.dims.size() == 3, "layer '", name, "' (conv2d): input '", xv.name,
+              "' must be [batch, channels, height, width], got per-sample ", dims_str(xv.dims));
+  CRUMB_CHECK(out_channels > 0 && kernel > 0, "layer '", name, "' (conv2d): channels and kernel must be > 0");
+  const int64_t c_in = xv.dims[0], fan_in = c_in * kernel * kernel;
+  std::vector<ValueId> ins{x, g.param(name + ".weight", {out_channels, c_in, kernel, kernel}, {fan_in})};
+  if (bias) ins.push_back(g.param(name + ".bias", {out_channels}, {fan_in}));
+  Attrs a;
+  a.kh = a.kw = kernel;
+  a.stride_h = a.stride_w = stride;
+  a.pad_h = a.pad_w = pad;
+  return g.apply(kConv2d, ins, name, a);
+}
+
+ValueId relu(Graph& g, ValueId x, const std::string& name) { return g.apply(kRelu, {x}, name); }
+
+namespace {
+Attrs window(int kernel, int stride, int pad) {
+  Attrs a;
+  a.kh = a.kw = kernel;
+  a.stride_h = a.stride_w = stride;
+  a.pad_h = a.pad_w = pad;
+  return a;
+}
+}  // namespace
+
+ValueId max_pool2d(Graph& g, ValueId x, int kernel, int stride, const std::string& name, int pad) {
+  return g.apply(kMaxPool2d, {x}, name, window(kernel, stride, pad));
+}
+
+ValueId avg_pool2d(Graph& g, ValueId x, int kernel, int stride, const std::string& name, int pad) {
+  return g.apply(kAvgPool2d, {x}, name, window(kernel, stride, pad));
+}
+
+ValueId global_avg_pool(Graph& g, ValueId x, const std::string& name) { return g.apply(kGlobalAvgPool, {x}, name); }
+
+ValueId flatten(Graph& g, ValueId x, const std::string& name) {
+  Attrs a;
+  a.dims = {dims_count(g.value(x).dims)};
+  return g.apply(kReshape, {x}, name, a);
+}
+
+ValueId add(Graph& g, ValueId a, ValueId b, const std::string& name) { return g.apply(kAdd, {a, b}, name); }
+
+ValueId softmax_cross_entropy(Graph& g, ValueId logits, ValueId labels, const std::string& name) {
+  const ValueId probs = g.apply(kSoftmaxXent, {logits, labels}, name);
+  g.set_loss(probs);
+  return probs;
+}
+
+}  // namespace crumb::nn

@@ -1,0 +1,22 @@
+// The public graph-building API: each call adds a layer's parameters and node to a Graph. Parameter
+// names follow PyTorch's state_dict keys: "<layer>.weight", "<layer>.bias".
+#pragma once
+#include <string>
+
+#include "engine/graph.h"
+
+namespace crumb::nn {
+
+ValueId linear(Graph& g, ValueId x, int out_features, const std::string& name, bool bias = true);
+ValueId conv2d(Graph& g, ValueId x, int out_channels, int kernel, int stride, int pad, const std::string& name,
+               bool bias = true);
+ValueId relu(Graph& g, ValueId x, const std::string& name);
+ValueId max_pool2d(Graph& g, ValueId x, int kernel, int stride, const std::string& name, int pad = 0);
+ValueId avg_pool2d(Graph& g, ValueId x, int kernel, int stride, const std::string& name, int pad = 0);
+ValueId global_avg_pool(Graph& g, ValueId x, const std::string& name);
+ValueId flatten(Graph& g, ValueId x, const std::string& name);
+ValueId add(Graph& g, ValueId a, ValueId b, const std::string& name);
+// Adds the loss and marks it as the graph's loss. Returns the probabilities value.
+ValueId softmax_cross_entropy(Graph& g, ValueId logits, ValueId labels, const std::string& name);
+
+}  // namespace crumb::nn

@@ -1,0 +1,86 @@
+// linear: y [n, out] = x [n, in] w^T + b, with w [out, in] (PyTorch's layout and parameter names).
+#include "engine/autograd.h"
+#include "engine/ops/op.h"
+#include "kernels/cpu/kernels.h"
+
+namespace crumb {
+namespace {
+
+void check_weight(const Graph& g, const Node& n, ValueId x, ValueId w, int bias_at) {
+  const Value& xv = g.value(x);
+  const Value& wv = g.value(w);
+  if (!xv.batched || xv.dims.size() != 1)
+    ops::fail(n, "input '" + xv.name + "' must be [batch, features], got per-sample " + dims_str(xv.dims) +
+                     " (insert a flatten)");
+  if (wv.dims.size() != 2 || wv.dims[1] != xv.dims[0])
+    ops::fail(n, "weight " + dims_str(wv.dims) + " does not take " + std::to_string(xv.dims[0]) + " input features");
+  if (bias_at >= 0 && (int)n.in.size() > bias_at && g.value(n.in[bias_at]).dims != Dims{wv.dims[0]})
+    ops::fail(n, "bias " + dims_str(g.value(n.in[bias_at]).dims) + " must be [" + std::to_string(wv.dims[0]) + "]");
+}
+
+void infer_fwd(Graph& g, Node& n) {
+  ops::expect_arity(n, 2, 3, 1);
+  check_weight(g, n, n.in[0], n.in[1], 2);
+  ops::set_out_dims(g, n, 0, {g.value(n.in[1]).dims[0]});
+}
+
+void infer_bwd_data(Graph& g, Node& n) {  // in: dy, w  out: dx
+  ops::expect_arity(n, 2, 2, 1);
+  const Dims& w = g.value(n.in[1]).dims;
+  if (g.value(n.in[0]).dims != Dims{w.at(0)}) ops::fail(n, "gradient does not match the weight");
+  ops::set_out_dims(g, n, 0, {w.at(1)});
+}
+
+void infer_bwd_weight(Graph& g, Node& n) {  // in: dy, x  out: dw [, db]
+  if (n.in.size() != 2 || n.out.empty() || n.out.size() > 2) ops::fail(n, "expects (dy, x) -> (dw[, db])");
+  const Dims dy = g.value(n.in[0]).dims, x = g.value(n.in[1]).dims;
+  ops::set_out_dims(g, n, 0, {dy.at(0), x.at(0)});
+  if (n.out.size() == 2) ops::set_out_dims(g, n, 1, {dy.at(0)});
+}
+
+void backward(GradBuilder& gb, const Node& n) {
+  const ValueId x = n.in[0], w = n.in[1], y = n.out[0];
+  const ValueId dy = gb.grad(y);
+  if (gb.needs_grad(x)) {
+    const ValueId dx = gb.new_grad_value(x, "grad(" + gb.graph().value(x).name + ")");
+    gb.emit(kLinearBwdData, {dy, w}, {dx}, n.name + ".backward_data");
+    gb.add_grad(x, dx);
+  }
+  std::vector<ValueId> outs{gb.param_grad(w)};
+  const GradWrite write = gb.claim_param_grad(w);
+  if (n.in.size() == 3) {
+    outs.push_back(gb.param_grad(n.in[2]));
+    if (gb.claim_param_grad(n.in[2]) != write) ops::fail(n, "a bias shared without its weight is not supported");
+  }
+  gb.emit(kLinearBwdWeight, {dy, x}, outs, n.name + ".backward_weight", {}, write);
+}
+
+template <class T>
+void fwd_cpu(const StepArgs& a) {
+  const Dims& w = a.in_value(1).dims;
+  cpu::linear_forward<T>(a.out<T>(), a.in<T>(0), a.in<T>(1), a.node->in.size() == 3 ? a.in<T>(2) : nullptr, a.n,
+                         (int)w[1], (int)w[0]);
+}
+
+template <class T>
+void bwd_data_cpu(const StepArgs& a) {
+  const Dims& w = a.in_value(1).dims;
+  cpu::linear_backward_data<T>(a.out<T>(), a.in<T>(0), a.in<T>(1), a.n, (int)w[1], (int)w[0], a.accumulate);
+}
+
+template <class T>
+void bwd_weight_cpu(const StepArgs& a) {
+  const Dims& dw = a.out_value(0).dims;
+  cpu::linear_backward_weight<T>(a.out<T>(0), a.node->out.size() == 2 ? a.out<T>(1) : nullptr, a.in<T>(0),
+                                 a.in<T>(1), a.n, (int)dw[1], (int)dw[0], a.accumulate);
+}
+
+}  // namespace
+
+const OpDef kLinear{"linear", infer_fwd, backward, nullptr, false, false, CRUMB_CPU_IMPL(fwd_cpu)};
+const OpDef kLinearBwdData{"linear_backward_data", infer_bwd_data, nullptr, nullptr, false, false,
+                           CRUMB_CPU_IMPL(bwd_data_cpu)};
+const OpDef kLinearBwdWeight{"linear_backward_weight", infer_bwd_weight, nullptr, nullptr, false, false,
+                             CRUMB_CPU_IMPL(bwd_weight_cpu)};
+
+}  // namespace crumb

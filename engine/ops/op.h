@@ -1,0 +1,74 @@
+// An op is declared once: shape rule, backward rule, workspace size, in-place permission; and
+// implemented per backend as one function per backend and dtype (Caffe's twin methods, without the
+// class tower). Nodes point at their OpDef.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/graph.h"
+
+namespace crumb {
+
+class GradBuilder;
+
+// What one step of the executor sees at run time. Pointers are resolved once at compile time into
+// the executor's table; only the batch size n and the write mode change between micro-batches.
+struct StepArgs {
+  const Graph* graph = nullptr;
+  const Node* node = nullptr;
+  void* const* ptr = nullptr;  // ValueId -> data
+  int n = 0;                   // samples in this micro-batch (<= the compiled micro-batch size)
+  bool accumulate = false;     // write mode of the node's gradient outputs (+= when true)
+  double loss_scale = 1.0;     // 1/B: the loss of a micro-batch is its sum over samples / B
+  void* workspace = nullptr;   // workspace_bytes(n) bytes, 256-byte aligned
+  double* loss_sum = nullptr;  // loss ops add the unscaled sum of their per-sample losses here
+  int64_t* correct = nullptr;  // loss ops add the number of correctly classified samples here
+
+  template <class T> T* out(int i = 0) const { return static_cast<T*>(ptr[node->out[i]]); }
+  template <class T> const T* in(int i) const { return static_cast<const T*>(ptr[node->in[i]]); }
+  const Value& in_value(int i) const { return graph->value(node->in[i]); }
+  const Value& out_value(int i = 0) const { return graph->value(node->out[i]); }
+};
+
+using StepFn = void (*)(const StepArgs&);
+
+struct OpDef {
+  const char* name;
+  // Validates the inputs and sets (or checks) the dims of node.out; throws crumb::Error naming the layer.
+  void (*infer)(Graph& g, Node& n);
+  // Emits the backward nodes for n given the gradients of its outputs (null: no gradient flows).
+  void (*backward)(GradBuilder& gb, const Node& n);
+  // Scratch bytes the CPU implementation needs for a micro-batch of n samples (null: none).
+  std::size_t (*workspace_bytes)(const Graph& g, const Node& n, int batch);
+  // out[0] may take over in[0]'s storage when in[0] is not used afterwards (ReLU, ReLU backward).
+  bool inplace;
+  // out[0] is a view of in[0]: no computation, no storage of its own (reshape/flatten).
+  bool view;
+  StepFn cpu_f32;
+  StepFn cpu_f64;
+};
+
+// Forward ops (what models are built from) and the backward ops their rules emit.
+extern const OpDef kLinear, kLinearBwdData, kLinearBwdWeight;
+extern const OpDef kConv2d, kConv2dBwdData, kConv2dBwdWeight;
+extern const OpDef kMaxPool2d, kMaxPool2dBwd, kAvgPool2d, kAvgPool2dBwd, kGlobalAvgPool, kGlobalAvgPoolBwd;
+extern const OpDef kRelu, kReluBwd;
+extern const OpDef kReshape;
+extern const OpDef kAdd;
+extern const OpDef kSoftmaxXent, kSoftmaxXentBwd;
+
+// Helpers shared by the op files.
+namespace ops {
+// Throws "layer '<name>' (<op>): <message>".
+[[noreturn]] void fail(const Node& n, const std::string& message);
+// Checks in.size() within [lo, hi] and out.size() == outs.
+void expect_arity(const Node& n, size_t lo, size_t hi, size_t outs);
+// Sets the dims of out[i] if it is new (empty dims and not yet produced), else checks they match.
+void set_out_dims(Graph& g, const Node& n, int i, const Dims& dims);
+// Instantiates a templated CPU implementation for both dtypes.
+#define CRUMB_CPU_IMPL(fn) fn<float>, fn<double>
+}  // namespace ops
+
+}  // namespace crumb

@@ -1,0 +1,127 @@
+// Pooling on NCHW: max and average over kh x kw windows (floor output size, PyTorch's ceil_mode=False),
+// and global average pooling [n, c, h, w] -> [n, c].
+#include "engine/autograd.h"
+#include "engine/ops/op.h"
+#include "kernels/cpu/kernels.h"
+
+namespace crumb {
+namespace {
+
+cpu::Pool2dShape pool_shape(const Dims& x, const Attrs& a, int n) {
+  cpu::Pool2dShape s{};
+  s.n = n;
+  s.c = (int)x[0];
+  s.h = (int)x[1];
+  s.w = (int)x[2];
+  s.kh = a.kh;
+  s.kw = a.kw;
+  s.stride_h = a.stride_h;
+  s.stride_w = a.stride_w;
+  s.pad_h = a.pad_h;
+  s.pad_w = a.pad_w;
+  s.h_out = (s.h + 2 * s.pad_h - s.kh) / s.stride_h + 1;
+  s.w_out = (s.w + 2 * s.pad_w - s.kw) / s.stride_w + 1;
+  return s;
+}
+
+Dims check_pool(const Node& n, const Value& xv) {
+  const Attrs& a = n.attrs;
+  if (!xv.batched || xv.dims.size() != 3)
+    ops::fail(n, "input '" + xv.name + "' must be [batch, channels, height, width], got per-sample " + dims_str(xv.dims));
+  if (a.kh < 1 || a.kw < 1 || a.stride_h < 1 || a.stride_w < 1 || a.pad_h < 0 || a.pad_w < 0)
+    ops::fail(n, "kernel and stride must be >= 1, padding >= 0");
+  if (2 * a.pad_h > a.kh || 2 * a.pad_w > a.kw) ops::fail(n, "padding must be at most half the kernel size");
+  if (xv.dims[1] + 2 * a.pad_h < a.kh || xv.dims[2] + 2 * a.pad_w < a.kw)
+    ops::fail(n, "window " + std::to_string(a.kh) + "x" + std::to_string(a.kw) + " is larger than the input " +
+                     dims_str(xv.dims));
+  const cpu::Pool2dShape s = pool_shape(xv.dims, a, 1);
+  return {xv.dims[0], s.h_out, s.w_out};
+}
+
+void infer_fwd(Graph& g, Node& n) {
+  ops::expect_arity(n, 1, 1, 1);
+  ops::set_out_dims(g, n, 0, check_pool(n, g.value(n.in[0])));
+}
+
+// Backward ops: in[0] = dy; dx (out[0]) has x's dims.
+void infer_bwd(Graph& g, Node& n) {
+  ops::expect_arity(n, n.def == &kMaxPool2dBwd ? 2 : 1, n.def == &kMaxPool2dBwd ? 2 : 1, 1);
+  if (check_pool(n, g.value(n.out[0])) != g.value(n.in[0]).dims) ops::fail(n, "gradient shape mismatch");
+}
+
+void max_backward(GradBuilder& gb, const Node& n) {
+  const ValueId x = n.in[0];
+  const ValueId dx = gb.new_grad_value(x, "grad(" + gb.graph().value(x).name + ")");
+  gb.emit(kMaxPool2dBwd, {gb.grad(n.out[0]), x}, {dx}, n.name + ".backward", n.attrs);
+  gb.add_grad(x, dx);
+}
+
+void avg_backward(GradBuilder& gb, const Node& n) {
+  const ValueId x = n.in[0];
+  const ValueId dx = gb.new_grad_value(x, "grad(" + gb.graph().value(x).name + ")");
+  gb.emit(kAvgPool2dBwd, {gb.grad(n.out[0])}, {dx}, n.name + ".backward", n.attrs);
+  gb.add_grad(x, dx);
+}
+
+cpu::Pool2dShape node_shape(const StepArgs& a) {
+  const ValueId x = a.node->backward ? a.node->out[0] : a.node->in[0];
+  return pool_shape(a.graph->value(x).dims, a.node->attrs, a.n);
+}
+
+template <class T> void max_fwd_cpu(const StepArgs& a) { cpu::max_pool2d_forward<T>(a.out<T>(), a.in<T>(0), node_shape(a)); }
+template <class T> void max_bwd_cpu(const StepArgs& a) {
+  cpu::max_pool2d_backward<T>(a.out<T>(), a.in<T>(0), a.in<T>(1), node_shape(a), a.accumulate);
+}
+template <class T> void avg_fwd_cpu(const StepArgs& a) { cpu::avg_pool2d_forward<T>(a.out<T>(), a.in<T>(0), node_shape(a)); }
+template <class T> void avg_bwd_cpu(const StepArgs& a) {
+  cpu::avg_pool2d_backward<T>(a.out<T>(), a.in<T>(0), node_shape(a), a.accumulate);
+}
+
+// ---- global average pool
+void infer_gap(Graph& g, Node& n) {
+  ops::expect_arity(n, 1, 1, 1);
+  const Value& x = g.value(n.in[0]);
+  if (!x.batched || x.dims.size() != 3)
+    ops::fail(n, "input '" + x.name + "' must be [batch, channels, height, width], got per-sample " + dims_str(x.dims));
+  ops::set_out_dims(g, n, 0, {x.dims[0]});
+}
+
+void infer_gap_bwd(Graph& g, Node& n) {
+  ops::expect_arity(n, 1, 1, 1);
+  const Dims& dx = g.value(n.out[0]).dims;
+  if (dx.size() != 3 || g.value(n.in[0]).dims != Dims{dx[0]}) ops::fail(n, "gradient shape mismatch");
+}
+
+void gap_backward(GradBuilder& gb, const Node& n) {
+  const ValueId x = n.in[0];
+  const ValueId dx = gb.new_grad_value(x, "grad(" + gb.graph().value(x).name + ")");
+  gb.emit(kGlobalAvgPoolBwd, {gb.grad(n.out[0])}, {dx}, n.name + ".backward");
+  gb.add_grad(x, dx);
+}
+
+// (channels, pixels per channel) of the pooled tensor.
+std::pair<int, int> gap_dims(const StepArgs& a) {
+  const Dims& x = a.graph->value(a.node->backward ? a.node->out[0] : a.node->in[0]).dims;
+  return {(int)x[0], (int)(x[1] * x[2])};
+}
+
+template <class T> void gap_fwd_cpu(const StepArgs& a) {
+  const auto [c, hw] = gap_dims(a);
+  cpu::global_avg_pool_forward<T>(a.out<T>(), a.in<T>(0), a.n, c, hw);
+}
+template <class T> void gap_bwd_cpu(const StepArgs& a) {
+  const auto [c, hw] = gap_dims(a);
+  cpu::global_avg_pool_backward<T>(a.out<T>(), a.in<T>(0), a.n, c, hw, a.accumulate);
+}
+
+}  // namespace
+
+const OpDef kMaxPool2d{"max_pool2d", infer_fwd, max_backward, nullptr, false, false, CRUMB_CPU_IMPL(max_fwd_cpu)};
+const OpDef kMaxPool2dBwd{"max_pool2d_backward", infer_bwd, nullptr, nullptr, false, false, CRUMB_CPU_IMPL(max_bwd_cpu)};
+const OpDef kAvgPool2d{"avg_pool2d", infer_fwd, avg_backward, nullptr, false, false, CRUMB_CPU_IMPL(avg_fwd_cpu)};
+const OpDef kAvgPool2dBwd{"avg_pool2d_backward", infer_bwd, nullptr, nullptr, false, false, CRUMB_CPU_IMPL(avg_bwd_cpu)};
+const OpDef kGlobalAvgPool{"global_avg_pool", infer_gap, gap_backward, nullptr, false, false, CRUMB_CPU_IMPL(gap_fwd_cpu)};
+const OpDef kGlobalAvgPoolBwd{"global_avg_pool_backward", infer_gap_bwd, nullptr, nullptr, false, false,
+                              CRUMB_CPU_IMPL(gap_bwd_cpu)};
+
+}  // namespace crumb

@@ -1,0 +1,57 @@
+// Softmax cross-entropy: the loss op. Forward keeps the probabilities for the backward and reports
+// the summed loss; the backward seeds the gradient with the 1/B loss scale of the whole batch.
+#include "engine/autograd.h"
+#include "engine/ops/op.h"
+#include "kernels/cpu/kernels.h"
+
+namespace crumb {
+namespace {
+
+void check_inputs(const Graph& g, const Node& n) {
+  const Value& logits = g.value(n.in[0]);
+  const Value& labels = g.value(n.in[1]);
+  if (!logits.batched || logits.dims.size() != 1)
+    ops::fail(n, "logits '" + logits.name + "' must be [batch, classes], got per-sample " + dims_str(logits.dims));
+  if (!labels.batched || !labels.dims.empty() || labels.dtype != DType::I32)
+    ops::fail(n, "labels '" + labels.name + "' must be one int32 class index per sample");
+}
+
+void infer_fwd(Graph& g, Node& n) {  // in: logits, labels  out: probs
+  ops::expect_arity(n, 2, 2, 1);
+  check_inputs(g, n);
+  ops::set_out_dims(g, n, 0, g.value(n.in[0]).dims);
+}
+
+void infer_bwd(Graph& g, Node& n) {  // in: probs, labels  out: dlogits
+  ops::expect_arity(n, 2, 2, 1);
+  check_inputs(g, n);
+  ops::set_out_dims(g, n, 0, g.value(n.in[0]).dims);
+}
+
+void backward(GradBuilder& gb, const Node& n) {
+  const ValueId logits = n.in[0];
+  const ValueId d = gb.new_grad_value(logits, "grad(" + gb.graph().value(logits).name + ")");
+  gb.emit(kSoftmaxXentBwd, {n.out[0], n.in[1]}, {d}, n.name + ".backward");
+  gb.add_grad(logits, d);
+}
+
+int classes(const StepArgs& a) { return (int)a.in_value(0).dims[0]; }
+
+template <class T> void fwd_cpu(const StepArgs& a) {
+  const int32_t* labels = a.in<int32_t>(1);
+  *a.loss_sum += cpu::softmax_xent_forward<T>(a.out<T>(), a.in<T>(0), labels, a.n, classes(a));
+  *a.correct += cpu::count_correct<T>(a.out<T>(), labels, a.n, classes(a));
+}
+
+template <class T> void bwd_cpu(const StepArgs& a) {
+  cpu::softmax_xent_backward<T>(a.out<T>(), a.in<T>(0), a.in<int32_t>(1), a.n, classes(a),
+                                static_cast<T>(a.loss_scale), a.accumulate);
+}
+
+}  // namespace
+
+const OpDef kSoftmaxXent{"softmax_cross_entropy", infer_fwd, backward, nullptr, false, false, CRUMB_CPU_IMPL(fwd_cpu)};
+const OpDef kSoftmaxXentBwd{"softmax_cross_entropy_backward", infer_bwd, nullptr, nullptr, false, false,
+                            CRUMB_CPU_IMPL(bwd_cpu)};
+
+}  // namespace crumb

@@ -1,0 +1,58 @@
+#include "engine/params.h"
+
+#include <cmath>
+
+#include "engine/error.h"
+#include "engine/rng.h"
+
+namespace crumb {
+
+ParamStore::ParamStore(const Graph& g) : graph_(g), dtype_(g.float_dtype()), offset_(g.num_values(), -1),
+                                         grad_owner_(g.num_values(), -1) {
+  const std::size_t lanes = 64 / dtype_size(dtype_);
+  for (ValueId p : g.params()) {
+    offset_[p] = static_cast<int64_t>(count_);
+    count_ += (static_cast<std::size_t>(g.value(p).count(1)) + lanes - 1) / lanes * lanes;
+    if (g.value(p).grad >= 0) grad_owner_[g.value(p).grad] = p;
+  }
+  data_ = AlignedBuffer(bytes());
+  grad_ = AlignedBuffer(bytes());
+}
+
+void ParamStore::init(uint64_t seed) {
+  Rng rng(seed);
+  for (ValueId p : graph_.params()) {
+    const Value& v = graph_.value(p);
+    const double bound = 1.0 / std::sqrt(static_cast<double>(v.init.fan_in));
+    const int64_t n = v.count(1);
+    for (int64_t i = 0; i < n; ++i) {
+      const double x = (2.0 * rng.uniform() - 1.0) * bound;
+      if (dtype_ == DType::F32)
+        static_cast<float*>(data(p))[i] = static_cast<float>(x);
+      else
+        static_cast<double*>(data(p))[i] = x;
+    }
+  }
+}
+
+void* ParamStore::data(ValueId param) const {
+  CRUMB_CHECK(param >= 0 && param < (int)offset_.size() && offset_[param] >= 0, "value ", param, " is not a parameter");
+  return data_.data() + offset_[param] * dtype_size(dtype_);
+}
+
+void* ParamStore::grad(ValueId param) const {
+  CRUMB_CHECK(param >= 0 && param < (int)offset_.size() && offset_[param] >= 0, "value ", param, " is not a parameter");
+  return grad_.data() + offset_[param] * dtype_size(dtype_);
+}
+
+ValueId ParamStore::param_of_grad(ValueId grad) const {
+  return grad >= 0 && grad < (int)grad_owner_.size() ? grad_owner_[grad] : -1;
+}
+
+int64_t ParamStore::num_parameters() const {
+  int64_t n = 0;
+  for (ValueId p : graph_.params()) n += graph_.value(p).count(1);
+  return n;
+}
+
+}  // namespace crumb

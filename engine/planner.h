@@ -1,0 +1,34 @@
+// The planner: every arena value (activations, gradients of activations, kept-for-backward tensors)
+// gets a lifetime [first step, last step] in the execution order, then a byte offset in one arena.
+// Views share their base's storage; an in-place op takes over its input's storage when the input
+// is dead afterwards. Offsets: greedy by size (largest first, lowest offset that does not overlap a
+// placed buffer with an intersecting lifetime), 256-byte aligned.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "engine/graph.h"
+
+namespace crumb {
+
+inline constexpr std::size_t kArenaAlign = 256;
+inline std::size_t align_up(std::size_t x, std::size_t a = kArenaAlign) { return (x + a - 1) / a * a; }
+
+struct MemoryPlan {
+  std::vector<NodeId> order;        // the steps, in execution order
+  std::vector<int64_t> offset;      // per value: byte offset in the arena, -1 if not in the arena
+  std::vector<int> first, last;     // per value: lifetime in steps (-1 if not in the arena)
+  std::size_t arena_bytes = 0;      // activations (the planned part of the arena)
+  std::size_t lower_bound = 0;      // max over steps of the bytes live at that step
+  std::vector<std::size_t> live_bytes;       // per step
+  std::vector<std::size_t> step_workspace;   // per step: kernel scratch bytes
+  std::size_t workspace_bytes = 0;           // max over steps (one region after the activations)
+  double ratio() const { return lower_bound ? double(arena_bytes) / double(lower_bound) : 1.0; }
+};
+
+// Plans the nodes in `order` for micro-batches of `batch` samples. Values in `keep` stay live until
+// the last step (outputs read after the run).
+MemoryPlan plan_memory(const Graph& g, const std::vector<NodeId>& order, int batch, const std::vector<ValueId>& keep);
+
+}  // namespace crumb

@@ -1,0 +1,42 @@
+// The scheduler splits a batch of B samples into micro-batches of m (the last one ragged), runs
+// forward + backward on each with the loss scaled by 1/B, and leaves in the parameter gradients the
+// gradient of the mean loss over all B samples: the first micro-batch writes them, the others add.
+#pragma once
+#include <cstdint>
+
+#include "engine/executor.h"
+
+namespace crumb {
+
+struct BatchResult {
+  double loss_sum = 0.0;  // summed per-sample loss over the batch (divide by B for the mean)
+  int64_t correct = 0;
+  int micro_batches = 0;
+};
+
+class Scheduler {
+ public:
+  // Compiles the training plan for micro-batches of `micro_batch` samples into `arena`.
+  // The graph's inputs are named "x" (float features) and "y" (int32 labels).
+  Scheduler(const Graph& g, ParamStore& params, Arena& arena, int micro_batch);
+
+  // x: [batch, per-sample features] contiguous, y: [batch]. Leaves gradients for an optimizer step.
+  BatchResult train_batch(const void* x, const int32_t* y, int batch);
+  // Forward only over `batch` samples, in chunks of the evaluation plan's size.
+  BatchResult evaluate(const void* x, const int32_t* y, int batch);
+
+  int micro_batch() const { return train_.max_batch(); }
+  const Executor& train_executor() const { return train_; }
+  const Executor& eval_executor() const { return eval_; }
+
+ private:
+  template <class Fn>
+  BatchResult for_each_micro_batch(Executor& e, const void* x, const int32_t* y, int batch, Fn&& run);
+
+  const Graph& g_;
+  ValueId x_, y_;
+  std::size_t x_sample_bytes_;
+  Executor train_, eval_;
+};
+
+}  // namespace crumb

@@ -1,0 +1,35 @@
+#include "models/registry.h"
+
+#include "engine/error.h"
+
+namespace crumb::models {
+namespace {
+struct Entry {
+  const char* name;
+  void (*build)(Graph&, ValueId, ValueId, const InputSpec&);
+};
+const Entry kModels[] = {{"mlp", build_mlp}, {"lenet5", build_lenet5}, {"cnn", build_cnn}};
+}  // namespace
+
+std::vector<std::string> names() {
+  std::vector<std::string> out;
+  for (const Entry& e : kModels) out.push_back(e.name);
+  return out;
+}
+
+Graph build(const std::string& name, InputSpec in, DType dtype) {
+  for (const Entry& e : kModels) {
+    if (name != e.name) continue;
+    Graph g;
+    g.set_float_dtype(dtype);
+    const ValueId x = g.input("x", {in.channels, in.height, in.width});
+    const ValueId y = g.input("y", {}, DType::I32);
+    e.build(g, x, y, in);
+    return g;
+  }
+  std::string known;
+  for (const std::string& n : names()) known += (known.empty() ? "" : ", ") + n;
+  CRUMB_FAIL("unknown model '", name, "' (known: ", known, ")");
+}
+
+}  // namespace crumb::models
