@@ -1,0 +1,95 @@
+#include "tools/train/flags.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "engine/error.h"
+
+namespace crumb::train {
+namespace {
+
+long long parse_int(const std::string& flag, const std::string& s, long long lo, long long hi) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  CRUMB_CHECK(!s.empty() && end && *end == '\0' && errno == 0, "--", flag, ": '", s, "' is not an integer");
+  CRUMB_CHECK(v >= lo && v <= hi, "--", flag, ": ", v, " is out of range [", lo, ", ", hi, "]");
+  return v;
+}
+
+float parse_float(const std::string& flag, const std::string& s, double lo, double hi) {
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  CRUMB_CHECK(!s.empty() && end && *end == '\0' && errno == 0 && std::isfinite(v), "--", flag, ": '", s,
+              "' is not a number");
+  CRUMB_CHECK(v >= lo && v <= hi, "--", flag, ": ", v, " is out of range [", lo, ", ", hi, "]");
+  return static_cast<float>(v);
+}
+
+}  // namespace
+
+const char* usage() {
+  return R"(usage: train [flags]
+Trains a model on Fashion-MNIST with Crumb's graph executor and reports test accuracy per epoch.
+
+  --model NAME         mlp | lenet5 | cnn                      (default lenet5)
+  --epochs N           passes over the training set            (default 1)
+  --batch B            samples per optimizer step              (default 64)
+  --micro-batch M      samples per forward/backward (M <= B); gradients of the micro-batches are
+                       accumulated, so the step equals a full-batch step   (default B)
+  --lr X               learning rate                           (default 0.05)
+  --momentum X         SGD momentum                            (default 0.9)
+  --weight-decay X     L2 weight decay (PyTorch semantics)     (default 0)
+  --threads N          CPU threads for all kernels             (default 2)
+  --seed N             seed for initialisation and shuffling   (default 0)
+  --data DIR           folder with the IDX files               (default /usr/share/datasets/fashion-mnist)
+  --limit-train N      use only the first N training samples   (default all)
+  --limit-test N       use only the first N test samples       (default all)
+  --help               this text
+
+Progress goes to stderr (a bar on a terminal, plain lines otherwise); the last stdout line is a JSON
+summary.
+)";
+}
+
+Options parse_flags(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    CRUMB_CHECK(arg.rfind("--", 0) == 0, "unexpected argument '", arg, "' (flags start with --; see --help)");
+    std::string name = arg.substr(2), value;
+    const size_t eq = name.find('=');
+    if (eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    if (name == "help") {
+      o.help = true;
+      continue;
+    }
+    if (eq == std::string::npos) {
+      CRUMB_CHECK(i + 1 < argc, "--", name, " needs a value (see --help)");
+      value = argv[++i];
+    }
+    if (name == "model") o.model = value;
+    else if (name == "epochs") o.epochs = (int)parse_int(name, value, 1, 100000);
+    else if (name == "batch") o.batch = (int)parse_int(name, value, 1, 1 << 24);
+    else if (name == "micro-batch") o.micro_batch = (int)parse_int(name, value, 1, 1 << 24);
+    else if (name == "lr") o.lr = parse_float(name, value, 1e-12, 1e6);
+    else if (name == "momentum") o.momentum = parse_float(name, value, 0, 0.999999);
+    else if (name == "weight-decay") o.weight_decay = parse_float(name, value, 0, 1e3);
+    else if (name == "threads") o.threads = (int)parse_int(name, value, 1, 1024);
+    else if (name == "seed") o.seed = (uint64_t)parse_int(name, value, 0, (1LL << 62));
+    else if (name == "data") o.data = value;
+    else if (name == "limit-train") o.limit_train = (int)parse_int(name, value, 1, 1 << 30);
+    else if (name == "limit-test") o.limit_test = (int)parse_int(name, value, 1, 1 << 30);
+    else CRUMB_FAIL("unknown flag --", name, " (see --help)");
+  }
+  CRUMB_CHECK(o.micro_batch <= o.batch, "--micro-batch ", o.micro_batch, " is larger than --batch ", o.batch);
+  return o;
+}
+
+}  // namespace crumb::train

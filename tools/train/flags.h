@@ -1,0 +1,29 @@
+// Command-line flags of `train`: "--name value" or "--name=value"; every value is validated and a bad
+// one is a one-line error naming the flag.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace crumb::train {
+
+struct Options {
+  std::string model = "lenet5";
+  int epochs = 1;
+  int batch = 64;
+  int micro_batch = 0;  // 0: the whole batch
+  float lr = 0.05f;
+  float momentum = 0.9f;
+  float weight_decay = 0.0f;
+  int threads = 2;
+  uint64_t seed = 0;
+  std::string data;     // empty: Debian's dataset-fashion-mnist location
+  int limit_train = 0;  // 0: all training samples
+  int limit_test = 0;   // 0: all test samples
+  bool help = false;
+};
+
+// Throws crumb::Error on an unknown flag or a bad value.
+Options parse_flags(int argc, char** argv);
+const char* usage();
+
+}  // namespace crumb::train

@@ -1,0 +1,123 @@
+// train: the CLI that trains a reference model on Fashion-MNIST through Crumb's graph executor.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "engine/autograd.h"
+#include "engine/data/idx.h"
+#include "engine/data/loader.h"
+#include "engine/error.h"
+#include "engine/optimizer.h"
+#include "engine/scheduler.h"
+#include "engine/threads.h"
+#include "models/registry.h"
+#include "tools/train/flags.h"
+#include "tools/train/progress.h"
+
+namespace crumb::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+void truncate(data::Dataset& ds, int limit) {
+  if (limit <= 0 || limit >= ds.count) return;
+  ds.count = limit;
+  ds.pixels.resize(static_cast<size_t>(limit) * ds.sample_size());
+  ds.labels.resize(limit);
+}
+
+double evaluate(Scheduler& sched, data::Loader& loader, int count) {
+  loader.start_epoch(0);
+  data::Batch b;
+  int64_t correct = 0;
+  while (loader.next(b)) correct += sched.evaluate(b.x, b.y, b.size).correct;
+  return static_cast<double>(correct) / count;
+}
+
+int run(const Options& o) {
+  set_num_threads(o.threads);
+  const std::string dir = o.data.empty() ? data::kDefaultFashionMnistDir : o.data;
+  data::Dataset train = data::load_mnist_split(dir, "train");
+  data::Dataset test = data::load_mnist_split(dir, "t10k");
+  truncate(train, o.limit_train);
+  truncate(test, o.limit_test);
+
+  Graph g = models::build(o.model, {train.channels, train.height, train.width, train.num_classes});
+  build_backward(g);
+  ParamStore params(g);
+  params.init(o.seed);
+  Sgd opt(params, {o.lr, o.momentum, o.weight_decay});
+  Arena arena;
+  const int m = o.micro_batch ? o.micro_batch : o.batch;
+  Scheduler sched(g, params, arena, m);
+  const MemoryPlan& plan = sched.train_executor().plan();
+  std::fprintf(stderr,
+               "%s: %lld parameters, batch %d in micro-batches of %d, arena %.2f MiB (activations %.2f MiB, "
+               "lower bound %.2f MiB, ratio %.3f; workspace %.2f MiB), %d threads\n",
+               o.model.c_str(), static_cast<long long>(params.num_parameters()), o.batch, m, arena.size() / 1048576.0,
+               plan.arena_bytes / 1048576.0, plan.lower_bound / 1048576.0, plan.ratio(),
+               plan.workspace_bytes / 1048576.0, o.threads);
+
+  data::Loader train_loader(train, o.batch, data::kFashionMnistNorm, /*shuffle=*/true, o.seed);
+  data::Loader test_loader(test, o.batch, data::kFashionMnistNorm, /*shuffle=*/false, 0);
+  double train_seconds = 0, last_loss = 0, accuracy = 0;
+  long long samples = 0;
+  for (int epoch = 0; epoch < o.epochs; ++epoch) {
+    Progress progress(epoch + 1, o.epochs, train_loader.batches_per_epoch());
+    train_loader.start_epoch(epoch);
+    const Clock::time_point t0 = Clock::now();
+    double loss_sum = 0;
+    long long epoch_samples = 0;
+    data::Batch b;
+    while (train_loader.next(b)) {
+      const BatchResult r = sched.train_batch(b.x, b.y, b.size);
+      CRUMB_CHECK(std::isfinite(r.loss_sum), "loss became ", r.loss_sum, " at epoch ", epoch + 1, " batch ",
+                  b.index + 1, ": training diverged (lower --lr)");
+      opt.step();
+      loss_sum += r.loss_sum;
+      epoch_samples += b.size;
+      progress.update(b.index + 1, loss_sum / epoch_samples, (samples + epoch_samples) / (train_seconds + seconds_since(t0)));
+    }
+    train_seconds += seconds_since(t0);
+    samples += epoch_samples;
+    progress.finish();
+    last_loss = loss_sum / epoch_samples;
+    accuracy = evaluate(sched, test_loader, test.count);
+    std::fprintf(stderr, "epoch %d/%d: train loss %.4f, test accuracy %.4f, %.0f samples/s\n", epoch + 1, o.epochs,
+                 last_loss, accuracy, samples / train_seconds);
+  }
+  std::printf(
+      "{\"model\":\"%s\",\"epochs\":%d,\"batch\":%d,\"micro_batch\":%d,\"threads\":%d,\"seed\":%llu,"
+      "\"samples_per_s\":%.1f,\"train_seconds\":%.3f,\"test_accuracy\":%.4f,\"final_loss\":%.6f,"
+      "\"parameters\":%lld,\"arena_bytes\":%zu,\"arena_lower_bound\":%zu,\"device\":\"cpu\"}\n",
+      o.model.c_str(), o.epochs, o.batch, m, o.threads, static_cast<unsigned long long>(o.seed), samples / train_seconds,
+      train_seconds, accuracy, last_loss, static_cast<long long>(params.num_parameters()), arena.size(),
+      plan.lower_bound);
+  return 0;
+}
+
+}  // namespace
+}  // namespace crumb::train
+
+int main(int argc, char** argv) {
+  crumb::train::Options o;
+  try {
+    o = crumb::train::parse_flags(argc, argv);
+  } catch (const crumb::Error& e) {
+    std::fprintf(stderr, "train: error: %s\n", e.what());
+    return 2;
+  }
+  if (o.help) {
+    std::fputs(crumb::train::usage(), stdout);
+    return 0;
+  }
+  try {
+    return crumb::train::run(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train: error: %s\n", e.what());
+    return 1;
+  }
+}
