@@ -1,0 +1,47 @@
+#include "kernels/cpu/kernel_util.h"
+#include "kernels/cpu/kernels.h"
+
+namespace crumb::cpu {
+namespace {
+using detail::kParallelGrain;
+using detail::put;
+using detail::with_write_mode;
+
+// Runs f(i) for i in [0, count), threaded only once the range is worth a fork/join. `simd` is safe
+// for in-place use because every f touches its arrays at index i only.
+template <class F> void for_each_index(std::size_t count, F&& f) {
+  const auto end = static_cast<std::ptrdiff_t>(count);
+#pragma omp parallel for simd schedule(static) if (end > kParallelGrain)
+  for (std::ptrdiff_t i = 0; i < end; ++i) f(i);
+}
+
+}  // namespace
+
+template <class T> void relu_forward(T* y, const T* x, std::size_t count) {
+  for_each_index(count, [=](std::ptrdiff_t i) { y[i] = x[i] > T(0) ? x[i] : T(0); });
+}
+
+template <class T> void relu_backward(T* dx, const T* dy, const T* y, std::size_t count, bool accumulate) {
+  with_write_mode(accumulate, [=](auto acc) {
+    for_each_index(count, [=](std::ptrdiff_t i) { put(acc, dx[i], y[i] > T(0) ? dy[i] : T(0)); });
+  });
+}
+
+template <class T> void add_forward(T* y, const T* a, const T* b, std::size_t count) {
+  for_each_index(count, [=](std::ptrdiff_t i) { y[i] = a[i] + b[i]; });
+}
+
+template <class T> void copy_or_accumulate(T* y, const T* x, std::size_t count, bool accumulate) {
+  with_write_mode(accumulate, [=](auto acc) { for_each_index(count, [=](std::ptrdiff_t i) { put(acc, y[i], x[i]); }); });
+}
+
+#define CRUMB_INSTANTIATE(T)                                                            \
+  template void relu_forward<T>(T*, const T*, std::size_t);                            \
+  template void relu_backward<T>(T*, const T*, const T*, std::size_t, bool);           \
+  template void add_forward<T>(T*, const T*, const T*, std::size_t);                   \
+  template void copy_or_accumulate<T>(T*, const T*, std::size_t, bool);
+CRUMB_INSTANTIATE(float)
+CRUMB_INSTANTIATE(double)
+#undef CRUMB_INSTANTIATE
+
+}  // namespace crumb::cpu

@@ -1,0 +1,25 @@
+#include "kernels/cpu/kernel_util.h"
+#include "kernels/cpu/kernels.h"
+
+namespace crumb::cpu {
+
+void sgd_momentum_step(float* params, const float* grads, float* momentum_buf, std::size_t count, float lr,
+                       float momentum, float weight_decay, bool first_step) {
+  const auto end = static_cast<std::ptrdiff_t>(count);
+  // Plain SGD never touches the buffer, which may then be null.
+  if (momentum == 0.0f) {
+#pragma omp parallel for simd schedule(static) if (end > detail::kParallelGrain)
+    for (std::ptrdiff_t i = 0; i < end; ++i) params[i] -= lr * (grads[i] + weight_decay * params[i]);
+    return;
+  }
+#pragma omp parallel for simd schedule(static) if (end > detail::kParallelGrain)
+  for (std::ptrdiff_t i = 0; i < end; ++i) {
+    const float g = grads[i] + weight_decay * params[i];
+    // A select, not a blend: on the first step the buffer may hold garbage (even NaN).
+    const float buf = first_step ? g : momentum * momentum_buf[i] + g;
+    momentum_buf[i] = buf;
+    params[i] -= lr * buf;
+  }
+}
+
+}  // namespace crumb::cpu

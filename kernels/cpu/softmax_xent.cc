@@ -1,0 +1,71 @@
+#include <cmath>
+
+#include "kernels/cpu/kernel_util.h"
+#include "kernels/cpu/kernels.h"
+
+namespace crumb::cpu {
+namespace {
+using detail::kParallelGrain;
+using detail::put;
+using detail::with_write_mode;
+
+// Index of the first maximum of row[0, k).
+template <class T> int argmax(const T* row, int k) {
+  int best = 0;
+  for (int j = 1; j < k; ++j) {
+    if (row[j] > row[best]) best = j;
+  }
+  return best;
+}
+
+}  // namespace
+
+template <class T> double softmax_xent_forward(T* probs, const T* logits, const int32_t* labels, int n, int k) {
+  double loss = 0;
+#pragma omp parallel for schedule(static) reduction(+ : loss) if (std::ptrdiff_t{n} * k > kParallelGrain)
+  for (int i = 0; i < n; ++i) {
+    const T* z = logits + std::ptrdiff_t{i} * k;
+    T* p = probs + std::ptrdiff_t{i} * k;
+    // Shifting by the row max keeps every exp() in (0, 1], so large logits cannot overflow.
+    const T zmax = z[argmax(z, k)];
+    double sum = 0;
+    for (int j = 0; j < k; ++j) {
+      p[j] = std::exp(z[j] - zmax);
+      sum += p[j];
+    }
+    const T inv = static_cast<T>(1 / sum);
+    for (int j = 0; j < k; ++j) p[j] *= inv;
+    // -log p[label] = log(sum) - (z[label] - zmax), exact even where p[label] underflows to 0.
+    loss += std::log(sum) - (static_cast<double>(z[labels[i]]) - zmax);
+  }
+  return loss;
+}
+
+template <class T>
+void softmax_xent_backward(T* dlogits, const T* probs, const int32_t* labels, int n, int k, T scale,
+                           bool accumulate) {
+  with_write_mode(accumulate, [&](auto acc) {
+#pragma omp parallel for schedule(static) if (std::ptrdiff_t{n} * k > kParallelGrain)
+    for (int i = 0; i < n; ++i) {
+      const T* p = probs + std::ptrdiff_t{i} * k;
+      T* d = dlogits + std::ptrdiff_t{i} * k;
+      for (int j = 0; j < k; ++j) put(acc, d[j], scale * (p[j] - T(j == labels[i])));
+    }
+  });
+}
+
+template <class T> int count_correct(const T* probs, const int32_t* labels, int n, int k) {
+  int correct = 0;
+  for (int i = 0; i < n; ++i) correct += argmax(probs + std::ptrdiff_t{i} * k, k) == labels[i];
+  return correct;
+}
+
+#define CRUMB_INSTANTIATE(T)                                                                  \
+  template double softmax_xent_forward<T>(T*, const T*, const int32_t*, int, int);           \
+  template void softmax_xent_backward<T>(T*, const T*, const int32_t*, int, int, T, bool);   \
+  template int count_correct<T>(const T*, const int32_t*, int, int);
+CRUMB_INSTANTIATE(float)
+CRUMB_INSTANTIATE(double)
+#undef CRUMB_INSTANTIATE
+
+}  // namespace crumb::cpu

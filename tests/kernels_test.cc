@@ -1,0 +1,413 @@
+// CPU kernels against naive double-precision reference loops. Inputs are drawn in double, rounded to
+// the kernel's T, and the reference runs on the rounded values, so only the kernel's own arithmetic
+// is measured: float within a relative tolerance, double tightly.
+#include <omp.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/cpu/kernels.h"
+
+namespace crumb::cpu {
+namespace {
+
+using Vec = std::vector<double>;
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+Vec random_vec(std::size_t count, unsigned seed, double lo = -1, double hi = 1) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  Vec v(count);
+  for (double& e : v) e = dist(gen);
+  return v;
+}
+
+// Few distinct values, so max-pool windows and argmax rows contain ties.
+Vec tied_vec(std::size_t count, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int> dist(0, 2);
+  Vec v(count);
+  for (double& e : v) e = dist(gen);
+  return v;
+}
+
+template <class T> std::vector<T> cast(const Vec& v) { return std::vector<T>(v.begin(), v.end()); }
+template <class T> Vec widen(const std::vector<T>& v) { return Vec(v.begin(), v.end()); }
+// Rounds v to T in place, so the reference sees exactly the kernel's inputs.
+template <class T> Vec& round_to(Vec& v) {
+  for (double& e : v) e = static_cast<T>(e);
+  return v;
+}
+
+template <class T> double tolerance() { return std::is_same_v<T, float> ? 3e-5 : 1e-12; }
+
+template <class T> void expect_close(const std::vector<T>& got, const Vec& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double err = std::abs(got[i] - want[i]);
+    if (!(err <= tolerance<T>() * (1 + std::abs(want[i])))) {
+      ADD_FAILURE() << what << " [" << i << "]: got " << got[i] << ", want " << want[i];
+      return;
+    }
+  }
+}
+
+// Runs a kernel with outputs pre-filled for each write mode and checks them against `want`: with
+// accumulate=false the outputs start as NaN, so any read of the old contents shows; with
+// accumulate=true they start random and `want` must be added on top.
+template <class T>
+void check_outputs(const std::vector<Vec>& want, bool has_accumulate,
+                   const std::function<void(const std::vector<T*>&, bool)>& run) {
+  for (bool accumulate : {false, true}) {
+    if (accumulate && !has_accumulate) break;
+    std::vector<std::vector<T>> outs;
+    std::vector<T*> ptrs;
+    for (std::size_t o = 0; o < want.size(); ++o) {
+      Vec init = accumulate ? random_vec(want[o].size(), 100 + o) : Vec(want[o].size(), kNaN);
+      outs.push_back(cast<T>(init));
+    }
+    std::vector<Vec> expected = want;
+    for (std::size_t o = 0; o < want.size(); ++o) {
+      ptrs.push_back(outs[o].data());
+      if (accumulate) {
+        for (std::size_t i = 0; i < want[o].size(); ++i) expected[o][i] += outs[o][i];
+      }
+    }
+    run(ptrs, accumulate);
+    for (std::size_t o = 0; o < want.size(); ++o) {
+      expect_close(outs[o], expected[o], "output " + std::to_string(o) + (accumulate ? " (+=)" : " (=)"));
+    }
+  }
+}
+
+template <class T> class CpuKernelTest : public ::testing::Test {};
+using Types = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(CpuKernelTest, Types);
+
+// ---- linear
+
+TYPED_TEST(CpuKernelTest, Linear) {
+  using T = TypeParam;
+  for (auto [n, in, out] : {std::tuple{3, 5, 4}, {1, 1, 1}, {7, 33, 19}, {64, 120, 84}}) {
+    Vec x = random_vec(n * in, 1), w = random_vec(out * in, 2), b = random_vec(out, 3), dy = random_vec(n * out, 4);
+    round_to<T>(x), round_to<T>(w), round_to<T>(b), round_to<T>(dy);
+    Vec y(n * out), y_nobias(n * out), dx(n * in, 0.0), dw(out * in, 0.0), db(out, 0.0);
+    for (int i = 0; i < n; ++i) {
+      for (int o = 0; o < out; ++o) {
+        for (int k = 0; k < in; ++k) {
+          y_nobias[i * out + o] += x[i * in + k] * w[o * in + k];
+          dx[i * in + k] += dy[i * out + o] * w[o * in + k];
+          dw[o * in + k] += dy[i * out + o] * x[i * in + k];
+        }
+        y[i * out + o] = y_nobias[i * out + o] + b[o];
+        db[o] += dy[i * out + o];
+      }
+    }
+    const auto tx = cast<T>(x), tw = cast<T>(w), tb = cast<T>(b), tdy = cast<T>(dy);
+    check_outputs<T>({y}, false, [&](auto& o, bool) { linear_forward(o[0], tx.data(), tw.data(), tb.data(), n, in, out); });
+    check_outputs<T>({y_nobias}, false,
+                     [&](auto& o, bool) { linear_forward(o[0], tx.data(), tw.data(), (const T*)nullptr, n, in, out); });
+    check_outputs<T>({dx}, true,
+                     [&](auto& o, bool acc) { linear_backward_data(o[0], tdy.data(), tw.data(), n, in, out, acc); });
+    check_outputs<T>({dw, db}, true, [&](auto& o, bool acc) {
+      linear_backward_weight(o[0], o[1], tdy.data(), tx.data(), n, in, out, acc);
+    });
+    check_outputs<T>({dw}, true, [&](auto& o, bool acc) {
+      linear_backward_weight(o[0], (T*)nullptr, tdy.data(), tx.data(), n, in, out, acc);
+    });
+  }
+}
+
+// ---- conv2d
+
+Conv2dShape conv_shape(int n, int c_in, int h, int w, int c_out, int kh, int kw, int sh, int sw, int ph, int pw) {
+  return {n, c_in, h, w, c_out, kh, kw, sh, sw, ph, pw, (h + 2 * ph - kh) / sh + 1, (w + 2 * pw - kw) / sw + 1};
+}
+
+// f(y_index, x_index, w_index, c_out) for every tap of the convolution that lands inside the image.
+void for_each_tap(const Conv2dShape& s, const std::function<void(long, long, long, int)>& f) {
+  for (int i = 0; i < s.n; ++i)
+    for (int co = 0; co < s.c_out; ++co)
+      for (int oh = 0; oh < s.h_out; ++oh)
+        for (int ow = 0; ow < s.w_out; ++ow)
+          for (int ci = 0; ci < s.c_in; ++ci)
+            for (int ki = 0; ki < s.kh; ++ki)
+              for (int kj = 0; kj < s.kw; ++kj) {
+                const int ih = oh * s.stride_h - s.pad_h + ki, iw = ow * s.stride_w - s.pad_w + kj;
+                if (ih < 0 || ih >= s.h || iw < 0 || iw >= s.w) continue;
+                f(((long(i) * s.c_out + co) * s.h_out + oh) * s.w_out + ow, ((long(i) * s.c_in + ci) * s.h + ih) * s.w + iw,
+                  ((long(co) * s.c_in + ci) * s.kh + ki) * s.kw + kj, co);
+              }
+}
+
+template <class T> void check_conv(const Conv2dShape& s) {
+  SCOPED_TRACE(::testing::Message() << "conv n=" << s.n << " c_in=" << s.c_in << " " << s.h << "x" << s.w
+                                    << " c_out=" << s.c_out << " k=" << s.kh << "x" << s.kw << " stride=" << s.stride_h
+                                    << "," << s.stride_w << " pad=" << s.pad_h << "," << s.pad_w);
+  const long w_count = long(s.c_out) * s.c_in * s.kh * s.kw;
+  Vec x = random_vec(s.in_count(), 1), w = random_vec(w_count, 2), b = random_vec(s.c_out, 3);
+  Vec dy = random_vec(s.out_count(), 4);
+  round_to<T>(x), round_to<T>(w), round_to<T>(b), round_to<T>(dy);
+  Vec y(s.out_count()), dx(s.in_count(), 0.0), dw(w_count, 0.0), db(s.c_out, 0.0);
+  const long hw = long(s.h_out) * s.w_out;
+  for (long yi = 0; yi < s.out_count(); ++yi) y[yi] = b[(yi / hw) % s.c_out];
+  for_each_tap(s, [&](long yi, long xi, long wi, int co) {
+    y[yi] += x[xi] * w[wi];
+    dx[xi] += dy[yi] * w[wi];
+    dw[wi] += dy[yi] * x[xi];
+    (void)co;
+  });
+  for (long yi = 0; yi < s.out_count(); ++yi) db[(yi / hw) % s.c_out] += dy[yi];
+
+  const auto tx = cast<T>(x), tw = cast<T>(w), tb = cast<T>(b), tdy = cast<T>(dy);
+  // Workspaces are exactly sized and NaN-filled: reading stale scratch or overrunning it shows.
+  auto workspace = [](std::size_t n) { return std::vector<T>(n, std::numeric_limits<T>::quiet_NaN()); };
+  auto ws_f = workspace(conv2d_forward_workspace(s));
+  auto ws_d = workspace(conv2d_backward_data_workspace(s));
+  auto ws_w = workspace(conv2d_backward_weight_workspace(s));
+  check_outputs<T>({y}, false,
+                   [&](auto& o, bool) { conv2d_forward(o[0], tx.data(), tw.data(), tb.data(), s, ws_f.data()); });
+  check_outputs<T>({dx}, true, [&](auto& o, bool acc) {
+    conv2d_backward_data(o[0], tdy.data(), tw.data(), s, ws_d.data(), acc);
+  });
+  check_outputs<T>({dw, db}, true, [&](auto& o, bool acc) {
+    conv2d_backward_weight(o[0], o[1], tdy.data(), tx.data(), s, ws_w.data(), acc);
+  });
+  check_outputs<T>({dw}, true, [&](auto& o, bool acc) {
+    conv2d_backward_weight(o[0], (T*)nullptr, tdy.data(), tx.data(), s, ws_w.data(), acc);
+  });
+}
+
+TYPED_TEST(CpuKernelTest, Conv2d) {
+  for (const Conv2dShape& s : {
+           conv_shape(3, 2, 7, 6, 4, 3, 3, 2, 2, 1, 1),     // odd sizes, stride 2, pad 1
+           conv_shape(2, 3, 6, 7, 5, 2, 3, 1, 2, 0, 1),     // non-square kernel, mixed stride / pad
+           conv_shape(2, 2, 8, 7, 3, 2, 2, 3, 3, 0, 0),     // stride > kernel: inputs skipped
+           conv_shape(4, 1, 9, 9, 6, 5, 5, 1, 1, 2, 2),     // LeNet-like
+           conv_shape(3, 4, 5, 5, 3, 1, 1, 1, 1, 0, 0),     // pointwise: no im2col
+           conv_shape(2, 3, 5, 4, 2, 1, 1, 2, 2, 0, 0),     // 1x1 but strided
+           conv_shape(10, 3, 12, 11, 8, 3, 3, 1, 1, 1, 1),  // big enough to split across threads
+           conv_shape(12, 6, 9, 9, 7, 1, 1, 1, 1, 0, 0),    // pointwise, split across threads
+       }) {
+    check_conv<TypeParam>(s);
+  }
+}
+
+// Results must not depend on the thread count, including uneven splits of the batch.
+TYPED_TEST(CpuKernelTest, Conv2dThreeThreads) {
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(3);
+  check_conv<TypeParam>(conv_shape(11, 3, 12, 11, 8, 3, 3, 1, 1, 1, 1));
+  omp_set_num_threads(saved);
+}
+
+// ---- pooling
+
+Pool2dShape pool_shape(int n, int c, int h, int w, int kh, int kw, int sh, int sw, int ph, int pw) {
+  return {n, c, h, w, kh, kw, sh, sw, ph, pw, (h + 2 * ph - kh) / sh + 1, (w + 2 * pw - kw) / sw + 1};
+}
+
+const std::vector<Pool2dShape>& pool_shapes() {
+  static const std::vector<Pool2dShape> shapes = {
+      pool_shape(3, 2, 7, 6, 3, 3, 2, 2, 1, 1),   // odd sizes, pad 1
+      pool_shape(2, 3, 8, 7, 2, 3, 3, 2, 0, 1),   // non-square, stride > kernel in h
+      pool_shape(2, 2, 6, 6, 3, 3, 1, 1, 1, 1),   // heavily overlapping windows
+      pool_shape(2, 3, 8, 8, 2, 2, 2, 2, 0, 0),   // the classic 2x2 / 2
+      pool_shape(8, 16, 28, 28, 2, 2, 2, 2, 0, 0),  // big enough to split across threads
+  };
+  return shapes;
+}
+
+// f(y_index, x_index) for every window cell inside the image, in row-major order within the window.
+void for_each_pool_cell(const Pool2dShape& s, const std::function<void(long, long)>& f) {
+  for (long p = 0; p < long(s.n) * s.c; ++p)
+    for (int oh = 0; oh < s.h_out; ++oh)
+      for (int ow = 0; ow < s.w_out; ++ow)
+        for (int ki = 0; ki < s.kh; ++ki)
+          for (int kj = 0; kj < s.kw; ++kj) {
+            const int ih = oh * s.stride_h - s.pad_h + ki, iw = ow * s.stride_w - s.pad_w + kj;
+            if (ih < 0 || ih >= s.h || iw < 0 || iw >= s.w) continue;
+            f((p * s.h_out + oh) * s.w_out + ow, (p * s.h + ih) * s.w + iw);
+          }
+}
+
+long pool_in_count(const Pool2dShape& s) { return long(s.n) * s.c * s.h * s.w; }
+long pool_out_count(const Pool2dShape& s) { return long(s.n) * s.c * s.h_out * s.w_out; }
+
+TYPED_TEST(CpuKernelTest, MaxPool) {
+  using T = TypeParam;
+  for (const Pool2dShape& s : pool_shapes()) {
+    SCOPED_TRACE(::testing::Message() << "pool " << s.h << "x" << s.w << " k=" << s.kh << "x" << s.kw);
+    Vec x = tied_vec(pool_in_count(s), 1), dy = random_vec(pool_out_count(s), 2);
+    // Negative inputs make a padding cell the larger one if it were (wrongly) counted as zero.
+    for (double& e : x) e -= 3;
+    round_to<T>(dy);
+    Vec y(pool_out_count(s), -INFINITY), dx(pool_in_count(s), 0.0);
+    std::vector<long> arg(y.size(), -1);
+    for_each_pool_cell(s, [&](long yi, long xi) {
+      if (x[xi] > y[yi]) y[yi] = x[xi], arg[yi] = xi;
+    });
+    for (std::size_t yi = 0; yi < y.size(); ++yi) dx[arg[yi]] += dy[yi];
+    const auto tx = cast<T>(x), tdy = cast<T>(dy);
+    check_outputs<T>({y}, false, [&](auto& o, bool) { max_pool2d_forward(o[0], tx.data(), s); });
+    check_outputs<T>({dx}, true,
+                     [&](auto& o, bool acc) { max_pool2d_backward(o[0], tdy.data(), tx.data(), s, acc); });
+  }
+}
+
+TYPED_TEST(CpuKernelTest, AvgPool) {
+  using T = TypeParam;
+  for (const Pool2dShape& s : pool_shapes()) {
+    SCOPED_TRACE(::testing::Message() << "pool " << s.h << "x" << s.w << " k=" << s.kh << "x" << s.kw);
+    Vec x = random_vec(pool_in_count(s), 1), dy = random_vec(pool_out_count(s), 2);
+    round_to<T>(x), round_to<T>(dy);
+    Vec y(pool_out_count(s), 0.0), dx(pool_in_count(s), 0.0);
+    const double area = s.kh * s.kw;
+    for_each_pool_cell(s, [&](long yi, long xi) {
+      y[yi] += x[xi] / area;
+      dx[xi] += dy[yi] / area;
+    });
+    const auto tx = cast<T>(x), tdy = cast<T>(dy);
+    check_outputs<T>({y}, false, [&](auto& o, bool) { avg_pool2d_forward(o[0], tx.data(), s); });
+    check_outputs<T>({dx}, true, [&](auto& o, bool acc) { avg_pool2d_backward(o[0], tdy.data(), s, acc); });
+  }
+}
+
+TYPED_TEST(CpuKernelTest, GlobalAvgPool) {
+  using T = TypeParam;
+  for (auto [n, c, hw] : {std::tuple{3, 5, 7}, {1, 1, 1}, {16, 64, 49}}) {
+    Vec x = random_vec(n * c * hw, 1), dy = random_vec(n * c, 2);
+    round_to<T>(x), round_to<T>(dy);
+    Vec y(n * c, 0.0), dx(n * c * hw);
+    for (int r = 0; r < n * c; ++r) {
+      for (int j = 0; j < hw; ++j) {
+        y[r] += x[r * hw + j] / hw;
+        dx[r * hw + j] = dy[r] / hw;
+      }
+    }
+    const auto tx = cast<T>(x), tdy = cast<T>(dy);
+    check_outputs<T>({y}, false, [&](auto& o, bool) { global_avg_pool_forward(o[0], tx.data(), n, c, hw); });
+    check_outputs<T>({dx}, true,
+                     [&](auto& o, bool acc) { global_avg_pool_backward(o[0], tdy.data(), n, c, hw, acc); });
+  }
+}
+
+// ---- elementwise
+
+TYPED_TEST(CpuKernelTest, Elementwise) {
+  using T = TypeParam;
+  for (std::size_t count : {std::size_t{37}, std::size_t{100003}}) {
+    Vec x = random_vec(count, 1), a = random_vec(count, 2), dy = random_vec(count, 3);
+    round_to<T>(x), round_to<T>(a), round_to<T>(dy);
+    Vec relu(count), drelu(count), sum(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      relu[i] = x[i] > 0 ? x[i] : 0;
+      drelu[i] = x[i] > 0 ? dy[i] : 0;
+      sum[i] = x[i] + a[i];
+    }
+    const auto tx = cast<T>(x), ta = cast<T>(a), tdy = cast<T>(dy), ty = cast<T>(relu);
+    check_outputs<T>({relu}, false, [&](auto& o, bool) { relu_forward(o[0], tx.data(), count); });
+    check_outputs<T>({drelu}, true,
+                     [&](auto& o, bool acc) { relu_backward(o[0], tdy.data(), ty.data(), count, acc); });
+    check_outputs<T>({sum}, false, [&](auto& o, bool) { add_forward(o[0], tx.data(), ta.data(), count); });
+    check_outputs<T>({x}, true, [&](auto& o, bool acc) { copy_or_accumulate(o[0], tx.data(), count, acc); });
+
+    // In place: y aliases x, dx aliases dy, y aliases a.
+    auto buf = tx;
+    relu_forward(buf.data(), buf.data(), count);
+    expect_close(buf, relu, "relu in place");
+    buf = tdy;
+    relu_backward(buf.data(), buf.data(), ty.data(), count, false);
+    expect_close(buf, drelu, "relu backward in place");
+    buf = tx;
+    add_forward(buf.data(), buf.data(), ta.data(), count);
+    expect_close(buf, sum, "add in place");
+  }
+}
+
+// ---- softmax cross-entropy
+
+TYPED_TEST(CpuKernelTest, SoftmaxXent) {
+  using T = TypeParam;
+  for (double magnitude : {3.0, 1000.0}) {
+    const int n = 6, k = 7;
+    Vec z = random_vec(n * k, 1, -magnitude, magnitude);
+    round_to<T>(z);
+    const std::vector<int32_t> labels = {0, 6, 3, 3, 1, 5};
+    Vec probs(n * k), grad(n * k);
+    double loss = 0;
+    const double scale = 1.0 / n;
+    for (int i = 0; i < n; ++i) {
+      double zmax = -INFINITY, sum = 0;
+      for (int j = 0; j < k; ++j) zmax = std::max(zmax, z[i * k + j]);
+      for (int j = 0; j < k; ++j) sum += std::exp(z[i * k + j] - zmax);
+      for (int j = 0; j < k; ++j) probs[i * k + j] = std::exp(z[i * k + j] - zmax) / sum;
+      loss += zmax + std::log(sum) - z[i * k + labels[i]];
+      for (int j = 0; j < k; ++j) grad[i * k + j] = scale * (probs[i * k + j] - (j == labels[i]));
+    }
+    const auto tz = cast<T>(z);
+    double got_loss = kNaN;
+    check_outputs<T>({probs}, false, [&](auto& o, bool) {
+      got_loss = softmax_xent_forward(o[0], tz.data(), labels.data(), n, k);
+    });
+    ASSERT_TRUE(std::isfinite(got_loss));
+    EXPECT_NEAR(got_loss, loss, tolerance<T>() * (1 + std::abs(loss)));
+    const auto tprobs = cast<T>(probs);
+    check_outputs<T>({grad}, true, [&](auto& o, bool acc) {
+      softmax_xent_backward(o[0], tprobs.data(), labels.data(), n, k, T(scale), acc);
+    });
+  }
+}
+
+TYPED_TEST(CpuKernelTest, CountCorrect) {
+  using T = TypeParam;
+  // Rows 1 and 3 tie; the first maximum decides.
+  const std::vector<T> probs = {0.1, 0.7, 0.2,  0.4, 0.2, 0.4,  0.3, 0.3, 0.4,  0.5, 0.5, 0.0};
+  EXPECT_EQ(count_correct(probs.data(), std::vector<int32_t>{1, 0, 2, 0}.data(), 4, 3), 4);
+  EXPECT_EQ(count_correct(probs.data(), std::vector<int32_t>{0, 2, 2, 1}.data(), 4, 3), 1);
+}
+
+// ---- SGD
+
+// torch.optim.SGD step (dampening 0, no Nesterov), op for op in float.
+void reference_sgd(std::vector<float>& p, const std::vector<float>& g, std::vector<float>& buf, float lr,
+                   float momentum, float wd, bool first) {
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    float d = g[i] + wd * p[i];
+    if (momentum != 0) {
+      buf[i] = first ? d : momentum * buf[i] + d;
+      d = buf[i];
+    }
+    p[i] -= lr * d;
+  }
+}
+
+TEST(CpuKernelSgd, MatchesTorchSemantics) {
+  for (std::size_t count : {std::size_t{41}, std::size_t{100003}}) {
+    for (auto [momentum, wd] : {std::pair{0.9f, 0.01f}, {0.9f, 0.0f}, {0.0f, 0.01f}}) {
+      std::vector<float> p = cast<float>(random_vec(count, 1)), want_p = p;
+      // The buffer starts as NaN: the first step must overwrite it without reading.
+      std::vector<float> buf(count, NAN), want_buf(count, 0.0f);
+      for (int step = 0; step < 3; ++step) {
+        const std::vector<float> g = cast<float>(random_vec(count, 10 + step));
+        reference_sgd(want_p, g, want_buf, 0.1f, momentum, wd, step == 0);
+        sgd_momentum_step(p.data(), g.data(), momentum != 0 ? buf.data() : nullptr, count, 0.1f, momentum, wd,
+                          step == 0);
+        for (std::size_t i = 0; i < count; ++i) {
+          ASSERT_NEAR(p[i], want_p[i], 1e-6f * (1 + std::abs(want_p[i]))) << "step " << step << " [" << i << "]";
+          if (momentum != 0) ASSERT_NEAR(buf[i], want_buf[i], 1e-6f * (1 + std::abs(want_buf[i])));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace crumb::cpu
