@@ -1,0 +1,96 @@
+// The arena plan: no two values that are live at the same time share bytes (except a view and its
+// base, or an in-place op's input and output at the one step that hands the buffer over), and the
+// arena stays close to its lower bound.
+#include <gtest/gtest.h>
+
+#include "engine/autograd.h"
+#include "engine/executor.h"
+#include "engine/layers.h"
+#include "models/registry.h"
+
+namespace crumb {
+namespace {
+
+// True if step s hands a's storage over to b in place (a is the op's input 0, b its output).
+bool handed_over(const Graph& g, const MemoryPlan& p, ValueId a, ValueId b) {
+  if (p.last[a] != p.first[b]) return false;
+  const Node& n = g.node(p.order[p.first[b]]);
+  return n.def->inplace && g.storage_root(n.in[0]) == g.storage_root(a) && g.storage_root(n.out[0]) == g.storage_root(b);
+}
+
+void expect_no_overlap(const Graph& g, const MemoryPlan& p, int batch) {
+  for (ValueId a = 0; a < g.num_values(); ++a) {
+    if (p.offset[a] < 0) continue;
+    EXPECT_EQ(p.offset[a] % kArenaAlign, 0);
+    const int64_t a_end = p.offset[a] + g.value(a).count(batch) * (int64_t)dtype_size(g.value(a).dtype);
+    EXPECT_LE(a_end, (int64_t)p.arena_bytes);
+    for (ValueId b = a + 1; b < g.num_values(); ++b) {
+      if (p.offset[b] < 0) continue;
+      const int64_t b_end = p.offset[b] + g.value(b).count(batch) * (int64_t)dtype_size(g.value(b).dtype);
+      const bool bytes_overlap = p.offset[a] < b_end && p.offset[b] < a_end;
+      const bool time_overlap = p.first[a] <= p.last[b] && p.first[b] <= p.last[a];
+      if (!bytes_overlap || !time_overlap) continue;
+      const bool same_storage = g.storage_root(a) == g.storage_root(b);
+      EXPECT_TRUE(same_storage || handed_over(g, p, a, b) || handed_over(g, p, b, a))
+          << "'" << g.value(a).name << "' [" << p.first[a] << ", " << p.last[a] << "] and '" << g.value(b).name << "' ["
+          << p.first[b] << ", " << p.last[b] << "] share arena bytes while both live";
+    }
+  }
+}
+
+TEST(Planner, LiveValuesNeverOverlapInReferenceModels) {
+  for (const std::string& name : models::names()) {
+    for (int batch : {1, 7, 64}) {
+      SCOPED_TRACE(name + " batch " + std::to_string(batch));
+      Graph g = models::build(name);
+      build_backward(g);
+      for (Pass pass : {Pass::Train, Pass::Eval}) expect_no_overlap(g, plan_memory(g, pass_order(g, pass), batch, {g.loss()}), batch);
+    }
+  }
+}
+
+TEST(Planner, BranchyGraphNeverOverlaps) {
+  // A value with several consumers must not be overwritten in place while another still needs it.
+  Graph g;
+  const ValueId x = g.input("x", {3, 8, 8});
+  const ValueId y = g.input("y", {}, DType::I32);
+  const ValueId c = nn::conv2d(g, x, 4, 3, 1, 1, "c1");
+  const ValueId r = nn::relu(g, c, "r1");  // c is still read by the add below: no in-place here
+  const ValueId s = nn::add(g, nn::relu(g, nn::conv2d(g, r, 4, 3, 1, 1, "c2"), "r2"), c, "sum");
+  nn::softmax_cross_entropy(g, nn::linear(g, nn::flatten(g, nn::global_avg_pool(g, s, "gap"), "f"), 5, "fc"), y, "loss");
+  build_backward(g);
+  const MemoryPlan p = plan_memory(g, pass_order(g, Pass::Train), 5, {g.loss()});
+  expect_no_overlap(g, p, 5);
+  EXPECT_NE(p.offset[c], p.offset[r]) << "relu overwrote an input that the add still reads";
+}
+
+TEST(Planner, InPlaceReluReusesItsInput) {
+  Graph g = models::build("lenet5");
+  build_backward(g);
+  const MemoryPlan p = plan_memory(g, pass_order(g, Pass::Train), 8, {g.loss()});
+  EXPECT_EQ(p.offset[g.find_value("0")], p.offset[g.find_value("1")]) << "conv output -> relu should be in place";
+}
+
+TEST(Planner, ArenaCloseToLowerBound) {
+  for (const std::string& name : models::names()) {
+    Graph g = models::build(name);
+    build_backward(g);
+    const MemoryPlan p = plan_memory(g, pass_order(g, Pass::Train), 64, {g.loss()});
+    EXPECT_LE(p.ratio(), 1.10) << name << ": arena " << p.arena_bytes << " vs lower bound " << p.lower_bound;
+    EXPECT_GE(p.arena_bytes, p.lower_bound);
+  }
+}
+
+TEST(Planner, ArenaGrowsWithBatch) {
+  Graph g = models::build("cnn");
+  build_backward(g);
+  size_t prev = 0;
+  for (int b : {1, 2, 8, 32, 64}) {
+    const size_t bytes = plan_memory(g, pass_order(g, Pass::Train), b, {g.loss()}).arena_bytes;
+    EXPECT_GT(bytes, prev);
+    prev = bytes;
+  }
+}
+
+}  // namespace
+}  // namespace crumb
