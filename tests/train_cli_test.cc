@@ -1,0 +1,102 @@
+// The train binary as a user meets it: bad input gives one clear error line and a non-zero exit,
+// and a short run on real Fashion-MNIST learns and prints a JSON summary.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+Result run_train(const std::string& args) {
+  const std::string err_file = (std::filesystem::temp_directory_path() / "crumb_cli_err.txt").string();
+  const std::string cmd = std::string(CRUMB_TRAIN_BIN) + " " + args + " 2>" + err_file;
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::ifstream f(err_file);
+  r.err.assign(std::istreambuf_iterator<char>(f), {});
+  return r;
+}
+
+// A non-zero exit without a crash, and stderr ending in exactly one error line ("train: error: ...")
+// that contains `what` (progress lines may come before it).
+void expect_one_error_line(const Result& r, const std::string& what) {
+  EXPECT_NE(r.code, 0);
+  EXPECT_LT(r.code, 128) << "crashed: " << r.err;
+  ASSERT_FALSE(r.err.empty());
+  const size_t start = r.err.rfind('\n', r.err.size() - 2);
+  const std::string last = r.err.substr(start == std::string::npos ? 0 : start + 1);
+  EXPECT_EQ(last.rfind("train: error: ", 0), 0u) << r.err;
+  EXPECT_EQ(r.err.find("error"), r.err.find("train: error: ")) << "more than one error line: " << r.err;
+  EXPECT_NE(last.find(what), std::string::npos) << r.err;
+}
+
+const char* kData = "/usr/share/datasets/fashion-mnist";
+
+TEST(TrainCli, Help) {
+  const Result r = run_train("--help");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("--micro-batch"), std::string::npos);
+}
+
+TEST(TrainCli, BadFlags) {
+  expect_one_error_line(run_train("--bogus 1"), "unknown flag --bogus");
+  expect_one_error_line(run_train("--batch zero"), "--batch");
+  expect_one_error_line(run_train("--batch 0"), "out of range");
+  expect_one_error_line(run_train("--lr nan"), "--lr");
+  expect_one_error_line(run_train("--threads"), "needs a value");
+  expect_one_error_line(run_train("--batch 8 --micro-batch 9"), "--micro-batch");
+  expect_one_error_line(run_train("lenet5"), "unexpected argument");
+}
+
+TEST(TrainCli, MissingDataset) {
+  expect_one_error_line(run_train("--data /nonexistent/crumb"), "/nonexistent/crumb");
+}
+
+TEST(TrainCli, CorruptDataset) {
+  const auto dir = std::filesystem::temp_directory_path() / "crumb_corrupt_data";
+  std::filesystem::create_directories(dir);
+  for (const char* f : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                        "t10k-labels-idx1-ubyte"}) {
+    std::ofstream(dir / f) << "this is not an IDX file";
+  }
+  expect_one_error_line(run_train("--data " + dir.string()), "train-images-idx3-ubyte");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(TrainCli, UnknownModel) {
+  if (!std::filesystem::exists(kData)) GTEST_SKIP() << "dataset-fashion-mnist not installed";
+  expect_one_error_line(run_train("--model resnet999"), "unknown model 'resnet999'");
+}
+
+TEST(TrainCli, DivergenceIsAnError) {
+  if (!std::filesystem::exists(kData)) GTEST_SKIP() << "dataset-fashion-mnist not installed";
+  expect_one_error_line(run_train("--model mlp --lr 1e5 --limit-train 2048 --limit-test 100"), "diverged");
+}
+
+TEST(TrainCli, LearnsOnRealDataSlice) {
+  if (!std::filesystem::exists(kData)) GTEST_SKIP() << "dataset-fashion-mnist not installed";
+  const Result r = run_train("--model lenet5 --epochs 2 --batch 32 --limit-train 4000 --limit-test 1000 --seed 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string last = r.out.substr(r.out.rfind('{'));
+  EXPECT_NE(last.find("\"model\":\"lenet5\""), std::string::npos) << last;
+  const size_t at = last.find("\"test_accuracy\":");
+  ASSERT_NE(at, std::string::npos) << last;
+  const double acc = std::stod(last.substr(at + 16));
+  EXPECT_GT(acc, 0.6) << "4000 samples x 2 epochs should reach well above chance (0.1)";
+  EXPECT_NE(r.err.find("epoch 2/2: train loss"), std::string::npos) << r.err;
+}
+
+}  // namespace
