@@ -39,7 +39,7 @@ void expect_one_error_line(const Result& r, const std::string& what) {
   const size_t start = r.err.rfind('\n', r.err.size() - 2);
   const std::string last = r.err.substr(start == std::string::npos ? 0 : start + 1);
   EXPECT_EQ(last.rfind("train: error: ", 0), 0u) << r.err;
-  EXPECT_EQ(r.err.find("error"), r.err.find("train: error: ")) << "more than one error line: " << r.err;
+  EXPECT_EQ(r.err.find("train: error: "), r.err.rfind("train: error: ")) << "more than one error line: " << r.err;
   EXPECT_NE(last.find(what), std::string::npos) << r.err;
 }
 
