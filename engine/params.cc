@@ -7,12 +7,25 @@
 
 namespace crumb {
 
+namespace {
+// Elements a parameter occupies in the block: its count rounded up to 64 bytes.
+std::size_t padded_count(const Graph& g, ValueId p) {
+  const std::size_t lanes = 64 / dtype_size(g.float_dtype());
+  return (static_cast<std::size_t>(g.value(p).count(1)) + lanes - 1) / lanes * lanes;
+}
+}  // namespace
+
+std::size_t ParamStore::block_count(const Graph& g) {
+  std::size_t n = 0;
+  for (ValueId p : g.params()) n += padded_count(g, p);
+  return n;
+}
+
 ParamStore::ParamStore(const Graph& g) : graph_(g), dtype_(g.float_dtype()), offset_(g.num_values(), -1),
                                          grad_owner_(g.num_values(), -1) {
-  const std::size_t lanes = 64 / dtype_size(dtype_);
   for (ValueId p : g.params()) {
     offset_[p] = static_cast<int64_t>(count_);
-    count_ += (static_cast<std::size_t>(g.value(p).count(1)) + lanes - 1) / lanes * lanes;
+    count_ += padded_count(g, p);
     if (g.value(p).grad >= 0) grad_owner_[g.value(p).grad] = p;
   }
   data_ = AlignedBuffer(bytes());

@@ -14,6 +14,8 @@ namespace crumb {
 class ParamStore {
  public:
   explicit ParamStore(const Graph& g);
+  // Elements of one block (parameters plus alignment padding) for g, without allocating it.
+  static std::size_t block_count(const Graph& g);
   // PyTorch's default init for Linear/Conv2d: uniform in +-1/sqrt(fan_in), drawn in parameter order
   // from a generator seeded with `seed`.
   void init(uint64_t seed);

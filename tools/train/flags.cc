@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "engine/error.h"
+#include "engine/memory_report.h"
 
 namespace crumb::train {
 namespace {
@@ -29,6 +30,14 @@ float parse_float(const std::string& flag, const std::string& s, double lo, doub
   return static_cast<float>(v);
 }
 
+std::size_t parse_size(const std::string& flag, const std::string& s) {
+  try {
+    return parse_bytes(s);
+  } catch (const Error& e) {
+    CRUMB_FAIL("--", flag, ": ", e.what());
+  }
+}
+
 }  // namespace
 
 const char* usage() {
@@ -48,6 +57,11 @@ Trains a model on Fashion-MNIST with Crumb's graph executor and reports test acc
   --data DIR           folder with the IDX files               (default /usr/share/datasets/fashion-mnist)
   --limit-train N      use only the first N training samples   (default all)
   --limit-test N       use only the first N test samples       (default all)
+  --memory-budget SIZE memory for persistent state + arena + workspace + input staging, e.g. 64MiB,
+                       1.5GiB; the largest micro-batch that fits is used  (default 4GiB)
+  --explain            print the memory plan (breakdown, chosen micro-batch, live bytes per step)
+                       and exit without training
+  --explain-csv FILE   with --explain: also write the per-step timeline as CSV
   --help               this text
 
 Progress goes to stderr (a bar on a terminal, plain lines otherwise); the last stdout line is a JSON
@@ -66,8 +80,8 @@ Options parse_flags(int argc, char** argv) {
       value = name.substr(eq + 1);
       name = name.substr(0, eq);
     }
-    if (name == "help") {
-      o.help = true;
+    if (name == "help" || name == "explain") {
+      (name == "help" ? o.help : o.explain) = true;
       continue;
     }
     if (eq == std::string::npos) {
@@ -86,6 +100,8 @@ Options parse_flags(int argc, char** argv) {
     else if (name == "data") o.data = value;
     else if (name == "limit-train") o.limit_train = (int)parse_int(name, value, 1, 1 << 30);
     else if (name == "limit-test") o.limit_test = (int)parse_int(name, value, 1, 1 << 30);
+    else if (name == "memory-budget") o.memory_budget = parse_size(name, value);
+    else if (name == "explain-csv") o.explain_csv = value, o.explain = true;
     else CRUMB_FAIL("unknown flag --", name, " (see --help)");
   }
   CRUMB_CHECK(o.micro_batch <= o.batch, "--micro-batch ", o.micro_batch, " is larger than --batch ", o.batch);

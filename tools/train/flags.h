@@ -2,9 +2,14 @@
 // one is a one-line error naming the flag.
 #pragma once
 #include <cstdint>
+#include <cstddef>
 #include <string>
 
 namespace crumb::train {
+
+// The CPU budget when --memory-budget is not given: the batch is micro-batched only when a whole batch
+// would not fit in it.
+inline constexpr std::size_t kDefaultCpuBudget = std::size_t{4} << 30;
 
 struct Options {
   std::string model = "lenet5";
@@ -19,6 +24,9 @@ struct Options {
   std::string data;     // empty: Debian's dataset-fashion-mnist location
   int limit_train = 0;  // 0: all training samples
   int limit_test = 0;   // 0: all test samples
+  std::size_t memory_budget = 0;  // bytes; 0: kDefaultCpuBudget
+  bool explain = false;
+  std::string explain_csv;
   bool help = false;
 };
 

@@ -2,12 +2,15 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <iostream>
 #include <string>
 
 #include "engine/autograd.h"
 #include "engine/data/idx.h"
 #include "engine/data/loader.h"
 #include "engine/error.h"
+#include "engine/memory_report.h"
 #include "engine/optimizer.h"
 #include "engine/scheduler.h"
 #include "engine/threads.h"
@@ -37,8 +40,40 @@ double evaluate(Scheduler& sched, data::Loader& loader, int count) {
   return static_cast<double>(correct) / count;
 }
 
+// The micro-batch size: forced by --micro-batch (checked against an explicit budget), else the largest
+// that fits the budget.
+int pick_micro_batch(const Options& o, const Graph& g) {
+  const std::size_t budget = o.memory_budget ? o.memory_budget : kDefaultCpuBudget;
+  const bool momentum = o.momentum != 0;
+  if (!o.micro_batch) return choose_micro_batch(g, o.batch, budget, momentum);
+  const MemoryBreakdown mb = measure_memory(g, o.micro_batch, momentum);
+  CRUMB_CHECK(!o.memory_budget || mb.total() <= budget, "--micro-batch ", o.micro_batch, " needs ",
+              format_bytes(mb.total()), " which exceeds --memory-budget ", format_bytes(budget),
+              " (drop --micro-batch to pick the largest that fits)");
+  return o.micro_batch;
+}
+
+int explain(const Options& o) {
+  Graph g = models::build(o.model);
+  build_backward(g);
+  const int m = pick_micro_batch(o, g);
+  const MemoryPlan plan = plan_memory(g, pass_order(g, Pass::Train), m, {g.loss()});
+  std::cout << o.model << ", batch " << o.batch << " in " << (o.batch + m - 1) / m << " micro-batch(es) of " << m
+            << (o.micro_batch ? " (--micro-batch)" : " (largest that fits the budget)") << "\n";
+  write_memory_report(std::cout, g, measure_memory(g, m, o.momentum != 0), plan,
+                      o.memory_budget ? o.memory_budget : kDefaultCpuBudget);
+  if (!o.explain_csv.empty()) {
+    std::ofstream f(o.explain_csv);
+    CRUMB_CHECK(f, "cannot write ", o.explain_csv);
+    write_timeline_csv(f, g, plan);
+    CRUMB_CHECK(f.flush(), "cannot write ", o.explain_csv);
+  }
+  return 0;
+}
+
 int run(const Options& o) {
   set_num_threads(o.threads);
+  if (o.explain) return explain(o);
   const std::string dir = o.data.empty() ? data::kDefaultFashionMnistDir : o.data;
   data::Dataset train = data::load_mnist_split(dir, "train");
   data::Dataset test = data::load_mnist_split(dir, "t10k");
@@ -47,11 +82,11 @@ int run(const Options& o) {
 
   Graph g = models::build(o.model, {train.channels, train.height, train.width, train.num_classes});
   build_backward(g);
+  const int m = pick_micro_batch(o, g);
   ParamStore params(g);
   params.init(o.seed);
   Sgd opt(params, {o.lr, o.momentum, o.weight_decay});
   Arena arena;
-  const int m = o.micro_batch ? o.micro_batch : o.batch;
   Scheduler sched(g, params, arena, m);
   const MemoryPlan& plan = sched.train_executor().plan();
   std::fprintf(stderr,

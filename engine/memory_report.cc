@@ -1,0 +1,120 @@
+#include "engine/memory_report.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+
+#include "engine/error.h"
+#include "engine/executor.h"
+#include "engine/ops/op.h"
+#include "engine/params.h"
+
+namespace crumb {
+
+MemoryBreakdown measure_memory(const Graph& g, int m, bool momentum) {
+  MemoryBreakdown mb;
+  mb.micro_batch = m;
+  const std::size_t persistent = ParamStore::block_count(g) * dtype_size(g.float_dtype());
+  mb.params = mb.grads = persistent;
+  mb.optimizer_state = momentum ? persistent : 0;
+  for (Pass pass : {Pass::Train, Pass::Eval}) {
+    const MemoryPlan p = plan_memory(g, pass_order(g, pass), m, {g.loss()});
+    if (pass == Pass::Train) {
+      mb.activations = p.arena_bytes;
+      mb.workspace = p.workspace_bytes;
+    }
+    mb.arena = std::max(mb.arena, align_up(p.arena_bytes) + p.workspace_bytes);
+  }
+  for (ValueId x : g.inputs()) mb.staging += align_up(g.value(x).count(m) * dtype_size(g.value(x).dtype));
+  return mb;
+}
+
+int choose_micro_batch(const Graph& g, int batch, std::size_t budget, bool momentum) {
+  CRUMB_CHECK(batch >= 1, "batch must be >= 1, got ", batch);
+  const MemoryBreakdown one = measure_memory(g, 1, momentum);
+  CRUMB_CHECK(one.total() <= budget, "memory budget ", format_bytes(budget),
+              " cannot hold the model even at micro-batch 1: it needs at least ", format_bytes(one.total()),
+              " (persistent ", format_bytes(one.persistent()), " + arena ", format_bytes(one.arena), " + staging ",
+              format_bytes(one.staging), "); raise --memory-budget");
+  // Memory is monotone in m: binary search for the largest m that fits.
+  int lo = 1, hi = batch;
+  while (lo < hi) {
+    const int mid = lo + (hi - lo + 1) / 2;
+    if (measure_memory(g, mid, momentum).total() <= budget)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+std::string format_bytes(std::size_t bytes) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(2);
+  if (bytes >= (1ull << 30)) os << bytes / double(1ull << 30) << " GiB";
+  else if (bytes >= (1ull << 20)) os << bytes / double(1ull << 20) << " MiB";
+  else if (bytes >= (1ull << 10)) os << bytes / double(1ull << 10) << " KiB";
+  else os << std::setprecision(0) << double(bytes) << " B";
+  return os.str();
+}
+
+std::size_t parse_bytes(const std::string& text) {
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  CRUMB_CHECK(end != text.c_str() && errno == 0 && std::isfinite(v) && v > 0, "'", text,
+              "' is not a size (examples: 64MiB, 1.5GiB, 500MB, 4096)");
+  const std::string unit(end);
+  double mult = 0;
+  if (unit.empty() || unit == "B") mult = 1;
+  else if (unit == "K" || unit == "KiB") mult = 1024.0;
+  else if (unit == "M" || unit == "MiB") mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GiB") mult = 1024.0 * 1024 * 1024;
+  else if (unit == "KB") mult = 1e3;
+  else if (unit == "MB") mult = 1e6;
+  else if (unit == "GB") mult = 1e9;
+  CRUMB_CHECK(mult > 0, "'", text, "': unknown unit '", unit, "' (use B, KiB, MiB, GiB, KB, MB or GB)");
+  const double bytes = v * mult;
+  CRUMB_CHECK(bytes >= 1 && bytes < 1.8e19, "'", text, "' is out of range");
+  return static_cast<std::size_t>(bytes);
+}
+
+void write_memory_report(std::ostream& os, const Graph& g, const MemoryBreakdown& mb, const MemoryPlan& plan,
+                         std::size_t budget) {
+  auto line = [&](const char* what, std::size_t bytes) {
+    os << "  " << std::left << std::setw(34) << what << std::right << std::setw(12) << format_bytes(bytes) << "\n";
+  };
+  os << "memory for micro-batch " << mb.micro_batch << ":\n";
+  line("parameters", mb.params);
+  line("gradients", mb.grads);
+  line("optimizer state", mb.optimizer_state);
+  line("arena (block)", mb.arena);
+  line("  activations (training plan)", mb.activations);
+  line("  workspace (training plan)", mb.workspace);
+  line("input staging", mb.staging);
+  line("total", mb.total());
+  if (budget) line("budget", budget);
+  os << "arena plan: " << format_bytes(plan.arena_bytes) << " for a lower bound of " << format_bytes(plan.lower_bound)
+     << " (ratio " << std::fixed << std::setprecision(3) << plan.ratio() << ")\n";
+  os << "\n step  pass      layer                          op                                live       workspace\n";
+  for (size_t s = 0; s < plan.order.size(); ++s) {
+    const Node& n = g.node(plan.order[s]);
+    os << std::setw(5) << s << "  " << std::left << std::setw(9) << (n.backward ? "backward" : "forward") << " "
+       << std::setw(30) << n.name << " " << std::setw(32) << n.def->name << std::right << std::setw(12)
+       << format_bytes(plan.live_bytes[s]) << std::setw(12) << format_bytes(plan.step_workspace[s]) << "\n";
+  }
+}
+
+void write_timeline_csv(std::ostream& os, const Graph& g, const MemoryPlan& plan) {
+  os << "step,pass,layer,op,live_bytes,workspace_bytes\n";
+  for (size_t s = 0; s < plan.order.size(); ++s) {
+    const Node& n = g.node(plan.order[s]);
+    os << s << ',' << (n.backward ? "backward" : "forward") << ",\"" << n.name << "\"," << n.def->name << ','
+       << plan.live_bytes[s] << ',' << plan.step_workspace[s] << '\n';
+  }
+}
+
+}  // namespace crumb

@@ -1,0 +1,43 @@
+// The memory a training run needs, split the way users reason about it: persistent state (parameters,
+// gradients, optimizer state) that does not depend on the batch, and the per-micro-batch part (arena
+// of activations, kernel workspace, input staging) that grows with the micro-batch size m. The
+// scheduler uses it to pick the largest m that fits a budget.
+#pragma once
+#include <cstddef>
+#include <iosfwd>
+#include <string>
+
+#include "engine/graph.h"
+#include "engine/planner.h"
+
+namespace crumb {
+
+struct MemoryBreakdown {
+  int micro_batch = 0;
+  std::size_t params = 0, grads = 0, optimizer_state = 0;
+  std::size_t activations = 0;  // planned activations of the training pass
+  std::size_t workspace = 0;    // kernel scratch of the training pass
+  std::size_t arena = 0;        // the arena block: max over the training and evaluation plans
+  std::size_t staging = 0;      // one micro-batch of inputs (images + labels)
+  std::size_t persistent() const { return params + grads + optimizer_state; }
+  std::size_t total() const { return persistent() + arena + staging; }
+};
+
+// g must have its backward graph. momentum: whether the optimizer keeps a momentum buffer.
+MemoryBreakdown measure_memory(const Graph& g, int micro_batch, bool momentum);
+
+// The largest m <= batch whose measure_memory(m).total() fits in budget bytes. Throws crumb::Error
+// naming the smallest budget that would work when even m = 1 does not fit.
+int choose_micro_batch(const Graph& g, int batch, std::size_t budget, bool momentum);
+
+// "1.50 MiB"-style formatting and parsing ("64MiB", "1.5GiB", "500MB", "4096"; K/M/G mean KiB/MiB/GiB).
+std::string format_bytes(std::size_t bytes);
+std::size_t parse_bytes(const std::string& text);
+
+// The report of `train --explain`: breakdown, then one line per step with the live bytes.
+void write_memory_report(std::ostream& os, const Graph& g, const MemoryBreakdown& mb, const MemoryPlan& train_plan,
+                         std::size_t budget);
+// The per-step timeline as CSV: step,pass,layer,op,live_bytes,workspace_bytes.
+void write_timeline_csv(std::ostream& os, const Graph& g, const MemoryPlan& train_plan);
+
+}  // namespace crumb
