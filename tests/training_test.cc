@@ -103,6 +103,23 @@ TEST(Training, MicroBatchGradientsEqualFullBatch) {
   }
 }
 
+// B = 256 split as m = 32 trains to the same weights as m = 256 (2 epochs, momentum, weight decay).
+TEST(Training, MicroBatchedTrainingMatchesFullBatch) {
+  for (const char* model : {"lenet5", "cnn"}) {
+    Trained full(model, 256, 8), micro(model, 32, 8);
+    train(full, 256, 2);
+    train(micro, 256, 2);
+    const std::vector<float> a = full.params_copy(), b = micro.params_copy();
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      worst = std::max(worst, double(std::fabs(a[i] - b[i])));
+      scale = std::max(scale, double(std::fabs(a[i])));
+    }
+    EXPECT_LE(worst / scale, 1e-5) << model;
+    EXPECT_EQ(micro.sched.micro_batch(), 32);
+  }
+}
+
 TEST(Training, StepDoesNotAllocate) {
   const data::Dataset ds = dataset();
   data::Loader loader(ds, 48, {0.5f, 0.25f}, true, 2);
