@@ -34,37 +34,16 @@ case "$model" in
   *) echo "unknown model: $model" >&2; usage ;;
 esac
 
-if [[ -z "$crumb" ]]; then
-  crumb="$repo/build/train"
-  if [[ ! -x "$crumb" ]]; then
-    echo "== building Crumb (build/train missing)" >&2
-    cmake -S "$repo" -B "$repo/build" -G Ninja -DCMAKE_BUILD_TYPE=Release >&2
-    cmake --build "$repo/build" --target train >&2
-  fi
-fi
-[[ -x "$crumb" ]] || { echo "crumb binary not executable: $crumb" >&2; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+source "$repo/tools/bench/lib.sh"
+crumb=$(crumb_binary "$crumb")
 
 py=$("$repo/tools/bench/setup_venv.sh" | tail -n 1)
 
 common=(--epochs "$epochs" --batch "$batch" --lr "$lr" --momentum "$momentum"
         --threads "$threads" --seed "$seed")
 [[ -n "$data" ]] && common+=(--data "$data")
-
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-# Runs one command, keeping only its last stdout line (the JSON summary);
-# stderr progress passes through. Fails if the run fails or prints no JSON.
-run_json() {
-  local out=$1; shift
-  echo "== $*" >&2
-  if ! "$@" > "$tmp/stdout"; then
-    echo "run failed: $*" >&2; return 1
-  fi
-  tail -n 1 "$tmp/stdout" > "$out"
-  python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$out" 2>/dev/null \
-    || { echo "no JSON summary as last stdout line of: $*" >&2; return 1; }
-}
 
 # One after another, never concurrently, so neither steals the other's cores.
 for m in "${models[@]}"; do
