@@ -19,4 +19,9 @@ void Sgd::step() {
   ++steps_;
 }
 
+void Sgd::set_steps(long long steps) {
+  CRUMB_CHECK(steps >= 0, "optimizer step count must be >= 0, got ", steps);
+  steps_ = steps;
+}
+
 }  // namespace crumb

@@ -21,6 +21,8 @@ class Sgd {
   std::size_t state_bytes() const { return momentum_.size(); }
   float* momentum_block() const { return reinterpret_cast<float*>(momentum_.data()); }
   long long steps() const { return steps_; }
+  // Resuming from a checkpoint: the count decides whether the next step starts the momentum afresh.
+  void set_steps(long long steps);
 
  private:
   ParamStore& params_;

@@ -1,0 +1,309 @@
+#include "engine/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/error.h"
+#include "engine/json.h"
+
+namespace crumb {
+namespace {
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "safetensors data is little-endian and is written straight from memory");
+
+const std::string kMomentumPrefix = "optimizer.momentum.";
+const std::string kMetadata = "__metadata__";
+
+void check_float32(const std::string& path, const ParamStore& params) {
+  CRUMB_CHECK(params.dtype() == DType::F32, path, ": checkpoints support float32 models, this one is ",
+              dtype_name(params.dtype()));
+}
+
+// Byte offset of a parameter in the store's block; the momentum block has the same layout.
+std::size_t block_offset(const ParamStore& params, ValueId p) {
+  return static_cast<std::size_t>(static_cast<char*>(params.data(p)) - static_cast<char*>(params.data_block()));
+}
+
+std::size_t param_bytes(const ParamStore& params, ValueId p) {
+  return static_cast<std::size_t>(params.graph().value(p).count(1)) * sizeof(float);
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  // Closing can report a deferred write error (NFS, quota), so the writer checks it.
+  int close() {
+    const int rc = ::close(fd_);
+    fd_ = -1;
+    return rc;
+  }
+
+ private:
+  int fd_;
+};
+
+struct Chunk {
+  std::string name;
+  const Dims* dims;
+  const char* data;
+  std::size_t bytes;
+};
+
+std::string header_json(const std::vector<Chunk>& chunks, const std::string& model_name, const Sgd* opt) {
+  std::string h = "{";
+  std::size_t offset = 0;
+  for (const Chunk& c : chunks) {
+    h += json::quote(c.name) + ":{\"dtype\":\"F32\",\"shape\":[";
+    for (std::size_t i = 0; i < c.dims->size(); ++i) h += (i ? "," : "") + std::to_string((*c.dims)[i]);
+    h += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + c.bytes) + "]},";
+    offset += c.bytes;
+  }
+  h += json::quote(kMetadata) + ":{\"format\":\"crumb\",\"model\":" + json::quote(model_name);
+  if (opt) h += ",\"optimizer_steps\":\"" + std::to_string(opt->steps()) + "\"";
+  h += "}}";
+  // Spaces, as the reference implementation pads, so the data section starts 8-byte aligned.
+  h.append((8 - h.size() % 8) % 8, ' ');
+  return h;
+}
+
+void write_all(int fd, const char* p, std::size_t n, const std::string& path) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    CRUMB_CHECK(w > 0, "cannot write checkpoint ", path, ": ", std::strerror(errno));
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+}
+
+struct FileTensor {
+  std::string name;
+  Dims dims;
+  uint64_t begin = 0, end = 0;
+};
+
+void read_at(int fd, char* p, std::size_t n, uint64_t offset, const std::string& path) {
+  while (n > 0) {
+    const ssize_t r = ::pread(fd, p, n, static_cast<off_t>(offset));
+    if (r < 0 && errno == EINTR) continue;
+    CRUMB_CHECK(r >= 0, "cannot read checkpoint ", path, ": ", std::strerror(errno));
+    CRUMB_CHECK(r > 0, path, ": unexpected end of file (was it truncated while loading?)");
+    p += r;
+    n -= static_cast<std::size_t>(r);
+    offset += static_cast<uint64_t>(r);
+  }
+}
+
+const json::Value& field(const json::Value& entry, const char* key, json::Value::Kind kind, const std::string& path,
+                         const std::string& tensor) {
+  const json::Value* v = entry.find(key);
+  CRUMB_CHECK(v, path, ": tensor '", tensor, "' has no \"", key, "\" in the header");
+  CRUMB_CHECK(v->kind == kind, path, ": tensor '", tensor, "': \"", key, "\" must be ", json::kind_name(kind),
+              ", found ", json::kind_name(v->kind));
+  return *v;
+}
+
+FileTensor parse_tensor(const std::string& name, const json::Value& entry, uint64_t data_size, const std::string& path) {
+  CRUMB_CHECK(entry.kind == json::Value::Kind::Object, path, ": header entry '", name, "' must be an object, found ",
+              json::kind_name(entry.kind));
+  FileTensor t;
+  t.name = name;
+  const std::string& dtype = field(entry, "dtype", json::Value::Kind::String, path, name).string;
+  CRUMB_CHECK(dtype == "F32", path, ": tensor '", name, "' has dtype ", dtype, ", only F32 is supported");
+  uint64_t count = 1;
+  for (uint64_t d : field(entry, "shape", json::Value::Kind::Array, path, name).array) {
+    // Bounded by the file size: only a tensor that fits in the data section can be valid.
+    CRUMB_CHECK(d == 0 || count <= data_size / d, path, ": tensor '", name, "' has a shape larger than the file");
+    count *= d;
+    t.dims.push_back(static_cast<int64_t>(d));
+  }
+  const std::vector<uint64_t>& off = field(entry, "data_offsets", json::Value::Kind::Array, path, name).array;
+  CRUMB_CHECK(off.size() == 2, path, ": tensor '", name, "': data_offsets must be [begin, end]");
+  t.begin = off[0];
+  t.end = off[1];
+  CRUMB_CHECK(t.begin <= t.end && t.end <= data_size, path, ": tensor '", name, "': data_offsets [", t.begin, ", ",
+              t.end, "] lie outside the data section of ", data_size, " bytes (truncated file?)");
+  CRUMB_CHECK(t.end - t.begin == count * sizeof(float), path, ": tensor '", name, "' of shape ", dims_str(t.dims),
+              " needs ", count * sizeof(float), " bytes but its data_offsets span ", t.end - t.begin);
+  return t;
+}
+
+// The tensors must tile the data section exactly: no overlap, no gap, nothing left over.
+void check_coverage(std::vector<const FileTensor*> ts, uint64_t data_size, const std::string& path) {
+  std::sort(ts.begin(), ts.end(), [](const FileTensor* a, const FileTensor* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  uint64_t covered = 0;
+  const FileTensor* prev = nullptr;
+  for (const FileTensor* t : ts) {
+    CRUMB_CHECK(t->begin >= covered, path, ": tensors '", prev ? prev->name : "", "' and '", t->name,
+                "' overlap in the data section");
+    CRUMB_CHECK(t->begin == covered, path, ": ", t->begin - covered, " unused bytes before tensor '", t->name,
+                "' in the data section");
+    covered = t->end;
+    prev = t;
+  }
+  CRUMB_CHECK(covered == data_size, path, ": data section has ", data_size, " bytes but the tensors cover ", covered);
+}
+
+struct Metadata {
+  std::string model;
+  long long steps = 0;
+};
+
+Metadata parse_metadata(const json::Value& meta, const std::string& path) {
+  CRUMB_CHECK(meta.kind == json::Value::Kind::Object, path, ": ", kMetadata, " must be an object");
+  for (const auto& [k, v] : meta.members)
+    CRUMB_CHECK(v.kind == json::Value::Kind::String, path, ": ", kMetadata, " value '", k, "' must be a string, found ",
+                json::kind_name(v.kind));
+  Metadata m;
+  if (const json::Value* model = meta.find("model")) m.model = model->string;
+  if (const json::Value* steps = meta.find("optimizer_steps")) {
+    const std::string& s = steps->string;
+    const bool digits = !s.empty() && s.size() <= 18 && std::all_of(s.begin(), s.end(), [](char c) {
+      return c >= '0' && c <= '9';
+    });
+    CRUMB_CHECK(digits, path, ": optimizer_steps \"", s, "\" is not a non-negative integer");
+    m.steps = std::stoll(s);
+  }
+  return m;
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const ParamStore& params, const Sgd* opt, const std::string& model_name) {
+  check_float32(path, params);
+  const Graph& g = params.graph();
+  const bool momentum = opt && opt->state_bytes() > 0;
+  std::vector<Chunk> chunks;
+  for (ValueId p : params.params())
+    chunks.push_back({g.value(p).name, &g.value(p).dims, static_cast<const char*>(params.data(p)), param_bytes(params, p)});
+  if (momentum)
+    for (ValueId p : params.params())
+      chunks.push_back({kMomentumPrefix + g.value(p).name, &g.value(p).dims,
+                        reinterpret_cast<const char*>(opt->momentum_block()) + block_offset(params, p),
+                        param_bytes(params, p)});
+  const std::string header = header_json(chunks, model_name, opt);
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(static_cast<uint64_t>(header.size()) >> (8 * i));
+
+  const std::string tmp = path + ".tmp";
+  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  CRUMB_CHECK(fd.get() >= 0, "cannot write checkpoint ", path, ": creating ", tmp, ": ", std::strerror(errno));
+  try {
+    write_all(fd.get(), reinterpret_cast<const char*>(len), sizeof len, path);
+    write_all(fd.get(), header.data(), header.size(), path);
+    for (const Chunk& c : chunks) write_all(fd.get(), c.data, c.bytes, path);
+    // Data on disk before the rename makes it visible: otherwise a crash can leave an empty file at path.
+    CRUMB_CHECK(::fsync(fd.get()) == 0, "cannot write checkpoint ", path, ": fsync: ", std::strerror(errno));
+    CRUMB_CHECK(fd.close() == 0, "cannot write checkpoint ", path, ": close: ", std::strerror(errno));
+    CRUMB_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "cannot write checkpoint ", path, ": renaming ", tmp, ": ",
+                std::strerror(errno));
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+}
+
+void load_checkpoint(const std::string& path, ParamStore& params, Sgd* opt) {
+  check_float32(path, params);
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  CRUMB_CHECK(fd.get() >= 0, "cannot open checkpoint ", path, ": ", std::strerror(errno));
+  struct stat st;
+  CRUMB_CHECK(::fstat(fd.get(), &st) == 0, "cannot read checkpoint ", path, ": ", std::strerror(errno));
+  CRUMB_CHECK(S_ISREG(st.st_mode), "cannot read checkpoint ", path, ": not a regular file");
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  CRUMB_CHECK(size >= 8, path, ": not a safetensors file: ", size, " bytes, shorter than the 8-byte header length");
+  unsigned char len[8];
+  read_at(fd.get(), reinterpret_cast<char*>(len), 8, 0, path);
+  uint64_t header_size = 0;
+  for (int i = 0; i < 8; ++i) header_size |= static_cast<uint64_t>(len[i]) << (8 * i);
+  CRUMB_CHECK(header_size <= size - 8, path, ": header length ", header_size, " exceeds the file size of ", size,
+              " bytes (truncated or not a safetensors file)");
+  std::string header(header_size, '\0');
+  read_at(fd.get(), header.data(), header.size(), 8, path);
+  const json::Value root = json::parse(header, path + " header");
+  CRUMB_CHECK(root.kind == json::Value::Kind::Object, path, ": header must be a JSON object, found ",
+              json::kind_name(root.kind));
+
+  const uint64_t data_start = 8 + header_size, data_size = size - data_start;
+  std::vector<FileTensor> tensors;
+  Metadata meta;
+  for (const auto& [name, entry] : root.members) {
+    if (name == kMetadata)
+      meta = parse_metadata(entry, path);
+    else
+      tensors.push_back(parse_tensor(name, entry, data_size, path));
+  }
+  std::vector<const FileTensor*> all;
+  std::unordered_map<std::string, const FileTensor*> by_name;
+  for (const FileTensor& t : tensors) {
+    all.push_back(&t);
+    by_name[t.name] = &t;
+  }
+  check_coverage(all, data_size, path);
+
+  const std::string from = meta.model.empty() ? "" : " (checkpoint of model '" + meta.model + "')";
+  const Graph& g = params.graph();
+  std::unordered_map<std::string, ValueId> param_named;
+  for (ValueId p : params.params()) param_named[g.value(p).name] = p;
+  auto check_shape = [&](const FileTensor& t, ValueId p) {
+    CRUMB_CHECK(t.dims == g.value(p).dims, path, ": tensor '", t.name, "' has shape ", dims_str(t.dims),
+                " but the model expects ", dims_str(g.value(p).dims), from);
+  };
+  for (ValueId p : params.params()) {
+    const auto it = by_name.find(g.value(p).name);
+    CRUMB_CHECK(it != by_name.end(), path, ": parameter '", g.value(p).name, "' ", dims_str(g.value(p).dims),
+                " is missing", from);
+    check_shape(*it->second, p);
+  }
+  std::size_t momentum_found = 0;
+  for (const FileTensor& t : tensors) {
+    const bool is_momentum = t.name.compare(0, kMomentumPrefix.size(), kMomentumPrefix) == 0;
+    const auto it = param_named.find(is_momentum ? t.name.substr(kMomentumPrefix.size()) : t.name);
+    CRUMB_CHECK(it != param_named.end(), path, ": unknown tensor '", t.name, "' ", dims_str(t.dims),
+                " is not a parameter of this model", from);
+    if (!is_momentum) continue;
+    check_shape(t, it->second);
+    ++momentum_found;
+  }
+  const bool has_momentum = momentum_found > 0;
+  if (has_momentum)
+    for (ValueId p : params.params())
+      CRUMB_CHECK(by_name.count(kMomentumPrefix + g.value(p).name), path, ": optimizer momentum of parameter '",
+                  g.value(p).name, "' is missing while others are present");
+
+  // Everything is read before anything is written, so a failed load leaves the model as it was.
+  std::vector<char> data(data_size);
+  read_at(fd.get(), data.data(), data.size(), data_start, path);
+  for (ValueId p : params.params())
+    std::memcpy(params.data(p), data.data() + by_name[g.value(p).name]->begin, param_bytes(params, p));
+  if (!opt) return;
+  opt->set_steps(meta.steps);
+  if (opt->state_bytes() == 0) return;
+  char* momentum = reinterpret_cast<char*>(opt->momentum_block());
+  if (!has_momentum) {
+    std::memset(momentum, 0, opt->state_bytes());
+    return;
+  }
+  for (ValueId p : params.params())
+    std::memcpy(momentum + block_offset(params, p), data.data() + by_name[kMomentumPrefix + g.value(p).name]->begin,
+                param_bytes(params, p));
+}
+
+}  // namespace crumb

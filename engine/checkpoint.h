@@ -1,0 +1,24 @@
+// Checkpoints in the safetensors format, so PyTorch reads them with safetensors.torch.load_file +
+// load_state_dict: tensors are named by parameter name (the state_dict keys), the optimizer's momentum
+// by "optimizer.momentum.<param name>", and "__metadata__" holds {"format": "crumb", "model": ...,
+// "optimizer_steps": "<n>"} (the last only when an optimizer was saved). Float32 models only.
+#pragma once
+#include <string>
+
+#include "engine/optimizer.h"
+#include "engine/params.h"
+
+namespace crumb {
+
+// Writes the parameters (and the optimizer's momentum + step count when opt != nullptr) to path via
+// "<path>.tmp" + rename, so a crash or a full disk never leaves a half-written file at path.
+void save_checkpoint(const std::string& path, const ParamStore& params, const Sgd* opt, const std::string& model_name);
+
+// Loads into params and, when opt != nullptr, restores the optimizer to the state in the file: its step
+// count and momentum, or a fresh optimizer (0 steps, zero momentum) if the file holds none. opt must be
+// the optimizer of params. Momentum in the file is ignored by an optimizer without momentum.
+// Every parameter must be in the file with the same shape and no unknown tensors may be; the file is
+// fully validated before anything is written, so on error params and opt are unchanged.
+void load_checkpoint(const std::string& path, ParamStore& params, Sgd* opt);
+
+}  // namespace crumb

@@ -1,0 +1,30 @@
+// The small JSON subset that safetensors headers use: objects, strings, non-negative integers and
+// arrays of them. Anything else is rejected, so a corrupt header fails with a clear message instead of
+// being half-understood. Only \" and \\ escapes are supported (parameter names never need others).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace crumb::json {
+
+struct Value {
+  enum class Kind { Object, String, Integer, Array };
+  Kind kind = Kind::Object;
+  std::vector<std::pair<std::string, Value>> members;  // Object, in file order
+  std::string string;
+  uint64_t integer = 0;
+  std::vector<uint64_t> array;
+
+  const Value* find(const std::string& key) const;  // nullptr if absent or not an object
+};
+
+const char* kind_name(Value::Kind k);
+
+// Parses one value followed only by whitespace. Errors name `source` and the byte offset.
+Value parse(const std::string& text, const std::string& source);
+// `s` as a JSON string literal, quotes included. Throws on control characters.
+std::string quote(const std::string& s);
+
+}  // namespace crumb::json

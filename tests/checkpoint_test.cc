@@ -1,0 +1,458 @@
+// Checkpoints: exact round trips of parameters and optimizer state, the safetensors layout checked
+// independently of the reader, files written by other implementations, clear one-line errors for
+// mismatched models and corrupt files (leaving the model untouched), and atomic writes.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <regex>
+
+#include "engine/autograd.h"
+#include "engine/checkpoint.h"
+#include "engine/error.h"
+#include "engine/json.h"
+#include "engine/rng.h"
+#include "models/registry.h"
+
+namespace crumb {
+namespace {
+
+struct Model {
+  Graph g;
+  ParamStore params;
+  Sgd opt;
+  Model(const std::string& name, uint64_t seed, float momentum = 0.9f)
+      : g(build_graph(name)), params(g), opt(params, {0.05f, momentum, 1e-4f}) {
+    params.init(seed);
+  }
+  static Graph build_graph(const std::string& name) {
+    Graph g = models::build(name);
+    build_backward(g);
+    return g;
+  }
+  // Optimizer steps on pseudo-random gradients: enough to give momentum and a step count.
+  void steps(int n, uint64_t seed) {
+    Rng rng(seed);
+    for (int s = 0; s < n; ++s) {
+      for (ValueId p : g.params()) {
+        float* gr = static_cast<float*>(params.grad(p));
+        for (int64_t i = 0; i < g.value(p).count(1); ++i) gr[i] = static_cast<float>(rng.uniform() - 0.5);
+      }
+      opt.step();
+    }
+  }
+  std::string param_bytes() const { return {static_cast<const char*>(params.data_block()), params.bytes()}; }
+  std::string momentum_bytes() const {
+    return {reinterpret_cast<const char*>(opt.momentum_block()), opt.state_bytes()};
+  }
+};
+
+std::string temp_path(const std::string& name) {
+  return ::testing::TempDir() + "crumb_ckpt_" + std::to_string(::getpid()) + "_" + name + ".safetensors";
+}
+
+bool exists(const std::string& path) { return std::ifstream(path).good(); }
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::string length_prefix(uint64_t n) {
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>(n >> (8 * i));
+  return s;
+}
+
+// Writes a safetensors file from a raw header, as another implementation might.
+void write_raw(const std::string& path, const std::string& header, const std::string& data) {
+  write_file(path, length_prefix(header.size()) + header + data);
+}
+
+struct Parts {
+  std::string header, data;
+};
+
+Parts split(const std::string& path) {
+  const std::string bytes = read_file(path);
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
+  return {bytes.substr(8, n), bytes.substr(8 + n)};
+}
+
+std::string replaced(std::string s, const std::string& from, const std::string& to) {
+  const std::size_t at = s.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return at == std::string::npos ? s : s.replace(at, from.size(), to);
+}
+
+// A tensor entry plus its float32 data, for hand-made files.
+struct Entry {
+  std::string name;
+  Dims dims;
+  std::vector<float> values;
+};
+
+Entry entry_of(const Model& m, ValueId p, const std::string& name) {
+  const float* d = static_cast<const float*>(m.params.data(p));
+  return {name, m.g.value(p).dims, {d, d + m.g.value(p).count(1)}};
+}
+
+// Spaced JSON, `metadata` first, data packed in reverse header order: valid, but unlike what Crumb writes.
+void write_entries(const std::string& path, const std::vector<Entry>& es, const std::string& metadata) {
+  std::vector<uint64_t> begin(es.size());
+  std::string data;
+  for (std::size_t i = es.size(); i-- > 0;) {
+    begin[i] = data.size();
+    data.append(reinterpret_cast<const char*>(es[i].values.data()), es[i].values.size() * sizeof(float));
+  }
+  std::string h = "{" + metadata;
+  for (std::size_t i = 0; i < es.size(); ++i) {
+    h += (h.size() > 1 ? ", " : "") + json::quote(es[i].name) + ": {\"dtype\": \"F32\", \"shape\": [";
+    for (std::size_t d = 0; d < es[i].dims.size(); ++d) h += (d ? ", " : "") + std::to_string(es[i].dims[d]);
+    h += "], \"data_offsets\": [" + std::to_string(begin[i]) + ", " +
+         std::to_string(begin[i] + es[i].values.size() * sizeof(float)) + "]}";
+  }
+  write_raw(path, h + "}", data);
+}
+
+// Expects load_checkpoint to throw a one-line crumb::Error naming the file and containing `what`.
+void expect_load_error(const std::string& path, Model& m, const std::vector<std::string>& what) {
+  const std::string before = m.param_bytes();
+  try {
+    load_checkpoint(path, m.params, &m.opt);
+    ADD_FAILURE() << "no error loading " << path;
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(path), std::string::npos) << msg;
+    for (const std::string& w : what) EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' not in: " << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  }
+  EXPECT_EQ(m.param_bytes(), before) << "a failed load changed the parameters";
+}
+
+TEST(Checkpoint, RoundTripRestoresParamsMomentumAndSteps) {
+  const std::string path = temp_path("roundtrip");
+  Model a("lenet5", 1);
+  a.steps(2, 7);
+  save_checkpoint(path, a.params, &a.opt, "lenet5");
+  EXPECT_FALSE(exists(path + ".tmp"));
+
+  Model b("lenet5", 2);
+  b.steps(3, 8);
+  ASSERT_NE(b.param_bytes(), a.param_bytes());
+  load_checkpoint(path, b.params, &b.opt);
+  EXPECT_EQ(b.param_bytes(), a.param_bytes());
+  EXPECT_EQ(b.momentum_bytes(), a.momentum_bytes());
+  EXPECT_EQ(b.opt.steps(), 2);
+
+  // Resuming is exact: the next step continues the momentum instead of restarting it.
+  a.steps(1, 9);
+  b.steps(1, 9);
+  EXPECT_EQ(b.param_bytes(), a.param_bytes());
+  std::remove(path.c_str());
+}
+
+TEST(Checkpoint, ParamsOnlyFileGivesFreshOptimizer) {
+  const std::string path = temp_path("params_only");
+  Model a("mlp", 1);
+  save_checkpoint(path, a.params, nullptr, "mlp");
+  EXPECT_EQ(split(path).header.find("optimizer"), std::string::npos);
+
+  Model b("mlp", 2);
+  b.steps(2, 3);
+  load_checkpoint(path, b.params, &b.opt);
+  EXPECT_EQ(b.param_bytes(), a.param_bytes());
+  EXPECT_EQ(b.opt.steps(), 0);
+  EXPECT_EQ(b.momentum_bytes(), std::string(b.opt.state_bytes(), '\0'));
+
+  // An optimizer without momentum takes the step count and ignores the momentum tensors.
+  a.steps(2, 4);
+  save_checkpoint(path, a.params, &a.opt, "mlp");
+  Model c("mlp", 3, 0.0f);
+  load_checkpoint(path, c.params, &c.opt);
+  EXPECT_EQ(c.param_bytes(), a.param_bytes());
+  EXPECT_EQ(c.opt.steps(), 2);
+  std::remove(path.c_str());
+}
+
+// The layout checked without the engine's reader: length prefix, header text, packed data.
+TEST(Checkpoint, FileFollowsSafetensorsLayout) {
+  const std::string path = temp_path("layout");
+  Model m("lenet5", 1);
+  m.steps(2, 5);
+  save_checkpoint(path, m.params, &m.opt, "lenet5");
+  const std::string bytes = read_file(path);
+  ASSERT_GE(bytes.size(), 8u);
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
+  ASSERT_LE(8 + n, bytes.size());
+  EXPECT_EQ((8 + n) % 8, 0u) << "data section must start 8-byte aligned";
+  const std::string header = bytes.substr(8, n), data = bytes.substr(8 + n);
+  const std::size_t last = header.find_last_not_of(' ');
+  ASSERT_NE(last, std::string::npos);
+  EXPECT_EQ(header.front(), '{');
+  EXPECT_EQ(header[last], '}');
+  EXPECT_LT(n - last - 1, 8u) << "padding is shorter than the alignment";
+
+  EXPECT_NE(header.find("\"0.weight\":{\"dtype\":\"F32\",\"shape\":[6,1,5,5],\"data_offsets\":[0,600]}"),
+            std::string::npos) << header;
+  EXPECT_NE(header.find("\"7.weight\":{\"dtype\":\"F32\",\"shape\":[120,400],"), std::string::npos);
+  EXPECT_NE(header.find("\"optimizer.momentum.11.bias\":{\"dtype\":\"F32\",\"shape\":[10],"), std::string::npos);
+  EXPECT_NE(header.find("\"__metadata__\":{\"format\":\"crumb\",\"model\":\"lenet5\",\"optimizer_steps\":\"2\"}"),
+            std::string::npos) << header;
+
+  // Tensors packed in header order, no gaps, covering the data section exactly.
+  const std::regex entry_re("\"([^\"]+)\":\\{\"dtype\":\"F32\",\"shape\":\\[[0-9,]*\\],\"data_offsets\":\\[([0-9]+),([0-9]+)\\]\\}");
+  uint64_t covered = 0;
+  int tensors = 0;
+  for (std::sregex_iterator it(header.begin(), header.end(), entry_re), end; it != end; ++it, ++tensors) {
+    EXPECT_EQ(std::stoull((*it)[2]), covered) << (*it)[1];
+    covered = std::stoull((*it)[3]);
+  }
+  EXPECT_EQ(tensors, 2 * static_cast<int>(m.g.params().size()));
+  EXPECT_EQ(covered, data.size());
+  EXPECT_EQ(data.size(), 2 * m.params.num_parameters() * sizeof(float));
+
+  // The bytes of one tensor are the parameter's bytes.
+  std::smatch bias;
+  ASSERT_TRUE(std::regex_search(header, bias, std::regex("\"7.bias\":\\{[^}]*\"data_offsets\":\\[([0-9]+),([0-9]+)\\]")));
+  const ValueId p = m.g.find_value("7.bias");
+  const uint64_t b = std::stoull(bias[1]), e = std::stoull(bias[2]);
+  ASSERT_EQ(e - b, 120 * sizeof(float));
+  EXPECT_EQ(data.substr(b, e - b), std::string(static_cast<const char*>(m.params.data(p)), e - b));
+  std::remove(path.c_str());
+}
+
+// Another writer's choices: metadata first and not ours, spaces, tensors in another order than the data.
+TEST(Checkpoint, ReadsFilesFromOtherWriters) {
+  const std::string path = temp_path("foreign");
+  Model src("mlp", 1);
+  std::vector<Entry> es;
+  for (auto it = src.g.params().rbegin(); it != src.g.params().rend(); ++it)
+    es.push_back(entry_of(src, *it, src.g.value(*it).name));
+  write_entries(path, es, "\"__metadata__\": {\"format\": \"pt\"}");
+  Model m("mlp", 2);
+  m.steps(1, 1);
+  load_checkpoint(path, m.params, &m.opt);
+  EXPECT_EQ(m.param_bytes(), src.param_bytes());
+  EXPECT_EQ(m.opt.steps(), 0);
+
+  write_entries(path, es, "");  // no metadata at all
+  Model n("mlp", 3);
+  load_checkpoint(path, n.params, nullptr);
+  EXPECT_EQ(n.param_bytes(), src.param_bytes());
+  std::remove(path.c_str());
+}
+
+TEST(Checkpoint, WrongModelNamesTensorAndShapes) {
+  const std::string path = temp_path("wrong_model");
+  Model lenet("lenet5", 1);
+  save_checkpoint(path, lenet.params, &lenet.opt, "lenet5");
+  Model cnn("cnn", 1);
+  expect_load_error(path, cnn, {"'0.weight'", "[6, 1, 5, 5]", "[32, 1, 3, 3]", "'lenet5'"});
+  std::remove(path.c_str());
+}
+
+TEST(Checkpoint, MissingAndUnknownTensors) {
+  const std::string path = temp_path("missing");
+  Model m("mlp", 1);
+  std::vector<Entry> es;
+  for (ValueId p : m.g.params()) es.push_back(entry_of(m, p, m.g.value(p).name));
+
+  std::vector<Entry> missing(es.begin(), es.end() - 1);
+  write_entries(path, missing, "");
+  expect_load_error(path, m, {"'5.bias'", "[10]", "missing"});
+
+  std::vector<Entry> extra = es;
+  extra.push_back({"9.weight", {2, 3}, std::vector<float>(6, 1.0f)});
+  write_entries(path, extra, "");
+  expect_load_error(path, m, {"unknown tensor '9.weight'", "[2, 3]"});
+
+  std::vector<Entry> stray = es;
+  stray.push_back({"optimizer.momentum.nope", {1}, {0.0f}});
+  write_entries(path, stray, "");
+  expect_load_error(path, m, {"unknown tensor 'optimizer.momentum.nope'"});
+
+  std::vector<Entry> partial = es;
+  partial.push_back(entry_of(m, m.g.params()[0], "optimizer.momentum." + es[0].name));
+  write_entries(path, partial, "");
+  expect_load_error(path, m, {"momentum of parameter '1.bias' is missing"});
+
+  std::vector<Entry> bad_momentum = es;
+  bad_momentum.push_back({"optimizer.momentum.1.bias", {3}, {0, 0, 0}});
+  write_entries(path, bad_momentum, "");
+  expect_load_error(path, m, {"'optimizer.momentum.1.bias'", "[3]", "[256]"});
+  std::remove(path.c_str());
+}
+
+TEST(Checkpoint, CorruptFilesAreClearErrors) {
+  const std::string good = temp_path("good"), path = temp_path("corrupt");
+  Model m("lenet5", 1);
+  m.steps(1, 1);
+  save_checkpoint(good, m.params, &m.opt, "lenet5");
+  const Parts g = split(good);
+  const std::string bytes = read_file(good);
+  const std::string w0 = "\"0.weight\":{\"dtype\":\"F32\",\"shape\":[6,1,5,5],\"data_offsets\":[0,600]}";
+
+  struct Case {
+    const char* name;
+    std::function<void()> make;
+    std::vector<std::string> what;
+  };
+  const std::vector<Case> cases = {
+      {"empty", [&] { write_file(path, ""); }, {"shorter than the 8-byte header length"}},
+      {"short", [&] { write_file(path, bytes.substr(0, 5)); }, {"shorter than the 8-byte header length"}},
+      {"truncated in header", [&] { write_file(path, bytes.substr(0, 100)); }, {"exceeds the file size"}},
+      {"truncated in data", [&] { write_file(path, bytes.substr(0, bytes.size() - 10)); }, {"outside the data section"}},
+      {"garbage length", [&] { write_file(path, length_prefix(~0ull) + bytes.substr(8)); }, {"exceeds the file size"}},
+      {"not json", [&] { write_raw(path, "\x01\xff garbage\n", g.data); }, {"invalid JSON", "byte 0x01"}},
+      {"json cut", [&] { write_raw(path, g.header.substr(0, 50), g.data); }, {"invalid JSON"}},
+      {"json literal", [&] { write_raw(path, replaced(g.header, "\"F32\"", "true"), g.data); }, {"invalid JSON"}},
+      {"json float", [&] { write_raw(path, replaced(g.header, "[6,1,5,5]", "[6,1,5,5.0]"), g.data); },
+       {"invalid JSON", "only integers"}},
+      {"json negative", [&] { write_raw(path, replaced(g.header, "[6,1,5,5]", "[6,1,5,-5]"), g.data); },
+       {"invalid JSON"}},
+      {"json escape", [&] { write_raw(path, replaced(g.header, "\"0.weight\"", "\"0.w\\u0065ight\""), g.data); },
+       {"unsupported escape"}},
+      {"json duplicate", [&] { write_raw(path, replaced(g.header, "\"0.bias\"", "\"0.weight\""), g.data); },
+       {"duplicate key \"0.weight\""}},
+      {"json trailing", [&] { write_raw(path, g.header + "x", g.data); }, {"after the end"}},
+      {"not an object", [&] { write_raw(path, "[1, 2]", g.data); }, {"header must be a JSON object"}},
+      {"dtype", [&] { write_raw(path, replaced(g.header, "\"F32\"", "\"F16\""), g.data); }, {"dtype F16", "only F32"}},
+      {"no shape", [&] { write_raw(path, replaced(g.header, "\"shape\"", "\"shope\""), g.data); }, {"no \"shape\""}},
+      {"shape vs size", [&] { write_raw(path, replaced(g.header, "[6,1,5,5]", "[6,1,5,4]"), g.data); },
+       {"'0.weight'", "[6, 1, 5, 4]", "needs 480 bytes", "span 600"}},
+      {"overlap", [&] { write_raw(path, replaced(g.header, "[600,624]", "[0,24]"), g.data); }, {"overlap"}},
+      {"trailing data", [&] { write_raw(path, g.header, g.data + "12345678"); }, {"tensors cover"}},
+      {"gap", [&] { write_raw(path, "{\"0.weight\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", "12345678"); },
+       {"4 unused bytes before tensor '0.weight'"}},
+      {"offsets arity", [&] { write_raw(path, replaced(g.header, w0, replaced(w0, "[0,600]", "[0]")), g.data); },
+       {"data_offsets must be [begin, end]"}},
+      {"steps", [&] { write_raw(path, replaced(g.header, "\"optimizer_steps\":\"1\"", "\"optimizer_steps\":\"x\""), g.data); },
+       {"optimizer_steps \"x\""}},
+      {"metadata value", [&] { write_raw(path, replaced(g.header, "\"model\":\"lenet5\"", "\"model\":[1]"), g.data); },
+       {"value 'model' must be a string"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    c.make();
+    expect_load_error(path, m, c.what);
+  }
+  expect_load_error(temp_path("does_not_exist"), m, {"cannot open checkpoint"});
+  std::remove(good.c_str());
+  std::remove(path.c_str());
+}
+
+TEST(Checkpoint, Float64ModelsAreRejected) {
+  Graph g = models::build("mlp", {}, DType::F64);
+  ParamStore params(g);
+  const std::string path = temp_path("f64");
+  try {
+    save_checkpoint(path, params, nullptr, "mlp");
+    ADD_FAILURE() << "saved a float64 model";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("checkpoints support float32 models"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(exists(path));
+  EXPECT_THROW(load_checkpoint(path, params, nullptr), Error);
+}
+
+// Keeps the file-size limit low for its lifetime, with SIGXFSZ ignored so write() fails with EFBIG
+// instead of killing the process: the failure mode of a full disk, without filling one.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    getrlimit(RLIMIT_FSIZE, &saved_);
+    old_handler_ = std::signal(SIGXFSZ, SIG_IGN);
+    rlimit lim = saved_;
+    lim.rlim_cur = bytes;
+    setrlimit(RLIMIT_FSIZE, &lim);
+  }
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &saved_);
+    std::signal(SIGXFSZ, old_handler_);
+  }
+
+ private:
+  rlimit saved_{};
+  void (*old_handler_)(int);
+};
+
+TEST(Checkpoint, WritesAreAtomic) {
+  Model m("lenet5", 1);
+  const std::string missing_dir = ::testing::TempDir() + "crumb_no_such_dir_" + std::to_string(::getpid()) + "/c.safetensors";
+  try {
+    save_checkpoint(missing_dir, m.params, &m.opt, "lenet5");
+    ADD_FAILURE() << "saved into a missing directory";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(missing_dir), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(exists(missing_dir + ".tmp"));
+
+  const std::string path = temp_path("atomic");
+  save_checkpoint(path, m.params, &m.opt, "lenet5");
+  const std::string first = read_file(path);
+  m.steps(3, 2);
+  save_checkpoint(path, m.params, &m.opt, "lenet5");
+  EXPECT_NE(read_file(path), first);
+  EXPECT_FALSE(exists(path + ".tmp"));
+  Model r("lenet5", 5);
+  load_checkpoint(path, r.params, &r.opt);
+  EXPECT_EQ(r.opt.steps(), 3);
+  EXPECT_EQ(r.param_bytes(), m.param_bytes());
+
+  const std::string complete = read_file(path);
+  m.steps(1, 3);
+  std::string error = "no error";
+  {
+    // Nothing is reported inside: gtest's own output may be going to a file that is over the limit.
+    const FileSizeLimit limit(4096);
+    try {
+      save_checkpoint(path, m.params, &m.opt, "lenet5");
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  EXPECT_NE(error.find("cannot write checkpoint " + path), std::string::npos) << error;
+  EXPECT_FALSE(exists(path + ".tmp"));
+  EXPECT_EQ(read_file(path), complete) << "a failed save damaged the previous checkpoint";
+  std::remove(path.c_str());
+}
+
+TEST(CheckpointJson, ParsesTheSubsetAndRejectsTheRest) {
+  const json::Value v = json::parse(" {\"a\\\"b\\\\\": {\"s\": \"x\", \"n\": [0, 18446744073709551615]}, \"e\": {}, \"l\": []} ",
+                                    "t");
+  ASSERT_EQ(v.members.size(), 3u);
+  EXPECT_EQ(v.members[0].first, "a\"b\\");
+  const json::Value* n = v.members[0].second.find("n");
+  ASSERT_NE(n, nullptr);
+  EXPECT_EQ(n->array, (std::vector<uint64_t>{0, 18446744073709551615ull}));
+  EXPECT_EQ(v.members[0].second.find("s")->string, "x");
+  EXPECT_EQ(json::parse(json::quote("q\"\\z"), "t").string, "q\"\\z");
+  EXPECT_THROW(json::quote("a\nb"), Error);
+
+  std::string deep;
+  for (int i = 0; i < 100; ++i) deep += "{\"a\":";
+  for (const std::string& bad : std::vector<std::string>{"", "{", "null", "true", "-1", "1.5", "1e3", "01", "18446744073709551616", "[[1]]",
+                                "[\"a\"]", "{\"a\":1,}", "{\"a\" 1}", "\"a\\nb\"", "\"tab\there\"", "{} {}", deep}) {
+    try {
+      json::parse(bad, "src");
+      ADD_FAILURE() << "accepted: " << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("src: invalid JSON at byte ", 0), 0u) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace crumb
