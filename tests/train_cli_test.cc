@@ -2,6 +2,7 @@
 // and a short run on real Fashion-MNIST learns and prints a JSON summary.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -16,7 +17,11 @@ struct Result {
 };
 
 Result run_train(const std::string& args) {
-  const std::string err_file = (std::filesystem::temp_directory_path() / "crumb_cli_err.txt").string();
+  // One file per test and process: ctest runs the tests of this file in parallel.
+  const std::string err_file = (std::filesystem::temp_directory_path() /
+                                ("crumb_cli_err_" + std::to_string(getpid()) + "_" +
+                                 ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".txt"))
+                                   .string();
   const std::string cmd = std::string(CRUMB_TRAIN_BIN) + " " + args + " 2>" + err_file;
   Result r;
   FILE* p = popen(cmd.c_str(), "r");
@@ -27,6 +32,7 @@ Result run_train(const std::string& args) {
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   std::ifstream f(err_file);
   r.err.assign(std::istreambuf_iterator<char>(f), {});
+  std::filesystem::remove(err_file);
   return r;
 }
 
@@ -66,7 +72,7 @@ TEST(TrainCli, MissingDataset) {
 }
 
 TEST(TrainCli, CorruptDataset) {
-  const auto dir = std::filesystem::temp_directory_path() / "crumb_corrupt_data";
+  const auto dir = std::filesystem::temp_directory_path() / ("crumb_corrupt_data_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   for (const char* f : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
                         "t10k-labels-idx1-ubyte"}) {
@@ -97,6 +103,23 @@ TEST(TrainCli, LearnsOnRealDataSlice) {
   const double acc = std::stod(last.substr(at + 16));
   EXPECT_GT(acc, 0.6) << "4000 samples x 2 epochs should reach well above chance (0.1)";
   EXPECT_NE(r.err.find("epoch 2/2: train loss"), std::string::npos) << r.err;
+}
+
+}  // namespace
+
+namespace {
+
+TEST(TrainCli, SaveThenLoadCheckpoint) {
+  if (!std::filesystem::exists(kData)) GTEST_SKIP() << "dataset-fashion-mnist not installed";
+  const auto path = std::filesystem::temp_directory_path() / ("crumb_cli_" + std::to_string(getpid()) + ".safetensors");
+  const Result saved = run_train("--model mlp --limit-train 1000 --limit-test 200 --save " + path.string());
+  ASSERT_EQ(saved.code, 0) << saved.err;
+  EXPECT_TRUE(std::filesystem::exists(path));
+  EXPECT_FALSE(std::filesystem::exists(path.string() + ".tmp"));
+  const Result loaded = run_train("--model mlp --limit-train 1000 --limit-test 200 --load " + path.string());
+  EXPECT_EQ(loaded.code, 0) << loaded.err;
+  expect_one_error_line(run_train("--model lenet5 --limit-train 100 --load " + path.string()), "'0.weight'");
+  std::filesystem::remove(path);
 }
 
 }  // namespace

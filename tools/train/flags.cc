@@ -59,6 +59,9 @@ Trains a model on Fashion-MNIST with Crumb's graph executor and reports test acc
   --limit-test N       use only the first N test samples       (default all)
   --memory-budget SIZE memory for persistent state + arena + workspace + input staging, e.g. 64MiB,
                        1.5GiB; the largest micro-batch that fits is used  (default 4GiB)
+  --save FILE          after training, write weights + optimizer state (safetensors; names are
+                       PyTorch state_dict keys); written to FILE.tmp, then renamed
+  --load FILE          start from the weights + optimizer state in FILE (shapes must match the model)
   --explain            print the memory plan (breakdown, chosen micro-batch, live bytes per step)
                        and exit without training
   --explain-csv FILE   with --explain: also write the per-step timeline as CSV
@@ -101,6 +104,8 @@ Options parse_flags(int argc, char** argv) {
     else if (name == "limit-train") o.limit_train = (int)parse_int(name, value, 1, 1 << 30);
     else if (name == "limit-test") o.limit_test = (int)parse_int(name, value, 1, 1 << 30);
     else if (name == "memory-budget") o.memory_budget = parse_size(name, value);
+    else if (name == "save") o.save = value;
+    else if (name == "load") o.load = value;
     else if (name == "explain-csv") o.explain_csv = value, o.explain = true;
     else CRUMB_FAIL("unknown flag --", name, " (see --help)");
   }

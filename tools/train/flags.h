@@ -25,6 +25,7 @@ struct Options {
   int limit_train = 0;  // 0: all training samples
   int limit_test = 0;   // 0: all test samples
   std::size_t memory_budget = 0;  // bytes; 0: kDefaultCpuBudget
+  std::string save, load;  // checkpoint paths (safetensors)
   bool explain = false;
   std::string explain_csv;
   bool help = false;

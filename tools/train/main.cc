@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/autograd.h"
+#include "engine/checkpoint.h"
 #include "engine/data/idx.h"
 #include "engine/data/loader.h"
 #include "engine/error.h"
@@ -86,6 +87,7 @@ int run(const Options& o) {
   ParamStore params(g);
   params.init(o.seed);
   Sgd opt(params, {o.lr, o.momentum, o.weight_decay});
+  if (!o.load.empty()) load_checkpoint(o.load, params, &opt);
   Arena arena;
   Scheduler sched(g, params, arena, m);
   const MemoryPlan& plan = sched.train_executor().plan();
@@ -124,6 +126,7 @@ int run(const Options& o) {
     std::fprintf(stderr, "epoch %d/%d: train loss %.4f, test accuracy %.4f, %.0f samples/s\n", epoch + 1, o.epochs,
                  last_loss, accuracy, samples / train_seconds);
   }
+  if (!o.save.empty()) save_checkpoint(o.save, params, &opt, o.model);
   std::printf(
       "{\"model\":\"%s\",\"epochs\":%d,\"batch\":%d,\"micro_batch\":%d,\"threads\":%d,\"seed\":%llu,"
       "\"samples_per_s\":%.1f,\"train_seconds\":%.3f,\"test_accuracy\":%.4f,\"final_loss\":%.6f,"
