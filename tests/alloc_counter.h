@@ -1,5 +1,5 @@
-// Counts heap allocations of the whole test process (every thread): operator new always, and malloc
-// & co. where the build allows replacing them (not under AddressSanitizer, which owns malloc).
+// Counts heap allocations of the whole test process (every thread): operator new and malloc & co.
+// Not available under sanitizers, which own the allocator (alloc_counter_enabled() is false there).
 #pragma once
 #include <cstdint>
 
@@ -8,5 +8,5 @@ struct AllocCount {
   uint64_t news = 0, mallocs = 0;
 };
 AllocCount alloc_count();
-bool alloc_counter_counts_malloc();
+bool alloc_counter_enabled();
 }  // namespace crumb
