@@ -3,6 +3,8 @@
 // inside the slice. Per-sample (rather than batch-wide) GEMMs write y / read dy in NCHW directly, so
 // no scatter or transpose pass over the activations is needed, and the column buffer stays in L2.
 #include <algorithm>
+#include <cstring>
+#include <type_traits>
 
 #include <omp.h>
 
@@ -15,6 +17,8 @@ using detail::assign;
 using detail::CMatR;
 using detail::CVecMap;
 using detail::MatR;
+using detail::Range;
+using detail::valid_range;
 using detail::VecMap;
 
 // The workspace holds at most this many slices; more threads than this idle in the conv kernels.
@@ -55,69 +59,137 @@ template <class F> void for_each_slice(int slices, int n, F&& f) {
   for (int slice = 0; slice < slices; ++slice) f(slice, n * slice / slices, n * (slice + 1) / slices);
 }
 
-struct Range {
-  int lo, hi;
+// Row r = (c, ki, kj) of a sample's column matrix, viewed as an h_out x w_out image, holds entry
+// x[c, oh * stride_h - pad_h + ki, ow * stride_w - pad_w + kj] at (oh, ow), or 0 in the padding.
+// Output rows [rows.lo, rows.hi) and columns [cols.lo, cols.hi) are the ones inside the image.
+struct ColRow {
+  std::ptrdiff_t r;  // row index in the column matrix
+  int c, ki, kj;
+  Range rows, cols;
 };
 
-// Output positions o in [lo, hi) whose input coordinate o * stride - pad + k lies in [0, in).
-Range valid_range(int k, int stride, int pad, int in, int out) {
-  const int lo = std::min(out, pad > k ? (pad - k + stride - 1) / stride : 0);
-  const int hi = std::clamp((in + pad - k + stride - 1) / stride, lo, out);
-  return {lo, hi};
-}
-
-// Visits the column matrix of one sample as segments of w_out elements: for column row
-// (c, ki, kj) and output row oh, seg(col_offset, inside, x_offset, range). When `inside`, column
-// entries [range.lo, range.hi) of the segment map to x[x_offset + j * stride_w] for j = 0, 1, ...;
-// everything else in the segment is padding.
-template <class F> void for_each_segment(const Conv2dShape& s, F&& seg) {
-  std::ptrdiff_t col_off = 0;
+template <class F> void for_each_col_row(const Conv2dShape& s, F&& f) {
+  std::ptrdiff_t r = 0;
   for (int c = 0; c < s.c_in; ++c) {
     for (int ki = 0; ki < s.kh; ++ki) {
-      const Range rh = valid_range(ki, s.stride_h, s.pad_h, s.h, s.h_out);
-      for (int kj = 0; kj < s.kw; ++kj) {
-        const Range rw = valid_range(kj, s.stride_w, s.pad_w, s.w, s.w_out);
-        for (int oh = 0; oh < s.h_out; ++oh, col_off += s.w_out) {
-          const bool inside = oh >= rh.lo && oh < rh.hi && rw.lo < rw.hi;
-          const std::ptrdiff_t ih = std::ptrdiff_t{oh} * s.stride_h - s.pad_h + ki;
-          const std::ptrdiff_t iw = std::ptrdiff_t{rw.lo} * s.stride_w - s.pad_w + kj;
-          seg(col_off, inside, inside ? (c * s.h + ih) * s.w + iw : 0, rw);
-        }
+      const Range rows = valid_range(ki, s.stride_h, s.pad_h, s.h, s.h_out);
+      for (int kj = 0; kj < s.kw; ++kj, ++r) {
+        f(ColRow{r, c, ki, kj, rows, valid_range(kj, s.stride_w, s.pad_w, s.w, s.w_out)});
       }
     }
   }
 }
 
+// Stride-1 convs that keep the width ("same" padding, e.g. 3x3 pad 1) have a column-matrix row that
+// is the input plane shifted by a constant offset, apart from the cells that wrap around a row edge.
+// Those rows are copied (and added back) as one long run instead of one short run per image row.
+bool is_flat(const Conv2dShape& s) { return s.stride_h == 1 && s.stride_w == 1 && s.w_out == s.w; }
+
+// The flat run of column-matrix row cr: entries [lo, hi) map to plane entries [lo + shift, hi + shift),
+// clipped to the plane; all entries outside the run are padding.
+struct FlatRun {
+  std::ptrdiff_t lo, hi, shift;
+};
+
+FlatRun flat_run(const Conv2dShape& s, const ColRow& cr) {
+  const std::ptrdiff_t shift = std::ptrdiff_t{cr.ki - s.pad_h} * s.w + (cr.kj - s.pad_w);
+  const std::ptrdiff_t plane = std::ptrdiff_t{s.h} * s.w;
+  return {std::max<std::ptrdiff_t>(std::ptrdiff_t{cr.rows.lo} * s.w, -shift),
+          std::min<std::ptrdiff_t>(std::ptrdiff_t{cr.rows.hi} * s.w, plane - shift), shift};
+}
+
+// Calls f(index) for each entry of flat row cr (an h_out x w image) that the flat run maps across a
+// row edge of the plane: these must read as padding.
+template <class F> void for_each_wrapped(const Conv2dShape& s, const ColRow& cr, F&& f) {
+  for (int oh = cr.rows.lo; oh < cr.rows.hi; ++oh) {
+    const std::ptrdiff_t row = std::ptrdiff_t{oh} * s.w;
+    for (int ow = 0; ow < cr.cols.lo; ++ow) f(row + ow);
+    for (int ow = cr.cols.hi; ow < s.w; ++ow) f(row + ow);
+  }
+}
+
+// Copies n elements for short n (a feature-map row) without a library call, which would cost more
+// than the copy: fixed-size memcpys compile to vector moves, and the last chunk overlaps the one
+// before instead of leaving a scalar tail. All rows of a conv have the same length, so the branches
+// predict perfectly.
+template <class T> void copy_short(T* d, const T* src, int n) {
+  constexpr int kChunk = 64 / sizeof(T);
+  auto chunks = [&](auto width) {
+    for (int j = 0; j + width < n; j += width) std::memcpy(d + j, src + j, width * sizeof(T));
+    std::memcpy(d + n - width, src + n - width, width * sizeof(T));
+  };
+  if (n >= kChunk) {
+    chunks(std::integral_constant<int, kChunk>{});
+  } else if (n >= kChunk / 2) {
+    chunks(std::integral_constant<int, kChunk / 2>{});
+  } else if (n >= kChunk / 4) {
+    chunks(std::integral_constant<int, kChunk / 4>{});
+  } else {
+    for (int j = 0; j < n; ++j) d[j] = src[j];
+  }
+}
+
+// Zeroes the few padding cells at a row edge; a plain loop would become a memset call.
+template <class T> void zero_short(T* d, int n) {
+  for (int j = 0; j < n; ++j) {
+    T zero(0);
+    std::memcpy(d + j, &zero, sizeof(T));
+  }
+}
+
 template <class T> void im2col(const Conv2dShape& s, const T* x, T* col) {
-  for_each_segment(s, [&](std::ptrdiff_t col_off, bool inside, std::ptrdiff_t x_off, Range r) {
-    T* d = col + col_off;
-    if (!inside) {
-      std::fill(d, d + s.w_out, T(0));
+  const std::ptrdiff_t hw = std::ptrdiff_t{s.h_out} * s.w_out;
+  for_each_col_row(s, [&](const ColRow& cr) {
+    T* d = col + cr.r * hw;
+    const T* xc = x + std::ptrdiff_t{cr.c} * s.h * s.w;
+    std::fill(d, d + std::ptrdiff_t{cr.rows.lo} * s.w_out, T(0));
+    std::fill(d + std::ptrdiff_t{cr.rows.hi} * s.w_out, d + hw, T(0));
+    if (is_flat(s)) {
+      const FlatRun run = flat_run(s, cr);
+      std::fill(d + std::ptrdiff_t{cr.rows.lo} * s.w, d + run.lo, T(0));
+      std::copy(xc + run.lo + run.shift, xc + run.hi + run.shift, d + run.lo);
+      std::fill(d + run.hi, d + std::ptrdiff_t{cr.rows.hi} * s.w, T(0));
+      for_each_wrapped(s, cr, [&](std::ptrdiff_t i) { d[i] = T(0); });
       return;
     }
-    std::fill(d, d + r.lo, T(0));
-    const T* src = x + x_off;
-    const int len = r.hi - r.lo;
-    if (s.stride_w == 1) {
-      std::copy(src, src + len, d + r.lo);
-    } else {
-      for (int j = 0; j < len; ++j) d[r.lo + j] = src[std::ptrdiff_t{j} * s.stride_w];
+    if (cr.cols.lo == cr.cols.hi) {
+      std::fill(d + std::ptrdiff_t{cr.rows.lo} * s.w_out, d + std::ptrdiff_t{cr.rows.hi} * s.w_out, T(0));
+      return;
     }
-    std::fill(d + r.hi, d + s.w_out, T(0));
+    for (int oh = cr.rows.lo; oh < cr.rows.hi; ++oh) {
+      T* seg = d + std::ptrdiff_t{oh} * s.w_out;
+      const T* src = xc + (std::ptrdiff_t{oh} * s.stride_h - s.pad_h + cr.ki) * s.w +
+                     (std::ptrdiff_t{cr.cols.lo} * s.stride_w - s.pad_w + cr.kj);
+      zero_short(seg, cr.cols.lo);
+      if (s.stride_w == 1) {
+        copy_short(seg + cr.cols.lo, src, cr.cols.hi - cr.cols.lo);
+      } else {
+        for (int ow = cr.cols.lo; ow < cr.cols.hi; ++ow) seg[ow] = src[std::ptrdiff_t{ow - cr.cols.lo} * s.stride_w];
+      }
+      zero_short(seg + cr.cols.hi, s.w_out - cr.cols.hi);
+    }
   });
 }
 
-// Adds the column matrix back onto the image (overlapping windows sum).
-template <class T> void col2im_add(const Conv2dShape& s, const T* col, T* dx) {
-  for_each_segment(s, [&](std::ptrdiff_t col_off, bool inside, std::ptrdiff_t x_off, Range r) {
-    if (!inside) return;
-    const T* src = col + col_off + r.lo;
-    T* d = dx + x_off;
-    const int len = r.hi - r.lo;
-    if (s.stride_w == 1) {
-      for (int j = 0; j < len; ++j) d[j] += src[j];
-    } else {
-      for (int j = 0; j < len; ++j) d[std::ptrdiff_t{j} * s.stride_w] += src[j];
+// Adds the column matrix back onto the image (overlapping windows sum). Clobbers col: the wrapped
+// entries of flat rows are zeroed so that the long run can be added without skipping them.
+template <class T> void col2im_add(const Conv2dShape& s, T* col, T* dx) {
+  const std::ptrdiff_t hw = std::ptrdiff_t{s.h_out} * s.w_out;
+  for_each_col_row(s, [&](const ColRow& cr) {
+    T* d = col + cr.r * hw;
+    T* dxc = dx + std::ptrdiff_t{cr.c} * s.h * s.w;
+    if (is_flat(s)) {
+      for_each_wrapped(s, cr, [&](std::ptrdiff_t i) { d[i] = T(0); });
+      const FlatRun run = flat_run(s, cr);
+      for (std::ptrdiff_t i = run.lo; i < run.hi; ++i) dxc[i + run.shift] += d[i];
+      return;
+    }
+    if (cr.cols.lo == cr.cols.hi) return;
+    for (int oh = cr.rows.lo; oh < cr.rows.hi; ++oh) {
+      const T* seg = d + std::ptrdiff_t{oh} * s.w_out;
+      T* dst = dxc + (std::ptrdiff_t{oh} * s.stride_h - s.pad_h + cr.ki) * s.w +
+               (std::ptrdiff_t{cr.cols.lo} * s.stride_w - s.pad_w + cr.kj);
+      for (int ow = cr.cols.lo; ow < cr.cols.hi; ++ow) dst[std::ptrdiff_t{ow - cr.cols.lo} * s.stride_w] += seg[ow];
     }
   });
 }

@@ -1,5 +1,6 @@
 // Internal helpers shared by the CPU kernel sources. Not part of the kernel interface.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <type_traits>
 
@@ -36,6 +37,19 @@ template <class Dst, class Src> void assign(Dst&& dst, const Src& src, bool accu
   } else {
     dst.noalias() = src;
   }
+}
+
+// Half-open range of output positions.
+struct Range {
+  int lo, hi;
+};
+
+// Output positions o in [lo, hi) whose input coordinate o * stride - pad + k lies in [0, in): the
+// positions where window tap k hits the image rather than padding.
+inline Range valid_range(int k, int stride, int pad, int in, int out) {
+  const int lo = std::min(out, pad > k ? (pad - k + stride - 1) / stride : 0);
+  const int hi = std::clamp((in + pad - k + stride - 1) / stride, lo, out);
+  return {lo, hi};
 }
 
 template <class T> using MatR = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;

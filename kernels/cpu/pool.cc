@@ -43,10 +43,14 @@ template <class F> void for_each_window(const Pool2dShape& s, F&& f) {
 template <class T> std::ptrdiff_t first_max(const T* plane, int w, const Window& win) {
   assert(win.h0 < win.h1 && win.w0 < win.w1);
   std::ptrdiff_t best = std::ptrdiff_t{win.h0} * w + win.w0;
+  T m = plane[best];
   for (int ih = win.h0; ih < win.h1; ++ih) {
     for (int iw = win.w0; iw < win.w1; ++iw) {
       const std::ptrdiff_t i = std::ptrdiff_t{ih} * w + iw;
-      if (plane[i] > plane[best] || std::isnan(plane[i])) best = i;
+      const T v = plane[i];
+      const bool take = (v > m) | (v != v);
+      m = take ? v : m;
+      best = take ? i : best;
     }
   }
   return best;
