@@ -14,8 +14,11 @@ class Rng {
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     return z ^ (z >> 31);
   }
+  uint64_t operator()() { return next(); }
   // Uniform in [0, 1) with 53 random bits.
   double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+  // Uniform integer in [0, n); the modulo bias is below 2^-32 for n < 2^32.
+  uint64_t below(uint64_t n) { return next() % n; }
 
  private:
   uint64_t state_;

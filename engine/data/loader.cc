@@ -4,27 +4,9 @@
 #include <numeric>
 
 #include "engine/error.h"
+#include "engine/rng.h"
 
 namespace crumb::data {
-namespace {
-
-// A private generator rather than std::shuffle/std:: distributions, whose output differs between
-// standard libraries; the epoch order must be the same wherever a run is reproduced.
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
-  uint64_t operator()() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-
- private:
-  uint64_t state_;
-};
-
-}  // namespace
 
 Loader::Loader(const Dataset& ds, int batch_size, Normalization norm, bool shuffle, uint64_t seed,
                bool drop_last)
@@ -69,7 +51,7 @@ void Loader::start_epoch(int epoch) {
   wait_idle(lock);
   std::iota(order_.begin(), order_.end(), 0);
   if (shuffle_) {
-    SplitMix64 rng(SplitMix64(seed_)() + uint64_t(epoch));
+    Rng rng(Rng(seed_)() + uint64_t(epoch));
     // Fisher-Yates; the modulo bias is below 2^-32 for any dataset that fits in memory.
     for (size_t i = order_.size(); i > 1; --i) std::swap(order_[i - 1], order_[rng() % i]);
   }

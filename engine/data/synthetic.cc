@@ -5,25 +5,10 @@
 
 #include "engine/data/dataset.h"
 #include "engine/error.h"
+#include "engine/rng.h"
 
 namespace crumb::data {
 namespace {
-
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
-  uint64_t operator()() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  // The modulo bias is below 2^-32 for the ranges used here, far under anything a test could see.
-  uint64_t below(uint64_t n) { return (*this)() % n; }
-
- private:
-  uint64_t state_;
-};
 
 // Noise amplitude: a sample stays much closer to its own prototype than to any other, yet pixels
 // vary enough that a model has to look at more than one of them.
@@ -48,7 +33,7 @@ Dataset make_synthetic(int count, int channels, int height, int width, int num_c
   ds.height = height;
   ds.width = width;
   ds.num_classes = num_classes;
-  SplitMix64 rng(seed);
+  Rng rng(seed);
 
   // Prototypes are constant over square blocks (about 7 per side) so they survive pooling and
   // stay learnable for convolutional models, not only for per-pixel linear ones.
