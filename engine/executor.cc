@@ -24,11 +24,11 @@ Executor::Executor(const Graph& g, ParamStore& params, Arena& arena, int max_bat
     if (g.value(x).grad >= 0) keep.push_back(g.value(x).grad);
   plan_ = plan_memory(g, pass_order(g, pass), max_batch, keep);
   const bool f64 = g.float_dtype() == DType::F64;
-  for (NodeId id : plan_.order) {
-    const Node& n = g.node(id);
+  for (size_t s = 0; s < plan_.order.size(); ++s) {
+    const Node& n = g.node(plan_.order[s]);
     const StepFn fn = f64 ? n.def->cpu_f64 : n.def->cpu_f32;
     CRUMB_CHECK(fn || n.def->view, "layer '", n.name, "' (", n.def->name, ") has no CPU implementation");
-    if (fn) steps_.push_back({&n, fn});
+    if (fn) steps_.push_back({&n, fn, plan_.workspace_offset[s]});
   }
   ptr_.assign(g.num_values(), nullptr);
   bound_.assign(g.num_values(), nullptr);
@@ -69,11 +69,11 @@ void Executor::run(int n, bool first_micro_batch, double loss_scale) {
   a.ptr = ptr_.data();
   a.n = n;
   a.loss_scale = loss_scale;
-  a.workspace = arena_.base() + align_up(plan_.arena_bytes);
   a.loss_sum = &loss_sum_;
   a.correct = &correct_;
   for (const Step& s : steps_) {
     a.node = s.node;
+    a.workspace = s.workspace_offset >= 0 ? arena_.base() + s.workspace_offset : nullptr;
     a.accumulate = s.node->grad_write == GradWrite::Accumulate ||
                    (s.node->grad_write == GradWrite::FirstMicroBatch && !first_micro_batch);
     s.fn(a);

@@ -37,13 +37,14 @@ class Executor {
   const MemoryPlan& plan() const { return plan_; }
   int max_batch() const { return max_batch_; }
   Pass pass() const { return pass_; }
-  // Arena bytes this executor needs: planned activations + one workspace region.
-  std::size_t arena_bytes() const { return align_up(plan_.arena_bytes) + plan_.workspace_bytes; }
+  // Arena bytes this executor needs (activations and kernel workspace).
+  std::size_t arena_bytes() const { return plan_.arena_bytes; }
 
  private:
   struct Step {
     const Node* node;
-    StepFn fn;  // null for views
+    StepFn fn;
+    int64_t workspace_offset;  // in the arena, -1 if the step needs none
   };
   void resolve();
 

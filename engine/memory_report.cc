@@ -23,10 +23,10 @@ MemoryBreakdown measure_memory(const Graph& g, int m, bool momentum) {
   for (Pass pass : {Pass::Train, Pass::Eval}) {
     const MemoryPlan p = plan_memory(g, pass_order(g, pass), m, {g.loss()});
     if (pass == Pass::Train) {
-      mb.activations = p.arena_bytes;
+      mb.activations = p.peak_live;
       mb.workspace = p.workspace_bytes;
     }
-    mb.arena = std::max(mb.arena, align_up(p.arena_bytes) + p.workspace_bytes);
+    mb.arena = std::max(mb.arena, p.arena_bytes);
   }
   for (ValueId x : g.inputs()) mb.staging += align_up(g.value(x).count(m) * dtype_size(g.value(x).dtype));
   return mb;
@@ -92,13 +92,14 @@ void write_memory_report(std::ostream& os, const Graph& g, const MemoryBreakdown
   line("gradients", mb.grads);
   line("optimizer state", mb.optimizer_state);
   line("arena (block)", mb.arena);
-  line("  activations (training plan)", mb.activations);
-  line("  workspace (training plan)", mb.workspace);
+  line("  peak live activations (train)", mb.activations);
+  line("  largest step workspace (train)", mb.workspace);
   line("input staging", mb.staging);
   line("total", mb.total());
   if (budget) line("budget", budget);
-  os << "arena plan: " << format_bytes(plan.arena_bytes) << " for a lower bound of " << format_bytes(plan.lower_bound)
-     << " (ratio " << std::fixed << std::setprecision(3) << plan.ratio() << ")\n";
+  os << "arena plan (training): " << format_bytes(plan.arena_bytes) << " for a lower bound of "
+     << format_bytes(plan.lower_bound) << " (max over steps of live + workspace bytes; ratio " << std::fixed
+     << std::setprecision(3) << plan.ratio() << ")\n";
   os << "\n step  pass      layer                          op                                live       workspace\n";
   for (size_t s = 0; s < plan.order.size(); ++s) {
     const Node& n = g.node(plan.order[s]);

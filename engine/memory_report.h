@@ -15,9 +15,9 @@ namespace crumb {
 struct MemoryBreakdown {
   int micro_batch = 0;
   std::size_t params = 0, grads = 0, optimizer_state = 0;
-  std::size_t activations = 0;  // planned activations of the training pass
-  std::size_t workspace = 0;    // kernel scratch of the training pass
-  std::size_t arena = 0;        // the arena block: max over the training and evaluation plans
+  std::size_t activations = 0;  // peak bytes of live values in the training pass
+  std::size_t workspace = 0;    // largest kernel scratch of one step of the training pass
+  std::size_t arena = 0;        // the arena block (values + workspace): max over training and evaluation
   std::size_t staging = 0;      // one micro-batch of inputs (images + labels)
   std::size_t persistent() const { return params + grads + optimizer_state; }
   std::size_t total() const { return persistent() + arena + staging; }

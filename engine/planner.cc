@@ -1,10 +1,13 @@
 #include "engine/planner.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <functional>
 #include <numeric>
 
 #include "engine/error.h"
 #include "engine/ops/op.h"
+#include "engine/rng.h"
 
 namespace crumb {
 namespace {
@@ -17,6 +20,78 @@ struct Groups {
 };
 
 bool in_arena(const Graph& g, ValueId v) { return g.value(g.storage_root(v)).kind == ValueKind::Activation; }
+
+struct Block {
+  std::size_t bytes;
+  int first, last;  // lifetime in steps
+  int root;         // the storage group's root value, or -1 - step for a step's workspace
+  std::size_t offset = 0;
+};
+
+// Places blocks in the given order, each at an offset where it overlaps no placed block with an
+// intersecting lifetime: the lowest such offset (first fit) or the one in the tightest gap (best fit,
+// the open-ended top as last resort). Returns the arena size.
+std::size_t place_in_order(std::vector<Block>& blocks, const std::vector<int>& order, bool best_fit) {
+  std::vector<const Block*> placed, overlapping;
+  std::size_t top = 0;
+  for (int i : order) {
+    Block& b = blocks[i];
+    overlapping.clear();
+    for (const Block* q : placed)
+      if (q->first <= b.last && b.first <= q->last) overlapping.push_back(q);
+    std::sort(overlapping.begin(), overlapping.end(), [](const Block* x, const Block* y) { return x->offset < y->offset; });
+    std::size_t at = 0, best = SIZE_MAX, best_gap = SIZE_MAX;
+    for (const Block* q : overlapping) {
+      if (q->offset >= at + b.bytes) {
+        if (!best_fit) break;
+        if (q->offset - at < best_gap) best_gap = q->offset - at, best = at;
+      }
+      at = std::max(at, q->offset + q->bytes);
+    }
+    b.offset = best_fit && best != SIZE_MAX ? best : at;
+    placed.push_back(&b);
+    top = std::max(top, b.offset + b.bytes);
+  }
+  return top;
+}
+
+// Greedy placement is a heuristic: try several block orders (by size, by lifetime, by size x lifetime,
+// then seeded random restarts) with both gap policies, and keep the smallest arena. Plans are made
+// once per (model, micro-batch) over a few dozen blocks, so this costs well under a millisecond.
+std::size_t place_blocks(std::vector<Block>& blocks) {
+  auto length = [](const Block& b) { return static_cast<std::size_t>(b.last - b.first + 1); };
+  const std::vector<std::function<bool(const Block&, const Block&)>> orders = {
+      [](const Block& a, const Block& b) { return a.bytes > b.bytes; },
+      [&](const Block& a, const Block& b) { return length(a) != length(b) ? length(a) > length(b) : a.bytes > b.bytes; },
+      [&](const Block& a, const Block& b) { return a.bytes * length(a) > b.bytes * length(b); },
+      [](const Block& a, const Block& b) { return a.first != b.first ? a.first < b.first : a.bytes > b.bytes; },
+  };
+  constexpr int kRandomRestarts = 48;
+  std::size_t best = SIZE_MAX;
+  std::vector<std::size_t> best_offsets;
+  std::vector<int> order(blocks.size());
+  auto try_order = [&] {
+    for (bool best_fit : {false, true}) {
+      const std::size_t size = place_in_order(blocks, order, best_fit);
+      if (size >= best) continue;
+      best = size;
+      best_offsets.clear();
+      for (const Block& b : blocks) best_offsets.push_back(b.offset);
+    }
+  };
+  for (const auto& cmp : orders) {
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return cmp(blocks[a], blocks[b]); });
+    try_order();
+  }
+  Rng rng(0x5eed);
+  for (int r = 0; r < kRandomRestarts; ++r) {
+    for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
+    try_order();
+  }
+  for (size_t i = 0; i < blocks.size(); ++i) blocks[i].offset = best_offsets[i];
+  return blocks.empty() ? 0 : best;
+}
 
 }  // namespace
 
@@ -74,39 +149,30 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<NodeId>& order, int bat
     if (glast[r] == s && gbytes[r] >= bytes[n.out[0]] && grp.find(n.out[0]) != r) join(n.in[0], n.out[0]);
   }
 
-  std::vector<int> roots;
+  // Blocks to place: one per storage group, one per step that needs workspace.
+  std::vector<Block> blocks;
   for (ValueId v = 0; v < nv; ++v)
-    if (p.first[v] >= 0 && grp.find(v) == v) roots.push_back(v);
-  std::stable_sort(roots.begin(), roots.end(), [&](int a, int b) { return gbytes[a] > gbytes[b]; });
-
-  struct Placed {
-    std::size_t offset, bytes;
-    int first, last;
-  };
-  std::vector<Placed> placed;
+    if (p.first[v] >= 0 && grp.find(v) == v) blocks.push_back({gbytes[v], gfirst[v], glast[v], v});
+  for (int s = 0; s < ns; ++s)
+    if (p.step_workspace[s]) blocks.push_back({p.step_workspace[s], s, s, -1 - s});
+  p.arena_bytes = place_blocks(blocks);
   std::vector<int64_t> goffset(nv, -1);
-  std::vector<Placed> overlapping;
-  for (int r : roots) {
-    overlapping.clear();
-    for (const Placed& q : placed)
-      if (q.first <= glast[r] && gfirst[r] <= q.last) overlapping.push_back(q);
-    std::sort(overlapping.begin(), overlapping.end(), [](const Placed& a, const Placed& b) { return a.offset < b.offset; });
-    std::size_t at = 0;  // lowest offset whose gap fits
-    for (const Placed& q : overlapping) {
-      if (q.offset >= at + gbytes[r]) break;
-      at = std::max(at, q.offset + q.bytes);
+  p.workspace_offset.assign(ns, -1);
+  p.live_bytes.assign(ns, 0);
+  for (const Block& b : blocks) {
+    if (b.root >= 0) {
+      goffset[b.root] = static_cast<int64_t>(b.offset);
+      for (int s = b.first; s <= b.last; ++s) p.live_bytes[s] += b.bytes;
+    } else {
+      p.workspace_offset[b.first] = static_cast<int64_t>(b.offset);
     }
-    goffset[r] = static_cast<int64_t>(at);
-    placed.push_back({at, gbytes[r], gfirst[r], glast[r]});
-    p.arena_bytes = std::max(p.arena_bytes, at + gbytes[r]);
   }
   for (ValueId v = 0; v < nv; ++v)
     if (p.first[v] >= 0) p.offset[v] = goffset[grp.find(v)];
-
-  p.live_bytes.assign(ns, 0);
-  for (int r : roots)
-    for (int s = gfirst[r]; s <= glast[r]; ++s) p.live_bytes[s] += gbytes[r];
-  for (std::size_t b : p.live_bytes) p.lower_bound = std::max(p.lower_bound, b);
+  for (int s = 0; s < ns; ++s) {
+    p.peak_live = std::max(p.peak_live, p.live_bytes[s]);
+    p.lower_bound = std::max(p.lower_bound, p.live_bytes[s] + p.step_workspace[s]);
+  }
   return p;
 }
 

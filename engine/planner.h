@@ -1,8 +1,9 @@
 // The planner: every arena value (activations, gradients of activations, kept-for-backward tensors)
 // gets a lifetime [first step, last step] in the execution order, then a byte offset in one arena.
 // Views share their base's storage; an in-place op takes over its input's storage when the input
-// is dead afterwards. Offsets: greedy by size (largest first, lowest offset that does not overlap a
-// placed buffer with an intersecting lifetime), 256-byte aligned.
+// is dead afterwards. A step's kernel workspace is a block live for that one step, planned like the
+// rest. Offsets: greedy by size (largest first, lowest offset that does not overlap a placed block
+// with an intersecting lifetime), 256-byte aligned.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -19,11 +20,13 @@ struct MemoryPlan {
   std::vector<NodeId> order;        // the steps, in execution order
   std::vector<int64_t> offset;      // per value: byte offset in the arena, -1 if not in the arena
   std::vector<int> first, last;     // per value: lifetime in steps (-1 if not in the arena)
-  std::size_t arena_bytes = 0;      // activations (the planned part of the arena)
-  std::size_t lower_bound = 0;      // max over steps of the bytes live at that step
-  std::vector<std::size_t> live_bytes;       // per step
+  std::vector<std::size_t> live_bytes;       // per step: bytes of values live at that step
   std::vector<std::size_t> step_workspace;   // per step: kernel scratch bytes
-  std::size_t workspace_bytes = 0;           // max over steps (one region after the activations)
+  std::vector<int64_t> workspace_offset;     // per step: offset of its scratch (-1 if none)
+  std::size_t arena_bytes = 0;      // the whole arena: values and workspace
+  std::size_t lower_bound = 0;      // max over steps of live_bytes + step_workspace
+  std::size_t peak_live = 0;        // max over steps of live_bytes (activations alone)
+  std::size_t workspace_bytes = 0;  // max over steps of step_workspace
   double ratio() const { return lower_bound ? double(arena_bytes) / double(lower_bound) : 1.0; }
 };
 

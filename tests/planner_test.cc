@@ -18,7 +18,22 @@ bool handed_over(const Graph& g, const MemoryPlan& p, ValueId a, ValueId b) {
   return n.def->inplace && g.storage_root(n.in[0]) == g.storage_root(a) && g.storage_root(n.out[0]) == g.storage_root(b);
 }
 
+// A step's workspace overlaps no value live at that step.
+void expect_workspace_free(const Graph& g, const MemoryPlan& p, int batch) {
+  for (size_t s = 0; s < p.order.size(); ++s) {
+    if (!p.step_workspace[s]) continue;
+    const int64_t w0 = p.workspace_offset[s], w1 = w0 + (int64_t)p.step_workspace[s];
+    EXPECT_LE(w1, (int64_t)p.arena_bytes);
+    for (ValueId v = 0; v < g.num_values(); ++v) {
+      if (p.offset[v] < 0 || p.first[v] > (int)s || p.last[v] < (int)s) continue;
+      const int64_t v1 = p.offset[v] + g.value(v).count(batch) * (int64_t)dtype_size(g.value(v).dtype);
+      EXPECT_FALSE(p.offset[v] < w1 && w0 < v1) << "workspace of step " << s << " overlaps live '" << g.value(v).name << "'";
+    }
+  }
+}
+
 void expect_no_overlap(const Graph& g, const MemoryPlan& p, int batch) {
+  expect_workspace_free(g, p, batch);
   for (ValueId a = 0; a < g.num_values(); ++a) {
     if (p.offset[a] < 0) continue;
     EXPECT_EQ(p.offset[a] % kArenaAlign, 0);

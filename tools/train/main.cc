@@ -92,11 +92,11 @@ int run(const Options& o) {
   Scheduler sched(g, params, arena, m);
   const MemoryPlan& plan = sched.train_executor().plan();
   std::fprintf(stderr,
-               "%s: %lld parameters, batch %d in micro-batches of %d, arena %.2f MiB (activations %.2f MiB, "
-               "lower bound %.2f MiB, ratio %.3f; workspace %.2f MiB), %d threads\n",
-               o.model.c_str(), static_cast<long long>(params.num_parameters()), o.batch, m, arena.size() / 1048576.0,
-               plan.arena_bytes / 1048576.0, plan.lower_bound / 1048576.0, plan.ratio(),
-               plan.workspace_bytes / 1048576.0, o.threads);
+               "%s: %lld parameters, batch %d in micro-batches of %d, arena %s (training plan %s, lower bound %s, "
+               "ratio %.3f), %d threads\n",
+               o.model.c_str(), static_cast<long long>(params.num_parameters()), o.batch, m,
+               format_bytes(arena.size()).c_str(), format_bytes(plan.arena_bytes).c_str(),
+               format_bytes(plan.lower_bound).c_str(), plan.ratio(), o.threads);
 
   data::Loader train_loader(train, o.batch, data::kFashionMnistNorm, /*shuffle=*/true, o.seed);
   data::Loader test_loader(test, o.batch, data::kFashionMnistNorm, /*shuffle=*/false, 0);
