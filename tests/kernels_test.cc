@@ -95,7 +95,8 @@ TYPED_TEST_SUITE(CpuKernelTest, Types);
 
 TYPED_TEST(CpuKernelTest, Linear) {
   using T = TypeParam;
-  for (auto [n, in, out] : {std::tuple{3, 5, 4}, {1, 1, 1}, {7, 33, 19}, {64, 120, 84}}) {
+  // The last case is big enough to be split across threads and tiled along every GEMM dimension.
+  for (auto [n, in, out] : {std::tuple{3, 5, 4}, {1, 1, 1}, {7, 33, 19}, {64, 120, 84}, {8, 700, 300}}) {
     Vec x = random_vec(n * in, 1), w = random_vec(out * in, 2), b = random_vec(out, 3), dy = random_vec(n * out, 4);
     round_to<T>(x), round_to<T>(w), round_to<T>(b), round_to<T>(dy);
     Vec y(n * out), y_nobias(n * out), dx(n * in, 0.0), dw(out * in, 0.0), db(out, 0.0);
@@ -195,6 +196,8 @@ TYPED_TEST(CpuKernelTest, Conv2d) {
            conv_shape(2, 3, 5, 4, 2, 1, 1, 2, 2, 0, 0),     // 1x1 but strided
            conv_shape(10, 3, 12, 11, 8, 3, 3, 1, 1, 1, 1),  // big enough to split across threads
            conv_shape(12, 6, 9, 9, 7, 1, 1, 1, 1, 0, 0),    // pointwise, split across threads
+           conv_shape(3, 3, 9, 8, 12, 3, 3, 1, 1, 1, 1),    // more output channels: GEMM, not GEMV
+           conv_shape(2, 8, 10, 10, 12, 5, 5, 1, 1, 2, 2),  // deep enough to tile the GEMM depth
        }) {
     check_conv<TypeParam>(s);
   }

@@ -16,6 +16,7 @@ namespace {
 using detail::assign;
 using detail::CMatR;
 using detail::CVecMap;
+using detail::gemm;
 using detail::MatR;
 using detail::Range;
 using detail::valid_range;
@@ -23,8 +24,6 @@ using detail::VecMap;
 
 // The workspace holds at most this many slices; more threads than this idle in the conv kernels.
 constexpr int kMaxSlices = 8;
-// Below this many multiply-adds a whole conv takes a few microseconds: not worth a fork/join.
-constexpr long long kParallelMacs = 1 << 17;
 
 struct Geom {
   std::ptrdiff_t k;      // rows of the column matrix: c_in * kh * kw
@@ -45,14 +44,14 @@ struct Geom {
 int workspace_slices(const Conv2dShape& s) { return std::max(1, std::min(s.n, kMaxSlices)); }
 
 int active_slices(const Conv2dShape& s, const Geom& g) {
-  if (1LL * s.n * s.c_out * g.k * g.hw < kParallelMacs) return 1;
+  if (1.0 * s.n * s.c_out * g.k * g.hw < detail::kParallelMacs) return 1;
   return std::min(workspace_slices(s), omp_get_max_threads());
 }
 
 // Runs f(slice, first_sample, end_sample) for contiguous, non-empty sample ranges.
 template <class F> void for_each_slice(int slices, int n, F&& f) {
   if (slices == 1) {
-    f(0, 0, n);  // outside any parallel region, so Eigen may still thread the GEMMs
+    f(0, 0, n);
     return;
   }
 #pragma omp parallel for schedule(static)
@@ -78,6 +77,12 @@ template <class F> void for_each_col_row(const Conv2dShape& s, F&& f) {
       }
     }
   }
+}
+
+// Plane index of the first input that column-matrix row cr copies: output (rows.lo, cols.lo).
+std::ptrdiff_t first_input(const Conv2dShape& s, const ColRow& cr) {
+  return (std::ptrdiff_t{cr.rows.lo} * s.stride_h - s.pad_h + cr.ki) * s.w +
+         (std::ptrdiff_t{cr.cols.lo} * s.stride_w - s.pad_w + cr.kj);
 }
 
 // Stride-1 convs that keep the width ("same" padding, e.g. 3x3 pad 1) have a column-matrix row that
@@ -156,17 +161,18 @@ template <class T> void im2col(const Conv2dShape& s, const T* x, T* col) {
       std::fill(d + std::ptrdiff_t{cr.rows.lo} * s.w_out, d + std::ptrdiff_t{cr.rows.hi} * s.w_out, T(0));
       return;
     }
-    for (int oh = cr.rows.lo; oh < cr.rows.hi; ++oh) {
-      T* seg = d + std::ptrdiff_t{oh} * s.w_out;
-      const T* src = xc + (std::ptrdiff_t{oh} * s.stride_h - s.pad_h + cr.ki) * s.w +
-                     (std::ptrdiff_t{cr.cols.lo} * s.stride_w - s.pad_w + cr.kj);
-      zero_short(seg, cr.cols.lo);
+    const int lo = cr.cols.lo, len = cr.cols.hi - cr.cols.lo, tail = s.w_out - cr.cols.hi;
+    const std::ptrdiff_t row_step = std::ptrdiff_t{s.stride_h} * s.w;
+    std::ptrdiff_t in = first_input(s, cr);
+    for (T* seg = d + std::ptrdiff_t{cr.rows.lo} * s.w_out; seg < d + std::ptrdiff_t{cr.rows.hi} * s.w_out;
+         seg += s.w_out, in += row_step) {
+      zero_short(seg, lo);
       if (s.stride_w == 1) {
-        copy_short(seg + cr.cols.lo, src, cr.cols.hi - cr.cols.lo);
+        copy_short(seg + lo, xc + in, len);
       } else {
-        for (int ow = cr.cols.lo; ow < cr.cols.hi; ++ow) seg[ow] = src[std::ptrdiff_t{ow - cr.cols.lo} * s.stride_w];
+        for (int j = 0; j < len; ++j) seg[lo + j] = xc[in + std::ptrdiff_t{j} * s.stride_w];
       }
-      zero_short(seg + cr.cols.hi, s.w_out - cr.cols.hi);
+      zero_short(seg + cr.cols.hi, tail);
     }
   });
 }
@@ -185,11 +191,17 @@ template <class T> void col2im_add(const Conv2dShape& s, T* col, T* dx) {
       return;
     }
     if (cr.cols.lo == cr.cols.hi) return;
-    for (int oh = cr.rows.lo; oh < cr.rows.hi; ++oh) {
-      const T* seg = d + std::ptrdiff_t{oh} * s.w_out;
-      T* dst = dxc + (std::ptrdiff_t{oh} * s.stride_h - s.pad_h + cr.ki) * s.w +
-               (std::ptrdiff_t{cr.cols.lo} * s.stride_w - s.pad_w + cr.kj);
-      for (int ow = cr.cols.lo; ow < cr.cols.hi; ++ow) dst[std::ptrdiff_t{ow - cr.cols.lo} * s.stride_w] += seg[ow];
+    const int lo = cr.cols.lo, len = cr.cols.hi - cr.cols.lo;
+    const std::ptrdiff_t row_step = std::ptrdiff_t{s.stride_h} * s.w;
+    std::ptrdiff_t in = first_input(s, cr);
+    for (const T* seg = d + std::ptrdiff_t{cr.rows.lo} * s.w_out + lo; seg < d + std::ptrdiff_t{cr.rows.hi} * s.w_out;
+         seg += s.w_out, in += row_step) {
+      T* dst = dxc + in;
+      if (s.stride_w == 1) {
+        for (int j = 0; j < len; ++j) dst[j] += seg[j];
+      } else {
+        for (int j = 0; j < len; ++j) dst[std::ptrdiff_t{j} * s.stride_w] += seg[j];
+      }
     }
   });
 }
@@ -224,12 +236,8 @@ template <class T> void conv2d_forward(T* y, const T* x, const T* w, const T* b,
     for (int i = i0; i < i1; ++i) {
       MatR<T> Y(y + i * g.y_len, s.c_out, g.hw);
       // Seeding y with the bias lets the GEMM's own `+=` add it for free.
-      if (b) {
-        Y.colwise() = CVecMap<T>(b, s.c_out);
-      } else {
-        Y.setZero();
-      }
-      Y.noalias() += W * columns(s, g, x + i * g.x_len, col);
+      for (int co = 0; co < s.c_out; ++co) Y.row(co).setConstant(b ? b[co] : T(0));
+      gemm(Y, W, columns(s, g, x + i * g.x_len, col), true);
     }
   });
 }
@@ -244,10 +252,10 @@ void conv2d_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, 
       const CMatR<T> DY(dy + i * g.y_len, s.c_out, g.hw);
       T* dx_i = dx + i * g.x_len;
       if (g.pointwise) {
-        assign(MatR<T>(dx_i, s.c_in, g.hw), Wt * DY, accumulate);
+        gemm(MatR<T>(dx_i, s.c_in, g.hw), Wt, DY, accumulate);
         continue;
       }
-      dcol.noalias() = Wt * DY;
+      gemm(dcol, Wt, DY, false);
       if (!accumulate) std::fill(dx_i, dx_i + g.x_len, T(0));
       col2im_add(s, dcol.data(), dx_i);
     }
@@ -269,7 +277,7 @@ void conv2d_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dS
     bool acc = slice == 0 && accumulate;
     for (int i = i0; i < i1; ++i, acc = true) {
       const CMatR<T> DY(dy + i * g.y_len, s.c_out, g.hw);
-      assign(MatR<T>(dw_s, s.c_out, g.k), DY * columns(s, g, x + i * g.x_len, col).transpose(), acc);
+      gemm(MatR<T>(dw_s, s.c_out, g.k), DY, columns(s, g, x + i * g.x_len, col).transpose(), acc);
       if (db_s) assign(VecMap<T>(db_s, s.c_out), DY.rowwise().sum(), acc);
     }
   });

@@ -4,6 +4,12 @@
 #include <cstddef>
 #include <type_traits>
 
+#include <omp.h>
+
+// Eigen's parallel GEMM mallocs its shared packing buffers on every call, so Eigen never threads in
+// the kernels: they parallelise around their GEMMs themselves (see parallel_ranges). This must come
+// before any Eigen include in the kernel sources.
+#define EIGEN_DONT_PARALLELIZE
 #include <Eigen/Core>
 
 namespace crumb::cpu::detail {
@@ -36,6 +42,63 @@ template <class Dst, class Src> void assign(Dst&& dst, const Src& src, bool accu
     dst.noalias() += src;
   } else {
     dst.noalias() = src;
+  }
+}
+
+// A single-threaded GEMM packs its operands into panels of depth x rows and depth x cols, which Eigen
+// puts on the stack up to EIGEN_STACK_ALLOCATION_LIMIT (128 KiB) and mallocs per call beyond it.
+inline constexpr std::size_t kPanelBytes = 112 * 1024;
+inline constexpr Eigen::Index kMaxTile = 256;
+
+// Up to this many rows (a handful of channels or samples), dst is computed one row at a time:
+// Eigen's GEMM micro-kernel would leave most of its register tile idle, while a GEMV streams the
+// other operand at full vector width.
+inline constexpr Eigen::Index kGemvMaxRows = 8;
+
+// dst (=|+=) lhs * rhs without heap allocation: the product is tiled until every packed panel fits
+// on the stack (a few extra passes over dst, negligible next to the multiply-adds).
+template <class Dst, class Lhs, class Rhs> void gemm(Dst&& dst, const Lhs& lhs, const Rhs& rhs, bool accumulate) {
+  using Index = Eigen::Index;
+  using Scalar = typename std::decay_t<Dst>::Scalar;
+  const Index m = dst.rows(), n = dst.cols(), k = lhs.cols();
+  if (m <= kGemvMaxRows) {
+    for (Index i = 0; i < m; ++i) assign(dst.row(i), lhs.row(i) * rhs, accumulate);
+    return;
+  }
+  if (k == 0) {
+    if (!accumulate) dst.setZero();
+    return;
+  }
+  // Even split of size into pieces of at most max_piece.
+  auto piece = [](Index size, Index max_piece) {
+    const Index pieces = (size + max_piece - 1) / max_piece;
+    return (size + pieces - 1) / pieces;
+  };
+  const Index tile_m = piece(m, kMaxTile), tile_n = piece(n, kMaxTile);
+  const Index depth = std::max<Index>(1, kPanelBytes / (sizeof(Scalar) * std::max(tile_m, tile_n)));
+  const Index tile_k = piece(k, depth);
+  for (Index i = 0; i < m; i += tile_m) {
+    const Index rows = std::min(tile_m, m - i);
+    for (Index j = 0; j < n; j += tile_n) {
+      const Index cols = std::min(tile_n, n - j);
+      for (Index d = 0; d < k; d += tile_k) {
+        const Index span = std::min(tile_k, k - d);
+        assign(dst.block(i, j, rows, cols), lhs.block(i, d, rows, span) * rhs.block(d, j, span, cols),
+               accumulate || d > 0);
+      }
+    }
+  }
+}
+
+// Splits [0, total) into one contiguous range per thread and runs f(begin, end) on each, threaded
+// only when `work` (multiply-adds) pays for the fork/join.
+inline constexpr double kParallelMacs = 1 << 20;
+template <class F> void parallel_ranges(Eigen::Index total, double work, F&& f) {
+#pragma omp parallel if (work > kParallelMacs)
+  {
+    const Eigen::Index t = omp_get_thread_num(), threads = omp_get_num_threads();
+    const Eigen::Index begin = total * t / threads, end = total * (t + 1) / threads;
+    if (begin < end) f(begin, end);
   }
 }
 

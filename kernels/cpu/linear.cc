@@ -1,3 +1,5 @@
+// Each kernel splits the output features (or, for dx, the input features) across threads; every
+// thread runs its own single-threaded GEMM on its column block.
 #include "kernels/cpu/kernel_util.h"
 #include "kernels/cpu/kernels.h"
 
@@ -5,30 +7,44 @@ namespace crumb::cpu {
 using detail::assign;
 using detail::CMatR;
 using detail::CVecMap;
+using detail::gemm;
 using detail::MatR;
+using detail::parallel_ranges;
 using detail::VecMap;
 
 template <class T> void linear_forward(T* y, const T* x, const T* w, const T* b, int n, int in, int out) {
   MatR<T> Y(y, n, out);
-  // Seeding y with the bias lets the GEMM's own `+=` add it for free.
-  if (b) {
-    Y.rowwise() = CVecMap<T>(b, out).transpose();
-  } else {
-    Y.setZero();
-  }
-  Y.noalias() += CMatR<T>(x, n, in) * CMatR<T>(w, out, in).transpose();
+  const CMatR<T> X(x, n, in), W(w, out, in);
+  parallel_ranges(out, 1.0 * n * in * out, [&](Eigen::Index o0, Eigen::Index o1) {
+    auto Yb = Y.middleCols(o0, o1 - o0);
+    // Seeding y with the bias lets the GEMM's own `+=` add it for free.
+    if (b) {
+      Yb.rowwise() = CVecMap<T>(b + o0, o1 - o0).transpose();
+    } else {
+      Yb.setZero();
+    }
+    gemm(Yb, X, W.middleRows(o0, o1 - o0).transpose(), true);
+  });
 }
 
 template <class T>
 void linear_backward_data(T* dx, const T* dy, const T* w, int n, int in, int out, bool accumulate) {
-  assign(MatR<T>(dx, n, in), CMatR<T>(dy, n, out) * CMatR<T>(w, out, in), accumulate);
+  MatR<T> DX(dx, n, in);
+  const CMatR<T> DY(dy, n, out), W(w, out, in);
+  parallel_ranges(in, 1.0 * n * in * out, [&](Eigen::Index i0, Eigen::Index i1) {
+    gemm(DX.middleCols(i0, i1 - i0), DY, W.middleCols(i0, i1 - i0), accumulate);
+  });
 }
 
 template <class T>
 void linear_backward_weight(T* dw, T* db, const T* dy, const T* x, int n, int in, int out, bool accumulate) {
-  const CMatR<T> DY(dy, n, out);
-  assign(MatR<T>(dw, out, in), DY.transpose() * CMatR<T>(x, n, in), accumulate);
-  if (db) assign(VecMap<T>(db, out), DY.colwise().sum().transpose(), accumulate);
+  MatR<T> DW(dw, out, in);
+  const CMatR<T> DY(dy, n, out), X(x, n, in);
+  parallel_ranges(out, 1.0 * n * in * out, [&](Eigen::Index o0, Eigen::Index o1) {
+    const auto DYb = DY.middleCols(o0, o1 - o0);
+    gemm(DW.middleRows(o0, o1 - o0), DYb.transpose(), X, accumulate);
+    if (db) assign(VecMap<T>(db + o0, o1 - o0), DYb.colwise().sum().transpose(), accumulate);
+  });
 }
 
 #define CRUMB_INSTANTIATE(T)                                                                            \

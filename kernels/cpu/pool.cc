@@ -1,7 +1,7 @@
 #include <algorithm>
 #include <cassert>
-#include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "kernels/cpu/kernel_util.h"
 #include "kernels/cpu/kernels.h"
@@ -10,106 +10,179 @@ namespace crumb::cpu {
 namespace {
 using detail::kParallelGrain;
 using detail::put;
+using detail::Range;
+using detail::valid_range;
 using detail::with_write_mode;
 
-// A pooling window clipped to the image, so padding cells are simply never visited.
-struct Window {
-  std::ptrdiff_t out;  // index of the window's output within its plane
-  int h0, h1, w0, w1;  // half-open input rows / columns
-};
+// Pooling is separable: a window's max (or sum) is the max over its columns of each column's max
+// over the window rows. Each plane is processed in bands of output rows: a vertical pass reduces
+// the window rows of every output row to one band row (contiguous runs of a whole input row), then
+// a horizontal pass reduces each window's columns. Both passes are branch-free loops over runs, so
+// they vectorise; for non-overlapping, unpadded pools (2x2 / 2) the horizontal pass is a single
+// run over the band. A per-window scan would instead pay a mispredicted branch on most compares.
 
-// Runs f(plane) for every (sample, channel) plane; planes are independent, so they split across
-// threads without any write conflicts, even for overlapping windows.
-template <class F> void for_each_plane(const Pool2dShape& s, F&& f) {
-  const std::ptrdiff_t planes = std::ptrdiff_t{s.n} * s.c;
-#pragma omp parallel for schedule(static) if (planes * s.h * s.w > kParallelGrain)
-  for (std::ptrdiff_t p = 0; p < planes; ++p) f(p);
-}
-
-template <class F> void for_each_window(const Pool2dShape& s, F&& f) {
-  std::ptrdiff_t out = 0;
-  for (int oh = 0; oh < s.h_out; ++oh) {
-    const int h0 = oh * s.stride_h - s.pad_h;
-    const int h1 = std::min(h0 + s.kh, s.h);
-    for (int ow = 0; ow < s.w_out; ++ow, ++out) {
-      const int w0 = ow * s.stride_w - s.pad_w;
-      f(Window{out, std::max(h0, 0), h1, std::max(w0, 0), std::min(w0 + s.kw, s.w)});
-    }
-  }
-}
-
-// Index within the plane of the window's first maximum in row-major scan order. NaN wins, as in
-// PyTorch, so a diverged activation is not silently hidden by the pool.
-template <class T> std::ptrdiff_t first_max(const T* plane, int w, const Window& win) {
-  assert(win.h0 < win.h1 && win.w0 < win.w1);
-  std::ptrdiff_t best = std::ptrdiff_t{win.h0} * w + win.w0;
-  T m = plane[best];
-  for (int ih = win.h0; ih < win.h1; ++ih) {
-    for (int iw = win.w0; iw < win.w1; ++iw) {
-      const std::ptrdiff_t i = std::ptrdiff_t{ih} * w + iw;
-      const T v = plane[i];
-      const bool take = (v > m) | (v != v);
-      m = take ? v : m;
-      best = take ? i : best;
-    }
-  }
-  return best;
-}
+// Elements of each per-band buffer on the stack.
+constexpr int kBandBuffer = 2048;
 
 std::ptrdiff_t in_plane(const Pool2dShape& s) { return std::ptrdiff_t{s.h} * s.w; }
 std::ptrdiff_t out_plane(const Pool2dShape& s) { return std::ptrdiff_t{s.h_out} * s.w_out; }
 
-// Routes each window's dy through route(dx_plane, x_plane, window, dy_value), after clearing dx
-// unless accumulating; shared by the max and average backward passes.
-template <class T, class Route>
-void pool_backward(T* dx, const T* dy, const T* x, const Pool2dShape& s, bool accumulate, Route&& route) {
-  for_each_plane(s, [&](std::ptrdiff_t p) {
-    T* dxp = dx + p * in_plane(s);
-    if (!accumulate) std::fill(dxp, dxp + in_plane(s), T(0));
-    const T* xp = x ? x + p * in_plane(s) : nullptr;
-    const T* dyp = dy + p * out_plane(s);
-    for_each_window(s, [&](const Window& win) { route(dxp, xp, win, dyp[win.out]); });
+// Runs f(plane, stride_w) for every (sample, channel) plane, with the common column strides as
+// compile-time constants so that strided reads vectorise as loads + permutes rather than gathers.
+// Planes are independent, so they split across threads without write conflicts.
+template <class F> void for_each_plane(const Pool2dShape& s, F&& f) {
+  const std::ptrdiff_t planes = std::ptrdiff_t{s.n} * s.c;
+  auto run = [&](auto stride_w) {
+#pragma omp parallel for schedule(static) if (planes * in_plane(s) > kParallelGrain)
+    for (std::ptrdiff_t p = 0; p < planes; ++p) f(p, stride_w);
+  };
+  if (s.stride_w == 1) {
+    run(std::integral_constant<int, 1>{});
+  } else if (s.stride_w == 2) {
+    run(std::integral_constant<int, 2>{});
+  } else {
+    run(s.stride_w);
+  }
+}
+
+// Output rows [oh0, oh1) of a plane; band buffers hold one row of w (vertical pass) or w_out
+// (horizontal pass) elements per output row.
+struct Band {
+  int oh0, oh1;
+  int rows() const { return oh1 - oh0; }
+};
+
+template <class F> void for_each_band(const Pool2dShape& s, F&& f) {
+  assert(s.w <= kBandBuffer && "pooling rows too wide for the band buffers");
+  const int step = kBandBuffer / s.w;
+  for (int oh0 = 0; oh0 < s.h_out; oh0 += step) f(Band{oh0, std::min(oh0 + step, s.h_out)});
+}
+
+// Vertical taps: calls tap(q, i) for each output row oh of the band, window row inside the image
+// and input column, where q = (oh - oh0) * w + column indexes the band buffer and i the plane.
+template <class F> void for_each_col_tap(const Pool2dShape& s, const Band& b, F&& tap) {
+  for (int oh = b.oh0; oh < b.oh1; ++oh) {
+    const int q0 = (oh - b.oh0) * s.w;
+    for (int ki = 0; ki < s.kh; ++ki) {
+      const int ih = oh * s.stride_h - s.pad_h + ki;
+      if (ih < 0 || ih >= s.h) continue;
+      const int i0 = ih * s.w;
+#pragma omp simd
+      for (int iw = 0; iw < s.w; ++iw) tap(q0 + iw, i0 + iw);
+    }
+  }
+}
+
+// Horizontal taps: calls tap(o, q) for each output o = (oh - oh0) * w_out + ow of the band and each
+// window column inside the image, q indexing the band buffer. Within one window column the (o, q)
+// pairs are distinct, so tap bodies may scatter.
+template <class Stride, class F> void for_each_row_tap(const Pool2dShape& s, const Band& b, Stride stride_w, F&& tap) {
+  const bool flat = s.pad_w == 0 && s.kw <= stride_w && s.w == s.w_out * stride_w;
+  for (int kj = 0; kj < s.kw; ++kj) {
+    if (flat) {
+      const int end = b.rows() * s.w_out;
+#pragma omp simd
+      for (int o = 0; o < end; ++o) tap(o, o * stride_w + kj);
+      continue;
+    }
+    const Range r = valid_range(kj, stride_w, s.pad_w, s.w, s.w_out);
+    for (int row = 0; row < b.rows(); ++row) {
+      const int o0 = row * s.w_out;
+      const int q0 = row * s.w - s.pad_w + kj;
+#pragma omp simd
+      for (int ow = r.lo; ow < r.hi; ++ow) tap(o0 + ow, q0 + ow * stride_w);
+    }
+  }
+}
+
+// Running max with the plane index of its first occurrence. Ties go to the smaller plane index,
+// which is the first in row-major window order whatever order the taps come in. NaN wins, as in
+// PyTorch, so a diverged activation is not hidden. `at` < 0 marks an empty state, which takes
+// anything (so even an all -inf window has an argmax).
+template <class T> void keep_max(T& best, int& at, T v, int i) {
+  const bool take = (at < 0) | (v > best) | ((v == best) & (i < at)) | ((v != v) & (best == best));
+  best = take ? v : best;
+  at = take ? i : at;
+}
+
+// Computes the window maxima of plane xp with their argmax band by band and hands each band's
+// outputs (rows() * w_out of them, row-major) to emit(band, max, argmax).
+template <class T, class Stride, class Emit>
+void max_pool_plane(const Pool2dShape& s, const T* xp, Stride stride_w, Emit&& emit) {
+  for_each_band(s, [&](const Band& b) {
+    T col_max[kBandBuffer];
+    int col_at[kBandBuffer];
+    std::fill(col_at, col_at + b.rows() * s.w, -1);
+    for_each_col_tap(s, b, [&](int q, int i) { keep_max(col_max[q], col_at[q], xp[i], i); });
+    T best[kBandBuffer];
+    int at[kBandBuffer];
+    std::fill(at, at + b.rows() * s.w_out, -1);
+    for_each_row_tap(s, b, stride_w, [&](int o, int q) { keep_max(best[o], at[o], col_max[q], col_at[q]); });
+    emit(b, best, at);
   });
+}
+
+// Clears a plane of dx unless accumulating.
+template <class T> T* dx_plane(T* dx, std::ptrdiff_t p, const Pool2dShape& s, bool accumulate) {
+  T* dxp = dx + p * in_plane(s);
+  if (!accumulate) std::fill(dxp, dxp + in_plane(s), T(0));
+  return dxp;
 }
 
 }  // namespace
 
 template <class T> void max_pool2d_forward(T* y, const T* x, const Pool2dShape& s) {
-  for_each_plane(s, [&](std::ptrdiff_t p) {
-    const T* xp = x + p * in_plane(s);
+  for_each_plane(s, [&](std::ptrdiff_t p, auto stride_w) {
     T* yp = y + p * out_plane(s);
-    for_each_window(s, [&](const Window& win) { yp[win.out] = xp[first_max(xp, s.w, win)]; });
-  });
-}
-
-template <class T> void max_pool2d_backward(T* dx, const T* dy, const T* x, const Pool2dShape& s, bool accumulate) {
-  pool_backward(dx, dy, x, s, accumulate,
-                [&](T* dxp, const T* xp, const Window& win, T g) { dxp[first_max(xp, s.w, win)] += g; });
-}
-
-template <class T> void avg_pool2d_forward(T* y, const T* x, const Pool2dShape& s) {
-  const T inv_area = T(1) / (s.kh * s.kw);
-  for_each_plane(s, [&](std::ptrdiff_t p) {
-    const T* xp = x + p * in_plane(s);
-    T* yp = y + p * out_plane(s);
-    for_each_window(s, [&](const Window& win) {
-      T sum = 0;
-      for (int ih = win.h0; ih < win.h1; ++ih) {
-        for (int iw = win.w0; iw < win.w1; ++iw) sum += xp[std::ptrdiff_t{ih} * s.w + iw];
-      }
-      yp[win.out] = sum * inv_area;
+    max_pool_plane(s, x + p * in_plane(s), stride_w, [&](const Band& b, const T* best, const int*) {
+      std::copy(best, best + b.rows() * s.w_out, yp + std::ptrdiff_t{b.oh0} * s.w_out);
     });
   });
 }
 
+template <class T> void max_pool2d_backward(T* dx, const T* dy, const T* x, const Pool2dShape& s, bool accumulate) {
+  for_each_plane(s, [&](std::ptrdiff_t p, auto stride_w) {
+    T* dxp = dx_plane(dx, p, s, accumulate);
+    const T* dyp = dy + p * out_plane(s);
+    max_pool_plane(s, x + p * in_plane(s), stride_w, [&](const Band& b, const T*, const int* at) {
+      const T* g = dyp + std::ptrdiff_t{b.oh0} * s.w_out;
+      // Serial: overlapping windows may share an argmax.
+      for (int o = 0; o < b.rows() * s.w_out; ++o) dxp[at[o]] += g[o];
+    });
+  });
+}
+
+// Padding cells are never visited, so they count as zeros while the sum is divided by the full
+// window area.
+template <class T> void avg_pool2d_forward(T* y, const T* x, const Pool2dShape& s) {
+  const T inv_area = T(1) / (s.kh * s.kw);
+  for_each_plane(s, [&](std::ptrdiff_t p, auto stride_w) {
+    const T* xp = x + p * in_plane(s);
+    for_each_band(s, [&](const Band& b) {
+      T col_sum[kBandBuffer];
+      std::fill(col_sum, col_sum + b.rows() * s.w, T(0));
+      for_each_col_tap(s, b, [&](int q, int i) { col_sum[q] += xp[i]; });
+      T* yb = y + p * out_plane(s) + std::ptrdiff_t{b.oh0} * s.w_out;
+      std::fill(yb, yb + b.rows() * s.w_out, T(0));
+      for_each_row_tap(s, b, stride_w, [&](int o, int q) { yb[o] += col_sum[q]; });
+      for (int o = 0; o < b.rows() * s.w_out; ++o) yb[o] *= inv_area;
+    });
+  });
+}
+
+// The transpose of the forward: spread each output's gradient over its window columns, then rows.
 template <class T> void avg_pool2d_backward(T* dx, const T* dy, const Pool2dShape& s, bool accumulate) {
   const T inv_area = T(1) / (s.kh * s.kw);
-  pool_backward(dx, dy, static_cast<const T*>(nullptr), s, accumulate,
-                [&](T* dxp, const T*, const Window& win, T g) {
-                  for (int ih = win.h0; ih < win.h1; ++ih) {
-                    for (int iw = win.w0; iw < win.w1; ++iw) dxp[std::ptrdiff_t{ih} * s.w + iw] += g * inv_area;
-                  }
-                });
+  for_each_plane(s, [&](std::ptrdiff_t p, auto stride_w) {
+    T* dxp = dx_plane(dx, p, s, accumulate);
+    for_each_band(s, [&](const Band& b) {
+      const T* g = dy + p * out_plane(s) + std::ptrdiff_t{b.oh0} * s.w_out;
+      T col_grad[kBandBuffer];
+      std::fill(col_grad, col_grad + b.rows() * s.w, T(0));
+      for_each_row_tap(s, b, stride_w, [&](int o, int q) { col_grad[q] += g[o] * inv_area; });
+      for_each_col_tap(s, b, [&](int q, int i) { dxp[i] += col_grad[q]; });
+    });
+  });
 }
 
 template <class T> void global_avg_pool_forward(T* y, const T* x, int n, int c, int hw) {
