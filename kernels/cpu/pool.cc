@@ -53,8 +53,9 @@ struct Band {
 };
 
 template <class F> void for_each_band(const Pool2dShape& s, F&& f) {
-  assert(s.w <= kBandBuffer && "pooling rows too wide for the band buffers");
-  const int step = kBandBuffer / s.w;
+  const int width = std::max(s.w, s.w_out);
+  assert(width <= kBandBuffer && "pooling rows too wide for the band buffers");
+  const int step = kBandBuffer / width;
   for (int oh0 = 0; oh0 < s.h_out; oh0 += step) f(Band{oh0, std::min(oh0 + step, s.h_out)});
 }
 
@@ -97,8 +98,8 @@ template <class Stride, class F> void for_each_row_tap(const Pool2dShape& s, con
 
 // Running max with the plane index of its first occurrence. Ties go to the smaller plane index,
 // which is the first in row-major window order whatever order the taps come in. NaN wins, as in
-// PyTorch, so a diverged activation is not hidden. `at` < 0 marks an empty state, which takes
-// anything (so even an all -inf window has an argmax).
+// PyTorch, so a diverged activation is not hidden. `at` < 0 marks the empty state (-inf), which
+// takes anything, so even an all -inf window has an argmax.
 template <class T> void keep_max(T& best, int& at, T v, int i) {
   const bool take = (at < 0) | (v > best) | ((v == best) & (i < at)) | ((v != v) & (best == best));
   best = take ? v : best;
@@ -109,13 +110,16 @@ template <class T> void keep_max(T& best, int& at, T v, int i) {
 // outputs (rows() * w_out of them, row-major) to emit(band, max, argmax).
 template <class T, class Stride, class Emit>
 void max_pool_plane(const Pool2dShape& s, const T* xp, Stride stride_w, Emit&& emit) {
+  constexpr T kEmpty = -std::numeric_limits<T>::infinity();
   for_each_band(s, [&](const Band& b) {
     T col_max[kBandBuffer];
     int col_at[kBandBuffer];
+    std::fill(col_max, col_max + b.rows() * s.w, kEmpty);
     std::fill(col_at, col_at + b.rows() * s.w, -1);
     for_each_col_tap(s, b, [&](int q, int i) { keep_max(col_max[q], col_at[q], xp[i], i); });
     T best[kBandBuffer];
     int at[kBandBuffer];
+    std::fill(best, best + b.rows() * s.w_out, kEmpty);
     std::fill(at, at + b.rows() * s.w_out, -1);
     for_each_row_tap(s, b, stride_w, [&](int o, int q) { keep_max(best[o], at[o], col_max[q], col_at[q]); });
     emit(b, best, at);
@@ -147,7 +151,10 @@ template <class T> void max_pool2d_backward(T* dx, const T* dy, const T* x, cons
     max_pool_plane(s, x + p * in_plane(s), stride_w, [&](const Band& b, const T*, const int* at) {
       const T* g = dyp + std::ptrdiff_t{b.oh0} * s.w_out;
       // Serial: overlapping windows may share an argmax.
-      for (int o = 0; o < b.rows() * s.w_out; ++o) dxp[at[o]] += g[o];
+      for (int o = 0; o < b.rows() * s.w_out; ++o) {
+        assert(at[o] >= 0 && "a pooling window lies entirely in the padding");
+        dxp[at[o]] += g[o];
+      }
     });
   });
 }
