@@ -9,9 +9,9 @@ using detail::with_write_mode;
 
 // Runs f(i) for i in [0, count), threaded only once the range is worth a fork/join. `simd` is safe
 // for in-place use because every f touches its arrays at index i only.
-template <class F> void for_each_index(std::size_t count, F&& f) {
+template <class F> void for_each_index(std::size_t count, F f) {
   const auto end = static_cast<std::ptrdiff_t>(count);
-#pragma omp parallel for simd schedule(static) if (end > kParallelGrain)
+#pragma omp parallel for simd schedule(static) firstprivate(f) if (end > kParallelGrain)
   for (std::ptrdiff_t i = 0; i < end; ++i) f(i);
 }
 

@@ -59,9 +59,13 @@ template <class F> void for_each_band(const Pool2dShape& s, F&& f) {
   for (int oh0 = 0; oh0 < s.h_out; oh0 += step) f(Band{oh0, std::min(oh0 + step, s.h_out)});
 }
 
+// The tap loops below take their bodies by value, and the bodies capture plain pointers by value:
+// captures by reference are reloaded through memory on every iteration, which turns the vectorised
+// loops into gathers.
+
 // Vertical taps: calls tap(q, i) for each output row oh of the band, window row inside the image
 // and input column, where q = (oh - oh0) * w + column indexes the band buffer and i the plane.
-template <class F> void for_each_col_tap(const Pool2dShape& s, const Band& b, F&& tap) {
+template <class F> void for_each_col_tap(const Pool2dShape& s, const Band& b, F tap) {
   for (int oh = b.oh0; oh < b.oh1; ++oh) {
     const int q0 = (oh - b.oh0) * s.w;
     for (int ki = 0; ki < s.kh; ++ki) {
@@ -77,7 +81,7 @@ template <class F> void for_each_col_tap(const Pool2dShape& s, const Band& b, F&
 // Horizontal taps: calls tap(o, q) for each output o = (oh - oh0) * w_out + ow of the band and each
 // window column inside the image, q indexing the band buffer. Within one window column the (o, q)
 // pairs are distinct, so tap bodies may scatter.
-template <class Stride, class F> void for_each_row_tap(const Pool2dShape& s, const Band& b, Stride stride_w, F&& tap) {
+template <class Stride, class F> void for_each_row_tap(const Pool2dShape& s, const Band& b, Stride stride_w, F tap) {
   const bool flat = s.pad_w == 0 && s.kw <= stride_w && s.w == s.w_out * stride_w;
   for (int kj = 0; kj < s.kw; ++kj) {
     if (flat) {
@@ -96,32 +100,49 @@ template <class Stride, class F> void for_each_row_tap(const Pool2dShape& s, con
   }
 }
 
+// Running max; NaN wins, as in PyTorch, so a diverged activation is not hidden.
+template <class T> void keep_max(T& best, T v) { best = (v > best) | (v != v) ? v : best; }
+
 // Running max with the plane index of its first occurrence. Ties go to the smaller plane index,
-// which is the first in row-major window order whatever order the taps come in. NaN wins, as in
-// PyTorch, so a diverged activation is not hidden. `at` < 0 marks the empty state (-inf), which
-// takes anything, so even an all -inf window has an argmax.
-template <class T> void keep_max(T& best, int& at, T v, int i) {
-  const bool take = (at < 0) | (v > best) | ((v == best) & (i < at)) | ((v != v) & (best == best));
+// which is the first in row-major window order. kAscending: the taps come in ascending index order,
+// so a tie never wins. `at` < 0 marks the empty state (-inf), which takes anything, so even an all
+// -inf window has an argmax.
+template <bool kAscending, class T> void keep_max(T& best, int& at, T v, int i) {
+  const bool tie_wins = !kAscending && (v == best) & (i < at);
+  const bool take = (at < 0) | (v > best) | tie_wins | ((v != v) & (best == best));
   best = take ? v : best;
   at = take ? i : at;
 }
 
-// Computes the window maxima of plane xp with their argmax band by band and hands each band's
-// outputs (rows() * w_out of them, row-major) to emit(band, max, argmax).
-template <class T, class Stride, class Emit>
+// Computes the window maxima of plane xp band by band, with their argmax when kArgmax (the forward
+// needs only the values, half the work), and hands each band's outputs (rows() * w_out of them,
+// row-major) to emit(band, max, argmax).
+template <bool kArgmax, class T, class Stride, class Emit>
 void max_pool_plane(const Pool2dShape& s, const T* xp, Stride stride_w, Emit&& emit) {
   constexpr T kEmpty = -std::numeric_limits<T>::infinity();
   for_each_band(s, [&](const Band& b) {
     T col_max[kBandBuffer];
     int col_at[kBandBuffer];
     std::fill(col_max, col_max + b.rows() * s.w, kEmpty);
-    std::fill(col_at, col_at + b.rows() * s.w, -1);
-    for_each_col_tap(s, b, [&](int q, int i) { keep_max(col_max[q], col_at[q], xp[i], i); });
+    if (kArgmax) std::fill(col_at, col_at + b.rows() * s.w, -1);
+    for_each_col_tap(s, b, [xp, col_max = +col_max, col_at = +col_at](int q, int i) {
+      if constexpr (kArgmax) {
+        keep_max<true>(col_max[q], col_at[q], xp[i], i);
+      } else {
+        keep_max(col_max[q], xp[i]);
+      }
+    });
     T best[kBandBuffer];
     int at[kBandBuffer];
     std::fill(best, best + b.rows() * s.w_out, kEmpty);
-    std::fill(at, at + b.rows() * s.w_out, -1);
-    for_each_row_tap(s, b, stride_w, [&](int o, int q) { keep_max(best[o], at[o], col_max[q], col_at[q]); });
+    if (kArgmax) std::fill(at, at + b.rows() * s.w_out, -1);
+    for_each_row_tap(s, b, stride_w, [best = +best, at = +at, col_max = +col_max, col_at = +col_at](int o, int q) {
+      if constexpr (kArgmax) {
+        keep_max<false>(best[o], at[o], col_max[q], col_at[q]);
+      } else {
+        keep_max(best[o], col_max[q]);
+      }
+    });
     emit(b, best, at);
   });
 }
@@ -138,7 +159,7 @@ template <class T> T* dx_plane(T* dx, std::ptrdiff_t p, const Pool2dShape& s, bo
 template <class T> void max_pool2d_forward(T* y, const T* x, const Pool2dShape& s) {
   for_each_plane(s, [&](std::ptrdiff_t p, auto stride_w) {
     T* yp = y + p * out_plane(s);
-    max_pool_plane(s, x + p * in_plane(s), stride_w, [&](const Band& b, const T* best, const int*) {
+    max_pool_plane<false>(s, x + p * in_plane(s), stride_w, [&](const Band& b, const T* best, const int*) {
       std::copy(best, best + b.rows() * s.w_out, yp + std::ptrdiff_t{b.oh0} * s.w_out);
     });
   });
@@ -148,7 +169,7 @@ template <class T> void max_pool2d_backward(T* dx, const T* dy, const T* x, cons
   for_each_plane(s, [&](std::ptrdiff_t p, auto stride_w) {
     T* dxp = dx_plane(dx, p, s, accumulate);
     const T* dyp = dy + p * out_plane(s);
-    max_pool_plane(s, x + p * in_plane(s), stride_w, [&](const Band& b, const T*, const int* at) {
+    max_pool_plane<true>(s, x + p * in_plane(s), stride_w, [&](const Band& b, const T*, const int* at) {
       const T* g = dyp + std::ptrdiff_t{b.oh0} * s.w_out;
       // Serial: overlapping windows may share an argmax.
       for (int o = 0; o < b.rows() * s.w_out; ++o) {
@@ -168,10 +189,10 @@ template <class T> void avg_pool2d_forward(T* y, const T* x, const Pool2dShape& 
     for_each_band(s, [&](const Band& b) {
       T col_sum[kBandBuffer];
       std::fill(col_sum, col_sum + b.rows() * s.w, T(0));
-      for_each_col_tap(s, b, [&](int q, int i) { col_sum[q] += xp[i]; });
+      for_each_col_tap(s, b, [xp, col_sum = +col_sum](int q, int i) { col_sum[q] += xp[i]; });
       T* yb = y + p * out_plane(s) + std::ptrdiff_t{b.oh0} * s.w_out;
       std::fill(yb, yb + b.rows() * s.w_out, T(0));
-      for_each_row_tap(s, b, stride_w, [&](int o, int q) { yb[o] += col_sum[q]; });
+      for_each_row_tap(s, b, stride_w, [yb, col_sum = +col_sum](int o, int q) { yb[o] += col_sum[q]; });
       for (int o = 0; o < b.rows() * s.w_out; ++o) yb[o] *= inv_area;
     });
   });
@@ -186,8 +207,8 @@ template <class T> void avg_pool2d_backward(T* dx, const T* dy, const Pool2dShap
       const T* g = dy + p * out_plane(s) + std::ptrdiff_t{b.oh0} * s.w_out;
       T col_grad[kBandBuffer];
       std::fill(col_grad, col_grad + b.rows() * s.w, T(0));
-      for_each_row_tap(s, b, stride_w, [&](int o, int q) { col_grad[q] += g[o] * inv_area; });
-      for_each_col_tap(s, b, [&](int q, int i) { dxp[i] += col_grad[q]; });
+      for_each_row_tap(s, b, stride_w, [g, inv_area, col_grad = +col_grad](int o, int q) { col_grad[q] += g[o] * inv_area; });
+      for_each_col_tap(s, b, [dxp, col_grad = +col_grad](int q, int i) { dxp[i] += col_grad[q]; });
     });
   });
 }
