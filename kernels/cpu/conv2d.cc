@@ -161,18 +161,20 @@ template <class T> void im2col(const Conv2dShape& s, const T* x, T* col) {
       std::fill(d + std::ptrdiff_t{cr.rows.lo} * s.w_out, d + std::ptrdiff_t{cr.rows.hi} * s.w_out, T(0));
       return;
     }
-    const int lo = cr.cols.lo, len = cr.cols.hi - cr.cols.lo, tail = s.w_out - cr.cols.hi;
-    const std::ptrdiff_t row_step = std::ptrdiff_t{s.stride_h} * s.w;
-    std::ptrdiff_t in = first_input(s, cr);
-    for (T* seg = d + std::ptrdiff_t{cr.rows.lo} * s.w_out; seg < d + std::ptrdiff_t{cr.rows.hi} * s.w_out;
-         seg += s.w_out, in += row_step) {
+    // Locals only in the hot loop: the memcpys below may alias anything in memory, so fields read
+    // through `s` or `cr` would be reloaded after every copy.
+    const int lo = cr.cols.lo, len = cr.cols.hi - cr.cols.lo, tail = s.w_out - cr.cols.hi, stride_w = s.stride_w;
+    const std::ptrdiff_t w_out = s.w_out, row_step = std::ptrdiff_t{s.stride_h} * s.w;
+    const T* src = xc + first_input(s, cr);
+    T* const end = d + cr.rows.hi * w_out;
+    for (T* seg = d + cr.rows.lo * w_out; seg < end; seg += w_out, src += row_step) {
       zero_short(seg, lo);
-      if (s.stride_w == 1) {
-        copy_short(seg + lo, xc + in, len);
+      if (stride_w == 1) {
+        copy_short(seg + lo, src, len);
       } else {
-        for (int j = 0; j < len; ++j) seg[lo + j] = xc[in + std::ptrdiff_t{j} * s.stride_w];
+        for (int j = 0; j < len; ++j) seg[lo + j] = src[std::ptrdiff_t{j} * stride_w];
       }
-      zero_short(seg + cr.cols.hi, tail);
+      zero_short(seg + lo + len, tail);
     }
   });
 }

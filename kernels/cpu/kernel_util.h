@@ -10,7 +10,15 @@
 // the kernels: they parallelise around their GEMMs themselves (see parallel_ranges). This must come
 // before any Eigen include in the kernel sources.
 #define EIGEN_DONT_PARALLELIZE
+// GCC 12 reports false -Wmaybe-uninitialized positives inside Eigen's AVX-512 packet code.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <Eigen/Core>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 namespace crumb::cpu::detail {
 
