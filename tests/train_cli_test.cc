@@ -123,3 +123,30 @@ TEST(TrainCli, SaveThenLoadCheckpoint) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(TrainCli, ExplainPicksMicroBatchForBudgetWithoutData) {
+  const auto csv = std::filesystem::temp_directory_path() / ("crumb_cli_" + std::to_string(getpid()) + ".csv");
+  // --data points nowhere: --explain must not need the dataset.
+  const Result r = run_train("--model lenet5 --batch 8192 --memory-budget 20MiB --data /nonexistent --explain-csv " +
+                             csv.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("batch 8192 in"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(largest that fits the budget)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("conv2d_backward_weight"), std::string::npos) << r.out;
+  std::ifstream f(csv);
+  std::string header;
+  std::getline(f, header);
+  EXPECT_EQ(header, "step,pass,layer,op,live_bytes,workspace_bytes");
+  std::filesystem::remove(csv);
+}
+
+TEST(TrainCli, BudgetTooSmall) {
+  expect_one_error_line(run_train("--model cnn --memory-budget 64KiB --explain"), "raise --memory-budget");
+  expect_one_error_line(run_train("--model cnn --memory-budget 16MiB --micro-batch 512 --explain"),
+                        "exceeds --memory-budget");
+  expect_one_error_line(run_train("--memory-budget lots"), "--memory-budget");
+}
+
+}  // namespace

@@ -1,0 +1,109 @@
+// The budget -> micro-batch choice and the memory report users read.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "engine/autograd.h"
+#include "engine/error.h"
+#include "engine/executor.h"
+#include "engine/memory_report.h"
+#include "engine/optimizer.h"
+#include "models/registry.h"
+
+namespace crumb {
+namespace {
+
+Graph trained_graph(const std::string& name) {
+  Graph g = models::build(name);
+  build_backward(g);
+  return g;
+}
+
+TEST(MemoryReport, TotalGrowsWithMicroBatch) {
+  const Graph g = trained_graph("lenet5");
+  size_t prev = 0;
+  for (int m : {1, 2, 5, 16, 64, 256}) {
+    const MemoryBreakdown mb = measure_memory(g, m, true);
+    EXPECT_GT(mb.total(), prev) << m;
+    prev = mb.total();
+    EXPECT_EQ(mb.params, mb.grads);
+    EXPECT_EQ(mb.optimizer_state, mb.params);
+    EXPECT_GE(mb.arena, mb.activations);
+  }
+  EXPECT_EQ(measure_memory(g, 8, false).optimizer_state, 0u);
+}
+
+TEST(MemoryReport, BreakdownMatchesWhatTheEngineAllocates) {
+  const Graph g = trained_graph("cnn");
+  ParamStore params(g);
+  Sgd opt(params, {0.1f, 0.9f, 0.f});
+  Arena arena;
+  const int m = 24;
+  Executor train(g, params, arena, m, Pass::Train), eval(g, params, arena, m, Pass::Eval);
+  const MemoryBreakdown mb = measure_memory(g, m, true);
+  EXPECT_EQ(mb.params, params.bytes());
+  EXPECT_EQ(mb.optimizer_state, opt.state_bytes());
+  EXPECT_EQ(mb.arena, arena.size());
+}
+
+TEST(MemoryReport, ChoosesLargestMicroBatchThatFits) {
+  const Graph g = trained_graph("lenet5");
+  for (int want : {1, 3, 40, 256}) {
+    const size_t budget = measure_memory(g, want, true).total();
+    EXPECT_EQ(choose_micro_batch(g, 1024, budget, true), want) << "budget " << budget;
+    if (want > 1) EXPECT_EQ(choose_micro_batch(g, 1024, budget - 1, true), want - 1) << budget;
+  }
+}
+
+TEST(MemoryReport, NeverChoosesMoreThanTheBatch) {
+  const Graph g = trained_graph("mlp");
+  EXPECT_EQ(choose_micro_batch(g, 50, size_t{1} << 40, true), 50);
+}
+
+TEST(MemoryReport, TooSmallBudgetNamesTheMinimum) {
+  const Graph g = trained_graph("lenet5");
+  const size_t need = measure_memory(g, 1, true).total();
+  try {
+    choose_micro_batch(g, 64, need - 1, true);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(format_bytes(need)), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--memory-budget"), std::string::npos) << e.what();
+  }
+}
+
+TEST(MemoryReport, ParseAndFormatSizes) {
+  EXPECT_EQ(parse_bytes("4096"), 4096u);
+  EXPECT_EQ(parse_bytes("64MiB"), 64u << 20);
+  EXPECT_EQ(parse_bytes("1.5GiB"), 3u << 29);
+  EXPECT_EQ(parse_bytes("500MB"), 500000000u);
+  EXPECT_EQ(parse_bytes("2K"), 2048u);
+  for (const char* bad : {"", "abc", "-5MiB", "12XB", "0", "nan"}) EXPECT_THROW(parse_bytes(bad), Error) << bad;
+  EXPECT_EQ(format_bytes(1536), "1.50 KiB");
+  EXPECT_EQ(format_bytes(3u << 20), "3.00 MiB");
+}
+
+TEST(MemoryReport, TimelineCsvHasOneRowPerStep) {
+  const Graph g = trained_graph("lenet5");
+  const MemoryPlan plan = plan_memory(g, pass_order(g, Pass::Train), 16, {g.loss()});
+  std::ostringstream csv;
+  write_timeline_csv(csv, g, plan);
+  std::istringstream in(csv.str());
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line, "step,pass,layer,op,live_bytes,workspace_bytes");
+  size_t rows = 0, peak = 0;
+  while (std::getline(in, line)) {
+    ++rows;
+    std::vector<std::string> cols;
+    std::stringstream ss(line);
+    for (std::string c; std::getline(ss, c, ',');) cols.push_back(c);
+    ASSERT_EQ(cols.size(), 6u) << line;
+    peak = std::max(peak, size_t(std::stoull(cols[4])) + size_t(std::stoull(cols[5])));
+  }
+  EXPECT_EQ(rows, plan.order.size());
+  EXPECT_EQ(peak, plan.lower_bound);
+}
+
+}  // namespace
+}  // namespace crumb
