@@ -144,7 +144,7 @@ TEST(TrainCli, ExplainPicksMicroBatchForBudgetWithoutData) {
 
 TEST(TrainCli, BudgetTooSmall) {
   expect_one_error_line(run_train("--model cnn --memory-budget 64KiB --explain"), "raise --memory-budget");
-  expect_one_error_line(run_train("--model cnn --memory-budget 16MiB --micro-batch 512 --explain"),
+  expect_one_error_line(run_train("--model cnn --batch 1024 --memory-budget 16MiB --micro-batch 512 --explain"),
                         "exceeds --memory-budget");
   expect_one_error_line(run_train("--memory-budget lots"), "--memory-budget");
 }
