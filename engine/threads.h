@@ -1,4 +1,4 @@
-// The CPU thread count of all kernels (OpenMP loops and Eigen's GEMM).
+// The CPU thread count of all kernels.
 #pragma once
 
 namespace crumb {

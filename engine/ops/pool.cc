@@ -31,6 +31,9 @@ Dims check_pool(const Node& n, const Value& xv) {
   if (a.kh < 1 || a.kw < 1 || a.stride_h < 1 || a.stride_w < 1 || a.pad_h < 0 || a.pad_w < 0)
     ops::fail(n, "kernel and stride must be >= 1, padding >= 0");
   if (2 * a.pad_h > a.kh || 2 * a.pad_w > a.kw) ops::fail(n, "padding must be at most half the kernel size");
+  if (xv.dims[2] > cpu::kMaxPoolWidth)
+    ops::fail(n, "input width " + std::to_string(xv.dims[2]) + " exceeds the supported " +
+                     std::to_string(cpu::kMaxPoolWidth));
   if (xv.dims[1] + 2 * a.pad_h < a.kh || xv.dims[2] + 2 * a.pad_w < a.kw)
     ops::fail(n, "window " + std::to_string(a.kh) + "x" + std::to_string(a.kw) + " is larger than the input " +
                      dims_str(xv.dims));

@@ -36,7 +36,9 @@ void conv2d_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dS
                             bool accumulate);
 
 // ---- pooling (NCHW). Padding cells never win a max and count as zeros for the average
-// (PyTorch's count_include_pad=True default).
+// (PyTorch's count_include_pad=True default). Rows are processed through fixed stack buffers, so the
+// input and output width must be at most kMaxPoolWidth (the pooling ops check it).
+inline constexpr int kMaxPoolWidth = 2048;
 template <class T> void max_pool2d_forward(T* y, const T* x, const Pool2dShape& s);
 // Routes dy to the first maximum of each window of x (recomputed, no index tensor kept).
 template <class T> void max_pool2d_backward(T* dx, const T* dy, const T* x, const Pool2dShape& s, bool accumulate);

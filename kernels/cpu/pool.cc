@@ -22,7 +22,7 @@ using detail::with_write_mode;
 // run over the band. A per-window scan would instead pay a mispredicted branch on most compares.
 
 // Elements of each per-band buffer on the stack.
-constexpr int kBandBuffer = 2048;
+constexpr int kBandBuffer = kMaxPoolWidth;
 
 std::ptrdiff_t in_plane(const Pool2dShape& s) { return std::ptrdiff_t{s.h} * s.w; }
 std::ptrdiff_t out_plane(const Pool2dShape& s) { return std::ptrdiff_t{s.h_out} * s.w_out; }
