@@ -1,6 +1,7 @@
 #include "models/registry.h"
 
 #include "engine/error.h"
+#include "engine/rewrite.h"
 
 namespace crumb::models {
 namespace {
@@ -25,6 +26,7 @@ Graph build(const std::string& name, InputSpec in, DType dtype) {
     const ValueId x = g.input("x", {in.channels, in.height, in.width});
     const ValueId y = g.input("y", {}, DType::I32);
     e.build(g, x, y, in);
+    optimize_graph(g);
     return g;
   }
   std::string known;

@@ -13,7 +13,8 @@ struct InputSpec {
   int channels = 1, height = 28, width = 28, classes = 10;
 };
 
-// Builds the forward graph with inputs "x" [batch, c, h, w] and "y" [batch] (int32) and the loss.
+// Builds the forward graph with inputs "x" [batch, c, h, w] and "y" [batch] (int32) and the loss,
+// with the exact rewrites of optimize_graph applied.
 // dtype F64 builds the same model in double precision (gradient checks).
 Graph build(const std::string& name, InputSpec in = {}, DType dtype = DType::F32);
 std::vector<std::string> names();

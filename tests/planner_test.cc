@@ -6,6 +6,7 @@
 #include "engine/autograd.h"
 #include "engine/executor.h"
 #include "engine/layers.h"
+#include "engine/ops/op.h"
 #include "models/registry.h"
 
 namespace crumb {
@@ -83,7 +84,14 @@ TEST(Planner, InPlaceReluReusesItsInput) {
   Graph g = models::build("lenet5");
   build_backward(g);
   const MemoryPlan p = plan_memory(g, pass_order(g, Pass::Train), 8, {g.loss()});
-  EXPECT_EQ(p.offset[g.find_value("0")], p.offset[g.find_value("1")]) << "conv output -> relu should be in place";
+  int relus = 0;
+  for (NodeId id : p.order) {
+    const Node& n = g.node(id);
+    if (n.def != &kRelu) continue;
+    ++relus;
+    EXPECT_EQ(p.offset[n.in[0]], p.offset[n.out[0]]) << "relu '" << n.name << "' should run in place";
+  }
+  EXPECT_EQ(relus, 4);
 }
 
 TEST(Planner, ArenaCloseToLowerBound) {
