@@ -45,21 +45,23 @@ NodeId Graph::add_node(Node n) {
   return id;
 }
 
-ValueId Graph::apply(const OpDef& def, std::vector<ValueId> in, const std::string& name, Attrs attrs) {
+ValueId Graph::apply(const OpDef& def, std::vector<ValueId> in, const std::string& name, Attrs attrs,
+                     const std::vector<DType>& extra) {
   CRUMB_CHECK(!in.empty(), "layer '", name, "' (", def.name, ") needs an input");
-  const Value& x = value(in[0]);
-  Value out;
-  out.name = name;
-  out.dtype = x.dtype == DType::I32 ? float_dtype_ : x.dtype;
-  out.batched = x.batched;
-  for (ValueId v : in) out.requires_grad = out.requires_grad || value(v).requires_grad;
-  const ValueId y = add_value(std::move(out));
   Node n;
   n.def = &def;
   n.name = name;
+  for (size_t i = 0; i <= extra.size(); ++i) {
+    Value out;
+    out.name = i ? name + ":" + std::to_string(i) : name;
+    out.dtype = i ? extra[i - 1] : float_dtype_;
+    out.batched = value(in[0]).batched;
+    for (ValueId v : in) out.requires_grad = out.requires_grad || (i == 0 && value(v).requires_grad);
+    n.out.push_back(add_value(std::move(out)));
+  }
   n.in = std::move(in);
-  n.out = {y};
   n.attrs = attrs;
+  const ValueId y = n.out[0];
   add_node(std::move(n));
   return y;
 }

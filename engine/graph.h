@@ -70,8 +70,10 @@ class Graph {
   ValueId add_value(Value v);
   // Adds a node whose output values already exist; runs the op's shape rule (throws on mismatch).
   NodeId add_node(Node n);
-  // Convenience: one new Activation output shaped by the op's shape rule.
-  ValueId apply(const OpDef& def, std::vector<ValueId> in, const std::string& name, Attrs attrs = {});
+  // Convenience: new Activation outputs shaped by the op's shape rule; returns out[0]. out[0] takes
+  // the float dtype; `extra` lists the dtypes of further outputs (named "<name>:1", ...).
+  ValueId apply(const OpDef& def, std::vector<ValueId> in, const std::string& name, Attrs attrs = {},
+                const std::vector<DType>& extra = {});
 
   ValueId input(const std::string& name, Dims per_sample, DType dtype = DType::F32, bool requires_grad = false);
   ValueId param(const std::string& name, Dims dims, ParamInit init, DType dtype = DType::F32);

@@ -45,7 +45,7 @@ Attrs window(int kernel, int stride, int pad) {
 }  // namespace
 
 ValueId max_pool2d(Graph& g, ValueId x, int kernel, int stride, const std::string& name, int pad) {
-  return g.apply(kMaxPool2d, {x}, name, window(kernel, stride, pad));
+  return g.apply(kMaxPool2d, {x}, name, window(kernel, stride, pad), {DType::U8});
 }
 
 ValueId avg_pool2d(Graph& g, ValueId x, int kernel, int stride, const std::string& name, int pad) {

@@ -26,6 +26,9 @@ int reorder_relu_max_pool(Graph& g) {
     // Swap the two ops in place: node a now pools x into r, the pool's node applies ReLU to r.
     relu.def = &kMaxPool2d;
     pool.def = &kRelu;
+    relu.out.push_back(pool.out[1]);  // the argmax moves with the pooling
+    pool.out.pop_back();
+    g.value(relu.out[1]).producer = a;
     std::swap(relu.attrs, pool.attrs);
     std::swap(relu.name, pool.name);
     std::swap(g.value(r).name, g.value(p).name);

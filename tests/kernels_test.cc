@@ -263,6 +263,18 @@ TYPED_TEST(CpuKernelTest, MaxPool) {
     check_outputs<T>({y}, false, [&](auto& o, bool) { max_pool2d_forward(o[0], tx.data(), s); });
     check_outputs<T>({dx}, true,
                      [&](auto& o, bool acc) { max_pool2d_backward(o[0], tdy.data(), tx.data(), s, acc); });
+
+    // The argmax variants: each recorded window offset points at the reference maximum, and the
+    // backward through the offsets gives the reference gradient.
+    std::vector<uint8_t> am(y.size(), 255);
+    check_outputs<T>({y}, false, [&](auto& o, bool) { max_pool2d_forward(o[0], am.data(), tx.data(), s); });
+    for (long yi = 0; yi < long(y.size()); ++yi) {
+      const long ow = yi % s.w_out, oh = yi / s.w_out % s.h_out, p = yi / (long(s.w_out) * s.h_out);
+      const long ih = oh * s.stride_h - s.pad_h + am[yi] / s.kw, iw = ow * s.stride_w - s.pad_w + am[yi] % s.kw;
+      ASSERT_EQ((p * s.h + ih) * s.w + iw, arg[yi]) << "output " << yi;
+    }
+    check_outputs<T>({dx}, true,
+                     [&](auto& o, bool acc) { max_pool2d_backward(o[0], tdy.data(), am.data(), s, acc); });
   }
 }
 

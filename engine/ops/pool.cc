@@ -41,21 +41,33 @@ Dims check_pool(const Node& n, const Value& xv) {
   return {xv.dims[0], s.h_out, s.w_out};
 }
 
-void infer_fwd(Graph& g, Node& n) {
+// Max pooling: out[0] = y, out[1] = the argmax of each window (U8 offset inside the window).
+void infer_max(Graph& g, Node& n) {
+  ops::expect_arity(n, 1, 1, 2);
+  const Dims y = check_pool(n, g.value(n.in[0]));
+  if (n.attrs.kh * n.attrs.kw > 256) ops::fail(n, "windows larger than 256 elements are not supported");
+  if (g.value(n.out[1]).dtype != DType::U8) ops::fail(n, "the argmax output must be U8");
+  ops::set_out_dims(g, n, 0, y);
+  ops::set_out_dims(g, n, 1, y);
+}
+
+void infer_avg(Graph& g, Node& n) {
   ops::expect_arity(n, 1, 1, 1);
   ops::set_out_dims(g, n, 0, check_pool(n, g.value(n.in[0])));
 }
 
-// Backward ops: in[0] = dy; dx (out[0]) has x's dims.
+// Backward ops: in[0] = dy (max: in[1] = argmax); dx (out[0]) has x's dims.
 void infer_bwd(Graph& g, Node& n) {
-  ops::expect_arity(n, n.def == &kMaxPool2dBwd ? 2 : 1, n.def == &kMaxPool2dBwd ? 2 : 1, 1);
+  const size_t ins = n.def == &kMaxPool2dBwd ? 2 : 1;
+  ops::expect_arity(n, ins, ins, 1);
   if (check_pool(n, g.value(n.out[0])) != g.value(n.in[0]).dims) ops::fail(n, "gradient shape mismatch");
+  if (ins == 2 && g.value(n.in[1]).dims != g.value(n.in[0]).dims) ops::fail(n, "argmax shape mismatch");
 }
 
 void max_backward(GradBuilder& gb, const Node& n) {
   const ValueId x = n.in[0];
   const ValueId dx = gb.new_grad_value(x, "grad(" + gb.graph().value(x).name + ")");
-  gb.emit(kMaxPool2dBwd, {gb.grad(n.out[0]), x}, {dx}, n.name + ".backward", n.attrs);
+  gb.emit(kMaxPool2dBwd, {gb.grad(n.out[0]), n.out[1]}, {dx}, n.name + ".backward", n.attrs);
   gb.add_grad(x, dx);
 }
 
@@ -71,9 +83,11 @@ cpu::Pool2dShape node_shape(const StepArgs& a) {
   return pool_shape(a.graph->value(x).dims, a.node->attrs, a.n);
 }
 
-template <class T> void max_fwd_cpu(const StepArgs& a) { cpu::max_pool2d_forward<T>(a.out<T>(), a.in<T>(0), node_shape(a)); }
+template <class T> void max_fwd_cpu(const StepArgs& a) {
+  cpu::max_pool2d_forward<T>(a.out<T>(0), a.out<uint8_t>(1), a.in<T>(0), node_shape(a));
+}
 template <class T> void max_bwd_cpu(const StepArgs& a) {
-  cpu::max_pool2d_backward<T>(a.out<T>(), a.in<T>(0), a.in<T>(1), node_shape(a), a.accumulate);
+  cpu::max_pool2d_backward<T>(a.out<T>(), a.in<T>(0), a.in<uint8_t>(1), node_shape(a), a.accumulate);
 }
 template <class T> void avg_fwd_cpu(const StepArgs& a) { cpu::avg_pool2d_forward<T>(a.out<T>(), a.in<T>(0), node_shape(a)); }
 template <class T> void avg_bwd_cpu(const StepArgs& a) {
@@ -119,9 +133,9 @@ template <class T> void gap_bwd_cpu(const StepArgs& a) {
 
 }  // namespace
 
-const OpDef kMaxPool2d{"max_pool2d", infer_fwd, max_backward, nullptr, false, false, CRUMB_CPU_IMPL(max_fwd_cpu)};
+const OpDef kMaxPool2d{"max_pool2d", infer_max, max_backward, nullptr, false, false, CRUMB_CPU_IMPL(max_fwd_cpu)};
 const OpDef kMaxPool2dBwd{"max_pool2d_backward", infer_bwd, nullptr, nullptr, false, false, CRUMB_CPU_IMPL(max_bwd_cpu)};
-const OpDef kAvgPool2d{"avg_pool2d", infer_fwd, avg_backward, nullptr, false, false, CRUMB_CPU_IMPL(avg_fwd_cpu)};
+const OpDef kAvgPool2d{"avg_pool2d", infer_avg, avg_backward, nullptr, false, false, CRUMB_CPU_IMPL(avg_fwd_cpu)};
 const OpDef kAvgPool2dBwd{"avg_pool2d_backward", infer_bwd, nullptr, nullptr, false, false, CRUMB_CPU_IMPL(avg_bwd_cpu)};
 const OpDef kGlobalAvgPool{"global_avg_pool", infer_gap, gap_backward, nullptr, false, false, CRUMB_CPU_IMPL(gap_fwd_cpu)};
 const OpDef kGlobalAvgPoolBwd{"global_avg_pool_backward", infer_gap_bwd, nullptr, nullptr, false, false,

@@ -180,6 +180,37 @@ template <class T> void max_pool2d_backward(T* dx, const T* dy, const T* x, cons
   });
 }
 
+template <class T> void max_pool2d_forward(T* y, uint8_t* argmax, const T* x, const Pool2dShape& s) {
+  for_each_plane(s, [&](std::ptrdiff_t p, auto stride_w) {
+    T* yp = y + p * out_plane(s);
+    uint8_t* ap = argmax + p * out_plane(s);
+    max_pool_plane<true>(s, x + p * in_plane(s), stride_w, [&](const Band& b, const T* best, const int* at) {
+      const std::ptrdiff_t o0 = std::ptrdiff_t{b.oh0} * s.w_out;
+      std::copy(best, best + b.rows() * s.w_out, yp + o0);
+      for (int o = 0; o < b.rows() * s.w_out; ++o) {
+        const int oh = b.oh0 + o / s.w_out, ow = o % s.w_out;
+        const int ki = at[o] / s.w - (oh * s.stride_h - s.pad_h), kj = at[o] % s.w - (ow * s.stride_w - s.pad_w);
+        ap[o0 + o] = static_cast<uint8_t>(ki * s.kw + kj);
+      }
+    });
+  });
+}
+
+template <class T>
+void max_pool2d_backward(T* dx, const T* dy, const uint8_t* argmax, const Pool2dShape& s, bool accumulate) {
+  for_each_plane(s, [&](std::ptrdiff_t p, auto) {
+    T* dxp = dx_plane(dx, p, s, accumulate);
+    const T* g = dy + p * out_plane(s);
+    const uint8_t* ap = argmax + p * out_plane(s);
+    // Serial within a plane: overlapping windows may share a maximum.
+    for (int oh = 0, o = 0; oh < s.h_out; ++oh)
+      for (int ow = 0; ow < s.w_out; ++ow, ++o) {
+        const int ih = oh * s.stride_h - s.pad_h + ap[o] / s.kw, iw = ow * s.stride_w - s.pad_w + ap[o] % s.kw;
+        dxp[ih * s.w + iw] += g[o];
+      }
+  });
+}
+
 // Padding cells are never visited, so they count as zeros while the sum is divided by the full
 // window area.
 template <class T> void avg_pool2d_forward(T* y, const T* x, const Pool2dShape& s) {
@@ -241,6 +272,8 @@ template <class T> void global_avg_pool_backward(T* dx, const T* dy, int n, int 
 #define CRUMB_INSTANTIATE(T)                                                                   \
   template void max_pool2d_forward<T>(T*, const T*, const Pool2dShape&);                      \
   template void max_pool2d_backward<T>(T*, const T*, const T*, const Pool2dShape&, bool);     \
+  template void max_pool2d_forward<T>(T*, uint8_t*, const T*, const Pool2dShape&);            \
+  template void max_pool2d_backward<T>(T*, const T*, const uint8_t*, const Pool2dShape&, bool); \
   template void avg_pool2d_forward<T>(T*, const T*, const Pool2dShape&);                      \
   template void avg_pool2d_backward<T>(T*, const T*, const Pool2dShape&, bool);               \
   template void global_avg_pool_forward<T>(T*, const T*, int, int, int);                      \
