@@ -1,0 +1,42 @@
+// Owning wrappers for cuDNN descriptors, so the plans holding them are movable, not copyable, and
+// release them when destroyed. Internal to the cuDNN-backed sources.
+#pragma once
+#include <cudnn.h>
+
+#include <memory>
+#include <type_traits>
+
+#include "kernels/cuda/check.h"
+
+namespace crumb::cuda::detail {
+
+template <class Desc, cudnnStatus_t (*Create)(Desc*), cudnnStatus_t (*Destroy)(Desc)>
+class Descriptor {
+ public:
+  Descriptor() {
+    Desc desc = nullptr;
+    CRUMB_CUDNN_CHECK(Create(&desc));
+    owned_.reset(desc);
+  }
+  Desc get() const { return owned_.get(); }
+
+ private:
+  struct Deleter {
+    void operator()(Desc desc) const noexcept { Destroy(desc); }
+  };
+  std::unique_ptr<std::remove_pointer_t<Desc>, Deleter> owned_;
+};
+
+using TensorDescriptor = Descriptor<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor, cudnnDestroyTensorDescriptor>;
+using FilterDescriptor = Descriptor<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor, cudnnDestroyFilterDescriptor>;
+using ConvolutionDescriptor =
+    Descriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor, cudnnDestroyConvolutionDescriptor>;
+using PoolingDescriptor =
+    Descriptor<cudnnPoolingDescriptor_t, cudnnCreatePoolingDescriptor, cudnnDestroyPoolingDescriptor>;
+
+// A dense NCHW float tensor [n, c, h, w]. Cheap: no allocation, no device work.
+inline void set_nchw(const TensorDescriptor& desc, int n, int c, int h, int w) {
+  CRUMB_CUDNN_CHECK(cudnnSetTensor4dDescriptor(desc.get(), CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, w));
+}
+
+}  // namespace crumb::cuda::detail

@@ -1,0 +1,58 @@
+// CUDA kernels: host launchers over device pointers with explicit shapes, the twins of the CPU kernels
+// in kernels/cpu/kernels.h (same layouts, same semantics, float only). Each launcher checks its
+// preconditions and the launch, throwing crumb::Error, and enqueues on `stream` without synchronising.
+// Launchers never allocate: the engine owns all device memory.
+// `accumulate` selects the write mode of a gradient output as on the CPU: false writes (=) and never
+// reads the output (it may hold garbage, even NaN), true adds (+=), for fused micro-batch accumulation.
+// Counts of zero are valid and launch nothing.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace crumb::cuda {
+
+// ---- elementwise over `count` elements. y may alias x (in place), dx may alias dy.
+void relu_forward(float* y, const float* x, std::size_t count, cudaStream_t stream);
+// dx (=|+=) dy where y > 0 else 0 (the forward *output*, so the forward may run in place)
+void relu_backward(float* dx, const float* dy, const float* y, std::size_t count, bool accumulate, cudaStream_t stream);
+// y = a + b (y may alias a or b)
+void add_forward(float* y, const float* a, const float* b, std::size_t count, cudaStream_t stream);
+// y (=|+=) x
+void copy_or_accumulate(float* y, const float* x, std::size_t count, bool accumulate, cudaStream_t stream);
+
+// ---- per-channel bias on y [n, c, hw] (hw = 1 for a linear layer's [n, c])
+// y [n, c, hw] += b [c], in place
+void bias_add_nchw(float* y, const float* b, int n, int c, int hw, cudaStream_t stream);
+// db [c] (=|+=) sum over n and hw of dy [n, c, hw]. One block reduces one channel in a fixed order, so
+// the result is deterministic (no atomics).
+void bias_backward_nchw(float* db, const float* dy, int n, int c, int hw, bool accumulate, cudaStream_t stream);
+
+// ---- global average pool: x [n, c, hw] -> y [n, c]
+void global_avg_pool_forward(float* y, const float* x, int n, int c, int hw, cudaStream_t stream);
+// dx [n, c, hw] (=|+=) dy [n, c] / hw
+void global_avg_pool_backward(float* dx, const float* dy, int n, int c, int hw, bool accumulate, cudaStream_t stream);
+
+// ---- softmax cross-entropy over logits [n, k] with int32 labels [n] in [0, k) (not checked on the device).
+// Writes probs [n, k] and *adds* to two device counters, which the caller zeroes once per step so that
+// all micro-batches of a step accumulate on the device and are read back with one copy:
+//   *loss_sum_dev += sum over rows of -log p[label] (max-subtracted log-sum-exp, added in double);
+//   *correct_dev  += rows whose first maximum of probs is the label (the CPU's count_correct).
+// Rows are summed with atomics, so the loss sum's rounding may vary between runs (in the last bits of a
+// double); the probs and the count are deterministic.
+void softmax_xent_forward(float* probs, const float* logits, const int32_t* labels, int n, int k, double* loss_sum_dev,
+                          int* correct_dev, cudaStream_t stream);
+// dlogits [n, k] (=|+=) scale * (probs - onehot(labels)). scale is 1/B for a batch of B samples.
+void softmax_xent_backward(float* dlogits, const float* probs, const int32_t* labels, int n, int k, float scale,
+                           bool accumulate, cudaStream_t stream);
+
+// ---- optimizer: one launch over the engine's flat parameter block, so it is the multi-tensor step.
+// PyTorch torch.optim.SGD semantics (dampening 0, no Nesterov): g = grad + weight_decay * p;
+// buf = first_step ? g : momentum * buf + g; p -= lr * (momentum != 0 ? buf : g).
+// params, grads, momentum_buf [count]; momentum_buf is never touched (may be null) when momentum == 0,
+// and is not read on the first step (may hold garbage).
+void sgd_momentum_step(float* params, const float* grads, float* momentum_buf, std::size_t count, float lr,
+                       float momentum, float weight_decay, bool first_step, cudaStream_t stream);
+
+}  // namespace crumb::cuda

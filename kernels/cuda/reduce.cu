@@ -1,0 +1,81 @@
+// Reductions over [n, c, hw] tensors: the per-channel bias gradient (over n and hw) and the global
+// average pool (over hw). Both reduce in a fixed order, so results are deterministic.
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/kernel_util.cuh"
+#include "kernels/cuda/kernels.h"
+
+namespace crumb::cuda {
+namespace {
+using detail::blocks_for;
+using detail::global_index;
+using detail::kBlock;
+using detail::kWarp;
+using detail::nchw_count;
+using detail::put;
+using detail::warp_sum;
+
+// One block per channel has to stream n * hw elements (a whole batch of feature maps), so it uses the
+// largest block for enough loads in flight; c blocks are launched.
+constexpr int kChannelBlock = 1024;
+
+// Sum over the block; the result is valid in thread 0. blockDim.x is a multiple of the warp size.
+__device__ float block_sum(float v) {
+  __shared__ float warp_sums[kChannelBlock / kWarp];
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  v = warp_sum(v);
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < static_cast<int>(blockDim.x / kWarp) ? warp_sums[lane] : 0.0f;
+    v = warp_sum(v);
+  }
+  return v;
+}
+
+// Block b sums channel b of dy [n, c, hw]. Consecutive threads read consecutive pixels of one sample's
+// plane, so loads coalesce when hw is large; for a linear layer (hw = 1) they are strided by c, which
+// is cheap at the sizes of a classifier head.
+__global__ void bias_backward_nchw_kernel(float* db, const float* dy, int n, int c, int hw, bool accumulate) {
+  const int channel = blockIdx.x;
+  const std::size_t per_channel = static_cast<std::size_t>(n) * hw;
+  float sum = 0.0f;
+  for (std::size_t e = threadIdx.x; e < per_channel; e += blockDim.x) {
+    const std::size_t sample = e / hw, pixel = e - sample * hw;
+    sum += dy[(sample * c + channel) * hw + pixel];
+  }
+  sum = block_sum(sum);
+  if (threadIdx.x == 0) put(db[channel], sum, accumulate);
+}
+
+// One warp per row of x [rows, hw]: hw is a final feature map (7x7, 8x8), too short for a block.
+__global__ void global_avg_pool_forward_kernel(float* y, const float* x, std::size_t rows, int hw, float inv_hw) {
+  const std::size_t row = global_index() / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (row >= rows) return;  // uniform across the warp, so the shuffles below see all lanes
+  const float* xr = x + row * hw;
+  float sum = 0.0f;
+  for (int j = lane; j < hw; j += kWarp) sum += xr[j];
+  sum = warp_sum(sum);
+  if (lane == 0) y[row] = sum * inv_hw;
+}
+
+}  // namespace
+
+void bias_backward_nchw(float* db, const float* dy, int n, int c, int hw, bool accumulate, cudaStream_t stream) {
+  nchw_count(n, c, hw, "bias_backward_nchw");
+  if (c == 0) return;
+  // n == 0 still launches: the gradient of an empty batch is zero, which write mode must store.
+  bias_backward_nchw_kernel<<<c, kChannelBlock, 0, stream>>>(db, dy, n, c, hw, accumulate);
+  CRUMB_CUDA_CHECK_LAUNCH();
+}
+
+void global_avg_pool_forward(float* y, const float* x, int n, int c, int hw, cudaStream_t stream) {
+  nchw_count(n, c, hw, "global_avg_pool_forward");
+  const std::size_t rows = static_cast<std::size_t>(n) * c;
+  if (rows == 0) return;
+  const float inv_hw = 1.0f / static_cast<float>(hw);
+  global_avg_pool_forward_kernel<<<blocks_for(rows * kWarp), kBlock, 0, stream>>>(y, x, rows, hw, inv_hw);
+  CRUMB_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace crumb::cuda

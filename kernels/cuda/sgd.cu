@@ -1,0 +1,42 @@
+// The optimizer step over the engine's single contiguous parameter block: one launch updates every
+// parameter of the model (the multi-tensor step comes for free from the layout).
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/kernel_util.cuh"
+#include "kernels/cuda/kernels.h"
+
+namespace crumb::cuda {
+namespace {
+using detail::blocks_for;
+using detail::global_index;
+using detail::kBlock;
+
+__global__ void sgd_momentum_step_kernel(float* __restrict__ params, const float* __restrict__ grads,
+                                         float* __restrict__ momentum_buf, std::size_t count, float lr, float momentum,
+                                         float weight_decay, bool first_step) {
+  const std::size_t i = global_index();
+  if (i >= count) return;
+  const float g = grads[i] + weight_decay * params[i];
+  // Plain SGD never touches the buffer, which may then be null. The branch is uniform over the grid.
+  if (momentum == 0.0f) {
+    params[i] -= lr * g;
+    return;
+  }
+  // A select, not a blend: on the first step the buffer may hold garbage (even NaN).
+  const float buf = first_step ? g : momentum * momentum_buf[i] + g;
+  momentum_buf[i] = buf;
+  params[i] -= lr * buf;
+}
+
+}  // namespace
+
+void sgd_momentum_step(float* params, const float* grads, float* momentum_buf, std::size_t count, float lr,
+                       float momentum, float weight_decay, bool first_step, cudaStream_t stream) {
+  CRUMB_CHECK(momentum == 0.0f || momentum_buf != nullptr, "sgd_momentum_step: momentum ", momentum,
+              " needs a momentum buffer");
+  if (count == 0) return;
+  sgd_momentum_step_kernel<<<blocks_for(count), kBlock, 0, stream>>>(params, grads, momentum_buf, count, lr, momentum,
+                                                                     weight_decay, first_step);
+  CRUMB_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace crumb::cuda

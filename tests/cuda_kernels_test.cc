@@ -1,0 +1,537 @@
+// CUDA kernels against their CPU twins (kernels/cpu/kernels.h) on the same random float inputs, in both
+// write modes, at ragged sizes. Every test that touches a device skips without one; the status-check
+// tests run everywhere.
+#if CRUMB_HAVE_CUDA
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "engine/error.h"
+#include "kernels/cpu/kernels.h"
+#include "kernels/cuda/blas.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/kernels.h"
+#if CRUMB_HAVE_CUDNN
+#include "kernels/cuda/cudnn_conv.h"
+#include "kernels/cuda/cudnn_pool.h"
+#endif
+
+namespace crumb::cuda {
+namespace {
+
+using Floats = std::vector<float>;
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+// Both sides compute in float, in different orders (and cuDNN/cuBLAS pick their own), so results agree
+// to float rounding of the sums, not bit for bit.
+constexpr double kTolerance = 1e-4;
+
+#define CRUMB_REQUIRE_GPU()                                                \
+  do {                                                                     \
+    if (!cuda_device_available()) GTEST_SKIP() << "no usable CUDA device"; \
+  } while (0)
+
+Floats random_floats(std::size_t count, unsigned seed, float lo = -1, float hi = 1) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  Floats v(count);
+  for (float& e : v) e = dist(gen);
+  return v;
+}
+
+// The rounding error of a long float sum scales with the size of the sums, not with its own result, which
+// may cancel to near zero: so the bound is relative to the element and to the output's RMS (at least 1).
+void expect_close(const Floats& got, const Floats& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double square_sum = 0;
+  for (float e : want) square_sum += double(e) * e;
+  const double scale = std::max(1.0, std::sqrt(square_sum / std::max<std::size_t>(want.size(), 1)));
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double err = std::abs(double(got[i]) - want[i]);
+    if (!(err <= kTolerance * (scale + std::abs(want[i])))) {
+      ADD_FAILURE() << what << " [" << i << "]: cuda " << got[i] << ", cpu " << want[i];
+      return;
+    }
+  }
+}
+
+// Owns count elements of device memory.
+template <class T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(std::size_t count) : count_(count) {
+    CRUMB_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr_), std::max<std::size_t>(count, 1) * sizeof(T)));
+  }
+  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) { upload(host); }
+  ~DeviceArray() { cudaFree(ptr_); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+
+  void upload(const std::vector<T>& host) {
+    ASSERT_EQ(host.size(), count_);
+    CRUMB_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), count_ * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  // Synchronises with the legacy default stream, which every test enqueues on, and so also reports
+  // faults of the kernels before it.
+  std::vector<T> download() const {
+    std::vector<T> host(count_);
+    CRUMB_CUDA_CHECK(cudaMemcpy(host.data(), ptr_, count_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+  T* get() const { return ptr_; }
+
+ private:
+  std::size_t count_;
+  T* ptr_ = nullptr;
+};
+
+using Run = std::function<void(const std::vector<float*>&, bool accumulate)>;
+
+// Runs a CPU kernel and its CUDA twin on outputs of the given sizes, pre-filled for each write mode:
+// NaN for accumulate=false, so a read of the old contents shows; the same random values on both sides
+// for accumulate=true. Then compares every output.
+void check_against_cpu(const std::vector<std::size_t>& sizes, bool has_accumulate, const Run& cpu, const Run& gpu,
+                       const std::string& what) {
+  for (bool accumulate : {false, true}) {
+    if (accumulate && !has_accumulate) break;
+    std::vector<Floats> host;
+    std::vector<std::unique_ptr<DeviceArray<float>>> device;
+    std::vector<float*> host_ptrs, device_ptrs;
+    for (std::size_t o = 0; o < sizes.size(); ++o) {
+      host.push_back(accumulate ? random_floats(sizes[o], 100 + unsigned(o)) : Floats(sizes[o], kNaN));
+      device.push_back(std::make_unique<DeviceArray<float>>(host.back()));
+    }
+    for (std::size_t o = 0; o < sizes.size(); ++o) {
+      host_ptrs.push_back(host[o].data());
+      device_ptrs.push_back(device[o]->get());
+    }
+    cpu(host_ptrs, accumulate);
+    gpu(device_ptrs, accumulate);
+    for (std::size_t o = 0; o < sizes.size(); ++o) {
+      expect_close(device[o]->download(), host[o],
+                   what + " output " + std::to_string(o) + (accumulate ? " (+=)" : " (=)"));
+    }
+  }
+}
+
+// ---- status checks (no device needed)
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no crumb::Error thrown)";
+}
+
+TEST(CudaCheck, MacroReportsTheFailingCall) {
+  // Fails with or without a device: an invalid device id, or no usable driver at all.
+  const std::string msg = message_of([] { CRUMB_CUDA_CHECK(cudaSetDevice(-1)); });
+  cudaGetLastError();
+  EXPECT_NE(msg.find("cudaSetDevice(-1)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(__FILE__), std::string::npos) << msg;
+  EXPECT_NE(msg.find("CUDA error"), std::string::npos) << msg;
+}
+
+TEST(CudaCheck, FunctionsNameLibraryStatusAndPlace) {
+  EXPECT_NO_THROW(check_cuda(cudaSuccess, "ok()", "f.cc", 1));
+  EXPECT_NO_THROW(check_cublas(CUBLAS_STATUS_SUCCESS, "ok()", "f.cc", 1));
+  std::string msg = message_of([] { check_cuda(cudaErrorInvalidValue, "fake_call(1, 2)", "some/file.cc", 42); });
+  EXPECT_NE(msg.find("some/file.cc:42"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("fake_call(1, 2)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(cudaGetErrorString(cudaErrorInvalidValue)), std::string::npos) << msg;
+  EXPECT_NE(msg.find("cudaErrorInvalidValue"), std::string::npos) << msg;
+  msg = message_of([] { check_cublas(CUBLAS_STATUS_INVALID_VALUE, "cublasFake()", "b.cc", 7); });
+  EXPECT_NE(msg.find("cuBLAS error at b.cc:7: cublasFake()"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("CUBLAS_STATUS_INVALID_VALUE"), std::string::npos) << msg;
+#if CRUMB_HAVE_CUDNN
+  EXPECT_NO_THROW(check_cudnn(CUDNN_STATUS_SUCCESS, "ok()", "f.cc", 1));
+  msg = message_of([] { check_cudnn(CUDNN_STATUS_BAD_PARAM, "cudnnFake()", "c.cc", 9); });
+  EXPECT_NE(msg.find("cuDNN error at c.cc:9: cudnnFake()"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("CUDNN_STATUS_BAD_PARAM"), std::string::npos) << msg;
+#endif
+}
+
+TEST(CudaCheck, DeviceProbeIsStable) {
+  const bool available = cuda_device_available();
+  EXPECT_EQ(cuda_device_available(), available);
+  // Without a usable driver every runtime call reports that again, so only a working runtime must be clean.
+  if (available) {
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  }
+}
+
+// ---- elementwise, reductions, softmax cross-entropy, SGD
+
+TEST(CudaKernels, Elementwise) {
+  CRUMB_REQUIRE_GPU();
+  // Neither count is a multiple of 4 or of a block.
+  for (std::size_t count : {std::size_t{37}, std::size_t{100003}}) {
+    const Floats x = random_floats(count, 1), a = random_floats(count, 2), dy = random_floats(count, 3);
+    Floats y(count);
+    cpu::relu_forward(y.data(), x.data(), count);
+    const DeviceArray<float> dev_x(x), dev_a(a), dev_dy(dy), dev_y(y);
+    const std::string at = " count=" + std::to_string(count);
+    check_against_cpu(
+        {count}, false, [&](auto& o, bool) { cpu::relu_forward(o[0], x.data(), count); },
+        [&](auto& o, bool) { relu_forward(o[0], dev_x.get(), count, nullptr); }, "relu_forward" + at);
+    check_against_cpu(
+        {count}, true, [&](auto& o, bool acc) { cpu::relu_backward(o[0], dy.data(), y.data(), count, acc); },
+        [&](auto& o, bool acc) { relu_backward(o[0], dev_dy.get(), dev_y.get(), count, acc, nullptr); },
+        "relu_backward" + at);
+    check_against_cpu(
+        {count}, false, [&](auto& o, bool) { cpu::add_forward(o[0], x.data(), a.data(), count); },
+        [&](auto& o, bool) { add_forward(o[0], dev_x.get(), dev_a.get(), count, nullptr); }, "add_forward" + at);
+    check_against_cpu(
+        {count}, true, [&](auto& o, bool acc) { cpu::copy_or_accumulate(o[0], x.data(), count, acc); },
+        [&](auto& o, bool acc) { copy_or_accumulate(o[0], dev_x.get(), count, acc, nullptr); },
+        "copy_or_accumulate" + at);
+
+    // In place: y aliases x, dx aliases dy, y aliases a.
+    Floats want = x;
+    cpu::relu_forward(want.data(), want.data(), count);
+    DeviceArray<float> buf(x);
+    relu_forward(buf.get(), buf.get(), count, nullptr);
+    expect_close(buf.download(), want, "relu_forward in place" + at);
+    want = dy;
+    cpu::relu_backward(want.data(), want.data(), y.data(), count, true);
+    buf.upload(dy);
+    relu_backward(buf.get(), buf.get(), dev_y.get(), count, true, nullptr);
+    expect_close(buf.download(), want, "relu_backward in place" + at);
+    want = a;
+    cpu::add_forward(want.data(), want.data(), x.data(), count);
+    buf.upload(a);
+    add_forward(buf.get(), buf.get(), dev_x.get(), count, nullptr);
+    expect_close(buf.download(), want, "add_forward in place" + at);
+  }
+}
+
+// [n, c, hw] shapes: generic, a linear layer's [n, c] (hw = 1), a LeNet feature map.
+const std::vector<std::tuple<int, int, int>> kNchwShapes = {{3, 5, 7}, {37, 10, 1}, {16, 6, 784}};
+
+TEST(CudaKernels, Bias) {
+  CRUMB_REQUIRE_GPU();
+  for (auto [n, c, hw] : kNchwShapes) {
+    const std::size_t count = std::size_t(n) * c * hw;
+    const Floats y0 = random_floats(count, 1), b = random_floats(c, 2), dy = random_floats(count, 3);
+    const DeviceArray<float> dev_b(b), dev_dy(dy);
+    const std::string at = " n=" + std::to_string(n) + " c=" + std::to_string(c) + " hw=" + std::to_string(hw);
+    // The CPU has these only inside its conv/linear kernels, so the twins here are plain loops.
+    Floats want = y0;
+    for (std::size_t i = 0; i < count; ++i) want[i] += b[(i / hw) % c];
+    DeviceArray<float> y(y0);
+    bias_add_nchw(y.get(), dev_b.get(), n, c, hw, nullptr);
+    expect_close(y.download(), want, "bias_add_nchw" + at);
+    check_against_cpu(
+        {std::size_t(c)}, true,
+        [&](auto& o, bool acc) {
+          for (int ch = 0; ch < c; ++ch) {
+            double sum = 0;
+            for (int i = 0; i < n; ++i)
+              for (int p = 0; p < hw; ++p) sum += dy[(std::size_t(i) * c + ch) * hw + p];
+            o[0][ch] = float(acc ? o[0][ch] + sum : sum);
+          }
+        },
+        [&](auto& o, bool acc) { bias_backward_nchw(o[0], dev_dy.get(), n, c, hw, acc, nullptr); },
+        "bias_backward_nchw" + at);
+  }
+}
+
+TEST(CudaKernels, GlobalAvgPool) {
+  CRUMB_REQUIRE_GPU();
+  for (auto [n, c, hw] : kNchwShapes) {
+    const std::size_t count = std::size_t(n) * c * hw, rows = std::size_t(n) * c;
+    const Floats x = random_floats(count, 1), dy = random_floats(rows, 2);
+    const DeviceArray<float> dev_x(x), dev_dy(dy);
+    const std::string at = " n=" + std::to_string(n) + " c=" + std::to_string(c) + " hw=" + std::to_string(hw);
+    check_against_cpu(
+        {rows}, false, [&](auto& o, bool) { cpu::global_avg_pool_forward(o[0], x.data(), n, c, hw); },
+        [&](auto& o, bool) { global_avg_pool_forward(o[0], dev_x.get(), n, c, hw, nullptr); },
+        "global_avg_pool_forward" + at);
+    check_against_cpu(
+        {count}, true, [&](auto& o, bool acc) { cpu::global_avg_pool_backward(o[0], dy.data(), n, c, hw, acc); },
+        [&](auto& o, bool acc) { global_avg_pool_backward(o[0], dev_dy.get(), n, c, hw, acc, nullptr); },
+        "global_avg_pool_backward" + at);
+  }
+}
+
+TEST(CudaKernels, SoftmaxXent) {
+  CRUMB_REQUIRE_GPU();
+  // k = 10: fewer classes than warp lanes; k = 1000: many columns per lane. Magnitude 1000 drives most
+  // probs to 0, so only the max-subtracted loss stays finite.
+  for (auto [n, k, magnitude] : {std::tuple{37, 10, 3.0f}, {37, 10, 1000.0f}, {300, 1000, 5.0f}}) {
+    const std::string at = " n=" + std::to_string(n) + " k=" + std::to_string(k) + " |z|<=" + std::to_string(magnitude);
+    const std::size_t count = std::size_t(n) * k;
+    const Floats z = random_floats(count, 1, -magnitude, magnitude);
+    // Every third label is the row's argmax, so the correct count is neither 0 nor n.
+    std::mt19937 gen(2);
+    std::vector<int32_t> labels(n);
+    for (int i = 0; i < n; ++i) {
+      const float* row = z.data() + std::size_t(i) * k;
+      labels[i] = i % 3 == 0 ? int32_t(std::max_element(row, row + k) - row) : int32_t(gen() % k);
+    }
+    const DeviceArray<float> dev_z(z);
+    const DeviceArray<int32_t> dev_labels(labels);
+
+    Floats probs(count);
+    const double loss = cpu::softmax_xent_forward(probs.data(), z.data(), labels.data(), n, k);
+    const int correct = cpu::count_correct(probs.data(), labels.data(), n, k);
+    // The counters start non-zero: the kernel adds to them.
+    const double loss0 = 1.5;
+    const int correct0 = 2;
+    DeviceArray<float> dev_probs(Floats(count, kNaN));
+    DeviceArray<double> dev_loss(std::vector<double>{loss0});
+    DeviceArray<int> dev_correct(std::vector<int>{correct0});
+    softmax_xent_forward(dev_probs.get(), dev_z.get(), dev_labels.get(), n, k, dev_loss.get(), dev_correct.get(),
+                         nullptr);
+    expect_close(dev_probs.download(), probs, "softmax_xent_forward probs" + at);
+    EXPECT_NEAR(dev_loss.download()[0] - loss0, loss, kTolerance * (1 + std::abs(loss))) << at;
+    EXPECT_EQ(dev_correct.download()[0] - correct0, correct) << at;
+
+    const float scale = 1.0f / n;
+    check_against_cpu(
+        {count}, true,
+        [&](auto& o, bool acc) { cpu::softmax_xent_backward(o[0], probs.data(), labels.data(), n, k, scale, acc); },
+        [&](auto& o, bool acc) {
+          softmax_xent_backward(o[0], dev_probs.get(), dev_labels.get(), n, k, scale, acc, nullptr);
+        },
+        "softmax_xent_backward" + at);
+  }
+}
+
+TEST(CudaKernels, SgdThreeSteps) {
+  CRUMB_REQUIRE_GPU();
+  for (std::size_t count : {std::size_t{41}, std::size_t{100003}}) {
+    for (auto [momentum, wd] : {std::pair{0.9f, 0.01f}, {0.9f, 0.0f}, {0.0f, 0.01f}}) {
+      const std::string at =
+          " count=" + std::to_string(count) + " momentum=" + std::to_string(momentum) + " wd=" + std::to_string(wd);
+      Floats p = random_floats(count, 1);
+      // The buffer starts as NaN: the first step must overwrite it without reading.
+      Floats buf(count, kNaN);
+      DeviceArray<float> dev_p(p), dev_buf(buf);
+      for (int step = 0; step < 3; ++step) {
+        const Floats g = random_floats(count, 10 + step);
+        const DeviceArray<float> dev_g(g);
+        cpu::sgd_momentum_step(p.data(), g.data(), momentum != 0 ? buf.data() : nullptr, count, 0.1f, momentum, wd,
+                               step == 0);
+        sgd_momentum_step(dev_p.get(), dev_g.get(), momentum != 0 ? dev_buf.get() : nullptr, count, 0.1f, momentum, wd,
+                          step == 0, nullptr);
+        expect_close(dev_p.download(), p, "sgd params step " + std::to_string(step) + at);
+        if (momentum != 0) expect_close(dev_buf.download(), buf, "sgd momentum step " + std::to_string(step) + at);
+      }
+    }
+  }
+}
+
+// ---- library-backed ops: cuBLAS linear, cuDNN conv and pooling
+
+class CudaLibraryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    CRUMB_REQUIRE_GPU();
+    CRUMB_CUBLAS_CHECK(cublasCreate(&blas_));
+#if CRUMB_HAVE_CUDNN
+    CRUMB_CUDNN_CHECK(cudnnCreate(&dnn_));
+#endif
+  }
+  void TearDown() override {
+    if (blas_) cublasDestroy(blas_);
+#if CRUMB_HAVE_CUDNN
+    if (dnn_) cudnnDestroy(dnn_);
+#endif
+  }
+
+  cublasHandle_t blas_ = nullptr;
+#if CRUMB_HAVE_CUDNN
+  cudnnHandle_t dnn_ = nullptr;
+#endif
+};
+
+TEST_F(CudaLibraryTest, Linear) {
+  // Tiny, ragged, and LeNet's classifier layers.
+  for (auto [n, in, out] : {std::tuple{3, 5, 4}, {1, 1, 1}, {37, 33, 19}, {64, 400, 120}, {64, 84, 10}}) {
+    const std::string at = " n=" + std::to_string(n) + " in=" + std::to_string(in) + " out=" + std::to_string(out);
+    const Floats x = random_floats(std::size_t(n) * in, 1), w = random_floats(std::size_t(out) * in, 2),
+                 b = random_floats(out, 3), dy = random_floats(std::size_t(n) * out, 4);
+    const DeviceArray<float> dev_x(x), dev_w(w), dev_b(b), dev_dy(dy);
+    const std::size_t y_size = std::size_t(n) * out, x_size = std::size_t(n) * in, w_size = std::size_t(out) * in;
+    for (bool bias : {true, false}) {
+      check_against_cpu(
+          {y_size}, false,
+          [&](auto& o, bool) { cpu::linear_forward(o[0], x.data(), w.data(), bias ? b.data() : nullptr, n, in, out); },
+          [&](auto& o, bool) {
+            linear_forward(blas_, o[0], dev_x.get(), dev_w.get(), bias ? dev_b.get() : nullptr, n, in, out);
+          },
+          std::string("linear_forward") + (bias ? "" : " (no bias)") + at);
+      check_against_cpu(
+          bias ? std::vector<std::size_t>{w_size, std::size_t(out)} : std::vector<std::size_t>{w_size}, true,
+          [&](auto& o, bool acc) {
+            cpu::linear_backward_weight(o[0], bias ? o[1] : nullptr, dy.data(), x.data(), n, in, out, acc);
+          },
+          [&](auto& o, bool acc) {
+            linear_backward_weight(blas_, o[0], bias ? o[1] : nullptr, dev_dy.get(), dev_x.get(), n, in, out, acc);
+          },
+          std::string("linear_backward_weight") + (bias ? "" : " (no db)") + at);
+    }
+    check_against_cpu(
+        {x_size}, true,
+        [&](auto& o, bool acc) { cpu::linear_backward_data(o[0], dy.data(), w.data(), n, in, out, acc); },
+        [&](auto& o, bool acc) { linear_backward_data(blas_, o[0], dev_dy.get(), dev_w.get(), n, in, out, acc); },
+        "linear_backward_data" + at);
+  }
+}
+
+#if CRUMB_HAVE_CUDNN
+
+static_assert(!std::is_copy_constructible_v<ConvPlan> && std::is_nothrow_move_constructible_v<ConvPlan> &&
+              std::is_nothrow_move_assignable_v<ConvPlan>);
+static_assert(!std::is_copy_constructible_v<PoolPlan> && std::is_nothrow_move_constructible_v<PoolPlan> &&
+              std::is_nothrow_move_assignable_v<PoolPlan>);
+
+cpu::Conv2dShape conv_shape(int n, int c_in, int h, int w, int c_out, int kh, int kw, int sh, int sw, int ph, int pw) {
+  return {n, c_in, h, w, c_out, kh, kw, sh, sw, ph, pw, (h + 2 * ph - kh) / sh + 1, (w + 2 * pw - kw) / sw + 1};
+}
+
+// All three passes of `plan` at its current shape against the CPU kernels.
+void check_conv(cudnnHandle_t handle, const ConvPlan& plan) {
+  const cpu::Conv2dShape& s = plan.shape();
+  const std::string at = " n=" + std::to_string(s.n) + " c_in=" + std::to_string(s.c_in) + " " + std::to_string(s.h) +
+                         "x" + std::to_string(s.w) + " c_out=" + std::to_string(s.c_out) +
+                         " k=" + std::to_string(s.kh) + " stride=" + std::to_string(s.stride_h) +
+                         " pad=" + std::to_string(s.pad_h);
+  const std::size_t w_size = std::size_t(s.c_out) * s.c_in * s.kh * s.kw;
+  const Floats x = random_floats(s.in_count(), 1), w = random_floats(w_size, 2), b = random_floats(s.c_out, 3),
+               dy = random_floats(s.out_count(), 4);
+  const DeviceArray<float> dev_x(x), dev_w(w), dev_b(b), dev_dy(dy);
+  DeviceArray<unsigned char> workspace(plan.workspace_bytes());
+  const std::size_t ws_bytes = plan.workspace_bytes();
+  Floats cpu_ws(std::max({cpu::conv2d_forward_workspace(s), cpu::conv2d_backward_data_workspace(s),
+                          cpu::conv2d_backward_weight_workspace(s)}));
+  for (bool bias : {true, false}) {
+    check_against_cpu(
+        {std::size_t(s.out_count())}, false,
+        [&](auto& o, bool) {
+          cpu::conv2d_forward(o[0], x.data(), w.data(), bias ? b.data() : nullptr, s, cpu_ws.data());
+        },
+        [&](auto& o, bool) {
+          conv_forward(handle, plan, o[0], dev_x.get(), dev_w.get(), bias ? dev_b.get() : nullptr, workspace.get(),
+                       ws_bytes);
+        },
+        std::string("conv_forward") + (bias ? "" : " (no bias)") + at);
+    check_against_cpu(
+        bias ? std::vector<std::size_t>{w_size, std::size_t(s.c_out)} : std::vector<std::size_t>{w_size}, true,
+        [&](auto& o, bool acc) {
+          cpu::conv2d_backward_weight(o[0], bias ? o[1] : nullptr, dy.data(), x.data(), s, cpu_ws.data(), acc);
+        },
+        [&](auto& o, bool acc) {
+          conv_backward_filter(handle, plan, o[0], bias ? o[1] : nullptr, dev_dy.get(), dev_x.get(), workspace.get(),
+                               ws_bytes, acc);
+        },
+        std::string("conv_backward_filter") + (bias ? "" : " (no db)") + at);
+  }
+  check_against_cpu(
+      {std::size_t(s.in_count())}, true,
+      [&](auto& o, bool acc) { cpu::conv2d_backward_data(o[0], dy.data(), w.data(), s, cpu_ws.data(), acc); },
+      [&](auto& o, bool acc) {
+        conv_backward_data(handle, plan, o[0], dev_dy.get(), dev_w.get(), workspace.get(), ws_bytes, acc);
+      },
+      "conv_backward_data" + at);
+}
+
+TEST_F(CudaLibraryTest, Conv2d) {
+  constexpr std::size_t kWorkspaceLimit = std::size_t{64} << 20;
+  for (const cpu::Conv2dShape& s : {
+           conv_shape(8, 1, 28, 28, 6, 5, 5, 1, 1, 2, 2),   // LeNet conv1
+           conv_shape(8, 6, 14, 14, 16, 5, 5, 1, 1, 0, 0),  // LeNet conv2
+           conv_shape(5, 3, 9, 8, 4, 3, 3, 2, 2, 1, 1),     // odd sizes, stride 2, pad 1
+       }) {
+    ConvPlan plan(dnn_, s, kWorkspaceLimit);
+    check_conv(dnn_, plan);
+    // The ragged last micro-batch, then back to the full one.
+    plan.set_batch(dnn_, 3);
+    EXPECT_EQ(plan.shape().n, 3);
+    check_conv(dnn_, plan);
+    plan.set_batch(dnn_, s.n);
+    check_conv(dnn_, plan);
+    EXPECT_THROW(plan.set_batch(dnn_, s.n + 1), Error);
+  }
+}
+
+cpu::Pool2dShape pool_shape(int n, int c, int h, int w, int kh, int kw, int sh, int sw, int ph, int pw) {
+  return {n, c, h, w, kh, kw, sh, sw, ph, pw, (h + 2 * ph - kh) / sh + 1, (w + 2 * pw - kw) / sw + 1};
+}
+
+// Forward and backward of `plan` at its current shape against the CPU kernels.
+void check_pool(cudnnHandle_t handle, const PoolPlan& plan, PoolMode mode) {
+  const cpu::Pool2dShape& s = plan.shape();
+  const std::string at = std::string(mode == PoolMode::kMax ? " max" : " avg") + " n=" + std::to_string(s.n) + " " +
+                         std::to_string(s.h) + "x" + std::to_string(s.w) + " k=" + std::to_string(s.kh) + "x" +
+                         std::to_string(s.kw) + " stride=" + std::to_string(s.stride_h) + "," +
+                         std::to_string(s.stride_w) + " pad=" + std::to_string(s.pad_h) + "," + std::to_string(s.pad_w);
+  const std::size_t in = std::size_t(s.n) * s.c * s.h * s.w, out = std::size_t(s.n) * s.c * s.h_out * s.w_out;
+  // All negative: a padding cell would win a max if it were (wrongly) counted as zero. Continuous
+  // values, so windows have no tied maxima (cuDNN need not pick the first of a tie).
+  const Floats x = random_floats(in, 1, -4, -1), dy = random_floats(out, 2);
+  const DeviceArray<float> dev_x(x), dev_dy(dy);
+  DeviceArray<float> dev_y(out);
+  const bool is_max = mode == PoolMode::kMax;
+  check_against_cpu(
+      {out}, false,
+      [&](auto& o, bool) {
+        if (is_max) {
+          cpu::max_pool2d_forward(o[0], x.data(), s);
+        } else {
+          cpu::avg_pool2d_forward(o[0], x.data(), s);
+        }
+      },
+      [&](auto& o, bool) { pool_forward(handle, plan, o[0], dev_x.get()); }, "pool_forward" + at);
+  pool_forward(handle, plan, dev_y.get(), dev_x.get());
+  check_against_cpu(
+      {in}, true,
+      [&](auto& o, bool acc) {
+        if (is_max) {
+          cpu::max_pool2d_backward(o[0], dy.data(), x.data(), s, acc);
+        } else {
+          cpu::avg_pool2d_backward(o[0], dy.data(), s, acc);
+        }
+      },
+      [&](auto& o, bool acc) { pool_backward(handle, plan, o[0], dev_dy.get(), dev_y.get(), dev_x.get(), acc); },
+      "pool_backward" + at);
+}
+
+TEST_F(CudaLibraryTest, Pool2d) {
+  for (PoolMode mode : {PoolMode::kMax, PoolMode::kAverage}) {
+    for (const cpu::Pool2dShape& s : {
+             pool_shape(3, 2, 7, 6, 3, 3, 2, 2, 1, 1),     // odd sizes, pad 1
+             pool_shape(2, 3, 8, 7, 2, 3, 3, 2, 0, 1),     // non-square, stride > kernel in h
+             pool_shape(2, 2, 6, 6, 3, 3, 1, 1, 1, 1),     // heavily overlapping windows
+             pool_shape(2, 2, 5, 4, 2, 2, 1, 1, 1, 1),     // output larger than the input
+             pool_shape(8, 16, 28, 28, 2, 2, 2, 2, 0, 0),  // LeNet's 2x2 / 2
+         }) {
+      PoolPlan plan(s, mode);
+      check_pool(dnn_, plan, mode);
+      plan.set_batch(1);
+      check_pool(dnn_, plan, mode);
+      EXPECT_THROW(plan.set_batch(s.n + 1), Error);
+    }
+  }
+}
+
+#endif  // CRUMB_HAVE_CUDNN
+
+}  // namespace
+}  // namespace crumb::cuda
+
+#endif  // CRUMB_HAVE_CUDA
