@@ -56,7 +56,7 @@ for m in models:
     if not re.search(rf"in 1 micro-batch\(es\) of {batch}\b", text):
         sys.exit(f"{m}: train did not plan one micro-batch of {batch}; the figures would not compare")
     t = json.load(open(f"{tmp}/{m}.torch.json"))
-    r = {"crumb_activation_bytes": explain_bytes(text, "activations (training plan)"),
+    r = {"crumb_activation_bytes": explain_bytes(text, "peak live activations (train)"),
          "crumb_arena_bytes": explain_bytes(text, "arena (block)"),
          "torch_peak_bytes": t["peak_activation_bytes"],
          "torch_saved_bytes": t["saved_tensor_bytes"]}
