@@ -223,6 +223,7 @@ const std::vector<Pool2dShape>& pool_shapes() {
       pool_shape(2, 3, 8, 7, 2, 3, 3, 2, 0, 1),   // non-square, stride > kernel in h
       pool_shape(2, 2, 6, 6, 3, 3, 1, 1, 1, 1),   // heavily overlapping windows
       pool_shape(2, 3, 8, 8, 2, 2, 2, 2, 0, 0),   // the classic 2x2 / 2
+      pool_shape(2, 2, 7, 9, 2, 2, 2, 2, 0, 0),   // 2x2 / 2 dropping an odd last row and column
       pool_shape(2, 2, 5, 4, 2, 2, 1, 1, 1, 1),   // output larger than the input
       pool_shape(8, 16, 28, 28, 2, 2, 2, 2, 0, 0),  // big enough to split across threads
   };
