@@ -487,11 +487,15 @@ void check_pool(cudnnHandle_t handle, const PoolPlan& plan, PoolMode mode) {
   const DeviceArray<float> dev_x(x), dev_dy(dy);
   DeviceArray<float> dev_y(out);
   const bool is_max = mode == PoolMode::kMax;
+  // The CPU max pool routes gradients through the argmax its forward records.
+  Floats cpu_y(out);
+  std::vector<uint8_t> argmax(out);
+  cpu::max_pool2d_forward(cpu_y.data(), argmax.data(), x.data(), s);
   check_against_cpu(
       {out}, false,
       [&](auto& o, bool) {
         if (is_max) {
-          cpu::max_pool2d_forward(o[0], x.data(), s);
+          std::copy(cpu_y.begin(), cpu_y.end(), o[0]);
         } else {
           cpu::avg_pool2d_forward(o[0], x.data(), s);
         }
@@ -502,7 +506,7 @@ void check_pool(cudnnHandle_t handle, const PoolPlan& plan, PoolMode mode) {
       {in}, true,
       [&](auto& o, bool acc) {
         if (is_max) {
-          cpu::max_pool2d_backward(o[0], dy.data(), x.data(), s, acc);
+          cpu::max_pool2d_backward(o[0], dy.data(), argmax.data(), s, acc);
         } else {
           cpu::avg_pool2d_backward(o[0], dy.data(), s, acc);
         }

@@ -261,12 +261,8 @@ TYPED_TEST(CpuKernelTest, MaxPool) {
     });
     for (std::size_t yi = 0; yi < y.size(); ++yi) dx[arg[yi]] += dy[yi];
     const auto tx = cast<T>(x), tdy = cast<T>(dy);
-    check_outputs<T>({y}, false, [&](auto& o, bool) { max_pool2d_forward(o[0], tx.data(), s); });
-    check_outputs<T>({dx}, true,
-                     [&](auto& o, bool acc) { max_pool2d_backward(o[0], tdy.data(), tx.data(), s, acc); });
-
-    // The argmax variants: each recorded window offset points at the reference maximum, and the
-    // backward through the offsets gives the reference gradient.
+    // Each recorded window offset points at the reference maximum, and the backward through the
+    // offsets gives the reference gradient.
     std::vector<uint8_t> am(y.size(), 255);
     check_outputs<T>({y}, false, [&](auto& o, bool) { max_pool2d_forward(o[0], am.data(), tx.data(), s); });
     for (long yi = 0; yi < long(y.size()); ++yi) {

@@ -39,15 +39,12 @@ void conv2d_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dS
 // (PyTorch's count_include_pad=True default). Rows are processed through fixed stack buffers, so the
 // input and output width must be at most kMaxPoolWidth (the pooling ops check it).
 inline constexpr int kMaxPoolWidth = 2048;
-template <class T> void max_pool2d_forward(T* y, const T* x, const Pool2dShape& s);
 // Also records each window's first maximum as its row-major offset inside the window (kh * kw <= 256),
 // so the backward needs neither x nor y: 1 byte kept per output instead of the whole input.
 template <class T> void max_pool2d_forward(T* y, uint8_t* argmax, const T* x, const Pool2dShape& s);
 // Routes dy to the recorded maxima.
 template <class T>
 void max_pool2d_backward(T* dx, const T* dy, const uint8_t* argmax, const Pool2dShape& s, bool accumulate);
-// Routes dy to the first maximum of each window of x (recomputed, no index tensor kept).
-template <class T> void max_pool2d_backward(T* dx, const T* dy, const T* x, const Pool2dShape& s, bool accumulate);
 template <class T> void avg_pool2d_forward(T* y, const T* x, const Pool2dShape& s);
 template <class T> void avg_pool2d_backward(T* dx, const T* dy, const Pool2dShape& s, bool accumulate);
 // global average pool: x [n, c, hw] -> y [n, c]

@@ -100,10 +100,8 @@ template <class Stride, class F> void for_each_row_tap(const Pool2dShape& s, con
   }
 }
 
-// Running max; NaN wins, as in PyTorch, so a diverged activation is not hidden.
-template <class T> void keep_max(T& best, T v) { best = (v > best) | (v != v) ? v : best; }
-
-// Running max with the plane index of its first occurrence. Ties go to the smaller plane index,
+// Running max with the plane index of its first occurrence; NaN wins, as in PyTorch, so a diverged
+// activation is not hidden. Ties go to the smaller plane index,
 // which is the first in row-major window order. kAscending: the taps come in ascending index order,
 // so a tie never wins. `at` < 0 marks the empty state (-inf), which takes anything, so even an all
 // -inf window has an argmax.
@@ -114,34 +112,25 @@ template <bool kAscending, class T> void keep_max(T& best, int& at, T v, int i) 
   at = take ? i : at;
 }
 
-// Computes the window maxima of plane xp band by band, with their argmax when kArgmax (the forward
-// needs only the values, half the work), and hands each band's outputs (rows() * w_out of them,
-// row-major) to emit(band, max, argmax).
-template <bool kArgmax, class T, class Stride, class Emit>
+// Computes the window maxima of plane xp band by band, with their argmax, and hands each band's
+// outputs (rows() * w_out of them, row-major) to emit(band, max, argmax).
+template <class T, class Stride, class Emit>
 void max_pool_plane(const Pool2dShape& s, const T* xp, Stride stride_w, Emit&& emit) {
   constexpr T kEmpty = -std::numeric_limits<T>::infinity();
   for_each_band(s, [&](const Band& b) {
     T col_max[kBandBuffer];
     int col_at[kBandBuffer];
     std::fill(col_max, col_max + b.rows() * s.w, kEmpty);
-    if (kArgmax) std::fill(col_at, col_at + b.rows() * s.w, -1);
+    std::fill(col_at, col_at + b.rows() * s.w, -1);
     for_each_col_tap(s, b, [xp, col_max = +col_max, col_at = +col_at](int q, int i) {
-      if constexpr (kArgmax) {
-        keep_max<true>(col_max[q], col_at[q], xp[i], i);
-      } else {
-        keep_max(col_max[q], xp[i]);
-      }
+      keep_max<true>(col_max[q], col_at[q], xp[i], i);
     });
     T best[kBandBuffer];
     int at[kBandBuffer];
     std::fill(best, best + b.rows() * s.w_out, kEmpty);
-    if (kArgmax) std::fill(at, at + b.rows() * s.w_out, -1);
+    std::fill(at, at + b.rows() * s.w_out, -1);
     for_each_row_tap(s, b, stride_w, [best = +best, at = +at, col_max = +col_max, col_at = +col_at](int o, int q) {
-      if constexpr (kArgmax) {
-        keep_max<false>(best[o], at[o], col_max[q], col_at[q]);
-      } else {
-        keep_max(best[o], col_max[q]);
-      }
+      keep_max<false>(best[o], at[o], col_max[q], col_at[q]);
     });
     emit(b, best, at);
   });
@@ -156,35 +145,11 @@ template <class T> T* dx_plane(T* dx, std::ptrdiff_t p, const Pool2dShape& s, bo
 
 }  // namespace
 
-template <class T> void max_pool2d_forward(T* y, const T* x, const Pool2dShape& s) {
-  for_each_plane(s, [&](std::ptrdiff_t p, auto stride_w) {
-    T* yp = y + p * out_plane(s);
-    max_pool_plane<false>(s, x + p * in_plane(s), stride_w, [&](const Band& b, const T* best, const int*) {
-      std::copy(best, best + b.rows() * s.w_out, yp + std::ptrdiff_t{b.oh0} * s.w_out);
-    });
-  });
-}
-
-template <class T> void max_pool2d_backward(T* dx, const T* dy, const T* x, const Pool2dShape& s, bool accumulate) {
-  for_each_plane(s, [&](std::ptrdiff_t p, auto stride_w) {
-    T* dxp = dx_plane(dx, p, s, accumulate);
-    const T* dyp = dy + p * out_plane(s);
-    max_pool_plane<true>(s, x + p * in_plane(s), stride_w, [&](const Band& b, const T*, const int* at) {
-      const T* g = dyp + std::ptrdiff_t{b.oh0} * s.w_out;
-      // Serial: overlapping windows may share an argmax.
-      for (int o = 0; o < b.rows() * s.w_out; ++o) {
-        assert(at[o] >= 0 && "a pooling window lies entirely in the padding");
-        dxp[at[o]] += g[o];
-      }
-    });
-  });
-}
-
 template <class T> void max_pool2d_forward(T* y, uint8_t* argmax, const T* x, const Pool2dShape& s) {
   for_each_plane(s, [&](std::ptrdiff_t p, auto stride_w) {
     T* yp = y + p * out_plane(s);
     uint8_t* ap = argmax + p * out_plane(s);
-    max_pool_plane<true>(s, x + p * in_plane(s), stride_w, [&](const Band& b, const T* best, const int* at) {
+    max_pool_plane(s, x + p * in_plane(s), stride_w, [&](const Band& b, const T* best, const int* at) {
       const std::ptrdiff_t o0 = std::ptrdiff_t{b.oh0} * s.w_out;
       std::copy(best, best + b.rows() * s.w_out, yp + o0);
       for (int o = 0; o < b.rows() * s.w_out; ++o) {
@@ -270,8 +235,6 @@ template <class T> void global_avg_pool_backward(T* dx, const T* dy, int n, int 
 }
 
 #define CRUMB_INSTANTIATE(T)                                                                   \
-  template void max_pool2d_forward<T>(T*, const T*, const Pool2dShape&);                      \
-  template void max_pool2d_backward<T>(T*, const T*, const T*, const Pool2dShape&, bool);     \
   template void max_pool2d_forward<T>(T*, uint8_t*, const T*, const Pool2dShape&);            \
   template void max_pool2d_backward<T>(T*, const T*, const uint8_t*, const Pool2dShape&, bool); \
   template void avg_pool2d_forward<T>(T*, const T*, const Pool2dShape&);                      \
