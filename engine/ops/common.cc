@@ -1,3 +1,4 @@
+#include "engine/autograd.h"
 #include "engine/error.h"
 #include "engine/ops/op.h"
 
@@ -22,6 +23,23 @@ void set_out_dims(Graph& g, const Node& n, int i, const Dims& dims) {
   if (v.dims != dims)
     fail(n, detail::concat("output '", v.name, "' has shape ", dims_str(v.dims), " but the op produces ",
                            dims_str(dims)));
+}
+
+void weighted_backward(GradBuilder& gb, const Node& n, const OpDef& bwd_data, const OpDef& bwd_weight) {
+  const ValueId x = n.in[0], w = n.in[1];
+  const ValueId dy = gb.grad(n.out[0]);
+  if (gb.needs_grad(x)) {
+    const ValueId dx = gb.new_grad_value(x, "grad(" + gb.graph().value(x).name + ")");
+    gb.emit(bwd_data, {dy, w}, {dx}, n.name + ".backward_data", n.attrs);
+    gb.add_grad(x, dx);
+  }
+  std::vector<ValueId> outs{gb.param_grad(w)};
+  const GradWrite write = gb.claim_param_grad(w);
+  if (n.in.size() == 3) {
+    outs.push_back(gb.param_grad(n.in[2]));
+    if (gb.claim_param_grad(n.in[2]) != write) fail(n, "a bias shared without its weight is not supported");
+  }
+  gb.emit(bwd_weight, {dy, x}, outs, n.name + ".backward_weight", n.attrs, write);
 }
 
 }  // namespace crumb::ops

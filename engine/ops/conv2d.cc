@@ -1,29 +1,16 @@
 // conv2d on NCHW: x [n, c_in, h, w], w [c_out, c_in, kh, kw], optional b [c_out].
-#include "engine/autograd.h"
 #include "engine/ops/op.h"
 #include "kernels/cpu/kernels.h"
 
 namespace crumb {
 namespace {
 
-int out_extent(int in, int k, int stride, int pad) { return (in + 2 * pad - k) / stride + 1; }
-
 // The kernel shape from the (per-sample) input dims x, the weight dims and the attributes.
 cpu::Conv2dShape conv_shape(const Dims& x, const Dims& w, const Attrs& a, int n) {
   cpu::Conv2dShape s{};
-  s.n = n;
+  ops::set_window(s, x, a, n);
   s.c_in = (int)x[0];
-  s.h = (int)x[1];
-  s.w = (int)x[2];
   s.c_out = (int)w[0];
-  s.kh = a.kh;
-  s.kw = a.kw;
-  s.stride_h = a.stride_h;
-  s.stride_w = a.stride_w;
-  s.pad_h = a.pad_h;
-  s.pad_w = a.pad_w;
-  s.h_out = out_extent(s.h, s.kh, s.stride_h, s.pad_h);
-  s.w_out = out_extent(s.w, s.kw, s.stride_w, s.pad_w);
   return s;
 }
 
@@ -67,22 +54,7 @@ void infer_bwd_weight(Graph& g, Node& n) {  // in: dy, x  out: dw [, db]
   if (n.out.size() == 2) ops::set_out_dims(g, n, 1, {w[0]});
 }
 
-void backward(GradBuilder& gb, const Node& n) {
-  const ValueId x = n.in[0], w = n.in[1];
-  const ValueId dy = gb.grad(n.out[0]);
-  if (gb.needs_grad(x)) {
-    const ValueId dx = gb.new_grad_value(x, "grad(" + gb.graph().value(x).name + ")");
-    gb.emit(kConv2dBwdData, {dy, w}, {dx}, n.name + ".backward_data", n.attrs);
-    gb.add_grad(x, dx);
-  }
-  std::vector<ValueId> outs{gb.param_grad(w)};
-  const GradWrite write = gb.claim_param_grad(w);
-  if (n.in.size() == 3) {
-    outs.push_back(gb.param_grad(n.in[2]));
-    if (gb.claim_param_grad(n.in[2]) != write) ops::fail(n, "a bias shared without its weight is not supported");
-  }
-  gb.emit(kConv2dBwdWeight, {dy, x}, outs, n.name + ".backward_weight", n.attrs, write);
-}
+void backward(GradBuilder& gb, const Node& n) { ops::weighted_backward(gb, n, kConv2dBwdData, kConv2dBwdWeight); }
 
 // The shape of a node: x is in[0] for the forward and backward-weight, out[0] (dx) for backward-data.
 cpu::Conv2dShape node_shape(const Graph& g, const Node& n, int batch) {

@@ -1,5 +1,4 @@
 // linear: y [n, out] = x [n, in] w^T + b, with w [out, in] (PyTorch's layout and parameter names).
-#include "engine/autograd.h"
 #include "engine/ops/op.h"
 #include "kernels/cpu/kernels.h"
 
@@ -38,22 +37,7 @@ void infer_bwd_weight(Graph& g, Node& n) {  // in: dy, x  out: dw [, db]
   if (n.out.size() == 2) ops::set_out_dims(g, n, 1, {dy.at(0)});
 }
 
-void backward(GradBuilder& gb, const Node& n) {
-  const ValueId x = n.in[0], w = n.in[1], y = n.out[0];
-  const ValueId dy = gb.grad(y);
-  if (gb.needs_grad(x)) {
-    const ValueId dx = gb.new_grad_value(x, "grad(" + gb.graph().value(x).name + ")");
-    gb.emit(kLinearBwdData, {dy, w}, {dx}, n.name + ".backward_data");
-    gb.add_grad(x, dx);
-  }
-  std::vector<ValueId> outs{gb.param_grad(w)};
-  const GradWrite write = gb.claim_param_grad(w);
-  if (n.in.size() == 3) {
-    outs.push_back(gb.param_grad(n.in[2]));
-    if (gb.claim_param_grad(n.in[2]) != write) ops::fail(n, "a bias shared without its weight is not supported");
-  }
-  gb.emit(kLinearBwdWeight, {dy, x}, outs, n.name + ".backward_weight", {}, write);
-}
+void backward(GradBuilder& gb, const Node& n) { ops::weighted_backward(gb, n, kLinearBwdData, kLinearBwdWeight); }
 
 template <class T>
 void fwd_cpu(const StepArgs& a) {

@@ -67,6 +67,24 @@ namespace ops {
 void expect_arity(const Node& n, size_t lo, size_t hi, size_t outs);
 // Sets the dims of out[i] if it is new (empty dims and not yet produced), else checks they match.
 void set_out_dims(Graph& g, const Node& n, int i, const Dims& dims);
+// Fills the window fields of a conv/pool kernel shape (batch, spatial extent, kernel, stride,
+// padding, floor-mode output extent) from per-sample [c, h, w] dims and the node's attributes.
+template <class Shape> void set_window(Shape& s, const Dims& x, const Attrs& a, int batch) {
+  s.n = batch;
+  s.h = static_cast<int>(x[1]);
+  s.w = static_cast<int>(x[2]);
+  s.kh = a.kh;
+  s.kw = a.kw;
+  s.stride_h = a.stride_h;
+  s.stride_w = a.stride_w;
+  s.pad_h = a.pad_h;
+  s.pad_w = a.pad_w;
+  s.h_out = (s.h + 2 * s.pad_h - s.kh) / s.stride_h + 1;
+  s.w_out = (s.w + 2 * s.pad_w - s.kw) / s.stride_w + 1;
+}
+// The backward rule of a weighted layer (linear, conv2d) with in = (x, w[, b]): dx = bwd_data(dy, w)
+// when x needs a gradient, and (dw[, db]) = bwd_weight(dy, x) in the parameters' write mode.
+void weighted_backward(GradBuilder& gb, const Node& n, const OpDef& bwd_data, const OpDef& bwd_weight);
 // Instantiates a templated CPU implementation for both dtypes.
 #define CRUMB_CPU_IMPL(fn) fn<float>, fn<double>
 }  // namespace ops

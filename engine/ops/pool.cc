@@ -9,18 +9,8 @@ namespace {
 
 cpu::Pool2dShape pool_shape(const Dims& x, const Attrs& a, int n) {
   cpu::Pool2dShape s{};
-  s.n = n;
+  ops::set_window(s, x, a, n);
   s.c = (int)x[0];
-  s.h = (int)x[1];
-  s.w = (int)x[2];
-  s.kh = a.kh;
-  s.kw = a.kw;
-  s.stride_h = a.stride_h;
-  s.stride_w = a.stride_w;
-  s.pad_h = a.pad_h;
-  s.pad_w = a.pad_w;
-  s.h_out = (s.h + 2 * s.pad_h - s.kh) / s.stride_h + 1;
-  s.w_out = (s.w + 2 * s.pad_w - s.kw) / s.stride_w + 1;
   return s;
 }
 
