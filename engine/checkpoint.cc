@@ -294,7 +294,9 @@ void load_checkpoint(const std::string& path, ParamStore& params, Sgd* opt) {
   for (ValueId p : params.params())
     std::memcpy(params.data(p), data.data() + by_name[g.value(p).name]->begin, param_bytes(params, p));
   if (!opt) return;
-  opt->set_steps(meta.steps);
+  // Momentum without a step count (a file from another writer) is still a started optimizer: with
+  // 0 steps the first step would overwrite the loaded momentum with the gradient.
+  opt->set_steps(has_momentum ? std::max(meta.steps, 1LL) : meta.steps);
   if (opt->state_bytes() == 0) return;
   char* momentum = reinterpret_cast<char*>(opt->momentum_block());
   if (!has_momentum) {

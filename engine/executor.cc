@@ -54,12 +54,18 @@ void Executor::resolve() {
     else if (val.kind == ValueKind::ParamGrad)
       ptr_[v] = params_.grad(params_.param_of_grad(v));
   }
+  // Views of parameters share their storage too (views of arena values have offsets, views of
+  // inputs are re-pointed on every run).
+  for (ValueId v = 0; v < g_.num_values(); ++v)
+    if (plan_.offset[v] < 0 && g_.value(v).view_of >= 0 && g_.value(g_.storage_root(v)).kind == ValueKind::Param)
+      ptr_[v] = ptr_[g_.storage_root(v)];
   resolved_base_ = arena_.base();
+  resolved_ = true;
 }
 
 void Executor::run(int n, bool first_micro_batch, double loss_scale) {
   CRUMB_CHECK(n >= 1 && n <= max_batch_, "executor compiled for up to ", max_batch_, " samples was given ", n);
-  if (resolved_base_ != arena_.base()) resolve();
+  if (!resolved_ || resolved_base_ != arena_.base()) resolve();
   for (ValueId x : g_.inputs()) CRUMB_CHECK(bound_[x], "input '", g_.value(x).name, "' is not bound");
   for (ValueId v : input_views_) ptr_[v] = ptr_[g_.storage_root(v)];
   loss_sum_ = 0.0;

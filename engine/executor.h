@@ -1,6 +1,7 @@
 // The executor turns a Graph + memory plan into a flat list of steps whose pointers are resolved
 // once (arena offsets, parameter blocks, input bindings). Running it never allocates. One executor
-// is compiled per (graph, micro-batch size, pass); a smaller final micro-batch reuses it.
+// is compiled per (graph, micro-batch size, pass); a smaller final micro-batch reuses it. The graph
+// must not change after an executor is compiled from it (steps point at its nodes).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -58,7 +59,8 @@ class Executor {
   std::vector<void*> ptr_;
   std::vector<const void*> bound_;       // per value: bound input data
   std::vector<ValueId> input_views_;     // views whose storage is an Input (re-pointed per run)
-  char* resolved_base_ = nullptr;
+  char* resolved_base_ = nullptr;  // the arena block the pointers were resolved against
+  bool resolved_ = false;
   double loss_sum_ = 0.0;
   int64_t correct_ = 0;
 };

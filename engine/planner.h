@@ -2,8 +2,9 @@
 // gets a lifetime [first step, last step] in the execution order, then a byte offset in one arena.
 // Views share their base's storage; an in-place op takes over its input's storage when the input
 // is dead afterwards. A step's kernel workspace is a block live for that one step, planned like the
-// rest. Offsets: greedy by size (largest first, lowest offset that does not overlap a placed block
-// with an intersecting lifetime), 256-byte aligned.
+// rest. Offsets: greedy placement (each block at the lowest or tightest-fitting offset that does not
+// overlap a placed block with an intersecting lifetime), over several block orders and seeded
+// restarts, keeping the smallest arena; 256-byte aligned.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -254,6 +254,31 @@ TEST(Checkpoint, ReadsFilesFromOtherWriters) {
   std::remove(path.c_str());
 }
 
+// Momentum from a writer that records no step count: the optimizer counts as started, so its first
+// step keeps the loaded momentum instead of overwriting it with the gradient.
+TEST(Checkpoint, ForeignMomentumWithoutStepCountIsKept) {
+  const std::string path = temp_path("foreign_momentum");
+  Model src("mlp", 1);
+  src.steps(2, 1);
+  const float* block = static_cast<const float*>(src.params.data_block());
+  std::vector<Entry> es;
+  for (ValueId p : src.g.params()) {
+    es.push_back(entry_of(src, p, src.g.value(p).name));
+    const float* mom = src.opt.momentum_block() + (static_cast<const float*>(src.params.data(p)) - block);
+    es.push_back({"optimizer.momentum." + src.g.value(p).name, src.g.value(p).dims,
+                  {mom, mom + src.g.value(p).count(1)}});
+  }
+  write_entries(path, es, "");
+  Model m("mlp", 2);
+  load_checkpoint(path, m.params, &m.opt);
+  EXPECT_EQ(m.opt.steps(), 1);
+  const ValueId w = m.g.params()[0];
+  const float* got = m.opt.momentum_block() + (static_cast<const float*>(m.params.data(w)) -
+                                               static_cast<const float*>(m.params.data_block()));
+  EXPECT_EQ(std::vector<float>(got, got + m.g.value(w).count(1)), es[1].values);
+  std::remove(path.c_str());
+}
+
 TEST(Checkpoint, WrongModelNamesTensorAndShapes) {
   const std::string path = temp_path("wrong_model");
   Model lenet("lenet5", 1);

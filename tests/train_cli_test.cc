@@ -150,3 +150,39 @@ TEST(TrainCli, BudgetTooSmall) {
 }
 
 }  // namespace
+
+namespace {
+
+// Writes an uncompressed IDX file of unsigned bytes with the given dims (pixel/label values = i % 10).
+void write_idx(const std::filesystem::path& path, const std::vector<uint32_t>& dims) {
+  std::ofstream f(path, std::ios::binary);
+  const char magic[4] = {0, 0, 8, static_cast<char>(dims.size())};
+  f.write(magic, 4);
+  size_t count = 1;
+  for (uint32_t d : dims) {
+    const char be[4] = {char(d >> 24), char(d >> 16), char(d >> 8), char(d)};
+    f.write(be, 4);
+    count *= d;
+  }
+  for (size_t i = 0; i < count; ++i) f.put(static_cast<char>(i % 10));
+}
+
+TEST(TrainCli, TestImagesOfAnotherSizeAreAnError) {
+  const auto dir = std::filesystem::temp_directory_path() / ("crumb_mismatch_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  write_idx(dir / "train-images-idx3-ubyte", {8, 28, 28});
+  write_idx(dir / "train-labels-idx1-ubyte", {8});
+  write_idx(dir / "t10k-images-idx3-ubyte", {3, 2, 2});
+  write_idx(dir / "t10k-labels-idx1-ubyte", {3});
+  expect_one_error_line(run_train("--model mlp --batch 4 --data " + dir.string()), "test images are 1x2x2");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(TrainCli, BatchLargerThanTheDatasetIsTheWholeDataset) {
+  if (!std::filesystem::exists(kData)) GTEST_SKIP() << "dataset-fashion-mnist not installed";
+  const Result r = run_train("--model mlp --batch 16777216 --limit-train 100 --limit-test 50");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"batch\":100,\"micro_batch\":100"), std::string::npos) << r.out;
+}
+
+}  // namespace

@@ -48,7 +48,8 @@ Trains a model on Fashion-MNIST with Crumb's graph executor and reports test acc
   --epochs N           passes over the training set            (default 1)
   --batch B            samples per optimizer step              (default 64)
   --micro-batch M      samples per forward/backward (M <= B); gradients of the micro-batches are
-                       accumulated, so the step equals a full-batch step   (default B)
+                       accumulated, so the step equals a full-batch step
+                       (default: the largest that fits --memory-budget, B when the batch fits)
   --lr X               learning rate                           (default 0.05)
   --momentum X         SGD momentum                            (default 0.9)
   --weight-decay X     L2 weight decay (PyTorch semantics)     (default 0)

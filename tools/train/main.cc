@@ -1,4 +1,5 @@
 // train: the CLI that trains a reference model on Fashion-MNIST through Crumb's graph executor.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -41,23 +42,24 @@ double evaluate(Scheduler& sched, data::Loader& loader, int count) {
   return static_cast<double>(correct) / count;
 }
 
-// The micro-batch size: forced by --micro-batch (checked against an explicit budget), else the largest
-// that fits the budget.
-int pick_micro_batch(const Options& o, const Graph& g) {
+// The micro-batch size for batches of `batch` samples: forced by --micro-batch (which must fit the
+// budget too), else the largest that fits the budget.
+int pick_micro_batch(const Options& o, const Graph& g, int batch) {
   const std::size_t budget = o.memory_budget ? o.memory_budget : kDefaultCpuBudget;
   const bool momentum = o.momentum != 0;
-  if (!o.micro_batch) return choose_micro_batch(g, o.batch, budget, momentum);
-  const MemoryBreakdown mb = measure_memory(g, o.micro_batch, momentum);
-  CRUMB_CHECK(!o.memory_budget || mb.total() <= budget, "--micro-batch ", o.micro_batch, " needs ",
-              format_bytes(mb.total()), " which exceeds --memory-budget ", format_bytes(budget),
-              " (drop --micro-batch to pick the largest that fits)");
-  return o.micro_batch;
+  if (!o.micro_batch) return choose_micro_batch(g, batch, budget, momentum);
+  const int m = std::min(o.micro_batch, batch);
+  const MemoryBreakdown mb = measure_memory(g, m, momentum);
+  CRUMB_CHECK(mb.total() <= budget, "--micro-batch ", m, " needs ", format_bytes(mb.total()),
+              " which exceeds --memory-budget ", format_bytes(budget),
+              " (raise --memory-budget, or drop --micro-batch to pick the largest that fits)");
+  return m;
 }
 
 int explain(const Options& o) {
   Graph g = models::build(o.model);
   build_backward(g);
-  const int m = pick_micro_batch(o, g);
+  const int m = pick_micro_batch(o, g, o.batch);
   const MemoryPlan plan = plan_memory(g, pass_order(g, Pass::Train), m, {g.loss()});
   std::cout << o.model << ", batch " << o.batch << " in " << (o.batch + m - 1) / m << " micro-batch(es) of " << m
             << (o.micro_batch ? " (--micro-batch)" : " (largest that fits the budget)") << "\n";
@@ -80,10 +82,15 @@ int run(const Options& o) {
   data::Dataset test = data::load_mnist_split(dir, "t10k");
   truncate(train, o.limit_train);
   truncate(test, o.limit_test);
+  CRUMB_CHECK(test.channels == train.channels && test.height == train.height && test.width == train.width,
+              dir, ": test images are ", test.channels, "x", test.height, "x", test.width, " but training images are ",
+              train.channels, "x", train.height, "x", train.width);
+  // A batch larger than the dataset is the whole dataset: buffers are sized by what can be filled.
+  const int batch = std::min(o.batch, train.count);
 
   Graph g = models::build(o.model, {train.channels, train.height, train.width, train.num_classes});
   build_backward(g);
-  const int m = pick_micro_batch(o, g);
+  const int m = pick_micro_batch(o, g, batch);
   ParamStore params(g);
   params.init(o.seed);
   Sgd opt(params, {o.lr, o.momentum, o.weight_decay});
@@ -94,12 +101,12 @@ int run(const Options& o) {
   std::fprintf(stderr,
                "%s: %lld parameters, batch %d in micro-batches of %d, arena %s (training plan %s, lower bound %s, "
                "ratio %.3f), %d threads\n",
-               o.model.c_str(), static_cast<long long>(params.num_parameters()), o.batch, m,
+               o.model.c_str(), static_cast<long long>(params.num_parameters()), batch, m,
                format_bytes(arena.size()).c_str(), format_bytes(plan.arena_bytes).c_str(),
                format_bytes(plan.lower_bound).c_str(), plan.ratio(), o.threads);
 
-  data::Loader train_loader(train, o.batch, data::kFashionMnistNorm, /*shuffle=*/true, o.seed);
-  data::Loader test_loader(test, o.batch, data::kFashionMnistNorm, /*shuffle=*/false, 0);
+  data::Loader train_loader(train, batch, data::kFashionMnistNorm, /*shuffle=*/true, o.seed);
+  data::Loader test_loader(test, std::min(batch, test.count), data::kFashionMnistNorm, /*shuffle=*/false, 0);
   double train_seconds = 0, last_loss = 0, accuracy = 0;
   long long samples = 0;
   for (int epoch = 0; epoch < o.epochs; ++epoch) {
@@ -131,7 +138,7 @@ int run(const Options& o) {
       "{\"model\":\"%s\",\"epochs\":%d,\"batch\":%d,\"micro_batch\":%d,\"threads\":%d,\"seed\":%llu,"
       "\"samples_per_s\":%.1f,\"train_seconds\":%.3f,\"test_accuracy\":%.4f,\"final_loss\":%.6f,"
       "\"parameters\":%lld,\"arena_bytes\":%zu,\"arena_lower_bound\":%zu,\"device\":\"cpu\"}\n",
-      o.model.c_str(), o.epochs, o.batch, m, o.threads, static_cast<unsigned long long>(o.seed), samples / train_seconds,
+      o.model.c_str(), o.epochs, batch, m, o.threads, static_cast<unsigned long long>(o.seed), samples / train_seconds,
       train_seconds, accuracy, last_loss, static_cast<long long>(params.num_parameters()), arena.size(),
       plan.lower_bound);
   return 0;
@@ -154,6 +161,9 @@ int main(int argc, char** argv) {
   }
   try {
     return crumb::train::run(o);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "train: error: out of host memory (lower --batch, --micro-batch or --memory-budget)\n");
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train: error: %s\n", e.what());
     return 1;
