@@ -275,6 +275,22 @@ TYPED_TEST(CpuKernelTest, MaxPool) {
   }
 }
 
+// NaN wins a max window (as in PyTorch), so a diverged activation is not hidden by pooling.
+TYPED_TEST(CpuKernelTest, MaxPoolPropagatesNaN) {
+  using T = TypeParam;
+  for (const Pool2dShape& s : {pool_shape(1, 1, 4, 4, 2, 2, 2, 2, 0, 0), pool_shape(1, 1, 5, 5, 3, 3, 2, 2, 1, 1)}) {
+    std::vector<T> x(pool_in_count(s), T(1)), y(pool_out_count(s));
+    std::vector<uint8_t> am(y.size());
+    x[s.w + 1] = std::numeric_limits<T>::quiet_NaN();  // row 1, column 1: inside the first window
+    max_pool2d_forward(y.data(), am.data(), x.data(), s);
+    EXPECT_TRUE(std::isnan(y[0])) << "k=" << s.kh;
+    EXPECT_FALSE(std::isnan(y.back())) << "k=" << s.kh;
+    const int ki = am[0] / s.kw, kj = am[0] % s.kw;
+    EXPECT_EQ(ki - s.pad_h, 1) << "k=" << s.kh;
+    EXPECT_EQ(kj - s.pad_w, 1) << "k=" << s.kh;
+  }
+}
+
 TYPED_TEST(CpuKernelTest, AvgPool) {
   using T = TypeParam;
   for (const Pool2dShape& s : pool_shapes()) {

@@ -145,7 +145,54 @@ template <class T> T* dx_plane(T* dx, std::ptrdiff_t p, const Pool2dShape& s, bo
 
 }  // namespace
 
+// One output row of a 2x2 / stride-2 max pool over input rows r0 and r1. Strict compares keep the
+// earlier cell on ties; the argmax is arithmetic rather than a select because that is the form GCC
+// vectorises. NaN is not handled here: returns nonzero when the rows hold one, and the caller redoes
+// the row with max_pool2x2_row_nan.
+template <class T>
+int max_pool2x2_row(const T* __restrict r0, const T* __restrict r1, T* __restrict y, uint8_t* __restrict argmax,
+                    int w_out) {
+  int nan = 0;
+  for (int ow = 0; ow < w_out; ++ow) {
+    const T a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
+    const int tb = b > a, td = d > c;
+    const T top = tb ? b : a, bottom = td ? d : c;
+    const int tbot = bottom > top;
+    y[ow] = tbot ? bottom : top;
+    argmax[ow] = static_cast<uint8_t>(tbot * (2 + td) + (1 - tbot) * tb);
+    nan |= (a != a) | (b != b) | (c != c) | (d != d);
+  }
+  return nan;
+}
+
+// The same row with keep_max's rule (NaN wins), for the rare rows that hold a NaN.
+template <class T> void max_pool2x2_row_nan(const T* r0, const T* r1, T* y, uint8_t* argmax, int w_out) {
+  for (int ow = 0; ow < w_out; ++ow) {
+    const T v[4] = {r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1]};
+    T best = v[0];
+    int at = 0;
+    for (int k = 1; k < 4; ++k) keep_max<true>(best, at, v[k], k);
+    y[ow] = best;
+    argmax[ow] = static_cast<uint8_t>(at);
+  }
+}
+
+// 2x2 windows with stride 2 and no padding: the common case, row by row.
+template <class T> void max_pool2x2_forward(T* y, uint8_t* argmax, const T* x, const Pool2dShape& s) {
+  for_each_plane(s, [&](std::ptrdiff_t p, auto) {
+    const T* xp = x + p * in_plane(s);
+    for (int oh = 0; oh < s.h_out; ++oh) {
+      const std::ptrdiff_t o = p * out_plane(s) + std::ptrdiff_t{oh} * s.w_out;
+      const T* r0 = xp + std::ptrdiff_t{2 * oh} * s.w;
+      if (max_pool2x2_row(r0, r0 + s.w, y + o, argmax + o, s.w_out))
+        max_pool2x2_row_nan(r0, r0 + s.w, y + o, argmax + o, s.w_out);
+    }
+  });
+}
+
 template <class T> void max_pool2d_forward(T* y, uint8_t* argmax, const T* x, const Pool2dShape& s) {
+  if (s.kh == 2 && s.kw == 2 && s.stride_h == 2 && s.stride_w == 2 && s.pad_h == 0 && s.pad_w == 0)
+    return max_pool2x2_forward(y, argmax, x, s);
   for_each_plane(s, [&](std::ptrdiff_t p, auto stride_w) {
     T* yp = y + p * out_plane(s);
     uint8_t* ap = argmax + p * out_plane(s);
