@@ -16,7 +16,7 @@ std::vector<NodeId> pass_order(const Graph& g, Pass pass) {
 }
 
 Executor::Executor(const Graph& g, ParamStore& params, Arena& arena, int max_batch, Pass pass)
-    : g_(g), params_(params), arena_(arena), max_batch_(max_batch), pass_(pass) {
+    : g_(g), params_(params), arena_(arena), max_batch_(max_batch) {
   CRUMB_CHECK(&params.graph() == &g, "executor: the parameter store belongs to another graph");
   CRUMB_CHECK(g.loss() >= 0, "executor: the graph has no loss");
   std::vector<ValueId> keep{g.loss()};

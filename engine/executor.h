@@ -37,7 +37,6 @@ class Executor {
 
   const MemoryPlan& plan() const { return plan_; }
   int max_batch() const { return max_batch_; }
-  Pass pass() const { return pass_; }
   // Arena bytes this executor needs (activations and kernel workspace).
   std::size_t arena_bytes() const { return plan_.arena_bytes; }
 
@@ -53,7 +52,6 @@ class Executor {
   ParamStore& params_;
   Arena& arena_;
   int max_batch_;
-  Pass pass_;
   MemoryPlan plan_;
   std::vector<Step> steps_;
   std::vector<void*> ptr_;

@@ -15,13 +15,6 @@ std::string dims_str(const Dims& d) {
   return os.str();
 }
 
-Dims Value::full_dims(int64_t batch) const {
-  if (!batched) return dims;
-  Dims d{batch};
-  d.insert(d.end(), dims.begin(), dims.end());
-  return d;
-}
-
 ValueId Graph::add_value(Value v) {
   values_.push_back(std::move(v));
   return static_cast<ValueId>(values_.size() - 1);

@@ -40,7 +40,6 @@ struct Value {
   ParamInit init;
 
   int64_t count(int64_t batch) const { return dims_count(dims) * (batched ? batch : 1); }
-  Dims full_dims(int64_t batch) const;
 };
 
 // Numeric attributes of an op; each op reads the fields it needs.

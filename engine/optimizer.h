@@ -16,8 +16,6 @@ class Sgd {
  public:
   Sgd(ParamStore& params, SgdConfig cfg);
   void step();
-  void set_lr(float lr) { cfg_.lr = lr; }
-  const SgdConfig& config() const { return cfg_; }
   std::size_t state_bytes() const { return momentum_.size(); }
   float* momentum_block() const { return reinterpret_cast<float*>(momentum_.data()); }
   long long steps() const { return steps_; }

@@ -14,8 +14,7 @@ ValueId require_input(const Graph& g, const char* name) {
 }  // namespace
 
 Scheduler::Scheduler(const Graph& g, ParamStore& params, Arena& arena, int micro_batch)
-    : g_(g),
-      x_(require_input(g, "x")),
+    : x_(require_input(g, "x")),
       y_(require_input(g, "y")),
       x_sample_bytes_(static_cast<std::size_t>(g.value(x_).count(1)) * dtype_size(g.value(x_).dtype)),
       train_(g, params, arena, micro_batch, Pass::Train),

@@ -33,7 +33,6 @@ class Scheduler {
   template <class Fn>
   BatchResult for_each_micro_batch(Executor& e, const void* x, const int32_t* y, int batch, Fn&& run);
 
-  const Graph& g_;
   ValueId x_, y_;
   std::size_t x_sample_bytes_;
   Executor train_, eval_;

@@ -51,7 +51,9 @@ TEST(MemoryReport, ChoosesLargestMicroBatchThatFits) {
   for (int want : {1, 3, 40, 256}) {
     const size_t budget = measure_memory(g, want, true).total();
     EXPECT_EQ(choose_micro_batch(g, 1024, budget, true), want) << "budget " << budget;
-    if (want > 1) EXPECT_EQ(choose_micro_batch(g, 1024, budget - 1, true), want - 1) << budget;
+    if (want > 1) {
+      EXPECT_EQ(choose_micro_batch(g, 1024, budget - 1, true), want - 1) << budget;
+    }
   }
 }
 

@@ -43,7 +43,9 @@ Graph lenet_like(bool rewrite) {
   ValueId h = nn::max_pool2d(g, nn::relu(g, nn::conv2d(g, x, 4, 3, 1, 1, "0"), "1"), 2, 2, "2");
   h = nn::max_pool2d(g, nn::relu(g, nn::conv2d(g, h, 4, 3, 1, 1, "3"), "4"), 3, 2, "5", 1);
   nn::softmax_cross_entropy(g, nn::linear(g, nn::flatten(g, h, "6"), 10, "7"), y, "loss");
-  if (rewrite) EXPECT_EQ(reorder_relu_max_pool(g), 2);
+  if (rewrite) {
+    EXPECT_EQ(reorder_relu_max_pool(g), 2);
+  }
   return g;
 }
 
