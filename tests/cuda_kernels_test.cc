@@ -1,6 +1,6 @@
 // CUDA kernels against their CPU twins (kernels/cpu/kernels.h) on the same random float inputs, in both
-// write modes, at ragged sizes. Every test that touches a device skips without one; the status-check
-// tests run everywhere.
+// write modes, at ragged sizes; bit for bit where the CUDA kernel adds in the CPU's order (pooling). Every
+// test that touches a device skips without one; the status-check tests run everywhere.
 #if CRUMB_HAVE_CUDA
 
 #include <cuda_runtime.h>
@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -25,7 +26,6 @@
 #include "kernels/cuda/kernels.h"
 #if CRUMB_HAVE_CUDNN
 #include "kernels/cuda/cudnn_conv.h"
-#include "kernels/cuda/cudnn_pool.h"
 #endif
 
 namespace crumb::cuda {
@@ -66,6 +66,28 @@ void expect_close(const Floats& got, const Floats& want, const std::string& what
   }
 }
 
+// Bit-for-bit parity, for kernels that add in the CPU's order: equal values, or NaN on both sides.
+void expect_same(const Floats& got, const Floats& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (!(got[i] == want[i] || (std::isnan(got[i]) && std::isnan(want[i])))) {
+      ADD_FAILURE() << what << " [" << i << "]: cuda " << got[i] << ", cpu " << want[i];
+      return;
+    }
+  }
+}
+
+// Identical bits, for outputs that copy one input element each (a NaN's payload and sign included).
+void expect_bits(const Floats& got, const Floats& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) {
+      ADD_FAILURE() << what << " [" << i << "]: cuda " << got[i] << ", cpu " << want[i];
+      return;
+    }
+  }
+}
+
 // Owns count elements of device memory.
 template <class T>
 class DeviceArray {
@@ -100,9 +122,9 @@ using Run = std::function<void(const std::vector<float*>&, bool accumulate)>;
 
 // Runs a CPU kernel and its CUDA twin on outputs of the given sizes, pre-filled for each write mode:
 // NaN for accumulate=false, so a read of the old contents shows; the same random values on both sides
-// for accumulate=true. Then compares every output.
+// for accumulate=true. Then compares every output, within float rounding or, if `exact`, bit for bit.
 void check_against_cpu(const std::vector<std::size_t>& sizes, bool has_accumulate, const Run& cpu, const Run& gpu,
-                       const std::string& what) {
+                       const std::string& what, bool exact = false) {
   for (bool accumulate : {false, true}) {
     if (accumulate && !has_accumulate) break;
     std::vector<Floats> host;
@@ -119,8 +141,12 @@ void check_against_cpu(const std::vector<std::size_t>& sizes, bool has_accumulat
     cpu(host_ptrs, accumulate);
     gpu(device_ptrs, accumulate);
     for (std::size_t o = 0; o < sizes.size(); ++o) {
-      expect_close(device[o]->download(), host[o],
-                   what + " output " + std::to_string(o) + (accumulate ? " (+=)" : " (=)"));
+      const std::string name = what + " output " + std::to_string(o) + (accumulate ? " (+=)" : " (=)");
+      if (exact) {
+        expect_same(device[o]->download(), host[o], name);
+      } else {
+        expect_close(device[o]->download(), host[o], name);
+      }
     }
   }
 }
@@ -335,7 +361,177 @@ TEST(CudaKernels, SgdThreeSteps) {
   }
 }
 
-// ---- library-backed ops: cuBLAS linear, cuDNN conv and pooling
+// ---- pooling: bit-for-bit parity with the CPU, argmax included
+
+cpu::Pool2dShape pool_shape(int n, int c, int h, int w, int kh, int kw, int sh, int sw, int ph, int pw) {
+  return {n, c, h, w, kh, kw, sh, sw, ph, pw, (h + 2 * ph - kh) / sh + 1, (w + 2 * pw - kw) / sw + 1};
+}
+
+const std::vector<cpu::Pool2dShape> kPoolShapes = {
+    pool_shape(8, 6, 28, 28, 2, 2, 2, 2, 0, 0),    // LeNet's 2x2 / 2 (the CPU's dedicated kernel)
+    pool_shape(3, 5, 7, 9, 2, 2, 2, 2, 0, 0),      // 2x2 / 2 at odd sizes: the floor drops a row and a column
+    pool_shape(3, 5, 8, 8, 3, 3, 1, 1, 1, 1),      // 3x3 / 1 pad 1: heavily overlapping windows
+    pool_shape(3, 5, 9, 7, 3, 3, 2, 2, 1, 1),      // 3x3 / 2 pad 1 at odd sizes (ResNet's stem pool)
+    pool_shape(3, 5, 11, 10, 3, 2, 2, 3, 1, 0),    // non-square; stride > kernel in w leaves columns uncovered
+    pool_shape(3, 5, 5, 4, 2, 2, 1, 1, 1, 1),      // output larger than the input
+    pool_shape(3, 5, 6, 7, 2, 2, 2, 2, 1, 1),      // 2x2 / 2 padded: the CPU's general path with 2x2 windows
+    pool_shape(2, 3, 19, 18, 16, 16, 1, 2, 8, 0),  // 256-cell windows: argmax up to 255
+    pool_shape(3, 5, 1, 1, 1, 1, 1, 1, 0, 0),      // 1x1 identity
+    pool_shape(1, 2, 6, 1000, 3, 3, 1, 1, 1, 1),   // wide rows: the CPU works in bands of a few output rows
+};
+
+std::string pool_name(const cpu::Pool2dShape& s) {
+  return " n=" + std::to_string(s.n) + " c=" + std::to_string(s.c) + " " + std::to_string(s.h) + "x" +
+         std::to_string(s.w) + " k=" + std::to_string(s.kh) + "x" + std::to_string(s.kw) +
+         " stride=" + std::to_string(s.stride_h) + "," + std::to_string(s.stride_w) +
+         " pad=" + std::to_string(s.pad_h) + "," + std::to_string(s.pad_w);
+}
+
+// Pooling inputs, all negative, so that a padding cell wrongly read as zero would win a max:
+// - continuous: no ties;
+// - ties: quantised to -4, -3, -2, so most windows hold tied maxima, and plane 1 all -inf, so every
+//   window's maximum is tied over the whole window;
+// - ties and NaN: as ties, with two NaNs of different payloads near the corner of plane 0, at (0, 1) and
+//   (1, 0), which the CPU's 2x2 / 2 kernel and its general path order differently, and one in the middle
+//   of the last plane.
+enum class PoolInput { kContinuous, kTies, kTiesAndNaN };
+
+float nan_with_bits(uint32_t bits) {
+  float v;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
+Floats pool_input(const cpu::Pool2dShape& s, PoolInput kind) {
+  const std::size_t plane = std::size_t(s.h) * s.w, planes = std::size_t(s.n) * s.c;
+  Floats x = random_floats(planes * plane, 1, -4, -1);
+  if (kind == PoolInput::kContinuous) return x;
+  for (float& e : x) e = std::floor(e);
+  if (planes > 1) std::fill(x.begin() + plane, x.begin() + 2 * plane, -std::numeric_limits<float>::infinity());
+  if (kind == PoolInput::kTiesAndNaN) {
+    if (s.w > 1) x[1] = kNaN;
+    if (s.h > 1) x[s.w] = nan_with_bits(0xffc00123u);
+    x[(planes - 1) * plane + std::size_t(s.h / 2) * s.w + s.w / 2] = kNaN;
+  }
+  return x;
+}
+
+const char* pool_input_name(PoolInput kind) {
+  switch (kind) {
+    case PoolInput::kContinuous:
+      return " (continuous)";
+    case PoolInput::kTies:
+      return " (ties)";
+    case PoolInput::kTiesAndNaN:
+      return " (ties, NaN)";
+  }
+  return "";
+}
+
+std::size_t pool_out_count(const cpu::Pool2dShape& s) { return std::size_t(s.n) * s.c * s.h_out * s.w_out; }
+std::size_t pool_in_count(const cpu::Pool2dShape& s) { return std::size_t(s.n) * s.c * s.h * s.w; }
+
+TEST(CudaKernels, MaxPool2d) {
+  CRUMB_REQUIRE_GPU();
+  for (const cpu::Pool2dShape& s : kPoolShapes) {
+    for (PoolInput kind : {PoolInput::kContinuous, PoolInput::kTies, PoolInput::kTiesAndNaN}) {
+      const std::string at = pool_name(s) + pool_input_name(kind);
+      const std::size_t in = pool_in_count(s), out = pool_out_count(s);
+      const Floats x = pool_input(s, kind);
+      Floats y(out);
+      std::vector<uint8_t> argmax(out);
+      cpu::max_pool2d_forward(y.data(), argmax.data(), x.data(), s);
+      if (kind == PoolInput::kTiesAndNaN) {
+        EXPECT_TRUE(std::any_of(y.begin(), y.end(), [](float v) { return std::isnan(v); })) << at;
+      }
+
+      // Outputs pre-filled with values the kernel never writes.
+      const DeviceArray<float> dev_x(x);
+      DeviceArray<float> dev_y(Floats(out, kNaN));
+      DeviceArray<uint8_t> dev_argmax(std::vector<uint8_t>(out, 0xff));
+      max_pool2d_forward(dev_y.get(), dev_argmax.get(), dev_x.get(), s, nullptr);
+      expect_bits(dev_y.download(), y, "max_pool2d_forward y" + at);
+      const std::vector<uint8_t> got_argmax = dev_argmax.download();
+      for (std::size_t o = 0; o < out; ++o) {
+        if (got_argmax[o] != argmax[o]) {
+          ADD_FAILURE() << "max_pool2d_forward argmax" << at << " [" << o << "]: cuda " << int(got_argmax[o])
+                        << ", cpu " << int(argmax[o]);
+          break;
+        }
+      }
+
+      // The backward routes through the CPU's argmax, so it is checked on its own.
+      const Floats dy = random_floats(out, 2);
+      const DeviceArray<float> dev_dy(dy);
+      const DeviceArray<uint8_t> dev_cpu_argmax(argmax);
+      check_against_cpu(
+          {in}, true, [&](auto& o, bool acc) { cpu::max_pool2d_backward(o[0], dy.data(), argmax.data(), s, acc); },
+          [&](auto& o, bool acc) { max_pool2d_backward(o[0], dev_dy.get(), dev_cpu_argmax.get(), s, acc, nullptr); },
+          "max_pool2d_backward" + at, /*exact=*/true);
+    }
+  }
+}
+
+TEST(CudaKernels, AvgPool2d) {
+  CRUMB_REQUIRE_GPU();
+  for (const cpu::Pool2dShape& s : kPoolShapes) {
+    const std::size_t in = pool_in_count(s), out = pool_out_count(s);
+    for (PoolInput kind : {PoolInput::kContinuous, PoolInput::kTies, PoolInput::kTiesAndNaN}) {
+      const std::string at = pool_name(s) + pool_input_name(kind);
+      const Floats x = pool_input(s, kind);
+      const DeviceArray<float> dev_x(x);
+      check_against_cpu(
+          {out}, false, [&](auto& o, bool) { cpu::avg_pool2d_forward(o[0], x.data(), s); },
+          [&](auto& o, bool) { avg_pool2d_forward(o[0], dev_x.get(), s, nullptr); }, "avg_pool2d_forward" + at,
+          /*exact=*/true);
+    }
+    // The backward reads only dy. Its multiply-adds are fused on the device and fused or not on the CPU,
+    // depending on the build's target, so it is compared within rounding.
+    const Floats dy = random_floats(out, 2);
+    const DeviceArray<float> dev_dy(dy);
+    check_against_cpu(
+        {in}, true, [&](auto& o, bool acc) { cpu::avg_pool2d_backward(o[0], dy.data(), s, acc); },
+        [&](auto& o, bool acc) { avg_pool2d_backward(o[0], dev_dy.get(), s, acc, nullptr); },
+        "avg_pool2d_backward" + pool_name(s));
+  }
+}
+
+// The launchers check their shapes before touching a device, so these run everywhere.
+TEST(CudaPoolChecks, RejectBadShapes) {
+  const cpu::Pool2dShape good = pool_shape(2, 3, 8, 8, 3, 3, 2, 2, 1, 1);
+  auto with = [&](auto edit) {
+    cpu::Pool2dShape s = good;
+    edit(s);
+    return s;
+  };
+  const std::vector<std::pair<cpu::Pool2dShape, const char*>> bad = {
+      {with([](cpu::Pool2dShape& s) { s.h_out += 1; }), "output not the floor size"},
+      {with([](cpu::Pool2dShape& s) { s.w_out -= 1; }), "output not the floor size"},
+      {pool_shape(2, 3, 8, 8, 3, 3, 2, 2, 2, 1), "padding over half the window"},
+      {pool_shape(2, 3, 2, 8, 5, 3, 1, 1, 1, 1), "window larger than the padded input"},
+      {with([](cpu::Pool2dShape& s) { s.stride_w = 0; }), "zero stride"},
+      {with([](cpu::Pool2dShape& s) { s.pad_h = -1; }), "negative padding"},
+      {with([](cpu::Pool2dShape& s) { s.c = -1; }), "negative channels"},
+  };
+  for (const auto& [s, why] : bad) {
+    EXPECT_THROW(max_pool2d_forward(nullptr, nullptr, nullptr, s, nullptr), Error) << why;
+    EXPECT_THROW(max_pool2d_backward(nullptr, nullptr, nullptr, s, false, nullptr), Error) << why;
+    EXPECT_THROW(avg_pool2d_forward(nullptr, nullptr, s, nullptr), Error) << why;
+    EXPECT_THROW(avg_pool2d_backward(nullptr, nullptr, s, true, nullptr), Error) << why;
+  }
+  // An empty batch launches nothing; windows over 256 cells do not fit the max pool's 1-byte argmax.
+  const cpu::Pool2dShape empty = with([](cpu::Pool2dShape& s) { s.n = 0; });
+  EXPECT_NO_THROW(max_pool2d_forward(nullptr, nullptr, nullptr, empty, nullptr));
+  EXPECT_NO_THROW(max_pool2d_backward(nullptr, nullptr, nullptr, empty, true, nullptr));
+  EXPECT_NO_THROW(avg_pool2d_forward(nullptr, nullptr, empty, nullptr));
+  EXPECT_NO_THROW(avg_pool2d_backward(nullptr, nullptr, empty, false, nullptr));
+  const cpu::Pool2dShape wide = pool_shape(0, 1, 17, 17, 17, 17, 1, 1, 0, 0);
+  EXPECT_THROW(max_pool2d_forward(nullptr, nullptr, nullptr, wide, nullptr), Error);
+  EXPECT_THROW(max_pool2d_backward(nullptr, nullptr, nullptr, wide, false, nullptr), Error);
+  EXPECT_NO_THROW(avg_pool2d_forward(nullptr, nullptr, wide, nullptr));
+}
+
+// ---- library-backed ops: cuBLAS linear, cuDNN conv
 
 class CudaLibraryTest : public ::testing::Test {
  protected:
@@ -397,8 +593,6 @@ TEST_F(CudaLibraryTest, Linear) {
 
 static_assert(!std::is_copy_constructible_v<ConvPlan> && std::is_nothrow_move_constructible_v<ConvPlan> &&
               std::is_nothrow_move_assignable_v<ConvPlan>);
-static_assert(!std::is_copy_constructible_v<PoolPlan> && std::is_nothrow_move_constructible_v<PoolPlan> &&
-              std::is_nothrow_move_assignable_v<PoolPlan>);
 
 cpu::Conv2dShape conv_shape(int n, int c_in, int h, int w, int c_out, int kh, int kw, int sh, int sw, int ph, int pw) {
   return {n, c_in, h, w, c_out, kh, kw, sh, sw, ph, pw, (h + 2 * ph - kh) / sh + 1, (w + 2 * pw - kw) / sw + 1};
@@ -466,70 +660,6 @@ TEST_F(CudaLibraryTest, Conv2d) {
     plan.set_batch(dnn_, s.n);
     check_conv(dnn_, plan);
     EXPECT_THROW(plan.set_batch(dnn_, s.n + 1), Error);
-  }
-}
-
-cpu::Pool2dShape pool_shape(int n, int c, int h, int w, int kh, int kw, int sh, int sw, int ph, int pw) {
-  return {n, c, h, w, kh, kw, sh, sw, ph, pw, (h + 2 * ph - kh) / sh + 1, (w + 2 * pw - kw) / sw + 1};
-}
-
-// Forward and backward of `plan` at its current shape against the CPU kernels.
-void check_pool(cudnnHandle_t handle, const PoolPlan& plan, PoolMode mode) {
-  const cpu::Pool2dShape& s = plan.shape();
-  const std::string at = std::string(mode == PoolMode::kMax ? " max" : " avg") + " n=" + std::to_string(s.n) + " " +
-                         std::to_string(s.h) + "x" + std::to_string(s.w) + " k=" + std::to_string(s.kh) + "x" +
-                         std::to_string(s.kw) + " stride=" + std::to_string(s.stride_h) + "," +
-                         std::to_string(s.stride_w) + " pad=" + std::to_string(s.pad_h) + "," + std::to_string(s.pad_w);
-  const std::size_t in = std::size_t(s.n) * s.c * s.h * s.w, out = std::size_t(s.n) * s.c * s.h_out * s.w_out;
-  // All negative: a padding cell would win a max if it were (wrongly) counted as zero. Continuous
-  // values, so windows have no tied maxima (cuDNN need not pick the first of a tie).
-  const Floats x = random_floats(in, 1, -4, -1), dy = random_floats(out, 2);
-  const DeviceArray<float> dev_x(x), dev_dy(dy);
-  DeviceArray<float> dev_y(out);
-  const bool is_max = mode == PoolMode::kMax;
-  // The CPU max pool routes gradients through the argmax its forward records.
-  Floats cpu_y(out);
-  std::vector<uint8_t> argmax(out);
-  cpu::max_pool2d_forward(cpu_y.data(), argmax.data(), x.data(), s);
-  check_against_cpu(
-      {out}, false,
-      [&](auto& o, bool) {
-        if (is_max) {
-          std::copy(cpu_y.begin(), cpu_y.end(), o[0]);
-        } else {
-          cpu::avg_pool2d_forward(o[0], x.data(), s);
-        }
-      },
-      [&](auto& o, bool) { pool_forward(handle, plan, o[0], dev_x.get()); }, "pool_forward" + at);
-  pool_forward(handle, plan, dev_y.get(), dev_x.get());
-  check_against_cpu(
-      {in}, true,
-      [&](auto& o, bool acc) {
-        if (is_max) {
-          cpu::max_pool2d_backward(o[0], dy.data(), argmax.data(), s, acc);
-        } else {
-          cpu::avg_pool2d_backward(o[0], dy.data(), s, acc);
-        }
-      },
-      [&](auto& o, bool acc) { pool_backward(handle, plan, o[0], dev_dy.get(), dev_y.get(), dev_x.get(), acc); },
-      "pool_backward" + at);
-}
-
-TEST_F(CudaLibraryTest, Pool2d) {
-  for (PoolMode mode : {PoolMode::kMax, PoolMode::kAverage}) {
-    for (const cpu::Pool2dShape& s : {
-             pool_shape(3, 2, 7, 6, 3, 3, 2, 2, 1, 1),     // odd sizes, pad 1
-             pool_shape(2, 3, 8, 7, 2, 3, 3, 2, 0, 1),     // non-square, stride > kernel in h
-             pool_shape(2, 2, 6, 6, 3, 3, 1, 1, 1, 1),     // heavily overlapping windows
-             pool_shape(2, 2, 5, 4, 2, 2, 1, 1, 1, 1),     // output larger than the input
-             pool_shape(8, 16, 28, 28, 2, 2, 2, 2, 0, 0),  // LeNet's 2x2 / 2
-         }) {
-      PoolPlan plan(s, mode);
-      check_pool(dnn_, plan, mode);
-      plan.set_batch(1);
-      check_pool(dnn_, plan, mode);
-      EXPECT_THROW(plan.set_batch(s.n + 1), Error);
-    }
   }
 }
 

@@ -31,8 +31,6 @@ using TensorDescriptor = Descriptor<cudnnTensorDescriptor_t, cudnnCreateTensorDe
 using FilterDescriptor = Descriptor<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor, cudnnDestroyFilterDescriptor>;
 using ConvolutionDescriptor =
     Descriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor, cudnnDestroyConvolutionDescriptor>;
-using PoolingDescriptor =
-    Descriptor<cudnnPoolingDescriptor_t, cudnnCreatePoolingDescriptor, cudnnDestroyPoolingDescriptor>;
 
 // A dense NCHW float tensor [n, c, h, w]. Cheap: no allocation, no device work.
 inline void set_nchw(const TensorDescriptor& desc, int n, int c, int h, int w) {
