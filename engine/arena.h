@@ -3,42 +3,24 @@
 #pragma once
 #include <cstddef>
 
+#include "engine/buffer.h"
+
 namespace crumb {
 
 class Arena {
  public:
-  Arena() = default;
-  ~Arena();
-  Arena(const Arena&) = delete;
-  Arena& operator=(const Arena&) = delete;
+  explicit Arena(Device device = Device::CPU) : device_(device) {}
 
   // Grows the block to at least `bytes` (contents are not kept). Set-up only: pointers into the old
   // block become invalid, which the executors detect through base().
   void reserve(std::size_t bytes);
-  char* base() const { return base_; }
-  std::size_t size() const { return size_; }
+  char* base() const { return block_.data(); }
+  std::size_t size() const { return block_.size(); }
+  Device device() const { return device_; }
 
  private:
-  char* base_ = nullptr;
-  std::size_t size_ = 0;
-};
-
-// A 64-byte aligned heap buffer for persistent state (parameters, gradients, optimizer state).
-class AlignedBuffer {
- public:
-  AlignedBuffer() = default;
-  explicit AlignedBuffer(std::size_t bytes);
-  ~AlignedBuffer();
-  AlignedBuffer(AlignedBuffer&& o) noexcept;
-  AlignedBuffer& operator=(AlignedBuffer&& o) noexcept;
-  AlignedBuffer(const AlignedBuffer&) = delete;
-  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
-  char* data() const { return data_; }
-  std::size_t size() const { return size_; }
-
- private:
-  char* data_ = nullptr;
-  std::size_t size_ = 0;
+  Device device_;
+  Buffer block_;
 };
 
 }  // namespace crumb

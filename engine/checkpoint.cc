@@ -186,8 +186,10 @@ Metadata parse_metadata(const json::Value& meta, const std::string& path) {
 
 }  // namespace
 
-void save_checkpoint(const std::string& path, const ParamStore& params, const Sgd* opt, const std::string& model_name) {
+void save_checkpoint(const std::string& path, ParamStore& params, Sgd* opt, const std::string& model_name) {
   check_float32(path, params);
+  params.to_host();
+  if (opt) opt->to_host();
   const Graph& g = params.graph();
   const bool momentum = opt && opt->state_bytes() > 0;
   std::vector<Chunk> chunks;
@@ -293,6 +295,7 @@ void load_checkpoint(const std::string& path, ParamStore& params, Sgd* opt) {
   read_at(fd.get(), data.data(), data.size(), data_start, path);
   for (ValueId p : params.params())
     std::memcpy(params.data(p), data.data() + by_name[g.value(p).name]->begin, param_bytes(params, p));
+  params.to_device();
   if (!opt) return;
   // Momentum without a step count (a file from another writer) is still a started optimizer: with
   // 0 steps the first step would overwrite the loaded momentum with the gradient.
@@ -301,11 +304,12 @@ void load_checkpoint(const std::string& path, ParamStore& params, Sgd* opt) {
   char* momentum = reinterpret_cast<char*>(opt->momentum_block());
   if (!has_momentum) {
     std::memset(momentum, 0, opt->state_bytes());
-    return;
+  } else {
+    for (ValueId p : params.params())
+      std::memcpy(momentum + block_offset(params, p), data.data() + by_name[kMomentumPrefix + g.value(p).name]->begin,
+                  param_bytes(params, p));
   }
-  for (ValueId p : params.params())
-    std::memcpy(momentum + block_offset(params, p), data.data() + by_name[kMomentumPrefix + g.value(p).name]->begin,
-                param_bytes(params, p));
+  opt->to_device();
 }
 
 }  // namespace crumb

@@ -11,14 +11,16 @@
 namespace crumb {
 
 // Writes the parameters (and the optimizer's momentum + step count when opt != nullptr) to path via
-// "<path>.tmp" + rename, so a crash or a full disk never leaves a half-written file at path.
-void save_checkpoint(const std::string& path, const ParamStore& params, const Sgd* opt, const std::string& model_name);
+// "<path>.tmp" + rename, so a crash or a full disk never leaves a half-written file at path. Brings
+// the host copies of the parameters and momentum up to date first (they live on the training device).
+void save_checkpoint(const std::string& path, ParamStore& params, Sgd* opt, const std::string& model_name);
 
 // Loads into params and, when opt != nullptr, restores the optimizer to the state in the file: its step
 // count and momentum, or a fresh optimizer (0 steps, zero momentum) if the file holds none. opt must be
 // the optimizer of params. Momentum in the file is ignored by an optimizer without momentum.
 // Every parameter must be in the file with the same shape and no unknown tensors may be; the file is
-// fully validated before anything is written, so on error params and opt are unchanged.
+// fully validated before anything is written, so on error params and opt are unchanged. Writes the
+// host copies and the device's.
 void load_checkpoint(const std::string& path, ParamStore& params, Sgd* opt);
 
 }  // namespace crumb

@@ -1,5 +1,8 @@
 #include "engine/executor.h"
 
+#include <string>
+
+#include "engine/backend.h"
 #include "engine/error.h"
 
 namespace crumb {
@@ -18,24 +21,37 @@ std::vector<NodeId> pass_order(const Graph& g, Pass pass) {
 Executor::Executor(const Graph& g, ParamStore& params, Arena& arena, int max_batch, Pass pass)
     : g_(g), params_(params), arena_(arena), max_batch_(max_batch) {
   CRUMB_CHECK(&params.graph() == &g, "executor: the parameter store belongs to another graph");
+  CRUMB_CHECK(params.device() == arena.device(), "executor: parameters on ", device_name(params.device()),
+              " but the arena on ", device_name(arena.device()));
   CRUMB_CHECK(g.loss() >= 0, "executor: the graph has no loss");
+  CRUMB_CHECK(max_batch >= 1, "executor: micro-batch size must be >= 1, got ", max_batch);
   std::vector<ValueId> keep{g.loss()};
   for (ValueId x : g.inputs())
     if (g.value(x).grad >= 0) keep.push_back(g.value(x).grad);
-  plan_ = plan_memory(g, pass_order(g, pass), max_batch, keep);
-  const bool f64 = g.float_dtype() == DType::F64;
-  for (size_t s = 0; s < plan_.order.size(); ++s) {
-    const Node& n = g.node(plan_.order[s]);
-    const StepFn fn = f64 ? n.def->cpu_f64 : n.def->cpu_f32;
-    CRUMB_CHECK(fn || n.def->view, "layer '", n.name, "' (", n.def->name, ") has no CPU implementation");
-    if (fn) steps_.push_back({&n, fn, plan_.workspace_offset[s]});
+  // Compile every node for the device first: its workspace needs (cuDNN's depend on the algorithm
+  // chosen) go into the plan.
+  const std::vector<NodeId> order = pass_order(g, pass);
+  std::vector<CompiledStep> compiled;
+  std::vector<std::size_t> workspace;
+  for (NodeId id : order) {
+    compiled.push_back(compile_step(device(), g, g.node(id), max_batch));
+    workspace.push_back(compiled.back().workspace);
   }
+  plan_ = plan_memory(g, order, max_batch, keep, &workspace);
+  for (size_t s = 0; s < order.size(); ++s)
+    if (compiled[s].fn)
+      steps_.push_back({&g.node(order[s]), compiled[s].fn, std::move(compiled[s].state), plan_.workspace_offset[s],
+                        plan_.step_workspace[s]});
   ptr_.assign(g.num_values(), nullptr);
   bound_.assign(g.num_values(), nullptr);
   for (ValueId v = 0; v < g.num_values(); ++v)
     if (v != g.storage_root(v) && g.value(g.storage_root(v)).kind == ValueKind::Input) input_views_.push_back(v);
   arena_.reserve(arena_bytes());
+  results_ = Buffer(sizeof(Results), memory_of(device()));
+  readback_ = Buffer(sizeof(Results), device() == Device::CPU ? Memory::Host : Memory::Pinned);
 }
+
+Executor::~Executor() = default;
 
 void Executor::bind(ValueId input, const void* data) {
   CRUMB_CHECK(input >= 0 && input < g_.num_values() && g_.value(input).kind == ValueKind::Input,
@@ -50,9 +66,9 @@ void Executor::resolve() {
     if (plan_.offset[v] >= 0)
       ptr_[v] = arena_.base() + plan_.offset[v];
     else if (val.kind == ValueKind::Param)
-      ptr_[v] = params_.data(v);
+      ptr_[v] = params_.device_data(v);
     else if (val.kind == ValueKind::ParamGrad)
-      ptr_[v] = params_.grad(params_.param_of_grad(v));
+      ptr_[v] = params_.device_grad(params_.param_of_grad(v));
   }
   // Views of parameters share their storage too (views of arena values have offsets, views of
   // inputs are re-pointed on every run).
@@ -63,26 +79,49 @@ void Executor::resolve() {
   resolved_ = true;
 }
 
+void Executor::fail_in(const Step& s, int n, const char* what) const {
+  std::string inputs;
+  for (ValueId v : s.node->in) {
+    const Value& val = g_.value(v);
+    Dims dims = val.dims;
+    if (val.batched) dims.insert(dims.begin(), n);
+    inputs += (inputs.empty() ? "" : ", ") + std::string(dtype_name(val.dtype)) + dims_str(dims);
+  }
+  CRUMB_FAIL("layer '", s.node->name, "' (", s.node->def->name, ") on ", device_name(device()), " with inputs ", inputs,
+             ": ", what);
+}
+
+Executor::Results Executor::results() {
+  read_back(device(), readback_.data(), results_.data(), sizeof(Results));
+  return *reinterpret_cast<const Results*>(readback_.data());
+}
+
 void Executor::run(int n, bool first_micro_batch, double loss_scale) {
   CRUMB_CHECK(n >= 1 && n <= max_batch_, "executor compiled for up to ", max_batch_, " samples was given ", n);
   if (!resolved_ || resolved_base_ != arena_.base()) resolve();
   for (ValueId x : g_.inputs()) CRUMB_CHECK(bound_[x], "input '", g_.value(x).name, "' is not bound");
   for (ValueId v : input_views_) ptr_[v] = ptr_[g_.storage_root(v)];
-  loss_sum_ = 0.0;
-  correct_ = 0;
+  if (first_micro_batch) zero_in_order(device(), results_.data(), sizeof(Results));
+  Results* results = reinterpret_cast<Results*>(results_.data());
   StepArgs a;
   a.graph = &g_;
   a.ptr = ptr_.data();
   a.n = n;
   a.loss_scale = loss_scale;
-  a.loss_sum = &loss_sum_;
-  a.correct = &correct_;
+  a.loss_sum = &results->loss_sum;
+  a.correct = &results->correct;
   for (const Step& s : steps_) {
     a.node = s.node;
+    a.state = s.state.get();
     a.workspace = s.workspace_offset >= 0 ? arena_.base() + s.workspace_offset : nullptr;
+    a.workspace_bytes = s.workspace_bytes;
     a.accumulate = s.node->grad_write == GradWrite::Accumulate ||
                    (s.node->grad_write == GradWrite::FirstMicroBatch && !first_micro_batch);
-    s.fn(a);
+    try {
+      s.fn(a);
+    } catch (const Error& e) {
+      fail_in(s, n, e.what());
+    }
   }
 }
 

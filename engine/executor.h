@@ -1,9 +1,12 @@
 // The executor turns a Graph + memory plan into a flat list of steps whose pointers are resolved
 // once (arena offsets, parameter blocks, input bindings). Running it never allocates. One executor
-// is compiled per (graph, micro-batch size, pass); a smaller final micro-batch reuses it. The graph
-// must not change after an executor is compiled from it (steps point at its nodes).
+// is compiled per (graph, micro-batch size, pass, device); a smaller final micro-batch reuses it. The
+// graph must not change after an executor is compiled from it (steps point at its nodes).
+// The device is the arena's: on CUDA, run() enqueues the steps on the compute stream and returns at
+// once; results() is where the host waits.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "engine/arena.h"
@@ -21,19 +24,28 @@ enum class Pass : uint8_t {
 
 class Executor {
  public:
+  // params and arena must be on the same device.
   Executor(const Graph& g, ParamStore& params, Arena& arena, int max_batch, Pass pass);
+  ~Executor();
 
-  // Points an Input value at caller-owned data for the next run (n samples of it are read).
+  // Points an Input value at caller-owned data in the device's memory for the next run (n samples of
+  // it are read).
   void bind(ValueId input, const void* data);
-  // Runs all steps on n samples (1 <= n <= max_batch). first_micro_batch selects whether parameter
-  // gradients are written (true) or accumulated (false). loss_scale is 1/B for a batch of B samples.
+  // Runs all steps on n samples (1 <= n <= max_batch). first_micro_batch starts a batch: parameter
+  // gradients are written and the results zeroed (true), or gradients and results accumulate (false).
+  // loss_scale is 1/B for a batch of B samples. Errors name the layer, its op and its input shapes.
   void run(int n, bool first_micro_batch, double loss_scale);
 
-  // Results of the last run: the unscaled loss summed over its n samples and the correct count.
-  double loss_sum() const { return loss_sum_; }
-  int64_t correct() const { return correct_; }
-  // Data of any value during/after the last run (views included).
+  // The unscaled loss summed over the samples of the batch's runs so far, and how many of them were
+  // classified correctly. Waits for those runs to finish.
+  struct Results {
+    double loss_sum = 0.0;
+    int64_t correct = 0;
+  };
+  Results results();
+  // Data of any value during/after the last run (views included), in the device's memory.
   const void* data(ValueId v) const { return ptr_.at(v); }
+  Device device() const { return arena_.device(); }
 
   const MemoryPlan& plan() const { return plan_; }
   int max_batch() const { return max_batch_; }
@@ -44,9 +56,12 @@ class Executor {
   struct Step {
     const Node* node;
     StepFn fn;
+    std::unique_ptr<OpState> state;
     int64_t workspace_offset;  // in the arena, -1 if the step needs none
+    std::size_t workspace_bytes;
   };
   void resolve();
+  [[noreturn]] void fail_in(const Step& s, int n, const char* what) const;
 
   const Graph& g_;
   ParamStore& params_;
@@ -59,8 +74,8 @@ class Executor {
   std::vector<ValueId> input_views_;     // views whose storage is an Input (re-pointed per run)
   char* resolved_base_ = nullptr;  // the arena block the pointers were resolved against
   bool resolved_ = false;
-  double loss_sum_ = 0.0;
-  int64_t correct_ = 0;
+  Buffer results_;   // Results in the device's memory, where the loss op adds to them
+  Buffer readback_;  // Results copied back to the host (pinned on CUDA)
 };
 
 // The steps of a pass in execution order (forward nodes, then backward nodes for Train).

@@ -7,6 +7,7 @@
 #include <ostream>
 #include <sstream>
 
+#include "engine/backend.h"
 #include "engine/error.h"
 #include "engine/executor.h"
 #include "engine/ops/op.h"
@@ -14,14 +15,16 @@
 
 namespace crumb {
 
-MemoryBreakdown measure_memory(const Graph& g, int m, bool momentum) {
+MemoryBreakdown measure_memory(const Graph& g, int m, bool momentum, Device device) {
   MemoryBreakdown mb;
   mb.micro_batch = m;
   const std::size_t persistent = ParamStore::block_count(g) * dtype_size(g.float_dtype());
   mb.params = mb.grads = persistent;
   mb.optimizer_state = momentum ? persistent : 0;
   for (Pass pass : {Pass::Train, Pass::Eval}) {
-    const MemoryPlan p = plan_memory(g, pass_order(g, pass), m, {g.loss()});
+    const std::vector<NodeId> order = pass_order(g, pass);
+    const std::vector<std::size_t> workspace = step_workspace(device, g, order, m);
+    const MemoryPlan p = plan_memory(g, order, m, {g.loss()}, &workspace);
     if (pass == Pass::Train) {
       mb.activations = p.peak_live;
       mb.workspace = p.workspace_bytes;
@@ -29,21 +32,23 @@ MemoryBreakdown measure_memory(const Graph& g, int m, bool momentum) {
     mb.arena = std::max(mb.arena, p.arena_bytes);
   }
   for (ValueId x : g.inputs()) mb.staging += align_up(g.value(x).count(m) * dtype_size(g.value(x).dtype));
+  if (device != Device::CPU) mb.staging *= 2;  // double-buffered device slots (engine/staging.h)
+  mb.runtime = runtime_bytes(device);
   return mb;
 }
 
-int choose_micro_batch(const Graph& g, int batch, std::size_t budget, bool momentum) {
+int choose_micro_batch(const Graph& g, int batch, std::size_t budget, bool momentum, Device device) {
   CRUMB_CHECK(batch >= 1, "batch must be >= 1, got ", batch);
-  const MemoryBreakdown one = measure_memory(g, 1, momentum);
+  const MemoryBreakdown one = measure_memory(g, 1, momentum, device);
   CRUMB_CHECK(one.total() <= budget, "memory budget ", format_bytes(budget),
               " cannot hold the model even at micro-batch 1: it needs at least ", format_bytes(one.total()),
               " (persistent ", format_bytes(one.persistent()), " + arena ", format_bytes(one.arena), " + staging ",
-              format_bytes(one.staging), "); raise --memory-budget");
+              format_bytes(one.staging), " + runtime ", format_bytes(one.runtime), "); raise --memory-budget");
   // Memory is monotone in m: binary search for the largest m that fits.
   int lo = 1, hi = batch;
   while (lo < hi) {
     const int mid = lo + (hi - lo + 1) / 2;
-    if (measure_memory(g, mid, momentum).total() <= budget)
+    if (measure_memory(g, mid, momentum, device).total() <= budget)
       lo = mid;
     else
       hi = mid - 1;
@@ -95,6 +100,7 @@ void write_memory_report(std::ostream& os, const Graph& g, const MemoryBreakdown
   line("  peak live activations (train)", mb.activations);
   line("  largest step workspace (train)", mb.workspace);
   line("input staging", mb.staging);
+  if (mb.runtime) line("runtime (cuBLAS workspace)", mb.runtime);
   line("total", mb.total());
   if (budget) line("budget", budget);
   os << "arena plan (training): " << format_bytes(plan.arena_bytes) << " for a lower bound of "

@@ -18,17 +18,19 @@ struct MemoryBreakdown {
   std::size_t activations = 0;  // peak bytes of live values in the training pass
   std::size_t workspace = 0;    // largest kernel scratch of one step of the training pass
   std::size_t arena = 0;        // the arena block (values + workspace): max over training and evaluation
-  std::size_t staging = 0;      // one micro-batch of inputs (images + labels)
+  std::size_t staging = 0;      // inputs (images + labels): one micro-batch on the CPU, two device slots on CUDA
+  std::size_t runtime = 0;      // the device runtime's own persistent buffers (cuBLAS workspace on CUDA)
   std::size_t persistent() const { return params + grads + optimizer_state; }
-  std::size_t total() const { return persistent() + arena + staging; }
+  std::size_t total() const { return persistent() + arena + staging + runtime; }
 };
 
-// g must have its backward graph. momentum: whether the optimizer keeps a momentum buffer.
-MemoryBreakdown measure_memory(const Graph& g, int micro_batch, bool momentum);
+// g must have its backward graph. momentum: whether the optimizer keeps a momentum buffer. On CUDA the
+// kernel workspace is cuDNN's for the algorithms it picks at this micro-batch size (needs a GPU).
+MemoryBreakdown measure_memory(const Graph& g, int micro_batch, bool momentum, Device device = Device::CPU);
 
 // The largest m <= batch whose measure_memory(m).total() fits in budget bytes. Throws crumb::Error
 // naming the smallest budget that would work when even m = 1 does not fit.
-int choose_micro_batch(const Graph& g, int batch, std::size_t budget, bool momentum);
+int choose_micro_batch(const Graph& g, int batch, std::size_t budget, bool momentum, Device device = Device::CPU);
 
 // "1.50 MiB"-style formatting and parsing ("64MiB", "1.5GiB", "500MB", "4096"; K/M/G mean KiB/MiB/GiB).
 std::string format_bytes(std::size_t bytes);

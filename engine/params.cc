@@ -21,15 +21,17 @@ std::size_t ParamStore::block_count(const Graph& g) {
   return n;
 }
 
-ParamStore::ParamStore(const Graph& g) : graph_(g), dtype_(g.float_dtype()), offset_(g.num_values(), -1),
-                                         grad_owner_(g.num_values(), -1) {
+ParamStore::ParamStore(const Graph& g, Device device)
+    : graph_(g), dtype_(g.float_dtype()), device_(device), offset_(g.num_values(), -1), grad_owner_(g.num_values(), -1) {
+  CRUMB_CHECK(device == Device::CPU || dtype_ == DType::F32, "CUDA runs float32 models only, this graph is ",
+              dtype_name(dtype_));
   for (ValueId p : g.params()) {
     offset_[p] = static_cast<int64_t>(count_);
     count_ += padded_count(g, p);
     if (g.value(p).grad >= 0) grad_owner_[g.value(p).grad] = p;
   }
-  data_ = AlignedBuffer(bytes());
-  grad_ = AlignedBuffer(bytes());
+  data_ = MirroredBuffer(bytes(), device);
+  grad_ = MirroredBuffer(bytes(), device);
 }
 
 void ParamStore::init(uint64_t seed) {
@@ -46,17 +48,23 @@ void ParamStore::init(uint64_t seed) {
         static_cast<double*>(data(p))[i] = x;
     }
   }
+  to_device();
 }
 
-void* ParamStore::data(ValueId param) const {
-  CRUMB_CHECK(param >= 0 && param < (int)offset_.size() && offset_[param] >= 0, "value ", param, " is not a parameter");
-  return data_.data() + offset_[param] * dtype_size(dtype_);
+void ParamStore::to_host() {
+  data_.to_host();
+  grad_.to_host();
 }
 
-void* ParamStore::grad(ValueId param) const {
+std::size_t ParamStore::byte_offset(ValueId param) const {
   CRUMB_CHECK(param >= 0 && param < (int)offset_.size() && offset_[param] >= 0, "value ", param, " is not a parameter");
-  return grad_.data() + offset_[param] * dtype_size(dtype_);
+  return static_cast<std::size_t>(offset_[param]) * dtype_size(dtype_);
 }
+
+void* ParamStore::data(ValueId param) const { return data_.host() + byte_offset(param); }
+void* ParamStore::grad(ValueId param) const { return grad_.host() + byte_offset(param); }
+void* ParamStore::device_data(ValueId param) const { return data_.device() + byte_offset(param); }
+void* ParamStore::device_grad(ValueId param) const { return grad_.device() + byte_offset(param); }
 
 ValueId ParamStore::param_of_grad(ValueId grad) const {
   return grad >= 0 && grad < (int)grad_owner_.size() ? grad_owner_[grad] : -1;

@@ -1,35 +1,47 @@
 // Persistent memory of a model: every parameter and its gradient, each in one contiguous block (so
 // the optimizer makes one pass over all parameters). Offsets are 64-byte aligned; the padding between
-// parameters stays zero and is inert under the optimizer.
+// parameters stays zero and is inert under the optimizer. The blocks live on the device that trains;
+// data()/grad() address the host copy (initialisation, checkpoints, inspection), which on CUDA is
+// brought up to date by to_host() and pushed back by to_device().
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "engine/arena.h"
+#include "engine/buffer.h"
 #include "engine/graph.h"
 
 namespace crumb {
 
 class ParamStore {
  public:
-  explicit ParamStore(const Graph& g);
+  explicit ParamStore(const Graph& g, Device device = Device::CPU);
   // Elements of one block (parameters plus alignment padding) for g, without allocating it.
   static std::size_t block_count(const Graph& g);
   // PyTorch's default init for Linear/Conv2d: uniform in +-1/sqrt(fan_in), drawn in parameter order
-  // from a generator seeded with `seed`.
+  // from a generator seeded with `seed`. Written to the device too.
   void init(uint64_t seed);
 
+  // Host copies.
   void* data(ValueId param) const;
   void* grad(ValueId param) const;
+  // Where the device computes on them (the host copies on the CPU).
+  void* device_data(ValueId param) const;
+  void* device_grad(ValueId param) const;
+  Device device() const { return device_; }
+  // Host copies -> device (parameters only), device -> host copies (parameters and gradients).
+  void to_device() { data_.to_device(); }
+  void to_host();
   // The parameter a ParamGrad value belongs to (-1 if none).
   ValueId param_of_grad(ValueId grad) const;
   const std::vector<ValueId>& params() const { return graph_.params(); }
   const Graph& graph() const { return graph_; }
   DType dtype() const { return dtype_; }
-  // Whole blocks, padding included (count() elements each).
-  void* data_block() const { return data_.data(); }
-  void* grad_block() const { return grad_.data(); }
+  // Whole blocks, padding included (count() elements each): host copies and device blocks.
+  void* data_block() const { return data_.host(); }
+  void* grad_block() const { return grad_.host(); }
+  void* device_data_block() const { return data_.device(); }
+  void* device_grad_block() const { return grad_.device(); }
   std::size_t count() const { return count_; }
   std::size_t bytes() const { return count_ * dtype_size(dtype_); }
   int64_t num_parameters() const;  // without padding
@@ -37,10 +49,13 @@ class ParamStore {
  private:
   const Graph& graph_;
   DType dtype_;
+  Device device_;
   std::vector<int64_t> offset_;  // per value id: element offset, -1 if not a parameter
   std::vector<ValueId> grad_owner_;
   std::size_t count_ = 0;
-  AlignedBuffer data_, grad_;
+  // Element offset of a parameter -> byte offset into a block.
+  std::size_t byte_offset(ValueId param) const;
+  MirroredBuffer data_, grad_;
 };
 
 }  // namespace crumb

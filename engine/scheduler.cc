@@ -18,23 +18,38 @@ Scheduler::Scheduler(const Graph& g, ParamStore& params, Arena& arena, int micro
       y_(require_input(g, "y")),
       x_sample_bytes_(static_cast<std::size_t>(g.value(x_).count(1)) * dtype_size(g.value(x_).dtype)),
       train_(g, params, arena, micro_batch, Pass::Train),
-      eval_(g, params, arena, micro_batch, Pass::Eval) {}
+      eval_(g, params, arena, micro_batch, Pass::Eval) {
+  CRUMB_CHECK(g.value(y_).dtype == DType::I32 && g.value(y_).count(1) == 1, "input 'y' must be one int32 per sample");
+  if (arena.device() != Device::CPU)
+    staging_ = std::make_unique<InputStaging>(micro_batch * x_sample_bytes_, micro_batch * sizeof(int32_t));
+}
 
 template <class Fn>
 BatchResult Scheduler::for_each_micro_batch(Executor& e, const void* x, const int32_t* y, int batch, Fn&& run) {
   CRUMB_CHECK(batch >= 1, "batch must be >= 1, got ", batch);
-  BatchResult r;
   const int m = e.max_batch();
-  for (int start = 0; start < batch; start += m) {
-    const int n = std::min(m, batch - start);
-    e.bind(x_, static_cast<const char*>(x) + start * x_sample_bytes_);
-    e.bind(y_, y + start);
-    run(n, start == 0);
-    r.loss_sum += e.loss_sum();
-    r.correct += e.correct();
-    ++r.micro_batches;
+  const int count = (batch + m - 1) / m;
+  auto size = [&](int i) { return std::min(m, batch - i * m); };
+  auto x_at = [&](int i) { return static_cast<const char*>(x) + static_cast<std::size_t>(i) * m * x_sample_bytes_; };
+  auto copy_in = [&](int i) {
+    staging_->copy_in(i, x_at(i), size(i) * x_sample_bytes_, y + i * m, size(i) * sizeof(int32_t));
+  };
+  if (staging_) copy_in(0);
+  for (int i = 0; i < count; ++i) {
+    if (staging_) {
+      if (i + 1 < count) copy_in(i + 1);  // overlaps the compute of micro-batch i
+      const auto [dx, dy] = staging_->await(i);
+      e.bind(x_, dx);
+      e.bind(y_, dy);
+    } else {
+      e.bind(x_, x_at(i));
+      e.bind(y_, y + i * m);
+    }
+    run(size(i), i == 0);
+    if (staging_) staging_->release(i);
   }
-  return r;
+  const Executor::Results r = e.results();
+  return {r.loss_sum, r.correct, count};
 }
 
 BatchResult Scheduler::train_batch(const void* x, const int32_t* y, int batch) {

@@ -1,10 +1,14 @@
 // The scheduler splits a batch of B samples into micro-batches of m (the last one ragged), runs
 // forward + backward on each with the loss scaled by 1/B, and leaves in the parameter gradients the
 // gradient of the mean loss over all B samples: the first micro-batch writes them, the others add.
+// On CUDA each micro-batch's inputs are copied to the device while the previous one computes
+// (engine/staging.h), and a batch returns once its work has finished (its loss is read back).
 #pragma once
 #include <cstdint>
+#include <memory>
 
 #include "engine/executor.h"
+#include "engine/staging.h"
 
 namespace crumb {
 
@@ -16,11 +20,12 @@ struct BatchResult {
 
 class Scheduler {
  public:
-  // Compiles the training plan for micro-batches of `micro_batch` samples into `arena`.
-  // The graph's inputs are named "x" (float features) and "y" (int32 labels).
+  // Compiles the training and evaluation plans for micro-batches of `micro_batch` samples into
+  // `arena`, on its device. The graph's inputs are named "x" (float features) and "y" (int32 labels).
   Scheduler(const Graph& g, ParamStore& params, Arena& arena, int micro_batch);
 
-  // x: [batch, per-sample features] contiguous, y: [batch]. Leaves gradients for an optimizer step.
+  // x: [batch, per-sample features] contiguous, y: [batch], in host memory (pinned for copies to
+  // overlap on CUDA). Leaves gradients for an optimizer step.
   BatchResult train_batch(const void* x, const int32_t* y, int batch);
   // Forward only over `batch` samples, in chunks of the evaluation plan's size.
   BatchResult evaluate(const void* x, const int32_t* y, int batch);
@@ -36,6 +41,7 @@ class Scheduler {
   ValueId x_, y_;
   std::size_t x_sample_bytes_;
   Executor train_, eval_;
+  std::unique_ptr<InputStaging> staging_;  // devices other than the CPU
 };
 
 }  // namespace crumb

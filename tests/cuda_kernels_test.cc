@@ -316,15 +316,15 @@ TEST(CudaKernels, SoftmaxXent) {
     const int correct = cpu::count_correct(probs.data(), labels.data(), n, k);
     // The counters start non-zero: the kernel adds to them.
     const double loss0 = 1.5;
-    const int correct0 = 2;
+    const unsigned long long correct0 = 2;
     DeviceArray<float> dev_probs(Floats(count, kNaN));
     DeviceArray<double> dev_loss(std::vector<double>{loss0});
-    DeviceArray<int> dev_correct(std::vector<int>{correct0});
+    DeviceArray<unsigned long long> dev_correct(std::vector<unsigned long long>{correct0});
     softmax_xent_forward(dev_probs.get(), dev_z.get(), dev_labels.get(), n, k, dev_loss.get(), dev_correct.get(),
                          nullptr);
     expect_close(dev_probs.download(), probs, "softmax_xent_forward probs" + at);
     EXPECT_NEAR(dev_loss.download()[0] - loss0, loss, kTolerance * (1 + std::abs(loss))) << at;
-    EXPECT_EQ(dev_correct.download()[0] - correct0, correct) << at;
+    EXPECT_EQ(dev_correct.download()[0] - correct0, static_cast<unsigned long long>(correct)) << at;
 
     const float scale = 1.0f / n;
     check_against_cpu(

@@ -37,7 +37,7 @@ class GradCheck {
 
   double loss() {
     exec_->run(batch_, true, 1.0 / batch_);
-    return exec_->loss_sum() / batch_;
+    return exec_->results().loss_sum / batch_;
   }
 
   // Checks d loss / d t for up to max_checks evenly spread elements of the buffer t (count n).

@@ -32,7 +32,7 @@ Result run(Graph g, int batch) {
   e.bind(g.find_value("y"), y.data());
   e.run(batch, true, 1.0 / batch);
   const double* gp = static_cast<const double*>(params.grad_block());
-  return {e.loss_sum(), std::vector<double>(gp, gp + params.count())};
+  return {e.results().loss_sum, std::vector<double>(gp, gp + params.count())};
 }
 
 Graph lenet_like(bool rewrite) {

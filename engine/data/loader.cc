@@ -9,7 +9,7 @@
 namespace crumb::data {
 
 Loader::Loader(const Dataset& ds, int batch_size, Normalization norm, bool shuffle, uint64_t seed,
-               bool drop_last)
+               bool drop_last, Memory memory)
     : ds_(ds), batch_size_(batch_size), shuffle_(shuffle), seed_(seed), drop_last_(drop_last) {
   CRUMB_CHECK(batch_size > 0, "Loader: batch_size must be > 0, got ", batch_size);
   CRUMB_CHECK(norm.std > 0.f, "Loader: normalisation std must be > 0, got ", norm.std);
@@ -22,8 +22,8 @@ Loader::Loader(const Dataset& ds, int batch_size, Normalization norm, bool shuff
   for (int p = 0; p < 256; ++p) lut_[p] = (float(p) / 255.f - norm.mean) / norm.std;
   order_.resize(ds.count);
   for (int s = 0; s < 2; ++s) {
-    xbuf_[s].resize(size_t(batch_size) * ds.sample_size());
-    ybuf_[s].resize(batch_size);
+    xbuf_[s] = Buffer(size_t(batch_size) * ds.sample_size() * sizeof(float), memory);
+    ybuf_[s] = Buffer(size_t(batch_size) * sizeof(int32_t), memory);
   }
   thread_ = std::thread(&Loader::worker, this);
 }
@@ -82,8 +82,8 @@ bool Loader::next(Batch& out) {
   const int slot = consumer_slot_;
   lock.unlock();
   cv_.notify_all();
-  out.x = xbuf_[slot].data();
-  out.y = ybuf_[slot].data();
+  out.x = reinterpret_cast<const float*>(xbuf_[slot].data());
+  out.y = reinterpret_cast<const int32_t*>(ybuf_[slot].data());
   out.size = slot_size_[slot];
   out.index = batch;
   return true;
@@ -112,8 +112,8 @@ void Loader::fill(int slot, int batch_index) {
   const int sample = ds_.sample_size();
   const int begin = batch_index * batch_size_;
   const int size = std::min(batch_size_, ds_.count - begin);
-  float* x = xbuf_[slot].data();
-  int32_t* y = ybuf_[slot].data();
+  float* x = reinterpret_cast<float*>(xbuf_[slot].data());
+  int32_t* y = reinterpret_cast<int32_t*>(ybuf_[slot].data());
   for (int i = 0; i < size; ++i) {
     const int src = order_[begin + i];
     const uint8_t* p = &ds_.pixels[size_t(src) * sample];

@@ -1,6 +1,7 @@
 // Batch loader: a background thread assembles the next batch (gather by shuffled index, convert to
-// normalised float) while the current one trains. Two preallocated batch buffers; no allocation per
-// batch. Each epoch's order comes from (seed, epoch), so runs are reproducible.
+// normalised float) while the current one trains. Two preallocated batch buffers (pinned host memory
+// when a GPU copies from them, so those copies run asynchronously); no allocation per batch. Each
+// epoch's order comes from (seed, epoch), so runs are reproducible.
 #pragma once
 #include <condition_variable>
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/buffer.h"
 #include "engine/data/dataset.h"
 
 namespace crumb::data {
@@ -22,8 +24,9 @@ struct Batch {
 class Loader {
  public:
   // shuffle=false keeps dataset order (evaluation). drop_last=false keeps a short final batch.
+  // memory: where the batch buffers live (Memory::Pinned when a GPU reads the batches).
   Loader(const Dataset& ds, int batch_size, Normalization norm, bool shuffle, uint64_t seed,
-         bool drop_last = false);
+         bool drop_last = false, Memory memory = Memory::Host);
   ~Loader();
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
@@ -47,8 +50,8 @@ class Loader {
   bool drop_last_;
   float lut_[256];                 // normalised value of each pixel byte
   std::vector<int> order_;         // sample indices of the current epoch
-  std::vector<float> xbuf_[2];
-  std::vector<int32_t> ybuf_[2];
+  Buffer xbuf_[2];  // float [batch_size, sample]
+  Buffer ybuf_[2];  // int32 [batch_size]
   int slot_size_[2] = {0, 0};
   // Handshake between the caller and the worker, all guarded by mu_. The worker only ever writes
   // the slot the caller is not reading, so the caller's batch stays valid while the next one fills.

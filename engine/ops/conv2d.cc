@@ -56,37 +56,37 @@ void infer_bwd_weight(Graph& g, Node& n) {  // in: dy, x  out: dw [, db]
 
 void backward(GradBuilder& gb, const Node& n) { ops::weighted_backward(gb, n, kConv2dBwdData, kConv2dBwdWeight); }
 
-// The shape of a node: x is in[0] for the forward and backward-weight, out[0] (dx) for backward-data.
-cpu::Conv2dShape node_shape(const Graph& g, const Node& n, int batch) {
-  const ValueId x = n.def == &kConv2d ? n.in[0] : n.def == &kConv2dBwdWeight ? n.in[1] : n.out[0];
-  const ValueId w = n.def == &kConv2dBwdWeight ? n.out[0] : n.in[1];
-  return conv_shape(g.value(x).dims, g.value(w).dims, n.attrs, batch);
-}
-
 template <std::size_t (*Elems)(const cpu::Conv2dShape&)>
 std::size_t workspace(const Graph& g, const Node& n, int batch) {
-  return Elems(node_shape(g, n, batch)) * dtype_size(g.float_dtype());
+  return Elems(ops::conv2d_shape(g, n, batch)) * dtype_size(g.float_dtype());
 }
 
 template <class T>
 void fwd_cpu(const StepArgs& a) {
   cpu::conv2d_forward<T>(a.out<T>(), a.in<T>(0), a.in<T>(1), a.node->in.size() == 3 ? a.in<T>(2) : nullptr,
-                         node_shape(*a.graph, *a.node, a.n), static_cast<T*>(a.workspace));
+                         ops::conv2d_shape(*a.graph, *a.node, a.n), static_cast<T*>(a.workspace));
 }
 
 template <class T>
 void bwd_data_cpu(const StepArgs& a) {
-  cpu::conv2d_backward_data<T>(a.out<T>(), a.in<T>(0), a.in<T>(1), node_shape(*a.graph, *a.node, a.n),
+  cpu::conv2d_backward_data<T>(a.out<T>(), a.in<T>(0), a.in<T>(1), ops::conv2d_shape(*a.graph, *a.node, a.n),
                                static_cast<T*>(a.workspace), a.accumulate);
 }
 
 template <class T>
 void bwd_weight_cpu(const StepArgs& a) {
   cpu::conv2d_backward_weight<T>(a.out<T>(0), a.node->out.size() == 2 ? a.out<T>(1) : nullptr, a.in<T>(0), a.in<T>(1),
-                                 node_shape(*a.graph, *a.node, a.n), static_cast<T*>(a.workspace), a.accumulate);
+                                 ops::conv2d_shape(*a.graph, *a.node, a.n), static_cast<T*>(a.workspace), a.accumulate);
 }
 
 }  // namespace
+
+cpu::Conv2dShape ops::conv2d_shape(const Graph& g, const Node& n, int batch) {
+  // x is in[0] for the forward, in[1] for the backward-weight and out[0] (dx) for the backward-data.
+  const ValueId x = n.def == &kConv2d ? n.in[0] : n.def == &kConv2dBwdWeight ? n.in[1] : n.out[0];
+  const ValueId w = n.def == &kConv2dBwdWeight ? n.out[0] : n.in[1];
+  return conv_shape(g.value(x).dims, g.value(w).dims, n.attrs, batch);
+}
 
 const OpDef kConv2d{"conv2d", infer_fwd, backward, workspace<cpu::conv2d_forward_workspace>, false, false,
                     CRUMB_CPU_IMPL(fwd_cpu)};

@@ -5,13 +5,20 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/graph.h"
+#include "kernels/cpu/shapes.h"
 
 namespace crumb {
 
 class GradBuilder;
+
+// Per-node state a backend builds once per compiled plan (cuDNN descriptors and algorithms).
+struct OpState {
+  virtual ~OpState() = default;
+};
 
 // What one step of the executor sees at run time. Pointers are resolved once at compile time into
 // the executor's table; only the batch size n and the write mode change between micro-batches.
@@ -22,9 +29,13 @@ struct StepArgs {
   int n = 0;                   // samples in this micro-batch (<= the compiled micro-batch size)
   bool accumulate = false;     // write mode of the node's gradient outputs (+= when true)
   double loss_scale = 1.0;     // 1/B: the loss of a micro-batch is its sum over samples / B
-  void* workspace = nullptr;   // workspace_bytes(n) bytes, 256-byte aligned
-  double* loss_sum = nullptr;  // loss ops add the unscaled sum of their per-sample losses here
-  int64_t* correct = nullptr;  // loss ops add the number of correctly classified samples here
+  void* workspace = nullptr;   // workspace_bytes bytes, 256-byte aligned
+  std::size_t workspace_bytes = 0;  // the step's workspace at the compiled micro-batch size (>= at n)
+  OpState* state = nullptr;    // the backend's per-node state, if it built one
+  // Loss ops add the unscaled sum of their per-sample losses and the number of correctly classified
+  // samples here (in the memory of the device that runs the step).
+  double* loss_sum = nullptr;
+  int64_t* correct = nullptr;
 
   template <class T> T* out(int i = 0) const { return static_cast<T*>(ptr[node->out[i]]); }
   template <class T> const T* in(int i) const { return static_cast<const T*>(ptr[node->in[i]]); }
@@ -40,7 +51,8 @@ struct OpDef {
   void (*infer)(Graph& g, Node& n);
   // Emits the backward nodes for n given the gradients of its outputs (null: no gradient flows).
   void (*backward)(GradBuilder& gb, const Node& n);
-  // Scratch bytes the CPU implementation needs for a micro-batch of n samples (null: none).
+  // Scratch bytes the CPU implementation needs for a micro-batch of n samples (null: none). CUDA
+  // implementations size their own (engine/cuda/ops.cc).
   std::size_t (*workspace_bytes)(const Graph& g, const Node& n, int batch);
   // out[0] may take over in[0]'s storage when in[0] is not used afterwards (ReLU, ReLU backward).
   bool inplace;
@@ -49,6 +61,8 @@ struct OpDef {
   StepFn cpu_f32;
   StepFn cpu_f64;
 };
+// The CUDA implementations are not fields here: they live in engine/cuda/ops.cc, keyed by OpDef, so
+// that op files (and a CPU-only build) never see CUDA headers.
 
 // Forward ops (what models are built from) and the backward ops their rules emit.
 extern const OpDef kLinear, kLinearBwdData, kLinearBwdWeight;
@@ -85,6 +99,11 @@ template <class Shape> void set_window(Shape& s, const Dims& x, const Attrs& a, 
 // The backward rule of a weighted layer (linear, conv2d) with in = (x, w[, b]): dx = bwd_data(dy, w)
 // when x needs a gradient, and (dw[, db]) = bwd_weight(dy, x) in the parameters' write mode.
 void weighted_backward(GradBuilder& gb, const Node& n, const OpDef& bwd_data, const OpDef& bwd_weight);
+// Kernel shapes of a node at `batch` samples, shared by the backends: conv2d and its backward nodes;
+// max/avg pooling and their backward nodes; (channels, pixels per channel) of a global average pool.
+cpu::Conv2dShape conv2d_shape(const Graph& g, const Node& n, int batch);
+cpu::Pool2dShape pool2d_shape(const Graph& g, const Node& n, int batch);
+std::pair<int, int> global_pool_dims(const Graph& g, const Node& n);
 // Instantiates a templated CPU implementation for both dtypes.
 #define CRUMB_CPU_IMPL(fn) fn<float>, fn<double>
 }  // namespace ops

@@ -68,10 +68,7 @@ void avg_backward(GradBuilder& gb, const Node& n) {
   gb.add_grad(x, dx);
 }
 
-cpu::Pool2dShape node_shape(const StepArgs& a) {
-  const ValueId x = a.node->backward ? a.node->out[0] : a.node->in[0];
-  return pool_shape(a.graph->value(x).dims, a.node->attrs, a.n);
-}
+cpu::Pool2dShape node_shape(const StepArgs& a) { return ops::pool2d_shape(*a.graph, *a.node, a.n); }
 
 template <class T> void max_fwd_cpu(const StepArgs& a) {
   cpu::max_pool2d_forward<T>(a.out<T>(0), a.out<uint8_t>(1), a.in<T>(0), node_shape(a));
@@ -106,11 +103,7 @@ void gap_backward(GradBuilder& gb, const Node& n) {
   gb.add_grad(x, dx);
 }
 
-// (channels, pixels per channel) of the pooled tensor.
-std::pair<int, int> gap_dims(const StepArgs& a) {
-  const Dims& x = a.graph->value(a.node->backward ? a.node->out[0] : a.node->in[0]).dims;
-  return {(int)x[0], (int)(x[1] * x[2])};
-}
+std::pair<int, int> gap_dims(const StepArgs& a) { return ops::global_pool_dims(*a.graph, *a.node); }
 
 template <class T> void gap_fwd_cpu(const StepArgs& a) {
   const auto [c, hw] = gap_dims(a);
@@ -122,6 +115,15 @@ template <class T> void gap_bwd_cpu(const StepArgs& a) {
 }
 
 }  // namespace
+
+cpu::Pool2dShape ops::pool2d_shape(const Graph& g, const Node& n, int batch) {
+  return pool_shape(g.value(n.backward ? n.out[0] : n.in[0]).dims, n.attrs, batch);
+}
+
+std::pair<int, int> ops::global_pool_dims(const Graph& g, const Node& n) {
+  const Dims& x = g.value(n.backward ? n.out[0] : n.in[0]).dims;
+  return {(int)x[0], (int)(x[1] * x[2])};
+}
 
 const OpDef kMaxPool2d{"max_pool2d", infer_max, max_backward, nullptr, false, false, CRUMB_CPU_IMPL(max_fwd_cpu)};
 const OpDef kMaxPool2dBwd{"max_pool2d_backward", infer_bwd, nullptr, nullptr, false, false, CRUMB_CPU_IMPL(max_bwd_cpu)};

@@ -64,7 +64,7 @@ void global_avg_pool_backward(float* dx, const float* dy, int n, int c, int hw, 
 // Rows are summed with atomics, so the loss sum's rounding may vary between runs (in the last bits of a
 // double); the probs and the count are deterministic.
 void softmax_xent_forward(float* probs, const float* logits, const int32_t* labels, int n, int k, double* loss_sum_dev,
-                          int* correct_dev, cudaStream_t stream);
+                          unsigned long long* correct_dev, cudaStream_t stream);
 // dlogits [n, k] (=|+=) scale * (probs - onehot(labels)). scale is 1/B for a batch of B samples.
 void softmax_xent_backward(float* dlogits, const float* probs, const int32_t* labels, int n, int k, float scale,
                            bool accumulate, cudaStream_t stream);

@@ -23,7 +23,7 @@ std::size_t rows_count(int n, int k, const char* what) {
 }
 
 __global__ void softmax_xent_forward_kernel(float* probs, const float* logits, const int32_t* labels, int n, int k,
-                                            double* loss_sum, int* correct) {
+                                            double* loss_sum, unsigned long long* correct) {
   const std::size_t row = global_index() / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (row >= static_cast<std::size_t>(n)) return;  // uniform across the warp
@@ -63,7 +63,7 @@ __global__ void softmax_xent_forward_kernel(float* probs, const float* logits, c
     const int label = labels[row];
     // -log p[label] = log(sum) - (z[label] - zmax), exact even where p[label] underflows to 0.
     atomicAdd(loss_sum, log(static_cast<double>(sum)) - (static_cast<double>(z[label]) - zmax));
-    if (best_j == label) atomicAdd(correct, 1);
+    if (best_j == label) atomicAdd(correct, 1ull);
   }
 }
 
@@ -79,7 +79,7 @@ __global__ void softmax_xent_backward_kernel(float* dlogits, const float* probs,
 }  // namespace
 
 void softmax_xent_forward(float* probs, const float* logits, const int32_t* labels, int n, int k, double* loss_sum_dev,
-                          int* correct_dev, cudaStream_t stream) {
+                          unsigned long long* correct_dev, cudaStream_t stream) {
   if (rows_count(n, k, "softmax_xent_forward") == 0) return;
   const std::size_t threads = static_cast<std::size_t>(n) * kWarp;
   softmax_xent_forward_kernel<<<blocks_for(threads), kBlock, 0, stream>>>(probs, logits, labels, n, k, loss_sum_dev,

@@ -53,8 +53,7 @@ common=(--epochs "$epochs" --batch "$batch" --lr "$lr" --momentum "$momentum"
 # One after another, never concurrently, so neither steals the other's cores.
 for m in "${models[@]}"; do
   for ((r = 0; r < repeat; ++r)); do
-    run_json "$tmp/$m.crumb.$r.json" "$crumb" --model "$m" "${common[@]}"
-    # --device is PyTorch's only: Crumb picks its backend itself.
+    run_json "$tmp/$m.crumb.$r.json" "$crumb" --model "$m" --device "$device" "${common[@]}"
     run_json "$tmp/$m.torch.$r.json" "$py" "$repo/tools/bench/torch_reference.py" \
       --model "$m" --device "$device" "${common[@]}"
   done
@@ -89,6 +88,7 @@ for m in models:
         "torch_runs": t["all_samples_per_s"],
         "torch_version": t["torch_version"],
         "torch_device": t["device"],
+        "crumb_device": c["device"],
     })
 hdr = ("model", "crumb sam/s", "torch sam/s", "crumb/torch",
        "crumb acc", "torch acc", "acc diff", "torch")

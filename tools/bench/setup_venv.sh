@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
 # Create (or reuse) the benchmark venv at <repo>/.venv-bench with torch+numpy.
 # The venv is git-ignored and only used by tools/bench; CI never needs it.
-# Prints the venv's python path as its last stdout line.
+# Prints the venv's python path as its last stdout line. With CRUMB_BENCH_PYTHON set (a machine
+# whose python already has torch, such as the offline GPU machine), prints that instead.
 set -euo pipefail
+
+if [[ -n "${CRUMB_BENCH_PYTHON:-}" ]]; then
+  "$CRUMB_BENCH_PYTHON" -c 'import torch; print("torch", torch.__version__)' >&2
+  command -v "$CRUMB_BENCH_PYTHON"
+  exit 0
+fi
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 venv="$repo/.venv-bench"

@@ -53,13 +53,15 @@ Trains a model on Fashion-MNIST with Crumb's graph executor and reports test acc
   --lr X               learning rate                           (default 0.05)
   --momentum X         SGD momentum                            (default 0.9)
   --weight-decay X     L2 weight decay (PyTorch semantics)     (default 0)
+  --device D           cpu | cuda                              (default cuda when a GPU is usable, else cpu)
   --threads N          CPU threads for all kernels             (default 2)
   --seed N             seed for initialisation and shuffling   (default 0)
   --data DIR           folder with the IDX files               (default /usr/share/datasets/fashion-mnist)
   --limit-train N      use only the first N training samples   (default all)
   --limit-test N       use only the first N test samples       (default all)
   --memory-budget SIZE memory for persistent state + arena + workspace + input staging, e.g. 64MiB,
-                       1.5GiB; the largest micro-batch that fits is used  (default 4GiB)
+                       1.5GiB; the largest micro-batch that fits is used
+                       (default: 4GiB on the CPU, 95% of the free GPU memory on CUDA)
   --save FILE          after training, write weights + optimizer state (safetensors; names are
                        PyTorch state_dict keys); written to FILE.tmp, then renamed
   --load FILE          start from the weights + optimizer state in FILE (shapes must match the model)
@@ -99,7 +101,10 @@ Options parse_flags(int argc, char** argv) {
     else if (name == "lr") o.lr = parse_float(name, value, 1e-12, 1e6);
     else if (name == "momentum") o.momentum = parse_float(name, value, 0, 0.999999);
     else if (name == "weight-decay") o.weight_decay = parse_float(name, value, 0, 1e3);
-    else if (name == "threads") o.threads = (int)parse_int(name, value, 1, 1024);
+    else if (name == "device") {
+      CRUMB_CHECK(value == "cpu" || value == "cuda", "--device must be cpu or cuda, got '", value, "'");
+      o.device = value;
+    } else if (name == "threads") o.threads = (int)parse_int(name, value, 1, 1024);
     else if (name == "seed") o.seed = (uint64_t)parse_int(name, value, 0, (1LL << 62));
     else if (name == "data") o.data = value;
     else if (name == "limit-train") o.limit_train = (int)parse_int(name, value, 1, 1 << 30);

@@ -19,6 +19,7 @@ struct Options {
   float lr = 0.05f;
   float momentum = 0.9f;
   float weight_decay = 0.0f;
+  std::string device;  // "cpu" | "cuda"; empty: cuda when a GPU is usable, else cpu
   int threads = 2;
   uint64_t seed = 0;
   std::string data;     // empty: Debian's dataset-fashion-mnist location

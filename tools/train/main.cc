@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/autograd.h"
+#include "engine/backend.h"
 #include "engine/checkpoint.h"
 #include "engine/data/idx.h"
 #include "engine/data/loader.h"
@@ -42,14 +43,30 @@ double evaluate(Scheduler& sched, data::Loader& loader, int count) {
   return static_cast<double>(correct) / count;
 }
 
+// --device, or cuda when a GPU is usable.
+Device pick_device(const Options& o) {
+  if (o.device.empty()) return device_available(Device::CUDA) ? Device::CUDA : Device::CPU;
+  const Device d = o.device == "cuda" ? Device::CUDA : Device::CPU;
+  // Builds the CUDA context, which reports exactly why there is no usable device (or no CUDA build).
+  if (d == Device::CUDA) device_free_bytes(d);
+  return d;
+}
+
+// --memory-budget, else 4 GiB on the CPU and 95% of the free device memory on CUDA (the rest is left
+// to what cuDNN and the driver allocate for themselves, such as loaded kernels).
+std::size_t budget_of(const Options& o, Device device) {
+  if (o.memory_budget) return o.memory_budget;
+  return device == Device::CPU ? kDefaultCpuBudget : device_free_bytes(device) / 20 * 19;
+}
+
 // The micro-batch size for batches of `batch` samples: forced by --micro-batch (which must fit the
 // budget too), else the largest that fits the budget.
-int pick_micro_batch(const Options& o, const Graph& g, int batch) {
-  const std::size_t budget = o.memory_budget ? o.memory_budget : kDefaultCpuBudget;
+int pick_micro_batch(const Options& o, const Graph& g, int batch, Device device) {
+  const std::size_t budget = budget_of(o, device);
   const bool momentum = o.momentum != 0;
-  if (!o.micro_batch) return choose_micro_batch(g, batch, budget, momentum);
+  if (!o.micro_batch) return choose_micro_batch(g, batch, budget, momentum, device);
   const int m = std::min(o.micro_batch, batch);
-  const MemoryBreakdown mb = measure_memory(g, m, momentum);
+  const MemoryBreakdown mb = measure_memory(g, m, momentum, device);
   CRUMB_CHECK(mb.total() <= budget, "--micro-batch ", m, " needs ", format_bytes(mb.total()),
               " which exceeds --memory-budget ", format_bytes(budget),
               " (raise --memory-budget, or drop --micro-batch to pick the largest that fits)");
@@ -57,14 +74,17 @@ int pick_micro_batch(const Options& o, const Graph& g, int batch) {
 }
 
 int explain(const Options& o) {
+  const Device device = pick_device(o);
   Graph g = models::build(o.model);
   build_backward(g);
-  const int m = pick_micro_batch(o, g, o.batch);
-  const MemoryPlan plan = plan_memory(g, pass_order(g, Pass::Train), m, {g.loss()});
-  std::cout << o.model << ", batch " << o.batch << " in " << (o.batch + m - 1) / m << " micro-batch(es) of " << m
-            << (o.micro_batch ? " (--micro-batch)" : " (largest that fits the budget)") << "\n";
-  write_memory_report(std::cout, g, measure_memory(g, m, o.momentum != 0), plan,
-                      o.memory_budget ? o.memory_budget : kDefaultCpuBudget);
+  const int m = pick_micro_batch(o, g, o.batch, device);
+  const std::vector<NodeId> order = pass_order(g, Pass::Train);
+  const std::vector<std::size_t> workspace = step_workspace(device, g, order, m);
+  const MemoryPlan plan = plan_memory(g, order, m, {g.loss()}, &workspace);
+  std::cout << o.model << " on " << device_name(device) << ", batch " << o.batch << " in " << (o.batch + m - 1) / m
+            << " micro-batch(es) of " << m << (o.micro_batch ? " (--micro-batch)" : " (largest that fits the budget)")
+            << "\n";
+  write_memory_report(std::cout, g, measure_memory(g, m, o.momentum != 0, device), plan, budget_of(o, device));
   if (!o.explain_csv.empty()) {
     std::ofstream f(o.explain_csv);
     CRUMB_CHECK(f, "cannot write ", o.explain_csv);
@@ -77,6 +97,7 @@ int explain(const Options& o) {
 int run(const Options& o) {
   set_num_threads(o.threads);
   if (o.explain) return explain(o);
+  const Device device = pick_device(o);
   const std::string dir = o.data.empty() ? data::kDefaultFashionMnistDir : o.data;
   data::Dataset train = data::load_mnist_split(dir, "train");
   data::Dataset test = data::load_mnist_split(dir, "t10k");
@@ -90,23 +111,26 @@ int run(const Options& o) {
 
   Graph g = models::build(o.model, {train.channels, train.height, train.width, train.num_classes});
   build_backward(g);
-  const int m = pick_micro_batch(o, g, batch);
-  ParamStore params(g);
+  const int m = pick_micro_batch(o, g, batch, device);
+  ParamStore params(g, device);
   params.init(o.seed);
   Sgd opt(params, {o.lr, o.momentum, o.weight_decay});
   if (!o.load.empty()) load_checkpoint(o.load, params, &opt);
-  Arena arena;
+  Arena arena(device);
   Scheduler sched(g, params, arena, m);
   const MemoryPlan& plan = sched.train_executor().plan();
   std::fprintf(stderr,
-               "%s: %lld parameters, batch %d in micro-batches of %d, arena %s (training plan %s, lower bound %s, "
-               "ratio %.3f), %d threads\n",
-               o.model.c_str(), static_cast<long long>(params.num_parameters()), batch, m,
+               "%s on %s: %lld parameters, batch %d in micro-batches of %d, arena %s (training plan %s, lower bound "
+               "%s, ratio %.3f), %d threads\n",
+               o.model.c_str(), device_name(device), static_cast<long long>(params.num_parameters()), batch, m,
                format_bytes(arena.size()).c_str(), format_bytes(plan.arena_bytes).c_str(),
                format_bytes(plan.lower_bound).c_str(), plan.ratio(), o.threads);
 
-  data::Loader train_loader(train, batch, data::kFashionMnistNorm, /*shuffle=*/true, o.seed);
-  data::Loader test_loader(test, std::min(batch, test.count), data::kFashionMnistNorm, /*shuffle=*/false, 0);
+  // A GPU copies micro-batches straight out of the loader's buffers, asynchronously when they are pinned.
+  const Memory batch_memory = device == Device::CPU ? Memory::Host : Memory::Pinned;
+  data::Loader train_loader(train, batch, data::kFashionMnistNorm, /*shuffle=*/true, o.seed, false, batch_memory);
+  data::Loader test_loader(test, std::min(batch, test.count), data::kFashionMnistNorm, /*shuffle=*/false, 0, false,
+                           batch_memory);
   double train_seconds = 0, last_loss = 0, accuracy = 0;
   long long samples = 0;
   for (int epoch = 0; epoch < o.epochs; ++epoch) {
@@ -137,10 +161,10 @@ int run(const Options& o) {
   std::printf(
       "{\"model\":\"%s\",\"epochs\":%d,\"batch\":%d,\"micro_batch\":%d,\"threads\":%d,\"seed\":%llu,"
       "\"samples_per_s\":%.1f,\"train_seconds\":%.3f,\"test_accuracy\":%.4f,\"final_loss\":%.6f,"
-      "\"parameters\":%lld,\"arena_bytes\":%zu,\"arena_lower_bound\":%zu,\"device\":\"cpu\"}\n",
+      "\"parameters\":%lld,\"arena_bytes\":%zu,\"arena_lower_bound\":%zu,\"device\":\"%s\"}\n",
       o.model.c_str(), o.epochs, batch, m, o.threads, static_cast<unsigned long long>(o.seed), samples / train_seconds,
       train_seconds, accuracy, last_loss, static_cast<long long>(params.num_parameters()), arena.size(),
-      plan.lower_bound);
+      plan.lower_bound, device_name(device));
   return 0;
 }
 

@@ -1,0 +1,105 @@
+#include "engine/backend.h"
+
+#include <cstring>
+
+#include "engine/error.h"
+
+#if CRUMB_HAVE_CUDA
+#include "engine/cuda/context.h"
+#include "engine/cuda/ops.h"
+#include "kernels/cuda/check.h"
+#endif
+
+namespace crumb {
+namespace {
+
+CompiledStep compile_cpu(const Graph& g, const Node& n, int max_batch) {
+  CompiledStep c;
+  c.fn = g.float_dtype() == DType::F64 ? n.def->cpu_f64 : n.def->cpu_f32;
+  CRUMB_CHECK(c.fn || n.def->view, "layer '", n.name, "' (", n.def->name, ") has no CPU implementation");
+  if (n.def->workspace_bytes) c.workspace = n.def->workspace_bytes(g, n, max_batch);
+  return c;
+}
+
+#if !CRUMB_HAVE_CUDA
+[[noreturn]] void no_cuda() {
+  CRUMB_FAIL("this build of Crumb has no CUDA backend (build it where nvcc and the CUDA toolkit are found); "
+             "use --device cpu");
+}
+#endif
+
+}  // namespace
+
+CompiledStep compile_step(Device device, const Graph& g, const Node& n, int max_batch) {
+  if (device == Device::CPU) return compile_cpu(g, n, max_batch);
+#if CRUMB_HAVE_CUDA
+  return cuda::compile_step(g, n, max_batch);
+#else
+  no_cuda();
+#endif
+}
+
+std::vector<std::size_t> step_workspace(Device device, const Graph& g, const std::vector<NodeId>& order, int batch) {
+  std::vector<std::size_t> ws;
+  ws.reserve(order.size());
+  for (NodeId id : order) ws.push_back(compile_step(device, g, g.node(id), batch).workspace);
+  return ws;
+}
+
+bool device_available(Device device) {
+#if CRUMB_HAVE_CUDA
+  return device == Device::CPU || cuda::cuda_device_available();
+#else
+  return device == Device::CPU;
+#endif
+}
+
+std::size_t device_free_bytes(Device device) {
+  if (device == Device::CPU) return 0;
+#if CRUMB_HAVE_CUDA
+  cuda::Context::get();  // creates the CUDA context, whose own memory is then not counted as free
+  std::size_t free_bytes = 0, total = 0;
+  CRUMB_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+  return free_bytes;
+#else
+  no_cuda();
+#endif
+}
+
+std::size_t runtime_bytes(Device device) {
+#if CRUMB_HAVE_CUDA
+  return device == Device::CUDA ? cuda::Context::kBlasWorkspaceBytes : 0;
+#else
+  (void)device;
+  return 0;
+#endif
+}
+
+void zero_in_order(Device device, void* p, std::size_t bytes) {
+  if (device == Device::CPU) {
+    std::memset(p, 0, bytes);
+    return;
+  }
+#if CRUMB_HAVE_CUDA
+  CRUMB_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda::Context::get().compute()));
+#else
+  no_cuda();
+#endif
+}
+
+void read_back(Device device, void* host_dst, const void* src, std::size_t bytes) {
+  if (device == Device::CPU) {
+    std::memcpy(host_dst, src, bytes);
+    return;
+  }
+#if CRUMB_HAVE_CUDA
+  const cudaStream_t stream = cuda::Context::get().compute();
+  CRUMB_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream));
+  // Kernel faults of the steps before surface here, named by this call.
+  CRUMB_CUDA_CHECK(cudaStreamSynchronize(stream));
+#else
+  no_cuda();
+#endif
+}
+
+}  // namespace crumb

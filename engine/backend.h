@@ -1,0 +1,40 @@
+// What the engine asks of a device beyond memory (engine/buffer.h): an implementation of each op for a
+// compiled plan, and the few runtime calls the executor makes around a run. On the CPU everything
+// happens on the calling thread; on CUDA work is enqueued on one compute stream (engine/cuda/context.h)
+// and these functions are the only places that wait for it.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "engine/graph.h"
+#include "engine/ops/op.h"
+
+namespace crumb {
+
+// One node compiled for a device and a largest micro-batch.
+struct CompiledStep {
+  StepFn fn = nullptr;            // null for views (no computation)
+  std::unique_ptr<OpState> state;  // per-node state, if the implementation needs one
+  std::size_t workspace = 0;       // scratch bytes at the largest micro-batch
+};
+
+// Throws crumb::Error when the device has no implementation of the op for the graph's dtype, or the
+// build or machine has no such device.
+CompiledStep compile_step(Device device, const Graph& g, const Node& n, int max_batch);
+// Scratch bytes of every step of `order` at `batch` samples on `device`.
+std::vector<std::size_t> step_workspace(Device device, const Graph& g, const std::vector<NodeId>& order, int batch);
+
+// Whether the device can run: always for the CPU; for CUDA, a CUDA build on a machine with a usable GPU.
+bool device_available(Device device);
+// Bytes of device memory free now (CUDA); 0 for the CPU, whose budget has no natural default.
+std::size_t device_free_bytes(Device device);
+// Persistent device memory the runtime holds besides the model (cuBLAS's workspace on CUDA).
+std::size_t runtime_bytes(Device device);
+
+// Zero `bytes` at p, in order with the steps that follow (p in the device's memory).
+void zero_in_order(Device device, void* p, std::size_t bytes);
+// Waits for all work enqueued so far, then copies `bytes` from the device's memory to host memory.
+void read_back(Device device, void* host_dst, const void* src, std::size_t bytes);
+
+}  // namespace crumb

@@ -1,0 +1,63 @@
+// Owning blocks of memory, all allocated at set-up: host memory (parameters of CPU runs, batch buffers),
+// pinned host memory (batch buffers the GPU copies from asynchronously) and CUDA device memory
+// (arenas, parameters, staging). Allocation failures are one-line crumb::Errors naming what to lower.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/tensor.h"
+
+namespace crumb {
+
+enum class Memory : uint8_t {
+  Host,    // 256-byte aligned heap memory
+  Pinned,  // page-locked host memory (cudaHostAlloc): the source of asynchronous host-to-device copies
+  Cuda,    // device memory of the current CUDA device
+};
+
+// Where a device computes: host memory for the CPU, device memory for CUDA.
+inline Memory memory_of(Device d) { return d == Device::CPU ? Memory::Host : Memory::Cuda; }
+
+class Buffer {
+ public:
+  Buffer() = default;
+  // Zero-filled, 256-byte aligned. Throws crumb::Error when the memory is not there (or, for Pinned and
+  // Cuda, when this build has no CUDA or no device is usable).
+  Buffer(std::size_t bytes, Memory kind);
+  ~Buffer();
+  Buffer(Buffer&& o) noexcept;
+  Buffer& operator=(Buffer&& o) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  char* data() const { return data_; }
+  std::size_t size() const { return size_; }
+  Memory kind() const { return kind_; }
+
+ private:
+  char* data_ = nullptr;
+  std::size_t size_ = 0;
+  Memory kind_ = Memory::Host;
+};
+
+// Synchronous copy of `bytes` between any two kinds of memory (set-up, checkpoints and tests only).
+void copy_bytes(void* dst, Memory dst_kind, const void* src, Memory src_kind, std::size_t bytes);
+
+// A persistent block the engine computes on (device()) with a host copy for initialisation, checkpoints
+// and inspection (host()). On the CPU both are the same memory and the transfers do nothing; on CUDA the
+// host copy is only current after to_host(), and the device copy after to_device().
+class MirroredBuffer {
+ public:
+  MirroredBuffer() = default;
+  MirroredBuffer(std::size_t bytes, Device device);
+  char* host() const { return host_.data(); }
+  char* device() const { return device_.size() ? device_.data() : host_.data(); }
+  std::size_t size() const { return host_.size(); }
+  void to_device();
+  void to_host();
+
+ private:
+  Buffer host_, device_;  // device_ stays empty on the CPU
+};
+
+}  // namespace crumb
