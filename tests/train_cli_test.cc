@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -65,6 +66,7 @@ TEST(TrainCli, BadFlags) {
   expect_one_error_line(run_train("--threads"), "needs a value");
   expect_one_error_line(run_train("--batch 8 --micro-batch 9"), "--micro-batch");
   expect_one_error_line(run_train("lenet5"), "unexpected argument");
+  expect_one_error_line(run_train("--device gpu"), "--device must be cpu or cuda");
 }
 
 TEST(TrainCli, MissingDataset) {
@@ -103,6 +105,30 @@ TEST(TrainCli, LearnsOnRealDataSlice) {
   const double acc = std::stod(last.substr(at + 16));
   EXPECT_GT(acc, 0.6) << "4000 samples x 2 epochs should reach well above chance (0.1)";
   EXPECT_NE(r.err.find("epoch 2/2: train loss"), std::string::npos) << r.err;
+}
+
+double json_number(const std::string& out, const std::string& key) {
+  const std::string last = out.substr(out.rfind('{'));
+  const size_t at = last.find("\"" + key + "\":");
+  EXPECT_NE(at, std::string::npos) << key << " in " << last;
+  return at == std::string::npos ? NAN : std::stod(last.substr(at + key.size() + 3));
+}
+
+// Without a GPU, --device cuda is one error line; with one, it trains like the CPU (same seed, same
+// data order; float rounding differs, so the results agree closely but not bitwise).
+TEST(TrainCli, DeviceCuda) {
+  if (!std::filesystem::exists(kData)) GTEST_SKIP() << "dataset-fashion-mnist not installed";
+  const std::string args = "--model lenet5 --batch 64 --limit-train 3000 --limit-test 1000 --seed 2 ";
+  const Result gpu = run_train(args + "--device cuda");
+  if (gpu.code != 0) {
+    expect_one_error_line(gpu, "--device cpu");
+    return;
+  }
+  EXPECT_NE(gpu.out.find("\"device\":\"cuda\""), std::string::npos) << gpu.out;
+  const Result cpu = run_train(args + "--device cpu");
+  ASSERT_EQ(cpu.code, 0) << cpu.err;
+  EXPECT_NEAR(json_number(gpu.out, "final_loss"), json_number(cpu.out, "final_loss"), 0.01);
+  EXPECT_NEAR(json_number(gpu.out, "test_accuracy"), json_number(cpu.out, "test_accuracy"), 0.02);
 }
 
 }  // namespace
