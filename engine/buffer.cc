@@ -51,6 +51,9 @@ char* allocate(std::size_t bytes, Memory kind) {
                  " free (lower --batch, --micro-batch or --memory-budget)");
     }
     CRUMB_CUDA_CHECK(cudaMemset(p, 0, rounded));
+    // cudaMemset is asynchronous on the legacy default stream, which the engine's non-blocking streams
+    // do not wait for: finish it here, so no later kernel or copy can race the zero fill.
+    CRUMB_CUDA_CHECK(cudaDeviceSynchronize());
   }
   return static_cast<char*>(p);
 #else
@@ -105,6 +108,9 @@ void copy_bytes(void* dst, Memory dst_kind, const void* src, Memory src_kind, st
   // cudaMemcpyDefault infers the direction from the pointers (unified addressing).
   CRUMB_CUDA_CHECK(cudaDeviceSynchronize());
   CRUMB_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+  // cudaMemcpy from pageable memory to the device may return before the DMA lands (and device to
+  // device does not wait at all); the engine's streams do not wait for the legacy stream, so wait here.
+  CRUMB_CUDA_CHECK(cudaDeviceSynchronize());
 #else
   CRUMB_FAIL("this build of Crumb has no CUDA backend");
 #endif

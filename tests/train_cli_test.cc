@@ -155,8 +155,10 @@ namespace {
 TEST(TrainCli, ExplainPicksMicroBatchForBudgetWithoutData) {
   const auto csv = std::filesystem::temp_directory_path() / ("crumb_cli_" + std::to_string(getpid()) + ".csv");
   // --data points nowhere: --explain must not need the dataset.
-  const Result r = run_train("--model lenet5 --batch 8192 --memory-budget 20MiB --data /nonexistent --explain-csv " +
-                             csv.string());
+  // --device cpu: on a GPU machine the default device is cuda, whose runtime alone (cuBLAS workspace)
+  // exceeds this budget.
+  const Result r = run_train("--model lenet5 --batch 8192 --memory-budget 20MiB --device cpu --data /nonexistent "
+                             "--explain-csv " + csv.string());
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("batch 8192 in"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("(largest that fits the budget)"), std::string::npos) << r.out;

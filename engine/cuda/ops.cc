@@ -143,9 +143,14 @@ CompiledStep compile_step(const Graph& g, const Node& n, int max_batch) {
     c.fn = impl.fn;
 #if CRUMB_HAVE_CUDNN
     if (impl.conv) {
-      auto state = std::make_unique<ConvState>(ops::conv2d_shape(g, n, max_batch));
-      c.workspace = state->plan.workspace_bytes();
-      c.state = std::move(state);
+      // ConvPlan's errors (no algorithm fits, bad shape, a cuDNN failure) name the shape; add the layer.
+      try {
+        auto state = std::make_unique<ConvState>(ops::conv2d_shape(g, n, max_batch));
+        c.workspace = state->plan.workspace_bytes();
+        c.state = std::move(state);
+      } catch (const Error& e) {
+        CRUMB_FAIL("layer '", n.name, "' (", n.def->name, "): ", e.what());
+      }
     }
 #endif
     return c;
