@@ -146,7 +146,10 @@ CompiledStep compile_step(const Graph& g, const Node& n, int max_batch) {
       // ConvPlan's errors (no algorithm fits, bad shape, a cuDNN failure) name the shape; add the layer.
       try {
         auto state = std::make_unique<ConvState>(ops::conv2d_shape(g, n, max_batch));
-        c.workspace = state->plan.workspace_bytes();
+        // Each node runs one of the three passes: its step needs that pass's workspace only.
+        c.workspace = state->plan.workspace_bytes(n.def == &kConv2d           ? ConvPass::Forward
+                                                  : n.def == &kConv2dBwdData ? ConvPass::BackwardData
+                                                                             : ConvPass::BackwardFilter);
         c.state = std::move(state);
       } catch (const Error& e) {
         CRUMB_FAIL("layer '", n.name, "' (", n.def->name, "): ", e.what());

@@ -110,6 +110,10 @@ void ConvPlan::set_batch(cudnnHandle_t handle, int n) {
   check_workspace(bwd_filter, bwd_filter_bytes_, "backward-filter (planned)", shape_);
 }
 
+std::size_t ConvPlan::workspace_bytes(ConvPass pass) const {
+  return pass == ConvPass::Forward ? fwd_bytes_ : pass == ConvPass::BackwardData ? bwd_data_bytes_ : bwd_filter_bytes_;
+}
+
 std::size_t ConvPlan::workspace_bytes() const { return std::max({fwd_bytes_, bwd_data_bytes_, bwd_filter_bytes_}); }
 
 void conv_forward(cudnnHandle_t handle, const ConvPlan& plan, float* y, const float* x, const float* w, const float* b,

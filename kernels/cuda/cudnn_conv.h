@@ -13,6 +13,8 @@
 
 namespace crumb::cuda {
 
+enum class ConvPass { Forward, BackwardData, BackwardFilter };
+
 // Descriptors and algorithms of one conv2d layer, built once per layer for its largest micro-batch.
 // Algorithms come from cuDNN's heuristics (cudnnGetConvolution*Algorithm_v7): the first, in cuDNN's
 // order of expected speed, whose workspace fits the limit. Math is FP32 FMA only (no TF32), so results
@@ -29,8 +31,9 @@ class ConvPlan {
 
   // The current shape (n as last set).
   const cpu::Conv2dShape& shape() const { return shape_; }
-  // Workspace bytes for any of the three passes at any batch up to the planned one; the passes run one
-  // at a time, so they can share one workspace of this size.
+  // Workspace bytes of one pass at any batch up to the planned one.
+  std::size_t workspace_bytes(ConvPass pass) const;
+  // The largest of the three: the passes run one at a time, so they can share a workspace of this size.
   std::size_t workspace_bytes() const;
 
  private:
