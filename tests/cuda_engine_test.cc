@@ -22,6 +22,7 @@
 #include "engine/rng.h"
 #include "engine/scheduler.h"
 #include "models/registry.h"
+#include "tests/trained_model.h"
 
 namespace crumb {
 namespace {
@@ -139,42 +140,9 @@ TEST(CudaEngine, ReluAddFlatten) {
 
 // ---- whole models through the scheduler and optimizer
 
-struct Model {
-  Graph g;
-  ParamStore params;
-  Arena arena;
-  Scheduler sched;
-  Sgd opt;
-  Model(const std::string& name, int micro_batch, Device device)
-      : g(build_graph(name)), params(g, device), arena(device), sched(g, params, arena, micro_batch),
-        opt(params, {0.05f, 0.9f, 1e-4f}) {
-    params.init(4);
-  }
-  static Graph build_graph(const std::string& name) {
-    Graph g = models::build(name, {1, 16, 16, 4});
-    build_backward(g);
-    return g;
-  }
-  Floats grads() {
-    params.to_host();
-    const float* p = static_cast<const float*>(params.grad_block());
-    return {p, p + params.count()};
-  }
-  Floats weights() {
-    params.to_host();
-    const float* p = static_cast<const float*>(params.data_block());
-    return {p, p + params.count()};
-  }
-};
-
-const data::Dataset& dataset() {
-  static const data::Dataset ds = data::make_synthetic(256, 1, 16, 16, 4, 11);
-  return ds;
-}
-
 // One batch of 29 synthetic samples in pinned memory (as the training tool hands them to a GPU).
 struct OneBatch {
-  data::Loader loader{dataset(), 29, {0.5f, 0.25f}, true, 9, false, Memory::Pinned};
+  data::Loader loader{synthetic_dataset(), 29, {0.5f, 0.25f}, true, 9, false, Memory::Pinned};
   data::Batch b;
   OneBatch() {
     loader.start_epoch(0);
@@ -188,7 +156,7 @@ TEST(CudaEngine, TrainingStepMatchesCpu) {
   for (const char* name : {"lenet5", "cnn", "mlp"}) {
     for (int m : {29, 7}) {
       SCOPED_TRACE(std::string(name) + " m=" + std::to_string(m));
-      Model cpu(name, m, Device::CPU), gpu(name, m, Device::CUDA);
+      TrainedModel cpu(name, m, 4, Device::CPU), gpu(name, m, 4, Device::CUDA);
       ASSERT_EQ(cpu.weights(), gpu.weights());  // same initialisation on both devices
       for (int step = 0; step < 2; ++step) {
         const BatchResult rc = cpu.sched.train_batch(one.b.x, one.b.y, one.b.size);
@@ -213,11 +181,11 @@ TEST(CudaEngine, MicroBatchGradientsEqualFullBatch) {
   CRUMB_REQUIRE_GPU();
   OneBatch one;
   for (const char* name : {"lenet5", "cnn", "mlp"}) {
-    Model full(name, 29, Device::CUDA);
+    TrainedModel full(name, 29, 4, Device::CUDA);
     full.sched.train_batch(one.b.x, one.b.y, one.b.size);
     const Floats ref = full.grads();
     for (int m : {1, 3, 7}) {
-      Model micro(name, m, Device::CUDA);
+      TrainedModel micro(name, m, 4, Device::CUDA);
       // Garbage in the gradients must be overwritten by the first micro-batch, not added to. Only the
       // parameters' own elements: the padding between them is never written and stays zero (as in ref).
       for (ValueId p : micro.g.params())
@@ -237,7 +205,7 @@ TEST(CudaEngine, TrainingLoopAllocatesNothing) {
   CRUMB_REQUIRE_GPU();
   OneBatch one;
   for (const char* name : {"lenet5", "cnn"}) {
-    Model r(name, 10, Device::CUDA);  // 29 = 10 + 10 + 9: a ragged last micro-batch too
+    TrainedModel r(name, 10, 4, Device::CUDA);  // 29 = 10 + 10 + 9: a ragged last micro-batch too
     r.sched.train_batch(one.b.x, one.b.y, one.b.size);  // warm-up: pointer resolution, lazy module loads
     r.opt.step();
     r.sched.evaluate(one.b.x, one.b.y, one.b.size);
@@ -271,14 +239,14 @@ TEST(CudaEngine, NoDeviceIsAOneLineError) {
       EXPECT_EQ(what.find('\n'), std::string::npos) << what;
     }
   }
-  Graph g = Model::build_graph("mlp");
+  Graph g = TrainedModel::build_graph("mlp");
   EXPECT_THROW(ParamStore(g, Device::CUDA), Error);
   EXPECT_THROW(Arena(Device::CUDA).reserve(1024), Error);
 }
 
 TEST(CudaEngine, DeviceMismatchIsAnError) {
   CRUMB_REQUIRE_GPU();
-  Graph g = Model::build_graph("mlp");
+  Graph g = TrainedModel::build_graph("mlp");
   ParamStore params(g, Device::CUDA);
   Arena arena(Device::CPU);
   EXPECT_THROW(Executor(g, params, arena, 4, Pass::Train), Error);

@@ -11,40 +11,14 @@
 #include "engine/scheduler.h"
 #include "models/registry.h"
 #include "tests/alloc_counter.h"
+#include "tests/trained_model.h"
 
 namespace crumb {
 namespace {
 
-struct Trained {
-  Graph g;
-  ParamStore params;
-  Arena arena;
-  Scheduler sched;
-  Sgd opt;
-  Trained(const std::string& model, int micro_batch, uint64_t seed)
-      : g(build_graph(model)), params(g), sched(g, params, arena, micro_batch), opt(params, {0.05f, 0.9f, 1e-4f}) {
-    params.init(seed);
-  }
-  static Graph build_graph(const std::string& model) {
-    Graph g = models::build(model, {1, 16, 16, 4});
-    build_backward(g);
-    return g;
-  }
-  std::vector<float> params_copy() const {
-    const float* p = static_cast<const float*>(params.data_block());
-    return {p, p + params.count()};
-  }
-  std::vector<float> grads_copy() const {
-    const float* p = static_cast<const float*>(params.grad_block());
-    return {p, p + params.count()};
-  }
-};
-
-data::Dataset dataset() { return data::make_synthetic(256, 1, 16, 16, 4, 11); }
-
 // Trains `epochs` over the synthetic set; returns the mean loss of each epoch.
-std::vector<double> train(Trained& r, int batch, int epochs) {
-  const data::Dataset ds = dataset();
+std::vector<double> train(TrainedModel& r, int batch, int epochs) {
+  const data::Dataset& ds = synthetic_dataset();
   data::Loader loader(ds, batch, {0.5f, 0.25f}, true, 5);
   std::vector<double> losses;
   for (int e = 0; e < epochs; ++e) {
@@ -62,40 +36,40 @@ std::vector<double> train(Trained& r, int batch, int epochs) {
 
 TEST(Training, LossFallsOnEveryModel) {
   for (const std::string& model : models::names()) {
-    Trained r(model, 32, 1);
+    TrainedModel r(model, 32, 1);
     const std::vector<double> l = train(r, 32, 4);
     EXPECT_LT(l.back(), 0.5 * l.front()) << model << ": " << l.front() << " -> " << l.back();
   }
 }
 
 TEST(Training, SameSeedSameWeights) {
-  Trained a("lenet5", 16, 3), b("lenet5", 16, 3);
+  TrainedModel a("lenet5", 16, 3), b("lenet5", 16, 3);
   train(a, 16, 1);
   train(b, 16, 1);
-  EXPECT_EQ(a.params_copy(), b.params_copy());
+  EXPECT_EQ(a.weights(), b.weights());
 }
 
 // One batch of 29 samples, m in {1, 3, 7, 29}: accumulated gradients equal the full-batch gradient.
 TEST(Training, MicroBatchGradientsEqualFullBatch) {
-  const data::Dataset ds = dataset();
+  const data::Dataset& ds = synthetic_dataset();
   data::Loader loader(ds, 29, {0.5f, 0.25f}, true, 9);
   loader.start_epoch(0);
   data::Batch b;
   ASSERT_TRUE(loader.next(b));
   for (const char* model : {"lenet5", "cnn", "mlp"}) {
-    Trained full(model, 29, 4);
+    TrainedModel full(model, 29, 4);
     full.sched.train_batch(b.x, b.y, b.size);
-    const std::vector<float> ref = full.grads_copy();
+    const std::vector<float> ref = full.grads();
     float scale = 0;
     for (float v : ref) scale = std::max(scale, std::fabs(v));
     for (int m : {1, 3, 7}) {
-      Trained micro(model, m, 4);
+      TrainedModel micro(model, m, 4);
       // Garbage in the gradient buffer must be overwritten by the first micro-batch, not added to.
       for (ValueId p : micro.g.params())
         std::fill_n(static_cast<float*>(micro.params.grad(p)), micro.g.value(p).count(1), 123.0f);
       const BatchResult res = micro.sched.train_batch(b.x, b.y, b.size);
       EXPECT_EQ(res.micro_batches, (29 + m - 1) / m);
-      const std::vector<float> got = micro.grads_copy();
+      const std::vector<float> got = micro.grads();
       double worst = 0;
       for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, double(std::fabs(got[i] - ref[i])) / scale);
       EXPECT_LE(worst, 1e-5) << model << " m=" << m;
@@ -106,10 +80,10 @@ TEST(Training, MicroBatchGradientsEqualFullBatch) {
 // B = 256 split as m = 32 trains to the same weights as m = 256 (2 epochs, momentum, weight decay).
 TEST(Training, MicroBatchedTrainingMatchesFullBatch) {
   for (const char* model : {"lenet5", "cnn"}) {
-    Trained full(model, 256, 8), micro(model, 32, 8);
+    TrainedModel full(model, 256, 8), micro(model, 32, 8);
     train(full, 256, 2);
     train(micro, 256, 2);
-    const std::vector<float> a = full.params_copy(), b = micro.params_copy();
+    const std::vector<float> a = full.weights(), b = micro.weights();
     double worst = 0, scale = 0;
     for (size_t i = 0; i < a.size(); ++i) {
       worst = std::max(worst, double(std::fabs(a[i] - b[i])));
@@ -122,10 +96,10 @@ TEST(Training, MicroBatchedTrainingMatchesFullBatch) {
 
 TEST(Training, StepDoesNotAllocate) {
   if (!alloc_counter_enabled()) GTEST_SKIP() << "allocation counting is unavailable under sanitizers";
-  const data::Dataset ds = dataset();
+  const data::Dataset& ds = synthetic_dataset();
   data::Loader loader(ds, 48, {0.5f, 0.25f}, true, 2);
   for (const char* model : {"lenet5", "cnn", "mlp"}) {
-    Trained r(model, 20, 1);  // 48 = 20 + 20 + 8: a ragged last micro-batch too
+    TrainedModel r(model, 20, 1);  // 48 = 20 + 20 + 8: a ragged last micro-batch too
     loader.start_epoch(0);
     data::Batch b;
     ASSERT_TRUE(loader.next(b));
