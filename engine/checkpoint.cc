@@ -28,11 +28,6 @@ void check_float32(const std::string& path, const ParamStore& params) {
               dtype_name(params.dtype()));
 }
 
-// Byte offset of a parameter in the store's block; the momentum block has the same layout.
-std::size_t block_offset(const ParamStore& params, ValueId p) {
-  return static_cast<std::size_t>(static_cast<char*>(params.data(p)) - static_cast<char*>(params.data_block()));
-}
-
 std::size_t param_bytes(const ParamStore& params, ValueId p) {
   return static_cast<std::size_t>(params.graph().value(p).count(1)) * sizeof(float);
 }
@@ -198,7 +193,7 @@ void save_checkpoint(const std::string& path, ParamStore& params, Sgd* opt, cons
   if (momentum)
     for (ValueId p : params.params())
       chunks.push_back({kMomentumPrefix + g.value(p).name, &g.value(p).dims,
-                        reinterpret_cast<const char*>(opt->momentum_block()) + block_offset(params, p),
+                        reinterpret_cast<const char*>(opt->momentum_block()) + params.byte_offset(p),
                         param_bytes(params, p)});
   const std::string header = header_json(chunks, model_name, opt);
   unsigned char len[8];
@@ -306,7 +301,7 @@ void load_checkpoint(const std::string& path, ParamStore& params, Sgd* opt) {
     std::memset(momentum, 0, opt->state_bytes());
   } else {
     for (ValueId p : params.params())
-      std::memcpy(momentum + block_offset(params, p), data.data() + by_name[kMomentumPrefix + g.value(p).name]->begin,
+      std::memcpy(momentum + params.byte_offset(p), data.data() + by_name[kMomentumPrefix + g.value(p).name]->begin,
                   param_bytes(params, p));
   }
   opt->to_device();

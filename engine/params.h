@@ -45,6 +45,8 @@ class ParamStore {
   std::size_t count() const { return count_; }
   std::size_t bytes() const { return count_ * dtype_size(dtype_); }
   int64_t num_parameters() const;  // without padding
+  // Byte offset of a parameter in either block (and in any block of the same layout, such as momentum).
+  std::size_t byte_offset(ValueId param) const;
 
  private:
   const Graph& graph_;
@@ -53,8 +55,6 @@ class ParamStore {
   std::vector<int64_t> offset_;  // per value id: element offset, -1 if not a parameter
   std::vector<ValueId> grad_owner_;
   std::size_t count_ = 0;
-  // Element offset of a parameter -> byte offset into a block.
-  std::size_t byte_offset(ValueId param) const;
   MirroredBuffer data_, grad_;
 };
 
