@@ -337,6 +337,31 @@ TEST(CudaKernels, SoftmaxXent) {
   }
 }
 
+// A diverged row predicts its first NaN on both devices (torch.argmax's rule), all-NaN rows included.
+TEST(CudaKernels, SoftmaxXentCountsNaNRowsAsTheCpu) {
+  CRUMB_REQUIRE_GPU();
+  const int n = 6, k = 40;  // more classes than lanes: NaNs in different lanes' columns
+  Floats z = random_floats(std::size_t(n) * k, 3, -2.0f, 2.0f);
+  for (int j = 0; j < k; ++j) z[j] = kNaN;   // row 0: all NaN
+  z[1 * k + 35] = kNaN;                       // row 1: one NaN, in lane 3's second column
+  z[2 * k + 7] = z[2 * k + 33] = kNaN;        // row 2: two NaNs, the first in lane 7
+  const std::vector<int32_t> labels = {0, 35, 7, 1, 2, 3};
+  Floats probs(z.size());
+  cpu::softmax_xent_forward(probs.data(), z.data(), labels.data(), n, k);
+  const int want = cpu::count_correct(probs.data(), labels.data(), n, k);
+  EXPECT_GE(want, 3);  // the three NaN rows at least
+
+  const DeviceArray<float> dev_z(z);
+  const DeviceArray<int32_t> dev_labels(labels);
+  DeviceArray<float> dev_probs(Floats(z.size(), 0.0f));
+  DeviceArray<double> dev_loss(std::vector<double>{0.0});
+  DeviceArray<unsigned long long> dev_correct(std::vector<unsigned long long>{0});
+  softmax_xent_forward(dev_probs.get(), dev_z.get(), dev_labels.get(), n, k, dev_loss.get(), dev_correct.get(),
+                       nullptr);
+  EXPECT_TRUE(std::isnan(dev_loss.download()[0]));
+  EXPECT_EQ(dev_correct.download()[0], static_cast<unsigned long long>(want));
+}
+
 TEST(CudaKernels, SgdThreeSteps) {
   CRUMB_REQUIRE_GPU();
   for (std::size_t count : {std::size_t{41}, std::size_t{100003}}) {
@@ -598,9 +623,22 @@ cpu::Conv2dShape conv_shape(int n, int c_in, int h, int w, int c_out, int kh, in
   return {n, c_in, h, w, c_out, kh, kw, sh, sw, ph, pw, (h + 2 * ph - kh) / sh + 1, (w + 2 * pw - kw) / sw + 1};
 }
 
-// All three passes of `plan` at its current shape against the CPU kernels.
-void check_conv(cudnnHandle_t handle, const ConvPlan& plan) {
-  const cpu::Conv2dShape& s = plan.shape();
+// A layer's three passes, one plan each, as the engine builds them.
+struct ConvPlans {
+  ConvPlans(cudnnHandle_t handle, const cpu::Conv2dShape& s, std::size_t limit)
+      : fwd(handle, s, ConvPass::Forward, limit),
+        bwd_data(handle, s, ConvPass::BackwardData, limit),
+        bwd_filter(handle, s, ConvPass::BackwardFilter, limit) {}
+  void set_batch(cudnnHandle_t handle, int n) {
+    for (ConvPlan* p : {&fwd, &bwd_data, &bwd_filter}) p->set_batch(handle, n);
+  }
+  ConvPlan fwd, bwd_data, bwd_filter;
+};
+
+// All three passes at the plans' current shape against the CPU kernels, each with exactly its planned
+// workspace.
+void check_conv(cudnnHandle_t handle, ConvPlans& plans) {
+  const cpu::Conv2dShape& s = plans.fwd.shape();
   const std::string at = " n=" + std::to_string(s.n) + " c_in=" + std::to_string(s.c_in) + " " + std::to_string(s.h) +
                          "x" + std::to_string(s.w) + " c_out=" + std::to_string(s.c_out) +
                          " k=" + std::to_string(s.kh) + " stride=" + std::to_string(s.stride_h) +
@@ -609,8 +647,8 @@ void check_conv(cudnnHandle_t handle, const ConvPlan& plan) {
   const Floats x = random_floats(s.in_count(), 1), w = random_floats(w_size, 2), b = random_floats(s.c_out, 3),
                dy = random_floats(s.out_count(), 4);
   const DeviceArray<float> dev_x(x), dev_w(w), dev_b(b), dev_dy(dy);
-  DeviceArray<unsigned char> workspace(plan.workspace_bytes());
-  const std::size_t ws_bytes = plan.workspace_bytes();
+  DeviceArray<unsigned char> ws_fwd(plans.fwd.workspace_bytes()), ws_data(plans.bwd_data.workspace_bytes()),
+      ws_filter(plans.bwd_filter.workspace_bytes());
   Floats cpu_ws(std::max({cpu::conv2d_forward_workspace(s), cpu::conv2d_backward_data_workspace(s),
                           cpu::conv2d_backward_weight_workspace(s)}));
   for (bool bias : {true, false}) {
@@ -620,8 +658,8 @@ void check_conv(cudnnHandle_t handle, const ConvPlan& plan) {
           cpu::conv2d_forward(o[0], x.data(), w.data(), bias ? b.data() : nullptr, s, cpu_ws.data());
         },
         [&](auto& o, bool) {
-          conv_forward(handle, plan, o[0], dev_x.get(), dev_w.get(), bias ? dev_b.get() : nullptr, workspace.get(),
-                       ws_bytes);
+          conv_forward(handle, plans.fwd, o[0], dev_x.get(), dev_w.get(), bias ? dev_b.get() : nullptr, ws_fwd.get(),
+                       plans.fwd.workspace_bytes());
         },
         std::string("conv_forward") + (bias ? "" : " (no bias)") + at);
     check_against_cpu(
@@ -630,8 +668,8 @@ void check_conv(cudnnHandle_t handle, const ConvPlan& plan) {
           cpu::conv2d_backward_weight(o[0], bias ? o[1] : nullptr, dy.data(), x.data(), s, cpu_ws.data(), acc);
         },
         [&](auto& o, bool acc) {
-          conv_backward_filter(handle, plan, o[0], bias ? o[1] : nullptr, dev_dy.get(), dev_x.get(), workspace.get(),
-                               ws_bytes, acc);
+          conv_backward_filter(handle, plans.bwd_filter, o[0], bias ? o[1] : nullptr, dev_dy.get(), dev_x.get(),
+                               ws_filter.get(), plans.bwd_filter.workspace_bytes(), acc);
         },
         std::string("conv_backward_filter") + (bias ? "" : " (no db)") + at);
   }
@@ -639,7 +677,8 @@ void check_conv(cudnnHandle_t handle, const ConvPlan& plan) {
       {std::size_t(s.in_count())}, true,
       [&](auto& o, bool acc) { cpu::conv2d_backward_data(o[0], dy.data(), w.data(), s, cpu_ws.data(), acc); },
       [&](auto& o, bool acc) {
-        conv_backward_data(handle, plan, o[0], dev_dy.get(), dev_w.get(), workspace.get(), ws_bytes, acc);
+        conv_backward_data(handle, plans.bwd_data, o[0], dev_dy.get(), dev_w.get(), ws_data.get(),
+                           plans.bwd_data.workspace_bytes(), acc);
       },
       "conv_backward_data" + at);
 }
@@ -647,19 +686,32 @@ void check_conv(cudnnHandle_t handle, const ConvPlan& plan) {
 TEST_F(CudaLibraryTest, Conv2d) {
   constexpr std::size_t kWorkspaceLimit = std::size_t{64} << 20;
   for (const cpu::Conv2dShape& s : {
-           conv_shape(8, 1, 28, 28, 6, 5, 5, 1, 1, 2, 2),   // LeNet conv1
-           conv_shape(8, 6, 14, 14, 16, 5, 5, 1, 1, 0, 0),  // LeNet conv2
-           conv_shape(5, 3, 9, 8, 4, 3, 3, 2, 2, 1, 1),     // odd sizes, stride 2, pad 1
+           conv_shape(8, 1, 28, 28, 6, 5, 5, 1, 1, 2, 2),      // LeNet conv1
+           conv_shape(8, 6, 14, 14, 16, 5, 5, 1, 1, 0, 0),     // LeNet conv2
+           conv_shape(5, 3, 9, 8, 4, 3, 3, 2, 2, 1, 1),        // odd sizes, stride 2, pad 1
+           conv_shape(64, 32, 14, 14, 64, 3, 3, 1, 1, 1, 1),   // cnn's second conv at a real batch
        }) {
-    ConvPlan plan(dnn_, s, kWorkspaceLimit);
-    check_conv(dnn_, plan);
+    ConvPlans plans(dnn_, s, kWorkspaceLimit);
+    check_conv(dnn_, plans);
     // The ragged last micro-batch, then back to the full one.
-    plan.set_batch(dnn_, 3);
-    EXPECT_EQ(plan.shape().n, 3);
-    check_conv(dnn_, plan);
-    plan.set_batch(dnn_, s.n);
-    check_conv(dnn_, plan);
-    EXPECT_THROW(plan.set_batch(dnn_, s.n + 1), Error);
+    plans.set_batch(dnn_, 3);
+    EXPECT_EQ(plans.fwd.shape().n, 3);
+    check_conv(dnn_, plans);
+    plans.set_batch(dnn_, s.n);
+    check_conv(dnn_, plans);
+    EXPECT_THROW(plans.fwd.set_batch(dnn_, s.n + 1), Error);
+  }
+}
+
+// No workspace: every pass must still find an algorithm (cuDNN always has a zero-workspace one), and every
+// ragged batch must fit in what was planned.
+TEST_F(CudaLibraryTest, Conv2dWithoutWorkspace) {
+  const cpu::Conv2dShape s = conv_shape(16, 6, 14, 14, 16, 5, 5, 1, 1, 0, 0);
+  ConvPlans plans(dnn_, s, 0);
+  EXPECT_EQ(plans.fwd.workspace_bytes() + plans.bwd_data.workspace_bytes() + plans.bwd_filter.workspace_bytes(), 0u);
+  for (int n : {16, 7, 1, 16}) {
+    plans.set_batch(dnn_, n);
+    check_conv(dnn_, plans);
   }
 }
 

@@ -238,10 +238,10 @@ TEST_F(IdxTest, LoadSplitWrongRank) {
 }
 
 TEST(IdxFashionMnist, RealFiles) {
-  if (!fs::exists(kDefaultFashionMnistDir))
-    GTEST_SKIP() << kDefaultFashionMnistDir << " absent (apt-get install dataset-fashion-mnist)";
-  const Dataset train = load_mnist_split(kDefaultFashionMnistDir, "train");
-  const Dataset test = load_mnist_split(kDefaultFashionMnistDir, "t10k");
+  const std::string dir = default_data_dir();
+  if (!fs::exists(dir)) GTEST_SKIP() << dir << " absent (apt-get install dataset-fashion-mnist)";
+  const Dataset train = load_mnist_split(dir, "train");
+  const Dataset test = load_mnist_split(dir, "t10k");
   EXPECT_EQ(train.count, 60000);
   EXPECT_EQ(test.count, 10000);
   for (const Dataset* ds : {&train, &test}) {

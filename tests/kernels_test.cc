@@ -401,6 +401,11 @@ TYPED_TEST(CpuKernelTest, CountCorrect) {
   const std::vector<T> probs = {0.1, 0.7, 0.2,  0.4, 0.2, 0.4,  0.3, 0.3, 0.4,  0.5, 0.5, 0.0};
   EXPECT_EQ(count_correct(probs.data(), std::vector<int32_t>{1, 0, 2, 0}.data(), 4, 3), 4);
   EXPECT_EQ(count_correct(probs.data(), std::vector<int32_t>{0, 2, 2, 1}.data(), 4, 3), 1);
+  // NaN is the largest value (torch.argmax): the first NaN of a row is its prediction, wherever it is.
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  const std::vector<T> with_nan = {nan, nan, nan,  0.9, nan, 0.1,  0.2, 0.7, nan,  nan, 0.5, 0.5};
+  EXPECT_EQ(count_correct(with_nan.data(), std::vector<int32_t>{0, 1, 2, 0}.data(), 4, 3), 4);
+  EXPECT_EQ(count_correct(with_nan.data(), std::vector<int32_t>{1, 0, 1, 1}.data(), 4, 3), 0);
 }
 
 // ---- SGD

@@ -77,9 +77,11 @@ void xent_bwd(const StepArgs& a) {
 }
 
 #if CRUMB_HAVE_CUDNN
-// ---- conv2d (cuDNN): one plan per node, built for the largest micro-batch and re-targeted to a ragged one.
+// ---- conv2d (cuDNN): one plan per node (a node runs one pass), built for the largest micro-batch and
+// re-targeted to a ragged one.
 struct ConvState : OpState {
-  ConvState(const cpu::Conv2dShape& s) : plan(Context::get().dnn(), s, Context::kConvWorkspaceLimit) {}
+  ConvState(const cpu::Conv2dShape& s, ConvPass pass)
+      : plan(Context::get().dnn(), s, pass, Context::kConvWorkspaceLimit) {}
   ConvPlan plan;
 };
 
@@ -145,11 +147,11 @@ CompiledStep compile_step(const Graph& g, const Node& n, int max_batch) {
     if (impl.conv) {
       // ConvPlan's errors (no algorithm fits, bad shape, a cuDNN failure) name the shape; add the layer.
       try {
-        auto state = std::make_unique<ConvState>(ops::conv2d_shape(g, n, max_batch));
-        // Each node runs one of the three passes: its step needs that pass's workspace only.
-        c.workspace = state->plan.workspace_bytes(n.def == &kConv2d           ? ConvPass::Forward
-                                                  : n.def == &kConv2dBwdData ? ConvPass::BackwardData
-                                                                             : ConvPass::BackwardFilter);
+        const ConvPass pass = n.def == &kConv2d           ? ConvPass::Forward
+                              : n.def == &kConv2dBwdData ? ConvPass::BackwardData
+                                                         : ConvPass::BackwardFilter;
+        auto state = std::make_unique<ConvState>(ops::conv2d_shape(g, n, max_batch), pass);
+        c.workspace = state->plan.workspace_bytes();
         c.state = std::move(state);
       } catch (const Error& e) {
         CRUMB_FAIL("layer '", n.name, "' (", n.def->name, "): ", e.what());

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -80,6 +81,11 @@ std::string hex_byte(uint8_t b) {
 }
 
 }  // namespace
+
+std::string default_data_dir() {
+  const char* env = std::getenv("CRUMB_DATA");
+  return env && *env ? env : "/usr/share/datasets/fashion-mnist";
+}
 
 IdxArray read_idx(const std::string& path) {
   Reader in(path);

@@ -22,7 +22,8 @@ IdxArray read_idx(const std::string& path);
 // uncompressed names without .gz). split is "train" or "t10k". Checks counts match, labels < 10.
 Dataset load_mnist_split(const std::string& dir, const std::string& split);
 
-// Default location of Debian's dataset-fashion-mnist package.
-inline const char* kDefaultFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+// Where Fashion-MNIST is read from when no folder is named: $CRUMB_DATA if set and non-empty (machines
+// where the data was copied elsewhere, such as the GPU machine), else Debian's dataset-fashion-mnist.
+std::string default_data_dir();
 
 }  // namespace crumb::data

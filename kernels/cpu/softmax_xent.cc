@@ -9,11 +9,12 @@ using detail::kParallelGrain;
 using detail::put;
 using detail::with_write_mode;
 
-// Index of the first maximum of row[0, k).
+// Index of the first maximum of row[0, k), NaN counting as the largest value (PyTorch's argmax): a row
+// holding a NaN predicts its first NaN, the same on every device (kernels/cuda/softmax_xent.cu).
 template <class T> int argmax(const T* row, int k) {
   int best = 0;
-  for (int j = 1; j < k; ++j) {
-    if (row[j] > row[best]) best = j;
+  for (int j = 1; j < k && !std::isnan(row[best]); ++j) {
+    if (row[j] > row[best] || std::isnan(row[j])) best = j;
   }
   return best;
 }

@@ -15,31 +15,34 @@ std::string describe(const cpu::Conv2dShape& s) {
                                s.pad_w);
 }
 
-// The first of cuDNN's ranked candidates that runs, uses FMA math and whose workspace (as reported by
-// `bytes_of(algo, &bytes)`) fits `limit`; its workspace goes to *bytes. Tensor-op candidates would
-// compute a float convolution in TF32.
-template <class Perf, class BytesOf>
-auto pick_algo(const Perf* perf, int count, std::size_t limit, BytesOf bytes_of, std::size_t* bytes, const char* pass,
-               const cpu::Conv2dShape& s) -> decltype(perf->algo) {
-  for (int i = 0; i < count; ++i) {
-    const Perf& p = perf[i];
-    if (p.status != CUDNN_STATUS_SUCCESS || p.mathType == CUDNN_TENSOR_OP_MATH ||
-        p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)
-      continue;
-    if (bytes_of(p.algo, bytes) == CUDNN_STATUS_SUCCESS && *bytes <= limit) return p.algo;
-  }
-  CRUMB_FAIL(describe(s), ": no cuDNN ", pass, " algorithm in FP32 fits the workspace limit of ", limit, " bytes (",
-             count, " candidates); raise the limit");
+const char* pass_name(ConvPass pass) {
+  return pass == ConvPass::Forward ? "forward" : pass == ConvPass::BackwardData ? "backward-data" : "backward-filter";
 }
 
-void check_workspace(std::size_t need, std::size_t have, const char* pass, const cpu::Conv2dShape& s) {
-  CRUMB_CHECK(have >= need, describe(s), ": the ", pass, " pass needs ", need, " bytes of workspace, got ", have);
+bool tensor_op(cudnnMathType_t math) {
+  return math == CUDNN_TENSOR_OP_MATH || math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+}
+
+// cuDNN 9 refines NOT_SUPPORTED into sub-codes 3001, 3002, ...: any of them means "try another algorithm".
+bool not_supported(cudnnStatus_t status) { return status / 1000 == CUDNN_STATUS_NOT_SUPPORTED / 1000; }
+
+// cuDNN's ranked results that ran, in the math allowed.
+template <class Perf> void append_ranked(const Perf* perf, int count, bool tf32, std::vector<std::pair<int, cudnnMathType_t>>* out) {
+  for (int i = 0; i < count; ++i)
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && (tf32 || !tensor_op(perf[i].mathType)))
+      out->emplace_back(static_cast<int>(perf[i].algo), perf[i].mathType);
+}
+
+void check_workspace(std::size_t need, std::size_t have, ConvPass pass, const cpu::Conv2dShape& s) {
+  CRUMB_CHECK(have >= need, describe(s), ": the ", pass_name(pass), " pass needs ", need, " bytes of workspace, got ",
+              have);
 }
 
 }  // namespace
 
-ConvPlan::ConvPlan(cudnnHandle_t handle, const cpu::Conv2dShape& s, std::size_t workspace_limit)
-    : shape_(s), planned_n_(s.n) {
+ConvPlan::ConvPlan(cudnnHandle_t handle, const cpu::Conv2dShape& s, ConvPass pass, std::size_t workspace_limit,
+                   bool tf32)
+    : shape_(s), pass_(pass), planned_n_(s.n) {
   CRUMB_CHECK(s.n >= 1 && s.c_in >= 1 && s.h >= 1 && s.w >= 1 && s.c_out >= 1 && s.kh >= 1 && s.kw >= 1 &&
                   s.stride_h >= 1 && s.stride_w >= 1 && s.pad_h >= 0 && s.pad_w >= 0,
               describe(s), ": bad shape");
@@ -51,45 +54,81 @@ ConvPlan::ConvPlan(cudnnHandle_t handle, const cpu::Conv2dShape& s, std::size_t 
   // Cross-correlation is what deep-learning frameworks call convolution (no kernel flip).
   CRUMB_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv_.get(), s.pad_h, s.pad_w, s.stride_h, s.stride_w, 1, 1,
                                                     CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-  CRUMB_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_.get(), CUDNN_FMA_MATH));
+  CRUMB_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_.get(), tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
 
   int n = 0, c = 0, h = 0, w = 0;
   CRUMB_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(conv_.get(), x_.get(), w_.get(), &n, &c, &h, &w));
   CRUMB_CHECK(n == s.n && c == s.c_out && h == s.h_out && w == s.w_out, describe(s), ": output [", s.n, ", ", s.c_out,
               ", ", s.h_out, ", ", s.w_out, "] disagrees with cuDNN's [", n, ", ", c, ", ", h, ", ", w, "]");
 
+  std::vector<std::pair<int, cudnnMathType_t>> ranked;
   int count = 0;
-  cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-  CRUMB_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, x_.get(), w_.get(), conv_.get(), y_.get(),
-                                                           CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, fwd));
-  fwd_algo_ = pick_algo(
-      fwd, count, workspace_limit,
-      [&](cudnnConvolutionFwdAlgo_t algo, std::size_t* bytes) {
-        return cudnnGetConvolutionForwardWorkspaceSize(handle, x_.get(), w_.get(), conv_.get(), y_.get(), algo, bytes);
-      },
-      &fwd_bytes_, "forward", s);
+  if (pass == ConvPass::Forward) {
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    CRUMB_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, x_.get(), w_.get(), conv_.get(), y_.get(),
+                                                             CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf));
+    append_ranked(perf, count, tf32, &ranked);
+  } else if (pass == ConvPass::BackwardData) {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    CRUMB_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+        handle, w_.get(), y_.get(), conv_.get(), x_.get(), CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, perf));
+    append_ranked(perf, count, tf32, &ranked);
+  } else {
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    CRUMB_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+        handle, x_.get(), y_.get(), conv_.get(), w_.get(), CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, perf));
+    append_ranked(perf, count, tf32, &ranked);
+  }
+  for (const auto& [algo, math] : ranked) {
+    const Candidate cand{algo, math};
+    std::size_t bytes = 0;
+    if (workspace_of(handle, cand, &bytes) != CUDNN_STATUS_SUCCESS || bytes > workspace_limit) continue;
+    if (candidates_.empty()) workspace_ = bytes;
+    candidates_.push_back(cand);
+  }
+  CRUMB_CHECK(!candidates_.empty(), describe(s), ": no cuDNN ", pass_name(pass), " algorithm in ",
+              tf32 ? "FP32/TF32" : "FP32", " fits the workspace limit of ", workspace_limit, " bytes (", count,
+              " candidates); raise the limit");
+  pick(handle);
+}
 
-  cudnnConvolutionBwdDataAlgoPerf_t bwd_data[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-  CRUMB_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-      handle, w_.get(), y_.get(), conv_.get(), x_.get(), CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, bwd_data));
-  bwd_data_algo_ = pick_algo(
-      bwd_data, count, workspace_limit,
-      [&](cudnnConvolutionBwdDataAlgo_t algo, std::size_t* bytes) {
-        return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, w_.get(), y_.get(), conv_.get(), x_.get(), algo,
-                                                            bytes);
-      },
-      &bwd_data_bytes_, "backward-data", s);
+cudnnStatus_t ConvPlan::workspace_of(cudnnHandle_t handle, const Candidate& c, std::size_t* bytes) const {
+  // The math type is part of what the workspace query (and the run) sees.
+  const cudnnStatus_t math = cudnnSetConvolutionMathType(conv_.get(), c.math);
+  if (math != CUDNN_STATUS_SUCCESS) return math;
+  switch (pass_) {
+    case ConvPass::Forward:
+      return cudnnGetConvolutionForwardWorkspaceSize(handle, x_.get(), w_.get(), conv_.get(), y_.get(),
+                                                     static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), bytes);
+    case ConvPass::BackwardData:
+      return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, w_.get(), y_.get(), conv_.get(), x_.get(),
+                                                          static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), bytes);
+    case ConvPass::BackwardFilter:
+      return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+          handle, x_.get(), y_.get(), conv_.get(), w_.get(), static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo),
+          bytes);
+  }
+  return CUDNN_STATUS_BAD_PARAM;
+}
 
-  cudnnConvolutionBwdFilterAlgoPerf_t bwd_filter[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-  CRUMB_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-      handle, x_.get(), y_.get(), conv_.get(), w_.get(), CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, bwd_filter));
-  bwd_filter_algo_ = pick_algo(
-      bwd_filter, count, workspace_limit,
-      [&](cudnnConvolutionBwdFilterAlgo_t algo, std::size_t* bytes) {
-        return cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, x_.get(), y_.get(), conv_.get(), w_.get(), algo,
-                                                              bytes);
-      },
-      &bwd_filter_bytes_, "backward-filter", s);
+void ConvPlan::pick(cudnnHandle_t handle) {
+  for (const auto& [n, cand] : picked_) {
+    if (n == shape_.n) {
+      current_ = cand;
+      CRUMB_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_.get(), current_.math));
+      return;
+    }
+  }
+  for (const Candidate& cand : candidates_) {
+    std::size_t bytes = 0;
+    if (workspace_of(handle, cand, &bytes) == CUDNN_STATUS_SUCCESS && bytes <= workspace_) {
+      current_ = cand;  // workspace_of left the descriptor in this candidate's math
+      picked_.emplace_back(shape_.n, cand);
+      return;
+    }
+  }
+  CRUMB_FAIL(describe(shape_), ": no ", pass_name(pass_), " algorithm of the ", candidates_.size(),
+             " planned fits the planned workspace of ", workspace_, " bytes at this batch");
 }
 
 void ConvPlan::set_batch(cudnnHandle_t handle, int n) {
@@ -97,51 +136,57 @@ void ConvPlan::set_batch(cudnnHandle_t handle, int n) {
   shape_.n = n;
   detail::set_nchw(x_, n, shape_.c_in, shape_.h, shape_.w);
   detail::set_nchw(y_, n, shape_.c_out, shape_.h_out, shape_.w_out);
-  // Workspace need is not guaranteed to shrink with the batch, so check it rather than assume it.
-  std::size_t fwd = 0, bwd_data = 0, bwd_filter = 0;
-  CRUMB_CUDNN_CHECK(
-      cudnnGetConvolutionForwardWorkspaceSize(handle, x_.get(), w_.get(), conv_.get(), y_.get(), fwd_algo_, &fwd));
-  CRUMB_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(handle, w_.get(), y_.get(), conv_.get(), x_.get(),
-                                                                 bwd_data_algo_, &bwd_data));
-  CRUMB_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, x_.get(), y_.get(), conv_.get(), w_.get(),
-                                                                   bwd_filter_algo_, &bwd_filter));
-  check_workspace(fwd, fwd_bytes_, "forward (planned)", shape_);
-  check_workspace(bwd_data, bwd_data_bytes_, "backward-data (planned)", shape_);
-  check_workspace(bwd_filter, bwd_filter_bytes_, "backward-filter (planned)", shape_);
+  pick(handle);
 }
 
-std::size_t ConvPlan::workspace_bytes(ConvPass pass) const {
-  return pass == ConvPass::Forward ? fwd_bytes_ : pass == ConvPass::BackwardData ? bwd_data_bytes_ : bwd_filter_bytes_;
+template <class Call>
+void ConvPlan::run(cudnnHandle_t handle, std::size_t workspace_bytes, const char* what, Call call) {
+  check_workspace(workspace_, workspace_bytes, pass_, shape_);
+  for (;;) {
+    const cudnnStatus_t status = call(current_.algo);
+    if (!not_supported(status) || candidates_.size() == 1) {
+      check_cudnn(status, what, __FILE__, __LINE__);
+      return;
+    }
+    // Refused before any work: drop it for every batch and take the next that fits.
+    const Candidate refused = current_;
+    auto same = [&](const Candidate& c) { return c.algo == refused.algo && c.math == refused.math; };
+    candidates_.erase(std::remove_if(candidates_.begin(), candidates_.end(), same), candidates_.end());
+    picked_.clear();
+    pick(handle);
+  }
 }
 
-std::size_t ConvPlan::workspace_bytes() const { return std::max({fwd_bytes_, bwd_data_bytes_, bwd_filter_bytes_}); }
-
-void conv_forward(cudnnHandle_t handle, const ConvPlan& plan, float* y, const float* x, const float* w, const float* b,
+void conv_forward(cudnnHandle_t handle, ConvPlan& plan, float* y, const float* x, const float* w, const float* b,
                   void* workspace, std::size_t workspace_bytes) {
-  check_workspace(plan.fwd_bytes_, workspace_bytes, "forward", plan.shape_);
   const float one = 1.0f, zero = 0.0f;
-  CRUMB_CUDNN_CHECK(cudnnConvolutionForward(handle, &one, plan.x_.get(), x, plan.w_.get(), w, plan.conv_.get(),
-                                            plan.fwd_algo_, workspace, workspace_bytes, &zero, plan.y_.get(), y));
+  plan.run(handle, workspace_bytes, "cudnnConvolutionForward", [&](int algo) {
+    return cudnnConvolutionForward(handle, &one, plan.x_.get(), x, plan.w_.get(), w, plan.conv_.get(),
+                                   static_cast<cudnnConvolutionFwdAlgo_t>(algo), workspace, workspace_bytes, &zero,
+                                   plan.y_.get(), y);
+  });
   if (b) CRUMB_CUDNN_CHECK(cudnnAddTensor(handle, &one, plan.bias_.get(), b, &one, plan.y_.get(), y));
 }
 
 // beta = 0 makes cuDNN ignore the output's old contents (garbage, NaN), as write mode requires.
-void conv_backward_data(cudnnHandle_t handle, const ConvPlan& plan, float* dx, const float* dy, const float* w,
+void conv_backward_data(cudnnHandle_t handle, ConvPlan& plan, float* dx, const float* dy, const float* w,
                         void* workspace, std::size_t workspace_bytes, bool accumulate) {
-  check_workspace(plan.bwd_data_bytes_, workspace_bytes, "backward-data", plan.shape_);
   const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  CRUMB_CUDNN_CHECK(cudnnConvolutionBackwardData(handle, &one, plan.w_.get(), w, plan.y_.get(), dy, plan.conv_.get(),
-                                                 plan.bwd_data_algo_, workspace, workspace_bytes, &beta, plan.x_.get(),
-                                                 dx));
+  plan.run(handle, workspace_bytes, "cudnnConvolutionBackwardData", [&](int algo) {
+    return cudnnConvolutionBackwardData(handle, &one, plan.w_.get(), w, plan.y_.get(), dy, plan.conv_.get(),
+                                        static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), workspace, workspace_bytes,
+                                        &beta, plan.x_.get(), dx);
+  });
 }
 
-void conv_backward_filter(cudnnHandle_t handle, const ConvPlan& plan, float* dw, float* db, const float* dy,
+void conv_backward_filter(cudnnHandle_t handle, ConvPlan& plan, float* dw, float* db, const float* dy,
                           const float* x, void* workspace, std::size_t workspace_bytes, bool accumulate) {
-  check_workspace(plan.bwd_filter_bytes_, workspace_bytes, "backward-filter", plan.shape_);
   const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  CRUMB_CUDNN_CHECK(cudnnConvolutionBackwardFilter(handle, &one, plan.x_.get(), x, plan.y_.get(), dy, plan.conv_.get(),
-                                                   plan.bwd_filter_algo_, workspace, workspace_bytes, &beta,
-                                                   plan.w_.get(), dw));
+  plan.run(handle, workspace_bytes, "cudnnConvolutionBackwardFilter", [&](int algo) {
+    return cudnnConvolutionBackwardFilter(handle, &one, plan.x_.get(), x, plan.y_.get(), dy, plan.conv_.get(),
+                                          static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), workspace,
+                                          workspace_bytes, &beta, plan.w_.get(), dw);
+  });
   if (db) CRUMB_CUDNN_CHECK(cudnnConvolutionBackwardBias(handle, &one, plan.y_.get(), dy, &beta, plan.bias_.get(), db));
 }
 

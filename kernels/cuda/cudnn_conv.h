@@ -2,11 +2,13 @@
 // x [n, c_in, h, w], w [c_out, c_in, kh, kw], b [c_out], y [n, c_out, h_out, w_out].
 // The handle carries the stream (cudnnSetStream, set once by the engine).
 // Uses cuDNN's legacy convolution API (deprecated in cuDNN 9, still complete there), which needs no
-// graph building: a plan is a handful of descriptors and three algorithm ids.
+// graph building: a plan is a handful of descriptors and a ranked list of algorithm ids.
 #pragma once
 #include <cudnn.h>
 
 #include <cstddef>
+#include <utility>
+#include <vector>
 
 #include "kernels/cpu/shapes.h"
 #include "kernels/cuda/cudnn_descriptors.h"
@@ -15,55 +17,72 @@ namespace crumb::cuda {
 
 enum class ConvPass { Forward, BackwardData, BackwardFilter };
 
-// Descriptors and algorithms of one conv2d layer, built once per layer for its largest micro-batch.
-// Algorithms come from cuDNN's heuristics (cudnnGetConvolution*Algorithm_v7): the first, in cuDNN's
-// order of expected speed, whose workspace fits the limit. Math is FP32 FMA only (no TF32), so results
-// match the CPU to float rounding.
+// One pass of one conv2d layer (a graph node runs exactly one pass), built once for its largest
+// micro-batch. Candidates come from cuDNN's heuristics (cudnnGetConvolution*Algorithm_v7), in its order
+// of expected speed, keeping those that run in the allowed math and whose workspace at the planned batch
+// fits the limit; the first one's workspace is the plan's, fixed for its lifetime because the engine
+// plans it into the arena. At any batch the plan runs the first candidate whose workspace there fits the
+// plan's (cuDNN does not promise that a smaller batch needs less), and a candidate that cuDNN refuses
+// at run time (NOT_SUPPORTED) is dropped for the next. With tf32 off, math is FP32 FMA only, so results
+// match the CPU to float rounding; with it on, tensor-op (TF32) candidates are allowed too.
 class ConvPlan {
  public:
-  // shape.n is the largest micro-batch. Throws if a pass has no algorithm within workspace_limit bytes.
-  ConvPlan(cudnnHandle_t handle, const cpu::Conv2dShape& shape, std::size_t workspace_limit);
+  // shape.n is the largest micro-batch. Throws if the pass has no algorithm within workspace_limit bytes.
+  ConvPlan(cudnnHandle_t handle, const cpu::Conv2dShape& shape, ConvPass pass, std::size_t workspace_limit,
+           bool tf32 = false);
 
-  // Re-targets the plan to n samples, 1 <= n <= the planned batch (the ragged last micro-batch; also
-  // back to the full batch). Only the x/y descriptors are re-set, which allocates nothing and does no
-  // device work; the algorithms stay, and their workspace at n is checked against the planned sizes.
+  // Re-targets the plan to n samples, 1 <= n <= the planned batch (the ragged last micro-batch; also back
+  // to the full batch). Re-sets the x/y descriptors and picks the algorithm for n (remembered per n), which
+  // allocates no device memory and does no device work.
   void set_batch(cudnnHandle_t handle, int n);
 
   // The current shape (n as last set).
   const cpu::Conv2dShape& shape() const { return shape_; }
-  // Workspace bytes of one pass at any batch up to the planned one.
-  std::size_t workspace_bytes(ConvPass pass) const;
-  // The largest of the three: the passes run one at a time, so they can share a workspace of this size.
-  std::size_t workspace_bytes() const;
+  ConvPass pass() const { return pass_; }
+  // Workspace bytes the pass needs at any batch up to the planned one.
+  std::size_t workspace_bytes() const { return workspace_; }
+  // The algorithm (cuDNN's enum value for the pass) the next run uses.
+  int algorithm() const { return current_.algo; }
 
  private:
-  friend void conv_forward(cudnnHandle_t, const ConvPlan&, float*, const float*, const float*, const float*, void*,
+  struct Candidate {
+    int algo;
+    cudnnMathType_t math;
+  };
+  friend void conv_forward(cudnnHandle_t, ConvPlan&, float*, const float*, const float*, const float*, void*,
                            std::size_t);
-  friend void conv_backward_data(cudnnHandle_t, const ConvPlan&, float*, const float*, const float*, void*, std::size_t,
+  friend void conv_backward_data(cudnnHandle_t, ConvPlan&, float*, const float*, const float*, void*, std::size_t,
                                  bool);
-  friend void conv_backward_filter(cudnnHandle_t, const ConvPlan&, float*, float*, const float*, const float*, void*,
+  friend void conv_backward_filter(cudnnHandle_t, ConvPlan&, float*, float*, const float*, const float*, void*,
                                    std::size_t, bool);
 
+  // cuDNN's workspace query for this pass with candidate c at the current descriptors.
+  cudnnStatus_t workspace_of(cudnnHandle_t handle, const Candidate& c, std::size_t* bytes) const;
+  // The first candidate whose workspace at the current batch fits workspace_; sets the descriptor's math.
+  void pick(cudnnHandle_t handle);
+  // Runs `call(algo)` for the current candidate, dropping candidates cuDNN refuses as not supported.
+  template <class Call> void run(cudnnHandle_t handle, std::size_t workspace_bytes, const char* what, Call call);
+
   cpu::Conv2dShape shape_;
+  ConvPass pass_;
   int planned_n_;
   detail::TensorDescriptor x_, y_, bias_;  // x and y double as dx and dy
   detail::FilterDescriptor w_;             // doubles as dw
   detail::ConvolutionDescriptor conv_;
-  cudnnConvolutionFwdAlgo_t fwd_algo_;
-  cudnnConvolutionBwdDataAlgo_t bwd_data_algo_;
-  cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo_;
-  // Workspace bytes of each pass at the planned batch.
-  std::size_t fwd_bytes_ = 0, bwd_data_bytes_ = 0, bwd_filter_bytes_ = 0;
+  std::vector<Candidate> candidates_;
+  std::size_t workspace_ = 0;
+  Candidate current_{};
+  std::vector<std::pair<int, Candidate>> picked_;  // batch -> candidate, so revisiting a batch queries nothing
 };
 
 // y = conv(x, w) + b (b may be null). workspace: device scratch of workspace_bytes >= plan.workspace_bytes().
-void conv_forward(cudnnHandle_t handle, const ConvPlan& plan, float* y, const float* x, const float* w, const float* b,
+void conv_forward(cudnnHandle_t handle, ConvPlan& plan, float* y, const float* x, const float* w, const float* b,
                   void* workspace, std::size_t workspace_bytes);
 // dx (=|+=) conv-transpose of dy with w
-void conv_backward_data(cudnnHandle_t handle, const ConvPlan& plan, float* dx, const float* dy, const float* w,
+void conv_backward_data(cudnnHandle_t handle, ConvPlan& plan, float* dx, const float* dy, const float* w,
                         void* workspace, std::size_t workspace_bytes, bool accumulate);
 // dw (=|+=) correlation of x with dy; db (=|+=) sum of dy over n, h, w (db may be null)
-void conv_backward_filter(cudnnHandle_t handle, const ConvPlan& plan, float* dw, float* db, const float* dy,
+void conv_backward_filter(cudnnHandle_t handle, ConvPlan& plan, float* dw, float* db, const float* dy,
                           const float* x, void* workspace, std::size_t workspace_bytes, bool accumulate);
 
 }  // namespace crumb::cuda

@@ -22,6 +22,14 @@ std::size_t rows_count(int n, int k, const char* what) {
   return static_cast<std::size_t>(n) * k;
 }
 
+// Whether column j with value q comes before column best_j with value best in argmax order: larger
+// first, NaN largest of all, and the lower column first among equals.
+__device__ bool beats(float q, int j, float best, int best_j) {
+  const bool q_nan = isnan(q), best_nan = isnan(best);
+  if (q_nan != best_nan) return q_nan;
+  return q_nan || q == best ? j < best_j : q > best;
+}
+
 __global__ void softmax_xent_forward_kernel(float* probs, const float* logits, const int32_t* labels, int n, int k,
                                             double* loss_sum, unsigned long long* correct) {
   const std::size_t row = global_index() / kWarp;
@@ -43,20 +51,21 @@ __global__ void softmax_xent_forward_kernel(float* probs, const float* logits, c
   sum = warp_sum(sum);
 
   // Accuracy is judged on the normalised probs, as the CPU's count_correct does: rounding can tie two
-  // probs whose logits differ, and then the first one must win. Each lane scans its columns in
-  // increasing order (strict > keeps its first maximum); across lanes, ties go to the lower column.
+  // probs whose logits differ, and then the first one must win. NaN counts as the largest value, as in
+  // the CPU's argmax. Each lane scans its columns in increasing order (so it keeps its first maximum);
+  // across lanes, ties go to the lower column.
   const float inv = static_cast<float>(1.0 / sum);
-  float best = -1.0f;  // probs are >= 0, so any column beats it
+  float best = -1.0f;  // probs are >= 0 or NaN, so any column beats it
   int best_j = k;
   for (int j = lane; j < k; j += kWarp) {
     const float q = p[j] * inv;
     p[j] = q;
-    if (q > best) best = q, best_j = j;
+    if (beats(q, j, best, best_j)) best = q, best_j = j;
   }
   for (int offset = kWarp / 2; offset > 0; offset /= 2) {
     const float other = __shfl_xor_sync(kFullMask, best, offset);
     const int other_j = __shfl_xor_sync(kFullMask, best_j, offset);
-    if (other > best || (other == best && other_j < best_j)) best = other, best_j = other_j;
+    if (beats(other, other_j, best, best_j)) best = other, best_j = other_j;
   }
 
   if (lane == 0) {

@@ -4,6 +4,7 @@
 #
 # usage: tools/bench/compare.sh [--model lenet5|cnn|mlp|all] [--epochs 1]
 #          [--batch 64] [--threads 2] [--device cpu] [--data DIR] [--crumb PATH] [--repeat 3]
+#          [--torch-tf32 off|default|on] [-- extra train flags]
 #
 # Each side runs --repeat times, alternating Crumb and PyTorch, and the best samples/s of each side
 # is reported: on a shared machine throughput drifts by tens of percent within minutes, and the
@@ -11,13 +12,15 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-model=lenet5 epochs=1 batch=64 threads=2 device=cpu data="" crumb="" repeat=3
+model=lenet5 epochs=1 batch=64 threads=2 device=cpu data="" crumb="" repeat=3 torch_tf32=off
+crumb_extra=()
 # Fixed so both sides train the same problem; not meant to be tuned here.
 lr=0.05 momentum=0.9 seed=0
 
-usage() { sed -n '5,6p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '5,7p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
   [[ "$1" == -h || "$1" == --help ]] && usage
+  if [[ "$1" == -- ]]; then shift; crumb_extra=("$@"); break; fi
   [[ $# -ge 2 ]] || { echo "missing value for $1" >&2; usage; }
   case "$1" in
     --model) model=$2 ;;
@@ -28,6 +31,7 @@ while [[ $# -gt 0 ]]; do
     --data) data=$2 ;;
     --crumb) crumb=$2 ;;
     --repeat) repeat=$2 ;;
+    --torch-tf32) torch_tf32=$2 ;;
     *) echo "unknown argument: $1" >&2; usage ;;
   esac
   shift 2
@@ -53,9 +57,9 @@ common=(--epochs "$epochs" --batch "$batch" --lr "$lr" --momentum "$momentum"
 # One after another, never concurrently, so neither steals the other's cores.
 for m in "${models[@]}"; do
   for ((r = 0; r < repeat; ++r)); do
-    run_json "$tmp/$m.crumb.$r.json" "$crumb" --model "$m" --device "$device" "${common[@]}"
+    run_json "$tmp/$m.crumb.$r.json" "$crumb" --model "$m" --device "$device" "${common[@]}" "${crumb_extra[@]}"
     run_json "$tmp/$m.torch.$r.json" "$py" "$repo/tools/bench/torch_reference.py" \
-      --model "$m" --device "$device" "${common[@]}"
+      --model "$m" --device "$device" --tf32 "$torch_tf32" "${common[@]}"
   done
 done
 
@@ -88,6 +92,7 @@ for m in models:
         "torch_runs": t["all_samples_per_s"],
         "torch_version": t["torch_version"],
         "torch_device": t["device"],
+        "torch_tf32": t.get("tf32"),
         "crumb_device": c["device"],
     })
 hdr = ("model", "crumb sam/s", "torch sam/s", "crumb/torch",
@@ -101,6 +106,6 @@ for r in rows:
                      f'{r["ratio"]:.3f}',
                      f'{r["crumb_test_accuracy"]:.4f}', f'{r["torch_test_accuracy"]:.4f}',
                      f'{r["acc_diff"]:+.4f}',
-                     f'{r["torch_version"]} ({r["torch_device"]})'))
+                     f'{r["torch_version"]} ({r["torch_device"]}, tf32 {r["torch_tf32"]})'))
 print(json.dumps({"compare": rows}, separators=(",", ":")))
 PY

@@ -110,7 +110,13 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data", default=DEFAULT_DATA)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    # off: float32 everywhere (what Crumb computes by default); default: PyTorch's own defaults (cuDNN
+    # convolutions in TF32, matmuls in float32); on: TF32 for both.
+    ap.add_argument("--tf32", default="off", choices=["off", "default", "on"])
     args = ap.parse_args()
+    if args.tf32 != "default":
+        torch.backends.cudnn.allow_tf32 = args.tf32 == "on"
+        torch.backends.cuda.matmul.allow_tf32 = args.tf32 == "on"
 
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -173,6 +179,7 @@ def main():
         "final_loss": round(final_loss, 4),
         "torch_version": torch.__version__,
         "device": str(device),
+        "tf32": args.tf32,
     }, separators=(",", ":")))  # compact, like Crumb's line
 
 

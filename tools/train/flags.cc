@@ -56,7 +56,8 @@ Trains a model on Fashion-MNIST with Crumb's graph executor and reports test acc
   --device D           cpu | cuda                              (default cuda when a GPU is usable, else cpu)
   --threads N          CPU threads for all kernels             (default 2)
   --seed N             seed for initialisation and shuffling   (default 0)
-  --data DIR           folder with the IDX files               (default /usr/share/datasets/fashion-mnist)
+  --data DIR           folder with the IDX files               (default $CRUMB_DATA, else
+                                                               /usr/share/datasets/fashion-mnist)
   --limit-train N      use only the first N training samples   (default all)
   --limit-test N       use only the first N test samples       (default all)
   --memory-budget SIZE memory for persistent state + arena + workspace + input staging, e.g. 64MiB,

@@ -98,7 +98,7 @@ int run(const Options& o) {
   set_num_threads(o.threads);
   if (o.explain) return explain(o);
   const Device device = pick_device(o);
-  const std::string dir = o.data.empty() ? data::kDefaultFashionMnistDir : o.data;
+  const std::string dir = o.data.empty() ? data::default_data_dir() : o.data;
   data::Dataset train = data::load_mnist_split(dir, "train");
   data::Dataset test = data::load_mnist_split(dir, "t10k");
   truncate(train, o.limit_train);
