@@ -337,19 +337,24 @@ TEST(CudaKernels, SoftmaxXent) {
   }
 }
 
-// A diverged row predicts its first NaN on both devices (torch.argmax's rule), all-NaN rows included.
+// A row holding a NaN has NaN probabilities throughout (its max is NaN), so it predicts class 0 on both
+// devices (torch.argmax's rule: the first NaN wins), all-NaN rows included.
 TEST(CudaKernels, SoftmaxXentCountsNaNRowsAsTheCpu) {
   CRUMB_REQUIRE_GPU();
   const int n = 6, k = 40;  // more classes than lanes: NaNs in different lanes' columns
   Floats z = random_floats(std::size_t(n) * k, 3, -2.0f, 2.0f);
-  for (int j = 0; j < k; ++j) z[j] = kNaN;   // row 0: all NaN
-  z[1 * k + 35] = kNaN;                       // row 1: one NaN, in lane 3's second column
-  z[2 * k + 7] = z[2 * k + 33] = kNaN;        // row 2: two NaNs, the first in lane 7
-  const std::vector<int32_t> labels = {0, 35, 7, 1, 2, 3};
+  for (int j = 0; j < k; ++j) z[j] = kNaN;  // row 0: all NaN
+  z[1 * k + 35] = kNaN;                      // row 1: one NaN, in lane 3's second column
+  z[2 * k + 7] = z[2 * k + 33] = kNaN;       // row 2: two NaNs
+  // Rows 0 and 1 are labelled 0 (their prediction), row 2 is not; the finite rows by their argmax.
+  std::vector<int32_t> labels = {0, 0, 7};
+  for (int i = 3; i < n; ++i) {
+    const float* row = z.data() + std::size_t(i) * k;
+    labels.push_back(int32_t(std::max_element(row, row + k) - row));
+  }
   Floats probs(z.size());
   cpu::softmax_xent_forward(probs.data(), z.data(), labels.data(), n, k);
-  const int want = cpu::count_correct(probs.data(), labels.data(), n, k);
-  EXPECT_GE(want, 3);  // the three NaN rows at least
+  ASSERT_EQ(cpu::count_correct(probs.data(), labels.data(), n, k), 5);
 
   const DeviceArray<float> dev_z(z);
   const DeviceArray<int32_t> dev_labels(labels);
@@ -359,7 +364,7 @@ TEST(CudaKernels, SoftmaxXentCountsNaNRowsAsTheCpu) {
   softmax_xent_forward(dev_probs.get(), dev_z.get(), dev_labels.get(), n, k, dev_loss.get(), dev_correct.get(),
                        nullptr);
   EXPECT_TRUE(std::isnan(dev_loss.download()[0]));
-  EXPECT_EQ(dev_correct.download()[0], static_cast<unsigned long long>(want));
+  EXPECT_EQ(dev_correct.download()[0], 5u);
 }
 
 TEST(CudaKernels, SgdThreeSteps) {

@@ -131,7 +131,7 @@ if want cuda; then
     fi
   done
   skipped=$(grep -cE '^\[  SKIPPED \] .* \([0-9]+ ms\)$' "$out/cuda_tests.log")
-  note "cuda tests: $passed of ${#gpu_tests[@]} passed (skipped lines: $skipped)${failed:+; FAILED: ${failed[*]}}"
+  note "cuda tests: $passed of ${#gpu_tests[@]} passed ($skipped skipped)${failed:+; FAILED: ${failed[*]}}"
 fi
 
 if want cpu; then
@@ -184,7 +184,7 @@ if want sanitize; then
     bounded 240 compute-sanitizer --tool "$tool" --report-api-errors no "$tests" --gtest_filter="$filter" \
       > "$out/sanitizer.tmp" 2>&1
     { echo "==== $tool $filter"; cat "$out/sanitizer.tmp"; } >> "$out/sanitizer.log"
-    verdict=$(grep -o 'ERROR SUMMARY.*' "$out/sanitizer.tmp" | tail -1)
+    verdict=$(grep -oE '(ERROR|RACECHECK) SUMMARY.*' "$out/sanitizer.tmp" | tail -1)
     note "compute-sanitizer $tool: ${verdict:-no ERROR SUMMARY line (cut off or failed to start)}"
   done
   rm -f "$out/sanitizer.tmp"
