@@ -7,6 +7,7 @@
 #if CRUMB_HAVE_CUDA
 #include "engine/cuda/context.h"
 #include "engine/cuda/ops.h"
+#include "engine/cuda/recording.h"
 #include "kernels/cuda/check.h"
 #endif
 
@@ -72,6 +73,16 @@ std::size_t runtime_bytes(Device device) {
 #else
   (void)device;
   return 0;
+#endif
+}
+
+std::unique_ptr<Recording> record(Device device, const std::function<void()>& enqueue) {
+  if (device == Device::CPU) return nullptr;
+#if CRUMB_HAVE_CUDA
+  return cuda::record(enqueue);
+#else
+  (void)enqueue;
+  no_cuda();
 #endif
 }
 

@@ -4,6 +4,7 @@
 // and these functions are the only places that wait for it.
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -31,6 +32,20 @@ bool device_available(Device device);
 std::size_t device_free_bytes(Device device);
 // Persistent device memory the runtime holds besides the model (cuBLAS's workspace on CUDA).
 std::size_t runtime_bytes(Device device);
+
+// Device work recorded once and replayed as a whole (on CUDA, a graph of everything one executor run
+// enqueues on the compute stream, launched with one call instead of one per kernel).
+class Recording {
+ public:
+  virtual ~Recording() = default;
+  // Enqueues the recorded work on the device's compute stream, as `enqueue` would have.
+  virtual void replay() = 0;
+};
+// Records what `enqueue` puts on the device's compute stream without running any of it. Null where the
+// device cannot record (the CPU) or the work could not be captured (a library call that refuses capture):
+// then nothing ran, and the caller runs `enqueue` itself. An error thrown by `enqueue` ends the recording
+// and propagates.
+std::unique_ptr<Recording> record(Device device, const std::function<void()>& enqueue);
 
 // Zero `bytes` at p, in order with the steps that follow (p in the device's memory).
 void zero_in_order(Device device, void* p, std::size_t bytes);

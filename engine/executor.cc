@@ -77,6 +77,7 @@ void Executor::resolve() {
       ptr_[v] = ptr_[g_.storage_root(v)];
   resolved_base_ = arena_.base();
   resolved_ = true;
+  recorded_.clear();  // they point into the old arena
 }
 
 void Executor::fail_in(const Step& s, int n, const char* what) const {
@@ -96,11 +97,39 @@ Executor::Results Executor::results() {
   return *reinterpret_cast<const Results*>(readback_.data());
 }
 
+void Executor::set_recording(bool on) {
+  record_ = on;
+  if (!on) recorded_.clear();
+}
+
 void Executor::run(int n, bool first_micro_batch, double loss_scale) {
   CRUMB_CHECK(n >= 1 && n <= max_batch_, "executor compiled for up to ", max_batch_, " samples was given ", n);
   if (!resolved_ || resolved_base_ != arena_.base()) resolve();
   for (ValueId x : g_.inputs()) CRUMB_CHECK(bound_[x], "input '", g_.value(x).name, "' is not bound");
   for (ValueId v : input_views_) ptr_[v] = ptr_[g_.storage_root(v)];
+  if (!recording()) return enqueue(n, first_micro_batch, loss_scale);
+
+  std::vector<const void*> inputs;
+  for (ValueId x : g_.inputs()) inputs.push_back(bound_[x]);
+  for (Recorded& r : recorded_)
+    if (r.n == n && r.first == first_micro_batch && r.loss_scale == loss_scale && r.inputs == inputs)
+      return r.recording->replay();
+  std::unique_ptr<Recording> recording =
+      record(device(), [&] { enqueue(n, first_micro_batch, loss_scale); });
+  if (!recording) {  // a step refused capture: from now on, run the steps themselves
+    record_ = false;
+    recorded_.clear();
+    return enqueue(n, first_micro_batch, loss_scale);
+  }
+  // A handful of keys repeat (full, ragged and epoch-tail micro-batches, two staging slots); a bound keeps
+  // a caller that varies them endlessly from piling up recordings.
+  constexpr std::size_t kMaxRecorded = 32;
+  if (recorded_.size() == kMaxRecorded) recorded_.erase(recorded_.begin());
+  recorded_.push_back({n, first_micro_batch, loss_scale, std::move(inputs), std::move(recording)});
+  recorded_.back().recording->replay();
+}
+
+void Executor::enqueue(int n, bool first_micro_batch, double loss_scale) {
   if (first_micro_batch) zero_in_order(device(), results_.data(), sizeof(Results));
   Results* results = reinterpret_cast<Results*>(results_.data());
   StepArgs a;

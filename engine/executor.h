@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/arena.h"
+#include "engine/backend.h"
 #include "engine/graph.h"
 #include "engine/ops/op.h"
 #include "engine/params.h"
@@ -34,7 +35,14 @@ class Executor {
   // Runs all steps on n samples (1 <= n <= max_batch). first_micro_batch starts a batch: parameter
   // gradients are written and the results zeroed (true), or gradients and results accumulate (false).
   // loss_scale is 1/B for a batch of B samples. Errors name the layer, its op and its input shapes.
+  // On a device that can record (CUDA), the first run of each (n, first_micro_batch, loss_scale, input
+  // addresses) is recorded and every run of it replays the recording: one launch instead of one per
+  // kernel. The plan never changes between runs, so a replay does exactly what the steps would.
   void run(int n, bool first_micro_batch, double loss_scale);
+  // Recording on (the default) or off; off runs every step from the host each time.
+  void set_recording(bool on);
+  // Whether runs are replayed from recordings: on, on a device that records, and no capture has failed.
+  bool recording() const { return record_ && device() != Device::CPU; }
 
   // The unscaled loss summed over the samples of the batch's runs so far, and how many of them were
   // classified correctly. Waits for those runs to finish.
@@ -61,6 +69,7 @@ class Executor {
     std::size_t workspace_bytes;
   };
   void resolve();
+  void enqueue(int n, bool first_micro_batch, double loss_scale);
   [[noreturn]] void fail_in(const Step& s, int n, const char* what) const;
 
   const Graph& g_;
@@ -74,6 +83,16 @@ class Executor {
   std::vector<ValueId> input_views_;     // views whose storage is an Input (re-pointed per run)
   char* resolved_base_ = nullptr;  // the arena block the pointers were resolved against
   bool resolved_ = false;
+  // Recorded runs, by what a run's recorded work depends on besides the plan.
+  struct Recorded {
+    int n;
+    bool first;
+    double loss_scale;
+    std::vector<const void*> inputs;  // bound address of each graph input
+    std::unique_ptr<Recording> recording;
+  };
+  std::vector<Recorded> recorded_;
+  bool record_ = true;
   Buffer results_;   // Results in the device's memory, where the loss op adds to them
   Buffer readback_;  // Results copied back to the host (pinned on CUDA)
 };

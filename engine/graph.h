@@ -94,6 +94,11 @@ class Graph {
   // The dtype every floating-point value of this graph uses (F32 for training, F64 for checks).
   DType float_dtype() const { return float_dtype_; }
   void set_float_dtype(DType t) { float_dtype_ = t; }
+  // Whether float32 matrix products and convolutions may round their operands to TF32 on devices with
+  // tensor cores (CUDA: cuBLAS and cuDNN tensor-op math). Faster, about 1e-3 relative error per product;
+  // off by default, so every device computes the same float32 function. The CPU has no TF32 and ignores it.
+  bool tf32() const { return tf32_; }
+  void set_tf32(bool on) { tf32_ = on; }
 
  private:
   std::vector<Value> values_;
@@ -101,6 +106,7 @@ class Graph {
   std::vector<ValueId> params_, inputs_;
   ValueId loss_ = -1;
   DType float_dtype_ = DType::F32;
+  bool tf32_ = false;
 };
 
 }  // namespace crumb

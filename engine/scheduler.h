@@ -30,6 +30,12 @@ class Scheduler {
   // Forward only over `batch` samples, in chunks of the evaluation plan's size.
   BatchResult evaluate(const void* x, const int32_t* y, int batch);
 
+  // Replay recorded runs (CUDA graphs) or run every step from the host; on by default (Executor::run).
+  void set_recording(bool on) {
+    train_.set_recording(on);
+    eval_.set_recording(on);
+  }
+
   int micro_batch() const { return train_.max_batch(); }
   const Executor& train_executor() const { return train_; }
   const Executor& eval_executor() const { return eval_; }

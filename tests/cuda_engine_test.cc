@@ -201,6 +201,50 @@ TEST(CudaEngine, MicroBatchGradientsEqualFullBatch) {
   }
 }
 
+// Replayed CUDA graphs do what running every step from the host does: the same losses, gradients and
+// weights over steps of full, ragged and accumulating micro-batches, and the same evaluation.
+TEST(CudaEngine, RecordedRunsMatchHostRuns) {
+  CRUMB_REQUIRE_GPU();
+  OneBatch one;
+  for (const char* name : {"lenet5", "cnn"}) {
+    SCOPED_TRACE(name);
+    TrainedModel host(name, 10, 4, Device::CUDA), replayed(name, 10, 4, Device::CUDA);  // 29 = 10 + 10 + 9
+    host.sched.set_recording(false);
+    EXPECT_FALSE(host.sched.train_executor().recording());
+    for (int step = 0; step < 3; ++step) {
+      const BatchResult rh = host.sched.train_batch(one.b.x, one.b.y, one.b.size);
+      const BatchResult rr = replayed.sched.train_batch(one.b.x, one.b.y, one.b.size);
+      ASSERT_TRUE(replayed.sched.train_executor().recording()) << "a capture failed and runs fell back to the host";
+      // cuDNN's backward-filter algorithms may add in a different order from run to run.
+      EXPECT_NEAR(rr.loss_sum, rh.loss_sum, 1e-5 * rh.loss_sum) << "step " << step;
+      EXPECT_EQ(rr.correct, rh.correct) << "step " << step;
+      EXPECT_LE(relative_error(replayed.grads(), host.grads()), 1e-5) << "step " << step;
+      host.opt.step();
+      replayed.opt.step();
+    }
+    EXPECT_LE(relative_error(replayed.weights(), host.weights()), 1e-5);
+    const BatchResult eh = host.sched.evaluate(one.b.x, one.b.y, one.b.size);
+    const BatchResult er = replayed.sched.evaluate(one.b.x, one.b.y, one.b.size);
+    EXPECT_TRUE(replayed.sched.eval_executor().recording());
+    EXPECT_NEAR(er.loss_sum, eh.loss_sum, 1e-5 * eh.loss_sum);
+  }
+}
+
+// --tf32 lets cuBLAS and cuDNN round float32 operands to TF32 (10-bit mantissa): a step stays within that
+// rounding of the float32 step, so training follows the same course.
+TEST(CudaEngine, Tf32StepIsCloseToFloat32) {
+  CRUMB_REQUIRE_GPU();
+  OneBatch one;
+  for (const char* name : {"lenet5", "cnn", "mlp"}) {
+    SCOPED_TRACE(name);
+    TrainedModel fp32(name, 29, 4, Device::CUDA), tf32(name, 29, 4, Device::CUDA, /*tf32=*/true);
+    const BatchResult rf = fp32.sched.train_batch(one.b.x, one.b.y, one.b.size);
+    const BatchResult rt = tf32.sched.train_batch(one.b.x, one.b.y, one.b.size);
+    EXPECT_NEAR(rt.loss_sum, rf.loss_sum, 1e-2 * rf.loss_sum);
+    EXPECT_LE(relative_error(tf32.grads(), fp32.grads()), 3e-2);
+  }
+}
+
 TEST(CudaEngine, TrainingLoopAllocatesNothing) {
   CRUMB_REQUIRE_GPU();
   OneBatch one;

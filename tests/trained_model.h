@@ -20,13 +20,14 @@ struct TrainedModel {
   Arena arena;
   Scheduler sched;
   Sgd opt;
-  TrainedModel(const std::string& name, int micro_batch, uint64_t seed, Device device = Device::CPU)
-      : g(build_graph(name)), params(g, device), arena(device), sched(g, params, arena, micro_batch),
+  TrainedModel(const std::string& name, int micro_batch, uint64_t seed, Device device = Device::CPU, bool tf32 = false)
+      : g(build_graph(name, tf32)), params(g, device), arena(device), sched(g, params, arena, micro_batch),
         opt(params, {0.05f, 0.9f, 1e-4f}) {
     params.init(seed);
   }
-  static Graph build_graph(const std::string& name) {
+  static Graph build_graph(const std::string& name, bool tf32 = false) {
     Graph g = models::build(name, {1, 16, 16, 4});
+    g.set_tf32(tf32);
     build_backward(g);
     return g;
   }

@@ -27,17 +27,18 @@ void add(const StepArgs& a) { add_forward(a.out<float>(), a.in<float>(0), a.in<f
 void linear_fwd(const StepArgs& a) {
   const Dims& w = a.in_value(1).dims;
   linear_forward(Context::get().blas(), a.out<float>(), a.in<float>(0), a.in<float>(1),
-                 a.node->in.size() == 3 ? a.in<float>(2) : nullptr, a.n, (int)w[1], (int)w[0]);
+                 a.node->in.size() == 3 ? a.in<float>(2) : nullptr, a.n, (int)w[1], (int)w[0], a.graph->tf32());
 }
 void linear_bwd_data(const StepArgs& a) {
   const Dims& w = a.in_value(1).dims;
   linear_backward_data(Context::get().blas(), a.out<float>(), a.in<float>(0), a.in<float>(1), a.n, (int)w[1],
-                       (int)w[0], a.accumulate);
+                       (int)w[0], a.accumulate, a.graph->tf32());
 }
 void linear_bwd_weight(const StepArgs& a) {
   const Dims& dw = a.out_value(0).dims;
   linear_backward_weight(Context::get().blas(), a.out<float>(0), a.node->out.size() == 2 ? a.out<float>(1) : nullptr,
-                         a.in<float>(0), a.in<float>(1), a.n, (int)dw[1], (int)dw[0], a.accumulate);
+                         a.in<float>(0), a.in<float>(1), a.n, (int)dw[1], (int)dw[0], a.accumulate,
+                         a.graph->tf32());
 }
 
 // ---- pooling (custom kernels: kernels/cuda/pool.cu)
@@ -80,8 +81,8 @@ void xent_bwd(const StepArgs& a) {
 // ---- conv2d (cuDNN): one plan per node (a node runs one pass), built for the largest micro-batch and
 // re-targeted to a ragged one.
 struct ConvState : OpState {
-  ConvState(const cpu::Conv2dShape& s, ConvPass pass)
-      : plan(Context::get().dnn(), s, pass, Context::kConvWorkspaceLimit) {}
+  ConvState(const cpu::Conv2dShape& s, ConvPass pass, bool tf32)
+      : plan(Context::get().dnn(), s, pass, Context::kConvWorkspaceLimit, tf32) {}
   ConvPlan plan;
 };
 
@@ -150,7 +151,7 @@ CompiledStep compile_step(const Graph& g, const Node& n, int max_batch) {
         const ConvPass pass = n.def == &kConv2d           ? ConvPass::Forward
                               : n.def == &kConv2dBwdData ? ConvPass::BackwardData
                                                          : ConvPass::BackwardFilter;
-        auto state = std::make_unique<ConvState>(ops::conv2d_shape(g, n, max_batch), pass);
+        auto state = std::make_unique<ConvState>(ops::conv2d_shape(g, n, max_batch), pass, g.tf32());
         c.workspace = state->plan.workspace_bytes();
         c.state = std::move(state);
       } catch (const Error& e) {

@@ -14,11 +14,12 @@ namespace {
 
 // C [m, n] (col-major, ldc) (=|+=) op(A) op(B), with op(A) [m, k] and op(B) [k, n].
 void gemm(cublasHandle_t handle, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, const float* a,
-          int lda, const float* b, int ldb, float* c, int ldc, bool accumulate) {
+          int lda, const float* b, int ldb, float* c, int ldc, bool accumulate, bool tf32) {
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   // beta = 0 makes cuBLAS ignore C's old contents, garbage and NaN included, as write mode requires.
   CRUMB_CUBLAS_CHECK(cublasGemmEx(handle, op_a, op_b, m, n, k, &alpha, a, CUDA_R_32F, lda, b, CUDA_R_32F, ldb, &beta, c,
-                                  CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                  CUDA_R_32F, ldc, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+                                  CUBLAS_GEMM_DEFAULT));
 }
 
 cudaStream_t stream_of(cublasHandle_t handle) {
@@ -34,25 +35,25 @@ void check_shape(int n, int in, int out, const char* what) {
 }  // namespace
 
 void linear_forward(cublasHandle_t handle, float* y, const float* x, const float* w, const float* b, int n, int in,
-                    int out) {
+                    int out, bool tf32) {
   check_shape(n, in, out, "linear_forward");
   // y^T [out, n] = w [out, in] . x^T [in, n]; w and x read column-major are w^T and x^T.
-  gemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, w, in, x, in, y, out, false);
+  gemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, w, in, x, in, y, out, false, tf32);
   if (b) bias_add_nchw(y, b, n, out, 1, stream_of(handle));
 }
 
 void linear_backward_data(cublasHandle_t handle, float* dx, const float* dy, const float* w, int n, int in, int out,
-                          bool accumulate) {
+                          bool accumulate, bool tf32) {
   check_shape(n, in, out, "linear_backward_data");
   // dx^T [in, n] = w^T [in, out] . dy^T [out, n]
-  gemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, w, in, dy, out, dx, in, accumulate);
+  gemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, w, in, dy, out, dx, in, accumulate, tf32);
 }
 
 void linear_backward_weight(cublasHandle_t handle, float* dw, float* db, const float* dy, const float* x, int n, int in,
-                            int out, bool accumulate) {
+                            int out, bool accumulate, bool tf32) {
   check_shape(n, in, out, "linear_backward_weight");
   // dw^T [in, out] = x^T [in, n] . dy [n, out]
-  gemm(handle, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, x, in, dy, out, dw, in, accumulate);
+  gemm(handle, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, x, in, dy, out, dw, in, accumulate, tf32);
   if (db) bias_backward_nchw(db, dy, n, out, 1, accumulate, stream_of(handle));
 }
 

@@ -5,13 +5,13 @@
 # compute-sanitizer. Every phase is bounded against one deadline, so whatever ran comes back; phases that
 # no longer fit are skipped and say so. Files go to $OUT (or ./gpu-out); summary.txt is printed last.
 #
-# usage: tools/bench/gpu.sh [--deadline 560] [--phases build,cuda,cpu,train,compare,sanitize]
+# usage: tools/bench/gpu.sh [--deadline 560] [--phases build,cuda,cpu,train,compare,budget,sanitize]
 #          [--models lenet5,cnn] [--batch 256] [--epochs 2] [--repeat 3] [-- extra train flags]
 # Needs gpu-carry/ (tools/bench/gpu_carry.sh) where the machine lacks Eigen, GoogleTest, zlib or the data.
 set -uo pipefail  # no -e: a failing phase is recorded and the next one still runs
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-deadline=560 phases=build,cuda,cpu,train,compare,sanitize models=lenet5,cnn batch=256 epochs=2 repeat=3
+deadline=560 phases=build,cuda,cpu,train,compare,budget,sanitize models=lenet5,cnn batch=256 epochs=2 repeat=3
 extra=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -141,35 +141,54 @@ if want cpu; then
   grep -A20 'The following tests FAILED' "$out/cpu_tests.log" | tee -a "$summary"
 fi
 
-# ---- the same training on the GPU and on the CPU: test accuracy must agree within 0.5 points
+# ---- the same training on the GPU and on the CPU: test accuracy must agree within 0.5 points. Also on
+# the GPU with TF32 allowed (its accuracy effect) and without CUDA graphs (what replaying them gains).
 if want train; then
   : > "$out/train.log"
   for m in "${model_list[@]}"; do
-    for dev in cuda cpu; do
-      line=$(bounded 150 "$build/train" --model "$m" --device "$dev" --epochs "$epochs" --batch "$batch" \
+    for variant in "cuda" "cuda --tf32" "cuda --cuda-graphs off" "cpu"; do
+      line=$(bounded 150 "$build/train" --model "$m" --device $variant --epochs "$epochs" --batch "$batch" \
                --lr 0.05 --momentum 0.9 --seed 0 --threads "$jobs" --data "$data" "${extra[@]}" 2>> "$out/train.log" | tail -1)
-      echo "$m $dev $line" >> "$out/train.log"
+      echo "$m $variant $line" >> "$out/train.log"
       acc=$(sed -n 's/.*"test_accuracy":\([0-9.]*\).*/\1/p' <<< "$line")
+      loss=$(sed -n 's/.*"final_loss":\([0-9.]*\).*/\1/p' <<< "$line")
       sps=$(sed -n 's/.*"samples_per_s":\([0-9.]*\).*/\1/p' <<< "$line")
-      note "train $m --device $dev: test accuracy ${acc:-FAILED}, ${sps:-?} samples/s"
+      note "train $m --device $variant: test accuracy ${acc:-FAILED}, loss ${loss:-?}, ${sps:-?} samples/s"
     done
   done
 fi
 
-# ---- against PyTorch on the same GPU: float32 (what Crumb computes), then PyTorch's defaults (TF32 conv)
+# ---- against PyTorch on the same GPU: Crumb's float32 against PyTorch in float32, then Crumb with --tf32
+# against PyTorch's defaults (TF32 convolutions).
 if want compare; then
   : > "$out/compare.log"
-  for tf32 in off default; do
+  for pair in "off:" "default:--tf32"; do
+    tf32=${pair%%:*} crumb_flag=${pair#*:}
     for m in "${model_list[@]}"; do
       bounded 200 env CRUMB_BENCH_PYTHON=python3 "$repo/tools/bench/compare.sh" --model "$m" --device cuda \
         --batch "$batch" --epochs "$epochs" --repeat "$repeat" --threads "$jobs" --data "$data" \
-        --crumb "$build/train" --torch-tf32 "$tf32" -- "${extra[@]}" > "$out/compare.tmp" 2>> "$out/compare.log"
+        --crumb "$build/train" --torch-tf32 "$tf32" -- $crumb_flag "${extra[@]}" > "$out/compare.tmp" 2>> "$out/compare.log"
       cat "$out/compare.tmp" >> "$out/compare.log"
       row=$(grep -E "^$m " "$out/compare.tmp")
-      note "compare (torch tf32 $tf32): ${row:-FAILED, see compare.log}"
+      note "compare (crumb ${crumb_flag:-fp32}, torch tf32 $tf32): ${row:-FAILED, see compare.log}"
     done
   done
   rm -f "$out/compare.tmp"
+fi
+
+# ---- a memory budget on the GPU: 8x the batch under a budget that forces micro-batches of about the
+# in-memory run's size, against that in-memory run.
+if want budget; then
+  : > "$out/budget.tmp"
+  for spec in "cnn 2048 16384 270MiB" "lenet5 4096 32768 100MiB"; do
+    read -r m full big budget <<< "$spec"
+    bounded 150 "$repo/tools/bench/microbatch.sh" --model "$m" --device cuda --full-batch "$full" --batch "$big" \
+      --budget "$budget" --epochs 3 --repeat 2 --threads "$jobs" --data "$data" --crumb "$build/train" \
+      >> "$out/budget.tmp" 2>> "$out/train.log"
+    note "budget $m: $(grep '"throughput_ratio"' "$out/budget.tmp" | tail -1)"
+  done
+  cat "$out/budget.tmp" >> "$out/train.log"
+  rm -f "$out/budget.tmp"
 fi
 
 # ---- compute-sanitizer, last: memcheck over the GPU tests (not the free-memory one: the tool's own

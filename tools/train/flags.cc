@@ -66,6 +66,10 @@ Trains a model on Fashion-MNIST with Crumb's graph executor and reports test acc
   --save FILE          after training, write weights + optimizer state (safetensors; names are
                        PyTorch state_dict keys); written to FILE.tmp, then renamed
   --load FILE          start from the weights + optimizer state in FILE (shapes must match the model)
+  --tf32               let CUDA matrix products and convolutions round float32 operands to TF32 on
+                       tensor cores (faster, ~1e-3 relative error per product; PyTorch's default for
+                       convolutions); off by default, so CPU and GPU compute the same float32 function
+  --cuda-graphs on|off record each micro-batch's work once and replay it as one CUDA graph (default on)
   --explain            print the memory plan (breakdown, chosen micro-batch, live bytes per step)
                        and exit without training
   --explain-csv FILE   with --explain: also write the per-step timeline as CSV
@@ -87,8 +91,9 @@ Options parse_flags(int argc, char** argv) {
       value = name.substr(eq + 1);
       name = name.substr(0, eq);
     }
-    if (name == "help" || name == "explain") {
-      (name == "help" ? o.help : o.explain) = true;
+    if (name == "help" || name == "explain" || name == "tf32") {
+      CRUMB_CHECK(eq == std::string::npos, "--", name, " takes no value");
+      (name == "help" ? o.help : name == "explain" ? o.explain : o.tf32) = true;
       continue;
     }
     if (eq == std::string::npos) {
@@ -108,6 +113,10 @@ Options parse_flags(int argc, char** argv) {
     } else if (name == "threads") o.threads = (int)parse_int(name, value, 1, 1024);
     else if (name == "seed") o.seed = (uint64_t)parse_int(name, value, 0, (1LL << 62));
     else if (name == "data") o.data = value;
+    else if (name == "cuda-graphs") {
+      CRUMB_CHECK(value == "on" || value == "off", "--cuda-graphs must be on or off, got '", value, "'");
+      o.cuda_graphs = value == "on";
+    }
     else if (name == "limit-train") o.limit_train = (int)parse_int(name, value, 1, 1 << 30);
     else if (name == "limit-test") o.limit_test = (int)parse_int(name, value, 1, 1 << 30);
     else if (name == "memory-budget") o.memory_budget = parse_size(name, value);

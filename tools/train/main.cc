@@ -76,6 +76,7 @@ int pick_micro_batch(const Options& o, const Graph& g, int batch, Device device)
 int explain(const Options& o) {
   const Device device = pick_device(o);
   Graph g = models::build(o.model);
+  g.set_tf32(o.tf32);
   build_backward(g);
   const int m = pick_micro_batch(o, g, o.batch, device);
   const std::vector<NodeId> order = pass_order(g, Pass::Train);
@@ -110,6 +111,7 @@ int run(const Options& o) {
   const int batch = std::min(o.batch, train.count);
 
   Graph g = models::build(o.model, {train.channels, train.height, train.width, train.num_classes});
+  g.set_tf32(o.tf32);
   build_backward(g);
   const int m = pick_micro_batch(o, g, batch, device);
   ParamStore params(g, device);
@@ -118,6 +120,7 @@ int run(const Options& o) {
   if (!o.load.empty()) load_checkpoint(o.load, params, &opt);
   Arena arena(device);
   Scheduler sched(g, params, arena, m);
+  sched.set_recording(o.cuda_graphs);
   const MemoryPlan& plan = sched.train_executor().plan();
   std::fprintf(stderr,
                "%s on %s: %lld parameters, batch %d in micro-batches of %d, arena %s (training plan %s, lower bound "
@@ -161,10 +164,12 @@ int run(const Options& o) {
   std::printf(
       "{\"model\":\"%s\",\"epochs\":%d,\"batch\":%d,\"micro_batch\":%d,\"threads\":%d,\"seed\":%llu,"
       "\"samples_per_s\":%.1f,\"train_seconds\":%.3f,\"test_accuracy\":%.4f,\"final_loss\":%.6f,"
-      "\"parameters\":%lld,\"arena_bytes\":%zu,\"arena_lower_bound\":%zu,\"device\":\"%s\"}\n",
+      "\"parameters\":%lld,\"arena_bytes\":%zu,\"arena_lower_bound\":%zu,\"device\":\"%s\",\"tf32\":%s,"
+      "\"cuda_graphs\":%s}\n",
       o.model.c_str(), o.epochs, batch, m, o.threads, static_cast<unsigned long long>(o.seed), samples / train_seconds,
       train_seconds, accuracy, last_loss, static_cast<long long>(params.num_parameters()), arena.size(),
-      plan.lower_bound, device_name(device));
+      plan.lower_bound, device_name(device), o.tf32 && device == Device::CUDA ? "true" : "false",
+      sched.train_executor().recording() ? "true" : "false");
   return 0;
 }
 
