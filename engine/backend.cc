@@ -55,6 +55,15 @@ bool device_available(Device device) {
 #endif
 }
 
+std::string device_description(Device device) {
+  if (device == Device::CPU) return "cpu";
+#if CRUMB_HAVE_CUDA
+  return cuda::Context::get().description();
+#else
+  no_cuda();
+#endif
+}
+
 std::size_t device_free_bytes(Device device) {
   if (device == Device::CPU) return 0;
 #if CRUMB_HAVE_CUDA

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/graph.h"
@@ -28,6 +29,9 @@ std::vector<std::size_t> step_workspace(Device device, const Graph& g, const std
 
 // Whether the device can run: always for the CPU; for CUDA, a CUDA build on a machine with a usable GPU.
 bool device_available(Device device);
+// One line naming the device and the libraries that serve it, for logs (CUDA: the GPU, its compute
+// capability and memory, the driver's CUDA version, cuDNN and cuBLAS as loaded at run time).
+std::string device_description(Device device);
 // Bytes of device memory free now (CUDA); 0 for the CPU, whose budget has no natural default.
 std::size_t device_free_bytes(Device device);
 // Persistent device memory the runtime holds besides the model (cuBLAS's workspace on CUDA).

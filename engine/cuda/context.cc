@@ -1,5 +1,7 @@
 #include "engine/cuda/context.h"
 
+#include <cstdio>
+
 #include "engine/error.h"
 #include "kernels/cuda/check.h"
 
@@ -28,6 +30,24 @@ Context::Context() {
   CRUMB_CUDNN_CHECK(cudnnCreate(&dnn_));
   CRUMB_CUDNN_CHECK(cudnnSetStream(dnn_, compute_));
 #endif
+}
+
+std::string Context::description() const {
+  cudaDeviceProp prop{};
+  CRUMB_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  int driver = 0, blas = 0;
+  CRUMB_CUDA_CHECK(cudaDriverGetVersion(&driver));
+  CRUMB_CUBLAS_CHECK(cublasGetVersion(blas_, &blas));
+  char text[512];
+  std::snprintf(text, sizeof text, "%s (sm_%d%d, %.1f GiB), driver CUDA %d.%d, cuBLAS %d.%d.%d", prop.name, prop.major,
+                prop.minor, prop.totalGlobalMem / 1073741824.0, driver / 1000, driver % 1000 / 10, blas / 10000,
+                blas % 10000 / 100, blas % 100);
+  std::string s = text;
+#if CRUMB_HAVE_CUDNN
+  const std::size_t dnn = cudnnGetVersion();  // major*10000 + minor*100 + patch since cuDNN 9
+  s += crumb::detail::concat(", cuDNN ", dnn / 10000, ".", dnn % 10000 / 100, ".", dnn % 100);
+#endif
+  return s;
 }
 
 }  // namespace crumb::cuda

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <string>
 
 #include "engine/buffer.h"
 
@@ -26,6 +27,9 @@ class Context {
   static constexpr std::size_t kBlasWorkspaceBytes = std::size_t{32} << 20;
   // The most workspace one cuDNN convolution pass may take (algorithms that need more are skipped).
   static constexpr std::size_t kConvWorkspaceLimit = std::size_t{256} << 20;
+
+  // "NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB), driver CUDA 13.0, cuDNN 9.19.0, cuBLAS 13.1.0".
+  std::string description() const;
 
   cudaStream_t compute() const { return compute_; }
   cudaStream_t copy() const { return copy_; }

@@ -156,6 +156,7 @@ if want train; then
       note "train $m --device $variant: test accuracy ${acc:-FAILED}, loss ${loss:-?}, ${sps:-?} samples/s"
     done
   done
+  note "$(grep -m1 '^device:' "$out/train.log")"
 fi
 
 # ---- against PyTorch on the same GPU: Crumb's float32 against PyTorch in float32, then Crumb with --tf32

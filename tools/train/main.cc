@@ -122,6 +122,7 @@ int run(const Options& o) {
   Scheduler sched(g, params, arena, m);
   sched.set_recording(o.cuda_graphs);
   const MemoryPlan& plan = sched.train_executor().plan();
+  if (device != Device::CPU) std::fprintf(stderr, "device: %s\n", device_description(device).c_str());
   std::fprintf(stderr,
                "%s on %s: %lld parameters, batch %d in micro-batches of %d, arena %s (training plan %s, lower bound "
                "%s, ratio %.3f), %d threads\n",
