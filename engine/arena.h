@@ -1,5 +1,7 @@
 // One preallocated, 256-byte aligned block per device. The planner's offsets index it; the train and
-// evaluation plans share it (they never run at the same time), so it only ever grows at set-up.
+// evaluation plans share it (they never run at the same time). It is sized once, before the executors
+// that use it resolve their pointers into it: growing it under an attached executor is an error, not a
+// silent re-resolution.
 #pragma once
 #include <cstddef>
 
@@ -11,9 +13,12 @@ class Arena {
  public:
   explicit Arena(Device device = Device::CPU) : device_(device) {}
 
-  // Grows the block to at least `bytes` (contents are not kept). Set-up only: pointers into the old
-  // block become invalid, which the executors detect through base().
+  // Grows the block to at least `bytes` (contents are not kept). Throws when an executor is attached,
+  // since its pointers would dangle: reserve the largest plan's size first.
   void reserve(std::size_t bytes);
+  // An executor resolved its pointers into the block (attach) or is gone (detach).
+  void attach() { ++attached_; }
+  void detach() { --attached_; }
   char* base() const { return block_.data(); }
   std::size_t size() const { return block_.size(); }
   Device device() const { return device_; }
@@ -21,6 +26,7 @@ class Arena {
  private:
   Device device_;
   Buffer block_;
+  int attached_ = 0;
 };
 
 }  // namespace crumb

@@ -40,13 +40,6 @@ CompiledStep compile_step(Device device, const Graph& g, const Node& n, int max_
 #endif
 }
 
-std::vector<std::size_t> step_workspace(Device device, const Graph& g, const std::vector<NodeId>& order, int batch) {
-  std::vector<std::size_t> ws;
-  ws.reserve(order.size());
-  for (NodeId id : order) ws.push_back(compile_step(device, g, g.node(id), batch).workspace);
-  return ws;
-}
-
 bool device_available(Device device) {
 #if CRUMB_HAVE_CUDA
   return device == Device::CPU || cuda::cuda_device_available();

@@ -24,8 +24,6 @@ struct CompiledStep {
 // Throws crumb::Error when the device has no implementation of the op for the graph's dtype, or the
 // build or machine has no such device.
 CompiledStep compile_step(Device device, const Graph& g, const Node& n, int max_batch);
-// Scratch bytes of every step of `order` at `batch` samples on `device`.
-std::vector<std::size_t> step_workspace(Device device, const Graph& g, const std::vector<NodeId>& order, int batch);
 
 // Whether the device can run: always for the CPU; for CUDA, a CUDA build on a machine with a usable GPU.
 bool device_available(Device device);

@@ -7,51 +7,34 @@
 
 namespace crumb {
 
-std::vector<NodeId> pass_order(const Graph& g, Pass pass) {
-  std::vector<NodeId> order;
-  bool has_backward = false;
-  for (NodeId i = 0; i < g.num_nodes(); ++i) {
-    has_backward = has_backward || g.node(i).backward;
-    if (pass == Pass::Train || !g.node(i).backward) order.push_back(i);
-  }
-  CRUMB_CHECK(pass == Pass::Eval || has_backward, "a training pass needs the backward graph (call build_backward)");
-  return order;
-}
-
 Executor::Executor(const Graph& g, ParamStore& params, Arena& arena, int max_batch, Pass pass)
-    : g_(g), params_(params), arena_(arena), max_batch_(max_batch) {
+    : Executor(g, params, arena, compile_pass(g, pass, max_batch, arena.device())) {}
+
+Executor::Executor(const Graph& g, ParamStore& params, Arena& arena, CompiledPass compiled)
+    : g_(g), params_(params), arena_(arena), max_batch_(compiled.max_batch), compiled_(std::move(compiled)) {
   CRUMB_CHECK(&params.graph() == &g, "executor: the parameter store belongs to another graph");
-  CRUMB_CHECK(params.device() == arena.device(), "executor: parameters on ", device_name(params.device()),
-              " but the arena on ", device_name(arena.device()));
-  CRUMB_CHECK(g.loss() >= 0, "executor: the graph has no loss");
-  CRUMB_CHECK(max_batch >= 1, "executor: micro-batch size must be >= 1, got ", max_batch);
-  std::vector<ValueId> keep{g.loss()};
-  for (ValueId x : g.inputs())
-    if (g.value(x).grad >= 0) keep.push_back(g.value(x).grad);
-  // Compile every node for the device first: its workspace needs (cuDNN's depend on the algorithm
-  // chosen) go into the plan.
-  const std::vector<NodeId> order = pass_order(g, pass);
-  std::vector<CompiledStep> compiled;
-  std::vector<std::size_t> workspace;
-  for (NodeId id : order) {
-    compiled.push_back(compile_step(device(), g, g.node(id), max_batch));
-    workspace.push_back(compiled.back().workspace);
+  CRUMB_CHECK(params.device() == arena.device() && compiled_.device == arena.device(), "executor: parameters on ",
+              device_name(params.device()), ", the arena on ", device_name(arena.device()), ", the pass compiled for ",
+              device_name(compiled_.device));
+  arena_.reserve(arena_bytes());
+  for (size_t s = 0; s < compiled_.plan.order.size(); ++s) {
+    CompiledStep& c = compiled_.steps[s];
+    if (!c.fn) continue;
+    const int64_t ws = compiled_.plan.workspace_offset[s];
+    steps_.push_back({&g.node(compiled_.plan.order[s]), c.fn, c.state.get(), ws >= 0 ? arena_.base() + ws : nullptr,
+                      compiled_.plan.step_workspace[s]});
   }
-  plan_ = plan_memory(g, order, max_batch, keep, &workspace);
-  for (size_t s = 0; s < order.size(); ++s)
-    if (compiled[s].fn)
-      steps_.push_back({&g.node(order[s]), compiled[s].fn, std::move(compiled[s].state), plan_.workspace_offset[s],
-                        plan_.step_workspace[s]});
   ptr_.assign(g.num_values(), nullptr);
   bound_.assign(g.num_values(), nullptr);
   for (ValueId v = 0; v < g.num_values(); ++v)
     if (v != g.storage_root(v) && g.value(g.storage_root(v)).kind == ValueKind::Input) input_views_.push_back(v);
-  arena_.reserve(arena_bytes());
+  resolve();
   results_ = Buffer(sizeof(Results), memory_of(device()));
   readback_ = Buffer(sizeof(Results), device() == Device::CPU ? Memory::Host : Memory::Pinned);
+  arena_.attach();  // last: a constructor that threw leaves the arena free to grow
 }
 
-Executor::~Executor() = default;
+Executor::~Executor() { arena_.detach(); }
 
 void Executor::bind(ValueId input, const void* data) {
   CRUMB_CHECK(input >= 0 && input < g_.num_values() && g_.value(input).kind == ValueKind::Input,
@@ -63,8 +46,8 @@ void Executor::bind(ValueId input, const void* data) {
 void Executor::resolve() {
   for (ValueId v = 0; v < g_.num_values(); ++v) {
     const Value& val = g_.value(v);
-    if (plan_.offset[v] >= 0)
-      ptr_[v] = arena_.base() + plan_.offset[v];
+    if (compiled_.plan.offset[v] >= 0)
+      ptr_[v] = arena_.base() + compiled_.plan.offset[v];
     else if (val.kind == ValueKind::Param)
       ptr_[v] = params_.device_data(v);
     else if (val.kind == ValueKind::ParamGrad)
@@ -73,11 +56,8 @@ void Executor::resolve() {
   // Views of parameters share their storage too (views of arena values have offsets, views of
   // inputs are re-pointed on every run).
   for (ValueId v = 0; v < g_.num_values(); ++v)
-    if (plan_.offset[v] < 0 && g_.value(v).view_of >= 0 && g_.value(g_.storage_root(v)).kind == ValueKind::Param)
+    if (compiled_.plan.offset[v] < 0 && g_.value(v).view_of >= 0 && g_.value(g_.storage_root(v)).kind == ValueKind::Param)
       ptr_[v] = ptr_[g_.storage_root(v)];
-  resolved_base_ = arena_.base();
-  resolved_ = true;
-  recorded_.clear();  // they point into the old arena
 }
 
 void Executor::fail_in(const Step& s, int n, const char* what) const {
@@ -104,7 +84,6 @@ void Executor::set_recording(bool on) {
 
 void Executor::run(int n, bool first_micro_batch, double loss_scale) {
   CRUMB_CHECK(n >= 1 && n <= max_batch_, "executor compiled for up to ", max_batch_, " samples was given ", n);
-  if (!resolved_ || resolved_base_ != arena_.base()) resolve();
   for (ValueId x : g_.inputs()) CRUMB_CHECK(bound_[x], "input '", g_.value(x).name, "' is not bound");
   for (ValueId v : input_views_) ptr_[v] = ptr_[g_.storage_root(v)];
   if (!recording()) return enqueue(n, first_micro_batch, loss_scale);
@@ -141,8 +120,8 @@ void Executor::enqueue(int n, bool first_micro_batch, double loss_scale) {
   a.correct = &results->correct;
   for (const Step& s : steps_) {
     a.node = s.node;
-    a.state = s.state.get();
-    a.workspace = s.workspace_offset >= 0 ? arena_.base() + s.workspace_offset : nullptr;
+    a.state = s.state;
+    a.workspace = s.workspace;
     a.workspace_bytes = s.workspace_bytes;
     a.accumulate = s.node->grad_write == GradWrite::Accumulate ||
                    (s.node->grad_write == GradWrite::FirstMicroBatch && !first_micro_batch);

@@ -1,7 +1,9 @@
-// The executor turns a Graph + memory plan into a flat list of steps whose pointers are resolved
-// once (arena offsets, parameter blocks, input bindings). Running it never allocates. One executor
-// is compiled per (graph, micro-batch size, pass, device); a smaller final micro-batch reuses it. The
-// graph must not change after an executor is compiled from it (steps point at its nodes).
+// The executor turns a compiled pass (engine/compile.h: implementations + memory plan) into a flat list
+// of steps whose pointers are resolved once, at construction (arena offsets, parameter blocks; inputs
+// are bound per run). Running it never allocates. One executor per (graph, micro-batch size, pass,
+// device); a smaller final micro-batch reuses it. The graph must not change after an executor is
+// compiled from it (steps point at its nodes), and the arena must already be, or be allowed to grow
+// to, the plan's size: executors sharing an arena reserve the largest first (the scheduler does).
 // The device is the arena's: on CUDA, run() enqueues the steps on the compute stream and returns at
 // once; results() is where the host waits.
 #pragma once
@@ -11,6 +13,7 @@
 
 #include "engine/arena.h"
 #include "engine/backend.h"
+#include "engine/compile.h"
 #include "engine/graph.h"
 #include "engine/ops/op.h"
 #include "engine/params.h"
@@ -18,14 +21,11 @@
 
 namespace crumb {
 
-enum class Pass : uint8_t {
-  Train,  // forward + backward (the graph must have its backward built)
-  Eval,   // forward only
-};
-
 class Executor {
  public:
-  // params and arena must be on the same device.
+  // params, arena and the compiled pass must be on the same device.
+  Executor(const Graph& g, ParamStore& params, Arena& arena, CompiledPass compiled);
+  // Compiles the pass itself, for the arena's device.
   Executor(const Graph& g, ParamStore& params, Arena& arena, int max_batch, Pass pass);
   ~Executor();
 
@@ -55,17 +55,17 @@ class Executor {
   const void* data(ValueId v) const { return ptr_.at(v); }
   Device device() const { return arena_.device(); }
 
-  const MemoryPlan& plan() const { return plan_; }
+  const MemoryPlan& plan() const { return compiled_.plan; }
   int max_batch() const { return max_batch_; }
   // Arena bytes this executor needs (activations and kernel workspace).
-  std::size_t arena_bytes() const { return plan_.arena_bytes; }
+  std::size_t arena_bytes() const { return compiled_.plan.arena_bytes; }
 
  private:
   struct Step {
     const Node* node;
     StepFn fn;
-    std::unique_ptr<OpState> state;
-    int64_t workspace_offset;  // in the arena, -1 if the step needs none
+    OpState* state;  // owned by compiled_
+    char* workspace;  // in the arena, null if the step needs none
     std::size_t workspace_bytes;
   };
   void resolve();
@@ -76,13 +76,11 @@ class Executor {
   ParamStore& params_;
   Arena& arena_;
   int max_batch_;
-  MemoryPlan plan_;
+  CompiledPass compiled_;
   std::vector<Step> steps_;
   std::vector<void*> ptr_;
   std::vector<const void*> bound_;       // per value: bound input data
   std::vector<ValueId> input_views_;     // views whose storage is an Input (re-pointed per run)
-  char* resolved_base_ = nullptr;  // the arena block the pointers were resolved against
-  bool resolved_ = false;
   // Recorded runs, by what a run's recorded work depends on besides the plan.
   struct Recorded {
     int n;
@@ -96,8 +94,5 @@ class Executor {
   Buffer results_;   // Results in the device's memory, where the loss op adds to them
   Buffer readback_;  // Results copied back to the host (pinned on CUDA)
 };
-
-// The steps of a pass in execution order (forward nodes, then backward nodes for Train).
-std::vector<NodeId> pass_order(const Graph& g, Pass pass);
 
 }  // namespace crumb

@@ -15,45 +15,59 @@
 
 namespace crumb {
 
-MemoryBreakdown measure_memory(const Graph& g, int m, bool momentum, Device device) {
+MemoryBreakdown measure_memory(const Graph& g, const CompiledPass& train, const CompiledPass& eval, bool momentum) {
+  CRUMB_CHECK(train.pass == Pass::Train && eval.pass == Pass::Eval && train.max_batch == eval.max_batch &&
+                  train.device == eval.device,
+              "measure_memory: needs a training and an evaluation pass compiled alike");
+  const int m = train.max_batch;
   MemoryBreakdown mb;
   mb.micro_batch = m;
   const std::size_t persistent = ParamStore::block_count(g) * dtype_size(g.float_dtype());
   mb.params = mb.grads = persistent;
   mb.optimizer_state = momentum ? persistent : 0;
-  for (Pass pass : {Pass::Train, Pass::Eval}) {
-    const std::vector<NodeId> order = pass_order(g, pass);
-    const std::vector<std::size_t> workspace = step_workspace(device, g, order, m);
-    const MemoryPlan p = plan_memory(g, order, m, {g.loss()}, &workspace);
-    if (pass == Pass::Train) {
-      mb.activations = p.peak_live;
-      mb.workspace = p.workspace_bytes;
-    }
-    mb.arena = std::max(mb.arena, p.arena_bytes);
-  }
+  mb.activations = train.plan.peak_live;
+  mb.workspace = train.plan.workspace_bytes;
+  mb.arena = std::max(train.plan.arena_bytes, eval.plan.arena_bytes);
   for (ValueId x : g.inputs()) mb.staging += align_up(g.value(x).count(m) * dtype_size(g.value(x).dtype));
-  if (device != Device::CPU) mb.staging *= 2;  // double-buffered device slots (engine/staging.h)
-  mb.runtime = runtime_bytes(device);
+  if (train.device != Device::CPU) mb.staging *= 2;  // double-buffered device slots (engine/staging.h)
+  mb.runtime = runtime_bytes(train.device);
   return mb;
 }
 
-int choose_micro_batch(const Graph& g, int batch, std::size_t budget, bool momentum, Device device) {
+MicroBatchPlan plan_micro_batch(const Graph& g, int m, bool momentum, Device device) {
+  MicroBatchPlan p;
+  p.micro_batch = m;
+  p.train = compile_pass(g, Pass::Train, m, device);
+  p.eval = compile_pass(g, Pass::Eval, m, device);
+  p.memory = measure_memory(g, p.train, p.eval, momentum);
+  return p;
+}
+
+MemoryBreakdown measure_memory(const Graph& g, int m, bool momentum, Device device) {
+  return plan_micro_batch(g, m, momentum, device).memory;
+}
+
+MicroBatchPlan choose_micro_batch(const Graph& g, int batch, std::size_t budget, bool momentum, Device device) {
   CRUMB_CHECK(batch >= 1, "batch must be >= 1, got ", batch);
-  const MemoryBreakdown one = measure_memory(g, 1, momentum, device);
+  MicroBatchPlan best = plan_micro_batch(g, 1, momentum, device);
+  const MemoryBreakdown& one = best.memory;
   CRUMB_CHECK(one.total() <= budget, "memory budget ", format_bytes(budget),
               " cannot hold the model even at micro-batch 1: it needs at least ", format_bytes(one.total()),
               " (persistent ", format_bytes(one.persistent()), " + arena ", format_bytes(one.arena), " + staging ",
               format_bytes(one.staging), " + runtime ", format_bytes(one.runtime), "); raise --memory-budget");
-  // Memory is monotone in m: binary search for the largest m that fits.
+  // Memory is monotone in m: binary search for the largest m that fits, keeping its compiled passes.
   int lo = 1, hi = batch;
   while (lo < hi) {
     const int mid = lo + (hi - lo + 1) / 2;
-    if (measure_memory(g, mid, momentum, device).total() <= budget)
+    MicroBatchPlan candidate = plan_micro_batch(g, mid, momentum, device);
+    if (candidate.memory.total() <= budget) {
       lo = mid;
-    else
+      best = std::move(candidate);
+    } else {
       hi = mid - 1;
+    }
   }
-  return lo;
+  return best;
 }
 
 std::string format_bytes(std::size_t bytes) {

@@ -7,6 +7,7 @@
 #include <iosfwd>
 #include <string>
 
+#include "engine/compile.h"
 #include "engine/graph.h"
 #include "engine/planner.h"
 
@@ -24,13 +25,26 @@ struct MemoryBreakdown {
   std::size_t total() const { return persistent() + arena + staging + runtime; }
 };
 
-// g must have its backward graph. momentum: whether the optimizer keeps a momentum buffer. On CUDA the
-// kernel workspace is cuDNN's for the algorithms it picks at this micro-batch size (needs a GPU).
-MemoryBreakdown measure_memory(const Graph& g, int micro_batch, bool momentum, Device device = Device::CPU);
+// The breakdown of a run whose passes were compiled as train and eval (same device and micro-batch).
+// momentum: whether the optimizer keeps a momentum buffer. On CUDA the kernel workspace is cuDNN's for
+// the algorithms it picked at this micro-batch size.
+MemoryBreakdown measure_memory(const Graph& g, const CompiledPass& train, const CompiledPass& eval, bool momentum);
 
-// The largest m <= batch whose measure_memory(m).total() fits in budget bytes. Throws crumb::Error
-// naming the smallest budget that would work when even m = 1 does not fit.
-int choose_micro_batch(const Graph& g, int batch, std::size_t budget, bool momentum, Device device = Device::CPU);
+// A micro-batch size with its breakdown and its compiled passes (for the scheduler to run).
+struct MicroBatchPlan {
+  int micro_batch = 0;
+  MemoryBreakdown memory;
+  CompiledPass train, eval;
+};
+// Compiles both passes of g (which must have its backward graph) for micro-batches of m on device.
+MicroBatchPlan plan_micro_batch(const Graph& g, int m, bool momentum, Device device = Device::CPU);
+MemoryBreakdown measure_memory(const Graph& g, int m, bool momentum, Device device = Device::CPU);
+
+// The largest m <= batch whose memory total fits in budget bytes, with its compiled passes; each
+// candidate is compiled once. Throws crumb::Error naming the smallest budget that would work when even
+// m = 1 does not fit.
+MicroBatchPlan choose_micro_batch(const Graph& g, int batch, std::size_t budget, bool momentum,
+                                  Device device = Device::CPU);
 
 // "1.50 MiB"-style formatting and parsing ("64MiB", "1.5GiB", "500MB", "4096"; K/M/G mean KiB/MiB/GiB).
 std::string format_bytes(std::size_t bytes);

@@ -11,15 +11,28 @@ ValueId require_input(const Graph& g, const char* name) {
   CRUMB_CHECK(v >= 0 && g.value(v).kind == ValueKind::Input, "the model has no input named '", name, "'");
   return v;
 }
+
+// Sizes the arena for the larger pass before either executor resolves pointers into it; returns train.
+CompiledPass reserve_for(Arena& arena, CompiledPass&& train, const CompiledPass& eval) {
+  CRUMB_CHECK(train.pass == Pass::Train && eval.pass == Pass::Eval && train.max_batch == eval.max_batch,
+              "scheduler: needs a training and an evaluation pass compiled for the same micro-batch size");
+  arena.reserve(std::max(train.plan.arena_bytes, eval.plan.arena_bytes));
+  return std::move(train);
+}
 }  // namespace
 
 Scheduler::Scheduler(const Graph& g, ParamStore& params, Arena& arena, int micro_batch)
+    : Scheduler(g, params, arena, compile_pass(g, Pass::Train, micro_batch, arena.device()),
+                compile_pass(g, Pass::Eval, micro_batch, arena.device())) {}
+
+Scheduler::Scheduler(const Graph& g, ParamStore& params, Arena& arena, CompiledPass train, CompiledPass eval)
     : x_(require_input(g, "x")),
       y_(require_input(g, "y")),
       x_sample_bytes_(static_cast<std::size_t>(g.value(x_).count(1)) * dtype_size(g.value(x_).dtype)),
-      train_(g, params, arena, micro_batch, Pass::Train),
-      eval_(g, params, arena, micro_batch, Pass::Eval) {
+      train_(g, params, arena, reserve_for(arena, std::move(train), eval)),
+      eval_(g, params, arena, std::move(eval)) {
   CRUMB_CHECK(g.value(y_).dtype == DType::I32 && g.value(y_).count(1) == 1, "input 'y' must be one int32 per sample");
+  const int micro_batch = train_.max_batch();
   if (arena.device() != Device::CPU)
     staging_ = std::make_unique<InputStaging>(micro_batch * x_sample_bytes_, micro_batch * sizeof(int32_t));
 }

@@ -20,8 +20,11 @@ struct BatchResult {
 
 class Scheduler {
  public:
-  // Compiles the training and evaluation plans for micro-batches of `micro_batch` samples into
-  // `arena`, on its device. The graph's inputs are named "x" (float features) and "y" (int32 labels).
+  // Runs the training and evaluation passes compiled for the arena's device (the budget search's, so
+  // nothing is compiled twice), reserving the arena once for the larger. The graph's inputs are named
+  // "x" (float features) and "y" (int32 labels).
+  Scheduler(const Graph& g, ParamStore& params, Arena& arena, CompiledPass train, CompiledPass eval);
+  // Compiles both passes for micro-batches of `micro_batch` samples.
   Scheduler(const Graph& g, ParamStore& params, Arena& arena, int micro_batch);
 
   // x: [batch, per-sample features] contiguous, y: [batch], in host memory (pinned for copies to

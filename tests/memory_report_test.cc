@@ -8,6 +8,7 @@
 #include "engine/executor.h"
 #include "engine/memory_report.h"
 #include "engine/optimizer.h"
+#include "engine/scheduler.h"
 #include "models/registry.h"
 
 namespace crumb {
@@ -46,20 +47,52 @@ TEST(MemoryReport, BreakdownMatchesWhatTheEngineAllocates) {
   EXPECT_EQ(mb.arena, arena.size());
 }
 
+// The budget search, --explain and the executors share one compile: the scheduler built from the
+// chosen passes runs exactly the plans the search measured, and sizes the arena once for both.
+TEST(MemoryReport, SchedulerRunsThePlansTheSearchMeasured) {
+  const Graph g = trained_graph("lenet5");
+  MicroBatchPlan chosen = choose_micro_batch(g, 512, measure_memory(g, 37, true).total(), true);
+  ASSERT_EQ(chosen.micro_batch, 37);
+  const MemoryBreakdown mb = chosen.memory;
+  const std::size_t train_arena = chosen.train.plan.arena_bytes, eval_arena = chosen.eval.plan.arena_bytes;
+  ParamStore params(g);
+  Arena arena;
+  Scheduler sched(g, params, arena, std::move(chosen.train), std::move(chosen.eval));
+  EXPECT_EQ(sched.micro_batch(), 37);
+  EXPECT_EQ(sched.train_executor().plan().arena_bytes, train_arena);
+  EXPECT_EQ(sched.eval_executor().plan().arena_bytes, eval_arena);
+  EXPECT_EQ(arena.size(), mb.arena);
+  EXPECT_EQ(sched.train_executor().plan().peak_live, mb.activations);
+}
+
+// Executors resolve their pointers once; an arena that would move under them refuses to grow.
+TEST(MemoryReport, ArenaDoesNotGrowUnderAnExecutor) {
+  const Graph g = trained_graph("mlp");
+  ParamStore params(g);
+  Arena arena;
+  {
+    Executor e(g, params, arena, 8, Pass::Train);
+    EXPECT_NO_THROW(arena.reserve(arena.size()));
+    EXPECT_THROW(arena.reserve(arena.size() + 1), Error);
+    EXPECT_THROW(Executor(g, params, arena, 64, Pass::Train), Error);  // needs a larger arena
+  }
+  EXPECT_NO_THROW(arena.reserve(arena.size() + 1));  // free again once the executor is gone
+}
+
 TEST(MemoryReport, ChoosesLargestMicroBatchThatFits) {
   const Graph g = trained_graph("lenet5");
   for (int want : {1, 3, 40, 256}) {
     const size_t budget = measure_memory(g, want, true).total();
-    EXPECT_EQ(choose_micro_batch(g, 1024, budget, true), want) << "budget " << budget;
+    EXPECT_EQ(choose_micro_batch(g, 1024, budget, true).micro_batch, want) << "budget " << budget;
     if (want > 1) {
-      EXPECT_EQ(choose_micro_batch(g, 1024, budget - 1, true), want - 1) << budget;
+      EXPECT_EQ(choose_micro_batch(g, 1024, budget - 1, true).micro_batch, want - 1) << budget;
     }
   }
 }
 
 TEST(MemoryReport, NeverChoosesMoreThanTheBatch) {
   const Graph g = trained_graph("mlp");
-  EXPECT_EQ(choose_micro_batch(g, 50, size_t{1} << 40, true), 50);
+  EXPECT_EQ(choose_micro_batch(g, 50, size_t{1} << 40, true).micro_batch, 50);
 }
 
 TEST(MemoryReport, TooSmallBudgetNamesTheMinimum) {

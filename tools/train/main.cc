@@ -61,16 +61,16 @@ std::size_t budget_of(const Options& o, Device device) {
 
 // The micro-batch size for batches of `batch` samples: forced by --micro-batch (which must fit the
 // budget too), else the largest that fits the budget.
-int pick_micro_batch(const Options& o, const Graph& g, int batch, Device device) {
+// The micro-batch size (--micro-batch, or the largest that fits the budget) with its compiled passes.
+MicroBatchPlan pick_micro_batch(const Options& o, const Graph& g, int batch, Device device) {
   const std::size_t budget = budget_of(o, device);
   const bool momentum = o.momentum != 0;
   if (!o.micro_batch) return choose_micro_batch(g, batch, budget, momentum, device);
-  const int m = std::min(o.micro_batch, batch);
-  const MemoryBreakdown mb = measure_memory(g, m, momentum, device);
-  CRUMB_CHECK(mb.total() <= budget, "--micro-batch ", m, " needs ", format_bytes(mb.total()),
+  MicroBatchPlan p = plan_micro_batch(g, std::min(o.micro_batch, batch), momentum, device);
+  CRUMB_CHECK(p.memory.total() <= budget, "--micro-batch ", p.micro_batch, " needs ", format_bytes(p.memory.total()),
               " which exceeds --memory-budget ", format_bytes(budget),
               " (raise --memory-budget, or drop --micro-batch to pick the largest that fits)");
-  return m;
+  return p;
 }
 
 int explain(const Options& o) {
@@ -78,18 +78,16 @@ int explain(const Options& o) {
   Graph g = models::build(o.model);
   g.set_tf32(o.tf32);
   build_backward(g);
-  const int m = pick_micro_batch(o, g, o.batch, device);
-  const std::vector<NodeId> order = pass_order(g, Pass::Train);
-  const std::vector<std::size_t> workspace = step_workspace(device, g, order, m);
-  const MemoryPlan plan = plan_memory(g, order, m, {g.loss()}, &workspace);
+  const MicroBatchPlan p = pick_micro_batch(o, g, o.batch, device);
+  const int m = p.micro_batch;
   std::cout << o.model << " on " << device_name(device) << ", batch " << o.batch << " in " << (o.batch + m - 1) / m
             << " micro-batch(es) of " << m << (o.micro_batch ? " (--micro-batch)" : " (largest that fits the budget)")
             << "\n";
-  write_memory_report(std::cout, g, measure_memory(g, m, o.momentum != 0, device), plan, budget_of(o, device));
+  write_memory_report(std::cout, g, p.memory, p.train.plan, budget_of(o, device));
   if (!o.explain_csv.empty()) {
     std::ofstream f(o.explain_csv);
     CRUMB_CHECK(f, "cannot write ", o.explain_csv);
-    write_timeline_csv(f, g, plan);
+    write_timeline_csv(f, g, p.train.plan);
     CRUMB_CHECK(f.flush(), "cannot write ", o.explain_csv);
   }
   return 0;
@@ -113,13 +111,14 @@ int run(const Options& o) {
   Graph g = models::build(o.model, {train.channels, train.height, train.width, train.num_classes});
   g.set_tf32(o.tf32);
   build_backward(g);
-  const int m = pick_micro_batch(o, g, batch, device);
+  MicroBatchPlan compiled = pick_micro_batch(o, g, batch, device);
+  const int m = compiled.micro_batch;
   ParamStore params(g, device);
   params.init(o.seed);
   Sgd opt(params, {o.lr, o.momentum, o.weight_decay});
   if (!o.load.empty()) load_checkpoint(o.load, params, &opt);
   Arena arena(device);
-  Scheduler sched(g, params, arena, m);
+  Scheduler sched(g, params, arena, std::move(compiled.train), std::move(compiled.eval));
   sched.set_recording(o.cuda_graphs);
   const MemoryPlan& plan = sched.train_executor().plan();
   if (device != Device::CPU) std::fprintf(stderr, "device: %s\n", device_description(device).c_str());

@@ -1,0 +1,39 @@
+#include "engine/compile.h"
+
+#include "engine/error.h"
+
+namespace crumb {
+
+std::vector<NodeId> pass_order(const Graph& g, Pass pass) {
+  std::vector<NodeId> order;
+  bool has_backward = false;
+  for (NodeId i = 0; i < g.num_nodes(); ++i) {
+    has_backward = has_backward || g.node(i).backward;
+    if (pass == Pass::Train || !g.node(i).backward) order.push_back(i);
+  }
+  CRUMB_CHECK(pass == Pass::Eval || has_backward, "a training pass needs the backward graph (call build_backward)");
+  return order;
+}
+
+CompiledPass compile_pass(const Graph& g, Pass pass, int max_batch, Device device) {
+  CRUMB_CHECK(g.loss() >= 0, "compile: the graph has no loss");
+  CRUMB_CHECK(max_batch >= 1, "compile: micro-batch size must be >= 1, got ", max_batch);
+  CompiledPass c;
+  c.pass = pass;
+  c.device = device;
+  c.max_batch = max_batch;
+  const std::vector<NodeId> order = pass_order(g, pass);
+  // Every node first: its workspace (cuDNN's depends on the algorithm chosen) goes into the plan.
+  std::vector<std::size_t> workspace;
+  for (NodeId id : order) {
+    c.steps.push_back(compile_step(device, g, g.node(id), max_batch));
+    workspace.push_back(c.steps.back().workspace);
+  }
+  std::vector<ValueId> keep{g.loss()};
+  for (ValueId x : g.inputs())
+    if (g.value(x).grad >= 0) keep.push_back(g.value(x).grad);
+  c.plan = plan_memory(g, order, max_batch, keep, &workspace);
+  return c;
+}
+
+}  // namespace crumb

@@ -1,0 +1,37 @@
+// A pass of a graph compiled for a device and a largest micro-batch: every node's implementation,
+// per-node state and workspace (engine/backend.h), then the memory plan of its values and workspaces
+// (engine/planner.h). It is the one place a plan is made: the executor runs a CompiledPass, the budget
+// search and `--explain` read theirs, and the scheduler builds its executors from the passes the search
+// already compiled for the chosen size, so nothing is compiled or planned twice.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/graph.h"
+#include "engine/planner.h"
+
+namespace crumb {
+
+enum class Pass : uint8_t {
+  Train,  // forward + backward (the graph must have its backward built)
+  Eval,   // forward only
+};
+
+// The steps of a pass in execution order (forward nodes, then backward nodes for Train).
+std::vector<NodeId> pass_order(const Graph& g, Pass pass);
+
+struct CompiledPass {
+  Pass pass = Pass::Train;
+  Device device = Device::CPU;
+  int max_batch = 0;
+  std::vector<CompiledStep> steps;  // one per node of plan.order (views have no fn)
+  MemoryPlan plan;
+};
+
+// Throws crumb::Error when the graph has no loss, a training pass has no backward graph, a node has no
+// implementation on the device, or max_batch < 1. The plan keeps the loss and the gradients of inputs
+// live to the end (they are read after a run).
+CompiledPass compile_pass(const Graph& g, Pass pass, int max_batch, Device device);
+
+}  // namespace crumb
