@@ -42,13 +42,14 @@ GradWrite GradBuilder::claim_param_grad(ValueId param) {
 }
 
 void GradBuilder::emit(const OpDef& def, std::vector<ValueId> in, std::vector<ValueId> out, const std::string& name,
-                       Attrs attrs, GradWrite write) {
+                       std::any attrs, std::any geometry, GradWrite write) {
   Node n;
   n.def = &def;
   n.name = name;
   n.in = std::move(in);
   n.out = std::move(out);
-  n.attrs = attrs;
+  n.attrs = std::move(attrs);
+  n.geometry = std::move(geometry);
   n.backward = true;
   n.grad_write = write;
   g_.add_node(std::move(n));

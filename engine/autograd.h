@@ -25,9 +25,10 @@ class GradBuilder {
   // The persistent gradient of a parameter, and the write mode for the next node writing it.
   ValueId param_grad(ValueId param);
   GradWrite claim_param_grad(ValueId param);
-  // Appends a backward node.
+  // Appends a backward node; attrs and geometry are usually the forward node's (its shape rule only
+  // checks them against the values, it never derives them again).
   void emit(const OpDef& def, std::vector<ValueId> in, std::vector<ValueId> out, const std::string& name,
-            Attrs attrs = {}, GradWrite write = GradWrite::None);
+            std::any attrs = {}, std::any geometry = {}, GradWrite write = GradWrite::None);
 
  private:
   Graph& g_;

@@ -6,21 +6,12 @@
 
 #if CRUMB_HAVE_CUDA
 #include "engine/cuda/context.h"
-#include "engine/cuda/ops.h"
 #include "engine/cuda/recording.h"
 #include "kernels/cuda/check.h"
 #endif
 
 namespace crumb {
 namespace {
-
-CompiledStep compile_cpu(const Graph& g, const Node& n, int max_batch) {
-  CompiledStep c;
-  c.fn = g.float_dtype() == DType::F64 ? n.def->cpu_f64 : n.def->cpu_f32;
-  CRUMB_CHECK(c.fn || n.def->view, "layer '", n.name, "' (", n.def->name, ") has no CPU implementation");
-  if (n.def->workspace_bytes) c.workspace = n.def->workspace_bytes(g, n, max_batch);
-  return c;
-}
 
 #if !CRUMB_HAVE_CUDA
 [[noreturn]] void no_cuda() {
@@ -32,12 +23,26 @@ CompiledStep compile_cpu(const Graph& g, const Node& n, int max_batch) {
 }  // namespace
 
 CompiledStep compile_step(Device device, const Graph& g, const Node& n, int max_batch) {
-  if (device == Device::CPU) return compile_cpu(g, n, max_batch);
-#if CRUMB_HAVE_CUDA
-  return cuda::compile_step(g, n, max_batch);
-#else
-  no_cuda();
-#endif
+  CompiledStep c;
+  if (n.def->view) return c;
+  CRUMB_CHECK(device_available(device), "no usable ", device_name(device), " device: ",
+              CRUMB_HAVE_CUDA ? "no GPU, or its driver is missing or too old" : "this build of Crumb has no CUDA backend",
+              "; use --device cpu");
+  const OpImpl* impl = impl_table().find(*n.def, device, g.float_dtype());
+  if (!impl) {
+    const bool f32_elsewhere = impl_table().find(*n.def, device, DType::F32) != nullptr;
+    CRUMB_FAIL("layer '", n.name, "' (", n.def->name, ") has no ", device_name(device), " implementation for ",
+               dtype_name(g.float_dtype()), f32_elsewhere ? " (this device runs float32 graphs only)" : "");
+  }
+  c.fn = impl->run;
+  try {
+    if (impl->prepare) c.state = impl->prepare(g, n, max_batch);
+    if (impl->workspace) c.workspace = impl->workspace(g, n, max_batch, c.state.get());
+  } catch (const Error& e) {
+    // A plan's own errors (no algorithm fits, a library failure) name the shape; add the layer.
+    CRUMB_FAIL("layer '", n.name, "' (", n.def->name, "): ", e.what());
+  }
+  return c;
 }
 
 bool device_available(Device device) {

@@ -32,7 +32,7 @@ CompiledPass compile_pass(const Graph& g, Pass pass, int max_batch, Device devic
   std::vector<ValueId> keep{g.loss()};
   for (ValueId x : g.inputs())
     if (g.value(x).grad >= 0) keep.push_back(g.value(x).grad);
-  c.plan = plan_memory(g, order, max_batch, keep, &workspace);
+  c.plan = plan_memory(g, order, max_batch, keep, workspace);
   return c;
 }
 

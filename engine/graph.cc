@@ -24,6 +24,19 @@ NodeId Graph::add_node(Node n) {
   CRUMB_CHECK(n.def, "node '", n.name, "' has no op");
   for (ValueId v : n.in)
     CRUMB_CHECK(v >= 0 && v < num_values(), "layer '", n.name, "' (", n.def->name, "): unknown input value ", v);
+  const std::size_t declared = n.def->outputs.size(),
+                    required = n.def->required_outputs ? n.def->required_outputs : declared;
+  CRUMB_CHECK(n.out.size() >= required && n.out.size() <= declared, "layer '", n.name, "' (", n.def->name, "): ",
+              n.out.size(), " outputs, the op has ", required, required == declared ? "" : " to ",
+              required == declared ? "" : std::to_string(declared));
+  for (size_t i = 0; i < n.out.size(); ++i) {
+    CRUMB_CHECK(n.out[i] >= 0 && n.out[i] < num_values(), "layer '", n.name, "' (", n.def->name,
+                "): unknown output value ", n.out[i]);
+    const DType want = n.def->outputs[i] == OutDType::U8 ? DType::U8 : float_dtype_;
+    CRUMB_CHECK(value(n.out[i]).dtype == want, "layer '", n.name, "' (", n.def->name, "): output '",
+                value(n.out[i]).name, "' is ", dtype_name(value(n.out[i]).dtype), ", the op produces ",
+                dtype_name(want));
+  }
   const NodeId id = static_cast<NodeId>(nodes_.size());
   n.def->infer(*this, n);
   if (n.def->view) values_.at(n.out.at(0)).view_of = n.in.at(0);
@@ -38,23 +51,22 @@ NodeId Graph::add_node(Node n) {
   return id;
 }
 
-ValueId Graph::apply(const OpDef& def, std::vector<ValueId> in, const std::string& name, Attrs attrs,
-                     const std::vector<DType>& extra) {
+ValueId Graph::apply(const OpDef& def, std::vector<ValueId> in, const std::string& name, std::any attrs) {
   CRUMB_CHECK(!in.empty(), "layer '", name, "' (", def.name, ") needs an input");
   Node n;
   n.def = &def;
   n.name = name;
-  for (size_t i = 0; i <= extra.size(); ++i) {
+  for (size_t i = 0; i < def.outputs.size(); ++i) {
     Value out;
     out.name = i ? name + ":" + std::to_string(i) : name;
-    out.dtype = i ? extra[i - 1] : float_dtype_;
+    out.dtype = def.outputs[i] == OutDType::U8 ? DType::U8 : float_dtype_;
     out.batched = value(in[0]).batched;
     for (ValueId v : in) out.requires_grad = out.requires_grad || (i == 0 && value(v).requires_grad);
     n.out.push_back(add_value(std::move(out)));
   }
   n.in = std::move(in);
-  n.attrs = attrs;
-  const ValueId y = n.out[0];
+  n.attrs = std::move(attrs);
+  const ValueId y = n.out.at(0);
   add_node(std::move(n));
   return y;
 }

@@ -2,6 +2,7 @@
 // Graph (forward), autograd appends the backward nodes to the same Graph, the planner and executor
 // consume it. Batched values store their per-sample dims; the batch size is bound at compile/run time.
 #pragma once
+#include <any>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -42,12 +43,6 @@ struct Value {
   int64_t count(int64_t batch) const { return dims_count(dims) * (batched ? batch : 1); }
 };
 
-// Numeric attributes of an op; each op reads the fields it needs.
-struct Attrs {
-  int kh = 0, kw = 0, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
-  Dims dims;  // target per-sample dims of a reshape
-};
-
 // How an op writes its parameter-gradient outputs across the micro-batches of one batch.
 enum class GradWrite : uint8_t {
   None,              // outputs are activations: always written (=)
@@ -59,7 +54,8 @@ struct Node {
   const OpDef* def = nullptr;
   std::string name;  // layer name, used in error messages and reports
   std::vector<ValueId> in, out;
-  Attrs attrs;
+  std::any attrs;     // the op's own attribute struct (engine/ops/op.h), if it has one
+  std::any geometry;  // the kernel shape the op's shape rule computed once (per sample), if any
   bool backward = false;  // part of the derived backward graph
   GradWrite grad_write = GradWrite::None;
 };
@@ -69,10 +65,9 @@ class Graph {
   ValueId add_value(Value v);
   // Adds a node whose output values already exist; runs the op's shape rule (throws on mismatch).
   NodeId add_node(Node n);
-  // Convenience: new Activation outputs shaped by the op's shape rule; returns out[0]. out[0] takes
-  // the float dtype; `extra` lists the dtypes of further outputs (named "<name>:1", ...).
-  ValueId apply(const OpDef& def, std::vector<ValueId> in, const std::string& name, Attrs attrs = {},
-                const std::vector<DType>& extra = {});
+  // Convenience: new Activation outputs of the dtypes the op declares, shaped by its shape rule
+  // (out[0] named `name`, further ones "<name>:1", ...); returns out[0].
+  ValueId apply(const OpDef& def, std::vector<ValueId> in, const std::string& name, std::any attrs = {});
 
   ValueId input(const std::string& name, Dims per_sample, DType dtype = DType::F32, bool requires_grad = false);
   ValueId param(const std::string& name, Dims dims, ParamInit init, DType dtype = DType::F32);

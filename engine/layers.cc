@@ -25,27 +25,17 @@ ValueId conv2d(Graph& g, ValueId x, int out_channels, int kernel, int stride, in
   const int64_t c_in = xv.dims[0], fan_in = c_in * kernel * kernel;
   std::vector<ValueId> ins{x, g.param(name + ".weight", {out_channels, c_in, kernel, kernel}, {fan_in})};
   if (bias) ins.push_back(g.param(name + ".bias", {out_channels}, {fan_in}));
-  Attrs a;
-  a.kh = a.kw = kernel;
-  a.stride_h = a.stride_w = stride;
-  a.pad_h = a.pad_w = pad;
-  return g.apply(kConv2d, ins, name, a);
+  return g.apply(kConv2d, ins, name, WindowAttrs{kernel, kernel, stride, stride, pad, pad});
 }
 
 ValueId relu(Graph& g, ValueId x, const std::string& name) { return g.apply(kRelu, {x}, name); }
 
 namespace {
-Attrs window(int kernel, int stride, int pad) {
-  Attrs a;
-  a.kh = a.kw = kernel;
-  a.stride_h = a.stride_w = stride;
-  a.pad_h = a.pad_w = pad;
-  return a;
-}
+WindowAttrs window(int kernel, int stride, int pad) { return {kernel, kernel, stride, stride, pad, pad}; }
 }  // namespace
 
 ValueId max_pool2d(Graph& g, ValueId x, int kernel, int stride, const std::string& name, int pad) {
-  return g.apply(kMaxPool2d, {x}, name, window(kernel, stride, pad), {DType::U8});
+  return g.apply(kMaxPool2d, {x}, name, window(kernel, stride, pad));
 }
 
 ValueId avg_pool2d(Graph& g, ValueId x, int kernel, int stride, const std::string& name, int pad) {
@@ -55,9 +45,7 @@ ValueId avg_pool2d(Graph& g, ValueId x, int kernel, int stride, const std::strin
 ValueId global_avg_pool(Graph& g, ValueId x, const std::string& name) { return g.apply(kGlobalAvgPool, {x}, name); }
 
 ValueId flatten(Graph& g, ValueId x, const std::string& name) {
-  Attrs a;
-  a.dims = {dims_count(g.value(x).dims)};
-  return g.apply(kReshape, {x}, name, a);
+  return g.apply(kReshape, {x}, name, ReshapeAttrs{{dims_count(g.value(x).dims)}});
 }
 
 ValueId add(Graph& g, ValueId a, ValueId b, const std::string& name) { return g.apply(kAdd, {a, b}, name); }

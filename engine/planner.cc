@@ -100,10 +100,10 @@ std::size_t place_blocks(std::vector<Block>& blocks) {
 }  // namespace
 
 MemoryPlan plan_memory(const Graph& g, const std::vector<NodeId>& order, int batch, const std::vector<ValueId>& keep,
-                       const std::vector<std::size_t>* workspace) {
+                       const std::vector<std::size_t>& workspace) {
   CRUMB_CHECK(batch >= 1, "plan_memory: batch must be >= 1, got ", batch);
-  CRUMB_CHECK(!workspace || workspace->size() == order.size(), "plan_memory: ", workspace ? workspace->size() : 0,
-              " workspace sizes for ", order.size(), " steps");
+  CRUMB_CHECK(workspace.size() == order.size(), "plan_memory: ", workspace.size(), " workspace sizes for ",
+              order.size(), " steps");
   const int nv = g.num_values(), ns = static_cast<int>(order.size());
   MemoryPlan p;
   p.order = order;
@@ -125,8 +125,7 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<NodeId>& order, int bat
                   "' before it is computed");
       p.last[v] = s;
     }
-    const std::size_t ws = align_up(workspace ? workspace->at(s)
-                                              : n.def->workspace_bytes ? n.def->workspace_bytes(g, n, batch) : 0);
+    const std::size_t ws = align_up(workspace[s]);
     p.step_workspace.push_back(ws);
     p.workspace_bytes = std::max(p.workspace_bytes, ws);
   }

@@ -32,9 +32,9 @@ struct MemoryPlan {
 };
 
 // Plans the nodes in `order` for micro-batches of `batch` samples. Values in `keep` stay live until
-// the last step (outputs read after the run). `workspace` gives each step's scratch bytes (a device's
-// own, engine/backend.h); null means the CPU implementations' (OpDef::workspace_bytes).
+// the last step (outputs read after the run). `workspace` gives each step's scratch bytes, as the
+// device's implementations asked for them (engine/compile.h makes both).
 MemoryPlan plan_memory(const Graph& g, const std::vector<NodeId>& order, int batch, const std::vector<ValueId>& keep,
-                       const std::vector<std::size_t>* workspace = nullptr);
+                       const std::vector<std::size_t>& workspace);
 
 }  // namespace crumb

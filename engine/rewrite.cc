@@ -30,6 +30,7 @@ int reorder_relu_max_pool(Graph& g) {
     pool.out.pop_back();
     g.value(relu.out[1]).producer = a;
     std::swap(relu.attrs, pool.attrs);
+    std::swap(relu.geometry, pool.geometry);  // the pool's input dims are unchanged: ReLU keeps the shape
     std::swap(relu.name, pool.name);
     std::swap(g.value(r).name, g.value(p).name);
     g.value(r).dims = g.value(p).dims;

@@ -60,7 +60,8 @@ TEST(Planner, LiveValuesNeverOverlapInReferenceModels) {
       SCOPED_TRACE(name + " batch " + std::to_string(batch));
       Graph g = models::build(name);
       build_backward(g);
-      for (Pass pass : {Pass::Train, Pass::Eval}) expect_no_overlap(g, plan_memory(g, pass_order(g, pass), batch, {g.loss()}), batch);
+      for (Pass pass : {Pass::Train, Pass::Eval})
+        expect_no_overlap(g, compile_pass(g, pass, batch, Device::CPU).plan, batch);
     }
   }
 }
@@ -75,7 +76,7 @@ TEST(Planner, BranchyGraphNeverOverlaps) {
   const ValueId s = nn::add(g, nn::relu(g, nn::conv2d(g, r, 4, 3, 1, 1, "c2"), "r2"), c, "sum");
   nn::softmax_cross_entropy(g, nn::linear(g, nn::flatten(g, nn::global_avg_pool(g, s, "gap"), "f"), 5, "fc"), y, "loss");
   build_backward(g);
-  const MemoryPlan p = plan_memory(g, pass_order(g, Pass::Train), 5, {g.loss()});
+  const MemoryPlan p = compile_pass(g, Pass::Train, 5, Device::CPU).plan;
   expect_no_overlap(g, p, 5);
   EXPECT_NE(p.offset[c], p.offset[r]) << "relu overwrote an input that the add still reads";
 }
@@ -83,7 +84,7 @@ TEST(Planner, BranchyGraphNeverOverlaps) {
 TEST(Planner, InPlaceReluReusesItsInput) {
   Graph g = models::build("lenet5");
   build_backward(g);
-  const MemoryPlan p = plan_memory(g, pass_order(g, Pass::Train), 8, {g.loss()});
+  const MemoryPlan p = compile_pass(g, Pass::Train, 8, Device::CPU).plan;
   int relus = 0;
   for (NodeId id : p.order) {
     const Node& n = g.node(id);
@@ -98,7 +99,7 @@ TEST(Planner, ArenaCloseToLowerBound) {
   for (const std::string& name : models::names()) {
     Graph g = models::build(name);
     build_backward(g);
-    const MemoryPlan p = plan_memory(g, pass_order(g, Pass::Train), 64, {g.loss()});
+    const MemoryPlan p = compile_pass(g, Pass::Train, 64, Device::CPU).plan;
     EXPECT_LE(p.ratio(), 1.10) << name << ": arena " << p.arena_bytes << " vs lower bound " << p.lower_bound;
     EXPECT_GE(p.arena_bytes, p.lower_bound);
   }
@@ -109,7 +110,7 @@ TEST(Planner, ArenaGrowsWithBatch) {
   build_backward(g);
   size_t prev = 0;
   for (int b : {1, 2, 8, 32, 64}) {
-    const size_t bytes = plan_memory(g, pass_order(g, Pass::Train), b, {g.loss()}).arena_bytes;
+    const size_t bytes = compile_pass(g, Pass::Train, b, Device::CPU).plan.arena_bytes;
     EXPECT_GT(bytes, prev);
     prev = bytes;
   }

@@ -2,7 +2,21 @@
 #include "engine/error.h"
 #include "engine/ops/op.h"
 
-namespace crumb::ops {
+namespace crumb {
+
+void ImplTable::add(const OpDef& op, Device device, DType dtype, OpImpl impl) {
+  CRUMB_CHECK(impl.run && !find(op, device, dtype), "op '", op.name, "': a ", device_name(device), " ",
+              dtype_name(dtype), " implementation is bound twice or has no run function");
+  rows_.push_back({&op, device, dtype, impl});
+}
+
+const OpImpl* ImplTable::find(const OpDef& op, Device device, DType dtype) const {
+  for (const Row& r : rows_)
+    if (r.op == &op && r.device == device && r.dtype == dtype) return &r.impl;
+  return nullptr;
+}
+
+namespace ops {
 
 void fail(const Node& n, const std::string& message) {
   CRUMB_FAIL("layer '", n.name, "' (", n.def->name, "): ", message);
@@ -30,7 +44,7 @@ void weighted_backward(GradBuilder& gb, const Node& n, const OpDef& bwd_data, co
   const ValueId dy = gb.grad(n.out[0]);
   if (gb.needs_grad(x)) {
     const ValueId dx = gb.new_grad_value(x, "grad(" + gb.graph().value(x).name + ")");
-    gb.emit(bwd_data, {dy, w}, {dx}, n.name + ".backward_data", n.attrs);
+    gb.emit(bwd_data, {dy, w}, {dx}, n.name + ".backward_data", n.attrs, n.geometry);
     gb.add_grad(x, dx);
   }
   std::vector<ValueId> outs{gb.param_grad(w)};
@@ -39,7 +53,8 @@ void weighted_backward(GradBuilder& gb, const Node& n, const OpDef& bwd_data, co
     outs.push_back(gb.param_grad(n.in[2]));
     if (gb.claim_param_grad(n.in[2]) != write) fail(n, "a bias shared without its weight is not supported");
   }
-  gb.emit(bwd_weight, {dy, x}, outs, n.name + ".backward_weight", n.attrs, write);
+  gb.emit(bwd_weight, {dy, x}, outs, n.name + ".backward_weight", n.attrs, n.geometry, write);
 }
 
-}  // namespace crumb::ops
+}  // namespace ops
+}  // namespace crumb

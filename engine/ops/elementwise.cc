@@ -1,4 +1,5 @@
 // Elementwise ops: ReLU (in place when the planner allows), add (also sums gradients), reshape (a view).
+// The declarations and their CPU rows; the CUDA rows are in elementwise_cuda.cc.
 #include "engine/autograd.h"
 #include "engine/ops/op.h"
 #include "kernels/cpu/kernels.h"
@@ -6,7 +7,7 @@
 namespace crumb {
 namespace {
 
-std::size_t count(const StepArgs& a) { return static_cast<std::size_t>(a.out_value().count(a.n)); }
+using ops::out_count;
 
 void infer_same(Graph& g, Node& n) {  // every input shaped like out[0]
   ops::expect_arity(n, 1, 2, 1);
@@ -24,9 +25,9 @@ void relu_backward(GradBuilder& gb, const Node& n) {
   gb.add_grad(x, dx);
 }
 
-template <class T> void relu_fwd_cpu(const StepArgs& a) { cpu::relu_forward<T>(a.out<T>(), a.in<T>(0), count(a)); }
+template <class T> void relu_fwd_cpu(const StepArgs& a) { cpu::relu_forward<T>(a.out<T>(), a.in<T>(0), out_count(a)); }
 template <class T> void relu_bwd_cpu(const StepArgs& a) {
-  cpu::relu_backward<T>(a.out<T>(), a.in<T>(0), a.in<T>(1), count(a), a.accumulate);
+  cpu::relu_backward<T>(a.out<T>(), a.in<T>(0), a.in<T>(1), out_count(a), a.accumulate);
 }
 
 void add_backward(GradBuilder& gb, const Node& n) {
@@ -35,30 +36,38 @@ void add_backward(GradBuilder& gb, const Node& n) {
     if (gb.needs_grad(v)) gb.add_grad(v, dy);
 }
 
-template <class T> void add_cpu(const StepArgs& a) { cpu::add_forward<T>(a.out<T>(), a.in<T>(0), a.in<T>(1), count(a)); }
+template <class T> void add_cpu(const StepArgs& a) {
+  cpu::add_forward<T>(a.out<T>(), a.in<T>(0), a.in<T>(1), out_count(a));
+}
 
 void infer_reshape(Graph& g, Node& n) {
   ops::expect_arity(n, 1, 1, 1);
   const Value& x = g.value(n.in[0]);
-  if (dims_count(n.attrs.dims) != dims_count(x.dims))
-    ops::fail(n, "cannot reshape per-sample " + dims_str(x.dims) + " to " + dims_str(n.attrs.dims));
-  ops::set_out_dims(g, n, 0, n.attrs.dims);
+  const Dims& to = ops::attrs<ReshapeAttrs>(n).dims;
+  if (dims_count(to) != dims_count(x.dims))
+    ops::fail(n, "cannot reshape per-sample " + dims_str(x.dims) + " to " + dims_str(to));
+  ops::set_out_dims(g, n, 0, to);
 }
 
 void reshape_backward(GradBuilder& gb, const Node& n) {
   const ValueId x = n.in[0];
   const ValueId dx = gb.new_grad_value(x, "grad(" + gb.graph().value(x).name + ")");
-  Attrs to;
-  to.dims = gb.graph().value(x).dims;
-  gb.emit(kReshape, {gb.grad(n.out[0])}, {dx}, n.name + ".backward", to);
+  gb.emit(kReshape, {gb.grad(n.out[0])}, {dx}, n.name + ".backward", ReshapeAttrs{gb.graph().value(x).dims});
   gb.add_grad(x, dx);
 }
 
 }  // namespace
 
-const OpDef kRelu{"relu", infer_same, relu_backward, nullptr, true, false, CRUMB_CPU_IMPL(relu_fwd_cpu)};
-const OpDef kReluBwd{"relu_backward", infer_same, nullptr, nullptr, true, false, CRUMB_CPU_IMPL(relu_bwd_cpu)};
-const OpDef kAdd{"add", infer_same, add_backward, nullptr, true, false, CRUMB_CPU_IMPL(add_cpu)};
-const OpDef kReshape{"reshape", infer_reshape, reshape_backward, nullptr, false, true, nullptr, nullptr};
+const OpDef kRelu{"relu", infer_same, relu_backward, {OutDType::Float}, true};
+const OpDef kReluBwd{"relu_backward", infer_same, nullptr, {OutDType::Float}, true};
+const OpDef kAdd{"add", infer_same, add_backward, {OutDType::Float}, true};
+const OpDef kReshape{"reshape", infer_reshape, reshape_backward, {OutDType::Float}, false, true};
+
+// Reshape is a view: it has no rows on any device.
+void bind_elementwise_cpu(ImplTable& t) {
+  CRUMB_CPU_ROWS(t, kRelu, relu_fwd_cpu);
+  CRUMB_CPU_ROWS(t, kReluBwd, relu_bwd_cpu);
+  CRUMB_CPU_ROWS(t, kAdd, add_cpu);
+}
 
 }  // namespace crumb

@@ -1,4 +1,5 @@
 // linear: y [n, out] = x [n, in] w^T + b, with w [out, in] (PyTorch's layout and parameter names).
+// The declaration and its CPU rows; the CUDA rows are in linear_cuda.cc.
 #include "engine/ops/op.h"
 #include "kernels/cpu/kernels.h"
 
@@ -20,51 +21,61 @@ void check_weight(const Graph& g, const Node& n, ValueId x, ValueId w, int bias_
 void infer_fwd(Graph& g, Node& n) {
   ops::expect_arity(n, 2, 3, 1);
   check_weight(g, n, n.in[0], n.in[1], 2);
-  ops::set_out_dims(g, n, 0, {g.value(n.in[1]).dims[0]});
+  const Dims& w = g.value(n.in[1]).dims;
+  n.geometry = LinearGeometry{(int)w[1], (int)w[0]};
+  ops::set_out_dims(g, n, 0, {w[0]});
 }
 
 void infer_bwd_data(Graph& g, Node& n) {  // in: dy, w  out: dx
   ops::expect_arity(n, 2, 2, 1);
-  const Dims& w = g.value(n.in[1]).dims;
-  if (g.value(n.in[0]).dims != Dims{w.at(0)}) ops::fail(n, "gradient does not match the weight");
-  ops::set_out_dims(g, n, 0, {w.at(1)});
+  const LinearGeometry& s = ops::geometry<LinearGeometry>(n);
+  if (g.value(n.in[1]).dims != Dims{s.out, s.in} || g.value(n.in[0]).dims != Dims{s.out})
+    ops::fail(n, "gradient does not match the weight");
+  ops::set_out_dims(g, n, 0, {s.in});
 }
 
 void infer_bwd_weight(Graph& g, Node& n) {  // in: dy, x  out: dw [, db]
   if (n.in.size() != 2 || n.out.empty() || n.out.size() > 2) ops::fail(n, "expects (dy, x) -> (dw[, db])");
-  const Dims dy = g.value(n.in[0]).dims, x = g.value(n.in[1]).dims;
-  ops::set_out_dims(g, n, 0, {dy.at(0), x.at(0)});
-  if (n.out.size() == 2) ops::set_out_dims(g, n, 1, {dy.at(0)});
+  const LinearGeometry& s = ops::geometry<LinearGeometry>(n);
+  if (g.value(n.in[0]).dims != Dims{s.out} || g.value(n.in[1]).dims != Dims{s.in})
+    ops::fail(n, "gradient or input does not match the weight");
+  ops::set_out_dims(g, n, 0, {s.out, s.in});
+  if (n.out.size() == 2) ops::set_out_dims(g, n, 1, {s.out});
 }
 
 void backward(GradBuilder& gb, const Node& n) { ops::weighted_backward(gb, n, kLinearBwdData, kLinearBwdWeight); }
 
 template <class T>
 void fwd_cpu(const StepArgs& a) {
-  const Dims& w = a.in_value(1).dims;
-  cpu::linear_forward<T>(a.out<T>(), a.in<T>(0), a.in<T>(1), a.node->in.size() == 3 ? a.in<T>(2) : nullptr, a.n,
-                         (int)w[1], (int)w[0]);
+  const LinearGeometry& s = ops::geometry<LinearGeometry>(*a.node);
+  cpu::linear_forward<T>(a.out<T>(), a.in<T>(0), a.in<T>(1), a.node->in.size() == 3 ? a.in<T>(2) : nullptr, a.n, s.in,
+                         s.out);
 }
 
 template <class T>
 void bwd_data_cpu(const StepArgs& a) {
-  const Dims& w = a.in_value(1).dims;
-  cpu::linear_backward_data<T>(a.out<T>(), a.in<T>(0), a.in<T>(1), a.n, (int)w[1], (int)w[0], a.accumulate);
+  const LinearGeometry& s = ops::geometry<LinearGeometry>(*a.node);
+  cpu::linear_backward_data<T>(a.out<T>(), a.in<T>(0), a.in<T>(1), a.n, s.in, s.out, a.accumulate);
 }
 
 template <class T>
 void bwd_weight_cpu(const StepArgs& a) {
-  const Dims& dw = a.out_value(0).dims;
+  const LinearGeometry& s = ops::geometry<LinearGeometry>(*a.node);
   cpu::linear_backward_weight<T>(a.out<T>(0), a.node->out.size() == 2 ? a.out<T>(1) : nullptr, a.in<T>(0),
-                                 a.in<T>(1), a.n, (int)dw[1], (int)dw[0], a.accumulate);
+                                 a.in<T>(1), a.n, s.in, s.out, a.accumulate);
 }
 
 }  // namespace
 
-const OpDef kLinear{"linear", infer_fwd, backward, nullptr, false, false, CRUMB_CPU_IMPL(fwd_cpu)};
-const OpDef kLinearBwdData{"linear_backward_data", infer_bwd_data, nullptr, nullptr, false, false,
-                           CRUMB_CPU_IMPL(bwd_data_cpu)};
-const OpDef kLinearBwdWeight{"linear_backward_weight", infer_bwd_weight, nullptr, nullptr, false, false,
-                             CRUMB_CPU_IMPL(bwd_weight_cpu)};
+const OpDef kLinear{"linear", infer_fwd, backward, {OutDType::Float}};
+const OpDef kLinearBwdData{"linear_backward_data", infer_bwd_data, nullptr, {OutDType::Float}};
+const OpDef kLinearBwdWeight{"linear_backward_weight", infer_bwd_weight, nullptr, {OutDType::Float, OutDType::Float},
+                             false, false, 1};
+
+void bind_linear_cpu(ImplTable& t) {
+  CRUMB_CPU_ROWS(t, kLinear, fwd_cpu);
+  CRUMB_CPU_ROWS(t, kLinearBwdData, bwd_data_cpu);
+  CRUMB_CPU_ROWS(t, kLinearBwdWeight, bwd_weight_cpu);
+}
 
 }  // namespace crumb

@@ -1,9 +1,13 @@
-// An op is declared once: shape rule, backward rule, workspace size, in-place permission; and
-// implemented per backend as one function per backend and dtype (Caffe's twin methods, without the
-// class tower). Nodes point at their OpDef.
+// An op is declared once (OpDef): shape rule, output dtypes, typed attributes, backward rule, in-place
+// and view permissions. It is implemented per (device, dtype) as rows of one table (OpImpl: run,
+// workspace, prepare), bound next to the declaration: engine/ops/<op>.cc holds the declaration and its
+// CPU rows, engine/ops/<op>_cuda.cc its CUDA rows. Adding a device or a dtype adds rows, not fields.
+// Nodes point at their OpDef.
 #pragma once
+#include <any>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,7 +19,7 @@ namespace crumb {
 
 class GradBuilder;
 
-// Per-node state a backend builds once per compiled plan (cuDNN descriptors and algorithms).
+// Per-node state an implementation builds once per compiled plan (cuDNN descriptors and algorithms).
 struct OpState {
   virtual ~OpState() = default;
 };
@@ -45,24 +49,72 @@ struct StepArgs {
 
 using StepFn = void (*)(const StepArgs&);
 
+// The dtype of an op's output: the graph's float dtype (F32 to train, F64 for gradient checks), or a
+// fixed one (the max pool's 1-byte argmax).
+enum class OutDType : uint8_t { Float, U8 };
+
 struct OpDef {
   const char* name;
-  // Validates the inputs and sets (or checks) the dims of node.out; throws crumb::Error naming the layer.
+  // Validates the inputs, sets (or checks) the dims of node.out and stores the node's kernel geometry
+  // (Node::geometry), computed here once; throws crumb::Error naming the layer.
   void (*infer)(Graph& g, Node& n);
   // Emits the backward nodes for n given the gradients of its outputs (null: no gradient flows).
   void (*backward)(GradBuilder& gb, const Node& n);
-  // Scratch bytes the CPU implementation needs for a micro-batch of n samples (null: none). CUDA
-  // implementations size their own (engine/cuda/ops.cc).
-  std::size_t (*workspace_bytes)(const Graph& g, const Node& n, int batch);
+  // Its outputs' dtypes, in order (Graph::apply creates them).
+  std::vector<OutDType> outputs;
   // out[0] may take over in[0]'s storage when in[0] is not used afterwards (ReLU, ReLU backward).
-  bool inplace;
+  bool inplace = false;
   // out[0] is a view of in[0]: no computation, no storage of its own (reshape/flatten).
-  bool view;
-  StepFn cpu_f32;
-  StepFn cpu_f64;
+  bool view = false;
+  // Outputs after the first this many are optional (a bias gradient); 0: all are required.
+  std::size_t required_outputs = 0;
 };
-// The CUDA implementations are not fields here: they live in engine/cuda/ops.cc, keyed by OpDef, so
-// that op files (and a CPU-only build) never see CUDA headers.
+
+// One implementation of an op for one (device, dtype).
+struct OpImpl {
+  StepFn run = nullptr;
+  // Per-node state built once per compiled plan for its largest micro-batch (null: none).
+  std::unique_ptr<OpState> (*prepare)(const Graph& g, const Node& n, int max_batch) = nullptr;
+  // Scratch bytes a run of up to `batch` samples needs, given prepare()'s state (null: none).
+  std::size_t (*workspace)(const Graph& g, const Node& n, int batch, const OpState* state) = nullptr;
+};
+
+// The implementation table. Rows are added once, before the first lookup, by the binding functions
+// listed in engine/ops/registry.cc; a missing row is null.
+class ImplTable {
+ public:
+  void add(const OpDef& op, Device device, DType dtype, OpImpl impl);
+  const OpImpl* find(const OpDef& op, Device device, DType dtype) const;
+
+ private:
+  struct Row {
+    const OpDef* op;
+    Device device;
+    DType dtype;
+    OpImpl impl;
+  };
+  std::vector<Row> rows_;
+};
+const ImplTable& impl_table();
+
+// Typed attributes: what a layer's builder sets (Node::attrs) and its backward nodes copy.
+struct WindowAttrs {  // conv2d, max/avg pooling
+  int kh = 0, kw = 0, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+};
+struct ReshapeAttrs {
+  Dims dims;  // target per-sample dims
+};
+// Kernel geometries a shape rule stores on its node (conv and pooling store cpu::Conv2dShape and
+// cpu::Pool2dShape with n = 1).
+struct LinearGeometry {  // x [n, in], w [out, in]
+  int in = 0, out = 0;
+};
+struct GlobalPoolGeometry {  // x [n, c, h, w] with hw = h * w
+  int c = 0, hw = 0;
+};
+struct ClassesGeometry {  // logits [n, k]
+  int k = 0;
+};
 
 // Forward ops (what models are built from) and the backward ops their rules emit.
 extern const OpDef kLinear, kLinearBwdData, kLinearBwdWeight;
@@ -81,10 +133,27 @@ namespace ops {
 void expect_arity(const Node& n, size_t lo, size_t hi, size_t outs);
 // Sets the dims of out[i] if it is new (empty dims and not yet produced), else checks they match.
 void set_out_dims(Graph& g, const Node& n, int i, const Dims& dims);
-// Fills the window fields of a conv/pool kernel shape (batch, spatial extent, kernel, stride,
-// padding, floor-mode output extent) from per-sample [c, h, w] dims and the node's attributes.
-template <class Shape> void set_window(Shape& s, const Dims& x, const Attrs& a, int batch) {
-  s.n = batch;
+// The node's attributes or geometry as T; a node built without them is an error naming the layer.
+template <class T> const T& attrs(const Node& n) {
+  const T* a = std::any_cast<T>(&n.attrs);
+  if (!a) fail(n, "missing attributes");
+  return *a;
+}
+template <class T> const T& geometry(const Node& n) {
+  const T* s = std::any_cast<T>(&n.geometry);
+  if (!s) fail(n, "missing kernel geometry");
+  return *s;
+}
+// The node's geometry with its batch set to n samples (conv/pool kernel shapes).
+template <class Shape> Shape at_batch(const Node& node, int n) {
+  Shape s = geometry<Shape>(node);
+  s.n = n;
+  return s;
+}
+// The window fields of a conv/pool kernel shape (spatial extent, kernel, stride, padding, floor-mode
+// output extent) from per-sample [c, h, w] dims and the node's attributes; batch 1.
+template <class Shape> void set_window(Shape& s, const Dims& x, const WindowAttrs& a) {
+  s.n = 1;
   s.h = static_cast<int>(x[1]);
   s.w = static_cast<int>(x[2]);
   s.kh = a.kh;
@@ -97,15 +166,17 @@ template <class Shape> void set_window(Shape& s, const Dims& x, const Attrs& a, 
   s.w_out = (s.w + 2 * s.pad_w - s.kw) / s.stride_w + 1;
 }
 // The backward rule of a weighted layer (linear, conv2d) with in = (x, w[, b]): dx = bwd_data(dy, w)
-// when x needs a gradient, and (dw[, db]) = bwd_weight(dy, x) in the parameters' write mode.
+// when x needs a gradient, and (dw[, db]) = bwd_weight(dy, x) in the parameters' write mode. The
+// backward nodes carry the forward's attributes and geometry.
 void weighted_backward(GradBuilder& gb, const Node& n, const OpDef& bwd_data, const OpDef& bwd_weight);
-// Kernel shapes of a node at `batch` samples, shared by the backends: conv2d and its backward nodes;
-// max/avg pooling and their backward nodes; (channels, pixels per channel) of a global average pool.
-cpu::Conv2dShape conv2d_shape(const Graph& g, const Node& n, int batch);
-cpu::Pool2dShape pool2d_shape(const Graph& g, const Node& n, int batch);
-std::pair<int, int> global_pool_dims(const Graph& g, const Node& n);
-// Instantiates a templated CPU implementation for both dtypes.
-#define CRUMB_CPU_IMPL(fn) fn<float>, fn<double>
+// Elements of out[0] at the step's batch (elementwise ops).
+inline std::size_t out_count(const StepArgs& a) { return static_cast<std::size_t>(a.out_value().count(a.n)); }
+// Adds the rows of a templated CPU implementation for both float dtypes.
+#define CRUMB_CPU_ROWS(table, op, fn, ...)                                   \
+  do {                                                                       \
+    (table).add(op, Device::CPU, DType::F32, OpImpl{fn<float>, __VA_ARGS__});  \
+    (table).add(op, Device::CPU, DType::F64, OpImpl{fn<double>, __VA_ARGS__}); \
+  } while (0)
 }  // namespace ops
 
 }  // namespace crumb

@@ -1,5 +1,6 @@
 // Softmax cross-entropy: the loss op. Forward keeps the probabilities for the backward and reports
-// the summed loss; the backward seeds the gradient with the 1/B loss scale of the whole batch.
+// the summed loss; the backward seeds the gradient with the 1/B loss scale of the whole batch. The
+// declarations and their CPU rows; the CUDA rows are in softmax_xent_cuda.cc.
 #include "engine/autograd.h"
 #include "engine/ops/op.h"
 #include "kernels/cpu/kernels.h"
@@ -19,6 +20,7 @@ void check_inputs(const Graph& g, const Node& n) {
 void infer_fwd(Graph& g, Node& n) {  // in: logits, labels  out: probs
   ops::expect_arity(n, 2, 2, 1);
   check_inputs(g, n);
+  n.geometry = ClassesGeometry{(int)g.value(n.in[0]).dims[0]};
   ops::set_out_dims(g, n, 0, g.value(n.in[0]).dims);
 }
 
@@ -31,11 +33,11 @@ void infer_bwd(Graph& g, Node& n) {  // in: probs, labels  out: dlogits
 void backward(GradBuilder& gb, const Node& n) {
   const ValueId logits = n.in[0];
   const ValueId d = gb.new_grad_value(logits, "grad(" + gb.graph().value(logits).name + ")");
-  gb.emit(kSoftmaxXentBwd, {n.out[0], n.in[1]}, {d}, n.name + ".backward");
+  gb.emit(kSoftmaxXentBwd, {n.out[0], n.in[1]}, {d}, n.name + ".backward", {}, n.geometry);
   gb.add_grad(logits, d);
 }
 
-int classes(const StepArgs& a) { return (int)a.in_value(0).dims[0]; }
+int classes(const StepArgs& a) { return ops::geometry<ClassesGeometry>(*a.node).k; }
 
 template <class T> void fwd_cpu(const StepArgs& a) {
   const int32_t* labels = a.in<int32_t>(1);
@@ -50,8 +52,12 @@ template <class T> void bwd_cpu(const StepArgs& a) {
 
 }  // namespace
 
-const OpDef kSoftmaxXent{"softmax_cross_entropy", infer_fwd, backward, nullptr, false, false, CRUMB_CPU_IMPL(fwd_cpu)};
-const OpDef kSoftmaxXentBwd{"softmax_cross_entropy_backward", infer_bwd, nullptr, nullptr, false, false,
-                            CRUMB_CPU_IMPL(bwd_cpu)};
+const OpDef kSoftmaxXent{"softmax_cross_entropy", infer_fwd, backward, {OutDType::Float}};
+const OpDef kSoftmaxXentBwd{"softmax_cross_entropy_backward", infer_bwd, nullptr, {OutDType::Float}};
+
+void bind_softmax_xent_cpu(ImplTable& t) {
+  CRUMB_CPU_ROWS(t, kSoftmaxXent, fwd_cpu);
+  CRUMB_CPU_ROWS(t, kSoftmaxXentBwd, bwd_cpu);
+}
 
 }  // namespace crumb

@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
     std::vector<std::size_t> workspace;
     for (const CompiledStep& s : train.steps) workspace.push_back(s.workspace);
     const double plan_s =
-        seconds_of([&] { (void)plan_memory(g, train.plan.order, m, {g.loss()}, &workspace); });
+        seconds_of([&] { (void)plan_memory(g, train.plan.order, m, {g.loss()}, workspace); });
     int chosen = 0;
     const double search_s =
         seconds_of([&] { chosen = choose_micro_batch(g, batch, budget, true, Device::CPU).micro_batch; });

@@ -1,0 +1,28 @@
+// Elementwise ops' CUDA rows: custom kernels (kernels/cuda/elementwise.cu) on the compute stream.
+#include "engine/cuda/context.h"
+#include "engine/ops/op.h"
+#include "kernels/cuda/kernels.h"
+
+namespace crumb {
+namespace {
+
+using ops::out_count;
+cudaStream_t stream() { return cuda::Context::get().compute(); }
+
+void relu_fwd(const StepArgs& a) { cuda::relu_forward(a.out<float>(), a.in<float>(0), out_count(a), stream()); }
+void relu_bwd(const StepArgs& a) {
+  cuda::relu_backward(a.out<float>(), a.in<float>(0), a.in<float>(1), out_count(a), a.accumulate, stream());
+}
+void add(const StepArgs& a) {
+  cuda::add_forward(a.out<float>(), a.in<float>(0), a.in<float>(1), out_count(a), stream());
+}
+
+}  // namespace
+
+void bind_elementwise_cuda(ImplTable& t) {
+  t.add(kRelu, Device::CUDA, DType::F32, {relu_fwd});
+  t.add(kReluBwd, Device::CUDA, DType::F32, {relu_bwd});
+  t.add(kAdd, Device::CUDA, DType::F32, {add});
+}
+
+}  // namespace crumb

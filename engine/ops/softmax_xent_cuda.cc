@@ -1,0 +1,30 @@
+// Softmax cross-entropy's CUDA rows (kernels/cuda/softmax_xent.cu): the forward adds the loss sum and
+// correct count into the executor's device counters.
+#include "engine/cuda/context.h"
+#include "engine/ops/op.h"
+#include "kernels/cuda/kernels.h"
+
+namespace crumb {
+namespace {
+
+cudaStream_t stream() { return cuda::Context::get().compute(); }
+int classes(const StepArgs& a) { return ops::geometry<ClassesGeometry>(*a.node).k; }
+
+void fwd(const StepArgs& a) {
+  static_assert(sizeof(unsigned long long) == sizeof(int64_t));
+  cuda::softmax_xent_forward(a.out<float>(), a.in<float>(0), a.in<int32_t>(1), a.n, classes(a), a.loss_sum,
+                             reinterpret_cast<unsigned long long*>(a.correct), stream());
+}
+void bwd(const StepArgs& a) {
+  cuda::softmax_xent_backward(a.out<float>(), a.in<float>(0), a.in<int32_t>(1), a.n, classes(a),
+                              static_cast<float>(a.loss_scale), a.accumulate, stream());
+}
+
+}  // namespace
+
+void bind_softmax_xent_cuda(ImplTable& t) {
+  t.add(kSoftmaxXent, Device::CUDA, DType::F32, {fwd});
+  t.add(kSoftmaxXentBwd, Device::CUDA, DType::F32, {bwd});
+}
+
+}  // namespace crumb
