@@ -1,5 +1,7 @@
 #include "engine/executor.h"
 
+#include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "engine/backend.h"
@@ -28,9 +30,23 @@ Executor::Executor(const Graph& g, ParamStore& params, Arena& arena, CompiledPas
   bound_.assign(g.num_values(), nullptr);
   for (ValueId v = 0; v < g.num_values(); ++v)
     if (v != g.storage_root(v) && g.value(g.storage_root(v)).kind == ValueKind::Input) input_views_.push_back(v);
+  for (ValueId v = 0; v < g.num_values(); ++v)
+    if (g.value(v).kind == ValueKind::Metric) {
+      CRUMB_CHECK(!g.value(v).batched && g.value(v).count(1) == 1 && dtype_size(g.value(v).dtype) == 8,
+                  "executor: metric '", g.value(v).name, "' must be one 8-byte scalar");
+      metric_values_.push_back(v);
+    }
+  const Node& loss = g.node(g.value(g.loss()).producer);
+  for (ValueId v : loss.out) {
+    if (g.value(v).kind != ValueKind::Metric) continue;
+    if (g.value(v).dtype == DType::F64 && loss_sum_ < 0) loss_sum_ = v;
+    if (g.value(v).dtype == DType::I64 && correct_ < 0) correct_ = v;
+  }
+  CRUMB_CHECK(loss_sum_ >= 0, "executor: the loss op '", loss.name, "' has no F64 metric output for the loss sum");
+  const std::size_t metric_bytes = std::max<std::size_t>(1, metric_values_.size()) * 8;
+  metrics_ = Buffer(metric_bytes, memory_of(device()));
+  readback_ = Buffer(metric_bytes, device() == Device::CPU ? Memory::Host : Memory::Pinned);
   resolve();
-  results_ = Buffer(sizeof(Results), memory_of(device()));
-  readback_ = Buffer(sizeof(Results), device() == Device::CPU ? Memory::Host : Memory::Pinned);
   arena_.attach();  // last: a constructor that threw leaves the arena free to grow
 }
 
@@ -53,6 +69,7 @@ void Executor::resolve() {
     else if (val.kind == ValueKind::ParamGrad)
       ptr_[v] = params_.device_grad(params_.param_of_grad(v));
   }
+  for (std::size_t i = 0; i < metric_values_.size(); ++i) ptr_[metric_values_[i]] = metrics_.data() + 8 * i;
   // Views of parameters share their storage too (views of arena values have offsets, views of
   // inputs are re-pointed on every run).
   for (ValueId v = 0; v < g_.num_values(); ++v)
@@ -73,8 +90,12 @@ void Executor::fail_in(const Step& s, int n, const char* what) const {
 }
 
 Executor::Results Executor::results() {
-  read_back(device(), readback_.data(), results_.data(), sizeof(Results));
-  return *reinterpret_cast<const Results*>(readback_.data());
+  read_back(device(), readback_.data(), metrics_.data(), metrics_.size());
+  auto host = [&](ValueId v) { return readback_.data() + (static_cast<const char*>(ptr_[v]) - metrics_.data()); };
+  Results r;
+  std::memcpy(&r.loss_sum, host(loss_sum_), 8);
+  if (correct_ >= 0) std::memcpy(&r.correct, host(correct_), 8);
+  return r;
 }
 
 void Executor::set_recording(bool on) {
@@ -109,15 +130,13 @@ void Executor::run(int n, bool first_micro_batch, double loss_scale) {
 }
 
 void Executor::enqueue(int n, bool first_micro_batch, double loss_scale) {
-  if (first_micro_batch) zero_in_order(device(), results_.data(), sizeof(Results));
-  Results* results = reinterpret_cast<Results*>(results_.data());
+  if (first_micro_batch) zero_in_order(device(), metrics_.data(), metrics_.size());
   StepArgs a;
   a.graph = &g_;
   a.ptr = ptr_.data();
   a.n = n;
   a.loss_scale = loss_scale;
-  a.loss_sum = &results->loss_sum;
-  a.correct = &results->correct;
+  a.training = compiled_.pass == Pass::Train;
   for (const Step& s : steps_) {
     a.node = s.node;
     a.state = s.state;

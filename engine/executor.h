@@ -44,8 +44,8 @@ class Executor {
   // Whether runs are replayed from recordings: on, on a device that records, and no capture has failed.
   bool recording() const { return record_ && device() != Device::CPU; }
 
-  // The unscaled loss summed over the samples of the batch's runs so far, and how many of them were
-  // classified correctly. Waits for those runs to finish.
+  // The loss op's metric outputs: the unscaled loss summed over the samples of the batch's runs so far,
+  // and how many of them were classified correctly. Waits for those runs to finish.
   struct Results {
     double loss_sum = 0.0;
     int64_t correct = 0;
@@ -91,8 +91,11 @@ class Executor {
   };
   std::vector<Recorded> recorded_;
   bool record_ = true;
-  Buffer results_;   // Results in the device's memory, where the loss op adds to them
-  Buffer readback_;  // Results copied back to the host (pinned on CUDA)
+  // Every Metric value of the graph, 8 bytes each, in the device's memory; zeroed by a batch's first run.
+  Buffer metrics_;
+  Buffer readback_;  // metrics_ copied back to the host (pinned on CUDA)
+  std::vector<ValueId> metric_values_;
+  ValueId loss_sum_ = -1, correct_ = -1;  // the loss node's metric outputs (correct may be absent)
 };
 
 }  // namespace crumb

@@ -15,6 +15,16 @@ std::string dims_str(const Dims& d) {
   return os.str();
 }
 
+DType Graph::dtype_of(OutDType t) const {
+  switch (t) {
+    case OutDType::Float: return float_dtype_;
+    case OutDType::U8: return DType::U8;
+    case OutDType::F64: return DType::F64;
+    case OutDType::I64: return DType::I64;
+  }
+  return float_dtype_;
+}
+
 ValueId Graph::add_value(Value v) {
   values_.push_back(std::move(v));
   return static_cast<ValueId>(values_.size() - 1);
@@ -32,7 +42,7 @@ NodeId Graph::add_node(Node n) {
   for (size_t i = 0; i < n.out.size(); ++i) {
     CRUMB_CHECK(n.out[i] >= 0 && n.out[i] < num_values(), "layer '", n.name, "' (", n.def->name,
                 "): unknown output value ", n.out[i]);
-    const DType want = n.def->outputs[i] == OutDType::U8 ? DType::U8 : float_dtype_;
+    const DType want = dtype_of(n.def->outputs[i].dtype);
     CRUMB_CHECK(value(n.out[i]).dtype == want, "layer '", n.name, "' (", n.def->name, "): output '",
                 value(n.out[i]).name, "' is ", dtype_name(value(n.out[i]).dtype), ", the op produces ",
                 dtype_name(want));
@@ -42,7 +52,7 @@ NodeId Graph::add_node(Node n) {
   if (n.def->view) values_.at(n.out.at(0)).view_of = n.in.at(0);
   for (ValueId v : n.out) {
     Value& val = values_.at(v);
-    if (val.kind == ValueKind::Activation) {
+    if (val.kind == ValueKind::Activation || val.kind == ValueKind::Metric) {
       CRUMB_CHECK(val.producer < 0, "value '", val.name, "' is produced twice");
       val.producer = id;
     }
@@ -59,8 +69,9 @@ ValueId Graph::apply(const OpDef& def, std::vector<ValueId> in, const std::strin
   for (size_t i = 0; i < def.outputs.size(); ++i) {
     Value out;
     out.name = i ? name + ":" + std::to_string(i) : name;
-    out.dtype = def.outputs[i] == OutDType::U8 ? DType::U8 : float_dtype_;
-    out.batched = value(in[0]).batched;
+    out.dtype = dtype_of(def.outputs[i].dtype);
+    out.batched = value(in[0]).batched && !def.outputs[i].metric;
+    if (def.outputs[i].metric) out.kind = ValueKind::Metric;
     for (ValueId v : in) out.requires_grad = out.requires_grad || (i == 0 && value(v).requires_grad);
     n.out.push_back(add_value(std::move(out)));
   }

@@ -12,6 +12,7 @@
 namespace crumb {
 
 struct OpDef;
+enum class OutDType : uint8_t;
 using ValueId = int;
 using NodeId = int;
 
@@ -20,6 +21,8 @@ enum class ValueKind : uint8_t {
   Param,       // persistent, trained
   ParamGrad,   // persistent, accumulated over the micro-batches of a batch
   Activation,  // everything else: lives in the arena for its lifetime only
+  Metric,      // a per-batch total a loss op adds into (loss sum, correct count): an unbatched scalar,
+               // zeroed by a batch's first micro-batch, read after its last
 };
 
 // How an op initialises a parameter (PyTorch's defaults for Linear/Conv2d: both weight and bias
@@ -88,6 +91,8 @@ class Graph {
   ValueId storage_root(ValueId v) const;
   // The dtype every floating-point value of this graph uses (F32 for training, F64 for checks).
   DType float_dtype() const { return float_dtype_; }
+  // The dtype an op output of this dtype rule has in this graph.
+  DType dtype_of(OutDType t) const;
   void set_float_dtype(DType t) { float_dtype_ = t; }
   // Whether float32 matrix products and convolutions may round their operands to TF32 on devices with
   // tensor cores (CUDA: cuBLAS and cuDNN tensor-op math). Faster, about 1e-3 relative error per product;

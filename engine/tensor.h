@@ -8,12 +8,12 @@
 
 namespace crumb {
 
-enum class DType : uint8_t { F32, F64, I32, U8 };
+enum class DType : uint8_t { F32, F64, I32, U8, I64 };
 enum class Device : uint8_t { CPU, CUDA };
 
-inline std::size_t dtype_size(DType t) { return t == DType::F64 ? 8 : t == DType::U8 ? 1 : 4; }
+inline std::size_t dtype_size(DType t) { return t == DType::F64 || t == DType::I64 ? 8 : t == DType::U8 ? 1 : 4; }
 inline const char* dtype_name(DType t) {
-  return t == DType::F32 ? "F32" : t == DType::F64 ? "F64" : t == DType::I32 ? "I32" : "U8";
+  return t == DType::F32 ? "F32" : t == DType::F64 ? "F64" : t == DType::I32 ? "I32" : t == DType::I64 ? "I64" : "U8";
 }
 inline const char* device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
 

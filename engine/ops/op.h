@@ -36,10 +36,7 @@ struct StepArgs {
   void* workspace = nullptr;   // workspace_bytes bytes, 256-byte aligned
   std::size_t workspace_bytes = 0;  // the step's workspace at the compiled micro-batch size (>= at n)
   OpState* state = nullptr;    // the backend's per-node state, if it built one
-  // Loss ops add the unscaled sum of their per-sample losses and the number of correctly classified
-  // samples here (in the memory of the device that runs the step).
-  double* loss_sum = nullptr;
-  int64_t* correct = nullptr;
+  bool training = true;         // a training pass (forward + backward), or evaluation
 
   template <class T> T* out(int i = 0) const { return static_cast<T*>(ptr[node->out[i]]); }
   template <class T> const T* in(int i) const { return static_cast<const T*>(ptr[node->in[i]]); }
@@ -50,8 +47,15 @@ struct StepArgs {
 using StepFn = void (*)(const StepArgs&);
 
 // The dtype of an op's output: the graph's float dtype (F32 to train, F64 for gradient checks), or a
-// fixed one (the max pool's 1-byte argmax).
-enum class OutDType : uint8_t { Float, U8 };
+// fixed one (the max pool's 1-byte argmax, a loss op's F64 loss sum and I64 correct count).
+enum class OutDType : uint8_t { Float, U8, F64, I64 };
+// One declared output. A metric output is an unbatched scalar the op adds into over the micro-batches
+// of a batch (ValueKind::Metric): the executor zeroes it at a batch's first micro-batch.
+struct OutSpec {
+  OutSpec(OutDType d, bool m = false) : dtype(d), metric(m) {}
+  OutDType dtype;
+  bool metric;
+};
 
 struct OpDef {
   const char* name;
@@ -60,8 +64,8 @@ struct OpDef {
   void (*infer)(Graph& g, Node& n);
   // Emits the backward nodes for n given the gradients of its outputs (null: no gradient flows).
   void (*backward)(GradBuilder& gb, const Node& n);
-  // Its outputs' dtypes, in order (Graph::apply creates them).
-  std::vector<OutDType> outputs;
+  // Its outputs, in order (Graph::apply creates them).
+  std::vector<OutSpec> outputs;
   // out[0] may take over in[0]'s storage when in[0] is not used afterwards (ReLU, ReLU backward).
   bool inplace = false;
   // out[0] is a view of in[0]: no computation, no storage of its own (reshape/flatten).

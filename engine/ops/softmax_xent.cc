@@ -1,5 +1,5 @@
-// Softmax cross-entropy: the loss op. Forward keeps the probabilities for the backward and reports
-// the summed loss; the backward seeds the gradient with the 1/B loss scale of the whole batch. The
+// Softmax cross-entropy: the loss op. Forward keeps the probabilities for the backward and adds the
+// summed loss and the correct count into its metric outputs; the backward seeds the gradient with the 1/B loss scale of the whole batch. The
 // declarations and their CPU rows; the CUDA rows are in softmax_xent_cuda.cc.
 #include "engine/autograd.h"
 #include "engine/ops/op.h"
@@ -17,11 +17,13 @@ void check_inputs(const Graph& g, const Node& n) {
     ops::fail(n, "labels '" + labels.name + "' must be one int32 class index per sample");
 }
 
-void infer_fwd(Graph& g, Node& n) {  // in: logits, labels  out: probs
-  ops::expect_arity(n, 2, 2, 1);
+void infer_fwd(Graph& g, Node& n) {  // in: logits, labels  out: probs, loss sum, correct count
+  ops::expect_arity(n, 2, 2, 3);
   check_inputs(g, n);
   n.geometry = ClassesGeometry{(int)g.value(n.in[0]).dims[0]};
   ops::set_out_dims(g, n, 0, g.value(n.in[0]).dims);
+  ops::set_out_dims(g, n, 1, {});
+  ops::set_out_dims(g, n, 2, {});
 }
 
 void infer_bwd(Graph& g, Node& n) {  // in: probs, labels  out: dlogits
@@ -41,8 +43,8 @@ int classes(const StepArgs& a) { return ops::geometry<ClassesGeometry>(*a.node).
 
 template <class T> void fwd_cpu(const StepArgs& a) {
   const int32_t* labels = a.in<int32_t>(1);
-  *a.loss_sum += cpu::softmax_xent_forward<T>(a.out<T>(), a.in<T>(0), labels, a.n, classes(a));
-  *a.correct += cpu::count_correct<T>(a.out<T>(), labels, a.n, classes(a));
+  *a.out<double>(1) += cpu::softmax_xent_forward<T>(a.out<T>(), a.in<T>(0), labels, a.n, classes(a));
+  *a.out<int64_t>(2) += cpu::count_correct<T>(a.out<T>(), labels, a.n, classes(a));
 }
 
 template <class T> void bwd_cpu(const StepArgs& a) {
@@ -52,7 +54,10 @@ template <class T> void bwd_cpu(const StepArgs& a) {
 
 }  // namespace
 
-const OpDef kSoftmaxXent{"softmax_cross_entropy", infer_fwd, backward, {OutDType::Float}};
+// Outputs: the probabilities (kept for the backward), the unscaled loss summed over the batch's samples
+// and how many of them the probabilities classify correctly (metrics: added into over micro-batches).
+const OpDef kSoftmaxXent{
+    "softmax_cross_entropy", infer_fwd, backward, {OutDType::Float, {OutDType::F64, true}, {OutDType::I64, true}}};
 const OpDef kSoftmaxXentBwd{"softmax_cross_entropy_backward", infer_bwd, nullptr, {OutDType::Float}};
 
 void bind_softmax_xent_cpu(ImplTable& t) {

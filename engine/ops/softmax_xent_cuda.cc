@@ -1,5 +1,5 @@
 // Softmax cross-entropy's CUDA rows (kernels/cuda/softmax_xent.cu): the forward adds the loss sum and
-// correct count into the executor's device counters.
+// correct count into its metric outputs, in device memory.
 #include "engine/cuda/context.h"
 #include "engine/ops/op.h"
 #include "kernels/cuda/kernels.h"
@@ -12,8 +12,8 @@ int classes(const StepArgs& a) { return ops::geometry<ClassesGeometry>(*a.node).
 
 void fwd(const StepArgs& a) {
   static_assert(sizeof(unsigned long long) == sizeof(int64_t));
-  cuda::softmax_xent_forward(a.out<float>(), a.in<float>(0), a.in<int32_t>(1), a.n, classes(a), a.loss_sum,
-                             reinterpret_cast<unsigned long long*>(a.correct), stream());
+  cuda::softmax_xent_forward(a.out<float>(), a.in<float>(0), a.in<int32_t>(1), a.n, classes(a), a.out<double>(1),
+                             reinterpret_cast<unsigned long long*>(a.out<int64_t>(2)), stream());
 }
 void bwd(const StepArgs& a) {
   cuda::softmax_xent_backward(a.out<float>(), a.in<float>(0), a.in<int32_t>(1), a.n, classes(a),
