@@ -1,0 +1,118 @@
+// The op declarations: typed outputs, attributes and geometry on nodes, and the implementation table.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+
+#include "engine/autograd.h"
+#include "engine/error.h"
+#include "engine/layers.h"
+#include "engine/ops/op.h"
+#include "models/registry.h"
+
+namespace crumb {
+namespace {
+
+TEST(Ops, OutputsTakeTheDtypesTheOpDeclares) {
+  Graph g;
+  const ValueId x = g.input("x", {2, 8, 8});
+  const ValueId y = g.input("y", {}, DType::I32);
+  const ValueId p = nn::max_pool2d(g, x, 2, 2, "pool");
+  const Node& pool = g.node(g.value(p).producer);
+  ASSERT_EQ(pool.out.size(), 2u);
+  EXPECT_EQ(g.value(pool.out[0]).dtype, DType::F32);
+  EXPECT_EQ(g.value(pool.out[1]).dtype, DType::U8);  // the argmax, declared by the op, not by the caller
+  nn::softmax_cross_entropy(g, nn::linear(g, nn::flatten(g, p, "flat"), 3, "fc"), y, "loss");
+  const Node& loss = g.node(g.value(g.loss()).producer);
+  ASSERT_EQ(loss.out.size(), 3u);
+  for (int i : {1, 2}) {
+    const Value& m = g.value(loss.out[i]);
+    EXPECT_EQ(m.kind, ValueKind::Metric);
+    EXPECT_FALSE(m.batched);
+    EXPECT_EQ(m.count(1000), 1);
+  }
+  EXPECT_EQ(g.value(loss.out[1]).dtype, DType::F64);
+  EXPECT_EQ(g.value(loss.out[2]).dtype, DType::I64);
+}
+
+TEST(Ops, AWronglyTypedOutputIsAnErrorNamingTheLayer) {
+  Graph g;
+  const ValueId x = g.input("x", {2, 8, 8});
+  Node n;
+  n.def = &kMaxPool2d;
+  n.name = "pool";
+  n.in = {x};
+  n.attrs = WindowAttrs{2, 2, 2, 2, 0, 0};
+  for (DType t : {DType::F32, DType::F32}) {  // the argmax must be U8
+    Value v;
+    v.name = "out";
+    v.dtype = t;
+    v.batched = true;
+    n.out.push_back(g.add_value(v));
+  }
+  try {
+    g.add_node(n);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("layer 'pool' (max_pool2d)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("U8"), std::string::npos) << e.what();
+  }
+  n.out.pop_back();  // and the argmax is not optional
+  EXPECT_THROW(g.add_node(n), Error);
+}
+
+TEST(Ops, MissingAttributesAreAnError) {
+  Graph g;
+  const ValueId x = g.input("x", {2, 8, 8});
+  EXPECT_THROW(g.apply(kAvgPool2d, {x}, "pool"), Error);
+  EXPECT_THROW(g.apply(kAvgPool2d, {x}, "pool", ReshapeAttrs{{4}}), Error);  // the wrong struct
+}
+
+// Backward nodes carry the geometry their forward computed; their shape rules never derive it again.
+TEST(Ops, BackwardNodesCarryTheForwardGeometry) {
+  Graph g = models::build("lenet5");
+  build_backward(g);
+  int checked = 0;
+  for (NodeId i = 0; i < g.num_nodes(); ++i) {
+    const Node& n = g.node(i);
+    if (!n.backward || !n.geometry.has_value()) continue;
+    const std::string fwd_name = n.name.substr(0, n.name.find(".backward"));
+    for (NodeId j = 0; j < g.num_nodes(); ++j) {
+      const Node& f = g.node(j);
+      if (f.backward || f.name != fwd_name) continue;
+      if (const auto* s = std::any_cast<cpu::Conv2dShape>(&n.geometry)) {
+        const auto& t = std::any_cast<const cpu::Conv2dShape&>(f.geometry);
+        EXPECT_EQ(std::memcmp(s, &t, sizeof t), 0) << n.name;
+        ++checked;
+      } else if (const auto* p = std::any_cast<cpu::Pool2dShape>(&n.geometry)) {
+        const auto& t = std::any_cast<const cpu::Pool2dShape&>(f.geometry);
+        EXPECT_EQ(std::memcmp(p, &t, sizeof t), 0) << n.name;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GE(checked, 5);  // 2 conv layers x 2 backward nodes (the first has no data gradient) + 2 pools
+}
+
+// Every op the reference models use has CPU rows in both float dtypes, and CUDA float32 rows in a CUDA
+// build; views have none anywhere.
+TEST(Ops, ImplementationTableCoversTheReferenceModels) {
+  for (const std::string& name : models::names()) {
+    Graph g = models::build(name);
+    build_backward(g);
+    for (NodeId i = 0; i < g.num_nodes(); ++i) {
+      const OpDef& op = *g.node(i).def;
+      SCOPED_TRACE(name + ": " + op.name);
+      const bool rows = !op.view;
+      EXPECT_EQ(impl_table().find(op, Device::CPU, DType::F32) != nullptr, rows);
+      EXPECT_EQ(impl_table().find(op, Device::CPU, DType::F64) != nullptr, rows);
+#if CRUMB_HAVE_CUDA && CRUMB_HAVE_CUDNN  // a CUDA build without cuDNN has no convolutions
+      EXPECT_EQ(impl_table().find(op, Device::CUDA, DType::F32) != nullptr, rows);
+#endif
+      EXPECT_EQ(impl_table().find(op, Device::CUDA, DType::F64), nullptr);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace crumb
