@@ -6,12 +6,6 @@
 
 namespace crumb {
 namespace {
-ValueId require_input(const Graph& g, const char* name) {
-  const ValueId v = g.find_value(name);
-  CRUMB_CHECK(v >= 0 && g.value(v).kind == ValueKind::Input, "the model has no input named '", name, "'");
-  return v;
-}
-
 // Sizes the arena for the larger pass before either executor resolves pointers into it; returns train.
 CompiledPass reserve_for(Arena& arena, CompiledPass&& train, const CompiledPass& eval) {
   CRUMB_CHECK(train.pass == Pass::Train && eval.pass == Pass::Eval && train.max_batch == eval.max_batch,
@@ -26,37 +20,52 @@ Scheduler::Scheduler(const Graph& g, ParamStore& params, Arena& arena, int micro
                 compile_pass(g, Pass::Eval, micro_batch, arena.device())) {}
 
 Scheduler::Scheduler(const Graph& g, ParamStore& params, Arena& arena, CompiledPass train, CompiledPass eval)
-    : x_(require_input(g, "x")),
-      y_(require_input(g, "y")),
-      x_sample_bytes_(static_cast<std::size_t>(g.value(x_).count(1)) * dtype_size(g.value(x_).dtype)),
+    : g_(g),
+      inputs_(g.inputs()),
       train_(g, params, arena, reserve_for(arena, std::move(train), eval)),
       eval_(g, params, arena, std::move(eval)) {
-  CRUMB_CHECK(g.value(y_).dtype == DType::I32 && g.value(y_).count(1) == 1, "input 'y' must be one int32 per sample");
-  const int micro_batch = train_.max_batch();
-  if (arena.device() != Device::CPU)
-    staging_ = std::make_unique<InputStaging>(micro_batch * x_sample_bytes_, micro_batch * sizeof(int32_t));
+  CRUMB_CHECK(!inputs_.empty(), "scheduler: the graph has no inputs");
+  std::vector<std::size_t> slot_bytes;
+  for (ValueId x : inputs_) {
+    sample_bytes_.push_back(static_cast<std::size_t>(g.value(x).count(1)) * dtype_size(g.value(x).dtype));
+    slot_bytes.push_back(train_.max_batch() * sample_bytes_.back());
+  }
+  data_.assign(inputs_.size(), nullptr);
+  if (arena.device() != Device::CPU) staging_ = std::make_unique<InputStaging>(slot_bytes);
 }
 
 template <class Fn>
-BatchResult Scheduler::for_each_micro_batch(Executor& e, const void* x, const int32_t* y, int batch, Fn&& run) {
+BatchResult Scheduler::for_each_micro_batch(Executor& e, InputBatches inputs, int batch, Fn&& run) {
   CRUMB_CHECK(batch >= 1, "batch must be >= 1, got ", batch);
+  // Bind by name: every graph input exactly once, nothing else.
+  std::fill(data_.begin(), data_.end(), nullptr);
+  for (const InputBatch& in : inputs) {
+    std::size_t k = 0;
+    while (k < inputs_.size() && g_.value(inputs_[k]).name != in.name) ++k;
+    CRUMB_CHECK(k < inputs_.size(), "the model has no input named '", in.name, "'");
+    CRUMB_CHECK(!data_[k], "input '", in.name, "' is given twice");
+    CRUMB_CHECK(in.data, "input '", in.name, "' has no data");
+    data_[k] = static_cast<const char*>(in.data);
+  }
+  for (std::size_t k = 0; k < inputs_.size(); ++k)
+    CRUMB_CHECK(data_[k], "the model's input '", g_.value(inputs_[k]).name, "' was not given");
+
   const int m = e.max_batch();
   const int count = (batch + m - 1) / m;
   auto size = [&](int i) { return std::min(m, batch - i * m); };
-  auto x_at = [&](int i) { return static_cast<const char*>(x) + static_cast<std::size_t>(i) * m * x_sample_bytes_; };
+  auto at = [&](std::size_t k, int i) { return data_[k] + static_cast<std::size_t>(i) * m * sample_bytes_[k]; };
   auto copy_in = [&](int i) {
-    staging_->copy_in(i, x_at(i), size(i) * x_sample_bytes_, y + i * m, size(i) * sizeof(int32_t));
+    for (std::size_t k = 0; k < inputs_.size(); ++k) staging_->copy_in(i, k, at(k, i), size(i) * sample_bytes_[k]);
+    staging_->copied(i);
   };
   if (staging_) copy_in(0);
   for (int i = 0; i < count; ++i) {
     if (staging_) {
       if (i + 1 < count) copy_in(i + 1);  // overlaps the compute of micro-batch i
-      const auto [dx, dy] = staging_->await(i);
-      e.bind(x_, dx);
-      e.bind(y_, dy);
+      staging_->await(i);
+      for (std::size_t k = 0; k < inputs_.size(); ++k) e.bind(inputs_[k], staging_->slot(i, k));
     } else {
-      e.bind(x_, x_at(i));
-      e.bind(y_, y + i * m);
+      for (std::size_t k = 0; k < inputs_.size(); ++k) e.bind(inputs_[k], at(k, i));
     }
     run(size(i), i == 0);
     if (staging_) staging_->release(i);
@@ -65,13 +74,13 @@ BatchResult Scheduler::for_each_micro_batch(Executor& e, const void* x, const in
   return {r.loss_sum, r.correct, count};
 }
 
-BatchResult Scheduler::train_batch(const void* x, const int32_t* y, int batch) {
+BatchResult Scheduler::train_batch(InputBatches inputs, int batch) {
   const double scale = 1.0 / batch;
-  return for_each_micro_batch(train_, x, y, batch, [&](int n, bool first) { train_.run(n, first, scale); });
+  return for_each_micro_batch(train_, inputs, batch, [&](int n, bool first) { train_.run(n, first, scale); });
 }
 
-BatchResult Scheduler::evaluate(const void* x, const int32_t* y, int batch) {
-  return for_each_micro_batch(eval_, x, y, batch, [&](int n, bool first) { eval_.run(n, first, 1.0 / batch); });
+BatchResult Scheduler::evaluate(InputBatches inputs, int batch) {
+  return for_each_micro_batch(eval_, inputs, batch, [&](int n, bool first) { eval_.run(n, first, 1.0 / batch); });
 }
 
 }  // namespace crumb

@@ -4,13 +4,36 @@
 // On CUDA each micro-batch's inputs are copied to the device while the previous one computes
 // (engine/staging.h), and a batch returns once its work has finished (its loss is read back).
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
+#include <vector>
 
 #include "engine/executor.h"
 #include "engine/staging.h"
 
 namespace crumb {
+
+// One graph input's data for a whole batch: `batch` samples of the input's per-sample size, contiguous,
+// in host memory (pinned for copies to overlap on CUDA), bound by the input's name in the graph.
+struct InputBatch {
+  const char* name;
+  const void* data;
+};
+
+// A non-owning list of a batch's inputs, as written at a call site ({{"x", images}, {"y", labels}}).
+class InputBatches {
+ public:
+  InputBatches(std::initializer_list<InputBatch> list) : items_(list.begin()), size_(list.size()) {}
+  const InputBatch* begin() const { return items_; }
+  const InputBatch* end() const { return items_ + size_; }
+  std::size_t size() const { return size_; }
+
+ private:
+  const InputBatch* items_;
+  std::size_t size_;
+};
 
 struct BatchResult {
   double loss_sum = 0.0;  // summed per-sample loss over the batch (divide by B for the mean)
@@ -21,17 +44,16 @@ struct BatchResult {
 class Scheduler {
  public:
   // Runs the training and evaluation passes compiled for the arena's device (the budget search's, so
-  // nothing is compiled twice), reserving the arena once for the larger. The graph's inputs are named
-  // "x" (float features) and "y" (int32 labels).
+  // nothing is compiled twice), reserving the arena once for the larger.
   Scheduler(const Graph& g, ParamStore& params, Arena& arena, CompiledPass train, CompiledPass eval);
   // Compiles both passes for micro-batches of `micro_batch` samples.
   Scheduler(const Graph& g, ParamStore& params, Arena& arena, int micro_batch);
 
-  // x: [batch, per-sample features] contiguous, y: [batch], in host memory (pinned for copies to
-  // overlap on CUDA). Leaves gradients for an optimizer step.
-  BatchResult train_batch(const void* x, const int32_t* y, int batch);
+  // Every graph input, by name (an unknown or missing one is an error). Leaves gradients for an
+  // optimizer step.
+  BatchResult train_batch(InputBatches inputs, int batch);
   // Forward only over `batch` samples, in chunks of the evaluation plan's size.
-  BatchResult evaluate(const void* x, const int32_t* y, int batch);
+  BatchResult evaluate(InputBatches inputs, int batch);
 
   // Replay recorded runs (CUDA graphs) or run every step from the host; on by default (Executor::run).
   void set_recording(bool on) {
@@ -45,10 +67,12 @@ class Scheduler {
 
  private:
   template <class Fn>
-  BatchResult for_each_micro_batch(Executor& e, const void* x, const int32_t* y, int batch, Fn&& run);
+  BatchResult for_each_micro_batch(Executor& e, InputBatches inputs, int batch, Fn&& run);
 
-  ValueId x_, y_;
-  std::size_t x_sample_bytes_;
+  const Graph& g_;
+  std::vector<ValueId> inputs_;             // the graph's inputs, in its order
+  std::vector<std::size_t> sample_bytes_;   // per input: bytes of one sample
+  std::vector<const char*> data_;           // per input: this batch's host data (bound by name)
   Executor train_, eval_;
   std::unique_ptr<InputStaging> staging_;  // devices other than the CPU
 };

@@ -1,5 +1,7 @@
 #include "engine/staging.h"
 
+#include <algorithm>
+
 #include "engine/error.h"
 #include "engine/planner.h"
 
@@ -23,9 +25,14 @@ struct InputStaging::Events {
 struct InputStaging::Events {};
 #endif
 
-InputStaging::InputStaging(std::size_t x_bytes, std::size_t y_bytes) : x_bytes_(x_bytes), y_bytes_(y_bytes) {
+InputStaging::InputStaging(const std::vector<std::size_t>& part_bytes) : part_bytes_(part_bytes) {
+  std::size_t total = 0;
+  for (std::size_t bytes : part_bytes) {
+    offset_.push_back(total);
+    total += align_up(bytes);
+  }
 #if CRUMB_HAVE_CUDA
-  for (Buffer& slot : slots_) slot = Buffer(align_up(x_bytes) + align_up(y_bytes), Memory::Cuda);
+  for (Buffer& slot : slots_) slot = Buffer(std::max<std::size_t>(total, 1), Memory::Cuda);
   events_ = std::make_unique<Events>();
   for (int s = 0; s < 2; ++s) {
     // Timing off: these events only order streams.
@@ -39,30 +46,35 @@ InputStaging::InputStaging(std::size_t x_bytes, std::size_t y_bytes) : x_bytes_(
 
 InputStaging::~InputStaging() = default;
 
-void InputStaging::copy_in(int i, const void* x, std::size_t x_bytes, const void* y, std::size_t y_bytes) {
-  CRUMB_CHECK(i >= 0 && x_bytes <= x_bytes_ && y_bytes <= y_bytes_, "input staging: micro-batch ", i, " of ", x_bytes,
-              " + ", y_bytes, " bytes does not fit slots of ", x_bytes_, " + ", y_bytes_);
+void InputStaging::copy_in(int i, std::size_t k, const void* src, std::size_t bytes) {
+  CRUMB_CHECK(i >= 0 && k < part_bytes_.size() && bytes <= part_bytes_[k], "input staging: micro-batch ", i,
+              " input ", k, " of ", bytes, " bytes does not fit its slot");
 #if CRUMB_HAVE_CUDA
-  const int s = i % 2;
   const cudaStream_t copy = cuda::Context::get().copy();
-  // A wait on an event never recorded returns at once (the slot's first use).
-  CRUMB_CUDA_CHECK(cudaStreamWaitEvent(copy, events_->released[s], 0));
-  char* slot = slots_[s].data();
-  CRUMB_CUDA_CHECK(cudaMemcpyAsync(slot, x, x_bytes, cudaMemcpyHostToDevice, copy));
-  CRUMB_CUDA_CHECK(cudaMemcpyAsync(slot + align_up(x_bytes_), y, y_bytes, cudaMemcpyHostToDevice, copy));
-  CRUMB_CUDA_CHECK(cudaEventRecord(events_->copied[s], copy));
+  // Before a slot's first copy of this micro-batch, wait until the compute that last read it is done (a
+  // wait on an event never recorded returns at once: the slot's first use).
+  if (k == 0) CRUMB_CUDA_CHECK(cudaStreamWaitEvent(copy, events_->released[i % 2], 0));
+  CRUMB_CUDA_CHECK(
+      cudaMemcpyAsync(slots_[i % 2].data() + offset_[k], src, bytes, cudaMemcpyHostToDevice, copy));
 #else
-  (void)x;
-  (void)y;
+  (void)src;
 #endif
 }
 
-std::pair<const void*, const void*> InputStaging::await(int i) {
-  const int s = i % 2;
+void InputStaging::copied(int i) {
 #if CRUMB_HAVE_CUDA
-  CRUMB_CUDA_CHECK(cudaStreamWaitEvent(cuda::Context::get().compute(), events_->copied[s], 0));
+  CRUMB_CUDA_CHECK(cudaEventRecord(events_->copied[i % 2], cuda::Context::get().copy()));
+#else
+  (void)i;
 #endif
-  return {slots_[s].data(), slots_[s].data() + align_up(x_bytes_)};
+}
+
+void InputStaging::await(int i) {
+#if CRUMB_HAVE_CUDA
+  CRUMB_CUDA_CHECK(cudaStreamWaitEvent(cuda::Context::get().compute(), events_->copied[i % 2], 0));
+#else
+  (void)i;
+#endif
 }
 
 void InputStaging::release(int i) {

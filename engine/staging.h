@@ -7,7 +7,7 @@
 #pragma once
 #include <cstddef>
 #include <memory>
-#include <utility>
+#include <vector>
 
 #include "engine/buffer.h"
 
@@ -15,22 +15,27 @@ namespace crumb {
 
 class InputStaging {
  public:
-  // Two slots of x_bytes + y_bytes each, in CUDA device memory.
-  InputStaging(std::size_t x_bytes, std::size_t y_bytes);
+  // Two slots, each holding one micro-batch of every input (input k takes up to part_bytes[k]), in CUDA
+  // device memory.
+  explicit InputStaging(const std::vector<std::size_t>& part_bytes);
   ~InputStaging();
   InputStaging(const InputStaging&) = delete;
   InputStaging& operator=(const InputStaging&) = delete;
 
-  // Enqueues the copy of micro-batch i (x_bytes at x, y_bytes at y; at most the slot sizes) into slot i % 2.
-  void copy_in(int i, const void* x, std::size_t x_bytes, const void* y, std::size_t y_bytes);
-  // Makes the compute stream wait for micro-batch i's copy; returns the device addresses of its x and y.
-  std::pair<const void*, const void*> await(int i);
+  // Enqueues the copy of micro-batch i's input k (bytes at src, at most its part) into slot i % 2; then
+  // copied(i) marks the slot's copies done.
+  void copy_in(int i, std::size_t k, const void* src, std::size_t bytes);
+  void copied(int i);
+  // Makes the compute stream wait for micro-batch i's copies.
+  void await(int i);
+  // The device address of micro-batch i's input k.
+  const void* slot(int i, std::size_t k) const { return slots_[i % 2].data() + offset_[k]; }
   // Marks slot i % 2 free once the compute enqueued so far has run.
   void release(int i);
 
  private:
   struct Events;
-  std::size_t x_bytes_, y_bytes_;
+  std::vector<std::size_t> part_bytes_, offset_;
   Buffer slots_[2];
   std::unique_ptr<Events> events_;
 };

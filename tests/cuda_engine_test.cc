@@ -159,8 +159,8 @@ TEST(CudaEngine, TrainingStepMatchesCpu) {
       TrainedModel cpu(name, m, 4, Device::CPU), gpu(name, m, 4, Device::CUDA);
       ASSERT_EQ(cpu.weights(), gpu.weights());  // same initialisation on both devices
       for (int step = 0; step < 2; ++step) {
-        const BatchResult rc = cpu.sched.train_batch(one.b.x, one.b.y, one.b.size);
-        const BatchResult rg = gpu.sched.train_batch(one.b.x, one.b.y, one.b.size);
+        const BatchResult rc = cpu.sched.train_batch({{"x", one.b.x}, {"y", one.b.y}}, one.b.size);
+        const BatchResult rg = gpu.sched.train_batch({{"x", one.b.x}, {"y", one.b.y}}, one.b.size);
         EXPECT_NEAR(rg.loss_sum, rc.loss_sum, kTolerance * rc.loss_sum);
         EXPECT_EQ(rg.micro_batches, rc.micro_batches);
         EXPECT_LE(relative_error(gpu.grads(), cpu.grads()), kTolerance) << "step " << step;
@@ -168,8 +168,8 @@ TEST(CudaEngine, TrainingStepMatchesCpu) {
         gpu.opt.step();
         EXPECT_LE(relative_error(gpu.weights(), cpu.weights()), kTolerance) << "step " << step;
       }
-      const BatchResult ec = cpu.sched.evaluate(one.b.x, one.b.y, one.b.size);
-      const BatchResult eg = gpu.sched.evaluate(one.b.x, one.b.y, one.b.size);
+      const BatchResult ec = cpu.sched.evaluate({{"x", one.b.x}, {"y", one.b.y}}, one.b.size);
+      const BatchResult eg = gpu.sched.evaluate({{"x", one.b.x}, {"y", one.b.y}}, one.b.size);
       EXPECT_NEAR(eg.loss_sum, ec.loss_sum, kTolerance * ec.loss_sum);
       EXPECT_NEAR(double(eg.correct), double(ec.correct), 1.0);  // a near-tie may flip one sample
     }
@@ -182,7 +182,7 @@ TEST(CudaEngine, MicroBatchGradientsEqualFullBatch) {
   OneBatch one;
   for (const char* name : {"lenet5", "cnn", "mlp"}) {
     TrainedModel full(name, 29, 4, Device::CUDA);
-    full.sched.train_batch(one.b.x, one.b.y, one.b.size);
+    full.sched.train_batch({{"x", one.b.x}, {"y", one.b.y}}, one.b.size);
     const Floats ref = full.grads();
     for (int m : {1, 3, 7}) {
       TrainedModel micro(name, m, 4, Device::CUDA);
@@ -192,7 +192,7 @@ TEST(CudaEngine, MicroBatchGradientsEqualFullBatch) {
         std::fill_n(static_cast<float*>(micro.params.grad(p)), micro.g.value(p).count(1), 123.0f);
       copy_bytes(micro.params.device_grad_block(), Memory::Cuda, micro.params.grad_block(), Memory::Host,
                  micro.params.bytes());
-      const BatchResult r = micro.sched.train_batch(one.b.x, one.b.y, one.b.size);
+      const BatchResult r = micro.sched.train_batch({{"x", one.b.x}, {"y", one.b.y}}, one.b.size);
       EXPECT_EQ(r.micro_batches, (29 + m - 1) / m);
       // DESIGN.md's 1e-5 is the CPU's bound; on the device cuDNN may also pick a different algorithm
       // (summation order) for each micro-batch size, so the bound is the CPU-vs-CUDA one.
@@ -212,8 +212,8 @@ TEST(CudaEngine, RecordedRunsMatchHostRuns) {
     host.sched.set_recording(false);
     EXPECT_FALSE(host.sched.train_executor().recording());
     for (int step = 0; step < 3; ++step) {
-      const BatchResult rh = host.sched.train_batch(one.b.x, one.b.y, one.b.size);
-      const BatchResult rr = replayed.sched.train_batch(one.b.x, one.b.y, one.b.size);
+      const BatchResult rh = host.sched.train_batch({{"x", one.b.x}, {"y", one.b.y}}, one.b.size);
+      const BatchResult rr = replayed.sched.train_batch({{"x", one.b.x}, {"y", one.b.y}}, one.b.size);
       ASSERT_TRUE(replayed.sched.train_executor().recording()) << "a capture failed and runs fell back to the host";
       // cuDNN's backward-filter algorithms may add in a different order from run to run.
       EXPECT_NEAR(rr.loss_sum, rh.loss_sum, 1e-5 * rh.loss_sum) << "step " << step;
@@ -223,8 +223,8 @@ TEST(CudaEngine, RecordedRunsMatchHostRuns) {
       replayed.opt.step();
     }
     EXPECT_LE(relative_error(replayed.weights(), host.weights()), 1e-5);
-    const BatchResult eh = host.sched.evaluate(one.b.x, one.b.y, one.b.size);
-    const BatchResult er = replayed.sched.evaluate(one.b.x, one.b.y, one.b.size);
+    const BatchResult eh = host.sched.evaluate({{"x", one.b.x}, {"y", one.b.y}}, one.b.size);
+    const BatchResult er = replayed.sched.evaluate({{"x", one.b.x}, {"y", one.b.y}}, one.b.size);
     EXPECT_TRUE(replayed.sched.eval_executor().recording());
     EXPECT_NEAR(er.loss_sum, eh.loss_sum, 1e-5 * eh.loss_sum);
   }
@@ -238,8 +238,8 @@ TEST(CudaEngine, Tf32StepIsCloseToFloat32) {
   for (const char* name : {"lenet5", "cnn", "mlp"}) {
     SCOPED_TRACE(name);
     TrainedModel fp32(name, 29, 4, Device::CUDA), tf32(name, 29, 4, Device::CUDA, /*tf32=*/true);
-    const BatchResult rf = fp32.sched.train_batch(one.b.x, one.b.y, one.b.size);
-    const BatchResult rt = tf32.sched.train_batch(one.b.x, one.b.y, one.b.size);
+    const BatchResult rf = fp32.sched.train_batch({{"x", one.b.x}, {"y", one.b.y}}, one.b.size);
+    const BatchResult rt = tf32.sched.train_batch({{"x", one.b.x}, {"y", one.b.y}}, one.b.size);
     EXPECT_NEAR(rt.loss_sum, rf.loss_sum, 1e-2 * rf.loss_sum);
     EXPECT_LE(relative_error(tf32.grads(), fp32.grads()), 3e-2);
   }
@@ -250,18 +250,18 @@ TEST(CudaEngine, TrainingLoopAllocatesNothing) {
   OneBatch one;
   for (const char* name : {"lenet5", "cnn"}) {
     TrainedModel r(name, 10, 4, Device::CUDA);  // 29 = 10 + 10 + 9: a ragged last micro-batch too
-    r.sched.train_batch(one.b.x, one.b.y, one.b.size);  // warm-up: pointer resolution, lazy module loads
+    r.sched.train_batch({{"x", one.b.x}, {"y", one.b.y}}, one.b.size);  // warm-up: pointer resolution, lazy module loads
     r.opt.step();
-    r.sched.evaluate(one.b.x, one.b.y, one.b.size);
+    r.sched.evaluate({{"x", one.b.x}, {"y", one.b.y}}, one.b.size);
     // Free memory is a device-wide figure: run this test alone on its GPU (tools/bench/gpu.sh runs the
     // CUDA tests one at a time). Host allocations are not counted here: cuDNN 9's legacy convolution
     // calls allocate host memory internally; the engine's own loop is checked on the CPU
     // (tests/training_test.cc, Training.StepDoesNotAllocate).
     const std::size_t free_before = device_free_bytes(Device::CUDA);
     for (int i = 0; i < 3; ++i) {
-      r.sched.train_batch(one.b.x, one.b.y, one.b.size);
+      r.sched.train_batch({{"x", one.b.x}, {"y", one.b.y}}, one.b.size);
       r.opt.step();
-      r.sched.evaluate(one.b.x, one.b.y, one.b.size);
+      r.sched.evaluate({{"x", one.b.x}, {"y", one.b.y}}, one.b.size);
     }
     EXPECT_EQ(device_free_bytes(Device::CUDA), free_before) << name << ": device memory was allocated";
   }

@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 
 #include "engine/autograd.h"
 #include "engine/data/dataset.h"
 #include "engine/data/loader.h"
+#include "engine/error.h"
 #include "engine/optimizer.h"
 #include "engine/scheduler.h"
 #include "models/registry.h"
@@ -26,7 +28,7 @@ std::vector<double> train(TrainedModel& r, int batch, int epochs) {
     data::Batch b;
     double sum = 0;
     while (loader.next(b)) {
-      sum += r.sched.train_batch(b.x, b.y, b.size).loss_sum;
+      sum += r.sched.train_batch({{"x", b.x}, {"y", b.y}}, b.size).loss_sum;
       r.opt.step();
     }
     losses.push_back(sum / ds.count);
@@ -58,7 +60,7 @@ TEST(Training, MicroBatchGradientsEqualFullBatch) {
   ASSERT_TRUE(loader.next(b));
   for (const char* model : {"lenet5", "cnn", "mlp"}) {
     TrainedModel full(model, 29, 4);
-    full.sched.train_batch(b.x, b.y, b.size);
+    full.sched.train_batch({{"x", b.x}, {"y", b.y}}, b.size);
     const std::vector<float> ref = full.grads();
     float scale = 0;
     for (float v : ref) scale = std::max(scale, std::fabs(v));
@@ -67,7 +69,7 @@ TEST(Training, MicroBatchGradientsEqualFullBatch) {
       // Garbage in the gradient buffer must be overwritten by the first micro-batch, not added to.
       for (ValueId p : micro.g.params())
         std::fill_n(static_cast<float*>(micro.params.grad(p)), micro.g.value(p).count(1), 123.0f);
-      const BatchResult res = micro.sched.train_batch(b.x, b.y, b.size);
+      const BatchResult res = micro.sched.train_batch({{"x", b.x}, {"y", b.y}}, b.size);
       EXPECT_EQ(res.micro_batches, (29 + m - 1) / m);
       const std::vector<float> got = micro.grads();
       double worst = 0;
@@ -94,6 +96,30 @@ TEST(Training, MicroBatchedTrainingMatchesFullBatch) {
   }
 }
 
+// Inputs are bound by the names the model gave them: in any order, each exactly once.
+TEST(Training, InputsAreBoundByName) {
+  const data::Dataset& ds = synthetic_dataset();
+  data::Loader loader(ds, 16, {0.5f, 0.25f}, false, 2);
+  loader.start_epoch(0);
+  data::Batch b;
+  ASSERT_TRUE(loader.next(b));
+  TrainedModel a("mlp", 16, 1), r("mlp", 16, 1);
+  const double in_order = a.sched.train_batch({{"x", b.x}, {"y", b.y}}, b.size).loss_sum;
+  EXPECT_EQ(r.sched.train_batch({{"y", b.y}, {"x", b.x}}, b.size).loss_sum, in_order);
+  auto error_of = [&](InputBatches inputs) -> std::string {
+    try {
+      r.sched.train_batch(inputs, b.size);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_NE(error_of({{"x", b.x}}).find("input 'y' was not given"), std::string::npos);
+  EXPECT_NE(error_of({{"x", b.x}, {"y", b.y}, {"z", b.x}}).find("no input named 'z'"), std::string::npos);
+  EXPECT_NE(error_of({{"x", b.x}, {"x", b.x}}).find("'x' is given twice"), std::string::npos);
+  EXPECT_NE(error_of({{"x", nullptr}, {"y", b.y}}).find("'x' has no data"), std::string::npos);
+}
+
 TEST(Training, StepDoesNotAllocate) {
   if (!alloc_counter_enabled()) GTEST_SKIP() << "allocation counting is unavailable under sanitizers";
   const data::Dataset& ds = synthetic_dataset();
@@ -103,13 +129,13 @@ TEST(Training, StepDoesNotAllocate) {
     loader.start_epoch(0);
     data::Batch b;
     ASSERT_TRUE(loader.next(b));
-    r.sched.train_batch(b.x, b.y, b.size);  // warm-up: lazy pointer resolution, thread pools
+    r.sched.train_batch({{"x", b.x}, {"y", b.y}}, b.size);  // warm-up: lazy pointer resolution, thread pools
     r.opt.step();
     const AllocCount before = alloc_count();
     for (int i = 0; i < 3; ++i) {
-      r.sched.train_batch(b.x, b.y, b.size);
+      r.sched.train_batch({{"x", b.x}, {"y", b.y}}, b.size);
       r.opt.step();
-      r.sched.evaluate(b.x, b.y, b.size);
+      r.sched.evaluate({{"x", b.x}, {"y", b.y}}, b.size);
     }
     const AllocCount after = alloc_count();
     EXPECT_EQ(after.news, before.news) << model << ": operator new called during training steps";

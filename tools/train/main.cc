@@ -39,7 +39,7 @@ double evaluate(Scheduler& sched, data::Loader& loader, int count) {
   loader.start_epoch(0);
   data::Batch b;
   int64_t correct = 0;
-  while (loader.next(b)) correct += sched.evaluate(b.x, b.y, b.size).correct;
+  while (loader.next(b)) correct += sched.evaluate({{"x", b.x}, {"y", b.y}}, b.size).correct;
   return static_cast<double>(correct) / count;
 }
 
@@ -144,7 +144,7 @@ int run(const Options& o) {
     long long epoch_samples = 0;
     data::Batch b;
     while (train_loader.next(b)) {
-      const BatchResult r = sched.train_batch(b.x, b.y, b.size);
+      const BatchResult r = sched.train_batch({{"x", b.x}, {"y", b.y}}, b.size);
       CRUMB_CHECK(std::isfinite(r.loss_sum), "loss became ", r.loss_sum, " at epoch ", epoch + 1, " batch ",
                   b.index + 1, ": training diverged (lower --lr)");
       opt.step();
