@@ -15,12 +15,15 @@
 
 namespace crumb {
 
-MemoryBreakdown measure_memory(const Graph& g, int m, bool momentum, Device device) {
+MemoryBreakdown measure_memory(const Graph& g, int m, const OptimizerConfig& opt, Device device) {
   MemoryBreakdown mb;
   mb.micro_batch = m;
   const std::size_t persistent = ParamStore::block_count(g) * dtype_size(g.float_dtype());
   mb.params = mb.grads = persistent;
-  mb.optimizer_state = momentum ? persistent : 0;
+  const std::vector<std::string> state = state_names(opt);
+  mb.optimizer_state = state.size() * persistent;
+  mb.optimizer = optimizer_name(opt.kind);
+  for (std::size_t i = 0; i < state.size(); ++i) mb.optimizer += (i ? " + " : ": ") + state[i];
   for (Pass pass : {Pass::Train, Pass::Eval}) {
     const std::vector<NodeId> order = pass_order(g, pass);
     const std::vector<std::size_t> workspace = step_workspace(device, g, order, m);
@@ -37,9 +40,9 @@ MemoryBreakdown measure_memory(const Graph& g, int m, bool momentum, Device devi
   return mb;
 }
 
-int choose_micro_batch(const Graph& g, int batch, std::size_t budget, bool momentum, Device device) {
+int choose_micro_batch(const Graph& g, int batch, std::size_t budget, const OptimizerConfig& opt, Device device) {
   CRUMB_CHECK(batch >= 1, "batch must be >= 1, got ", batch);
-  const MemoryBreakdown one = measure_memory(g, 1, momentum, device);
+  const MemoryBreakdown one = measure_memory(g, 1, opt, device);
   CRUMB_CHECK(one.total() <= budget, "memory budget ", format_bytes(budget),
               " cannot hold the model even at micro-batch 1: it needs at least ", format_bytes(one.total()),
               " (persistent ", format_bytes(one.persistent()), " + arena ", format_bytes(one.arena), " + staging ",
@@ -48,7 +51,7 @@ int choose_micro_batch(const Graph& g, int batch, std::size_t budget, bool momen
   int lo = 1, hi = batch;
   while (lo < hi) {
     const int mid = lo + (hi - lo + 1) / 2;
-    if (measure_memory(g, mid, momentum, device).total() <= budget)
+    if (measure_memory(g, mid, opt, device).total() <= budget)
       lo = mid;
     else
       hi = mid - 1;
@@ -89,13 +92,14 @@ std::size_t parse_bytes(const std::string& text) {
 
 void write_memory_report(std::ostream& os, const Graph& g, const MemoryBreakdown& mb, const MemoryPlan& plan,
                          std::size_t budget) {
-  auto line = [&](const char* what, std::size_t bytes) {
-    os << "  " << std::left << std::setw(34) << what << std::right << std::setw(12) << format_bytes(bytes) << "\n";
+  auto line = [&](const char* what, std::size_t bytes, const std::string& note = "") {
+    os << "  " << std::left << std::setw(34) << what << std::right << std::setw(12) << format_bytes(bytes)
+       << (note.empty() ? "" : "  (" + note + ")") << "\n";
   };
   os << "memory for micro-batch " << mb.micro_batch << ":\n";
   line("parameters", mb.params);
   line("gradients", mb.grads);
-  line("optimizer state", mb.optimizer_state);
+  line("optimizer state", mb.optimizer_state, mb.optimizer);
   line("arena (block)", mb.arena);
   line("  peak live activations (train)", mb.activations);
   line("  largest step workspace (train)", mb.workspace);

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/graph.h"
+#include "engine/optimizer.h"
 #include "engine/planner.h"
 
 namespace crumb {
@@ -15,6 +16,7 @@ namespace crumb {
 struct MemoryBreakdown {
   int micro_batch = 0;
   std::size_t params = 0, grads = 0, optimizer_state = 0;
+  std::string optimizer;        // what optimizer_state holds, e.g. "adamw: exp_avg + exp_avg_sq"
   std::size_t activations = 0;  // peak bytes of live values in the training pass
   std::size_t workspace = 0;    // largest kernel scratch of one step of the training pass
   std::size_t arena = 0;        // the arena block (values + workspace): max over training and evaluation
@@ -24,13 +26,16 @@ struct MemoryBreakdown {
   std::size_t total() const { return persistent() + arena + staging + runtime; }
 };
 
-// g must have its backward graph. momentum: whether the optimizer keeps a momentum buffer. On CUDA the
-// kernel workspace is cuDNN's for the algorithms it picks at this micro-batch size (needs a GPU).
-MemoryBreakdown measure_memory(const Graph& g, int micro_batch, bool momentum, Device device = Device::CPU);
+// g must have its backward graph. opt: the optimizer, whose state blocks (one parameter block each)
+// count as persistent memory. On CUDA the kernel workspace is cuDNN's for the algorithms it picks at
+// this micro-batch size (needs a GPU).
+MemoryBreakdown measure_memory(const Graph& g, int micro_batch, const OptimizerConfig& opt,
+                               Device device = Device::CPU);
 
 // The largest m <= batch whose measure_memory(m).total() fits in budget bytes. Throws crumb::Error
 // naming the smallest budget that would work when even m = 1 does not fit.
-int choose_micro_batch(const Graph& g, int batch, std::size_t budget, bool momentum, Device device = Device::CPU);
+int choose_micro_batch(const Graph& g, int batch, std::size_t budget, const OptimizerConfig& opt,
+                       Device device = Device::CPU);
 
 // "1.50 MiB"-style formatting and parsing ("64MiB", "1.5GiB", "500MB", "4096"; K/M/G mean KiB/MiB/GiB).
 std::string format_bytes(std::size_t bytes);
