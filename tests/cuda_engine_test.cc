@@ -22,15 +22,11 @@
 #include "engine/rng.h"
 #include "engine/scheduler.h"
 #include "models/registry.h"
+#include "tests/require_gpu.h"
 #include "tests/trained_model.h"
 
 namespace crumb {
 namespace {
-
-#define CRUMB_REQUIRE_GPU()                                                                 \
-  do {                                                                                      \
-    if (!device_available(Device::CUDA)) GTEST_SKIP() << "no usable CUDA device in this build/machine"; \
-  } while (0)
 
 using Floats = std::vector<float>;
 
