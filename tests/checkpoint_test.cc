@@ -191,6 +191,74 @@ TEST(Checkpoint, ParamsOnlyFileGivesFreshOptimizer) {
   std::remove(path.c_str());
 }
 
+// AdamW's two state blocks and its step count round-trip, and resuming continues bit for bit (the bias
+// corrections follow the restored count).
+TEST(Checkpoint, RoundTripRestoresAdamWState) {
+  const std::string path = temp_path("adamw");
+  const OptimizerConfig cfg = adamw_config(1e-3, 0.01);
+  Model a("lenet5", 1, cfg);
+  a.steps(3, 7);
+  save_checkpoint(path, a.params, a.opt.get(), "lenet5");
+  const std::string header = split(path).header;
+  EXPECT_NE(header.find("\"optimizer.exp_avg.11.bias\":{\"dtype\":\"F32\",\"shape\":[10],"), std::string::npos);
+  EXPECT_NE(header.find("\"optimizer.exp_avg_sq.0.weight\":{\"dtype\":\"F32\",\"shape\":[6,1,5,5],"),
+            std::string::npos);
+  EXPECT_NE(header.find("\"optimizer\":\"adamw\",\"optimizer_steps\":\"3\""), std::string::npos) << header;
+
+  Model b("lenet5", 2, cfg);
+  b.steps(1, 8);
+  load_checkpoint(path, b.params, b.opt.get());
+  EXPECT_EQ(b.param_bytes(), a.param_bytes());
+  EXPECT_EQ(b.state_bytes(), a.state_bytes());
+  EXPECT_EQ(b.opt->steps(), 3);
+  a.steps(2, 9);
+  b.steps(2, 9);
+  EXPECT_EQ(b.param_bytes(), a.param_bytes());
+  std::remove(path.c_str());
+}
+
+// Another optimizer's state cannot be resumed: the error names both kinds and the flag to pass. A file
+// with parameters only starts either optimizer afresh.
+TEST(Checkpoint, OtherOptimizerKindIsAClearError) {
+  const std::string path = temp_path("kind");
+  Model adamw("mlp", 1, adamw_config(1e-3, 0.01));
+  adamw.steps(1, 1);
+  save_checkpoint(path, adamw.params, adamw.opt.get(), "mlp");
+  Model sgd("mlp", 2);
+  expect_load_error(path, sgd, {"holds the state of optimizer adamw", "uses sgd", "--optimizer adamw"});
+
+  save_checkpoint(path, sgd.params, sgd.opt.get(), "mlp");
+  Model other("mlp", 3, adamw_config(1e-3, 0.01));
+  expect_load_error(path, other, {"holds the state of optimizer sgd", "uses adamw"});
+
+  save_checkpoint(path, sgd.params, nullptr, "mlp");
+  load_checkpoint(path, other.params, other.opt.get());
+  EXPECT_EQ(other.opt->steps(), 0);
+  EXPECT_EQ(other.state_bytes(), std::string(other.opt->state_bytes(), '\0'));
+  std::remove(path.c_str());
+}
+
+// Optimizer tensors are checked against the kind the file names: AdamW needs both blocks.
+TEST(Checkpoint, AdamWStateMustBeComplete) {
+  const std::string path = temp_path("adamw_partial");
+  Model m("mlp", 1, adamw_config(1e-3, 0.01));
+  std::vector<Entry> es;
+  for (ValueId p : m.g.params()) es.push_back(entry_of(m, p, m.g.value(p).name));
+  std::vector<Entry> half = es;
+  for (ValueId p : m.g.params()) half.push_back(entry_of(m, p, "optimizer.exp_avg." + m.g.value(p).name));
+  write_entries(path, half, "\"__metadata__\": {\"optimizer\": \"adamw\"}");
+  expect_load_error(path, m, {"optimizer state 'exp_avg_sq' is missing"});
+
+  std::vector<Entry> stray = es;
+  stray.push_back(entry_of(m, m.g.params()[0], "optimizer.momentum." + es[0].name));
+  write_entries(path, stray, "\"__metadata__\": {\"optimizer\": \"adamw\"}");
+  expect_load_error(path, m, {"unknown tensor 'optimizer.momentum.1.weight'", "no state of optimizer adamw"});
+
+  write_entries(path, es, "\"__metadata__\": {\"optimizer\": \"lion\"}");
+  expect_load_error(path, m, {"unknown optimizer \"lion\""});
+  std::remove(path.c_str());
+}
+
 // The layout checked without the engine's reader: length prefix, header text, packed data.
 TEST(Checkpoint, FileFollowsSafetensorsLayout) {
   const std::string path = temp_path("layout");
