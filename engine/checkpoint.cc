@@ -20,7 +20,7 @@ namespace {
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "safetensors data is little-endian and is written straight from memory");
 
-const std::string kMomentumPrefix = "optimizer.momentum.";
+const std::string kStatePrefix = "optimizer.";
 const std::string kMetadata = "__metadata__";
 
 void check_float32(const std::string& path, const ParamStore& params) {
@@ -59,7 +59,7 @@ struct Chunk {
   std::size_t bytes;
 };
 
-std::string header_json(const std::vector<Chunk>& chunks, const std::string& model_name, const Sgd* opt) {
+std::string header_json(const std::vector<Chunk>& chunks, const std::string& model_name, const Optimizer* opt) {
   std::string h = "{";
   std::size_t offset = 0;
   for (const Chunk& c : chunks) {
@@ -69,7 +69,9 @@ std::string header_json(const std::vector<Chunk>& chunks, const std::string& mod
     offset += c.bytes;
   }
   h += json::quote(kMetadata) + ":{\"format\":\"crumb\",\"model\":" + json::quote(model_name);
-  if (opt) h += ",\"optimizer_steps\":\"" + std::to_string(opt->steps()) + "\"";
+  if (opt)
+    h += ",\"optimizer\":" + json::quote(optimizer_name(opt->kind())) + ",\"optimizer_steps\":\"" +
+         std::to_string(opt->steps()) + "\"";
   h += "}}";
   // Spaces, as the reference implementation pads, so the data section starts 8-byte aligned.
   h.append((8 - h.size() % 8) % 8, ' ');
@@ -159,6 +161,9 @@ void check_coverage(std::vector<const FileTensor*> ts, uint64_t data_size, const
 struct Metadata {
   std::string model;
   long long steps = 0;
+  // Files without an "optimizer" entry (written before AdamW, or by other writers) hold SGD state.
+  OptimizerKind optimizer = OptimizerKind::Sgd;
+  bool names_optimizer = false;  // "optimizer" or "optimizer_steps" present
 };
 
 Metadata parse_metadata(const json::Value& meta, const std::string& path) {
@@ -168,6 +173,13 @@ Metadata parse_metadata(const json::Value& meta, const std::string& path) {
                 json::kind_name(v.kind));
   Metadata m;
   if (const json::Value* model = meta.find("model")) m.model = model->string;
+  if (const json::Value* kind = meta.find("optimizer")) {
+    const std::string& k = kind->string;
+    CRUMB_CHECK(k == "sgd" || k == "adamw", path, ": unknown optimizer \"", k, "\" in ", kMetadata,
+                " (expected sgd or adamw)");
+    m.optimizer = k == "sgd" ? OptimizerKind::Sgd : OptimizerKind::AdamW;
+    m.names_optimizer = true;
+  }
   if (const json::Value* steps = meta.find("optimizer_steps")) {
     const std::string& s = steps->string;
     const bool digits = !s.empty() && s.size() <= 18 && std::all_of(s.begin(), s.end(), [](char c) {
@@ -175,26 +187,26 @@ Metadata parse_metadata(const json::Value& meta, const std::string& path) {
     });
     CRUMB_CHECK(digits, path, ": optimizer_steps \"", s, "\" is not a non-negative integer");
     m.steps = std::stoll(s);
+    m.names_optimizer = true;
   }
   return m;
 }
 
 }  // namespace
 
-void save_checkpoint(const std::string& path, ParamStore& params, Sgd* opt, const std::string& model_name) {
+void save_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt, const std::string& model_name) {
   check_float32(path, params);
   params.to_host();
   if (opt) opt->to_host();
   const Graph& g = params.graph();
-  const bool momentum = opt && opt->state_bytes() > 0;
   std::vector<Chunk> chunks;
   for (ValueId p : params.params())
     chunks.push_back({g.value(p).name, &g.value(p).dims, static_cast<const char*>(params.data(p)), param_bytes(params, p)});
-  if (momentum)
-    for (ValueId p : params.params())
-      chunks.push_back({kMomentumPrefix + g.value(p).name, &g.value(p).dims,
-                        reinterpret_cast<const char*>(opt->momentum_block()) + params.byte_offset(p),
-                        param_bytes(params, p)});
+  if (opt)
+    for (const StateBlock& s : opt->state())
+      for (ValueId p : params.params())
+        chunks.push_back({kStatePrefix + s.name + "." + g.value(p).name, &g.value(p).dims,
+                          reinterpret_cast<const char*>(s.host()) + params.byte_offset(p), param_bytes(params, p)});
   const std::string header = header_json(chunks, model_name, opt);
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(static_cast<uint64_t>(header.size()) >> (8 * i));
@@ -217,7 +229,7 @@ void save_checkpoint(const std::string& path, ParamStore& params, Sgd* opt, cons
   }
 }
 
-void load_checkpoint(const std::string& path, ParamStore& params, Sgd* opt) {
+void load_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt) {
   check_float32(path, params);
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   CRUMB_CHECK(fd.get() >= 0, "cannot open checkpoint ", path, ": ", std::strerror(errno));
@@ -269,21 +281,41 @@ void load_checkpoint(const std::string& path, ParamStore& params, Sgd* opt) {
                 " is missing", from);
     check_shape(*it->second, p);
   }
-  std::size_t momentum_found = 0;
+  // Optimizer state: "optimizer.<state>.<param>", every parameter or none for each state name.
+  const std::vector<std::string>& known_state = state_names(meta.optimizer);
+  std::unordered_map<std::string, std::size_t> state_found;
   for (const FileTensor& t : tensors) {
-    const bool is_momentum = t.name.compare(0, kMomentumPrefix.size(), kMomentumPrefix) == 0;
-    const auto it = param_named.find(is_momentum ? t.name.substr(kMomentumPrefix.size()) : t.name);
+    const bool is_state = t.name.compare(0, kStatePrefix.size(), kStatePrefix) == 0;
+    std::string param_name = t.name;
+    if (is_state) {
+      const std::size_t dot = t.name.find('.', kStatePrefix.size());
+      const std::string state = t.name.substr(kStatePrefix.size(), dot - kStatePrefix.size());
+      CRUMB_CHECK(dot != std::string::npos &&
+                      std::find(known_state.begin(), known_state.end(), state) != known_state.end(),
+                  path, ": unknown tensor '", t.name, "' ", dims_str(t.dims), " is no state of optimizer ",
+                  optimizer_name(meta.optimizer), from);
+      param_name = t.name.substr(dot + 1);
+      ++state_found[state];
+    }
+    const auto it = param_named.find(param_name);
     CRUMB_CHECK(it != param_named.end(), path, ": unknown tensor '", t.name, "' ", dims_str(t.dims),
                 " is not a parameter of this model", from);
-    if (!is_momentum) continue;
-    check_shape(t, it->second);
-    ++momentum_found;
+    if (is_state) check_shape(t, it->second);
   }
-  const bool has_momentum = momentum_found > 0;
-  if (has_momentum)
+  for (const auto& [state, found] : state_found)
     for (ValueId p : params.params())
-      CRUMB_CHECK(by_name.count(kMomentumPrefix + g.value(p).name), path, ": optimizer momentum of parameter '",
-                  g.value(p).name, "' is missing while others are present");
+      CRUMB_CHECK(by_name.count(kStatePrefix + state + "." + g.value(p).name), path, ": optimizer ", state,
+                  " of parameter '", g.value(p).name, "' is missing while others are present");
+  const bool has_state = !state_found.empty();
+  if (opt && (has_state || meta.names_optimizer)) {
+    CRUMB_CHECK(opt->kind() == meta.optimizer, path, ": holds the state of optimizer ", optimizer_name(meta.optimizer),
+                " but this run uses ", optimizer_name(opt->kind()), " (pass --optimizer ",
+                optimizer_name(meta.optimizer), " to resume it)");
+    if (has_state)
+      for (const StateBlock& s : opt->state())
+        CRUMB_CHECK(state_found.count(s.name), path, ": optimizer state '", s.name, "' is missing while ",
+                    state_found.begin()->first, " is present");
+  }
 
   // Everything is read before anything is written, so a failed load leaves the model as it was.
   std::vector<char> data(data_size);
@@ -292,16 +324,17 @@ void load_checkpoint(const std::string& path, ParamStore& params, Sgd* opt) {
     std::memcpy(params.data(p), data.data() + by_name[g.value(p).name]->begin, param_bytes(params, p));
   params.to_device();
   if (!opt) return;
-  // Momentum without a step count (a file from another writer) is still a started optimizer: with
-  // 0 steps the first step would overwrite the loaded momentum with the gradient.
-  opt->set_steps(has_momentum ? std::max(meta.steps, 1LL) : meta.steps);
-  if (opt->state_bytes() == 0) return;
-  char* momentum = reinterpret_cast<char*>(opt->momentum_block());
-  if (!has_momentum) {
-    std::memset(momentum, 0, opt->state_bytes());
-  } else {
+  // State without a step count (a file from another writer) is still a started optimizer: with 0 steps
+  // SGD's first step would overwrite the loaded momentum with the gradient.
+  opt->set_steps(has_state ? std::max(meta.steps, 1LL) : meta.steps);
+  for (const StateBlock& s : opt->state()) {
+    char* block = reinterpret_cast<char*>(s.host());
+    if (!has_state) {
+      std::memset(block, 0, s.block.size());
+      continue;
+    }
     for (ValueId p : params.params())
-      std::memcpy(momentum + params.byte_offset(p), data.data() + by_name[kMomentumPrefix + g.value(p).name]->begin,
+      std::memcpy(block + params.byte_offset(p), data.data() + by_name[kStatePrefix + s.name + "." + g.value(p).name]->begin,
                   param_bytes(params, p));
   }
   opt->to_device();

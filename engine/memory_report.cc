@@ -15,7 +15,8 @@
 
 namespace crumb {
 
-MemoryBreakdown measure_memory(const Graph& g, const CompiledPass& train, const CompiledPass& eval, bool momentum) {
+MemoryBreakdown measure_memory(const Graph& g, const CompiledPass& train, const CompiledPass& eval,
+                               const OptimizerConfig& opt) {
   CRUMB_CHECK(train.pass == Pass::Train && eval.pass == Pass::Eval && train.max_batch == eval.max_batch &&
                   train.device == eval.device,
               "measure_memory: needs a training and an evaluation pass compiled alike");
@@ -24,7 +25,10 @@ MemoryBreakdown measure_memory(const Graph& g, const CompiledPass& train, const 
   mb.micro_batch = m;
   const std::size_t persistent = ParamStore::block_count(g) * dtype_size(g.float_dtype());
   mb.params = mb.grads = persistent;
-  mb.optimizer_state = momentum ? persistent : 0;
+  const std::vector<std::string> state = state_names(opt);
+  mb.optimizer_state = state.size() * persistent;
+  mb.optimizer = optimizer_name(opt.kind);
+  for (std::size_t i = 0; i < state.size(); ++i) mb.optimizer += (i ? " + " : ": ") + state[i];
   mb.activations = train.plan.peak_live;
   mb.workspace = train.plan.workspace_bytes;
   mb.arena = std::max(train.plan.arena_bytes, eval.plan.arena_bytes);
@@ -34,22 +38,23 @@ MemoryBreakdown measure_memory(const Graph& g, const CompiledPass& train, const 
   return mb;
 }
 
-MicroBatchPlan plan_micro_batch(const Graph& g, int m, bool momentum, Device device) {
+MicroBatchPlan plan_micro_batch(const Graph& g, int m, const OptimizerConfig& opt, Device device) {
   MicroBatchPlan p;
   p.micro_batch = m;
   p.train = compile_pass(g, Pass::Train, m, device);
   p.eval = compile_pass(g, Pass::Eval, m, device);
-  p.memory = measure_memory(g, p.train, p.eval, momentum);
+  p.memory = measure_memory(g, p.train, p.eval, opt);
   return p;
 }
 
-MemoryBreakdown measure_memory(const Graph& g, int m, bool momentum, Device device) {
-  return plan_micro_batch(g, m, momentum, device).memory;
+MemoryBreakdown measure_memory(const Graph& g, int m, const OptimizerConfig& opt, Device device) {
+  return plan_micro_batch(g, m, opt, device).memory;
 }
 
-MicroBatchPlan choose_micro_batch(const Graph& g, int batch, std::size_t budget, bool momentum, Device device) {
+MicroBatchPlan choose_micro_batch(const Graph& g, int batch, std::size_t budget, const OptimizerConfig& opt,
+                                  Device device) {
   CRUMB_CHECK(batch >= 1, "batch must be >= 1, got ", batch);
-  MicroBatchPlan best = plan_micro_batch(g, 1, momentum, device);
+  MicroBatchPlan best = plan_micro_batch(g, 1, opt, device);
   const MemoryBreakdown& one = best.memory;
   CRUMB_CHECK(one.total() <= budget, "memory budget ", format_bytes(budget),
               " cannot hold the model even at micro-batch 1: it needs at least ", format_bytes(one.total()),
@@ -59,7 +64,7 @@ MicroBatchPlan choose_micro_batch(const Graph& g, int batch, std::size_t budget,
   int lo = 1, hi = batch;
   while (lo < hi) {
     const int mid = lo + (hi - lo + 1) / 2;
-    MicroBatchPlan candidate = plan_micro_batch(g, mid, momentum, device);
+    MicroBatchPlan candidate = plan_micro_batch(g, mid, opt, device);
     if (candidate.memory.total() <= budget) {
       lo = mid;
       best = std::move(candidate);
@@ -103,13 +108,14 @@ std::size_t parse_bytes(const std::string& text) {
 
 void write_memory_report(std::ostream& os, const Graph& g, const MemoryBreakdown& mb, const MemoryPlan& plan,
                          std::size_t budget) {
-  auto line = [&](const char* what, std::size_t bytes) {
-    os << "  " << std::left << std::setw(34) << what << std::right << std::setw(12) << format_bytes(bytes) << "\n";
+  auto line = [&](const char* what, std::size_t bytes, const std::string& note = "") {
+    os << "  " << std::left << std::setw(34) << what << std::right << std::setw(12) << format_bytes(bytes)
+       << (note.empty() ? "" : "  (" + note + ")") << "\n";
   };
   os << "memory for micro-batch " << mb.micro_batch << ":\n";
   line("parameters", mb.params);
   line("gradients", mb.grads);
-  line("optimizer state", mb.optimizer_state);
+  line("optimizer state", mb.optimizer_state, mb.optimizer);
   line("arena (block)", mb.arena);
   line("  peak live activations (train)", mb.activations);
   line("  largest step workspace (train)", mb.workspace);

@@ -9,6 +9,7 @@
 
 #include "engine/compile.h"
 #include "engine/graph.h"
+#include "engine/optimizer.h"
 #include "engine/planner.h"
 
 namespace crumb {
@@ -16,6 +17,7 @@ namespace crumb {
 struct MemoryBreakdown {
   int micro_batch = 0;
   std::size_t params = 0, grads = 0, optimizer_state = 0;
+  std::string optimizer;        // what optimizer_state holds, e.g. "adamw: exp_avg + exp_avg_sq"
   std::size_t activations = 0;  // peak bytes of live values in the training pass
   std::size_t workspace = 0;    // largest kernel scratch of one step of the training pass
   std::size_t arena = 0;        // the arena block (values + workspace): max over training and evaluation
@@ -26,9 +28,10 @@ struct MemoryBreakdown {
 };
 
 // The breakdown of a run whose passes were compiled as train and eval (same device and micro-batch).
-// momentum: whether the optimizer keeps a momentum buffer. On CUDA the kernel workspace is cuDNN's for
-// the algorithms it picked at this micro-batch size.
-MemoryBreakdown measure_memory(const Graph& g, const CompiledPass& train, const CompiledPass& eval, bool momentum);
+// opt: the optimizer, whose state blocks (one parameter block each) count as persistent memory. On CUDA
+// the kernel workspace is cuDNN's for the algorithms it picked at this micro-batch size.
+MemoryBreakdown measure_memory(const Graph& g, const CompiledPass& train, const CompiledPass& eval,
+                               const OptimizerConfig& opt);
 
 // A micro-batch size with its breakdown and its compiled passes (for the scheduler to run).
 struct MicroBatchPlan {
@@ -37,13 +40,13 @@ struct MicroBatchPlan {
   CompiledPass train, eval;
 };
 // Compiles both passes of g (which must have its backward graph) for micro-batches of m on device.
-MicroBatchPlan plan_micro_batch(const Graph& g, int m, bool momentum, Device device = Device::CPU);
-MemoryBreakdown measure_memory(const Graph& g, int m, bool momentum, Device device = Device::CPU);
+MicroBatchPlan plan_micro_batch(const Graph& g, int m, const OptimizerConfig& opt, Device device = Device::CPU);
+MemoryBreakdown measure_memory(const Graph& g, int m, const OptimizerConfig& opt, Device device = Device::CPU);
 
 // The largest m <= batch whose memory total fits in budget bytes, with its compiled passes; each
 // candidate is compiled once. Throws crumb::Error naming the smallest budget that would work when even
 // m = 1 does not fit.
-MicroBatchPlan choose_micro_batch(const Graph& g, int batch, std::size_t budget, bool momentum,
+MicroBatchPlan choose_micro_batch(const Graph& g, int batch, std::size_t budget, const OptimizerConfig& opt,
                                   Device device = Device::CPU);
 
 // "1.50 MiB"-style formatting and parsing ("64MiB", "1.5GiB", "500MB", "4096"; K/M/G mean KiB/MiB/GiB).

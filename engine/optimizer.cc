@@ -1,41 +1,77 @@
 #include "engine/optimizer.h"
 
+#include "engine/adamw.h"
 #include "engine/error.h"
-#include "kernels/cpu/kernels.h"
-
-#if CRUMB_HAVE_CUDA
-#include "engine/cuda/context.h"
-#include "kernels/cuda/kernels.h"
-#endif
+#include "engine/sgd.h"
 
 namespace crumb {
 
-Sgd::Sgd(ParamStore& params, SgdConfig cfg) : params_(params), cfg_(cfg) {
-  CRUMB_CHECK(params.dtype() == DType::F32, "SGD runs on float32 parameters");
-  CRUMB_CHECK(cfg.lr > 0, "learning rate must be > 0, got ", cfg.lr);
-  CRUMB_CHECK(cfg.momentum >= 0 && cfg.momentum < 1, "momentum must be in [0, 1), got ", cfg.momentum);
-  CRUMB_CHECK(cfg.weight_decay >= 0, "weight decay must be >= 0, got ", cfg.weight_decay);
-  if (cfg.momentum != 0) momentum_ = MirroredBuffer(params.bytes(), params.device());
+const char* optimizer_name(OptimizerKind kind) { return kind == OptimizerKind::Sgd ? "sgd" : "adamw"; }
+
+void OptimizerConfig::validate() const {
+  CRUMB_CHECK(lr > 0, "learning rate must be > 0, got ", lr);
+  CRUMB_CHECK(weight_decay >= 0, "weight decay must be >= 0, got ", weight_decay);
+  if (kind == OptimizerKind::Sgd) {
+    CRUMB_CHECK(momentum >= 0 && momentum < 1, "momentum must be in [0, 1), got ", momentum);
+    CRUMB_CHECK(!nesterov || momentum > 0, "Nesterov momentum needs a momentum > 0");
+  } else {
+    CRUMB_CHECK(beta1 >= 0 && beta1 < 1, "beta1 must be in [0, 1), got ", beta1);
+    CRUMB_CHECK(beta2 >= 0 && beta2 < 1, "beta2 must be in [0, 1), got ", beta2);
+    CRUMB_CHECK(eps > 0, "eps must be > 0, got ", eps);
+  }
+  schedule.validate();
 }
 
-void Sgd::step() {
-  float* p = static_cast<float*>(params_.device_data_block());
-  const float* g = static_cast<const float*>(params_.device_grad_block());
-  float* m = reinterpret_cast<float*>(momentum_.device());
-  if (params_.device() == Device::CPU) {
-    cpu::sgd_momentum_step(p, g, m, params_.count(), cfg_.lr, cfg_.momentum, cfg_.weight_decay, steps_ == 0);
-  } else {
-#if CRUMB_HAVE_CUDA
-    cuda::sgd_momentum_step(p, g, m, params_.count(), cfg_.lr, cfg_.momentum, cfg_.weight_decay, steps_ == 0,
-                            cuda::Context::get().compute());
-#endif
-  }
+const std::vector<std::string>& state_names(OptimizerKind kind) {
+  static const std::vector<std::string> sgd{"momentum"}, adamw{"exp_avg", "exp_avg_sq"};
+  return kind == OptimizerKind::Sgd ? sgd : adamw;
+}
+
+std::vector<std::string> state_names(const OptimizerConfig& cfg) {
+  if (cfg.kind == OptimizerKind::Sgd && cfg.momentum == 0) return {};
+  return state_names(cfg.kind);
+}
+
+Optimizer::Optimizer(ParamStore& params, const OptimizerConfig& cfg) : params_(params), cfg_(cfg) {
+  CRUMB_CHECK(params.dtype() == DType::F32, optimizer_name(cfg.kind), " runs on float32 parameters");
+  cfg.validate();
+  for (const std::string& name : state_names(cfg)) state_.push_back({name, MirroredBuffer(params.bytes(), params.device())});
+}
+
+void Optimizer::step() {
+  update(lr(steps_));
   ++steps_;
 }
 
-void Sgd::set_steps(long long steps) {
+void Optimizer::set_total_steps(long long total) {
+  LrSchedule s = cfg_.schedule;
+  s.total_steps = total;
+  s.validate();
+  cfg_.schedule = s;
+}
+
+std::size_t Optimizer::state_bytes() const {
+  std::size_t bytes = 0;
+  for (const StateBlock& s : state_) bytes += s.block.size();
+  return bytes;
+}
+
+void Optimizer::to_host() {
+  for (StateBlock& s : state_) s.block.to_host();
+}
+
+void Optimizer::to_device() {
+  for (StateBlock& s : state_) s.block.to_device();
+}
+
+void Optimizer::set_steps(long long steps) {
   CRUMB_CHECK(steps >= 0, "optimizer step count must be >= 0, got ", steps);
   steps_ = steps;
+}
+
+std::unique_ptr<Optimizer> make_optimizer(ParamStore& params, const OptimizerConfig& cfg) {
+  if (cfg.kind == OptimizerKind::Sgd) return std::make_unique<Sgd>(params, cfg);
+  return std::make_unique<AdamW>(params, cfg);
 }
 
 }  // namespace crumb

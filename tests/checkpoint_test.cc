@@ -18,6 +18,7 @@
 #include "engine/json.h"
 #include "engine/rng.h"
 #include "models/registry.h"
+#include "tests/optimizer_configs.h"
 
 namespace crumb {
 namespace {
@@ -25,9 +26,11 @@ namespace {
 struct Model {
   Graph g;
   ParamStore params;
-  Sgd opt;
+  std::unique_ptr<Optimizer> opt;
   Model(const std::string& name, uint64_t seed, float momentum = 0.9f)
-      : g(build_graph(name)), params(g), opt(params, {0.05f, momentum, 1e-4f}) {
+      : Model(name, seed, sgd_config(0.05f, momentum, 1e-4f)) {}
+  Model(const std::string& name, uint64_t seed, const OptimizerConfig& cfg)
+      : g(build_graph(name)), params(g), opt(make_optimizer(params, cfg)) {
     params.init(seed);
   }
   static Graph build_graph(const std::string& name) {
@@ -43,12 +46,15 @@ struct Model {
         float* gr = static_cast<float*>(params.grad(p));
         for (int64_t i = 0; i < g.value(p).count(1); ++i) gr[i] = static_cast<float>(rng.uniform() - 0.5);
       }
-      opt.step();
+      opt->step();
     }
   }
   std::string param_bytes() const { return {static_cast<const char*>(params.data_block()), params.bytes()}; }
-  std::string momentum_bytes() const {
-    return {reinterpret_cast<const char*>(opt.momentum_block()), opt.state_bytes()};
+  // Every state block, in order.
+  std::string state_bytes() const {
+    std::string s;
+    for (const StateBlock& b : opt->state()) s.append(b.block.host(), b.block.size());
+    return s;
   }
 };
 
@@ -129,7 +135,7 @@ void write_entries(const std::string& path, const std::vector<Entry>& es, const 
 void expect_load_error(const std::string& path, Model& m, const std::vector<std::string>& what) {
   const std::string before = m.param_bytes();
   try {
-    load_checkpoint(path, m.params, &m.opt);
+    load_checkpoint(path, m.params, m.opt.get());
     ADD_FAILURE() << "no error loading " << path;
   } catch (const Error& e) {
     const std::string msg = e.what();
@@ -144,16 +150,16 @@ TEST(Checkpoint, RoundTripRestoresParamsMomentumAndSteps) {
   const std::string path = temp_path("roundtrip");
   Model a("lenet5", 1);
   a.steps(2, 7);
-  save_checkpoint(path, a.params, &a.opt, "lenet5");
+  save_checkpoint(path, a.params, a.opt.get(), "lenet5");
   EXPECT_FALSE(exists(path + ".tmp"));
 
   Model b("lenet5", 2);
   b.steps(3, 8);
   ASSERT_NE(b.param_bytes(), a.param_bytes());
-  load_checkpoint(path, b.params, &b.opt);
+  load_checkpoint(path, b.params, b.opt.get());
   EXPECT_EQ(b.param_bytes(), a.param_bytes());
-  EXPECT_EQ(b.momentum_bytes(), a.momentum_bytes());
-  EXPECT_EQ(b.opt.steps(), 2);
+  EXPECT_EQ(b.state_bytes(), a.state_bytes());
+  EXPECT_EQ(b.opt->steps(), 2);
 
   // Resuming is exact: the next step continues the momentum instead of restarting it.
   a.steps(1, 9);
@@ -170,18 +176,86 @@ TEST(Checkpoint, ParamsOnlyFileGivesFreshOptimizer) {
 
   Model b("mlp", 2);
   b.steps(2, 3);
-  load_checkpoint(path, b.params, &b.opt);
+  load_checkpoint(path, b.params, b.opt.get());
   EXPECT_EQ(b.param_bytes(), a.param_bytes());
-  EXPECT_EQ(b.opt.steps(), 0);
-  EXPECT_EQ(b.momentum_bytes(), std::string(b.opt.state_bytes(), '\0'));
+  EXPECT_EQ(b.opt->steps(), 0);
+  EXPECT_EQ(b.state_bytes(), std::string(b.opt->state_bytes(), '\0'));
 
   // An optimizer without momentum takes the step count and ignores the momentum tensors.
   a.steps(2, 4);
-  save_checkpoint(path, a.params, &a.opt, "mlp");
+  save_checkpoint(path, a.params, a.opt.get(), "mlp");
   Model c("mlp", 3, 0.0f);
-  load_checkpoint(path, c.params, &c.opt);
+  load_checkpoint(path, c.params, c.opt.get());
   EXPECT_EQ(c.param_bytes(), a.param_bytes());
-  EXPECT_EQ(c.opt.steps(), 2);
+  EXPECT_EQ(c.opt->steps(), 2);
+  std::remove(path.c_str());
+}
+
+// AdamW's two state blocks and its step count round-trip, and resuming continues bit for bit (the bias
+// corrections follow the restored count).
+TEST(Checkpoint, RoundTripRestoresAdamWState) {
+  const std::string path = temp_path("adamw");
+  const OptimizerConfig cfg = adamw_config(1e-3, 0.01);
+  Model a("lenet5", 1, cfg);
+  a.steps(3, 7);
+  save_checkpoint(path, a.params, a.opt.get(), "lenet5");
+  const std::string header = split(path).header;
+  EXPECT_NE(header.find("\"optimizer.exp_avg.11.bias\":{\"dtype\":\"F32\",\"shape\":[10],"), std::string::npos);
+  EXPECT_NE(header.find("\"optimizer.exp_avg_sq.0.weight\":{\"dtype\":\"F32\",\"shape\":[6,1,5,5],"),
+            std::string::npos);
+  EXPECT_NE(header.find("\"optimizer\":\"adamw\",\"optimizer_steps\":\"3\""), std::string::npos) << header;
+
+  Model b("lenet5", 2, cfg);
+  b.steps(1, 8);
+  load_checkpoint(path, b.params, b.opt.get());
+  EXPECT_EQ(b.param_bytes(), a.param_bytes());
+  EXPECT_EQ(b.state_bytes(), a.state_bytes());
+  EXPECT_EQ(b.opt->steps(), 3);
+  a.steps(2, 9);
+  b.steps(2, 9);
+  EXPECT_EQ(b.param_bytes(), a.param_bytes());
+  std::remove(path.c_str());
+}
+
+// Another optimizer's state cannot be resumed: the error names both kinds and the flag to pass. A file
+// with parameters only starts either optimizer afresh.
+TEST(Checkpoint, OtherOptimizerKindIsAClearError) {
+  const std::string path = temp_path("kind");
+  Model adamw("mlp", 1, adamw_config(1e-3, 0.01));
+  adamw.steps(1, 1);
+  save_checkpoint(path, adamw.params, adamw.opt.get(), "mlp");
+  Model sgd("mlp", 2);
+  expect_load_error(path, sgd, {"holds the state of optimizer adamw", "uses sgd", "--optimizer adamw"});
+
+  save_checkpoint(path, sgd.params, sgd.opt.get(), "mlp");
+  Model other("mlp", 3, adamw_config(1e-3, 0.01));
+  expect_load_error(path, other, {"holds the state of optimizer sgd", "uses adamw"});
+
+  save_checkpoint(path, sgd.params, nullptr, "mlp");
+  load_checkpoint(path, other.params, other.opt.get());
+  EXPECT_EQ(other.opt->steps(), 0);
+  EXPECT_EQ(other.state_bytes(), std::string(other.opt->state_bytes(), '\0'));
+  std::remove(path.c_str());
+}
+
+// Optimizer tensors are checked against the kind the file names: AdamW needs both blocks.
+TEST(Checkpoint, AdamWStateMustBeComplete) {
+  const std::string path = temp_path("adamw_partial");
+  Model m("mlp", 1, adamw_config(1e-3, 0.01));
+  std::vector<Entry> es;
+  for (ValueId p : m.g.params()) es.push_back(entry_of(m, p, m.g.value(p).name));
+  std::vector<Entry> half = es;
+  for (ValueId p : m.g.params()) half.push_back(entry_of(m, p, "optimizer.exp_avg." + m.g.value(p).name));
+  write_entries(path, half, "\"__metadata__\": {\"optimizer\": \"adamw\"}");
+  expect_load_error(path, m, {"optimizer state 'exp_avg_sq' is missing"});
+
+  std::vector<Entry> stray = es;
+  stray.push_back(entry_of(m, m.g.params()[0], "optimizer.momentum." + es[0].name));
+  write_entries(path, stray, "\"__metadata__\": {\"optimizer\": \"adamw\"}");
+  expect_load_error(path, m, {"unknown tensor 'optimizer.momentum.1.weight'", "no state of optimizer adamw"});
+
+  write_entries(path, es, "\"__metadata__\": {\"optimizer\": \"lion\"}");
+  expect_load_error(path, m, {"unknown optimizer \"lion\""});
   std::remove(path.c_str());
 }
 
@@ -190,7 +264,7 @@ TEST(Checkpoint, FileFollowsSafetensorsLayout) {
   const std::string path = temp_path("layout");
   Model m("lenet5", 1);
   m.steps(2, 5);
-  save_checkpoint(path, m.params, &m.opt, "lenet5");
+  save_checkpoint(path, m.params, m.opt.get(), "lenet5");
   const std::string bytes = read_file(path);
   ASSERT_GE(bytes.size(), 8u);
   uint64_t n = 0;
@@ -208,7 +282,7 @@ TEST(Checkpoint, FileFollowsSafetensorsLayout) {
             std::string::npos) << header;
   EXPECT_NE(header.find("\"7.weight\":{\"dtype\":\"F32\",\"shape\":[120,400],"), std::string::npos);
   EXPECT_NE(header.find("\"optimizer.momentum.11.bias\":{\"dtype\":\"F32\",\"shape\":[10],"), std::string::npos);
-  EXPECT_NE(header.find("\"__metadata__\":{\"format\":\"crumb\",\"model\":\"lenet5\",\"optimizer_steps\":\"2\"}"),
+  EXPECT_NE(header.find("\"__metadata__\":{\"format\":\"crumb\",\"model\":\"lenet5\",\"optimizer\":\"sgd\",\"optimizer_steps\":\"2\"}"),
             std::string::npos) << header;
 
   // Tensors packed in header order, no gaps, covering the data section exactly.
@@ -243,9 +317,9 @@ TEST(Checkpoint, ReadsFilesFromOtherWriters) {
   write_entries(path, es, "\"__metadata__\": {\"format\": \"pt\"}");
   Model m("mlp", 2);
   m.steps(1, 1);
-  load_checkpoint(path, m.params, &m.opt);
+  load_checkpoint(path, m.params, m.opt.get());
   EXPECT_EQ(m.param_bytes(), src.param_bytes());
-  EXPECT_EQ(m.opt.steps(), 0);
+  EXPECT_EQ(m.opt->steps(), 0);
 
   write_entries(path, es, "");  // no metadata at all
   Model n("mlp", 3);
@@ -264,16 +338,16 @@ TEST(Checkpoint, ForeignMomentumWithoutStepCountIsKept) {
   std::vector<Entry> es;
   for (ValueId p : src.g.params()) {
     es.push_back(entry_of(src, p, src.g.value(p).name));
-    const float* mom = src.opt.momentum_block() + (static_cast<const float*>(src.params.data(p)) - block);
+    const float* mom = src.opt->state()[0].host() + (static_cast<const float*>(src.params.data(p)) - block);
     es.push_back({"optimizer.momentum." + src.g.value(p).name, src.g.value(p).dims,
                   {mom, mom + src.g.value(p).count(1)}});
   }
   write_entries(path, es, "");
   Model m("mlp", 2);
-  load_checkpoint(path, m.params, &m.opt);
-  EXPECT_EQ(m.opt.steps(), 1);
+  load_checkpoint(path, m.params, m.opt.get());
+  EXPECT_EQ(m.opt->steps(), 1);
   const ValueId w = m.g.params()[0];
-  const float* got = m.opt.momentum_block() + (static_cast<const float*>(m.params.data(w)) -
+  const float* got = m.opt->state()[0].host() + (static_cast<const float*>(m.params.data(w)) -
                                                static_cast<const float*>(m.params.data_block()));
   EXPECT_EQ(std::vector<float>(got, got + m.g.value(w).count(1)), es[1].values);
   std::remove(path.c_str());
@@ -282,7 +356,7 @@ TEST(Checkpoint, ForeignMomentumWithoutStepCountIsKept) {
 TEST(Checkpoint, WrongModelNamesTensorAndShapes) {
   const std::string path = temp_path("wrong_model");
   Model lenet("lenet5", 1);
-  save_checkpoint(path, lenet.params, &lenet.opt, "lenet5");
+  save_checkpoint(path, lenet.params, lenet.opt.get(), "lenet5");
   Model cnn("cnn", 1);
   expect_load_error(path, cnn, {"'0.weight'", "[6, 1, 5, 5]", "[32, 1, 3, 3]", "'lenet5'"});
   std::remove(path.c_str());
@@ -324,7 +398,7 @@ TEST(Checkpoint, CorruptFilesAreClearErrors) {
   const std::string good = temp_path("good"), path = temp_path("corrupt");
   Model m("lenet5", 1);
   m.steps(1, 1);
-  save_checkpoint(good, m.params, &m.opt, "lenet5");
+  save_checkpoint(good, m.params, m.opt.get(), "lenet5");
   const Parts g = split(good);
   const std::string bytes = read_file(good);
   const std::string w0 = "\"0.weight\":{\"dtype\":\"F32\",\"shape\":[6,1,5,5],\"data_offsets\":[0,600]}";
@@ -417,7 +491,7 @@ TEST(Checkpoint, WritesAreAtomic) {
   Model m("lenet5", 1);
   const std::string missing_dir = ::testing::TempDir() + "crumb_no_such_dir_" + std::to_string(::getpid()) + "/c.safetensors";
   try {
-    save_checkpoint(missing_dir, m.params, &m.opt, "lenet5");
+    save_checkpoint(missing_dir, m.params, m.opt.get(), "lenet5");
     ADD_FAILURE() << "saved into a missing directory";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(missing_dir), std::string::npos) << e.what();
@@ -425,15 +499,15 @@ TEST(Checkpoint, WritesAreAtomic) {
   EXPECT_FALSE(exists(missing_dir + ".tmp"));
 
   const std::string path = temp_path("atomic");
-  save_checkpoint(path, m.params, &m.opt, "lenet5");
+  save_checkpoint(path, m.params, m.opt.get(), "lenet5");
   const std::string first = read_file(path);
   m.steps(3, 2);
-  save_checkpoint(path, m.params, &m.opt, "lenet5");
+  save_checkpoint(path, m.params, m.opt.get(), "lenet5");
   EXPECT_NE(read_file(path), first);
   EXPECT_FALSE(exists(path + ".tmp"));
   Model r("lenet5", 5);
-  load_checkpoint(path, r.params, &r.opt);
-  EXPECT_EQ(r.opt.steps(), 3);
+  load_checkpoint(path, r.params, r.opt.get());
+  EXPECT_EQ(r.opt->steps(), 3);
   EXPECT_EQ(r.param_bytes(), m.param_bytes());
 
   const std::string complete = read_file(path);
@@ -443,7 +517,7 @@ TEST(Checkpoint, WritesAreAtomic) {
     // Nothing is reported inside: gtest's own output may be going to a file that is over the limit.
     const FileSizeLimit limit(4096);
     try {
-      save_checkpoint(path, m.params, &m.opt, "lenet5");
+      save_checkpoint(path, m.params, m.opt.get(), "lenet5");
     } catch (const Error& e) {
       error = e.what();
     }

@@ -370,9 +370,10 @@ TEST(CudaKernels, SoftmaxXentCountsNaNRowsAsTheCpu) {
 TEST(CudaKernels, SgdThreeSteps) {
   CRUMB_REQUIRE_GPU();
   for (std::size_t count : {std::size_t{41}, std::size_t{100003}}) {
-    for (auto [momentum, wd] : {std::pair{0.9f, 0.01f}, {0.9f, 0.0f}, {0.0f, 0.01f}}) {
-      const std::string at =
-          " count=" + std::to_string(count) + " momentum=" + std::to_string(momentum) + " wd=" + std::to_string(wd);
+    for (auto [momentum, wd, nesterov] : {std::tuple{0.9f, 0.01f, false}, {0.9f, 0.0f, false}, {0.0f, 0.01f, false},
+                                          {0.9f, 0.01f, true}}) {
+      const std::string at = " count=" + std::to_string(count) + " momentum=" + std::to_string(momentum) +
+                             " wd=" + std::to_string(wd) + " nesterov=" + std::to_string(nesterov);
       Floats p = random_floats(count, 1);
       // The buffer starts as NaN: the first step must overwrite it without reading.
       Floats buf(count, kNaN);
@@ -381,9 +382,9 @@ TEST(CudaKernels, SgdThreeSteps) {
         const Floats g = random_floats(count, 10 + step);
         const DeviceArray<float> dev_g(g);
         cpu::sgd_momentum_step(p.data(), g.data(), momentum != 0 ? buf.data() : nullptr, count, 0.1f, momentum, wd,
-                               step == 0);
+                               nesterov, step == 0);
         sgd_momentum_step(dev_p.get(), dev_g.get(), momentum != 0 ? dev_buf.get() : nullptr, count, 0.1f, momentum, wd,
-                          step == 0, nullptr);
+                          nesterov, step == 0, nullptr);
         expect_close(dev_p.download(), p, "sgd params step " + std::to_string(step) + at);
         if (momentum != 0) expect_close(dev_buf.download(), buf, "sgd momentum step " + std::to_string(step) + at);
       }

@@ -8,6 +8,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -410,14 +411,14 @@ TYPED_TEST(CpuKernelTest, CountCorrect) {
 
 // ---- SGD
 
-// torch.optim.SGD step (dampening 0, no Nesterov), op for op in float.
+// torch.optim.SGD step (dampening 0), op for op in float.
 void reference_sgd(std::vector<float>& p, const std::vector<float>& g, std::vector<float>& buf, float lr,
-                   float momentum, float wd, bool first) {
+                   float momentum, float wd, bool nesterov, bool first) {
   for (std::size_t i = 0; i < p.size(); ++i) {
     float d = g[i] + wd * p[i];
     if (momentum != 0) {
       buf[i] = first ? d : momentum * buf[i] + d;
-      d = buf[i];
+      d = nesterov ? d + momentum * buf[i] : buf[i];
     }
     p[i] -= lr * d;
   }
@@ -425,15 +426,16 @@ void reference_sgd(std::vector<float>& p, const std::vector<float>& g, std::vect
 
 TEST(CpuKernelSgd, MatchesTorchSemantics) {
   for (std::size_t count : {std::size_t{41}, std::size_t{100003}}) {
-    for (auto [momentum, wd] : {std::pair{0.9f, 0.01f}, {0.9f, 0.0f}, {0.0f, 0.01f}}) {
+    for (auto [momentum, wd, nesterov] : {std::tuple{0.9f, 0.01f, false}, {0.9f, 0.0f, false}, {0.0f, 0.01f, false},
+                                          {0.9f, 0.01f, true}}) {
       std::vector<float> p = cast<float>(random_vec(count, 1)), want_p = p;
       // The buffer starts as NaN: the first step must overwrite it without reading.
       std::vector<float> buf(count, NAN), want_buf(count, 0.0f);
       for (int step = 0; step < 3; ++step) {
         const std::vector<float> g = cast<float>(random_vec(count, 10 + step));
-        reference_sgd(want_p, g, want_buf, 0.1f, momentum, wd, step == 0);
+        reference_sgd(want_p, g, want_buf, 0.1f, momentum, wd, nesterov, step == 0);
         sgd_momentum_step(p.data(), g.data(), momentum != 0 ? buf.data() : nullptr, count, 0.1f, momentum, wd,
-                          step == 0);
+                          nesterov, step == 0);
         for (std::size_t i = 0; i < count; ++i) {
           ASSERT_NEAR(p[i], want_p[i], 1e-6f * (1 + std::abs(want_p[i]))) << "step " << step << " [" << i << "]";
           if (momentum != 0) {

@@ -10,9 +10,12 @@
 #include "engine/optimizer.h"
 #include "engine/scheduler.h"
 #include "models/registry.h"
+#include "tests/optimizer_configs.h"
 
 namespace crumb {
 namespace {
+
+const OptimizerConfig kSgd = sgd_config(0.1, 0.9, 0);
 
 Graph trained_graph(const std::string& name) {
   Graph g = models::build(name);
@@ -24,26 +27,39 @@ TEST(MemoryReport, TotalGrowsWithMicroBatch) {
   const Graph g = trained_graph("lenet5");
   size_t prev = 0;
   for (int m : {1, 2, 5, 16, 64, 256}) {
-    const MemoryBreakdown mb = measure_memory(g, m, true);
+    const MemoryBreakdown mb = measure_memory(g, m, kSgd);
     EXPECT_GT(mb.total(), prev) << m;
     prev = mb.total();
     EXPECT_EQ(mb.params, mb.grads);
     EXPECT_EQ(mb.optimizer_state, mb.params);
     EXPECT_GE(mb.arena, mb.activations);
   }
-  EXPECT_EQ(measure_memory(g, 8, false).optimizer_state, 0u);
+  EXPECT_EQ(measure_memory(g, 8, sgd_config(0.1, 0, 0)).optimizer_state, 0u);
+  const MemoryBreakdown adamw = measure_memory(g, 8, adamw_config(1e-3, 0.01));
+  EXPECT_EQ(adamw.optimizer_state, 2 * adamw.params);
+  EXPECT_EQ(adamw.optimizer, "adamw: exp_avg + exp_avg_sq");
+}
+
+// What the optimizers allocate is what the report counts: AdamW keeps two parameter-sized blocks.
+TEST(MemoryReport, CountsEachOptimizersState) {
+  const Graph g = trained_graph("mlp");
+  ParamStore params(g);
+  for (const OptimizerConfig& cfg : {kSgd, sgd_config(0.1, 0, 0), adamw_config(1e-3, 0.01)}) {
+    const std::unique_ptr<Optimizer> opt = make_optimizer(params, cfg);
+    EXPECT_EQ(measure_memory(g, 4, cfg).optimizer_state, opt->state_bytes()) << optimizer_name(cfg.kind);
+  }
 }
 
 TEST(MemoryReport, BreakdownMatchesWhatTheEngineAllocates) {
   const Graph g = trained_graph("cnn");
   ParamStore params(g);
-  Sgd opt(params, {0.1f, 0.9f, 0.f});
+  const std::unique_ptr<Optimizer> opt = make_optimizer(params, kSgd);
   Arena arena;
   const int m = 24;
   Executor train(g, params, arena, m, Pass::Train), eval(g, params, arena, m, Pass::Eval);
-  const MemoryBreakdown mb = measure_memory(g, m, true);
+  const MemoryBreakdown mb = measure_memory(g, m, kSgd);
   EXPECT_EQ(mb.params, params.bytes());
-  EXPECT_EQ(mb.optimizer_state, opt.state_bytes());
+  EXPECT_EQ(mb.optimizer_state, opt->state_bytes());
   EXPECT_EQ(mb.arena, arena.size());
 }
 
@@ -51,7 +67,7 @@ TEST(MemoryReport, BreakdownMatchesWhatTheEngineAllocates) {
 // chosen passes runs exactly the plans the search measured, and sizes the arena once for both.
 TEST(MemoryReport, SchedulerRunsThePlansTheSearchMeasured) {
   const Graph g = trained_graph("lenet5");
-  MicroBatchPlan chosen = choose_micro_batch(g, 512, measure_memory(g, 37, true).total(), true);
+  MicroBatchPlan chosen = choose_micro_batch(g, 512, measure_memory(g, 37, kSgd).total(), kSgd);
   ASSERT_EQ(chosen.micro_batch, 37);
   const MemoryBreakdown mb = chosen.memory;
   const std::size_t train_arena = chosen.train.plan.arena_bytes, eval_arena = chosen.eval.plan.arena_bytes;
@@ -82,24 +98,24 @@ TEST(MemoryReport, ArenaDoesNotGrowUnderAnExecutor) {
 TEST(MemoryReport, ChoosesLargestMicroBatchThatFits) {
   const Graph g = trained_graph("lenet5");
   for (int want : {1, 3, 40, 256}) {
-    const size_t budget = measure_memory(g, want, true).total();
-    EXPECT_EQ(choose_micro_batch(g, 1024, budget, true).micro_batch, want) << "budget " << budget;
+    const size_t budget = measure_memory(g, want, kSgd).total();
+    EXPECT_EQ(choose_micro_batch(g, 1024, budget, kSgd).micro_batch, want) << "budget " << budget;
     if (want > 1) {
-      EXPECT_EQ(choose_micro_batch(g, 1024, budget - 1, true).micro_batch, want - 1) << budget;
+      EXPECT_EQ(choose_micro_batch(g, 1024, budget - 1, kSgd).micro_batch, want - 1) << budget;
     }
   }
 }
 
 TEST(MemoryReport, NeverChoosesMoreThanTheBatch) {
   const Graph g = trained_graph("mlp");
-  EXPECT_EQ(choose_micro_batch(g, 50, size_t{1} << 40, true).micro_batch, 50);
+  EXPECT_EQ(choose_micro_batch(g, 50, size_t{1} << 40, kSgd).micro_batch, 50);
 }
 
 TEST(MemoryReport, TooSmallBudgetNamesTheMinimum) {
   const Graph g = trained_graph("lenet5");
-  const size_t need = measure_memory(g, 1, true).total();
+  const size_t need = measure_memory(g, 1, kSgd).total();
   try {
-    choose_micro_batch(g, 64, need - 1, true);
+    choose_micro_batch(g, 64, need - 1, kSgd);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(format_bytes(need)), std::string::npos) << e.what();

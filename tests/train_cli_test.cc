@@ -73,6 +73,44 @@ TEST(TrainCli, BadFlags) {
   expect_one_error_line(run_train("--device gpu"), "--device must be cpu or cuda");
 }
 
+double json_number(const std::string& out, const std::string& key) {
+  const std::string last = out.substr(out.rfind('{'));
+  const size_t at = last.find("\"" + key + "\":");
+  EXPECT_NE(at, std::string::npos) << key << " in " << last;
+  return at == std::string::npos ? NAN : std::stod(last.substr(at + key.size() + 3));
+}
+
+TEST(TrainCli, BadOptimizerFlags) {
+  expect_one_error_line(run_train("--optimizer adam"), "--optimizer must be sgd or adamw, got 'adam'");
+  expect_one_error_line(run_train("--optimizer adamw --beta1 1"), "--beta1: 1 is out of range");
+  expect_one_error_line(run_train("--optimizer adamw --beta2 -0.5"), "--beta2: -0.5 is out of range");
+  expect_one_error_line(run_train("--optimizer adamw --eps 0"), "--eps: 0 is out of range");
+  expect_one_error_line(run_train("--optimizer adamw --eps x"), "--eps: 'x' is not a number");
+  expect_one_error_line(run_train("--beta1 0.9"), "--beta1 needs --optimizer adamw");
+  expect_one_error_line(run_train("--optimizer adamw --momentum 0.9"), "--momentum needs --optimizer sgd");
+  expect_one_error_line(run_train("--optimizer adamw --nesterov"), "--nesterov needs --optimizer sgd");
+  expect_one_error_line(run_train("--momentum 0 --nesterov"), "--nesterov needs --momentum > 0");
+  expect_one_error_line(run_train("--nesterov=1"), "--nesterov takes no value");
+  expect_one_error_line(run_train("--lr-schedule linear"), "--lr-schedule must be constant, step or cosine");
+  expect_one_error_line(run_train("--warmup-steps -1"), "--warmup-steps: -1 is out of range");
+  expect_one_error_line(run_train("--lr-schedule step --lr-step-size 0"), "--lr-step-size: 0 is out of range");
+  expect_one_error_line(run_train("--lr-schedule step --lr-gamma 0"), "--lr-gamma: 0 is out of range");
+  expect_one_error_line(run_train("--lr-gamma 0.5"), "--lr-gamma needs --lr-schedule step");
+  expect_one_error_line(run_train("--lr-schedule cosine --lr-step-size 3"), "--lr-step-size needs --lr-schedule step");
+}
+
+// AdamW with warmup and a cosine schedule trains, and the summary names the optimizer and the lr of the
+// last step (cosine over 2 x 63 steps: lr * (1 + cos(pi * 125 / 126)) / 2).
+TEST(TrainCli, AdamWWithCosineSchedule) {
+  if (!std::filesystem::exists(kData)) GTEST_SKIP() << "dataset-fashion-mnist not installed";
+  const Result r = run_train("--model lenet5 --optimizer adamw --lr 0.002 --lr-schedule cosine --warmup-steps 10 "
+                             "--epochs 2 --batch 32 --limit-train 2000 --limit-test 500 --seed 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"optimizer\":\"adamw\",\"lr_schedule\":\"cosine\""), std::string::npos) << r.out;
+  EXPECT_NEAR(json_number(r.out, "final_lr"), 0.002 * (1 + std::cos(M_PI * 125 / 126)) / 2, 1e-12);
+  EXPECT_GT(json_number(r.out, "test_accuracy"), 0.6);
+}
+
 TEST(TrainCli, MissingDataset) {
   expect_one_error_line(run_train("--data /nonexistent/crumb"), "/nonexistent/crumb");
 }
@@ -109,13 +147,6 @@ TEST(TrainCli, LearnsOnRealDataSlice) {
   const double acc = std::stod(last.substr(at + 16));
   EXPECT_GT(acc, 0.6) << "4000 samples x 2 epochs should reach well above chance (0.1)";
   EXPECT_NE(r.err.find("epoch 2/2: train loss"), std::string::npos) << r.err;
-}
-
-double json_number(const std::string& out, const std::string& key) {
-  const std::string last = out.substr(out.rfind('{'));
-  const size_t at = last.find("\"" + key + "\":");
-  EXPECT_NE(at, std::string::npos) << key << " in " << last;
-  return at == std::string::npos ? NAN : std::stod(last.substr(at + key.size() + 3));
 }
 
 // Without a GPU, --device cuda is one error line; with one, it trains like the CPU (same seed, same

@@ -3,12 +3,14 @@
 // the CPU training tests and their CUDA twins.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/autograd.h"
 #include "engine/data/dataset.h"
 #include "engine/optimizer.h"
+#include "tests/optimizer_configs.h"
 #include "engine/scheduler.h"
 #include "models/registry.h"
 
@@ -19,10 +21,10 @@ struct TrainedModel {
   ParamStore params;
   Arena arena;
   Scheduler sched;
-  Sgd opt;
+  std::unique_ptr<Optimizer> opt;
   TrainedModel(const std::string& name, int micro_batch, uint64_t seed, Device device = Device::CPU, bool tf32 = false)
       : g(build_graph(name, tf32)), params(g, device), arena(device), sched(g, params, arena, micro_batch),
-        opt(params, {0.05f, 0.9f, 1e-4f}) {
+        opt(make_optimizer(params, sgd_config(0.05f, 0.9f, 1e-4f))) {
     params.init(seed);
   }
   static Graph build_graph(const std::string& name, bool tf32 = false) {

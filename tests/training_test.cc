@@ -29,7 +29,7 @@ std::vector<double> train(TrainedModel& r, int batch, int epochs) {
     double sum = 0;
     while (loader.next(b)) {
       sum += r.sched.train_batch({{"x", b.x}, {"y", b.y}}, b.size).loss_sum;
-      r.opt.step();
+      r.opt->step();
     }
     losses.push_back(sum / ds.count);
   }
@@ -130,11 +130,11 @@ TEST(Training, StepDoesNotAllocate) {
     data::Batch b;
     ASSERT_TRUE(loader.next(b));
     r.sched.train_batch({{"x", b.x}, {"y", b.y}}, b.size);  // warm-up: lazy pointer resolution, thread pools
-    r.opt.step();
+    r.opt->step();
     const AllocCount before = alloc_count();
     for (int i = 0; i < 3; ++i) {
       r.sched.train_batch({{"x", b.x}, {"y", b.y}}, b.size);
-      r.opt.step();
+      r.opt->step();
       r.sched.evaluate({{"x", b.x}, {"y", b.y}}, b.size);
     }
     const AllocCount after = alloc_count();

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/adamw_scalars.h"
 #include "kernels/cpu/shapes.h"
 
 namespace crumb::cpu {
@@ -70,10 +71,19 @@ void softmax_xent_backward(T* dlogits, const T* probs, const int32_t* labels, in
 // Number of rows whose argmax equals the label (first maximum wins).
 template <class T> int count_correct(const T* probs, const int32_t* labels, int n, int k);
 
-// ---- optimizer: one pass over a flat parameter block (PyTorch torch.optim.SGD semantics,
-// dampening 0, no Nesterov): g = grad + weight_decay * p; buf = first_step ? g : momentum * buf + g;
-// p -= lr * (momentum != 0 ? buf : g).
+// ---- optimizers: one pass over a flat parameter block.
+// torch.optim.SGD semantics (dampening 0): g = grad + weight_decay * p;
+// buf = first_step ? g : momentum * buf + g; p -= lr * u with u = g + momentum * buf under Nesterov,
+// else buf (momentum != 0), else g. momentum_buf is never touched (may be null) when momentum == 0 and
+// is not read on the first step (may hold garbage). nesterov needs momentum != 0.
 void sgd_momentum_step(float* params, const float* grads, float* momentum_buf, std::size_t count, float lr,
-                       float momentum, float weight_decay, bool first_step);
+                       float momentum, float weight_decay, bool nesterov, bool first_step);
+
+// torch.optim.AdamW (foreach=False, capturable=False), op for op in float32, scalars from
+// adamw_scalars(): p *= decay; exp_avg = lerp(exp_avg, g, 1 - beta1);
+// exp_avg_sq = exp_avg_sq * beta2 + (1 - beta2) * g * g; denom = sqrt(exp_avg_sq) / bc2_sqrt + eps;
+// p += neg_step_size * exp_avg / denom. exp_avg and exp_avg_sq start as zeros (PyTorch's zeros_like).
+void adamw_step(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, std::size_t count,
+                const AdamWScalars& s);
 
 }  // namespace crumb::cpu

@@ -4,7 +4,7 @@
 namespace crumb::cpu {
 
 void sgd_momentum_step(float* params, const float* grads, float* momentum_buf, std::size_t count, float lr,
-                       float momentum, float weight_decay, bool first_step) {
+                       float momentum, float weight_decay, bool nesterov, bool first_step) {
   const auto end = static_cast<std::ptrdiff_t>(count);
   // Plain SGD never touches the buffer, which may then be null.
   if (momentum == 0.0f) {
@@ -18,7 +18,7 @@ void sgd_momentum_step(float* params, const float* grads, float* momentum_buf, s
     // A select, not a blend: on the first step the buffer may hold garbage (even NaN).
     const float buf = first_step ? g : momentum * momentum_buf[i] + g;
     momentum_buf[i] = buf;
-    params[i] -= lr * buf;
+    params[i] -= lr * (nesterov ? g + momentum * buf : buf);
   }
 }
 

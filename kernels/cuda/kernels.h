@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/adamw_scalars.h"
 #include "kernels/cpu/shapes.h"
 
 namespace crumb::cuda {
@@ -69,12 +70,11 @@ void softmax_xent_forward(float* probs, const float* logits, const int32_t* labe
 void softmax_xent_backward(float* dlogits, const float* probs, const int32_t* labels, int n, int k, float scale,
                            bool accumulate, cudaStream_t stream);
 
-// ---- optimizer: one launch over the engine's flat parameter block, so it is the multi-tensor step.
-// PyTorch torch.optim.SGD semantics (dampening 0, no Nesterov): g = grad + weight_decay * p;
-// buf = first_step ? g : momentum * buf + g; p -= lr * (momentum != 0 ? buf : g).
-// params, grads, momentum_buf [count]; momentum_buf is never touched (may be null) when momentum == 0,
-// and is not read on the first step (may hold garbage).
+// ---- optimizers: one launch over the engine's flat parameter block, so each is the multi-tensor step.
+// The same semantics and layouts as the CPU twins in kernels/cpu/kernels.h.
 void sgd_momentum_step(float* params, const float* grads, float* momentum_buf, std::size_t count, float lr,
-                       float momentum, float weight_decay, bool first_step, cudaStream_t stream);
+                       float momentum, float weight_decay, bool nesterov, bool first_step, cudaStream_t stream);
+void adamw_step(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, std::size_t count,
+                const AdamWScalars& s, cudaStream_t stream);
 
 }  // namespace crumb::cuda

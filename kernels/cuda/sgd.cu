@@ -12,7 +12,7 @@ using detail::kBlock;
 
 __global__ void sgd_momentum_step_kernel(float* __restrict__ params, const float* __restrict__ grads,
                                          float* __restrict__ momentum_buf, std::size_t count, float lr, float momentum,
-                                         float weight_decay, bool first_step) {
+                                         float weight_decay, bool nesterov, bool first_step) {
   const std::size_t i = global_index();
   if (i >= count) return;
   const float g = grads[i] + weight_decay * params[i];
@@ -24,18 +24,19 @@ __global__ void sgd_momentum_step_kernel(float* __restrict__ params, const float
   // A select, not a blend: on the first step the buffer may hold garbage (even NaN).
   const float buf = first_step ? g : momentum * momentum_buf[i] + g;
   momentum_buf[i] = buf;
-  params[i] -= lr * buf;
+  params[i] -= lr * (nesterov ? g + momentum * buf : buf);
 }
 
 }  // namespace
 
 void sgd_momentum_step(float* params, const float* grads, float* momentum_buf, std::size_t count, float lr,
-                       float momentum, float weight_decay, bool first_step, cudaStream_t stream) {
+                       float momentum, float weight_decay, bool nesterov, bool first_step, cudaStream_t stream) {
   CRUMB_CHECK(momentum == 0.0f || momentum_buf != nullptr, "sgd_momentum_step: momentum ", momentum,
               " needs a momentum buffer");
+  CRUMB_CHECK(!nesterov || momentum != 0.0f, "sgd_momentum_step: Nesterov needs a momentum");
   if (count == 0) return;
   sgd_momentum_step_kernel<<<blocks_for(count), kBlock, 0, stream>>>(params, grads, momentum_buf, count, lr, momentum,
-                                                                     weight_decay, first_step);
+                                                                     weight_decay, nesterov, first_step);
   CRUMB_CUDA_CHECK_LAUNCH();
 }
 

@@ -52,6 +52,8 @@ int main(int argc, char** argv) {
   const std::size_t budget = (argc > 4 ? std::strtoull(argv[4], nullptr, 10) : 512) << 20;
   try {
     const Graph g = residual_stack(blocks);
+    OptimizerConfig sgd;
+    sgd.momentum = 0.9;
     CompiledPass train;
     const double compile_s = seconds_of([&] { train = compile_pass(g, Pass::Train, m, Device::CPU); });
     std::vector<std::size_t> workspace;
@@ -60,7 +62,7 @@ int main(int argc, char** argv) {
         seconds_of([&] { (void)plan_memory(g, train.plan.order, m, {g.loss()}, workspace); });
     int chosen = 0;
     const double search_s =
-        seconds_of([&] { chosen = choose_micro_batch(g, batch, budget, true, Device::CPU).micro_batch; });
+        seconds_of([&] { chosen = choose_micro_batch(g, batch, budget, sgd, Device::CPU).micro_batch; });
     std::printf("graph: %d blocks, %d nodes (%zu steps in the training pass), %d values\n", blocks, g.num_nodes(),
                 train.plan.order.size(), g.num_values());
     std::printf("plan of the training pass at m=%d: %.1f ms (arena %s, lower bound %s, ratio %.3f)\n", m,

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 
 #include "engine/error.h"
 #include "engine/memory_report.h"
@@ -20,14 +21,20 @@ long long parse_int(const std::string& flag, const std::string& s, long long lo,
   return v;
 }
 
-float parse_float(const std::string& flag, const std::string& s, double lo, double hi) {
+double parse_float(const std::string& flag, const std::string& s, double lo, double hi) {
   errno = 0;
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
   CRUMB_CHECK(!s.empty() && end && *end == '\0' && errno == 0 && std::isfinite(v), "--", flag, ": '", s,
               "' is not a number");
   CRUMB_CHECK(v >= lo && v <= hi, "--", flag, ": ", v, " is out of range [", lo, ", ", hi, "]");
-  return static_cast<float>(v);
+  return v;
+}
+
+// Flags that only one optimizer or schedule reads: given to the other, they are mistakes.
+void check_applies(const std::set<std::string>& given, std::initializer_list<const char*> flags, bool applies,
+                   const std::string& needs) {
+  for (const char* f : flags) CRUMB_CHECK(applies || !given.count(f), "--", f, " needs ", needs);
 }
 
 std::size_t parse_size(const std::string& flag, const std::string& s) {
@@ -50,9 +57,23 @@ Trains a model on Fashion-MNIST with Crumb's graph executor and reports test acc
   --micro-batch M      samples per forward/backward (M <= B); gradients of the micro-batches are
                        accumulated, so the step equals a full-batch step
                        (default: the largest that fits --memory-budget, B when the batch fits)
-  --lr X               learning rate                           (default 0.05)
-  --momentum X         SGD momentum                            (default 0.9)
-  --weight-decay X     L2 weight decay (PyTorch semantics)     (default 0)
+  --optimizer NAME     sgd | adamw (torch.optim.SGD / torch.optim.AdamW semantics)  (default sgd)
+  --lr X               learning rate                  (default 0.05 for sgd, 0.001 for adamw)
+  --weight-decay X     sgd: L2 term added to the gradient; adamw: decoupled, p *= 1 - lr * X
+                                                      (default 0 for sgd, 0.01 for adamw)
+  --momentum X         sgd: momentum in [0, 1)                 (default 0.9)
+  --nesterov           sgd: Nesterov momentum (needs --momentum > 0)
+  --beta1 X            adamw: first-moment decay in [0, 1)     (default 0.9)
+  --beta2 X            adamw: second-moment decay in [0, 1)    (default 0.999)
+  --eps X              adamw: term added to the denominator, > 0 (default 1e-8)
+  --lr-schedule S      constant | step | cosine, evaluated once per optimizer step (default constant):
+                       step multiplies the lr by --lr-gamma every --lr-step-size optimizer steps
+                       (PyTorch StepLR counted in steps); cosine anneals it to 0 over the run's
+                       optimizer steps (CosineAnnealingLR, T_max = all steps, resumed ones included)
+  --lr-step-size N     step: optimizer steps between decays    (default 1000)
+  --lr-gamma X         step: factor per decay in (0, 1]        (default 0.1)
+  --warmup-steps N     linear warmup: step k < N runs at lr * (k + 1) / N, times the schedule
+                       (PyTorch LinearLR, start_factor 1/N, total_iters N - 1)  (default 0: none)
   --device D           cpu | cuda                              (default cuda when a GPU is usable, else cpu)
   --threads N          CPU threads for all kernels             (default 2)
   --seed N             seed for initialisation and shuffling   (default 0)
@@ -82,6 +103,8 @@ summary.
 
 Options parse_flags(int argc, char** argv) {
   Options o;
+  OptimizerConfig& opt = o.optimizer;
+  std::set<std::string> given;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     CRUMB_CHECK(arg.rfind("--", 0) == 0, "unexpected argument '", arg, "' (flags start with --; see --help)");
@@ -91,9 +114,10 @@ Options parse_flags(int argc, char** argv) {
       value = name.substr(eq + 1);
       name = name.substr(0, eq);
     }
-    if (name == "help" || name == "explain" || name == "tf32") {
+    given.insert(name);
+    if (name == "help" || name == "explain" || name == "tf32" || name == "nesterov") {
       CRUMB_CHECK(eq == std::string::npos, "--", name, " takes no value");
-      (name == "help" ? o.help : name == "explain" ? o.explain : o.tf32) = true;
+      (name == "help" ? o.help : name == "explain" ? o.explain : name == "tf32" ? o.tf32 : opt.nesterov) = true;
       continue;
     }
     if (eq == std::string::npos) {
@@ -104,9 +128,26 @@ Options parse_flags(int argc, char** argv) {
     else if (name == "epochs") o.epochs = (int)parse_int(name, value, 1, 100000);
     else if (name == "batch") o.batch = (int)parse_int(name, value, 1, 1 << 24);
     else if (name == "micro-batch") o.micro_batch = (int)parse_int(name, value, 1, 1 << 24);
-    else if (name == "lr") o.lr = parse_float(name, value, 1e-12, 1e6);
-    else if (name == "momentum") o.momentum = parse_float(name, value, 0, 0.999999);
-    else if (name == "weight-decay") o.weight_decay = parse_float(name, value, 0, 1e3);
+    else if (name == "optimizer") {
+      CRUMB_CHECK(value == "sgd" || value == "adamw", "--optimizer must be sgd or adamw, got '", value, "'");
+      opt.kind = value == "sgd" ? OptimizerKind::Sgd : OptimizerKind::AdamW;
+    }
+    else if (name == "lr") opt.lr = parse_float(name, value, 1e-12, 1e6);
+    else if (name == "momentum") opt.momentum = parse_float(name, value, 0, 0.999999);
+    else if (name == "weight-decay") opt.weight_decay = parse_float(name, value, 0, 1e3);
+    else if (name == "beta1") opt.beta1 = parse_float(name, value, 0, 0.999999);
+    else if (name == "beta2") opt.beta2 = parse_float(name, value, 0, 0.999999);
+    else if (name == "eps") opt.eps = parse_float(name, value, 1e-30, 1);
+    else if (name == "lr-schedule") {
+      CRUMB_CHECK(value == "constant" || value == "step" || value == "cosine",
+                  "--lr-schedule must be constant, step or cosine, got '", value, "'");
+      opt.schedule.kind = value == "constant" ? LrSchedule::Kind::Constant
+                          : value == "step"   ? LrSchedule::Kind::Step
+                                              : LrSchedule::Kind::Cosine;
+    }
+    else if (name == "lr-step-size") opt.schedule.step_size = parse_int(name, value, 1, 1LL << 40);
+    else if (name == "lr-gamma") opt.schedule.gamma = parse_float(name, value, 1e-12, 1);
+    else if (name == "warmup-steps") opt.schedule.warmup_steps = parse_int(name, value, 0, 1LL << 40);
     else if (name == "device") {
       CRUMB_CHECK(value == "cpu" || value == "cuda", "--device must be cpu or cuda, got '", value, "'");
       o.device = value;
@@ -126,7 +167,26 @@ Options parse_flags(int argc, char** argv) {
     else CRUMB_FAIL("unknown flag --", name, " (see --help)");
   }
   CRUMB_CHECK(o.micro_batch <= o.batch, "--micro-batch ", o.micro_batch, " is larger than --batch ", o.batch);
+  const bool sgd = opt.kind == OptimizerKind::Sgd;
+  check_applies(given, {"momentum", "nesterov"}, sgd, "--optimizer sgd");
+  check_applies(given, {"beta1", "beta2", "eps"}, !sgd, "--optimizer adamw");
+  check_applies(given, {"lr-step-size", "lr-gamma"}, opt.schedule.kind == LrSchedule::Kind::Step, "--lr-schedule step");
+  CRUMB_CHECK(!opt.nesterov || opt.momentum > 0, "--nesterov needs --momentum > 0");
+  // The other optimizer's defaults where the flags did not set a value.
+  const OptimizerConfig defaults = default_optimizer(opt.kind);
+  if (!given.count("lr")) opt.lr = defaults.lr;
+  if (!given.count("weight-decay")) opt.weight_decay = defaults.weight_decay;
   return o;
+}
+
+OptimizerConfig default_optimizer(OptimizerKind kind) {
+  OptimizerConfig c;
+  c.kind = kind;
+  c.lr = kind == OptimizerKind::Sgd ? 0.05 : 1e-3;
+  c.weight_decay = kind == OptimizerKind::Sgd ? 0.0 : 0.01;
+  c.momentum = kind == OptimizerKind::Sgd ? 0.9 : 0.0;
+  c.schedule.step_size = 1000;
+  return c;
 }
 
 }  // namespace crumb::train

@@ -5,20 +5,24 @@
 #include <cstddef>
 #include <string>
 
+#include "engine/optimizer.h"
+
 namespace crumb::train {
 
 // The CPU budget when --memory-budget is not given: the batch is micro-batched only when a whole batch
 // would not fit in it.
 inline constexpr std::size_t kDefaultCpuBudget = std::size_t{4} << 30;
 
+// train's defaults: SGD at lr 0.05 with momentum 0.9; AdamW with PyTorch's (lr 1e-3, weight decay 0.01).
+OptimizerConfig default_optimizer(OptimizerKind kind);
+
 struct Options {
   std::string model = "lenet5";
   int epochs = 1;
   int batch = 64;
   int micro_batch = 0;  // 0: the whole batch
-  float lr = 0.05f;
-  float momentum = 0.9f;
-  float weight_decay = 0.0f;
+  // --optimizer and its hyper-parameters, --lr-schedule; the cosine horizon is set by the run.
+  OptimizerConfig optimizer = default_optimizer(OptimizerKind::Sgd);
   std::string device;  // "cpu" | "cuda"; empty: cuda when a GPU is usable, else cpu
   int threads = 2;
   uint64_t seed = 0;

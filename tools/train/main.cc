@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <iostream>
 #include <string>
 
@@ -59,14 +60,11 @@ std::size_t budget_of(const Options& o, Device device) {
   return device == Device::CPU ? kDefaultCpuBudget : device_free_bytes(device) / 20 * 19;
 }
 
-// The micro-batch size for batches of `batch` samples: forced by --micro-batch (which must fit the
-// budget too), else the largest that fits the budget.
 // The micro-batch size (--micro-batch, or the largest that fits the budget) with its compiled passes.
 MicroBatchPlan pick_micro_batch(const Options& o, const Graph& g, int batch, Device device) {
   const std::size_t budget = budget_of(o, device);
-  const bool momentum = o.momentum != 0;
-  if (!o.micro_batch) return choose_micro_batch(g, batch, budget, momentum, device);
-  MicroBatchPlan p = plan_micro_batch(g, std::min(o.micro_batch, batch), momentum, device);
+  if (!o.micro_batch) return choose_micro_batch(g, batch, budget, o.optimizer, device);
+  MicroBatchPlan p = plan_micro_batch(g, std::min(o.micro_batch, batch), o.optimizer, device);
   CRUMB_CHECK(p.memory.total() <= budget, "--micro-batch ", p.micro_batch, " needs ", format_bytes(p.memory.total()),
               " which exceeds --memory-budget ", format_bytes(budget),
               " (raise --memory-budget, or drop --micro-batch to pick the largest that fits)");
@@ -115,8 +113,19 @@ int run(const Options& o) {
   const int m = compiled.micro_batch;
   ParamStore params(g, device);
   params.init(o.seed);
-  Sgd opt(params, {o.lr, o.momentum, o.weight_decay});
-  if (!o.load.empty()) load_checkpoint(o.load, params, &opt);
+  // A GPU copies micro-batches straight out of the loader's buffers, asynchronously when they are pinned.
+  const Memory batch_memory = device == Device::CPU ? Memory::Host : Memory::Pinned;
+  data::Loader train_loader(train, batch, data::kFashionMnistNorm, /*shuffle=*/true, o.seed, false, batch_memory);
+  data::Loader test_loader(test, std::min(batch, test.count), data::kFashionMnistNorm, /*shuffle=*/false, 0, false,
+                           batch_memory);
+  // The schedule counts optimizer steps (batches, never micro-batches); cosine anneals to 0 at the end
+  // of this run, which continues the step count of a loaded checkpoint.
+  const long long run_steps = static_cast<long long>(o.epochs) * train_loader.batches_per_epoch();
+  OptimizerConfig opt_cfg = o.optimizer;
+  opt_cfg.schedule.total_steps = run_steps;
+  const std::unique_ptr<Optimizer> opt = make_optimizer(params, opt_cfg);
+  if (!o.load.empty()) load_checkpoint(o.load, params, opt.get());
+  opt->set_total_steps(opt->steps() + run_steps);
   Arena arena(device);
   Scheduler sched(g, params, arena, std::move(compiled.train), std::move(compiled.eval));
   sched.set_recording(o.cuda_graphs);
@@ -129,11 +138,6 @@ int run(const Options& o) {
                format_bytes(arena.size()).c_str(), format_bytes(plan.arena_bytes).c_str(),
                format_bytes(plan.lower_bound).c_str(), plan.ratio(), o.threads);
 
-  // A GPU copies micro-batches straight out of the loader's buffers, asynchronously when they are pinned.
-  const Memory batch_memory = device == Device::CPU ? Memory::Host : Memory::Pinned;
-  data::Loader train_loader(train, batch, data::kFashionMnistNorm, /*shuffle=*/true, o.seed, false, batch_memory);
-  data::Loader test_loader(test, std::min(batch, test.count), data::kFashionMnistNorm, /*shuffle=*/false, 0, false,
-                           batch_memory);
   double train_seconds = 0, last_loss = 0, accuracy = 0;
   long long samples = 0;
   for (int epoch = 0; epoch < o.epochs; ++epoch) {
@@ -147,7 +151,7 @@ int run(const Options& o) {
       const BatchResult r = sched.train_batch({{"x", b.x}, {"y", b.y}}, b.size);
       CRUMB_CHECK(std::isfinite(r.loss_sum), "loss became ", r.loss_sum, " at epoch ", epoch + 1, " batch ",
                   b.index + 1, ": training diverged (lower --lr)");
-      opt.step();
+      opt->step();
       loss_sum += r.loss_sum;
       epoch_samples += b.size;
       progress.update(b.index + 1, loss_sum / epoch_samples, (samples + epoch_samples) / (train_seconds + seconds_since(t0)));
@@ -160,16 +164,17 @@ int run(const Options& o) {
     std::fprintf(stderr, "epoch %d/%d: train loss %.4f, test accuracy %.4f, %.0f samples/s\n", epoch + 1, o.epochs,
                  last_loss, accuracy, samples / train_seconds);
   }
-  if (!o.save.empty()) save_checkpoint(o.save, params, &opt, o.model);
+  if (!o.save.empty()) save_checkpoint(o.save, params, opt.get(), o.model);
   std::printf(
       "{\"model\":\"%s\",\"epochs\":%d,\"batch\":%d,\"micro_batch\":%d,\"threads\":%d,\"seed\":%llu,"
       "\"samples_per_s\":%.1f,\"train_seconds\":%.3f,\"test_accuracy\":%.4f,\"final_loss\":%.6f,"
       "\"parameters\":%lld,\"arena_bytes\":%zu,\"arena_lower_bound\":%zu,\"device\":\"%s\",\"tf32\":%s,"
-      "\"cuda_graphs\":%s}\n",
+      "\"cuda_graphs\":%s,\"optimizer\":\"%s\",\"lr_schedule\":\"%s\",\"final_lr\":%.9g}\n",
       o.model.c_str(), o.epochs, batch, m, o.threads, static_cast<unsigned long long>(o.seed), samples / train_seconds,
       train_seconds, accuracy, last_loss, static_cast<long long>(params.num_parameters()), arena.size(),
       plan.lower_bound, device_name(device), o.tf32 && device == Device::CUDA ? "true" : "false",
-      sched.train_executor().recording() ? "true" : "false");
+      sched.train_executor().recording() ? "true" : "false", optimizer_name(opt->kind()),
+      lr_schedule_name(o.optimizer.schedule.kind), opt->lr(std::max(opt->steps() - 1, 0LL)));
   return 0;
 }
 
