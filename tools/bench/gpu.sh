@@ -5,13 +5,13 @@
 # compute-sanitizer. Every phase is bounded against one deadline, so whatever ran comes back; phases that
 # no longer fit are skipped and say so. Files go to $OUT (or ./gpu-out); summary.txt is printed last.
 #
-# usage: tools/bench/gpu.sh [--deadline 560] [--phases build,cuda,cpu,train,compare,budget,sanitize]
+# usage: tools/bench/gpu.sh [--deadline 560] [--phases build,cuda,cpu,train,graphs,compare,budget,sanitize]
 #          [--models lenet5,cnn] [--batch 256] [--epochs 2] [--repeat 3] [-- extra train flags]
 # Needs gpu-carry/ (tools/bench/gpu_carry.sh) where the machine lacks Eigen, GoogleTest, zlib or the data.
 set -uo pipefail  # no -e: a failing phase is recorded and the next one still runs
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-deadline=560 phases=build,cuda,cpu,train,compare,budget,sanitize models=lenet5,cnn batch=256 epochs=2 repeat=3
+deadline=560 phases=build,cuda,cpu,train,graphs,compare,budget,sanitize models=lenet5,cnn batch=256 epochs=2 repeat=3
 extra=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -115,7 +115,7 @@ tests="$build/crumb_tests"
 
 # The GPU tests, one process each (a fault or hang in one cannot take the others down); a failure is run
 # again with cuDNN's logging on.
-gpu_filter='Cuda*:TrainCli.DeviceCuda'
+gpu_filter='Cuda*:*Cuda'  # CudaEngine.*, CudaKernels.*, ..., TrainCli.DeviceCuda, Optimizer.*OnCuda
 mapfile -t gpu_tests < <("$tests" --gtest_list_tests --gtest_filter="$gpu_filter" 2>/dev/null |
                          awk '/^[^ ]/ { suite = $1 } /^  / { print suite $1 }')
 if want cuda; then
@@ -135,7 +135,7 @@ if want cuda; then
 fi
 
 if want cpu; then
-  bounded 240 ctest --test-dir "$build" -j "$jobs" -E "^(Cuda|TrainCli\.DeviceCuda)" --output-on-failure \
+  bounded 240 ctest --test-dir "$build" -j "$jobs" -E "^Cuda|Cuda$" --output-on-failure \
     > "$out/cpu_tests.log" 2>&1
   note "other tests: $(grep -E 'tests passed|tests failed' "$out/cpu_tests.log" | tail -1)"
   grep -A20 'The following tests FAILED' "$out/cpu_tests.log" | tee -a "$summary"
@@ -157,6 +157,24 @@ if want train; then
     done
   done
   note "$(grep -m1 '^device:' "$out/train.log")"
+fi
+
+# ---- what replaying CUDA graphs gains: Crumb with and without, interleaved, best of --repeat each
+if want graphs; then
+  for m in "${model_list[@]}"; do
+    best_on=0 best_off=0
+    for ((r = 0; r < repeat; ++r)); do
+      for g in on off; do
+        line=$(bounded 60 "$build/train" --model "$m" --device cuda --cuda-graphs "$g" --epochs "$epochs" \
+                 --batch "$batch" --seed 0 --data "$data" "${extra[@]}" 2>> "$out/train.log" | tail -1)
+        sps=$(sed -n 's/.*"samples_per_s":\([0-9.]*\).*/\1/p' <<< "$line")
+        sps=${sps%.*}
+        if [[ $g == on ]]; then (( ${sps:-0} > best_on )) && best_on=$sps; else (( ${sps:-0} > best_off )) && best_off=$sps; fi
+      done
+    done
+    ratio=$(python3 -c "print(f'{$best_on / max($best_off, 1):.3f}')")
+    note "graphs $m (best of $repeat, samples/s): on $best_on, off $best_off, ratio $ratio"
+  done
 fi
 
 # ---- against PyTorch on the same GPU: Crumb's float32 against PyTorch in float32, then Crumb with --tf32
@@ -197,7 +215,7 @@ fi
 # Judged by each run's ERROR SUMMARY line; API errors that the code handles itself are not reported.
 if want sanitize; then
   : > "$out/sanitizer.log"
-  memcheck_filter="Cuda*:-CudaEngine.TrainingLoopAllocatesNothing"
+  memcheck_filter="Cuda*:*OnCuda:-CudaEngine.TrainingLoopAllocatesNothing"
   for tool in memcheck racecheck synccheck; do
     filter=$memcheck_filter
     [[ $tool != memcheck ]] && filter='CudaKernels.*'
