@@ -202,7 +202,7 @@ if want budget; then
   for spec in "cnn 2048 16384 270MiB" "lenet5 4096 32768 100MiB"; do
     read -r m full big budget <<< "$spec"
     bounded 150 "$repo/tools/bench/microbatch.sh" --model "$m" --device cuda --full-batch "$full" --batch "$big" \
-      --budget "$budget" --epochs 3 --repeat 2 --threads "$jobs" --data "$data" --crumb "$build/train" \
+      --budget "$budget" --epochs 3 --repeat "$repeat" --threads "$jobs" --data "$data" --crumb "$build/train" \
       >> "$out/budget.tmp" 2>> "$out/train.log"
     note "budget $m: $(grep '"throughput_ratio"' "$out/budget.tmp" | tail -1)"
   done
