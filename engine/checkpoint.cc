@@ -28,9 +28,10 @@ void check_float32(const std::string& path, const ParamStore& params) {
               dtype_name(params.dtype()));
 }
 
-std::size_t param_bytes(const ParamStore& params, ValueId p) {
-  return static_cast<std::size_t>(params.graph().value(p).count(1)) * sizeof(float);
+std::size_t value_bytes(const Graph& g, ValueId v) {
+  return static_cast<std::size_t>(g.value(v).count(1)) * dtype_size(g.value(v).dtype);
 }
+std::size_t param_bytes(const ParamStore& params, ValueId p) { return value_bytes(params.graph(), p); }
 
 class Fd {
  public:
@@ -54,6 +55,7 @@ class Fd {
 
 struct Chunk {
   std::string name;
+  DType dtype;
   const Dims* dims;
   const char* data;
   std::size_t bytes;
@@ -63,7 +65,7 @@ std::string header_json(const std::vector<Chunk>& chunks, const std::string& mod
   std::string h = "{";
   std::size_t offset = 0;
   for (const Chunk& c : chunks) {
-    h += json::quote(c.name) + ":{\"dtype\":\"F32\",\"shape\":[";
+    h += json::quote(c.name) + ":{\"dtype\":\"" + dtype_name(c.dtype) + "\",\"shape\":[";
     for (std::size_t i = 0; i < c.dims->size(); ++i) h += (i ? "," : "") + std::to_string((*c.dims)[i]);
     h += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + c.bytes) + "]},";
     offset += c.bytes;
@@ -90,6 +92,7 @@ void write_all(int fd, const char* p, std::size_t n, const std::string& path) {
 
 struct FileTensor {
   std::string name;
+  DType dtype = DType::F32;
   Dims dims;
   uint64_t begin = 0, end = 0;
 };
@@ -121,7 +124,9 @@ FileTensor parse_tensor(const std::string& name, const json::Value& entry, uint6
   FileTensor t;
   t.name = name;
   const std::string& dtype = field(entry, "dtype", json::Value::Kind::String, path, name).string;
-  CRUMB_CHECK(dtype == "F32", path, ": tensor '", name, "' has dtype ", dtype, ", only F32 is supported");
+  CRUMB_CHECK(dtype == "F32" || dtype == "I64", path, ": tensor '", name, "' has dtype ", dtype,
+              ", only F32 (and I64 for counters) is supported");
+  t.dtype = dtype == "I64" ? DType::I64 : DType::F32;
   uint64_t count = 1;
   for (uint64_t d : field(entry, "shape", json::Value::Kind::Array, path, name).array) {
     // Bounded by the file size: only a tensor that fits in the data section can be valid.
@@ -135,8 +140,9 @@ FileTensor parse_tensor(const std::string& name, const json::Value& entry, uint6
   t.end = off[1];
   CRUMB_CHECK(t.begin <= t.end && t.end <= data_size, path, ": tensor '", name, "': data_offsets [", t.begin, ", ",
               t.end, "] lie outside the data section of ", data_size, " bytes (truncated file?)");
-  CRUMB_CHECK(t.end - t.begin == count * sizeof(float), path, ": tensor '", name, "' of shape ", dims_str(t.dims),
-              " needs ", count * sizeof(float), " bytes but its data_offsets span ", t.end - t.begin);
+  CRUMB_CHECK(t.end - t.begin == count * dtype_size(t.dtype), path, ": tensor '", name, "' of shape ",
+              dims_str(t.dims), " needs ", count * dtype_size(t.dtype), " bytes but its data_offsets span ",
+              t.end - t.begin);
   return t;
 }
 
@@ -201,11 +207,15 @@ void save_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt
   const Graph& g = params.graph();
   std::vector<Chunk> chunks;
   for (ValueId p : params.params())
-    chunks.push_back({g.value(p).name, &g.value(p).dims, static_cast<const char*>(params.data(p)), param_bytes(params, p)});
+    chunks.push_back({g.value(p).name, DType::F32, &g.value(p).dims, static_cast<const char*>(params.data(p)),
+                      param_bytes(params, p)});
+  for (ValueId v : g.states())
+    chunks.push_back({g.value(v).name, g.value(v).dtype, &g.value(v).dims, static_cast<const char*>(params.state(v)),
+                      value_bytes(g, v)});
   if (opt)
     for (const StateBlock& s : opt->state())
       for (ValueId p : params.params())
-        chunks.push_back({kStatePrefix + s.name + "." + g.value(p).name, &g.value(p).dims,
+        chunks.push_back({kStatePrefix + s.name + "." + g.value(p).name, DType::F32, &g.value(p).dims,
                           reinterpret_cast<const char*>(s.host()) + params.byte_offset(p), param_bytes(params, p)});
   const std::string header = header_json(chunks, model_name, opt);
   unsigned char len[8];
@@ -275,12 +285,19 @@ void load_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt
     CRUMB_CHECK(t.dims == g.value(p).dims, path, ": tensor '", t.name, "' has shape ", dims_str(t.dims),
                 " but the model expects ", dims_str(g.value(p).dims), from);
   };
-  for (ValueId p : params.params()) {
-    const auto it = by_name.find(g.value(p).name);
-    CRUMB_CHECK(it != by_name.end(), path, ": parameter '", g.value(p).name, "' ", dims_str(g.value(p).dims),
-                " is missing", from);
-    check_shape(*it->second, p);
-  }
+  // Parameters (F32) and non-trained state (its own dtype), by name, every one present.
+  std::unordered_map<std::string, ValueId> state_named;
+  for (ValueId v : g.states()) state_named[g.value(v).name] = v;
+  for (const std::vector<ValueId>* values : {&params.params(), &g.states()})
+    for (ValueId v : *values) {
+      const auto it = by_name.find(g.value(v).name);
+      CRUMB_CHECK(it != by_name.end(), path, ": ", g.value(v).kind == ValueKind::State ? "state" : "parameter", " '",
+                  g.value(v).name, "' ", dims_str(g.value(v).dims), " is missing", from);
+      check_shape(*it->second, v);
+      const DType want = g.value(v).kind == ValueKind::State ? g.value(v).dtype : DType::F32;
+      CRUMB_CHECK(it->second->dtype == want, path, ": tensor '", it->second->name, "' is ",
+                  dtype_name(it->second->dtype), " but the model's is ", dtype_name(want), from);
+    }
   // Optimizer state: "optimizer.<state>.<param>", every parameter or none for each state name.
   const std::vector<std::string>& known_state = state_names(meta.optimizer);
   std::unordered_map<std::string, std::size_t> state_found;
@@ -297,10 +314,14 @@ void load_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt
       param_name = t.name.substr(dot + 1);
       ++state_found[state];
     }
+    if (!is_state && state_named.count(t.name)) continue;
     const auto it = param_named.find(param_name);
     CRUMB_CHECK(it != param_named.end(), path, ": unknown tensor '", t.name, "' ", dims_str(t.dims),
-                " is not a parameter of this model", from);
-    if (is_state) check_shape(t, it->second);
+                " is not a parameter or state of this model", from);
+    if (is_state) {
+      check_shape(t, it->second);
+      CRUMB_CHECK(t.dtype == DType::F32, path, ": optimizer state '", t.name, "' must be F32", from);
+    }
   }
   for (const auto& [state, found] : state_found)
     for (ValueId p : params.params())
@@ -322,6 +343,8 @@ void load_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt
   read_at(fd.get(), data.data(), data.size(), data_start, path);
   for (ValueId p : params.params())
     std::memcpy(params.data(p), data.data() + by_name[g.value(p).name]->begin, param_bytes(params, p));
+  for (ValueId v : g.states())
+    std::memcpy(params.state(v), data.data() + by_name[g.value(v).name]->begin, value_bytes(g, v));
   params.to_device();
   if (!opt) return;
   // State without a step count (a file from another writer) is still a started optimizer: with 0 steps

@@ -66,6 +66,8 @@ void Executor::resolve() {
       ptr_[v] = arena_.base() + compiled_.plan.offset[v];
     else if (val.kind == ValueKind::Param)
       ptr_[v] = params_.device_data(v);
+    else if (val.kind == ValueKind::State)
+      ptr_[v] = params_.device_state(v);
     else if (val.kind == ValueKind::ParamGrad)
       ptr_[v] = params_.device_grad(params_.param_of_grad(v));
   }

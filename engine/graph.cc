@@ -95,6 +95,21 @@ ValueId Graph::input(const std::string& name, Dims per_sample, DType dtype, bool
   return id;
 }
 
+ValueId Graph::state(const std::string& name, Dims dims, double fill, DType dtype) {
+  CRUMB_CHECK(find_value(name) < 0, "duplicate state name '", name, "'");
+  CRUMB_CHECK(dtype == DType::F32 || dtype == DType::I64, "state '", name, "' must be float or I64, got ",
+              dtype_name(dtype));
+  Value v;
+  v.name = name;
+  v.kind = ValueKind::State;
+  v.dtype = dtype == DType::F32 ? float_dtype_ : dtype;
+  v.dims = std::move(dims);
+  v.init.fill = fill;
+  const ValueId id = add_value(std::move(v));
+  states_.push_back(id);
+  return id;
+}
+
 ValueId Graph::param(const std::string& name, Dims dims, ParamInit init, DType dtype) {
   CRUMB_CHECK(find_value(name) < 0, "duplicate parameter name '", name, "'");
   Value v;

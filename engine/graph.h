@@ -20,6 +20,8 @@ enum class ValueKind : uint8_t {
   Input,       // fed from outside per micro-batch (images, labels): lives in input staging
   Param,       // persistent, trained
   ParamGrad,   // persistent, accumulated over the micro-batches of a batch
+  State,       // persistent, not trained (BatchNorm running statistics, counters): in the parameter store,
+               // saved in checkpoints, never touched by the optimizer
   Activation,  // everything else: lives in the arena for its lifetime only
   Metric,      // a per-batch total a loss op adds into (loss sum, correct count): an unbatched scalar,
                // zeroed by a batch's first micro-batch, read after its last
@@ -29,6 +31,7 @@ enum class ValueKind : uint8_t {
 // are uniform in +-1/sqrt(fan_in), i.e. kaiming_uniform_(a=sqrt(5)) for the weight).
 struct ParamInit {
   int64_t fan_in = 1;
+  double fill = 0;  // State values: every element starts at this value (running_var 1, counters 0)
 };
 
 struct Value {
@@ -74,6 +77,9 @@ class Graph {
 
   ValueId input(const std::string& name, Dims per_sample, DType dtype = DType::F32, bool requires_grad = false);
   ValueId param(const std::string& name, Dims dims, ParamInit init, DType dtype = DType::F32);
+  // Persistent, non-trained state (unbatched), every element starting at `fill`; its dtype is the float
+  // dtype unless given (I64 for counters such as num_batches_tracked).
+  ValueId state(const std::string& name, Dims dims, double fill, DType dtype = DType::F32);
   // Marks the training loss (the output of a loss op). The forward ends there.
   void set_loss(ValueId v) { loss_ = v; }
 
@@ -84,6 +90,7 @@ class Graph {
   int num_values() const { return static_cast<int>(values_.size()); }
   int num_nodes() const { return static_cast<int>(nodes_.size()); }
   const std::vector<ValueId>& params() const { return params_; }
+  const std::vector<ValueId>& states() const { return states_; }
   const std::vector<ValueId>& inputs() const { return inputs_; }
   ValueId loss() const { return loss_; }
   ValueId find_value(const std::string& name) const;  // -1 if absent
@@ -103,7 +110,7 @@ class Graph {
  private:
   std::vector<Value> values_;
   std::vector<Node> nodes_;
-  std::vector<ValueId> params_, inputs_;
+  std::vector<ValueId> params_, states_, inputs_;
   ValueId loss_ = -1;
   DType float_dtype_ = DType::F32;
   bool tf32_ = false;

@@ -25,6 +25,7 @@ MemoryBreakdown measure_memory(const Graph& g, const CompiledPass& train, const 
   mb.micro_batch = m;
   const std::size_t persistent = ParamStore::block_count(g) * dtype_size(g.float_dtype());
   mb.params = mb.grads = persistent;
+  mb.state = ParamStore::state_block_bytes(g);
   const std::vector<std::string> state = state_names(opt);
   mb.optimizer_state = state.size() * persistent;
   mb.optimizer = optimizer_name(opt.kind);
@@ -116,6 +117,7 @@ void write_memory_report(std::ostream& os, const Graph& g, const MemoryBreakdown
   line("parameters", mb.params);
   line("gradients", mb.grads);
   line("optimizer state", mb.optimizer_state, mb.optimizer);
+  if (mb.state) line("non-trained state", mb.state, "running statistics, counters");
   line("arena (block)", mb.arena);
   line("  peak live activations (train)", mb.activations);
   line("  largest step workspace (train)", mb.workspace);

@@ -18,12 +18,13 @@ struct MemoryBreakdown {
   int micro_batch = 0;
   std::size_t params = 0, grads = 0, optimizer_state = 0;
   std::string optimizer;        // what optimizer_state holds, e.g. "adamw: exp_avg + exp_avg_sq"
+  std::size_t state = 0;        // non-trained persistent state (running statistics, counters)
   std::size_t activations = 0;  // peak bytes of live values in the training pass
   std::size_t workspace = 0;    // largest kernel scratch of one step of the training pass
   std::size_t arena = 0;        // the arena block (values + workspace): max over training and evaluation
   std::size_t staging = 0;      // inputs (images + labels): one micro-batch on the CPU, two device slots on CUDA
   std::size_t runtime = 0;      // the device runtime's own persistent buffers (cuBLAS workspace on CUDA)
-  std::size_t persistent() const { return params + grads + optimizer_state; }
+  std::size_t persistent() const { return params + grads + optimizer_state + state; }
   std::size_t total() const { return persistent() + arena + staging + runtime; }
 };
 

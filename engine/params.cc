@@ -13,7 +13,18 @@ std::size_t padded_count(const Graph& g, ValueId p) {
   const std::size_t lanes = 64 / dtype_size(g.float_dtype());
   return (static_cast<std::size_t>(g.value(p).count(1)) + lanes - 1) / lanes * lanes;
 }
+// The state block's layout: each state value at a 64-byte aligned byte offset (-1 for other values).
+std::size_t state_layout(const Graph& g, std::vector<int64_t>* offsets) {
+  std::size_t bytes = 0;
+  for (ValueId v : g.states()) {
+    if (offsets) (*offsets)[v] = static_cast<int64_t>(bytes);
+    bytes += (static_cast<std::size_t>(g.value(v).count(1)) * dtype_size(g.value(v).dtype) + 63) / 64 * 64;
+  }
+  return bytes;
+}
 }  // namespace
+
+std::size_t ParamStore::state_block_bytes(const Graph& g) { return state_layout(g, nullptr); }
 
 std::size_t ParamStore::block_count(const Graph& g) {
   std::size_t n = 0;
@@ -32,6 +43,9 @@ ParamStore::ParamStore(const Graph& g, Device device)
   }
   data_ = MirroredBuffer(bytes(), device);
   grad_ = MirroredBuffer(bytes(), device);
+  state_offset_.assign(g.num_values(), -1);
+  const std::size_t state_bytes = state_layout(g, &state_offset_);
+  if (state_bytes) state_ = MirroredBuffer(state_bytes, device);
 }
 
 void ParamStore::init(uint64_t seed) {
@@ -48,12 +62,31 @@ void ParamStore::init(uint64_t seed) {
         static_cast<double*>(data(p))[i] = x;
     }
   }
+  for (ValueId v : graph_.states()) {
+    const Value& s = graph_.value(v);
+    for (int64_t i = 0; i < s.count(1); ++i) {
+      if (s.dtype == DType::I64) static_cast<int64_t*>(state(v))[i] = static_cast<int64_t>(s.init.fill);
+      else if (s.dtype == DType::F32) static_cast<float*>(state(v))[i] = static_cast<float>(s.init.fill);
+      else static_cast<double*>(state(v))[i] = s.init.fill;
+    }
+  }
   to_device();
 }
 
 void ParamStore::to_host() {
   data_.to_host();
   grad_.to_host();
+  state_.to_host();
+}
+
+void* ParamStore::state(ValueId v) const {
+  CRUMB_CHECK(v >= 0 && v < (int)state_offset_.size() && state_offset_[v] >= 0, "value ", v, " is not state");
+  return state_.host() + state_offset_[v];
+}
+
+void* ParamStore::device_state(ValueId v) const {
+  CRUMB_CHECK(v >= 0 && v < (int)state_offset_.size() && state_offset_[v] >= 0, "value ", v, " is not state");
+  return state_.device() + state_offset_[v];
 }
 
 std::size_t ParamStore::byte_offset(ValueId param) const {

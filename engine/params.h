@@ -1,5 +1,6 @@
 // Persistent memory of a model: every parameter and its gradient, each in one contiguous block (so
-// the optimizer makes one pass over all parameters). Offsets are 64-byte aligned; the padding between
+// the optimizer makes one pass over all parameters), and the non-trained state (ValueKind::State) in a
+// third block of its own, which the optimizer never sees. Offsets are 64-byte aligned; the padding between
 // parameters stays zero and is inert under the optimizer. The blocks live on the device that trains;
 // data()/grad() address the host copy (initialisation, checkpoints, inspection), which on CUDA is
 // brought up to date by to_host() and pushed back by to_device().
@@ -19,7 +20,7 @@ class ParamStore {
   // Elements of one block (parameters plus alignment padding) for g, without allocating it.
   static std::size_t block_count(const Graph& g);
   // PyTorch's default init for Linear/Conv2d: uniform in +-1/sqrt(fan_in), drawn in parameter order
-  // from a generator seeded with `seed`. Written to the device too.
+  // from a generator seeded with `seed`; every state value at its fill value. Written to the device too.
   void init(uint64_t seed);
 
   // Host copies.
@@ -29,8 +30,17 @@ class ParamStore {
   void* device_data(ValueId param) const;
   void* device_grad(ValueId param) const;
   Device device() const { return device_; }
-  // Host copies -> device (parameters only), device -> host copies (parameters and gradients).
-  void to_device() { data_.to_device(); }
+  // Non-trained state: host copy, where the device computes on it, its bytes (values 64-byte aligned).
+  void* state(ValueId v) const;
+  void* device_state(ValueId v) const;
+  std::size_t state_bytes() const { return state_.size(); }
+  // Bytes of the state block for g, without allocating it.
+  static std::size_t state_block_bytes(const Graph& g);
+  // Host copies -> device (parameters and state), device -> host copies (parameters, gradients, state).
+  void to_device() {
+    data_.to_device();
+    state_.to_device();
+  }
   void to_host();
   // The parameter a ParamGrad value belongs to (-1 if none).
   ValueId param_of_grad(ValueId grad) const;
@@ -55,7 +65,8 @@ class ParamStore {
   std::vector<int64_t> offset_;  // per value id: element offset, -1 if not a parameter
   std::vector<ValueId> grad_owner_;
   std::size_t count_ = 0;
-  MirroredBuffer data_, grad_;
+  std::vector<int64_t> state_offset_;  // per value id: byte offset in the state block, -1 if not state
+  MirroredBuffer data_, grad_, state_;
 };
 
 }  // namespace crumb
