@@ -15,7 +15,8 @@ std::vector<NodeId> pass_order(const Graph& g, Pass pass) {
   return order;
 }
 
-CompiledPass compile_pass(const Graph& g, Pass pass, int max_batch, Device device) {
+CompiledPass compile_pass(const Graph& g, Pass pass, int max_batch, Device device,
+                          const std::vector<ValueId>* host_pool) {
   CRUMB_CHECK(g.loss() >= 0, "compile: the graph has no loss");
   CRUMB_CHECK(max_batch >= 1, "compile: micro-batch size must be >= 1, got ", max_batch);
   CompiledPass c;
@@ -32,7 +33,7 @@ CompiledPass compile_pass(const Graph& g, Pass pass, int max_batch, Device devic
   std::vector<ValueId> keep{g.loss()};
   for (ValueId x : g.inputs())
     if (g.value(x).grad >= 0) keep.push_back(g.value(x).grad);
-  c.plan = plan_memory(g, order, max_batch, keep, workspace);
+  c.plan = plan_memory(g, order, max_batch, keep, workspace, host_pool);
   return c;
 }
 

@@ -31,7 +31,9 @@ struct CompiledPass {
 
 // Throws crumb::Error when the graph has no loss, a training pass has no backward graph, a node has no
 // implementation on the device, or max_batch < 1. The plan keeps the loss and the gradients of inputs
-// live to the end (they are read after a run).
-CompiledPass compile_pass(const Graph& g, Pass pass, int max_batch, Device device);
+// live to the end (they are read after a run). host_pool: values the plan places in the host pool
+// instead of the arena (engine/planner.h).
+CompiledPass compile_pass(const Graph& g, Pass pass, int max_batch, Device device,
+                          const std::vector<ValueId>* host_pool = nullptr);
 
 }  // namespace crumb

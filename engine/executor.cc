@@ -45,6 +45,8 @@ Executor::Executor(const Graph& g, ParamStore& params, Arena& arena, CompiledPas
   CRUMB_CHECK(loss_sum_ >= 0, "executor: the loss op '", loss.name, "' has no F64 metric output for the loss sum");
   const std::size_t metric_bytes = std::max<std::size_t>(1, metric_values_.size()) * 8;
   metrics_ = Buffer(metric_bytes, memory_of(device()));
+  if (compiled_.plan.host_pool_bytes)
+    host_pool_ = Buffer(compiled_.plan.host_pool_bytes, device() == Device::CPU ? Memory::Host : Memory::Pinned);
   readback_ = Buffer(metric_bytes, device() == Device::CPU ? Memory::Host : Memory::Pinned);
   resolve();
   arena_.attach();  // last: a constructor that threw leaves the arena free to grow
@@ -63,7 +65,8 @@ void Executor::resolve() {
   for (ValueId v = 0; v < g_.num_values(); ++v) {
     const Value& val = g_.value(v);
     if (compiled_.plan.offset[v] >= 0)
-      ptr_[v] = arena_.base() + compiled_.plan.offset[v];
+      ptr_[v] = (compiled_.plan.space[v] == MemorySpace::HostPool ? host_pool_.data() : arena_.base()) +
+                compiled_.plan.offset[v];
     else if (val.kind == ValueKind::Param)
       ptr_[v] = params_.device_data(v);
     else if (val.kind == ValueKind::State)

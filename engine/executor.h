@@ -93,6 +93,7 @@ class Executor {
   bool record_ = true;
   // Every Metric value of the graph, 8 bytes each, in the device's memory; zeroed by a batch's first run.
   Buffer metrics_;
+  Buffer host_pool_;  // the plan's host-pool space (pinned on CUDA), if it placed anything there
   Buffer readback_;  // metrics_ copied back to the host (pinned on CUDA)
   std::vector<ValueId> metric_values_;
   ValueId loss_sum_ = -1, correct_ = -1;  // the loss node's metric outputs (correct may be absent)

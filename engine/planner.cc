@@ -100,7 +100,7 @@ std::size_t place_blocks(std::vector<Block>& blocks) {
 }  // namespace
 
 MemoryPlan plan_memory(const Graph& g, const std::vector<NodeId>& order, int batch, const std::vector<ValueId>& keep,
-                       const std::vector<std::size_t>& workspace) {
+                       const std::vector<std::size_t>& workspace, const std::vector<ValueId>* host_pool) {
   CRUMB_CHECK(batch >= 1, "plan_memory: batch must be >= 1, got ", batch);
   CRUMB_CHECK(workspace.size() == order.size(), "plan_memory: ", workspace.size(), " workspace sizes for ",
               order.size(), " steps");
@@ -110,7 +110,15 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<NodeId>& order, int bat
   p.offset.assign(nv, -1);
   p.first.assign(nv, -1);
   p.last.assign(nv, -1);
+  p.space.assign(nv, MemorySpace::Arena);
   std::vector<std::size_t> bytes(nv, 0);
+  std::vector<bool> in_host(nv, false);
+  if (host_pool)
+    for (ValueId v : *host_pool) {
+      CRUMB_CHECK(v >= 0 && v < nv && in_arena(g, v) && g.storage_root(v) == v, "plan_memory: value ", v,
+                  " cannot go to the host pool (only activations that own their storage can)");
+      in_host[v] = true;
+    }
 
   for (int s = 0; s < ns; ++s) {
     const Node& n = g.node(order[s]);
@@ -152,17 +160,19 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<NodeId>& order, int bat
   for (int s = 0; s < ns; ++s) {
     const Node& n = g.node(order[s]);
     if (!n.def->inplace || !in_arena(g, n.in[0]) || !in_arena(g, n.out[0])) continue;
+    if (in_host[grp.find(n.in[0])] != in_host[n.out[0]]) continue;  // storage is never shared across spaces
     const int r = grp.find(n.in[0]);
     if (glast[r] == s && gbytes[r] >= bytes[n.out[0]] && grp.find(n.out[0]) != r) join(n.in[0], n.out[0]);
   }
 
-  // Blocks to place: one per storage group, one per step that needs workspace.
-  std::vector<Block> blocks;
+  // Blocks to place, per space: one per storage group, and in the arena one per step that needs workspace.
+  std::vector<Block> blocks, host_blocks;
   for (ValueId v = 0; v < nv; ++v)
-    if (p.first[v] >= 0 && grp.find(v) == v) blocks.push_back({gbytes[v], gfirst[v], glast[v], v});
+    if (p.first[v] >= 0 && grp.find(v) == v) (in_host[v] ? host_blocks : blocks).push_back({gbytes[v], gfirst[v], glast[v], v});
   for (int s = 0; s < ns; ++s)
     if (p.step_workspace[s]) blocks.push_back({p.step_workspace[s], s, s, -1 - s});
   p.arena_bytes = place_blocks(blocks);
+  p.host_pool_bytes = place_blocks(host_blocks);
   std::vector<int64_t> goffset(nv, -1);
   p.workspace_offset.assign(ns, -1);
   p.live_bytes.assign(ns, 0);
@@ -174,8 +184,12 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<NodeId>& order, int bat
       p.workspace_offset[b.first] = static_cast<int64_t>(b.offset);
     }
   }
+  for (const Block& b : host_blocks) goffset[b.root] = static_cast<int64_t>(b.offset);
   for (ValueId v = 0; v < nv; ++v)
-    if (p.first[v] >= 0) p.offset[v] = goffset[grp.find(v)];
+    if (p.first[v] >= 0) {
+      p.offset[v] = goffset[grp.find(v)];
+      if (in_host[grp.find(v)]) p.space[v] = MemorySpace::HostPool;
+    }
   for (int s = 0; s < ns; ++s) {
     p.peak_live = std::max(p.peak_live, p.live_bytes[s]);
     p.lower_bound = std::max(p.lower_bound, p.live_bytes[s] + p.step_workspace[s]);

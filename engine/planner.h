@@ -15,16 +15,23 @@
 namespace crumb {
 
 inline constexpr std::size_t kArenaAlign = 256;
+
+// Where a planned value lives: the device arena (the default), or the host pool (pinned host memory on
+// CUDA), where a later swap schedule keeps copies of saved activations between their last forward use and
+// their first backward use. Each space is planned on its own; offsets index that space's block.
+enum class MemorySpace : uint8_t { Arena, HostPool };
 inline std::size_t align_up(std::size_t x, std::size_t a = kArenaAlign) { return (x + a - 1) / a * a; }
 
 struct MemoryPlan {
   std::vector<NodeId> order;        // the steps, in execution order
-  std::vector<int64_t> offset;      // per value: byte offset in the arena, -1 if not in the arena
+  std::vector<int64_t> offset;      // per value: byte offset in its space's block, -1 if not planned
+  std::vector<MemorySpace> space;   // per value: the space its offset indexes
   std::vector<int> first, last;     // per value: lifetime in steps (-1 if not in the arena)
-  std::vector<std::size_t> live_bytes;       // per step: bytes of values live at that step
+  std::vector<std::size_t> live_bytes;       // per step: bytes of arena values live at that step
   std::vector<std::size_t> step_workspace;   // per step: kernel scratch bytes
   std::vector<int64_t> workspace_offset;     // per step: offset of its scratch (-1 if none)
   std::size_t arena_bytes = 0;      // the whole arena: values and workspace
+  std::size_t host_pool_bytes = 0;  // the host pool's block (0 when nothing is placed there)
   std::size_t lower_bound = 0;      // max over steps of live_bytes + step_workspace
   std::size_t peak_live = 0;        // max over steps of live_bytes (activations alone)
   std::size_t workspace_bytes = 0;  // max over steps of step_workspace
@@ -33,8 +40,10 @@ struct MemoryPlan {
 
 // Plans the nodes in `order` for micro-batches of `batch` samples. Values in `keep` stay live until
 // the last step (outputs read after the run). `workspace` gives each step's scratch bytes, as the
-// device's implementations asked for them (engine/compile.h makes both).
+// device's implementations asked for them (engine/compile.h makes both). `host_pool` (null: none) lists
+// values to place in the host pool instead of the arena; a view or in-place result shares the space of
+// the value whose storage it takes, and workspace is always in the arena.
 MemoryPlan plan_memory(const Graph& g, const std::vector<NodeId>& order, int batch, const std::vector<ValueId>& keep,
-                       const std::vector<std::size_t>& workspace);
+                       const std::vector<std::size_t>& workspace, const std::vector<ValueId>* host_pool = nullptr);
 
 }  // namespace crumb

@@ -3,7 +3,11 @@
 // arena stays close to its lower bound.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <vector>
+
 #include "engine/autograd.h"
+#include "engine/error.h"
 #include "engine/executor.h"
 #include "engine/layers.h"
 #include "engine/ops/op.h"
@@ -19,14 +23,14 @@ bool handed_over(const Graph& g, const MemoryPlan& p, ValueId a, ValueId b) {
   return n.def->inplace && g.storage_root(n.in[0]) == g.storage_root(a) && g.storage_root(n.out[0]) == g.storage_root(b);
 }
 
-// A step's workspace overlaps no value live at that step.
+// A step's workspace (always in the arena) overlaps no arena value live at that step.
 void expect_workspace_free(const Graph& g, const MemoryPlan& p, int batch) {
   for (size_t s = 0; s < p.order.size(); ++s) {
     if (!p.step_workspace[s]) continue;
     const int64_t w0 = p.workspace_offset[s], w1 = w0 + (int64_t)p.step_workspace[s];
     EXPECT_LE(w1, (int64_t)p.arena_bytes);
     for (ValueId v = 0; v < g.num_values(); ++v) {
-      if (p.offset[v] < 0 || p.first[v] > (int)s || p.last[v] < (int)s) continue;
+      if (p.offset[v] < 0 || p.space[v] != MemorySpace::Arena || p.first[v] > (int)s || p.last[v] < (int)s) continue;
       const int64_t v1 = p.offset[v] + g.value(v).count(batch) * (int64_t)dtype_size(g.value(v).dtype);
       EXPECT_FALSE(p.offset[v] < w1 && w0 < v1) << "workspace of step " << s << " overlaps live '" << g.value(v).name << "'";
     }
@@ -39,9 +43,9 @@ void expect_no_overlap(const Graph& g, const MemoryPlan& p, int batch) {
     if (p.offset[a] < 0) continue;
     EXPECT_EQ(p.offset[a] % kArenaAlign, 0);
     const int64_t a_end = p.offset[a] + g.value(a).count(batch) * (int64_t)dtype_size(g.value(a).dtype);
-    EXPECT_LE(a_end, (int64_t)p.arena_bytes);
+    EXPECT_LE(a_end, (int64_t)(p.space[a] == MemorySpace::Arena ? p.arena_bytes : p.host_pool_bytes));
     for (ValueId b = a + 1; b < g.num_values(); ++b) {
-      if (p.offset[b] < 0) continue;
+      if (p.offset[b] < 0 || p.space[b] != p.space[a]) continue;  // each space is its own address range
       const int64_t b_end = p.offset[b] + g.value(b).count(batch) * (int64_t)dtype_size(g.value(b).dtype);
       const bool bytes_overlap = p.offset[a] < b_end && p.offset[b] < a_end;
       const bool time_overlap = p.first[a] <= p.last[b] && p.first[b] <= p.last[a];
@@ -49,7 +53,7 @@ void expect_no_overlap(const Graph& g, const MemoryPlan& p, int batch) {
       const bool same_storage = g.storage_root(a) == g.storage_root(b);
       EXPECT_TRUE(same_storage || handed_over(g, p, a, b) || handed_over(g, p, b, a))
           << "'" << g.value(a).name << "' [" << p.first[a] << ", " << p.last[a] << "] and '" << g.value(b).name << "' ["
-          << p.first[b] << ", " << p.last[b] << "] share arena bytes while both live";
+          << p.first[b] << ", " << p.last[b] << "] share bytes while both live";
     }
   }
 }
@@ -114,6 +118,56 @@ TEST(Planner, ArenaGrowsWithBatch) {
     EXPECT_GT(bytes, prev);
     prev = bytes;
   }
+}
+
+// A second memory space: values named for the host pool are planned there (a later swap schedule keeps
+// saved activations there between forward and backward), the arena shrinks by what moved, neither space
+// overlaps live values, and a run gives the same bits as the all-arena plan.
+TEST(Planner, HostPoolHoldsWhatItIsGivenAndRunsAreUnchanged) {
+  Graph g = models::build("lenet5", {1, 16, 16, 4}, DType::F64);
+  build_backward(g);
+  const int batch = 5;
+  const CompiledPass arena_only = compile_pass(g, Pass::Train, batch, Device::CPU);
+  // Every activation that owns its storage and lives across the forward/backward boundary.
+  int forward_end = 0;
+  while (!g.node(arena_only.plan.order[forward_end]).backward) ++forward_end;
+  std::vector<ValueId> saved;
+  for (ValueId v = 0; v < g.num_values(); ++v)
+    if (arena_only.plan.first[v] >= 0 && arena_only.plan.first[v] < forward_end &&
+        arena_only.plan.last[v] >= forward_end && g.storage_root(v) == v)
+      saved.push_back(v);
+  ASSERT_GE(saved.size(), 3u);
+  const CompiledPass split = compile_pass(g, Pass::Train, batch, Device::CPU, &saved);
+  expect_no_overlap(g, split.plan, batch);
+  for (ValueId v : saved) EXPECT_EQ(split.plan.space[v], MemorySpace::HostPool) << g.value(v).name;
+  EXPECT_GT(split.plan.host_pool_bytes, 0u);
+  EXPECT_LT(split.plan.arena_bytes, arena_only.plan.arena_bytes);
+
+  auto run = [&](CompiledPass pass) {
+    ParamStore params(g);
+    params.init(4);
+    Arena arena;
+    Executor e(g, params, arena, std::move(pass));
+    std::vector<double> x(g.value(g.find_value("x")).count(batch));
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37 * double(i));
+    std::vector<int32_t> y = {0, 1, 2, 3, 1};
+    e.bind(g.find_value("x"), x.data());
+    e.bind(g.find_value("y"), y.data());
+    e.run(batch, true, 1.0 / batch);
+    const double* gp = static_cast<const double*>(params.grad_block());
+    std::vector<double> out(gp, gp + params.count());
+    out.push_back(e.results().loss_sum);
+    return out;
+  };
+  EXPECT_EQ(run(compile_pass(g, Pass::Train, batch, Device::CPU, &saved)),
+            run(compile_pass(g, Pass::Train, batch, Device::CPU)));
+  // Only values that own their storage can move: a view shares its base's space.
+  std::vector<ValueId> view;
+  for (ValueId v = 0; v < g.num_values(); ++v)
+    if (g.value(v).view_of >= 0 && g.value(g.storage_root(v)).kind == ValueKind::Activation) view.push_back(v);
+  ASSERT_FALSE(view.empty());
+  view.resize(1);
+  EXPECT_THROW(compile_pass(g, Pass::Train, batch, Device::CPU, &view), Error);
 }
 
 }  // namespace
