@@ -4,7 +4,7 @@
 #include "kernels/cpu/kernels.h"
 
 #if CRUMB_HAVE_CUDA
-#include "engine/cuda/context.h"
+#include "engine/cuda/cuda_backend.h"
 #include "kernels/cuda/kernels.h"
 #endif
 
@@ -23,7 +23,7 @@ void AdamW::update(double lr) {
     cpu::adamw_step(p, g, device_state(0), device_state(1), params_.count(), s);
   } else {
 #if CRUMB_HAVE_CUDA
-    cuda::adamw_step(p, g, device_state(0), device_state(1), params_.count(), s, cuda::Context::get().compute());
+    cuda::adamw_step(p, g, device_state(0), device_state(1), params_.count(), s, cuda::CudaBackend::of(backend(Device::CUDA)).compute());
 #endif
   }
 }

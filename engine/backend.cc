@@ -1,49 +1,32 @@
 #include "engine/backend.h"
 
 #include <cstring>
+#include <mutex>
 
 #include "engine/error.h"
 
 #if CRUMB_HAVE_CUDA
-#include "engine/cuda/context.h"
-#include "engine/cuda/recording.h"
+#include "engine/cuda/cuda_backend.h"
 #include "kernels/cuda/check.h"
 #endif
 
 namespace crumb {
 namespace {
 
-#if !CRUMB_HAVE_CUDA
-[[noreturn]] void no_cuda() {
-  CRUMB_FAIL("this build of Crumb has no CUDA backend (build it where nvcc and the CUDA toolkit are found); "
-             "use --device cpu");
-}
-#endif
+// The CPU runs everything on the calling thread: nothing to record, wait for or stage.
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend() : Backend(Device::CPU, 0) {}
+  std::string description() const override { return "cpu"; }
+  std::size_t free_bytes() const override { return 0; }
+  std::size_t runtime_bytes() const override { return 0; }
+  void zero(void* p, std::size_t bytes) override { std::memset(p, 0, bytes); }
+  void read_back(void* host_dst, const void* src, std::size_t bytes) override { std::memcpy(host_dst, src, bytes); }
+  std::unique_ptr<Recording> record(const std::function<void()>&) override { return nullptr; }
+  std::unique_ptr<InputStaging> make_staging(const std::vector<std::size_t>&) override { return nullptr; }
+};
 
 }  // namespace
-
-CompiledStep compile_step(Device device, const Graph& g, const Node& n, int max_batch) {
-  CompiledStep c;
-  if (n.def->view) return c;
-  CRUMB_CHECK(device_available(device), "no usable ", device_name(device), " device: ",
-              CRUMB_HAVE_CUDA ? "no GPU, or its driver is missing or too old" : "this build of Crumb has no CUDA backend",
-              "; use --device cpu");
-  const OpImpl* impl = impl_table().find(*n.def, device, g.float_dtype());
-  if (!impl) {
-    const bool f32_elsewhere = impl_table().find(*n.def, device, DType::F32) != nullptr;
-    CRUMB_FAIL("layer '", n.name, "' (", n.def->name, ") has no ", device_name(device), " implementation for ",
-               dtype_name(g.float_dtype()), f32_elsewhere ? " (this device runs float32 graphs only)" : "");
-  }
-  c.fn = impl->run;
-  try {
-    if (impl->prepare) c.state = impl->prepare(g, n, max_batch);
-    if (impl->workspace) c.workspace = impl->workspace(g, n, max_batch, c.state.get());
-  } catch (const Error& e) {
-    // A plan's own errors (no algorithm fits, a library failure) name the shape; add the layer.
-    CRUMB_FAIL("layer '", n.name, "' (", n.def->name, "): ", e.what());
-  }
-  return c;
-}
 
 bool device_available(Device device) {
 #if CRUMB_HAVE_CUDA
@@ -53,71 +36,47 @@ bool device_available(Device device) {
 #endif
 }
 
-std::string device_description(Device device) {
-  if (device == Device::CPU) return "cpu";
-#if CRUMB_HAVE_CUDA
-  return cuda::Context::get().description();
-#else
-  no_cuda();
-#endif
-}
-
-std::size_t device_free_bytes(Device device) {
-  if (device == Device::CPU) return 0;
-#if CRUMB_HAVE_CUDA
-  cuda::Context::get();  // creates the CUDA context, whose own memory is then not counted as free
-  std::size_t free_bytes = 0, total = 0;
-  CRUMB_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
-  return free_bytes;
-#else
-  no_cuda();
-#endif
-}
-
-std::size_t runtime_bytes(Device device) {
-#if CRUMB_HAVE_CUDA
-  return device == Device::CUDA ? cuda::Context::kBlasWorkspaceBytes : 0;
-#else
-  (void)device;
-  return 0;
-#endif
-}
-
-std::unique_ptr<Recording> record(Device device, const std::function<void()>& enqueue) {
-  if (device == Device::CPU) return nullptr;
-#if CRUMB_HAVE_CUDA
-  return cuda::record(enqueue);
-#else
-  (void)enqueue;
-  no_cuda();
-#endif
-}
-
-void zero_in_order(Device device, void* p, std::size_t bytes) {
+// The one place that knows which devices this build has.
+Backend& backend(Device device, int index) {
   if (device == Device::CPU) {
-    std::memset(p, 0, bytes);
-    return;
+    CRUMB_CHECK(index == 0, "the CPU is device 0, not ", index);
+    static CpuBackend cpu;
+    return cpu;
   }
 #if CRUMB_HAVE_CUDA
-  CRUMB_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda::Context::get().compute()));
+  // One backend per GPU, created on first use and kept: its streams and handles are set up once.
+  static std::mutex mu;
+  static std::vector<std::unique_ptr<Backend>> gpus;
+  std::lock_guard<std::mutex> lock(mu);
+  CRUMB_CHECK(index >= 0 && index < 1024, "CUDA device index ", index, " is out of range; use --device cpu");
+  if (gpus.size() <= static_cast<std::size_t>(index)) gpus.resize(index + 1);
+  if (!gpus[index]) gpus[index] = std::make_unique<cuda::CudaBackend>(index);
+  return *gpus[index];
 #else
-  no_cuda();
+  CRUMB_FAIL("this build of Crumb has no CUDA backend (build it where nvcc and the CUDA toolkit are found); "
+             "use --device cpu");
 #endif
 }
 
-void read_back(Device device, void* host_dst, const void* src, std::size_t bytes) {
-  if (device == Device::CPU) {
-    std::memcpy(host_dst, src, bytes);
-    return;
+CompiledStep compile_step(Device device, const Graph& g, const Node& n, int max_batch) {
+  CompiledStep c;
+  if (n.def->view) return c;
+  Backend& b = backend(device);  // throws, ending in "use --device cpu", where the device is missing
+  const OpImpl* impl = impl_table().find(*n.def, device, g.float_dtype());
+  if (!impl) {
+    const bool f32_elsewhere = impl_table().find(*n.def, device, DType::F32) != nullptr;
+    CRUMB_FAIL("layer '", n.name, "' (", n.def->name, ") has no ", device_name(device), " implementation for ",
+               dtype_name(g.float_dtype()), f32_elsewhere ? " (this device runs float32 graphs only)" : "");
   }
-#if CRUMB_HAVE_CUDA
-  const cudaStream_t stream = cuda::Context::get().compute();
-  CRUMB_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream));
-  // Kernel faults of the steps before surface here, named by this call.
-  CRUMB_CUDA_CHECK(cudaStreamSynchronize(stream));
-#else
-  no_cuda();
-#endif
+  c.fn = impl->run;
+  try {
+    if (impl->prepare) c.state = impl->prepare(g, n, max_batch, b);
+    if (impl->workspace) c.workspace = impl->workspace(g, n, max_batch, c.state.get());
+  } catch (const Error& e) {
+    // A plan's own errors (no algorithm fits, a library failure) name the shape; add the layer.
+    CRUMB_FAIL("layer '", n.name, "' (", n.def->name, "): ", e.what());
+  }
+  return c;
 }
 
 }  // namespace crumb

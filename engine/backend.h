@@ -1,7 +1,9 @@
-// What the engine asks of a device beyond memory (engine/buffer.h): an implementation of each op for a
-// compiled plan, and the few runtime calls the executor makes around a run. On the CPU everything
-// happens on the calling thread; on CUDA work is enqueued on one compute stream (engine/cuda/context.h)
-// and these functions are the only places that wait for it.
+// A device the engine runs on: the CPU, or CUDA device `index` with its compute and copy streams and its
+// library handles (engine/cuda/cuda_backend.h). The one factory, backend(), is the only place that
+// knows which devices the build has; everything device-specific outside the op rows (recording runs,
+// zeroing, reading results back, input staging) goes through a Backend, and op rows reach theirs through
+// StepArgs::backend. On the CPU everything happens on the calling thread; on CUDA work is enqueued on the
+// compute stream and read_back() is where the host waits.
 #pragma once
 #include <cstddef>
 #include <functional>
@@ -11,6 +13,7 @@
 
 #include "engine/graph.h"
 #include "engine/ops/op.h"
+#include "engine/staging.h"
 
 namespace crumb {
 
@@ -21,20 +24,6 @@ struct CompiledStep {
   std::size_t workspace = 0;       // scratch bytes at the largest micro-batch
 };
 
-// Throws crumb::Error when the device has no implementation of the op for the graph's dtype, or the
-// build or machine has no such device.
-CompiledStep compile_step(Device device, const Graph& g, const Node& n, int max_batch);
-
-// Whether the device can run: always for the CPU; for CUDA, a CUDA build on a machine with a usable GPU.
-bool device_available(Device device);
-// One line naming the device and the libraries that serve it, for logs (CUDA: the GPU, its compute
-// capability and memory, the driver's CUDA version, cuDNN and cuBLAS as loaded at run time).
-std::string device_description(Device device);
-// Bytes of device memory free now (CUDA); 0 for the CPU, whose budget has no natural default.
-std::size_t device_free_bytes(Device device);
-// Persistent device memory the runtime holds besides the model (cuBLAS's workspace on CUDA).
-std::size_t runtime_bytes(Device device);
-
 // Device work recorded once and replayed as a whole (on CUDA, a graph of everything one executor run
 // enqueues on the compute stream, launched with one call instead of one per kernel).
 class Recording {
@@ -43,15 +32,51 @@ class Recording {
   // Enqueues the recorded work on the device's compute stream, as `enqueue` would have.
   virtual void replay() = 0;
 };
-// Records what `enqueue` puts on the device's compute stream without running any of it. Null where the
-// device cannot record (the CPU) or the work could not be captured (a library call that refuses capture):
-// then nothing ran, and the caller runs `enqueue` itself. An error thrown by `enqueue` ends the recording
-// and propagates.
-std::unique_ptr<Recording> record(Device device, const std::function<void()>& enqueue);
 
-// Zero `bytes` at p, in order with the steps that follow (p in the device's memory).
-void zero_in_order(Device device, void* p, std::size_t bytes);
-// Waits for all work enqueued so far, then copies `bytes` from the device's memory to host memory.
-void read_back(Device device, void* host_dst, const void* src, std::size_t bytes);
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+  Device device() const { return device_; }
+  int index() const { return index_; }
+
+  // One line naming the device and the libraries that serve it, for logs (CUDA: the GPU, its compute
+  // capability and memory, the driver's CUDA version, cuBLAS and cuDNN as loaded at run time).
+  virtual std::string description() const = 0;
+  // Bytes of device memory free now (CUDA); 0 for the CPU, whose budget has no natural default.
+  virtual std::size_t free_bytes() const = 0;
+  // Persistent device memory the runtime holds besides the model (cuBLAS's workspace on CUDA).
+  virtual std::size_t runtime_bytes() const = 0;
+  // Zero `bytes` at p (in the device's memory), in order with the work that follows.
+  virtual void zero(void* p, std::size_t bytes) = 0;
+  // Waits for all work enqueued so far, then copies `bytes` from the device's memory to host memory.
+  virtual void read_back(void* host_dst, const void* src, std::size_t bytes) = 0;
+  // Records what `enqueue` puts on the compute stream without running any of it. Null where the device
+  // cannot record (the CPU) or the work could not be captured (a library call that refuses capture):
+  // then nothing ran, and the caller runs `enqueue` itself. An error thrown by `enqueue` ends the
+  // recording and propagates.
+  virtual std::unique_ptr<Recording> record(const std::function<void()>& enqueue) = 0;
+  // Device slots for micro-batch inputs of these byte sizes (engine/staging.h); null where kernels read
+  // the host's batch buffers in place (the CPU).
+  virtual std::unique_ptr<InputStaging> make_staging(const std::vector<std::size_t>& part_bytes) = 0;
+
+ protected:
+  Backend(Device device, int index) : device_(device), index_(index) {}
+
+ private:
+  Device device_;
+  int index_;
+};
+
+// Whether the device can run: always for the CPU; for CUDA, a CUDA build on a machine with a usable GPU.
+bool device_available(Device device);
+// The backend of device `index` of this kind, set up on first use (streams, handles) and kept for the
+// process. Throws crumb::Error, ending in "use --device cpu", when the build or the machine has none.
+Backend& backend(Device device, int index = 0);
+
+// Compiles node n for `device` at its largest micro-batch: the implementation row for the graph's
+// dtype, its per-node state and its workspace. Throws crumb::Error when there is no such row.
+CompiledStep compile_step(Device device, const Graph& g, const Node& n, int max_batch);
 
 }  // namespace crumb

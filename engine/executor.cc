@@ -13,7 +13,12 @@ Executor::Executor(const Graph& g, ParamStore& params, Arena& arena, int max_bat
     : Executor(g, params, arena, compile_pass(g, pass, max_batch, arena.device())) {}
 
 Executor::Executor(const Graph& g, ParamStore& params, Arena& arena, CompiledPass compiled)
-    : g_(g), params_(params), arena_(arena), max_batch_(compiled.max_batch), compiled_(std::move(compiled)) {
+    : g_(g),
+      params_(params),
+      arena_(arena),
+      backend_(backend(arena.device())),
+      max_batch_(compiled.max_batch),
+      compiled_(std::move(compiled)) {
   CRUMB_CHECK(&params.graph() == &g, "executor: the parameter store belongs to another graph");
   CRUMB_CHECK(params.device() == arena.device() && compiled_.device == arena.device(), "executor: parameters on ",
               device_name(params.device()), ", the arena on ", device_name(arena.device()), ", the pass compiled for ",
@@ -95,7 +100,7 @@ void Executor::fail_in(const Step& s, int n, const char* what) const {
 }
 
 Executor::Results Executor::results() {
-  read_back(device(), readback_.data(), metrics_.data(), metrics_.size());
+  backend_.read_back(readback_.data(), metrics_.data(), metrics_.size());
   auto host = [&](ValueId v) { return readback_.data() + (static_cast<const char*>(ptr_[v]) - metrics_.data()); };
   Results r;
   std::memcpy(&r.loss_sum, host(loss_sum_), 8);
@@ -120,7 +125,7 @@ void Executor::run(int n, bool first_micro_batch, double loss_scale) {
     if (r.n == n && r.first == first_micro_batch && r.loss_scale == loss_scale && r.inputs == inputs)
       return r.recording->replay();
   std::unique_ptr<Recording> recording =
-      record(device(), [&] { enqueue(n, first_micro_batch, loss_scale); });
+      backend_.record([&] { enqueue(n, first_micro_batch, loss_scale); });
   if (!recording) {  // a step refused capture: from now on, run the steps themselves
     record_ = false;
     recorded_.clear();
@@ -135,8 +140,9 @@ void Executor::run(int n, bool first_micro_batch, double loss_scale) {
 }
 
 void Executor::enqueue(int n, bool first_micro_batch, double loss_scale) {
-  if (first_micro_batch) zero_in_order(device(), metrics_.data(), metrics_.size());
+  if (first_micro_batch) backend_.zero(metrics_.data(), metrics_.size());
   StepArgs a;
+  a.backend = &backend_;
   a.graph = &g_;
   a.ptr = ptr_.data();
   a.n = n;

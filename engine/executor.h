@@ -75,6 +75,7 @@ class Executor {
   const Graph& g_;
   ParamStore& params_;
   Arena& arena_;
+  Backend& backend_;
   int max_batch_;
   CompiledPass compiled_;
   std::vector<Step> steps_;

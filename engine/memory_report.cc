@@ -35,7 +35,7 @@ MemoryBreakdown measure_memory(const Graph& g, const CompiledPass& train, const 
   mb.arena = std::max(train.plan.arena_bytes, eval.plan.arena_bytes);
   for (ValueId x : g.inputs()) mb.staging += align_up(g.value(x).count(m) * dtype_size(g.value(x).dtype));
   if (train.device != Device::CPU) mb.staging *= 2;  // double-buffered device slots (engine/staging.h)
-  mb.runtime = runtime_bytes(train.device);
+  mb.runtime = backend(train.device).runtime_bytes();
   return mb;
 }
 

@@ -31,7 +31,7 @@ Scheduler::Scheduler(const Graph& g, ParamStore& params, Arena& arena, CompiledP
     slot_bytes.push_back(train_.max_batch() * sample_bytes_.back());
   }
   data_.assign(inputs_.size(), nullptr);
-  if (arena.device() != Device::CPU) staging_ = std::make_unique<InputStaging>(slot_bytes);
+  staging_ = backend(arena.device()).make_staging(slot_bytes);
 }
 
 template <class Fn>

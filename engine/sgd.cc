@@ -4,7 +4,7 @@
 #include "kernels/cpu/kernels.h"
 
 #if CRUMB_HAVE_CUDA
-#include "engine/cuda/context.h"
+#include "engine/cuda/cuda_backend.h"
 #include "kernels/cuda/kernels.h"
 #endif
 
@@ -27,7 +27,7 @@ void Sgd::update(double lr) {
   } else {
 #if CRUMB_HAVE_CUDA
     cuda::sgd_momentum_step(p, g, m, params_.count(), flr, momentum, wd, cfg_.nesterov, first,
-                            cuda::Context::get().compute());
+                            cuda::CudaBackend::of(backend(Device::CUDA)).compute());
 #endif
   }
 }

@@ -253,13 +253,13 @@ TEST(CudaEngine, TrainingLoopAllocatesNothing) {
     // CUDA tests one at a time). Host allocations are not counted here: cuDNN 9's legacy convolution
     // calls allocate host memory internally; the engine's own loop is checked on the CPU
     // (tests/training_test.cc, Training.StepDoesNotAllocate).
-    const std::size_t free_before = device_free_bytes(Device::CUDA);
+    const std::size_t free_before = backend(Device::CUDA).free_bytes();
     for (int i = 0; i < 3; ++i) {
       r.sched.train_batch({{"x", one.b.x}, {"y", one.b.y}}, one.b.size);
       r.opt->step();
       r.sched.evaluate({{"x", one.b.x}, {"y", one.b.y}}, one.b.size);
     }
-    EXPECT_EQ(device_free_bytes(Device::CUDA), free_before) << name << ": device memory was allocated";
+    EXPECT_EQ(backend(Device::CUDA).free_bytes(), free_before) << name << ": device memory was allocated";
   }
 }
 

@@ -1,7 +1,7 @@
 // conv2d's CUDA rows: cuDNN (kernels/cuda/cudnn_conv.h). Each node prepares one plan for its own pass at
 // the largest micro-batch; its workspace is that pass's, planned into the arena; a smaller micro-batch
 // re-targets the plan.
-#include "engine/cuda/context.h"
+#include "engine/cuda/cuda_backend.h"
 #include "engine/ops/op.h"
 
 #if CRUMB_HAVE_CUDNN
@@ -14,38 +14,39 @@ namespace crumb {
 namespace {
 
 struct ConvState : OpState {
-  ConvState(const cpu::Conv2dShape& s, cuda::ConvPass pass, bool tf32)
-      : plan(cuda::Context::get().dnn(), s, pass, cuda::Context::kConvWorkspaceLimit, tf32) {}
+  ConvState(cudnnHandle_t dnn, const cpu::Conv2dShape& s, cuda::ConvPass pass, bool tf32)
+      : plan(dnn, s, pass, cuda::CudaBackend::kConvWorkspaceLimit, tf32) {}
   cuda::ConvPlan plan;
 };
 
 template <cuda::ConvPass Pass>
-std::unique_ptr<OpState> prepare(const Graph& g, const Node& n, int max_batch) {
-  return std::make_unique<ConvState>(ops::at_batch<cpu::Conv2dShape>(n, max_batch), Pass, g.tf32());
+std::unique_ptr<OpState> prepare(const Graph& g, const Node& n, int max_batch, Backend& b) {
+  return std::make_unique<ConvState>(cuda::CudaBackend::of(b).dnn(), ops::at_batch<cpu::Conv2dShape>(n, max_batch),
+                                     Pass, g.tf32());
 }
 
 std::size_t workspace(const Graph&, const Node&, int, const OpState* state) {
   return static_cast<const ConvState*>(state)->plan.workspace_bytes();
 }
 
-cudnnHandle_t dnn() { return cuda::Context::get().dnn(); }
+cudnnHandle_t dnn(const StepArgs& a) { return cuda::CudaBackend::of(a).dnn(); }
 
 cuda::ConvPlan& plan(const StepArgs& a) {
   cuda::ConvPlan& p = static_cast<ConvState*>(a.state)->plan;
-  if (p.shape().n != a.n) p.set_batch(dnn(), a.n);
+  if (p.shape().n != a.n) p.set_batch(dnn(a), a.n);
   return p;
 }
 
 void fwd(const StepArgs& a) {
-  cuda::conv_forward(dnn(), plan(a), a.out<float>(), a.in<float>(0), a.in<float>(1),
+  cuda::conv_forward(dnn(a), plan(a), a.out<float>(), a.in<float>(0), a.in<float>(1),
                      a.node->in.size() == 3 ? a.in<float>(2) : nullptr, a.workspace, a.workspace_bytes);
 }
 void bwd_data(const StepArgs& a) {
-  cuda::conv_backward_data(dnn(), plan(a), a.out<float>(), a.in<float>(0), a.in<float>(1), a.workspace,
+  cuda::conv_backward_data(dnn(a), plan(a), a.out<float>(), a.in<float>(0), a.in<float>(1), a.workspace,
                            a.workspace_bytes, a.accumulate);
 }
 void bwd_weight(const StepArgs& a) {
-  cuda::conv_backward_filter(dnn(), plan(a), a.out<float>(0), a.node->out.size() == 2 ? a.out<float>(1) : nullptr,
+  cuda::conv_backward_filter(dnn(a), plan(a), a.out<float>(0), a.node->out.size() == 2 ? a.out<float>(1) : nullptr,
                              a.in<float>(0), a.in<float>(1), a.workspace, a.workspace_bytes, a.accumulate);
 }
 

@@ -1,5 +1,5 @@
 // Elementwise ops' CUDA rows: custom kernels (kernels/cuda/elementwise.cu) on the compute stream.
-#include "engine/cuda/context.h"
+#include "engine/cuda/cuda_backend.h"
 #include "engine/ops/op.h"
 #include "kernels/cuda/kernels.h"
 
@@ -7,14 +7,13 @@ namespace crumb {
 namespace {
 
 using ops::out_count;
-cudaStream_t stream() { return cuda::Context::get().compute(); }
 
-void relu_fwd(const StepArgs& a) { cuda::relu_forward(a.out<float>(), a.in<float>(0), out_count(a), stream()); }
+void relu_fwd(const StepArgs& a) { cuda::relu_forward(a.out<float>(), a.in<float>(0), out_count(a), cuda::CudaBackend::of(a).compute()); }
 void relu_bwd(const StepArgs& a) {
-  cuda::relu_backward(a.out<float>(), a.in<float>(0), a.in<float>(1), out_count(a), a.accumulate, stream());
+  cuda::relu_backward(a.out<float>(), a.in<float>(0), a.in<float>(1), out_count(a), a.accumulate, cuda::CudaBackend::of(a).compute());
 }
 void add(const StepArgs& a) {
-  cuda::add_forward(a.out<float>(), a.in<float>(0), a.in<float>(1), out_count(a), stream());
+  cuda::add_forward(a.out<float>(), a.in<float>(0), a.in<float>(1), out_count(a), cuda::CudaBackend::of(a).compute());
 }
 
 }  // namespace

@@ -1,27 +1,25 @@
 // linear's CUDA rows: cuBLAS GEMMs (kernels/cuda/blas.h) on the compute stream, TF32 when the graph
 // allows it.
-#include "engine/cuda/context.h"
+#include "engine/cuda/cuda_backend.h"
 #include "engine/ops/op.h"
 #include "kernels/cuda/blas.h"
 
 namespace crumb {
 namespace {
 
-cublasHandle_t blas() { return cuda::Context::get().blas(); }
-
 void fwd(const StepArgs& a) {
   const LinearGeometry& s = ops::geometry<LinearGeometry>(*a.node);
-  cuda::linear_forward(blas(), a.out<float>(), a.in<float>(0), a.in<float>(1),
+  cuda::linear_forward(cuda::CudaBackend::of(a).blas(), a.out<float>(), a.in<float>(0), a.in<float>(1),
                        a.node->in.size() == 3 ? a.in<float>(2) : nullptr, a.n, s.in, s.out, a.graph->tf32());
 }
 void bwd_data(const StepArgs& a) {
   const LinearGeometry& s = ops::geometry<LinearGeometry>(*a.node);
-  cuda::linear_backward_data(blas(), a.out<float>(), a.in<float>(0), a.in<float>(1), a.n, s.in, s.out, a.accumulate,
+  cuda::linear_backward_data(cuda::CudaBackend::of(a).blas(), a.out<float>(), a.in<float>(0), a.in<float>(1), a.n, s.in, s.out, a.accumulate,
                              a.graph->tf32());
 }
 void bwd_weight(const StepArgs& a) {
   const LinearGeometry& s = ops::geometry<LinearGeometry>(*a.node);
-  cuda::linear_backward_weight(blas(), a.out<float>(0), a.node->out.size() == 2 ? a.out<float>(1) : nullptr,
+  cuda::linear_backward_weight(cuda::CudaBackend::of(a).blas(), a.out<float>(0), a.node->out.size() == 2 ? a.out<float>(1) : nullptr,
                                a.in<float>(0), a.in<float>(1), a.n, s.in, s.out, a.accumulate, a.graph->tf32());
 }
 

@@ -17,6 +17,7 @@
 
 namespace crumb {
 
+class Backend;
 class GradBuilder;
 
 // Per-node state an implementation builds once per compiled plan (cuDNN descriptors and algorithms).
@@ -27,6 +28,7 @@ struct OpState {
 // What one step of the executor sees at run time. Pointers are resolved once at compile time into
 // the executor's table; only the batch size n and the write mode change between micro-batches.
 struct StepArgs {
+  Backend* backend = nullptr;  // the device the step runs on (its streams and library handles)
   const Graph* graph = nullptr;
   const Node* node = nullptr;
   void* const* ptr = nullptr;  // ValueId -> data
@@ -77,8 +79,9 @@ struct OpDef {
 // One implementation of an op for one (device, dtype).
 struct OpImpl {
   StepFn run = nullptr;
-  // Per-node state built once per compiled plan for its largest micro-batch (null: none).
-  std::unique_ptr<OpState> (*prepare)(const Graph& g, const Node& n, int max_batch) = nullptr;
+  // Per-node state built once per compiled plan for its largest micro-batch, on the backend it will
+  // run on (null: none).
+  std::unique_ptr<OpState> (*prepare)(const Graph& g, const Node& n, int max_batch, Backend& backend) = nullptr;
   // Scratch bytes a run of up to `batch` samples needs, given prepare()'s state (null: none).
   std::size_t (*workspace)(const Graph& g, const Node& n, int batch, const OpState* state) = nullptr;
 };

@@ -1,32 +1,31 @@
 // Pooling's CUDA rows: custom kernels (kernels/cuda/pool.cu, reduce.cu) matching the CPU's tie and NaN
 // rules, on the compute stream.
-#include "engine/cuda/context.h"
+#include "engine/cuda/cuda_backend.h"
 #include "engine/ops/op.h"
 #include "kernels/cuda/kernels.h"
 
 namespace crumb {
 namespace {
 
-cudaStream_t stream() { return cuda::Context::get().compute(); }
 cpu::Pool2dShape shape(const StepArgs& a) { return ops::at_batch<cpu::Pool2dShape>(*a.node, a.n); }
 
 void max_fwd(const StepArgs& a) {
-  cuda::max_pool2d_forward(a.out<float>(0), a.out<uint8_t>(1), a.in<float>(0), shape(a), stream());
+  cuda::max_pool2d_forward(a.out<float>(0), a.out<uint8_t>(1), a.in<float>(0), shape(a), cuda::CudaBackend::of(a).compute());
 }
 void max_bwd(const StepArgs& a) {
-  cuda::max_pool2d_backward(a.out<float>(), a.in<float>(0), a.in<uint8_t>(1), shape(a), a.accumulate, stream());
+  cuda::max_pool2d_backward(a.out<float>(), a.in<float>(0), a.in<uint8_t>(1), shape(a), a.accumulate, cuda::CudaBackend::of(a).compute());
 }
-void avg_fwd(const StepArgs& a) { cuda::avg_pool2d_forward(a.out<float>(), a.in<float>(0), shape(a), stream()); }
+void avg_fwd(const StepArgs& a) { cuda::avg_pool2d_forward(a.out<float>(), a.in<float>(0), shape(a), cuda::CudaBackend::of(a).compute()); }
 void avg_bwd(const StepArgs& a) {
-  cuda::avg_pool2d_backward(a.out<float>(), a.in<float>(0), shape(a), a.accumulate, stream());
+  cuda::avg_pool2d_backward(a.out<float>(), a.in<float>(0), shape(a), a.accumulate, cuda::CudaBackend::of(a).compute());
 }
 void gap_fwd(const StepArgs& a) {
   const GlobalPoolGeometry& s = ops::geometry<GlobalPoolGeometry>(*a.node);
-  cuda::global_avg_pool_forward(a.out<float>(), a.in<float>(0), a.n, s.c, s.hw, stream());
+  cuda::global_avg_pool_forward(a.out<float>(), a.in<float>(0), a.n, s.c, s.hw, cuda::CudaBackend::of(a).compute());
 }
 void gap_bwd(const StepArgs& a) {
   const GlobalPoolGeometry& s = ops::geometry<GlobalPoolGeometry>(*a.node);
-  cuda::global_avg_pool_backward(a.out<float>(), a.in<float>(0), a.n, s.c, s.hw, a.accumulate, stream());
+  cuda::global_avg_pool_backward(a.out<float>(), a.in<float>(0), a.n, s.c, s.hw, a.accumulate, cuda::CudaBackend::of(a).compute());
 }
 
 }  // namespace

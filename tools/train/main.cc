@@ -49,7 +49,7 @@ Device pick_device(const Options& o) {
   if (o.device.empty()) return device_available(Device::CUDA) ? Device::CUDA : Device::CPU;
   const Device d = o.device == "cuda" ? Device::CUDA : Device::CPU;
   // Builds the CUDA context, which reports exactly why there is no usable device (or no CUDA build).
-  if (d == Device::CUDA) device_free_bytes(d);
+  if (d == Device::CUDA) backend(d);
   return d;
 }
 
@@ -57,7 +57,7 @@ Device pick_device(const Options& o) {
 // to what cuDNN and the driver allocate for themselves, such as loaded kernels).
 std::size_t budget_of(const Options& o, Device device) {
   if (o.memory_budget) return o.memory_budget;
-  return device == Device::CPU ? kDefaultCpuBudget : device_free_bytes(device) / 20 * 19;
+  return device == Device::CPU ? kDefaultCpuBudget : backend(device).free_bytes() / 20 * 19;
 }
 
 // The micro-batch size (--micro-batch, or the largest that fits the budget) with its compiled passes.
@@ -130,7 +130,7 @@ int run(const Options& o) {
   Scheduler sched(g, params, arena, std::move(compiled.train), std::move(compiled.eval));
   sched.set_recording(o.cuda_graphs);
   const MemoryPlan& plan = sched.train_executor().plan();
-  if (device != Device::CPU) std::fprintf(stderr, "device: %s\n", device_description(device).c_str());
+  if (device != Device::CPU) std::fprintf(stderr, "device: %s\n", backend(device).description().c_str());
   std::fprintf(stderr,
                "%s on %s: %lld parameters, batch %d in micro-batches of %d, arena %s (training plan %s, lower bound "
                "%s, ratio %.3f), %d threads\n",

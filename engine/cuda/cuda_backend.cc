@@ -1,0 +1,114 @@
+#include "engine/cuda/cuda_backend.h"
+
+#include <cstdio>
+
+#include "engine/error.h"
+#include "kernels/cuda/check.h"
+
+namespace crumb::cuda {
+namespace {
+
+class GraphRecording final : public Recording {
+ public:
+  GraphRecording(cudaGraphExec_t exec, cudaStream_t stream) : exec_(exec), stream_(stream) {}
+  ~GraphRecording() override { cudaGraphExecDestroy(exec_); }
+  GraphRecording(const GraphRecording&) = delete;
+  GraphRecording& operator=(const GraphRecording&) = delete;
+  void replay() override { CRUMB_CUDA_CHECK(cudaGraphLaunch(exec_, stream_)); }
+
+ private:
+  cudaGraphExec_t exec_;
+  cudaStream_t stream_;
+};
+
+// Ends the capture on `stream`; the captured graph, or null when the capture was invalidated (by a call
+// that cannot be captured) or failed.
+cudaGraph_t end_capture(cudaStream_t stream) {
+  cudaGraph_t graph = nullptr;
+  if (cudaStreamEndCapture(stream, &graph) != cudaSuccess) {
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();  // capture errors are not sticky; clear them so later checks see only their own
+    return nullptr;
+  }
+  return graph;
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend(int index) : Backend(Device::CUDA, index) {
+  int count = 0;
+  CRUMB_CHECK(cuda_device_available() && cudaGetDeviceCount(&count) == cudaSuccess && index >= 0 && index < count,
+              "no usable CUDA device ", index, " (no GPU, or its driver is missing or too old); use --device cpu");
+  CRUMB_CUDA_CHECK(cudaSetDevice(index));
+  // Non-blocking: the engine's streams never wait for work others put on the legacy default stream.
+  // Set-up copies (engine/buffer.cc) synchronise the whole device instead.
+  CRUMB_CUDA_CHECK(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
+  CRUMB_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
+  CRUMB_CUBLAS_CHECK(cublasCreate(&blas_));
+  // cublasSetStream resets the workspace to cuBLAS's default pool, so the stream goes first.
+  CRUMB_CUBLAS_CHECK(cublasSetStream(blas_, compute_));
+  blas_workspace_ = Buffer(kBlasWorkspaceBytes, Memory::Cuda);
+  CRUMB_CUBLAS_CHECK(cublasSetWorkspace(blas_, blas_workspace_.data(), blas_workspace_.size()));
+#if CRUMB_HAVE_CUDNN
+  CRUMB_CUDNN_CHECK(cudnnCreate(&dnn_));
+  CRUMB_CUDNN_CHECK(cudnnSetStream(dnn_, compute_));
+#endif
+}
+
+std::string CudaBackend::description() const {
+  cudaDeviceProp prop{};
+  CRUMB_CUDA_CHECK(cudaGetDeviceProperties(&prop, index()));
+  int driver = 0, blas = 0;
+  CRUMB_CUDA_CHECK(cudaDriverGetVersion(&driver));
+  CRUMB_CUBLAS_CHECK(cublasGetVersion(blas_, &blas));
+  char text[512];
+  std::snprintf(text, sizeof text, "%s (sm_%d%d, %.1f GiB), driver CUDA %d.%d, cuBLAS %d.%d.%d", prop.name, prop.major,
+                prop.minor, prop.totalGlobalMem / 1073741824.0, driver / 1000, driver % 1000 / 10, blas / 10000,
+                blas % 10000 / 100, blas % 100);
+  std::string s = text;
+#if CRUMB_HAVE_CUDNN
+  const std::size_t dnn = cudnnGetVersion();  // major*10000 + minor*100 + patch since cuDNN 9
+  s += crumb::detail::concat(", cuDNN ", dnn / 10000, ".", dnn % 10000 / 100, ".", dnn % 100);
+#endif
+  return s;
+}
+
+std::size_t CudaBackend::free_bytes() const {
+  std::size_t free_bytes = 0, total = 0;
+  CRUMB_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+  return free_bytes;
+}
+
+void CudaBackend::zero(void* p, std::size_t bytes) { CRUMB_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, compute_)); }
+
+void CudaBackend::read_back(void* host_dst, const void* src, std::size_t bytes) {
+  CRUMB_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, compute_));
+  // Kernel faults of the steps before surface here, named by this call.
+  CRUMB_CUDA_CHECK(cudaStreamSynchronize(compute_));
+}
+
+std::unique_ptr<Recording> CudaBackend::record(const std::function<void()>& enqueue) {
+  // Thread-local mode: only this thread's unsafe calls (a cudaMalloc, a synchronisation) invalidate the
+  // capture; other threads (the loader) are not affected.
+  CRUMB_CUDA_CHECK(cudaStreamBeginCapture(compute_, cudaStreamCaptureModeThreadLocal));
+  try {
+    enqueue();
+  } catch (...) {
+    cudaGraph_t graph = end_capture(compute_);
+    if (!graph) return nullptr;  // the call that threw refused capture: the caller runs it without
+    cudaGraphDestroy(graph);
+    throw;
+  }
+  cudaGraph_t graph = end_capture(compute_);
+  if (!graph) return nullptr;
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  if (instantiated != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return std::make_unique<GraphRecording>(exec, compute_);
+}
+
+}  // namespace crumb::cuda

@@ -1,0 +1,64 @@
+// The CUDA backend of one device: its compute stream (every step, optimizer step and readback), its copy
+// stream (input staging), and the cuBLAS and cuDNN handles bound to the compute stream. The engine's
+// memory (arenas, parameters, staging) is not here: Buffers own it, so that device memory appears where
+// the planner and the budget account for it. Made by the factory in engine/backend.cc.
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <string>
+
+#include "engine/backend.h"
+#include "engine/buffer.h"
+
+#if CRUMB_HAVE_CUDNN
+#include <cudnn.h>
+#endif
+
+namespace crumb::cuda {
+
+class CudaBackend final : public Backend {
+ public:
+  // Throws crumb::Error when device `index` is not usable.
+  explicit CudaBackend(int index);
+  // Its streams and handles are never destroyed: teardown during static destruction races the CUDA
+  // runtime's own shutdown, and the factory keeps backends for the process (the driver reclaims them).
+  ~CudaBackend() override = default;
+
+  // The CUDA backend a step runs on, or a Backend& known to be of device kind CUDA.
+  static CudaBackend& of(const StepArgs& a) { return static_cast<CudaBackend&>(*a.backend); }
+  static CudaBackend& of(Backend& b) { return static_cast<CudaBackend&>(b); }
+
+  // cuBLAS's workspace, given to it at creation so it never allocates during training (32 MiB is
+  // NVIDIA's recommendation for Hopper).
+  static constexpr std::size_t kBlasWorkspaceBytes = std::size_t{32} << 20;
+  // The most workspace one cuDNN convolution pass may take (algorithms that need more are skipped).
+  static constexpr std::size_t kConvWorkspaceLimit = std::size_t{256} << 20;
+
+  cudaStream_t compute() const { return compute_; }
+  cudaStream_t copy() const { return copy_; }
+  cublasHandle_t blas() const { return blas_; }
+#if CRUMB_HAVE_CUDNN
+  cudnnHandle_t dnn() const { return dnn_; }
+#endif
+
+  // "NVIDIA H100 80GB HBM3 (sm_90, 79.2 GiB), driver CUDA 13.0, cuBLAS 13.1.0, cuDNN 9.14.0".
+  std::string description() const override;
+  std::size_t free_bytes() const override;
+  std::size_t runtime_bytes() const override { return kBlasWorkspaceBytes; }
+  void zero(void* p, std::size_t bytes) override;
+  void read_back(void* host_dst, const void* src, std::size_t bytes) override;
+  std::unique_ptr<Recording> record(const std::function<void()>& enqueue) override;
+  std::unique_ptr<InputStaging> make_staging(const std::vector<std::size_t>& part_bytes) override;
+
+ private:
+  cudaStream_t compute_ = nullptr, copy_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  Buffer blas_workspace_;
+#if CRUMB_HAVE_CUDNN
+  cudnnHandle_t dnn_ = nullptr;
+#endif
+};
+
+}  // namespace crumb::cuda
