@@ -36,7 +36,7 @@ using Floats = std::vector<float>;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 using test::expect_bits;
 using test::expect_same;
-using test::random_values;
+using test::random_floats;
 constexpr double kTolerance = test::kParityTolerance;
 
 // Relative to the element and to the output's RMS (at least 1): a long float sum may cancel to near zero.
@@ -87,7 +87,7 @@ void check_against_cpu(const std::vector<std::size_t>& sizes, bool has_accumulat
     std::vector<std::unique_ptr<DeviceArray<float>>> device;
     std::vector<float*> host_ptrs, device_ptrs;
     for (std::size_t o = 0; o < sizes.size(); ++o) {
-      host.push_back(accumulate ? random_values<float>(sizes[o], 100 + unsigned(o)) : Floats(sizes[o], kNaN));
+      host.push_back(accumulate ? random_floats(sizes[o], 100 + unsigned(o)) : Floats(sizes[o], kNaN));
       device.push_back(std::make_unique<DeviceArray<float>>(host.back()));
     }
     for (std::size_t o = 0; o < sizes.size(); ++o) {
@@ -161,7 +161,7 @@ TEST(CudaKernels, Elementwise) {
   CRUMB_REQUIRE_GPU();
   // Neither count is a multiple of 4 or of a block.
   for (std::size_t count : {std::size_t{37}, std::size_t{100003}}) {
-    const Floats x = random_values<float>(count, 1), a = random_values<float>(count, 2), dy = random_values<float>(count, 3);
+    const Floats x = random_floats(count, 1), a = random_floats(count, 2), dy = random_floats(count, 3);
     Floats y(count);
     cpu::relu_forward(y.data(), x.data(), count);
     const DeviceArray<float> dev_x(x), dev_a(a), dev_dy(dy), dev_y(y);
@@ -207,7 +207,7 @@ TEST(CudaKernels, Bias) {
   CRUMB_REQUIRE_GPU();
   for (auto [n, c, hw] : kNchwShapes) {
     const std::size_t count = std::size_t(n) * c * hw;
-    const Floats y0 = random_values<float>(count, 1), b = random_values<float>(c, 2), dy = random_values<float>(count, 3);
+    const Floats y0 = random_floats(count, 1), b = random_floats(c, 2), dy = random_floats(count, 3);
     const DeviceArray<float> dev_b(b), dev_dy(dy);
     const std::string at = " n=" + std::to_string(n) + " c=" + std::to_string(c) + " hw=" + std::to_string(hw);
     // The CPU has these only inside its conv/linear kernels, so the twins here are plain loops.
@@ -235,7 +235,7 @@ TEST(CudaKernels, GlobalAvgPool) {
   CRUMB_REQUIRE_GPU();
   for (auto [n, c, hw] : kNchwShapes) {
     const std::size_t count = std::size_t(n) * c * hw, rows = std::size_t(n) * c;
-    const Floats x = random_values<float>(count, 1), dy = random_values<float>(rows, 2);
+    const Floats x = random_floats(count, 1), dy = random_floats(rows, 2);
     const DeviceArray<float> dev_x(x), dev_dy(dy);
     const std::string at = " n=" + std::to_string(n) + " c=" + std::to_string(c) + " hw=" + std::to_string(hw);
     check_against_cpu(
@@ -256,7 +256,7 @@ TEST(CudaKernels, SoftmaxXent) {
   for (auto [n, k, magnitude] : {std::tuple{37, 10, 3.0f}, {37, 10, 1000.0f}, {300, 1000, 5.0f}}) {
     const std::string at = " n=" + std::to_string(n) + " k=" + std::to_string(k) + " |z|<=" + std::to_string(magnitude);
     const std::size_t count = std::size_t(n) * k;
-    const Floats z = random_values<float>(count, 1, -magnitude, magnitude);
+    const Floats z = random_floats(count, 1, -magnitude, magnitude);
     // Every third label is the row's argmax, so the correct count is neither 0 nor n.
     std::mt19937 gen(2);
     std::vector<int32_t> labels(n);
@@ -298,7 +298,7 @@ TEST(CudaKernels, SoftmaxXent) {
 TEST(CudaKernels, SoftmaxXentCountsNaNRowsAsTheCpu) {
   CRUMB_REQUIRE_GPU();
   const int n = 6, k = 40;  // more classes than lanes: NaNs in different lanes' columns
-  Floats z = random_values<float>(std::size_t(n) * k, 3, -2.0f, 2.0f);
+  Floats z = random_floats(std::size_t(n) * k, 3, -2.0f, 2.0f);
   for (int j = 0; j < k; ++j) z[j] = kNaN;  // row 0: all NaN
   z[1 * k + 35] = kNaN;                      // row 1: one NaN, in lane 3's second column
   z[2 * k + 7] = z[2 * k + 33] = kNaN;       // row 2: two NaNs
@@ -330,12 +330,12 @@ TEST(CudaKernels, SgdThreeSteps) {
                                           {0.9f, 0.01f, true}}) {
       const std::string at = " count=" + std::to_string(count) + " momentum=" + std::to_string(momentum) +
                              " wd=" + std::to_string(wd) + " nesterov=" + std::to_string(nesterov);
-      Floats p = random_values<float>(count, 1);
+      Floats p = random_floats(count, 1);
       // The buffer starts as NaN: the first step must overwrite it without reading.
       Floats buf(count, kNaN);
       DeviceArray<float> dev_p(p), dev_buf(buf);
       for (int step = 0; step < 3; ++step) {
-        const Floats g = random_values<float>(count, 10 + step);
+        const Floats g = random_floats(count, 10 + step);
         const DeviceArray<float> dev_g(g);
         cpu::sgd_momentum_step(p.data(), g.data(), momentum != 0 ? buf.data() : nullptr, count, 0.1f, momentum, wd,
                                nesterov, step == 0);
@@ -391,7 +391,7 @@ float nan_with_bits(uint32_t bits) {
 
 Floats pool_input(const cpu::Pool2dShape& s, PoolInput kind) {
   const std::size_t plane = std::size_t(s.h) * s.w, planes = std::size_t(s.n) * s.c;
-  Floats x = random_values<float>(planes * plane, 1, -4, -1);
+  Floats x = random_floats(planes * plane, 1, -4, -1);
   if (kind == PoolInput::kContinuous) return x;
   for (float& e : x) e = std::floor(e);
   if (planes > 1) std::fill(x.begin() + plane, x.begin() + 2 * plane, -std::numeric_limits<float>::infinity());
@@ -448,7 +448,7 @@ TEST(CudaKernels, MaxPool2d) {
       }
 
       // The backward routes through the CPU's argmax, so it is checked on its own.
-      const Floats dy = random_values<float>(out, 2);
+      const Floats dy = random_floats(out, 2);
       const DeviceArray<float> dev_dy(dy);
       const DeviceArray<uint8_t> dev_cpu_argmax(argmax);
       check_against_cpu(
@@ -474,7 +474,7 @@ TEST(CudaKernels, AvgPool2d) {
     }
     // The backward reads only dy. Its multiply-adds are fused on the device and fused or not on the CPU,
     // depending on the build's target, so it is compared within rounding.
-    const Floats dy = random_values<float>(out, 2);
+    const Floats dy = random_floats(out, 2);
     const DeviceArray<float> dev_dy(dy);
     check_against_cpu(
         {in}, true, [&](auto& o, bool acc) { cpu::avg_pool2d_backward(o[0], dy.data(), s, acc); },
@@ -546,8 +546,8 @@ TEST_F(CudaLibraryTest, Linear) {
   // Tiny, ragged, and LeNet's classifier layers.
   for (auto [n, in, out] : {std::tuple{3, 5, 4}, {1, 1, 1}, {37, 33, 19}, {64, 400, 120}, {64, 84, 10}}) {
     const std::string at = " n=" + std::to_string(n) + " in=" + std::to_string(in) + " out=" + std::to_string(out);
-    const Floats x = random_values<float>(std::size_t(n) * in, 1), w = random_values<float>(std::size_t(out) * in, 2),
-                 b = random_values<float>(out, 3), dy = random_values<float>(std::size_t(n) * out, 4);
+    const Floats x = random_floats(std::size_t(n) * in, 1), w = random_floats(std::size_t(out) * in, 2),
+                 b = random_floats(out, 3), dy = random_floats(std::size_t(n) * out, 4);
     const DeviceArray<float> dev_x(x), dev_w(w), dev_b(b), dev_dy(dy);
     const std::size_t y_size = std::size_t(n) * out, x_size = std::size_t(n) * in, w_size = std::size_t(out) * in;
     for (bool bias : {true, false}) {
@@ -606,8 +606,8 @@ void check_conv(cudnnHandle_t handle, ConvPlans& plans) {
                          " k=" + std::to_string(s.kh) + " stride=" + std::to_string(s.stride_h) +
                          " pad=" + std::to_string(s.pad_h);
   const std::size_t w_size = std::size_t(s.c_out) * s.c_in * s.kh * s.kw;
-  const Floats x = random_values<float>(s.in_count(), 1), w = random_values<float>(w_size, 2), b = random_values<float>(s.c_out, 3),
-               dy = random_values<float>(s.out_count(), 4);
+  const Floats x = random_floats(s.in_count(), 1), w = random_floats(w_size, 2), b = random_floats(s.c_out, 3),
+               dy = random_floats(s.out_count(), 4);
   const DeviceArray<float> dev_x(x), dev_w(w), dev_b(b), dev_dy(dy);
   DeviceArray<unsigned char> ws_fwd(plans.fwd.workspace_bytes()), ws_data(plans.bwd_data.workspace_bytes()),
       ws_filter(plans.bwd_filter.workspace_bytes());

@@ -23,7 +23,7 @@ class GradCheck {
     exec_ = std::make_unique<Executor>(g_, *params_, arena_, batch, Pass::Train);
     x_ = g_.find_value("x");
     y_ = g_.find_value("y");
-    xdata_ = test::random_values<double>(g_.value(x_).count(batch), unsigned(seed) + 1);
+    xdata_ = test::random_doubles(g_.value(x_).count(batch), unsigned(seed) + 1);
     labels_ = test::random_labels(batch, static_cast<int>(g_.value(g_.loss()).dims[0]), unsigned(seed) + 2);
     exec_->bind(x_, xdata_.data());
     exec_->bind(y_, labels_.data());

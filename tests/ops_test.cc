@@ -39,7 +39,7 @@ class OpRunner {
     exec_ = std::make_unique<Executor>(g_, params_, arena_, batch_, Pass::Train);
     const ValueId x = g_.find_value("x"), y = g_.find_value("y");
     dx_ = g_.value(x).grad;
-    const Floats xs = test::random_values<float>(g_.value(x).count(batch_), 8);
+    const Floats xs = test::random_floats(g_.value(x).count(batch_), 8);
     const std::vector<int32_t> ys = test::random_labels(batch_, static_cast<int>(g_.value(g_.loss()).dims[0]), 9);
     xbuf_ = Buffer(xs.size() * sizeof(float), memory_of(device));
     ybuf_ = Buffer(ys.size() * sizeof(int32_t), memory_of(device));

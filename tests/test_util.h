@@ -33,6 +33,12 @@ template <class T> std::vector<T> random_values(std::size_t count, unsigned seed
   for (T& e : v) e = dist(gen);
   return v;
 }
+inline std::vector<float> random_floats(std::size_t count, unsigned seed, float lo = -1, float hi = 1) {
+  return random_values<float>(count, seed, lo, hi);
+}
+inline std::vector<double> random_doubles(std::size_t count, unsigned seed, double lo = -1, double hi = 1) {
+  return random_values<double>(count, seed, lo, hi);
+}
 
 // count class labels in [0, classes).
 inline std::vector<int32_t> random_labels(std::size_t count, int classes, unsigned seed) {
