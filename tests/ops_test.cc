@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <string>
+#include <memory>
 #include <vector>
 
 #include "engine/buffer.h"
@@ -115,7 +115,7 @@ void check_accumulation(const test::OpCase& c, Device device) {
   // NaN shows any arithmetic read of the old contents, even 0 * old; a huge finite value shows the
   // reads NaN slips through (fmax/fmin ignore a NaN operand).
   for (float garbage : {std::numeric_limits<float>::quiet_NaN(), 1e30f}) {
-    SCOPED_TRACE("garbage " + std::to_string(garbage));
+    SCOPED_TRACE(std::isnan(garbage) ? "buffers full of NaN" : "buffers full of 1e30");
     r.fill_with(garbage);
     const OpResult first = r.run(true);
     EXPECT_NEAR(first.loss_sum, clean.loss_sum, kAccumulateTolerance * std::fabs(clean.loss_sum));
