@@ -1,12 +1,10 @@
-// The engine on CUDA against the engine on the CPU: every op forward and backward through the real
-// autograd, planner and executor (both gradient write modes), whole training steps of the reference
-// models, micro-batch equivalence on the device, and no device allocation in the training loop. The
-// GPU tests skip without a usable device; the error-path tests run everywhere, in CPU-only builds too.
+// The engine on CUDA against the engine on the CPU: whole training steps of the reference models,
+// micro-batch equivalence on the device, recorded runs, TF32, and no device allocation in the training
+// loop (every op on its own: tests/ops_test.cc). The GPU tests skip without a usable device; the
+// error-path tests run everywhere, in CPU-only builds too.
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -17,122 +15,18 @@
 #include "engine/data/loader.h"
 #include "engine/error.h"
 #include "engine/executor.h"
-#include "engine/layers.h"
 #include "engine/optimizer.h"
-#include "engine/rng.h"
 #include "engine/scheduler.h"
 #include "models/registry.h"
-#include "tests/require_gpu.h"
+#include "tests/test_util.h"
 #include "tests/trained_model.h"
 
 namespace crumb {
 namespace {
 
 using Floats = std::vector<float>;
-
-// Largest |a - b| relative to the largest |b| (at least 1e-3, so all-tiny tensors are not judged on noise).
-double relative_error(const Floats& a, const Floats& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0, scale = 1e-3;
-  for (float v : b) scale = std::max(scale, double(std::fabs(v)));
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    if (std::isnan(a[i]) != std::isnan(b[i])) return INFINITY;
-    worst = std::max(worst, double(std::fabs(a[i] - b[i])));
-  }
-  return worst / scale;
-}
-
-// Both devices compute in float32 with different summation orders (cuBLAS/cuDNN pick their own).
-constexpr double kTolerance = 1e-4;
-
-// ---- every op: input -> body -> flatten -> softmax cross-entropy, run on both devices.
-
-using Body = std::function<ValueId(Graph&, ValueId)>;
-
-struct OpRun {
-  double loss = 0;
-  Floats dx, grads;  // gradient of the input; the whole parameter-gradient block
-};
-
-OpRun run_op(const Dims& x_dims, int batch, const Body& body, Device device, bool accumulate_second) {
-  Graph g;
-  const ValueId x = g.input("x", x_dims, DType::F32, /*requires_grad=*/true);
-  const ValueId y = g.input("y", {}, DType::I32);
-  ValueId h = body(g, x);
-  if (g.value(h).dims.size() != 1) h = nn::flatten(g, h, "flat");
-  nn::softmax_cross_entropy(g, h, y, "loss");
-  build_backward(g);
-  ParamStore params(g, device);
-  params.init(7);
-  Arena arena(device);
-  Executor e(g, params, arena, batch, Pass::Train);
-
-  Rng rng(8);
-  Floats xs(g.value(x).count(batch));
-  for (float& v : xs) v = static_cast<float>(2 * rng.uniform() - 1);
-  const int classes = static_cast<int>(g.value(g.loss()).dims[0]);
-  std::vector<int32_t> ys(batch);
-  for (int32_t& v : ys) v = static_cast<int32_t>(rng.below(classes));
-  Buffer xbuf(xs.size() * sizeof(float), memory_of(device)), ybuf(ys.size() * sizeof(int32_t), memory_of(device));
-  copy_bytes(xbuf.data(), xbuf.kind(), xs.data(), Memory::Host, xbuf.size());
-  copy_bytes(ybuf.data(), ybuf.kind(), ys.data(), Memory::Host, ybuf.size());
-  e.bind(x, xbuf.data());
-  e.bind(y, ybuf.data());
-
-  e.run(batch, true, 1.0 / batch);
-  // A second run in accumulate mode doubles the parameter gradients (same inputs).
-  if (accumulate_second) e.run(batch, false, 1.0 / batch);
-  OpRun r;
-  r.loss = e.results().loss_sum;
-  const ValueId dx = g.value(x).grad;
-  r.dx.resize(g.value(dx).count(batch));
-  copy_bytes(r.dx.data(), Memory::Host, e.data(dx), memory_of(device), r.dx.size() * sizeof(float));
-  params.to_host();
-  const float* gp = static_cast<const float*>(params.grad_block());
-  r.grads.assign(gp, gp + params.count());
-  return r;
-}
-
-void check_op(const Dims& x_dims, int batch, const Body& body) {
-  for (bool accumulate : {false, true}) {
-    SCOPED_TRACE(accumulate ? "second run accumulates" : "one run");
-    const OpRun cpu = run_op(x_dims, batch, body, Device::CPU, accumulate);
-    const OpRun gpu = run_op(x_dims, batch, body, Device::CUDA, accumulate);
-    EXPECT_NEAR(gpu.loss, cpu.loss, kTolerance * std::max(1.0, std::fabs(cpu.loss)));
-    EXPECT_LE(relative_error(gpu.dx, cpu.dx), kTolerance) << "input gradient";
-    EXPECT_LE(relative_error(gpu.grads, cpu.grads), kTolerance) << "parameter gradients";
-  }
-}
-
-TEST(CudaEngine, Linear) {
-  CRUMB_REQUIRE_GPU();
-  check_op({37}, 5, [](Graph& g, ValueId x) { return nn::linear(g, x, 13, "fc"); });
-  check_op({6}, 3, [](Graph& g, ValueId x) { return nn::linear(g, x, 4, "fc", false); });
-}
-TEST(CudaEngine, Conv2d) {
-  CRUMB_REQUIRE_GPU();
-  check_op({2, 7, 6}, 3, [](Graph& g, ValueId x) { return nn::conv2d(g, x, 3, 3, 2, 1, "conv"); });
-  check_op({3, 8, 8}, 2, [](Graph& g, ValueId x) { return nn::conv2d(g, x, 2, 5, 1, 2, "conv", false); });
-  check_op({4, 3, 5}, 2, [](Graph& g, ValueId x) { return nn::conv2d(g, x, 3, 1, 1, 0, "conv"); });
-}
-TEST(CudaEngine, Pooling) {
-  CRUMB_REQUIRE_GPU();
-  check_op({2, 6, 6}, 2, [](Graph& g, ValueId x) { return nn::max_pool2d(g, x, 2, 2, "pool"); });
-  check_op({2, 7, 5}, 2, [](Graph& g, ValueId x) { return nn::max_pool2d(g, x, 3, 2, "pool", 1); });
-  check_op({2, 7, 6}, 2, [](Graph& g, ValueId x) { return nn::avg_pool2d(g, x, 3, 2, "pool", 1); });
-  check_op({3, 4, 5}, 2, [](Graph& g, ValueId x) { return nn::global_avg_pool(g, x, "gap"); });
-}
-TEST(CudaEngine, ReluAddFlatten) {
-  CRUMB_REQUIRE_GPU();
-  check_op({8}, 3, [](Graph& g, ValueId x) { return nn::relu(g, nn::linear(g, x, 6, "fc"), "relu"); });
-  check_op({6}, 2, [](Graph& g, ValueId x) {
-    const ValueId h = nn::linear(g, x, 5, "fc");
-    return nn::add(g, h, nn::relu(g, h, "relu"), "add");
-  });
-  check_op({1, 5, 5}, 2, [](Graph& g, ValueId x) {
-    return nn::linear(g, nn::flatten(g, nn::conv2d(g, x, 2, 3, 1, 0, "conv"), "flat"), 3, "fc");
-  });
-}
+using test::relative_error;
+constexpr double kTolerance = test::kParityTolerance;
 
 // ---- whole models through the scheduler and optimizer
 

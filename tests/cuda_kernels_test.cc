@@ -24,6 +24,7 @@
 #include "kernels/cuda/blas.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/kernels.h"
+#include "tests/test_util.h"
 #if CRUMB_HAVE_CUDNN
 #include "kernels/cuda/cudnn_conv.h"
 #endif
@@ -33,59 +34,14 @@ namespace {
 
 using Floats = std::vector<float>;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-// Both sides compute in float, in different orders (and cuDNN/cuBLAS pick their own), so results agree
-// to float rounding of the sums, not bit for bit.
-constexpr double kTolerance = 1e-4;
+using test::expect_bits;
+using test::expect_same;
+using test::random_floats;
+constexpr double kTolerance = test::kParityTolerance;
 
-#define CRUMB_REQUIRE_GPU()                                                \
-  do {                                                                     \
-    if (!cuda_device_available()) GTEST_SKIP() << "no usable CUDA device"; \
-  } while (0)
-
-Floats random_floats(std::size_t count, unsigned seed, float lo = -1, float hi = 1) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  Floats v(count);
-  for (float& e : v) e = dist(gen);
-  return v;
-}
-
-// The rounding error of a long float sum scales with the size of the sums, not with its own result, which
-// may cancel to near zero: so the bound is relative to the element and to the output's RMS (at least 1).
+// Relative to the element and to the output's RMS (at least 1): a long float sum may cancel to near zero.
 void expect_close(const Floats& got, const Floats& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double square_sum = 0;
-  for (float e : want) square_sum += double(e) * e;
-  const double scale = std::max(1.0, std::sqrt(square_sum / std::max<std::size_t>(want.size(), 1)));
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const double err = std::abs(double(got[i]) - want[i]);
-    if (!(err <= kTolerance * (scale + std::abs(want[i])))) {
-      ADD_FAILURE() << what << " [" << i << "]: cuda " << got[i] << ", cpu " << want[i];
-      return;
-    }
-  }
-}
-
-// Bit-for-bit parity, for kernels that add in the CPU's order: equal values, or NaN on both sides.
-void expect_same(const Floats& got, const Floats& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    if (!(got[i] == want[i] || (std::isnan(got[i]) && std::isnan(want[i])))) {
-      ADD_FAILURE() << what << " [" << i << "]: cuda " << got[i] << ", cpu " << want[i];
-      return;
-    }
-  }
-}
-
-// Identical bits, for outputs that copy one input element each (a NaN's payload and sign included).
-void expect_bits(const Floats& got, const Floats& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) {
-      ADD_FAILURE() << what << " [" << i << "]: cuda " << got[i] << ", cpu " << want[i];
-      return;
-    }
-  }
+  test::expect_close(got, want, kTolerance, what, test::rms_at_least_1(want));
 }
 
 // Owns count elements of device memory.

@@ -15,20 +15,14 @@
 #include <gtest/gtest.h>
 
 #include "kernels/cpu/kernels.h"
+#include "tests/test_util.h"
 
 namespace crumb::cpu {
 namespace {
 
+using test::random_doubles;
 using Vec = std::vector<double>;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-Vec random_vec(std::size_t count, unsigned seed, double lo = -1, double hi = 1) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<double> dist(lo, hi);
-  Vec v(count);
-  for (double& e : v) e = dist(gen);
-  return v;
-}
 
 // Few distinct values, so max-pool windows and argmax rows contain ties.
 Vec tied_vec(std::size_t count, unsigned seed) {
@@ -50,14 +44,7 @@ template <class T> Vec& round_to(Vec& v) {
 template <class T> double tolerance() { return std::is_same_v<T, float> ? 3e-5 : 1e-12; }
 
 template <class T> void expect_close(const std::vector<T>& got, const Vec& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const double err = std::abs(got[i] - want[i]);
-    if (!(err <= tolerance<T>() * (1 + std::abs(want[i])))) {
-      ADD_FAILURE() << what << " [" << i << "]: got " << got[i] << ", want " << want[i];
-      return;
-    }
-  }
+  test::expect_close(got, want, tolerance<T>(), what);
 }
 
 // Runs a kernel with outputs pre-filled for each write mode and checks them against `want`: with
@@ -71,7 +58,7 @@ void check_outputs(const std::vector<Vec>& want, bool has_accumulate,
     std::vector<std::vector<T>> outs;
     std::vector<T*> ptrs;
     for (std::size_t o = 0; o < want.size(); ++o) {
-      Vec init = accumulate ? random_vec(want[o].size(), 100 + o) : Vec(want[o].size(), kNaN);
+      Vec init = accumulate ? random_doubles(want[o].size(), 100 + o) : Vec(want[o].size(), kNaN);
       outs.push_back(cast<T>(init));
     }
     std::vector<Vec> expected = want;
@@ -98,7 +85,8 @@ TYPED_TEST(CpuKernelTest, Linear) {
   using T = TypeParam;
   // The last case is big enough to be split across threads and tiled along every GEMM dimension.
   for (auto [n, in, out] : {std::tuple{3, 5, 4}, {1, 1, 1}, {7, 33, 19}, {64, 120, 84}, {8, 700, 300}}) {
-    Vec x = random_vec(n * in, 1), w = random_vec(out * in, 2), b = random_vec(out, 3), dy = random_vec(n * out, 4);
+    Vec x = random_doubles(n * in, 1), w = random_doubles(out * in, 2), b = random_doubles(out, 3);
+    Vec dy = random_doubles(n * out, 4);
     round_to<T>(x), round_to<T>(w), round_to<T>(b), round_to<T>(dy);
     Vec y(n * out), y_nobias(n * out), dx(n * in, 0.0), dw(out * in, 0.0), db(out, 0.0);
     for (int i = 0; i < n; ++i) {
@@ -154,8 +142,8 @@ template <class T> void check_conv(const Conv2dShape& s) {
                                     << " c_out=" << s.c_out << " k=" << s.kh << "x" << s.kw << " stride=" << s.stride_h
                                     << "," << s.stride_w << " pad=" << s.pad_h << "," << s.pad_w);
   const long w_count = long(s.c_out) * s.c_in * s.kh * s.kw;
-  Vec x = random_vec(s.in_count(), 1), w = random_vec(w_count, 2), b = random_vec(s.c_out, 3);
-  Vec dy = random_vec(s.out_count(), 4);
+  Vec x = random_doubles(s.in_count(), 1), w = random_doubles(w_count, 2), b = random_doubles(s.c_out, 3);
+  Vec dy = random_doubles(s.out_count(), 4);
   round_to<T>(x), round_to<T>(w), round_to<T>(b), round_to<T>(dy);
   Vec y(s.out_count()), dx(s.in_count(), 0.0), dw(w_count, 0.0), db(s.c_out, 0.0);
   const long hw = long(s.h_out) * s.w_out;
@@ -251,7 +239,7 @@ TYPED_TEST(CpuKernelTest, MaxPool) {
   using T = TypeParam;
   for (const Pool2dShape& s : pool_shapes()) {
     SCOPED_TRACE(::testing::Message() << "pool " << s.h << "x" << s.w << " k=" << s.kh << "x" << s.kw);
-    Vec x = tied_vec(pool_in_count(s), 1), dy = random_vec(pool_out_count(s), 2);
+    Vec x = tied_vec(pool_in_count(s), 1), dy = random_doubles(pool_out_count(s), 2);
     // Negative inputs make a padding cell the larger one if it were (wrongly) counted as zero.
     for (double& e : x) e -= 3;
     round_to<T>(dy);
@@ -296,7 +284,7 @@ TYPED_TEST(CpuKernelTest, AvgPool) {
   using T = TypeParam;
   for (const Pool2dShape& s : pool_shapes()) {
     SCOPED_TRACE(::testing::Message() << "pool " << s.h << "x" << s.w << " k=" << s.kh << "x" << s.kw);
-    Vec x = random_vec(pool_in_count(s), 1), dy = random_vec(pool_out_count(s), 2);
+    Vec x = random_doubles(pool_in_count(s), 1), dy = random_doubles(pool_out_count(s), 2);
     round_to<T>(x), round_to<T>(dy);
     Vec y(pool_out_count(s), 0.0), dx(pool_in_count(s), 0.0);
     const double area = s.kh * s.kw;
@@ -313,7 +301,7 @@ TYPED_TEST(CpuKernelTest, AvgPool) {
 TYPED_TEST(CpuKernelTest, GlobalAvgPool) {
   using T = TypeParam;
   for (auto [n, c, hw] : {std::tuple{3, 5, 7}, {1, 1, 1}, {16, 64, 49}}) {
-    Vec x = random_vec(n * c * hw, 1), dy = random_vec(n * c, 2);
+    Vec x = random_doubles(n * c * hw, 1), dy = random_doubles(n * c, 2);
     round_to<T>(x), round_to<T>(dy);
     Vec y(n * c, 0.0), dx(n * c * hw);
     for (int r = 0; r < n * c; ++r) {
@@ -334,7 +322,7 @@ TYPED_TEST(CpuKernelTest, GlobalAvgPool) {
 TYPED_TEST(CpuKernelTest, Elementwise) {
   using T = TypeParam;
   for (std::size_t count : {std::size_t{37}, std::size_t{100003}}) {
-    Vec x = random_vec(count, 1), a = random_vec(count, 2), dy = random_vec(count, 3);
+    Vec x = random_doubles(count, 1), a = random_doubles(count, 2), dy = random_doubles(count, 3);
     round_to<T>(x), round_to<T>(a), round_to<T>(dy);
     Vec relu(count), drelu(count), sum(count);
     for (std::size_t i = 0; i < count; ++i) {
@@ -368,7 +356,7 @@ TYPED_TEST(CpuKernelTest, SoftmaxXent) {
   using T = TypeParam;
   for (double magnitude : {3.0, 1000.0}) {
     const int n = 6, k = 7;
-    Vec z = random_vec(n * k, 1, -magnitude, magnitude);
+    Vec z = random_doubles(n * k, 1, -magnitude, magnitude);
     round_to<T>(z);
     const std::vector<int32_t> labels = {0, 6, 3, 3, 1, 5};
     Vec probs(n * k), grad(n * k);
@@ -428,11 +416,11 @@ TEST(CpuKernelSgd, MatchesTorchSemantics) {
   for (std::size_t count : {std::size_t{41}, std::size_t{100003}}) {
     for (auto [momentum, wd, nesterov] : {std::tuple{0.9f, 0.01f, false}, {0.9f, 0.0f, false}, {0.0f, 0.01f, false},
                                           {0.9f, 0.01f, true}}) {
-      std::vector<float> p = cast<float>(random_vec(count, 1)), want_p = p;
+      std::vector<float> p = cast<float>(random_doubles(count, 1)), want_p = p;
       // The buffer starts as NaN: the first step must overwrite it without reading.
       std::vector<float> buf(count, NAN), want_buf(count, 0.0f);
       for (int step = 0; step < 3; ++step) {
-        const std::vector<float> g = cast<float>(random_vec(count, 10 + step));
+        const std::vector<float> g = cast<float>(random_doubles(count, 10 + step));
         reference_sgd(want_p, g, want_buf, 0.1f, momentum, wd, nesterov, step == 0);
         sgd_momentum_step(p.data(), g.data(), momentum != 0 ? buf.data() : nullptr, count, 0.1f, momentum, wd,
                           nesterov, step == 0);

@@ -21,7 +21,7 @@
 #include "engine/optimizer.h"
 #include "tests/optimizer_configs.h"
 #include "tests/optimizer_reference.h"
-#include "tests/require_gpu.h"
+#include "tests/test_util.h"
 
 namespace crumb {
 namespace {

@@ -115,7 +115,8 @@ tests="$build/crumb_tests"
 
 # The GPU tests, one process each (a fault or hang in one cannot take the others down); a failure is run
 # again with cuDNN's logging on.
-gpu_filter='Cuda*:*Cuda'  # CudaEngine.*, CudaKernels.*, ..., TrainCli.DeviceCuda, Optimizer.*OnCuda
+# CudaEngine.*, CudaKernels.*, ..., TrainCli.DeviceCuda, Optimizer.*OnCuda, and the op cases' CUDA modes
+gpu_filter='Cuda*:*Cuda:OpParity.*:OpAccumulate.Cuda/*'
 mapfile -t gpu_tests < <("$tests" --gtest_list_tests --gtest_filter="$gpu_filter" 2>/dev/null |
                          awk '/^[^ ]/ { suite = $1 } /^  / { print suite $1 }')
 if want cuda; then
@@ -135,7 +136,7 @@ if want cuda; then
 fi
 
 if want cpu; then
-  bounded 240 ctest --test-dir "$build" -j "$jobs" -E "^Cuda|Cuda$" --output-on-failure \
+  bounded 240 ctest --test-dir "$build" -j "$jobs" -E "^Cuda|Cuda$|^OpParity\\.|^OpAccumulate\\.Cuda/" --output-on-failure \
     > "$out/cpu_tests.log" 2>&1
   note "other tests: $(grep -E 'tests passed|tests failed' "$out/cpu_tests.log" | tail -1)"
   grep -A20 'The following tests FAILED' "$out/cpu_tests.log" | tee -a "$summary"
@@ -215,7 +216,7 @@ fi
 # Judged by each run's ERROR SUMMARY line; API errors that the code handles itself are not reported.
 if want sanitize; then
   : > "$out/sanitizer.log"
-  memcheck_filter="Cuda*:*OnCuda:-CudaEngine.TrainingLoopAllocatesNothing"
+  memcheck_filter="Cuda*:*OnCuda:OpParity.*:OpAccumulate.Cuda/*:-CudaEngine.TrainingLoopAllocatesNothing"
   for tool in memcheck racecheck synccheck; do
     filter=$memcheck_filter
     [[ $tool != memcheck ]] && filter='CudaKernels.*'

@@ -1,0 +1,98 @@
+// The op test cases: one row per case, and every row runs in every mode, on every backend:
+// - OpGradCheck (tests/gradcheck_test.cc): float64 gradients against central finite differences;
+// - OpParity (tests/ops_test.cc): float32 on the CPU against CUDA;
+// - OpAccumulate (tests/ops_test.cc): gradient buffers full of garbage are overwritten by a batch's
+//   first micro-batch and added to exactly by the next, on the CPU and on CUDA.
+// Adding an op adds a row here. A row builds only the ops under test; op_graph() puts the same graph
+// around every body, so each mode runs the op through the real autograd, planner and executor.
+#pragma once
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine/autograd.h"
+#include "engine/graph.h"
+#include "engine/layers.h"
+#include "engine/ops/op.h"
+
+namespace crumb::test {
+
+struct OpCase {
+  const char* name;  // the test's name in every mode
+  Dims x_dims;       // per-sample dims of the input x
+  int batch;
+  // Builds the ops under test on x; returns their output (op_graph flattens it if it is not 1-D).
+  std::function<ValueId(Graph&, ValueId)> body;
+};
+
+inline const std::vector<OpCase>& op_cases() {
+  static const std::vector<OpCase> cases = {
+      {"Linear", {5}, 3, [](Graph& g, ValueId x) { return nn::linear(g, x, 4, "fc"); }},
+      // Sizes that are no multiple of a vector width or a GEMM tile.
+      {"LinearOddSizes", {37}, 5, [](Graph& g, ValueId x) { return nn::linear(g, x, 13, "fc"); }},
+      {"LinearNoBias", {6}, 2, [](Graph& g, ValueId x) { return nn::linear(g, x, 3, "fc", false); }},
+      {"LinearNoBiasBatch3", {6}, 3, [](Graph& g, ValueId x) { return nn::linear(g, x, 4, "fc", false); }},
+      {"Conv2dStridePad", {2, 7, 6}, 3, [](Graph& g, ValueId x) { return nn::conv2d(g, x, 3, 3, 2, 1, "conv"); }},
+      {"Conv2dNoBias5x5", {3, 8, 8}, 2,
+       [](Graph& g, ValueId x) { return nn::conv2d(g, x, 2, 5, 1, 2, "conv", false); }},
+      {"Conv2d1x1", {4, 3, 5}, 2, [](Graph& g, ValueId x) { return nn::conv2d(g, x, 3, 1, 1, 0, "conv"); }},
+      {"MaxPool", {2, 6, 6}, 2, [](Graph& g, ValueId x) { return nn::max_pool2d(g, x, 2, 2, "pool"); }},
+      {"MaxPoolOverlappingPadded", {2, 7, 5}, 2,
+       [](Graph& g, ValueId x) { return nn::max_pool2d(g, x, 3, 2, "pool", 1); }},
+      {"AvgPoolPadded", {2, 7, 6}, 2, [](Graph& g, ValueId x) { return nn::avg_pool2d(g, x, 3, 2, "pool", 1); }},
+      {"GlobalAvgPool", {3, 4, 5}, 2, [](Graph& g, ValueId x) { return nn::global_avg_pool(g, x, "gap"); }},
+      {"Relu", {8}, 3, [](Graph& g, ValueId x) { return nn::relu(g, nn::linear(g, x, 6, "fc"), "relu"); }},
+      // h feeds both the add and the relu: its gradient is the sum of two contributions.
+      {"AddWithSharedInputSumsGradients", {6}, 2,
+       [](Graph& g, ValueId x) {
+         const ValueId h = nn::linear(g, x, 5, "fc");
+         return nn::add(g, h, nn::relu(g, h, "relu"), "add");
+       }},
+      {"FlattenOfConv", {1, 5, 5}, 2,
+       [](Graph& g, ValueId x) {
+         return nn::linear(g, nn::flatten(g, nn::conv2d(g, x, 2, 3, 1, 0, "conv"), "flat"), 3, "fc");
+       }},
+      // The same linear layer applied twice: both backward nodes write one parameter gradient (the
+      // second always adds).
+      {"SharedWeightsAccumulate", {4}, 2,
+       [](Graph& g, ValueId x) {
+         const ValueId h = nn::relu(g, nn::linear(g, x, 4, "fc"), "r1");
+         Node n;
+         n.def = &kLinear;
+         n.name = "fc_again";
+         n.in = {h, g.find_value("fc.weight"), g.find_value("fc.bias")};
+         Value out;
+         out.name = "fc_again";
+         out.dtype = g.float_dtype();
+         out.batched = true;
+         out.requires_grad = true;
+         n.out = {g.add_value(out)};
+         g.add_node(n);
+         return n.out[0];
+       }},
+  };
+  return cases;
+}
+
+// input x (requires_grad) -> body -> flatten (if not 1-D) -> softmax cross-entropy against labels y, in
+// the float dtype (F64 for gradient checks, F32 to compare devices), with its backward graph.
+inline Graph op_graph(const OpCase& c, DType dtype) {
+  Graph g;
+  g.set_float_dtype(dtype);
+  const ValueId x = g.input("x", c.x_dims, dtype, /*requires_grad=*/true);
+  const ValueId y = g.input("y", {}, DType::I32);
+  ValueId h = c.body(g, x);
+  if (g.value(h).dims.size() != 1) h = nn::flatten(g, h, "flat");
+  nn::softmax_cross_entropy(g, h, y, "loss");
+  build_backward(g);
+  return g;
+}
+
+// Test names are case names; GoogleTest prints a failing case by its name.
+inline std::string op_case_name(const ::testing::TestParamInfo<OpCase>& info) { return info.param.name; }
+inline void PrintTo(const OpCase& c, std::ostream* os) { *os << c.name; }
+
+}  // namespace crumb::test
