@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "engine/error.h"
+#include "engine/optimizer.h"
 
 #if CRUMB_HAVE_CUDA
 #include "engine/cuda/cuda_backend.h"
@@ -24,9 +25,47 @@ class CpuBackend final : public Backend {
   void read_back(void* host_dst, const void* src, std::size_t bytes) override { std::memcpy(host_dst, src, bytes); }
   std::unique_ptr<Recording> record(const std::function<void()>&) override { return nullptr; }
   std::unique_ptr<InputStaging> make_staging(const std::vector<std::size_t>&) override { return nullptr; }
+  void* allocate(Memory kind, std::size_t) override {
+    CRUMB_FAIL("the CPU backend has no ", kind == Memory::Pinned ? "pinned" : "device", " memory; use --device cpu");
+  }
+  void release(Memory, void*) noexcept override {}
+  void copy(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }
 };
 
 }  // namespace
+
+// ---- the implementation table: each op family binds its rows next to its declaration (engine/ops/<op>.cc
+// for the CPU, engine/ops/<op>_cuda.cc for CUDA); this is the one list of them.
+// engine/ops/<family>.cc
+void bind_linear_cpu(ImplTable& t);
+void bind_conv2d_cpu(ImplTable& t);
+void bind_pool_cpu(ImplTable& t);
+void bind_elementwise_cpu(ImplTable& t);
+void bind_softmax_xent_cpu(ImplTable& t);
+#if CRUMB_HAVE_CUDA
+// engine/ops/<family>_cuda.cc
+void bind_linear_cuda(ImplTable& t);
+void bind_conv2d_cuda(ImplTable& t);
+void bind_pool_cuda(ImplTable& t);
+void bind_elementwise_cuda(ImplTable& t);
+void bind_softmax_xent_cuda(ImplTable& t);
+#endif
+
+const ImplTable& impl_table() {
+  static const ImplTable table = [] {
+    ImplTable t;
+    for (void (*bind)(ImplTable&) : {bind_linear_cpu, bind_conv2d_cpu, bind_pool_cpu, bind_elementwise_cpu,
+                                     bind_softmax_xent_cpu})
+      bind(t);
+#if CRUMB_HAVE_CUDA
+    for (void (*bind)(ImplTable&) : {bind_linear_cuda, bind_conv2d_cuda, bind_pool_cuda, bind_elementwise_cuda,
+                                     bind_softmax_xent_cuda})
+      bind(t);
+#endif
+    return t;
+  }();
+  return table;
+}
 
 bool device_available(Device device) {
 #if CRUMB_HAVE_CUDA
@@ -45,16 +84,31 @@ Backend& backend(Device device, int index) {
   }
 #if CRUMB_HAVE_CUDA
   // One backend per GPU, created on first use and kept: its streams and handles are set up once.
+  // Never destroyed: Buffers released during static destruction still reach their backend.
   static std::mutex mu;
-  static std::vector<std::unique_ptr<Backend>> gpus;
+  static auto* gpus = new std::vector<std::unique_ptr<Backend>>();
   std::lock_guard<std::mutex> lock(mu);
   CRUMB_CHECK(index >= 0 && index < 1024, "CUDA device index ", index, " is out of range; use --device cpu");
-  if (gpus.size() <= static_cast<std::size_t>(index)) gpus.resize(index + 1);
-  if (!gpus[index]) gpus[index] = std::make_unique<cuda::CudaBackend>(index);
-  return *gpus[index];
+  if (gpus->size() <= static_cast<std::size_t>(index)) gpus->resize(index + 1);
+  if (!(*gpus)[index]) (*gpus)[index] = std::make_unique<cuda::CudaBackend>(index);
+  return *(*gpus)[index];
 #else
   CRUMB_FAIL("this build of Crumb has no CUDA backend (build it where nvcc and the CUDA toolkit are found); "
              "use --device cpu");
+#endif
+}
+
+#if CRUMB_HAVE_CUDA
+extern const OptimizerKernels kCudaOptimizerKernels;  // engine/cuda/optimizer_kernels.cc
+#endif
+
+const OptimizerKernels& optimizer_kernels(Device device) {
+  if (device == Device::CPU) return kCpuOptimizerKernels;
+  backend(device);  // throws, ending in "use --device cpu", where the device is missing
+#if CRUMB_HAVE_CUDA
+  return kCudaOptimizerKernels;
+#else
+  CRUMB_FAIL("unreachable: backend() found a CUDA device in a build without CUDA");
 #endif
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/buffer.h"
 #include "engine/graph.h"
 #include "engine/ops/op.h"
 #include "engine/staging.h"
@@ -60,6 +61,12 @@ class Backend {
   // Device slots for micro-batch inputs of these byte sizes (engine/staging.h); null where kernels read
   // the host's batch buffers in place (the CPU).
   virtual std::unique_ptr<InputStaging> make_staging(const std::vector<std::size_t>& part_bytes) = 0;
+  // Zero-filled memory of a kind this device serves (CUDA: Pinned and Cuda; engine/buffer.h allocates
+  // Host memory itself), freed by release(). Running out is one crumb::Error naming what to lower.
+  virtual void* allocate(Memory kind, std::size_t bytes) = 0;
+  virtual void release(Memory kind, void* p) noexcept = 0;
+  // Synchronous copy between any two kinds of memory, after all work enqueued on the device.
+  virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
 
  protected:
   Backend(Device device, int index) : device_(device), index_(index) {}

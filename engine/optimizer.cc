@@ -3,6 +3,7 @@
 #include "engine/adamw.h"
 #include "engine/error.h"
 #include "engine/sgd.h"
+#include "kernels/cpu/kernels.h"
 
 namespace crumb {
 
@@ -73,5 +74,13 @@ std::unique_ptr<Optimizer> make_optimizer(ParamStore& params, const OptimizerCon
   if (cfg.kind == OptimizerKind::Sgd) return std::make_unique<Sgd>(params, cfg);
   return std::make_unique<AdamW>(params, cfg);
 }
+
+const OptimizerKernels kCpuOptimizerKernels = {
+    [](Backend&, float* p, const float* g, float* m, std::size_t n, float lr, float momentum, float wd, bool nesterov,
+       bool first) { cpu::sgd_momentum_step(p, g, m, n, lr, momentum, wd, nesterov, first); },
+    [](Backend&, float* p, const float* g, float* m, float* v, std::size_t n, const AdamWScalars& s) {
+      cpu::adamw_step(p, g, m, v, n, s);
+    },
+};
 
 }  // namespace crumb

@@ -12,6 +12,7 @@
 
 #include "engine/buffer.h"
 #include "engine/lr_schedule.h"
+#include "kernels/adamw_scalars.h"
 #include "engine/params.h"
 
 namespace crumb {
@@ -37,6 +38,21 @@ struct OptimizerConfig {
 const std::vector<std::string>& state_names(OptimizerKind kind);
 // The state blocks this configuration keeps (SGD without momentum keeps none).
 std::vector<std::string> state_names(const OptimizerConfig& cfg);
+
+class Backend;
+
+// One device's optimizer kernels, each one pass over the flat parameter block, in order with the
+// device's other work. Bound per device like the op rows: the CPU's in engine/optimizer.cc, CUDA's in
+// engine/cuda/optimizer_kernels.cc; optimizer_kernels() (engine/backend.cc) picks them.
+struct OptimizerKernels {
+  void (*sgd)(Backend& b, float* params, const float* grads, float* momentum_buf, std::size_t count, float lr,
+              float momentum, float weight_decay, bool nesterov, bool first_step);
+  void (*adamw)(Backend& b, float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
+                std::size_t count, const AdamWScalars& s);
+};
+extern const OptimizerKernels kCpuOptimizerKernels;
+// Throws crumb::Error (ending in "use --device cpu") for a device this build has not.
+const OptimizerKernels& optimizer_kernels(Device device);
 
 // One persistent block of optimizer state, element i belonging to element i of the parameter block.
 struct StateBlock {

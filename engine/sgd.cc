@@ -1,12 +1,7 @@
 #include "engine/sgd.h"
 
+#include "engine/backend.h"
 #include "engine/error.h"
-#include "kernels/cpu/kernels.h"
-
-#if CRUMB_HAVE_CUDA
-#include "engine/cuda/cuda_backend.h"
-#include "kernels/cuda/kernels.h"
-#endif
 
 namespace crumb {
 
@@ -22,14 +17,8 @@ void Sgd::update(double lr) {
   const bool first = steps() == 0;
   const auto flr = static_cast<float>(lr), momentum = static_cast<float>(cfg_.momentum),
              wd = static_cast<float>(cfg_.weight_decay);
-  if (params_.device() == Device::CPU) {
-    cpu::sgd_momentum_step(p, g, m, params_.count(), flr, momentum, wd, cfg_.nesterov, first);
-  } else {
-#if CRUMB_HAVE_CUDA
-    cuda::sgd_momentum_step(p, g, m, params_.count(), flr, momentum, wd, cfg_.nesterov, first,
-                            cuda::CudaBackend::of(backend(Device::CUDA)).compute());
-#endif
-  }
+  optimizer_kernels(params_.device())
+      .sgd(backend(params_.device()), p, g, m, params_.count(), flr, momentum, wd, cfg_.nesterov, first);
 }
 
 }  // namespace crumb

@@ -1,6 +1,7 @@
 #include "engine/cuda/cuda_backend.h"
 
 #include <cstdio>
+#include <cstring>
 
 #include "engine/error.h"
 #include "kernels/cuda/check.h"
@@ -47,12 +48,56 @@ CudaBackend::CudaBackend(int index) : Backend(Device::CUDA, index) {
   CRUMB_CUBLAS_CHECK(cublasCreate(&blas_));
   // cublasSetStream resets the workspace to cuBLAS's default pool, so the stream goes first.
   CRUMB_CUBLAS_CHECK(cublasSetStream(blas_, compute_));
-  blas_workspace_ = Buffer(kBlasWorkspaceBytes, Memory::Cuda);
-  CRUMB_CUBLAS_CHECK(cublasSetWorkspace(blas_, blas_workspace_.data(), blas_workspace_.size()));
+  blas_workspace_ = allocate(Memory::Cuda, kBlasWorkspaceBytes);
+  CRUMB_CUBLAS_CHECK(cublasSetWorkspace(blas_, blas_workspace_, kBlasWorkspaceBytes));
 #if CRUMB_HAVE_CUDNN
   CRUMB_CUDNN_CHECK(cudnnCreate(&dnn_));
   CRUMB_CUDNN_CHECK(cudnnSetStream(dnn_, compute_));
 #endif
+}
+
+void* CudaBackend::allocate(Memory kind, std::size_t bytes) {
+  CRUMB_CUDA_CHECK(cudaSetDevice(index()));
+  void* p = nullptr;
+  if (kind == Memory::Pinned) {
+    if (cudaHostAlloc(&p, bytes, cudaHostAllocDefault) != cudaSuccess) {
+      cudaGetLastError();
+      CRUMB_FAIL("out of pinned host memory: could not allocate ", bytes, " bytes (lower --batch)");
+    }
+    std::memset(p, 0, bytes);
+    return p;
+  }
+  CRUMB_CHECK(kind == Memory::Cuda, "the CUDA backend allocates pinned and device memory, not host memory");
+  if (cudaMalloc(&p, bytes) != cudaSuccess) {
+    cudaGetLastError();  // out-of-memory is not sticky: clear it so later checks do not report it again
+    std::size_t free_bytes = 0, total = 0;
+    cudaMemGetInfo(&free_bytes, &total);
+    CRUMB_FAIL("out of GPU memory: could not allocate ", bytes, " bytes with ", free_bytes, " of ", total,
+               " free (lower --batch, --micro-batch or --memory-budget)");
+  }
+  CRUMB_CUDA_CHECK(cudaMemset(p, 0, bytes));
+  // cudaMemset is asynchronous on the legacy default stream, which the engine's non-blocking streams do
+  // not wait for: finish it here, so no later kernel or copy can race the zero fill.
+  CRUMB_CUDA_CHECK(cudaDeviceSynchronize());
+  return p;
+}
+
+void CudaBackend::release(Memory kind, void* p) noexcept {
+  // A failure here means the context is already gone (process exit): nothing to do about it.
+  if (kind == Memory::Pinned)
+    cudaFreeHost(p);
+  else
+    cudaFree(p);
+}
+
+void CudaBackend::copy(void* dst, const void* src, std::size_t bytes) {
+  // Work queued on the engine's streams may still be writing src (or reading dst): wait for all of it.
+  // cudaMemcpyDefault infers the direction from the pointers (unified addressing).
+  CRUMB_CUDA_CHECK(cudaDeviceSynchronize());
+  CRUMB_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+  // cudaMemcpy from pageable memory to the device may return before the DMA lands (and device to device
+  // does not wait at all); the engine's streams do not wait for the legacy stream, so wait here.
+  CRUMB_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 std::string CudaBackend::description() const {

@@ -10,7 +10,6 @@
 #include <string>
 
 #include "engine/backend.h"
-#include "engine/buffer.h"
 
 #if CRUMB_HAVE_CUDNN
 #include <cudnn.h>
@@ -51,11 +50,14 @@ class CudaBackend final : public Backend {
   void read_back(void* host_dst, const void* src, std::size_t bytes) override;
   std::unique_ptr<Recording> record(const std::function<void()>& enqueue) override;
   std::unique_ptr<InputStaging> make_staging(const std::vector<std::size_t>& part_bytes) override;
+  void* allocate(Memory kind, std::size_t bytes) override;
+  void release(Memory kind, void* p) noexcept override;
+  void copy(void* dst, const void* src, std::size_t bytes) override;
 
  private:
   cudaStream_t compute_ = nullptr, copy_ = nullptr;
   cublasHandle_t blas_ = nullptr;
-  Buffer blas_workspace_;
+  void* blas_workspace_ = nullptr;  // raw: a Buffer would ask the factory for this very backend
 #if CRUMB_HAVE_CUDNN
   cudnnHandle_t dnn_ = nullptr;
 #endif

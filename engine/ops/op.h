@@ -87,7 +87,8 @@ struct OpImpl {
 };
 
 // The implementation table. Rows are added once, before the first lookup, by the binding functions
-// listed in engine/ops/registry.cc; a missing row is null.
+// listed in engine/backend.cc (the factory, the one place that knows the build's devices); a missing
+// row is null.
 class ImplTable {
  public:
   void add(const OpDef& op, Device device, DType dtype, OpImpl impl);

@@ -1,0 +1,20 @@
+// The optimizers' CUDA kernels (kernels/cuda/sgd.cu, adamw.cu): one launch each over the flat parameter
+// block, on the backend's compute stream.
+#include "engine/cuda/cuda_backend.h"
+#include "engine/optimizer.h"
+#include "kernels/cuda/kernels.h"
+
+namespace crumb {
+
+extern const OptimizerKernels kCudaOptimizerKernels;
+const OptimizerKernels kCudaOptimizerKernels = {
+    [](Backend& b, float* p, const float* g, float* m, std::size_t n, float lr, float momentum, float wd,
+       bool nesterov, bool first) {
+      cuda::sgd_momentum_step(p, g, m, n, lr, momentum, wd, nesterov, first, cuda::CudaBackend::of(b).compute());
+    },
+    [](Backend& b, float* p, const float* g, float* m, float* v, std::size_t n, const AdamWScalars& s) {
+      cuda::adamw_step(p, g, m, v, n, s, cuda::CudaBackend::of(b).compute());
+    },
+};
+
+}  // namespace crumb
