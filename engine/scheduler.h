@@ -22,18 +22,9 @@ struct InputBatch {
   const void* data;
 };
 
-// A non-owning list of a batch's inputs, as written at a call site ({{"x", images}, {"y", labels}}).
-class InputBatches {
- public:
-  InputBatches(std::initializer_list<InputBatch> list) : items_(list.begin()), size_(list.size()) {}
-  const InputBatch* begin() const { return items_; }
-  const InputBatch* end() const { return items_ + size_; }
-  std::size_t size() const { return size_; }
-
- private:
-  const InputBatch* items_;
-  std::size_t size_;
-};
+// A batch's inputs, as written at a call site ({{"x", images}, {"y", labels}}). An initializer_list
+// parameter keeps its array alive for the whole call, and copying one does not copy the array.
+using InputBatches = std::initializer_list<InputBatch>;
 
 struct BatchResult {
   double loss_sum = 0.0;  // summed per-sample loss over the batch (divide by B for the mean)
