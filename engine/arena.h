@@ -11,7 +11,8 @@ namespace crumb {
 
 class Arena {
  public:
-  explicit Arena(Device device = Device::CPU) : device_(device) {}
+  // On device `index` of its kind (the CPU is device 0).
+  explicit Arena(Device device = Device::CPU, int index = 0) : device_(device), index_(index) {}
 
   // Grows the block to at least `bytes` (contents are not kept). Throws when an executor is attached,
   // since its pointers would dangle: reserve the largest plan's size first.
@@ -22,9 +23,11 @@ class Arena {
   char* base() const { return block_.data(); }
   std::size_t size() const { return block_.size(); }
   Device device() const { return device_; }
+  int index() const { return index_; }
 
  private:
   Device device_;
+  int index_;
   Buffer block_;
   int attached_ = 0;
 };

@@ -19,6 +19,7 @@ class CpuBackend final : public Backend {
  public:
   CpuBackend() : Backend(Device::CPU, 0) {}
   std::string description() const override { return "cpu"; }
+  void activate() override {}
   std::size_t free_bytes() const override { return 0; }
   std::size_t runtime_bytes() const override { return 0; }
   void zero(void* p, std::size_t bytes) override { std::memset(p, 0, bytes); }
@@ -112,10 +113,10 @@ const OptimizerKernels& optimizer_kernels(Device device) {
 #endif
 }
 
-CompiledStep compile_step(Device device, const Graph& g, const Node& n, int max_batch) {
+CompiledStep compile_step(Backend& b, const Graph& g, const Node& n, int max_batch) {
   CompiledStep c;
   if (n.def->view) return c;
-  Backend& b = backend(device);  // throws, ending in "use --device cpu", where the device is missing
+  const Device device = b.device();
   const OpImpl* impl = impl_table().find(*n.def, device, g.float_dtype());
   if (!impl) {
     const bool f32_elsewhere = impl_table().find(*n.def, device, DType::F32) != nullptr;

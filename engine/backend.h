@@ -49,6 +49,8 @@ class Backend {
   virtual std::size_t free_bytes() const = 0;
   // Persistent device memory the runtime holds besides the model (cuBLAS's workspace on CUDA).
   virtual std::size_t runtime_bytes() const = 0;
+  // Makes this device the calling thread's current one (CUDA: cudaSetDevice), before it enqueues work.
+  virtual void activate() = 0;
   // Zero `bytes` at p (in the device's memory), in order with the work that follows.
   virtual void zero(void* p, std::size_t bytes) = 0;
   // Waits for all work enqueued so far, then copies `bytes` from the device's memory to host memory.
@@ -82,8 +84,8 @@ bool device_available(Device device);
 // process. Throws crumb::Error, ending in "use --device cpu", when the build or the machine has none.
 Backend& backend(Device device, int index = 0);
 
-// Compiles node n for `device` at its largest micro-batch: the implementation row for the graph's
-// dtype, its per-node state and its workspace. Throws crumb::Error when there is no such row.
-CompiledStep compile_step(Device device, const Graph& g, const Node& n, int max_batch);
+// Compiles node n for backend b at its largest micro-batch: the implementation row for the graph's
+// dtype, its per-node state (built on b) and its workspace. Throws crumb::Error when there is no such row.
+CompiledStep compile_step(Backend& b, const Graph& g, const Node& n, int max_batch);
 
 }  // namespace crumb

@@ -15,19 +15,22 @@ std::vector<NodeId> pass_order(const Graph& g, Pass pass) {
   return order;
 }
 
-CompiledPass compile_pass(const Graph& g, Pass pass, int max_batch, Device device,
+CompiledPass compile_pass(const Graph& g, Pass pass, int max_batch, Device device, int index,
                           const std::vector<ValueId>* host_pool) {
   CRUMB_CHECK(g.loss() >= 0, "compile: the graph has no loss");
   CRUMB_CHECK(max_batch >= 1, "compile: micro-batch size must be >= 1, got ", max_batch);
   CompiledPass c;
   c.pass = pass;
   c.device = device;
+  c.index = index;
+  Backend& b = backend(device, index);  // throws, ending in "use --device cpu", where the device is missing
+  b.activate();
   c.max_batch = max_batch;
   const std::vector<NodeId> order = pass_order(g, pass);
   // Every node first: its workspace (cuDNN's depends on the algorithm chosen) goes into the plan.
   std::vector<std::size_t> workspace;
   for (NodeId id : order) {
-    c.steps.push_back(compile_step(device, g, g.node(id), max_batch));
+    c.steps.push_back(compile_step(b, g, g.node(id), max_batch));
     workspace.push_back(c.steps.back().workspace);
   }
   std::vector<ValueId> keep{g.loss()};

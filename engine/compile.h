@@ -24,6 +24,7 @@ std::vector<NodeId> pass_order(const Graph& g, Pass pass);
 struct CompiledPass {
   Pass pass = Pass::Train;
   Device device = Device::CPU;
+  int index = 0;  // which device of its kind
   int max_batch = 0;
   std::vector<CompiledStep> steps;  // one per node of plan.order (views have no fn)
   MemoryPlan plan;
@@ -31,9 +32,10 @@ struct CompiledPass {
 
 // Throws crumb::Error when the graph has no loss, a training pass has no backward graph, a node has no
 // implementation on the device, or max_batch < 1. The plan keeps the loss and the gradients of inputs
-// live to the end (they are read after a run). host_pool: values the plan places in the host pool
-// instead of the arena (engine/planner.h).
-CompiledPass compile_pass(const Graph& g, Pass pass, int max_batch, Device device,
+// live to the end (they are read after a run). index: which device of its kind (per-node state such as a
+// cuDNN plan is built there). host_pool: values the plan places in the host pool instead of the arena
+// (engine/planner.h).
+CompiledPass compile_pass(const Graph& g, Pass pass, int max_batch, Device device, int index = 0,
                           const std::vector<ValueId>* host_pool = nullptr);
 
 }  // namespace crumb

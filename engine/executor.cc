@@ -10,19 +10,21 @@
 namespace crumb {
 
 Executor::Executor(const Graph& g, ParamStore& params, Arena& arena, int max_batch, Pass pass)
-    : Executor(g, params, arena, compile_pass(g, pass, max_batch, arena.device())) {}
+    : Executor(g, params, arena, compile_pass(g, pass, max_batch, arena.device(), arena.index())) {}
 
 Executor::Executor(const Graph& g, ParamStore& params, Arena& arena, CompiledPass compiled)
     : g_(g),
       params_(params),
       arena_(arena),
-      backend_(backend(arena.device())),
+      backend_(backend(arena.device(), arena.index())),
       max_batch_(compiled.max_batch),
       compiled_(std::move(compiled)) {
   CRUMB_CHECK(&params.graph() == &g, "executor: the parameter store belongs to another graph");
-  CRUMB_CHECK(params.device() == arena.device() && compiled_.device == arena.device(), "executor: parameters on ",
-              device_name(params.device()), ", the arena on ", device_name(arena.device()), ", the pass compiled for ",
-              device_name(compiled_.device));
+  CRUMB_CHECK(params.device() == arena.device() && compiled_.device == arena.device() &&
+                  params.index() == arena.index() && compiled_.index == arena.index(),
+              "executor: parameters on ", device_name(params.device()), " ", params.index(), ", the arena on ",
+              device_name(arena.device()), " ", arena.index(), ", the pass compiled for ", device_name(compiled_.device),
+              " ", compiled_.index);
   arena_.reserve(arena_bytes());
   for (size_t s = 0; s < compiled_.plan.order.size(); ++s) {
     CompiledStep& c = compiled_.steps[s];
@@ -49,10 +51,11 @@ Executor::Executor(const Graph& g, ParamStore& params, Arena& arena, CompiledPas
   }
   CRUMB_CHECK(loss_sum_ >= 0, "executor: the loss op '", loss.name, "' has no F64 metric output for the loss sum");
   const std::size_t metric_bytes = std::max<std::size_t>(1, metric_values_.size()) * 8;
-  metrics_ = Buffer(metric_bytes, memory_of(device()));
+  const int index = arena.index();
+  metrics_ = Buffer(metric_bytes, memory_of(device()), index);
   if (compiled_.plan.host_pool_bytes)
-    host_pool_ = Buffer(compiled_.plan.host_pool_bytes, device() == Device::CPU ? Memory::Host : Memory::Pinned);
-  readback_ = Buffer(metric_bytes, device() == Device::CPU ? Memory::Host : Memory::Pinned);
+    host_pool_ = Buffer(compiled_.plan.host_pool_bytes, device() == Device::CPU ? Memory::Host : Memory::Pinned, index);
+  readback_ = Buffer(metric_bytes, device() == Device::CPU ? Memory::Host : Memory::Pinned, index);
   resolve();
   arena_.attach();  // last: a constructor that threw leaves the arena free to grow
 }
@@ -117,6 +120,7 @@ void Executor::run(int n, bool first_micro_batch, double loss_scale) {
   CRUMB_CHECK(n >= 1 && n <= max_batch_, "executor compiled for up to ", max_batch_, " samples was given ", n);
   for (ValueId x : g_.inputs()) CRUMB_CHECK(bound_[x], "input '", g_.value(x).name, "' is not bound");
   for (ValueId v : input_views_) ptr_[v] = ptr_[g_.storage_root(v)];
+  backend_.activate();
   if (!recording()) return enqueue(n, first_micro_batch, loss_scale);
 
   std::vector<const void*> inputs;

@@ -18,7 +18,7 @@ namespace crumb {
 MemoryBreakdown measure_memory(const Graph& g, const CompiledPass& train, const CompiledPass& eval,
                                const OptimizerConfig& opt) {
   CRUMB_CHECK(train.pass == Pass::Train && eval.pass == Pass::Eval && train.max_batch == eval.max_batch &&
-                  train.device == eval.device,
+                  train.device == eval.device && train.index == eval.index,
               "measure_memory: needs a training and an evaluation pass compiled alike");
   const int m = train.max_batch;
   MemoryBreakdown mb;
@@ -35,27 +35,27 @@ MemoryBreakdown measure_memory(const Graph& g, const CompiledPass& train, const 
   mb.arena = std::max(train.plan.arena_bytes, eval.plan.arena_bytes);
   for (ValueId x : g.inputs()) mb.staging += align_up(g.value(x).count(m) * dtype_size(g.value(x).dtype));
   if (train.device != Device::CPU) mb.staging *= 2;  // double-buffered device slots (engine/staging.h)
-  mb.runtime = backend(train.device).runtime_bytes();
+  mb.runtime = backend(train.device, train.index).runtime_bytes();
   return mb;
 }
 
-MicroBatchPlan plan_micro_batch(const Graph& g, int m, const OptimizerConfig& opt, Device device) {
+MicroBatchPlan plan_micro_batch(const Graph& g, int m, const OptimizerConfig& opt, Device device, int index) {
   MicroBatchPlan p;
   p.micro_batch = m;
-  p.train = compile_pass(g, Pass::Train, m, device);
-  p.eval = compile_pass(g, Pass::Eval, m, device);
+  p.train = compile_pass(g, Pass::Train, m, device, index);
+  p.eval = compile_pass(g, Pass::Eval, m, device, index);
   p.memory = measure_memory(g, p.train, p.eval, opt);
   return p;
 }
 
-MemoryBreakdown measure_memory(const Graph& g, int m, const OptimizerConfig& opt, Device device) {
-  return plan_micro_batch(g, m, opt, device).memory;
+MemoryBreakdown measure_memory(const Graph& g, int m, const OptimizerConfig& opt, Device device, int index) {
+  return plan_micro_batch(g, m, opt, device, index).memory;
 }
 
 MicroBatchPlan choose_micro_batch(const Graph& g, int batch, std::size_t budget, const OptimizerConfig& opt,
-                                  Device device) {
+                                  Device device, int index) {
   CRUMB_CHECK(batch >= 1, "batch must be >= 1, got ", batch);
-  MicroBatchPlan best = plan_micro_batch(g, 1, opt, device);
+  MicroBatchPlan best = plan_micro_batch(g, 1, opt, device, index);
   const MemoryBreakdown& one = best.memory;
   CRUMB_CHECK(one.total() <= budget, "memory budget ", format_bytes(budget),
               " cannot hold the model even at micro-batch 1: it needs at least ", format_bytes(one.total()),
@@ -65,7 +65,7 @@ MicroBatchPlan choose_micro_batch(const Graph& g, int batch, std::size_t budget,
   int lo = 1, hi = batch;
   while (lo < hi) {
     const int mid = lo + (hi - lo + 1) / 2;
-    MicroBatchPlan candidate = plan_micro_batch(g, mid, opt, device);
+    MicroBatchPlan candidate = plan_micro_batch(g, mid, opt, device, index);
     if (candidate.memory.total() <= budget) {
       lo = mid;
       best = std::move(candidate);

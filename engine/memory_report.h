@@ -41,14 +41,16 @@ struct MicroBatchPlan {
   CompiledPass train, eval;
 };
 // Compiles both passes of g (which must have its backward graph) for micro-batches of m on device.
-MicroBatchPlan plan_micro_batch(const Graph& g, int m, const OptimizerConfig& opt, Device device = Device::CPU);
-MemoryBreakdown measure_memory(const Graph& g, int m, const OptimizerConfig& opt, Device device = Device::CPU);
+MicroBatchPlan plan_micro_batch(const Graph& g, int m, const OptimizerConfig& opt, Device device = Device::CPU,
+                                int index = 0);
+MemoryBreakdown measure_memory(const Graph& g, int m, const OptimizerConfig& opt, Device device = Device::CPU,
+                               int index = 0);
 
 // The largest m <= batch whose memory total fits in budget bytes, with its compiled passes; each
 // candidate is compiled once. Throws crumb::Error naming the smallest budget that would work when even
 // m = 1 does not fit.
 MicroBatchPlan choose_micro_batch(const Graph& g, int batch, std::size_t budget, const OptimizerConfig& opt,
-                                  Device device = Device::CPU);
+                                  Device device = Device::CPU, int index = 0);
 
 // "1.50 MiB"-style formatting and parsing ("64MiB", "1.5GiB", "500MB", "4096"; K/M/G mean KiB/MiB/GiB).
 std::string format_bytes(std::size_t bytes);

@@ -1,6 +1,7 @@
 #include "engine/optimizer.h"
 
 #include "engine/adamw.h"
+#include "engine/backend.h"
 #include "engine/error.h"
 #include "engine/sgd.h"
 #include "kernels/cpu/kernels.h"
@@ -36,10 +37,11 @@ std::vector<std::string> state_names(const OptimizerConfig& cfg) {
 Optimizer::Optimizer(ParamStore& params, const OptimizerConfig& cfg) : params_(params), cfg_(cfg) {
   CRUMB_CHECK(params.dtype() == DType::F32, optimizer_name(cfg.kind), " runs on float32 parameters");
   cfg.validate();
-  for (const std::string& name : state_names(cfg)) state_.push_back({name, MirroredBuffer(params.bytes(), params.device())});
+  for (const std::string& name : state_names(cfg)) state_.push_back({name, MirroredBuffer(params.bytes(), params.device(), params.index())});
 }
 
 void Optimizer::step() {
+  backend(params_.device(), params_.index()).activate();
   update(lr(steps_));
   ++steps_;
 }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "engine/backend.h"
 #include "engine/error.h"
 #include "engine/rng.h"
 
@@ -32,8 +33,14 @@ std::size_t ParamStore::block_count(const Graph& g) {
   return n;
 }
 
-ParamStore::ParamStore(const Graph& g, Device device)
-    : graph_(g), dtype_(g.float_dtype()), device_(device), offset_(g.num_values(), -1), grad_owner_(g.num_values(), -1) {
+ParamStore::ParamStore(const Graph& g, Device device, int index)
+    : graph_(g),
+      dtype_(g.float_dtype()),
+      device_(device),
+      index_(index),
+      offset_(g.num_values(), -1),
+      grad_owner_(g.num_values(), -1) {
+  backend(device, index);  // the device must exist: an error naming it (and --device cpu) if not
   CRUMB_CHECK(device == Device::CPU || dtype_ == DType::F32, "CUDA runs float32 models only, this graph is ",
               dtype_name(dtype_));
   for (ValueId p : g.params()) {
@@ -41,11 +48,11 @@ ParamStore::ParamStore(const Graph& g, Device device)
     count_ += padded_count(g, p);
     if (g.value(p).grad >= 0) grad_owner_[g.value(p).grad] = p;
   }
-  data_ = MirroredBuffer(bytes(), device);
-  grad_ = MirroredBuffer(bytes(), device);
+  data_ = MirroredBuffer(bytes(), device, index);
+  grad_ = MirroredBuffer(bytes(), device, index);
   state_offset_.assign(g.num_values(), -1);
   const std::size_t state_bytes = state_layout(g, &state_offset_);
-  if (state_bytes) state_ = MirroredBuffer(state_bytes, device);
+  if (state_bytes) state_ = MirroredBuffer(state_bytes, device, index);
 }
 
 void ParamStore::init(uint64_t seed) {

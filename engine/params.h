@@ -16,7 +16,8 @@ namespace crumb {
 
 class ParamStore {
  public:
-  explicit ParamStore(const Graph& g, Device device = Device::CPU);
+  // On device `index` of its kind (the CPU is device 0).
+  explicit ParamStore(const Graph& g, Device device = Device::CPU, int index = 0);
   // Elements of one block (parameters plus alignment padding) for g, without allocating it.
   static std::size_t block_count(const Graph& g);
   // PyTorch's default init for Linear/Conv2d: uniform in +-1/sqrt(fan_in), drawn in parameter order
@@ -30,6 +31,7 @@ class ParamStore {
   void* device_data(ValueId param) const;
   void* device_grad(ValueId param) const;
   Device device() const { return device_; }
+  int index() const { return index_; }
   // Non-trained state: host copy, where the device computes on it, its bytes (values 64-byte aligned).
   void* state(ValueId v) const;
   void* device_state(ValueId v) const;
@@ -62,6 +64,7 @@ class ParamStore {
   const Graph& graph_;
   DType dtype_;
   Device device_;
+  int index_;
   std::vector<int64_t> offset_;  // per value id: element offset, -1 if not a parameter
   std::vector<ValueId> grad_owner_;
   std::size_t count_ = 0;

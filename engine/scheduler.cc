@@ -16,8 +16,8 @@ CompiledPass reserve_for(Arena& arena, CompiledPass&& train, const CompiledPass&
 }  // namespace
 
 Scheduler::Scheduler(const Graph& g, ParamStore& params, Arena& arena, int micro_batch)
-    : Scheduler(g, params, arena, compile_pass(g, Pass::Train, micro_batch, arena.device()),
-                compile_pass(g, Pass::Eval, micro_batch, arena.device())) {}
+    : Scheduler(g, params, arena, compile_pass(g, Pass::Train, micro_batch, arena.device(), arena.index()),
+                compile_pass(g, Pass::Eval, micro_batch, arena.device(), arena.index())) {}
 
 Scheduler::Scheduler(const Graph& g, ParamStore& params, Arena& arena, CompiledPass train, CompiledPass eval)
     : g_(g),
@@ -31,7 +31,7 @@ Scheduler::Scheduler(const Graph& g, ParamStore& params, Arena& arena, CompiledP
     slot_bytes.push_back(train_.max_batch() * sample_bytes_.back());
   }
   data_.assign(inputs_.size(), nullptr);
-  staging_ = backend(arena.device()).make_staging(slot_bytes);
+  staging_ = backend(arena.device(), arena.index()).make_staging(slot_bytes);
 }
 
 template <class Fn>

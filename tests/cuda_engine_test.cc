@@ -178,6 +178,29 @@ TEST(CudaEngine, NoDeviceIsAOneLineError) {
   EXPECT_THROW(Arena(Device::CUDA).reserve(1024), Error);
 }
 
+// Devices are numbered: the CPU is device 0 only, and a device that is not there is one error naming it
+// (and --device cpu), from the factory, the parameter store and the arena alike.
+TEST(CudaEngine, DeviceIndexIsCarriedAndChecked) {
+  Graph g = TrainedModel::build_graph("mlp");
+  EXPECT_THROW(backend(Device::CPU, 1), Error);
+  EXPECT_THROW(ParamStore(g, Device::CPU, 1), Error);
+  const int missing = 64;  // no machine here has 65 GPUs
+  try {
+    ParamStore params(g, Device::CUDA, missing);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("use --device cpu"), std::string::npos) << e.what();
+    if (device_available(Device::CUDA)) EXPECT_NE(std::string(e.what()).find("device 64"), std::string::npos);
+  }
+  EXPECT_THROW(Arena(Device::CUDA, missing).reserve(256), Error);
+  if (!device_available(Device::CUDA)) return;
+  EXPECT_EQ(backend(Device::CUDA, 0).index(), 0);
+  EXPECT_EQ(&backend(Device::CUDA, 0), &backend(Device::CUDA));  // one backend per device, kept
+  ParamStore params(g, Device::CUDA, 0);
+  Arena arena(Device::CUDA, 0);
+  EXPECT_NO_THROW(Executor(g, params, arena, 4, Pass::Eval));
+}
+
 TEST(CudaEngine, DeviceMismatchIsAnError) {
   CRUMB_REQUIRE_GPU();
   Graph g = TrainedModel::build_graph("mlp");

@@ -137,7 +137,7 @@ TEST(Planner, HostPoolHoldsWhatItIsGivenAndRunsAreUnchanged) {
         arena_only.plan.last[v] >= forward_end && g.storage_root(v) == v)
       saved.push_back(v);
   ASSERT_GE(saved.size(), 3u);
-  const CompiledPass split = compile_pass(g, Pass::Train, batch, Device::CPU, &saved);
+  const CompiledPass split = compile_pass(g, Pass::Train, batch, Device::CPU, 0, &saved);
   expect_no_overlap(g, split.plan, batch);
   for (ValueId v : saved) EXPECT_EQ(split.plan.space[v], MemorySpace::HostPool) << g.value(v).name;
   EXPECT_GT(split.plan.host_pool_bytes, 0u);
@@ -159,7 +159,7 @@ TEST(Planner, HostPoolHoldsWhatItIsGivenAndRunsAreUnchanged) {
     out.push_back(e.results().loss_sum);
     return out;
   };
-  EXPECT_EQ(run(compile_pass(g, Pass::Train, batch, Device::CPU, &saved)),
+  EXPECT_EQ(run(compile_pass(g, Pass::Train, batch, Device::CPU, 0, &saved)),
             run(compile_pass(g, Pass::Train, batch, Device::CPU)));
   // Only values that own their storage can move: a view shares its base's space.
   std::vector<ValueId> view;
@@ -167,7 +167,7 @@ TEST(Planner, HostPoolHoldsWhatItIsGivenAndRunsAreUnchanged) {
     if (g.value(v).view_of >= 0 && g.value(g.storage_root(v)).kind == ValueKind::Activation) view.push_back(v);
   ASSERT_FALSE(view.empty());
   view.resize(1);
-  EXPECT_THROW(compile_pass(g, Pass::Train, batch, Device::CPU, &view), Error);
+  EXPECT_THROW(compile_pass(g, Pass::Train, batch, Device::CPU, 0, &view), Error);
 }
 
 }  // namespace

@@ -124,6 +124,8 @@ std::size_t CudaBackend::free_bytes() const {
   return free_bytes;
 }
 
+void CudaBackend::activate() { CRUMB_CUDA_CHECK(cudaSetDevice(index())); }
+
 void CudaBackend::zero(void* p, std::size_t bytes) { CRUMB_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, compute_)); }
 
 void CudaBackend::read_back(void* host_dst, const void* src, std::size_t bytes) {
