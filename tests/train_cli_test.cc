@@ -71,6 +71,8 @@ TEST(TrainCli, BadFlags) {
   expect_one_error_line(run_train("--batch 8 --micro-batch 9"), "--micro-batch");
   expect_one_error_line(run_train("lenet5"), "unexpected argument");
   expect_one_error_line(run_train("--device gpu"), "--device must be cpu or cuda");
+  expect_one_error_line(run_train("--cuda-graphs maybe"), "--cuda-graphs must be on or off, got 'maybe'");
+  expect_one_error_line(run_train("--tf32=1"), "--tf32 takes no value");
 }
 
 double json_number(const std::string& out, const std::string& key) {
