@@ -31,7 +31,7 @@ Dataset indexed_dataset(int count) {
   return ds;
 }
 
-constexpr Normalization kIdentity{0.f, 1.f};
+const Normalization kIdentity{0.f, 1.f};
 
 int decode(const Batch& b, int i) {
   const int lo = int(std::lround(b.x[2 * i] * 255.f)), hi = int(std::lround(b.x[2 * i + 1] * 255.f));

@@ -12,6 +12,7 @@
 
 #include "engine/backend.h"
 #include "engine/data/idx.h"
+#include "tests/cifar_files.h"
 
 namespace {
 
@@ -241,6 +242,25 @@ TEST(TrainCli, TestImagesOfAnotherSizeAreAnError) {
   write_idx(dir / "t10k-images-idx3-ubyte", {3, 2, 2});
   write_idx(dir / "t10k-labels-idx1-ubyte", {3});
   expect_one_error_line(run_train("--model mlp --batch 4 --data " + dir.string()), "test images are 1x2x2");
+  std::filesystem::remove_all(dir);
+}
+
+// CIFAR-10 from a folder of binary batches: 3x32x32 inputs with per-channel normalisation, and clear errors
+// for a missing --data, an unknown dataset and a folder without the files.
+TEST(TrainCli, Cifar10) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("crumb_cli_cifar_" + std::to_string(getpid()));
+  crumb::test::write_cifar_dir(dir, {8, 8, 4, 8, 4}, 6);
+  const Result r = run_train("--dataset cifar10 --data " + dir.string() + " --model lenet5 --batch 8 --seed 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"dataset\":\"cifar10\""), std::string::npos) << r.out;
+  EXPECT_TRUE(std::isfinite(json_number(r.out, "final_loss")));
+  const Result plan = run_train("--dataset cifar10 --data " + dir.string() + " --model cnn --batch 8 --explain");
+  ASSERT_EQ(plan.code, 0) << plan.err;
+  expect_one_error_line(run_train("--dataset cifar10"), "--dataset cifar10 needs --data DIR");
+  expect_one_error_line(run_train("--dataset imagenet"), "--dataset must be fashion-mnist or cifar10");
+  std::filesystem::remove(dir / "test_batch.bin");
+  expect_one_error_line(run_train("--dataset cifar10 --data " + dir.string()), "test_batch.bin' not found");
   std::filesystem::remove_all(dir);
 }
 

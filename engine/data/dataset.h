@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace crumb::data {
@@ -15,13 +16,18 @@ struct Dataset {
   int sample_size() const { return channels * height * width; }
 };
 
-// Per-channel normalisation applied when a batch is assembled: x = (pixel / 255 - mean) / std.
+// Per-channel normalisation applied when a batch is assembled: x = (pixel / 255 - mean[c]) / std[c].
+// One value stands for every channel.
 struct Normalization {
-  float mean = 0.f, std = 1.f;
+  Normalization(float m = 0.f, float s = 1.f) : mean{m}, std{s} {}
+  Normalization(std::vector<float> m, std::vector<float> s) : mean(std::move(m)), std(std::move(s)) {}
+  std::vector<float> mean, std;
 };
 // Fashion-MNIST training-set statistics (mean and std of pixel/255 over all 60000 images); the
 // PyTorch reference in tools/bench uses the same constants.
-inline constexpr Normalization kFashionMnistNorm{0.2860f, 0.3530f};
+inline const Normalization kFashionMnistNorm{0.2860f, 0.3530f};
+// CIFAR-10's usual per-channel (R, G, B) training-set statistics.
+inline const Normalization kCifar10Norm{{0.4914f, 0.4822f, 0.4465f}, {0.2470f, 0.2435f, 0.2616f}};
 
 // A deterministic dataset for tests: `count` images of size c x h x w whose class is decodable
 // from the pixels (so a model can learn it), generated from `seed`.

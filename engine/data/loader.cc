@@ -12,14 +12,22 @@ Loader::Loader(const Dataset& ds, int batch_size, Normalization norm, bool shuff
                bool drop_last, Memory memory)
     : ds_(ds), batch_size_(batch_size), shuffle_(shuffle), seed_(seed), drop_last_(drop_last) {
   CRUMB_CHECK(batch_size > 0, "Loader: batch_size must be > 0, got ", batch_size);
-  CRUMB_CHECK(norm.std > 0.f, "Loader: normalisation std must be > 0, got ", norm.std);
+  const std::size_t norms = norm.mean.size();
+  CRUMB_CHECK(norms == norm.std.size() && (norms == 1 || norms == std::size_t(ds.channels)),
+              "Loader: normalisation has ", norm.mean.size(), " means and ", norm.std.size(),
+              " stds for images of ", ds.channels, " channels (give one pair, or one per channel)");
+  for (float s : norm.std) CRUMB_CHECK(s > 0.f, "Loader: normalisation std must be > 0, got ", s);
   CRUMB_CHECK(ds.count >= 0 && ds.sample_size() > 0, "Loader: dataset has count ", ds.count,
               " and sample shape ", ds.channels, "x", ds.height, "x", ds.width);
   CRUMB_CHECK(ds.pixels.size() == size_t(ds.count) * ds.sample_size() &&
                   ds.labels.size() == size_t(ds.count),
               "Loader: dataset of ", ds.count, " samples of ", ds.sample_size(), " pixels holds ",
               ds.pixels.size(), " pixels and ", ds.labels.size(), " labels");
-  for (int p = 0; p < 256; ++p) lut_[p] = (float(p) / 255.f - norm.mean) / norm.std;
+  lut_.resize(256 * std::size_t(std::max(ds.channels, 1)));
+  for (int c = 0; c < ds.channels; ++c) {
+    const std::size_t k = norms == 1 ? 0 : c;
+    for (int p = 0; p < 256; ++p) lut_[c * 256 + p] = (float(p) / 255.f - norm.mean[k]) / norm.std[k];
+  }
   order_.resize(ds.count);
   for (int s = 0; s < 2; ++s) {
     xbuf_[s] = Buffer(size_t(batch_size) * ds.sample_size() * sizeof(float), memory);
@@ -118,7 +126,11 @@ void Loader::fill(int slot, int batch_index) {
     const int src = order_[begin + i];
     const uint8_t* p = &ds_.pixels[size_t(src) * sample];
     float* dst = x + size_t(i) * sample;
-    for (int j = 0; j < sample; ++j) dst[j] = lut_[p[j]];
+    const int plane = ds_.height * ds_.width;
+    for (int c = 0; c < ds_.channels; ++c) {
+      const float* lut = lut_.data() + c * 256;
+      for (int j = c * plane; j < (c + 1) * plane; ++j) dst[j] = lut[p[j]];
+    }
     y[i] = ds_.labels[src];
   }
   slot_size_[slot] = size;

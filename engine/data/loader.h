@@ -48,7 +48,7 @@ class Loader {
   bool shuffle_;
   uint64_t seed_;
   bool drop_last_;
-  float lut_[256];                 // normalised value of each pixel byte
+  std::vector<float> lut_;         // [channel][byte]: the normalised value of each pixel byte
   std::vector<int> order_;         // sample indices of the current epoch
   Buffer xbuf_[2];  // float [batch_size, sample]
   Buffer ybuf_[2];  // int32 [batch_size]

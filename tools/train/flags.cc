@@ -77,7 +77,9 @@ Trains a model on Fashion-MNIST with Crumb's graph executor and reports test acc
   --device D           cpu | cuda                              (default cuda when a GPU is usable, else cpu)
   --threads N          CPU threads for all kernels             (default 2)
   --seed N             seed for initialisation and shuffling   (default 0)
-  --data DIR           folder with the IDX files               (default $CRUMB_DATA, else
+  --dataset NAME       fashion-mnist | cifar10 (the binary version: data_batch_1..5.bin,
+                       test_batch.bin in --data, which it needs) (default fashion-mnist)
+  --data DIR           folder with the dataset's files         (Fashion-MNIST: default $CRUMB_DATA, else
                                                                /usr/share/datasets/fashion-mnist)
   --limit-train N      use only the first N training samples   (default all)
   --limit-test N       use only the first N test samples       (default all)
@@ -153,7 +155,14 @@ Options parse_flags(int argc, char** argv) {
       o.device = value;
     } else if (name == "threads") o.threads = (int)parse_int(name, value, 1, 1024);
     else if (name == "seed") o.seed = (uint64_t)parse_int(name, value, 0, (1LL << 62));
-    else if (name == "data") o.data = value;
+    else if (name == "data") {
+      CRUMB_CHECK(!value.empty(), "--data needs a folder");
+      o.data = value;
+    } else if (name == "dataset") {
+      CRUMB_CHECK(value == "fashion-mnist" || value == "cifar10", "--dataset must be fashion-mnist or cifar10, got '",
+                  value, "'");
+      o.dataset = value;
+    }
     else if (name == "cuda-graphs") {
       CRUMB_CHECK(value == "on" || value == "off", "--cuda-graphs must be on or off, got '", value, "'");
       o.cuda_graphs = value == "on";
@@ -166,6 +175,8 @@ Options parse_flags(int argc, char** argv) {
     else if (name == "explain-csv") o.explain_csv = value, o.explain = true;
     else CRUMB_FAIL("unknown flag --", name, " (see --help)");
   }
+  CRUMB_CHECK(o.dataset != "cifar10" || !o.data.empty() || o.help,
+              "--dataset cifar10 needs --data DIR, the folder of the CIFAR-10 binary version");
   CRUMB_CHECK(o.micro_batch <= o.batch, "--micro-batch ", o.micro_batch, " is larger than --batch ", o.batch);
   const bool sgd = opt.kind == OptimizerKind::Sgd;
   check_applies(given, {"momentum", "nesterov"}, sgd, "--optimizer sgd");

@@ -26,7 +26,8 @@ struct Options {
   std::string device;  // "cpu" | "cuda"; empty: cuda when a GPU is usable, else cpu
   int threads = 2;
   uint64_t seed = 0;
-  std::string data;     // empty: Debian's dataset-fashion-mnist location
+  std::string dataset = "fashion-mnist";  // "fashion-mnist" | "cifar10"
+  std::string data;     // empty: $CRUMB_DATA or Debian's dataset-fashion-mnist (Fashion-MNIST only)
   int limit_train = 0;  // 0: all training samples
   int limit_test = 0;   // 0: all test samples
   std::size_t memory_budget = 0;  // bytes; 0: kDefaultCpuBudget

@@ -11,6 +11,7 @@
 #include "engine/autograd.h"
 #include "engine/backend.h"
 #include "engine/checkpoint.h"
+#include "engine/data/cifar.h"
 #include "engine/data/idx.h"
 #include "engine/data/loader.h"
 #include "engine/error.h"
@@ -73,7 +74,8 @@ MicroBatchPlan pick_micro_batch(const Options& o, const Graph& g, int batch, Dev
 
 int explain(const Options& o) {
   const Device device = pick_device(o);
-  Graph g = models::build(o.model);
+  // The input shape of the dataset the run would read (its files are not opened to plan).
+  Graph g = o.dataset == "cifar10" ? models::build(o.model, {3, 32, 32, 10}) : models::build(o.model);
   g.set_tf32(o.tf32);
   build_backward(g);
   const MicroBatchPlan p = pick_micro_batch(o, g, o.batch, device);
@@ -95,9 +97,11 @@ int run(const Options& o) {
   set_num_threads(o.threads);
   if (o.explain) return explain(o);
   const Device device = pick_device(o);
+  const bool cifar = o.dataset == "cifar10";
   const std::string dir = o.data.empty() ? data::default_data_dir() : o.data;
-  data::Dataset train = data::load_mnist_split(dir, "train");
-  data::Dataset test = data::load_mnist_split(dir, "t10k");
+  data::Dataset train = cifar ? data::load_cifar10_split(dir, "train") : data::load_mnist_split(dir, "train");
+  data::Dataset test = cifar ? data::load_cifar10_split(dir, "test") : data::load_mnist_split(dir, "t10k");
+  const data::Normalization& norm = cifar ? data::kCifar10Norm : data::kFashionMnistNorm;
   truncate(train, o.limit_train);
   truncate(test, o.limit_test);
   CRUMB_CHECK(test.channels == train.channels && test.height == train.height && test.width == train.width,
@@ -115,8 +119,8 @@ int run(const Options& o) {
   params.init(o.seed);
   // A GPU copies micro-batches straight out of the loader's buffers, asynchronously when they are pinned.
   const Memory batch_memory = device == Device::CPU ? Memory::Host : Memory::Pinned;
-  data::Loader train_loader(train, batch, data::kFashionMnistNorm, /*shuffle=*/true, o.seed, false, batch_memory);
-  data::Loader test_loader(test, std::min(batch, test.count), data::kFashionMnistNorm, /*shuffle=*/false, 0, false,
+  data::Loader train_loader(train, batch, norm, /*shuffle=*/true, o.seed, false, batch_memory);
+  data::Loader test_loader(test, std::min(batch, test.count), norm, /*shuffle=*/false, 0, false,
                            batch_memory);
   // The schedule counts optimizer steps (batches, never micro-batches); cosine anneals to 0 at the end
   // of this run, which continues the step count of a loaded checkpoint.
@@ -166,11 +170,11 @@ int run(const Options& o) {
   }
   if (!o.save.empty()) save_checkpoint(o.save, params, opt.get(), o.model);
   std::printf(
-      "{\"model\":\"%s\",\"epochs\":%d,\"batch\":%d,\"micro_batch\":%d,\"threads\":%d,\"seed\":%llu,"
+      "{\"model\":\"%s\",\"dataset\":\"%s\",\"epochs\":%d,\"batch\":%d,\"micro_batch\":%d,\"threads\":%d,\"seed\":%llu,"
       "\"samples_per_s\":%.1f,\"train_seconds\":%.3f,\"test_accuracy\":%.4f,\"final_loss\":%.6f,"
       "\"parameters\":%lld,\"arena_bytes\":%zu,\"arena_lower_bound\":%zu,\"device\":\"%s\",\"tf32\":%s,"
       "\"cuda_graphs\":%s,\"optimizer\":\"%s\",\"lr_schedule\":\"%s\",\"final_lr\":%.9g}\n",
-      o.model.c_str(), o.epochs, batch, m, o.threads, static_cast<unsigned long long>(o.seed), samples / train_seconds,
+      o.model.c_str(), o.dataset.c_str(), o.epochs, batch, m, o.threads, static_cast<unsigned long long>(o.seed), samples / train_seconds,
       train_seconds, accuracy, last_loss, static_cast<long long>(params.num_parameters()), arena.size(),
       plan.lower_bound, device_name(device), o.tf32 && device == Device::CUDA ? "true" : "false",
       sched.train_executor().recording() ? "true" : "false", optimizer_name(opt->kind()),

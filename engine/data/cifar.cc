@@ -1,0 +1,68 @@
+#include "engine/data/cifar.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "engine/error.h"
+
+namespace crumb::data {
+namespace {
+
+// The whole CIFAR-10 training set is 153 MB; a file claiming much more is not one of its batches.
+constexpr long long kMaxFileBytes = 1LL << 31;
+
+// Appends the records of one file to ds.
+void read_batch_file(const std::string& path, Dataset& ds) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    CRUMB_FAIL("CIFAR-10 file '", path, "' ", err == ENOENT ? "not found" : std::strerror(err),
+               "; --data must name the folder of the binary version (data_batch_1.bin .. data_batch_5.bin, "
+               "test_batch.bin)");
+  }
+  CRUMB_CHECK(S_ISREG(st.st_mode), "CIFAR-10 file '", path, "' is not a regular file");
+  const long long size = st.st_size;
+  CRUMB_CHECK(size <= kMaxFileBytes, "CIFAR-10 file '", path, "' is ", size, " bytes, larger than any batch file");
+  CRUMB_CHECK(size % kCifarRecordBytes == 0, "CIFAR-10 file '", path, "' is ", size, " bytes, not a whole number of ",
+              kCifarRecordBytes, "-byte records (truncated or not a CIFAR-10 binary batch)");
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  CRUMB_CHECK(f, "CIFAR-10 file '", path, "': cannot open: ", std::strerror(errno));
+  std::vector<unsigned char> bytes(static_cast<std::size_t>(size));
+  const std::size_t got = bytes.empty() ? 0 : std::fread(bytes.data(), 1, bytes.size(), f);
+  std::fclose(f);
+  CRUMB_CHECK(got == bytes.size(), "CIFAR-10 file '", path, "': read ", got, " of ", bytes.size(), " bytes");
+  const long long records = size / kCifarRecordBytes;
+  CRUMB_CHECK(ds.count + records <= (1LL << 30), "CIFAR-10: too many records in '", path, "'");
+  ds.pixels.reserve(ds.pixels.size() + static_cast<std::size_t>(records) * (kCifarRecordBytes - 1));
+  for (long long r = 0; r < records; ++r) {
+    const unsigned char* rec = bytes.data() + r * kCifarRecordBytes;
+    CRUMB_CHECK(rec[0] < 10, "CIFAR-10 file '", path, "': record ", r, " has label ", int(rec[0]),
+                ", CIFAR-10 has 10 classes (0..9)");
+    ds.labels.push_back(rec[0]);
+    ds.pixels.insert(ds.pixels.end(), rec + 1, rec + kCifarRecordBytes);
+  }
+  ds.count += static_cast<int>(records);
+}
+
+}  // namespace
+
+Dataset load_cifar10_split(const std::string& dir, const std::string& split) {
+  CRUMB_CHECK(split == "train" || split == "test", "CIFAR-10 split must be train or test, got '", split, "'");
+  Dataset ds;
+  ds.channels = 3;
+  ds.height = ds.width = 32;
+  ds.num_classes = 10;
+  if (split == "test") {
+    read_batch_file(dir + "/test_batch.bin", ds);
+  } else {
+    for (int i = 1; i <= 5; ++i) read_batch_file(dir + "/data_batch_" + std::to_string(i) + ".bin", ds);
+  }
+  CRUMB_CHECK(ds.count > 0, "CIFAR-10 ", split, " files in '", dir, "' hold no records");
+  return ds;
+}
+
+}  // namespace crumb::data
