@@ -190,7 +190,9 @@ TEST(CudaEngine, DeviceIndexIsCarriedAndChecked) {
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("use --device cpu"), std::string::npos) << e.what();
-    if (device_available(Device::CUDA)) EXPECT_NE(std::string(e.what()).find("device 64"), std::string::npos);
+    if (device_available(Device::CUDA)) {
+      EXPECT_NE(std::string(e.what()).find("device 64"), std::string::npos);
+    }
   }
   EXPECT_THROW(Arena(Device::CUDA, missing).reserve(256), Error);
   if (!device_available(Device::CUDA)) return;

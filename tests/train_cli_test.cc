@@ -258,10 +258,28 @@ TEST(TrainCli, Cifar10) {
   const Result plan = run_train("--dataset cifar10 --data " + dir.string() + " --model cnn --batch 8 --explain");
   ASSERT_EQ(plan.code, 0) << plan.err;
   expect_one_error_line(run_train("--dataset cifar10"), "--dataset cifar10 needs --data DIR");
-  expect_one_error_line(run_train("--dataset imagenet"), "--dataset must be fashion-mnist or cifar10");
+  expect_one_error_line(run_train("--dataset imagenet"), "--dataset must be fashion-mnist, cifar10 or synthetic");
   std::filesystem::remove(dir / "test_batch.bin");
   expect_one_error_line(run_train("--dataset cifar10 --data " + dir.string()), "test_batch.bin' not found");
   std::filesystem::remove_all(dir);
+}
+
+// Synthetic data of any shape and class count: train and test share the class prototypes (so a model
+// learns it), nothing is read from disk, and the shape flags are checked.
+TEST(TrainCli, SyntheticData) {
+  const Result r = run_train("--dataset synthetic --input 3x16x16 --classes 4 --model cnn --epochs 2 --batch 32 "
+                             "--limit-train 512 --limit-test 256 --seed 3");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"dataset\":\"synthetic\""), std::string::npos) << r.out;
+  EXPECT_GT(json_number(r.out, "test_accuracy"), 0.5);  // 4 classes: chance is 0.25
+  const Result plan = run_train("--dataset synthetic --input 3x224x224 --classes 1000 --model lenet5 --explain");
+  ASSERT_EQ(plan.code, 0) << plan.err;
+  EXPECT_NE(plan.out.find("micro-batch"), std::string::npos) << plan.out;
+  expect_one_error_line(run_train("--dataset synthetic --input 3x224"), "--input must be CxHxW");
+  expect_one_error_line(run_train("--dataset synthetic --input 0x8x8"), "--input must be CxHxW");
+  expect_one_error_line(run_train("--input 3x8x8"), "--input and --classes need --dataset synthetic");
+  expect_one_error_line(run_train("--dataset synthetic --classes 1"), "--classes: 1 is out of range");
+  expect_one_error_line(run_train("--dataset synthetic --data /tmp"), "reads no files");
 }
 
 TEST(TrainCli, BatchLargerThanTheDatasetIsTheWholeDataset) {

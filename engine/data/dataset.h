@@ -26,6 +26,8 @@ struct Normalization {
 // Fashion-MNIST training-set statistics (mean and std of pixel/255 over all 60000 images); the
 // PyTorch reference in tools/bench uses the same constants.
 inline const Normalization kFashionMnistNorm{0.2860f, 0.3530f};
+// Synthetic images (make_synthetic) spread their bytes over the whole range: centre them.
+inline const Normalization kSyntheticNorm{0.5f, 0.25f};
 // CIFAR-10's usual per-channel (R, G, B) training-set statistics.
 inline const Normalization kCifar10Norm{{0.4914f, 0.4822f, 0.4465f}, {0.2470f, 0.2435f, 0.2616f}};
 

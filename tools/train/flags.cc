@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <set>
@@ -78,7 +79,10 @@ Trains a model on Fashion-MNIST with Crumb's graph executor and reports test acc
   --threads N          CPU threads for all kernels             (default 2)
   --seed N             seed for initialisation and shuffling   (default 0)
   --dataset NAME       fashion-mnist | cifar10 (the binary version: data_batch_1..5.bin,
-                       test_batch.bin in --data, which it needs) (default fashion-mnist)
+                       test_batch.bin in --data, which it needs) | synthetic (learnable generated
+                       images, 4096 train + 1024 test unless --limit-*) (default fashion-mnist)
+  --input CxHxW        synthetic: image shape, e.g. 3x224x224  (default 1x28x28)
+  --classes K          synthetic: number of classes            (default 10)
   --data DIR           folder with the dataset's files         (Fashion-MNIST: default $CRUMB_DATA, else
                                                                /usr/share/datasets/fashion-mnist)
   --limit-train N      use only the first N training samples   (default all)
@@ -159,9 +163,19 @@ Options parse_flags(int argc, char** argv) {
       CRUMB_CHECK(!value.empty(), "--data needs a folder");
       o.data = value;
     } else if (name == "dataset") {
-      CRUMB_CHECK(value == "fashion-mnist" || value == "cifar10", "--dataset must be fashion-mnist or cifar10, got '",
-                  value, "'");
+      CRUMB_CHECK(value == "fashion-mnist" || value == "cifar10" || value == "synthetic",
+                  "--dataset must be fashion-mnist, cifar10 or synthetic, got '", value, "'");
       o.dataset = value;
+    } else if (name == "input") {
+      int c = 0, h = 0, w = 0, used = 0;
+      CRUMB_CHECK(std::sscanf(value.c_str(), "%dx%dx%d%n", &c, &h, &w, &used) == 3 && used == (int)value.size() &&
+                      c >= 1 && h >= 1 && w >= 1 && c <= 4096 && h <= 65536 && w <= 65536,
+                  "--input must be CxHxW with positive sizes, e.g. 3x32x32, got '", value, "'");
+      o.input[0] = c, o.input[1] = h, o.input[2] = w;
+      o.synthetic_shape = true;
+    } else if (name == "classes") {
+      o.classes = (int)parse_int(name, value, 2, 100000);
+      o.synthetic_shape = true;
     }
     else if (name == "cuda-graphs") {
       CRUMB_CHECK(value == "on" || value == "off", "--cuda-graphs must be on or off, got '", value, "'");
@@ -175,6 +189,8 @@ Options parse_flags(int argc, char** argv) {
     else if (name == "explain-csv") o.explain_csv = value, o.explain = true;
     else CRUMB_FAIL("unknown flag --", name, " (see --help)");
   }
+  CRUMB_CHECK(!o.synthetic_shape || o.dataset == "synthetic", "--input and --classes need --dataset synthetic");
+  CRUMB_CHECK(o.dataset != "synthetic" || o.data.empty(), "--dataset synthetic reads no files: drop --data");
   CRUMB_CHECK(o.dataset != "cifar10" || !o.data.empty() || o.help,
               "--dataset cifar10 needs --data DIR, the folder of the CIFAR-10 binary version");
   CRUMB_CHECK(o.micro_batch <= o.batch, "--micro-batch ", o.micro_batch, " is larger than --batch ", o.batch);

@@ -26,7 +26,10 @@ struct Options {
   std::string device;  // "cpu" | "cuda"; empty: cuda when a GPU is usable, else cpu
   int threads = 2;
   uint64_t seed = 0;
-  std::string dataset = "fashion-mnist";  // "fashion-mnist" | "cifar10"
+  std::string dataset = "fashion-mnist";  // "fashion-mnist" | "cifar10" | "synthetic"
+  int input[3] = {1, 28, 28};              // synthetic: channels, height, width
+  int classes = 10;                        // synthetic
+  bool synthetic_shape = false;            // --input or --classes was given
   std::string data;     // empty: $CRUMB_DATA or Debian's dataset-fashion-mnist (Fashion-MNIST only)
   int limit_train = 0;  // 0: all training samples
   int limit_test = 0;   // 0: all test samples

@@ -30,6 +30,31 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// The input shape and class count of the dataset a run reads.
+models::InputSpec input_spec(const Options& o) {
+  if (o.dataset == "cifar10") return {3, 32, 32, 10};
+  if (o.dataset == "synthetic") return {o.input[0], o.input[1], o.input[2], o.classes};
+  return {};
+}
+
+// Synthetic images (engine/data/synthetic.h) of --input's shape and --classes classes: one generated set
+// (so train and test share the class prototypes) cut into --limit-train and --limit-test samples.
+void split_synthetic(const Options& o, data::Dataset& train, data::Dataset& test) {
+  const int n_train = o.limit_train ? o.limit_train : 4096, n_test = o.limit_test ? o.limit_test : 1024;
+  CRUMB_CHECK(int64_t{n_train} + n_test <= (1 << 30), "--limit-train + --limit-test is too large for synthetic data");
+  data::Dataset all =
+      data::make_synthetic(n_train + n_test, o.input[0], o.input[1], o.input[2], o.classes, o.seed + 0x5eed);
+  test = all;
+  const std::size_t sample = static_cast<std::size_t>(all.sample_size());
+  test.count = n_test;
+  test.pixels.assign(all.pixels.begin() + n_train * sample, all.pixels.end());
+  test.labels.assign(all.labels.begin() + n_train, all.labels.end());
+  train = std::move(all);
+  train.count = n_train;
+  train.pixels.resize(n_train * sample);
+  train.labels.resize(n_train);
+}
+
 void truncate(data::Dataset& ds, int limit) {
   if (limit <= 0 || limit >= ds.count) return;
   ds.count = limit;
@@ -75,7 +100,7 @@ MicroBatchPlan pick_micro_batch(const Options& o, const Graph& g, int batch, Dev
 int explain(const Options& o) {
   const Device device = pick_device(o);
   // The input shape of the dataset the run would read (its files are not opened to plan).
-  Graph g = o.dataset == "cifar10" ? models::build(o.model, {3, 32, 32, 10}) : models::build(o.model);
+  Graph g = models::build(o.model, input_spec(o));
   g.set_tf32(o.tf32);
   build_backward(g);
   const MicroBatchPlan p = pick_micro_batch(o, g, o.batch, device);
@@ -97,11 +122,18 @@ int run(const Options& o) {
   set_num_threads(o.threads);
   if (o.explain) return explain(o);
   const Device device = pick_device(o);
-  const bool cifar = o.dataset == "cifar10";
-  const std::string dir = o.data.empty() ? data::default_data_dir() : o.data;
-  data::Dataset train = cifar ? data::load_cifar10_split(dir, "train") : data::load_mnist_split(dir, "train");
-  data::Dataset test = cifar ? data::load_cifar10_split(dir, "test") : data::load_mnist_split(dir, "t10k");
-  const data::Normalization& norm = cifar ? data::kCifar10Norm : data::kFashionMnistNorm;
+  const bool cifar = o.dataset == "cifar10", synthetic = o.dataset == "synthetic";
+  const std::string dir = synthetic ? "synthetic data" : o.data.empty() ? data::default_data_dir() : o.data;
+  data::Dataset train, test;
+  if (synthetic) {
+    split_synthetic(o, train, test);
+  } else {
+    train = cifar ? data::load_cifar10_split(dir, "train") : data::load_mnist_split(dir, "train");
+    test = cifar ? data::load_cifar10_split(dir, "test") : data::load_mnist_split(dir, "t10k");
+  }
+  const data::Normalization& norm = cifar       ? data::kCifar10Norm
+                                    : synthetic ? data::kSyntheticNorm
+                                                : data::kFashionMnistNorm;
   truncate(train, o.limit_train);
   truncate(test, o.limit_test);
   CRUMB_CHECK(test.channels == train.channels && test.height == train.height && test.width == train.width,
