@@ -187,6 +187,56 @@ TEST(DataLoader, MisuseIsAnError) {
   EXPECT_THROW(loader.next(b), Error);
 }
 
+// crop-flip: every augmented image is its source shifted by at most 4 pixels (zero pixels filling in) and
+// possibly mirrored, never anything else; labels stay; the same seed gives the same batches, another
+// epoch other ones; most images do move.
+TEST(DataLoader, CropFlipAugmentation) {
+  const Dataset ds = make_synthetic(24, 2, 8, 9, 3, 4);
+  const int h = 8, w = 9, plane = h * w;
+  auto epoch_images = [&](uint64_t seed, int epoch) {
+    Loader loader(ds, 8, kIdentity, false, seed);
+    loader.set_augment({4, true});
+    loader.start_epoch(epoch);
+    std::vector<float> all;
+    Batch b;
+    while (loader.next(b)) {
+      all.insert(all.end(), b.x, b.x + std::size_t(b.size) * ds.sample_size());
+      for (int i = 0; i < b.size; ++i) EXPECT_EQ(b.y[i], ds.labels[b.index * 8 + i]);
+    }
+    return all;
+  };
+  const std::vector<float> a = epoch_images(7, 0);
+  EXPECT_EQ(a, epoch_images(7, 0));
+  EXPECT_NE(a, epoch_images(7, 1));
+  int moved = 0;
+  for (int s = 0; s < ds.count; ++s) {
+    const uint8_t* src = &ds.pixels[std::size_t(s) * ds.sample_size()];
+    const float* out = a.data() + std::size_t(s) * ds.sample_size();
+    bool explained = false;
+    for (int dy = -4; dy <= 4 && !explained; ++dy)
+      for (int dx = -4; dx <= 4 && !explained; ++dx)
+        for (bool flip : {false, true}) {
+          bool same = true;
+          for (int c = 0; c < 2 && same; ++c)
+            for (int r = 0; r < h && same; ++r)
+              for (int q = 0; q < w && same; ++q) {
+                const int sr = r + dy, sq = (flip ? w - 1 - q : q) + dx;
+                const bool in = sr >= 0 && sr < h && sq >= 0 && sq < w;
+                same = out[c * plane + r * w + q] == (in ? src[c * plane + sr * w + sq] / 255.f : 0.f);
+              }
+          if (same) {
+            explained = true;
+            moved += dy != 0 || dx != 0 || flip;
+            break;
+          }
+        }
+    EXPECT_TRUE(explained) << "sample " << s << " is no shifted or mirrored copy of its source";
+  }
+  EXPECT_GE(moved, ds.count / 2);
+  Loader loader(ds, 8, kIdentity, false, 1);
+  EXPECT_THROW(loader.set_augment({-1, false}), Error);
+}
+
 TEST(SyntheticData, Deterministic) {
   const Dataset a = make_synthetic(200, 3, 8, 8, 5, 11);
   const Dataset b = make_synthetic(200, 3, 8, 8, 5, 11);

@@ -280,6 +280,11 @@ TEST(TrainCli, SyntheticData) {
   expect_one_error_line(run_train("--input 3x8x8"), "--input and --classes need --dataset synthetic");
   expect_one_error_line(run_train("--dataset synthetic --classes 1"), "--classes: 1 is out of range");
   expect_one_error_line(run_train("--dataset synthetic --data /tmp"), "reads no files");
+  const Result aug = run_train("--dataset synthetic --input 3x16x16 --classes 4 --model cnn --epochs 2 --batch 32 "
+                               "--limit-train 512 --limit-test 256 --seed 3 --augment crop-flip");
+  ASSERT_EQ(aug.code, 0) << aug.err;
+  EXPECT_NE(json_number(aug.out, "final_loss"), json_number(r.out, "final_loss"));  // the augmented run differs
+  expect_one_error_line(run_train("--augment flip-crop"), "--augment must be none or crop-flip");
 }
 
 TEST(TrainCli, BatchLargerThanTheDatasetIsTheWholeDataset) {

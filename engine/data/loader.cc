@@ -53,10 +53,18 @@ void Loader::wait_idle(std::unique_lock<std::mutex>& lock) {
   cv_.wait(lock, [&] { return requested_ < 0 && !busy_; });
 }
 
+void Loader::set_augment(Augment a) {
+  CRUMB_CHECK(a.pad >= 0 && a.pad <= 1024, "Loader: augmentation padding must be in [0, 1024], got ", a.pad);
+  std::unique_lock<std::mutex> lock(mu_);
+  wait_idle(lock);  // the worker reads augment_ while it fills
+  augment_ = a;
+}
+
 void Loader::start_epoch(int epoch) {
   std::unique_lock<std::mutex> lock(mu_);
   // order_ and both slots are about to change; the worker must not be reading them.
   wait_idle(lock);
+  epoch_ = epoch;
   std::iota(order_.begin(), order_.end(), 0);
   if (shuffle_) {
     Rng rng(Rng(seed_)() + uint64_t(epoch));
@@ -122,14 +130,31 @@ void Loader::fill(int slot, int batch_index) {
   const int size = std::min(batch_size_, ds_.count - begin);
   float* x = reinterpret_cast<float*>(xbuf_[slot].data());
   int32_t* y = reinterpret_cast<int32_t*>(ybuf_[slot].data());
+  const int h = ds_.height, w = ds_.width, plane = h * w;
+  const bool augment = augment_.pad > 0 || augment_.flip;
+  Rng rng(Rng(seed_ ^ 0xa5a5a5a5ull)() + uint64_t(epoch_) * 1000003u + uint64_t(batch_index));
   for (int i = 0; i < size; ++i) {
     const int src = order_[begin + i];
     const uint8_t* p = &ds_.pixels[size_t(src) * sample];
     float* dst = x + size_t(i) * sample;
-    const int plane = ds_.height * ds_.width;
-    for (int c = 0; c < ds_.channels; ++c) {
-      const float* lut = lut_.data() + c * 256;
-      for (int j = c * plane; j < (c + 1) * plane; ++j) dst[j] = lut[p[j]];
+    if (!augment) {
+      for (int c = 0; c < ds_.channels; ++c) {
+        const float* lut = lut_.data() + c * 256;
+        for (int j = c * plane; j < (c + 1) * plane; ++j) dst[j] = lut[p[j]];
+      }
+    } else {
+      const int span = 2 * augment_.pad + 1;
+      const int dy = int(rng.below(span)) - augment_.pad, dx = int(rng.below(span)) - augment_.pad;
+      const bool flip = augment_.flip && (rng() & 1);
+      for (int c = 0; c < ds_.channels; ++c) {
+        const float* lut = lut_.data() + c * 256;
+        for (int r = 0; r < h; ++r)
+          for (int q = 0; q < w; ++q) {
+            const int sr = r + dy, sq = (flip ? w - 1 - q : q) + dx;
+            const bool inside = sr >= 0 && sr < h && sq >= 0 && sq < w;
+            dst[c * plane + r * w + q] = lut[inside ? p[c * plane + sr * w + sq] : 0];  // padding is a 0 pixel
+          }
+      }
     }
     y[i] = ds_.labels[src];
   }

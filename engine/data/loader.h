@@ -21,6 +21,15 @@ struct Batch {
   int index = 0;                 // batch index within the epoch
 };
 
+// Training-time augmentation, applied while a batch is assembled (torchvision's RandomCrop(size,
+// padding=pad) then RandomHorizontalFlip()): each sample is shifted by dy, dx in [-pad, pad] with zero
+// pixels filling in, and mirrored with probability 1/2 when flip is set. Drawn from (seed, epoch, batch,
+// sample), so a run is reproducible whatever the threads' timing.
+struct Augment {
+  int pad = 0;
+  bool flip = false;
+};
+
 class Loader {
  public:
   // shuffle=false keeps dataset order (evaluation). drop_last=false keeps a short final batch.
@@ -31,6 +40,8 @@ class Loader {
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
 
+  // Augments the batches of epochs started from now on (none by default).
+  void set_augment(Augment a);
   // Starts epoch `epoch` (0-based); prefetching of its first batch begins immediately.
   void start_epoch(int epoch);
   // Returns the next batch of the current epoch, or false at the end of the epoch. The returned
@@ -48,6 +59,8 @@ class Loader {
   bool shuffle_;
   uint64_t seed_;
   bool drop_last_;
+  Augment augment_;
+  int epoch_ = 0;
   std::vector<float> lut_;         // [channel][byte]: the normalised value of each pixel byte
   std::vector<int> order_;         // sample indices of the current epoch
   Buffer xbuf_[2];  // float [batch_size, sample]

@@ -81,6 +81,8 @@ Trains a model on Fashion-MNIST with Crumb's graph executor and reports test acc
   --dataset NAME       fashion-mnist | cifar10 (the binary version: data_batch_1..5.bin,
                        test_batch.bin in --data, which it needs) | synthetic (learnable generated
                        images, 4096 train + 1024 test unless --limit-*) (default fashion-mnist)
+  --augment MODE       none | crop-flip (random crop with 4-pixel zero padding, horizontal flip,
+                       on the training set, seeded)              (default none)
   --input CxHxW        synthetic: image shape, e.g. 3x224x224  (default 1x28x28)
   --classes K          synthetic: number of classes            (default 10)
   --data DIR           folder with the dataset's files         (Fashion-MNIST: default $CRUMB_DATA, else
@@ -166,6 +168,9 @@ Options parse_flags(int argc, char** argv) {
       CRUMB_CHECK(value == "fashion-mnist" || value == "cifar10" || value == "synthetic",
                   "--dataset must be fashion-mnist, cifar10 or synthetic, got '", value, "'");
       o.dataset = value;
+    } else if (name == "augment") {
+      CRUMB_CHECK(value == "none" || value == "crop-flip", "--augment must be none or crop-flip, got '", value, "'");
+      o.augment = value == "crop-flip";
     } else if (name == "input") {
       int c = 0, h = 0, w = 0, used = 0;
       CRUMB_CHECK(std::sscanf(value.c_str(), "%dx%dx%d%n", &c, &h, &w, &used) == 3 && used == (int)value.size() &&

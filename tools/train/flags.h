@@ -29,6 +29,7 @@ struct Options {
   std::string dataset = "fashion-mnist";  // "fashion-mnist" | "cifar10" | "synthetic"
   int input[3] = {1, 28, 28};              // synthetic: channels, height, width
   int classes = 10;                        // synthetic
+  bool augment = false;                    // --augment crop-flip
   bool synthetic_shape = false;            // --input or --classes was given
   std::string data;     // empty: $CRUMB_DATA or Debian's dataset-fashion-mnist (Fashion-MNIST only)
   int limit_train = 0;  // 0: all training samples

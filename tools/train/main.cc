@@ -152,6 +152,7 @@ int run(const Options& o) {
   // A GPU copies micro-batches straight out of the loader's buffers, asynchronously when they are pinned.
   const Memory batch_memory = device == Device::CPU ? Memory::Host : Memory::Pinned;
   data::Loader train_loader(train, batch, norm, /*shuffle=*/true, o.seed, false, batch_memory);
+  if (o.augment) train_loader.set_augment({4, true});
   data::Loader test_loader(test, std::min(batch, test.count), norm, /*shuffle=*/false, 0, false,
                            batch_memory);
   // The schedule counts optimizer steps (batches, never micro-batches); cosine anneals to 0 at the end
