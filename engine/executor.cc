@@ -17,7 +17,6 @@ Executor::Executor(const Graph& g, ParamStore& params, Arena& arena, CompiledPas
       params_(params),
       arena_(arena),
       backend_(backend(arena.device(), arena.index())),
-      max_batch_(compiled.max_batch),
       compiled_(std::move(compiled)) {
   CRUMB_CHECK(&params.graph() == &g, "executor: the parameter store belongs to another graph");
   CRUMB_CHECK(params.device() == arena.device() && compiled_.device == arena.device() &&
@@ -117,16 +116,21 @@ void Executor::set_recording(bool on) {
 }
 
 void Executor::run(int n, bool first_micro_batch, double loss_scale) {
-  CRUMB_CHECK(n >= 1 && n <= max_batch_, "executor compiled for up to ", max_batch_, " samples was given ", n);
+  CRUMB_CHECK(n >= 1 && n <= max_batch(), "executor compiled for up to ", max_batch(), " samples was given ", n);
   for (ValueId x : g_.inputs()) CRUMB_CHECK(bound_[x], "input '", g_.value(x).name, "' is not bound");
   for (ValueId v : input_views_) ptr_[v] = ptr_[g_.storage_root(v)];
   backend_.activate();
   if (!recording()) return enqueue(n, first_micro_batch, loss_scale);
 
-  std::vector<const void*> inputs;
-  for (ValueId x : g_.inputs()) inputs.push_back(bound_[x]);
+  // Looked up without building a key: a replay allocates nothing.
+  const std::vector<ValueId>& graph_inputs = g_.inputs();
+  auto same_inputs = [&](const Recorded& r) {
+    for (std::size_t i = 0; i < graph_inputs.size(); ++i)
+      if (r.inputs[i] != bound_[graph_inputs[i]]) return false;
+    return true;
+  };
   for (Recorded& r : recorded_)
-    if (r.n == n && r.first == first_micro_batch && r.loss_scale == loss_scale && r.inputs == inputs)
+    if (r.n == n && r.first == first_micro_batch && r.loss_scale == loss_scale && same_inputs(r))
       return r.recording->replay();
   std::unique_ptr<Recording> recording =
       backend_.record([&] { enqueue(n, first_micro_batch, loss_scale); });
@@ -139,6 +143,8 @@ void Executor::run(int n, bool first_micro_batch, double loss_scale) {
   // a caller that varies them endlessly from piling up recordings.
   constexpr std::size_t kMaxRecorded = 32;
   if (recorded_.size() == kMaxRecorded) recorded_.erase(recorded_.begin());
+  std::vector<const void*> inputs;
+  for (ValueId x : graph_inputs) inputs.push_back(bound_[x]);
   recorded_.push_back({n, first_micro_batch, loss_scale, std::move(inputs), std::move(recording)});
   recorded_.back().recording->replay();
 }

@@ -56,7 +56,7 @@ class Executor {
   Device device() const { return arena_.device(); }
 
   const MemoryPlan& plan() const { return compiled_.plan; }
-  int max_batch() const { return max_batch_; }
+  int max_batch() const { return compiled_.max_batch; }
   // Arena bytes this executor needs (activations and kernel workspace).
   std::size_t arena_bytes() const { return compiled_.plan.arena_bytes; }
 
@@ -76,7 +76,6 @@ class Executor {
   ParamStore& params_;
   Arena& arena_;
   Backend& backend_;
-  int max_batch_;
   CompiledPass compiled_;
   std::vector<Step> steps_;
   std::vector<void*> ptr_;

@@ -44,7 +44,11 @@ void split_synthetic(const Options& o, data::Dataset& train, data::Dataset& test
   CRUMB_CHECK(int64_t{n_train} + n_test <= (1 << 30), "--limit-train + --limit-test is too large for synthetic data");
   data::Dataset all =
       data::make_synthetic(n_train + n_test, o.input[0], o.input[1], o.input[2], o.classes, o.seed + 0x5eed);
-  test = all;
+  // The test set takes only the shape and its own samples: copying `all` whole would double the peak.
+  test.channels = all.channels;
+  test.height = all.height;
+  test.width = all.width;
+  test.num_classes = all.num_classes;
   const std::size_t sample = static_cast<std::size_t>(all.sample_size());
   test.count = n_test;
   test.pixels.assign(all.pixels.begin() + n_train * sample, all.pixels.end());
