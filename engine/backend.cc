@@ -43,6 +43,7 @@ void bind_conv2d_cpu(ImplTable& t);
 void bind_pool_cpu(ImplTable& t);
 void bind_elementwise_cpu(ImplTable& t);
 void bind_softmax_xent_cpu(ImplTable& t);
+void bind_norm_cpu(ImplTable& t);
 #if CRUMB_HAVE_CUDA
 // engine/ops/<family>_cuda.cc
 void bind_linear_cuda(ImplTable& t);
@@ -56,7 +57,7 @@ const ImplTable& impl_table() {
   static const ImplTable table = [] {
     ImplTable t;
     for (void (*bind)(ImplTable&) : {bind_linear_cpu, bind_conv2d_cpu, bind_pool_cpu, bind_elementwise_cpu,
-                                     bind_softmax_xent_cpu})
+                                     bind_softmax_xent_cpu, bind_norm_cpu})
       bind(t);
 #if CRUMB_HAVE_CUDA
     for (void (*bind)(ImplTable&) : {bind_linear_cuda, bind_conv2d_cuda, bind_pool_cuda, bind_elementwise_cuda,

@@ -36,12 +36,6 @@ Executor::Executor(const Graph& g, ParamStore& params, Arena& arena, CompiledPas
   bound_.assign(g.num_values(), nullptr);
   for (ValueId v = 0; v < g.num_values(); ++v)
     if (v != g.storage_root(v) && g.value(g.storage_root(v)).kind == ValueKind::Input) input_views_.push_back(v);
-  for (ValueId v = 0; v < g.num_values(); ++v)
-    if (g.value(v).kind == ValueKind::Metric) {
-      CRUMB_CHECK(!g.value(v).batched && g.value(v).count(1) == 1 && dtype_size(g.value(v).dtype) == 8,
-                  "executor: metric '", g.value(v).name, "' must be one 8-byte scalar");
-      metric_values_.push_back(v);
-    }
   const Node& loss = g.node(g.value(g.loss()).producer);
   for (ValueId v : loss.out) {
     if (g.value(v).kind != ValueKind::Metric) continue;
@@ -49,12 +43,24 @@ Executor::Executor(const Graph& g, ParamStore& params, Arena& arena, CompiledPas
     if (g.value(v).dtype == DType::I64 && correct_ < 0) correct_ = v;
   }
   CRUMB_CHECK(loss_sum_ >= 0, "executor: the loss op '", loss.name, "' has no F64 metric output for the loss sum");
-  const std::size_t metric_bytes = std::max<std::size_t>(1, metric_values_.size()) * 8;
+  metric_values_.push_back(loss_sum_);
+  if (correct_ >= 0) metric_values_.push_back(correct_);
+  loss_metric_bytes_ = 8 * metric_values_.size();
+  std::size_t metric_bytes = loss_metric_bytes_;
+  for (ValueId v = 0; v < g.num_values(); ++v) {
+    const Value& val = g.value(v);
+    if (val.kind != ValueKind::Metric) continue;
+    CRUMB_CHECK(!val.batched && dtype_size(val.dtype) == 8, "executor: metric '", val.name,
+                "' must be unbatched 8-byte values");
+    if (v == loss_sum_ || v == correct_) continue;
+    metric_values_.push_back(v);
+    metric_bytes += 8 * static_cast<std::size_t>(val.count(1));
+  }
   const int index = arena.index();
   metrics_ = Buffer(metric_bytes, memory_of(device()), index);
   if (compiled_.plan.host_pool_bytes)
     host_pool_ = Buffer(compiled_.plan.host_pool_bytes, device() == Device::CPU ? Memory::Host : Memory::Pinned, index);
-  readback_ = Buffer(metric_bytes, device() == Device::CPU ? Memory::Host : Memory::Pinned, index);
+  readback_ = Buffer(loss_metric_bytes_, device() == Device::CPU ? Memory::Host : Memory::Pinned, index);
   resolve();
   arena_.attach();  // last: a constructor that threw leaves the arena free to grow
 }
@@ -81,7 +87,10 @@ void Executor::resolve() {
     else if (val.kind == ValueKind::ParamGrad)
       ptr_[v] = params_.device_grad(params_.param_of_grad(v));
   }
-  for (std::size_t i = 0; i < metric_values_.size(); ++i) ptr_[metric_values_[i]] = metrics_.data() + 8 * i;
+  for (std::size_t i = 0, at = 0; i < metric_values_.size(); ++i) {
+    ptr_[metric_values_[i]] = metrics_.data() + at;
+    at += 8 * static_cast<std::size_t>(g_.value(metric_values_[i]).count(1));
+  }
   // Views of parameters share their storage too (views of arena values have offsets, views of
   // inputs are re-pointed on every run).
   for (ValueId v = 0; v < g_.num_values(); ++v)
@@ -102,7 +111,7 @@ void Executor::fail_in(const Step& s, int n, const char* what) const {
 }
 
 Executor::Results Executor::results() {
-  backend_.read_back(readback_.data(), metrics_.data(), metrics_.size());
+  backend_.read_back(readback_.data(), metrics_.data(), loss_metric_bytes_);
   auto host = [&](ValueId v) { return readback_.data() + (static_cast<const char*>(ptr_[v]) - metrics_.data()); };
   Results r;
   std::memcpy(&r.loss_sum, host(loss_sum_), 8);
@@ -115,12 +124,12 @@ void Executor::set_recording(bool on) {
   if (!on) recorded_.clear();
 }
 
-void Executor::run(int n, bool first_micro_batch, double loss_scale) {
+void Executor::run(int n, bool first_micro_batch, bool last_micro_batch, double loss_scale) {
   CRUMB_CHECK(n >= 1 && n <= max_batch(), "executor compiled for up to ", max_batch(), " samples was given ", n);
   for (ValueId x : g_.inputs()) CRUMB_CHECK(bound_[x], "input '", g_.value(x).name, "' is not bound");
   for (ValueId v : input_views_) ptr_[v] = ptr_[g_.storage_root(v)];
   backend_.activate();
-  if (!recording()) return enqueue(n, first_micro_batch, loss_scale);
+  if (!recording()) return enqueue(n, first_micro_batch, last_micro_batch, loss_scale);
 
   // Looked up without building a key: a replay allocates nothing.
   const std::vector<ValueId>& graph_inputs = g_.inputs();
@@ -130,14 +139,15 @@ void Executor::run(int n, bool first_micro_batch, double loss_scale) {
     return true;
   };
   for (Recorded& r : recorded_)
-    if (r.n == n && r.first == first_micro_batch && r.loss_scale == loss_scale && same_inputs(r))
+    if (r.n == n && r.first == first_micro_batch && r.last == last_micro_batch && r.loss_scale == loss_scale &&
+        same_inputs(r))
       return r.recording->replay();
   std::unique_ptr<Recording> recording =
-      backend_.record([&] { enqueue(n, first_micro_batch, loss_scale); });
+      backend_.record([&] { enqueue(n, first_micro_batch, last_micro_batch, loss_scale); });
   if (!recording) {  // a step refused capture: from now on, run the steps themselves
     record_ = false;
     recorded_.clear();
-    return enqueue(n, first_micro_batch, loss_scale);
+    return enqueue(n, first_micro_batch, last_micro_batch, loss_scale);
   }
   // A handful of keys repeat (full, ragged and epoch-tail micro-batches, two staging slots); a bound keeps
   // a caller that varies them endlessly from piling up recordings.
@@ -145,11 +155,11 @@ void Executor::run(int n, bool first_micro_batch, double loss_scale) {
   if (recorded_.size() == kMaxRecorded) recorded_.erase(recorded_.begin());
   std::vector<const void*> inputs;
   for (ValueId x : graph_inputs) inputs.push_back(bound_[x]);
-  recorded_.push_back({n, first_micro_batch, loss_scale, std::move(inputs), std::move(recording)});
+  recorded_.push_back({n, first_micro_batch, last_micro_batch, loss_scale, std::move(inputs), std::move(recording)});
   recorded_.back().recording->replay();
 }
 
-void Executor::enqueue(int n, bool first_micro_batch, double loss_scale) {
+void Executor::enqueue(int n, bool first_micro_batch, bool last_micro_batch, double loss_scale) {
   if (first_micro_batch) backend_.zero(metrics_.data(), metrics_.size());
   StepArgs a;
   a.backend = &backend_;
@@ -158,6 +168,7 @@ void Executor::enqueue(int n, bool first_micro_batch, double loss_scale) {
   a.n = n;
   a.loss_scale = loss_scale;
   a.training = compiled_.pass == Pass::Train;
+  a.last = last_micro_batch;
   for (const Step& s : steps_) {
     a.node = s.node;
     a.state = s.state;

@@ -35,10 +35,12 @@ class Executor {
   // Runs all steps on n samples (1 <= n <= max_batch). first_micro_batch starts a batch: parameter
   // gradients are written and the results zeroed (true), or gradients and results accumulate (false).
   // loss_scale is 1/B for a batch of B samples. Errors name the layer, its op and its input shapes.
-  // On a device that can record (CUDA), the first run of each (n, first_micro_batch, loss_scale, input
+  // On a device that can record (CUDA), the first run of each (n, first, last, loss_scale, input
   // addresses) is recorded and every run of it replays the recording: one launch instead of one per
   // kernel. The plan never changes between runs, so a replay does exactly what the steps would.
-  void run(int n, bool first_micro_batch, double loss_scale);
+  // last_micro_batch ends the batch: ops that keep per-batch totals (BatchNorm's deferred running
+  // statistics) commit them in this run.
+  void run(int n, bool first_micro_batch, bool last_micro_batch, double loss_scale);
   // Recording on (the default) or off; off runs every step from the host each time.
   void set_recording(bool on);
   // Whether runs are replayed from recordings: on, on a device that records, and no capture has failed.
@@ -69,7 +71,7 @@ class Executor {
     std::size_t workspace_bytes;
   };
   void resolve();
-  void enqueue(int n, bool first_micro_batch, double loss_scale);
+  void enqueue(int n, bool first_micro_batch, bool last_micro_batch, double loss_scale);
   [[noreturn]] void fail_in(const Step& s, int n, const char* what) const;
 
   const Graph& g_;
@@ -84,15 +86,17 @@ class Executor {
   // Recorded runs, by what a run's recorded work depends on besides the plan.
   struct Recorded {
     int n;
-    bool first;
+    bool first, last;
     double loss_scale;
     std::vector<const void*> inputs;  // bound address of each graph input
     std::unique_ptr<Recording> recording;
   };
   std::vector<Recorded> recorded_;
   bool record_ = true;
-  // Every Metric value of the graph, 8 bytes each, in the device's memory; zeroed by a batch's first run.
+  // Every Metric value of the graph, in the device's memory, zeroed by a batch's first run; the loss op's
+  // come first, so results() reads back only those bytes.
   Buffer metrics_;
+  std::size_t loss_metric_bytes_ = 0;
   Buffer host_pool_;  // the plan's host-pool space (pinned on CUDA), if it placed anything there
   Buffer readback_;  // metrics_ copied back to the host (pinned on CUDA)
   std::vector<ValueId> metric_values_;

@@ -27,11 +27,17 @@ enum class ValueKind : uint8_t {
                // zeroed by a batch's first micro-batch, read after its last
 };
 
-// How an op initialises a parameter (PyTorch's defaults for Linear/Conv2d: both weight and bias
-// are uniform in +-1/sqrt(fan_in), i.e. kaiming_uniform_(a=sqrt(5)) for the weight).
+// How a parameter starts. Uniform is PyTorch's default for Linear/Conv2d (both weight and bias uniform in
+// +-1/sqrt(fan_in), i.e. kaiming_uniform_(a=sqrt(5)) for the weight); Normal is N(0, std^2) (torchvision's
+// kaiming_normal_(mode="fan_out") for ResNet convolutions); Constant fills (BatchNorm's weight 1, bias 0).
 struct ParamInit {
+  enum class Kind : uint8_t { Uniform, Normal, Constant };
   int64_t fan_in = 1;
-  double fill = 0;  // State values: every element starts at this value (running_var 1, counters 0)
+  double fill = 0;  // Constant, and State values: every element starts at this value (running_var 1)
+  Kind kind = Kind::Uniform;
+  double std = 0;  // Normal
+  static ParamInit constant(double v) { return {1, v, Kind::Constant, 0}; }
+  static ParamInit normal(double std) { return {1, 0, Kind::Normal, std}; }
 };
 
 struct Value {

@@ -28,6 +28,33 @@ ValueId conv2d(Graph& g, ValueId x, int out_channels, int kernel, int stride, in
   return g.apply(kConv2d, ins, name, WindowAttrs{kernel, kernel, stride, stride, pad, pad});
 }
 
+namespace {
+// The channel count of an NCHW input, checked, for a normalisation layer's parameters.
+int64_t channels_of(const Graph& g, ValueId x, const std::string& name, const char* op) {
+  const Value& xv = g.value(x);
+  CRUMB_CHECK(xv.dims.size() == 3, "layer '", name, "' (", op, "): input '", xv.name,
+              "' must be [batch, channels, height, width], got per-sample ", dims_str(xv.dims));
+  return xv.dims[0];
+}
+}  // namespace
+
+ValueId batch_norm2d(Graph& g, ValueId x, const std::string& name, const BatchNormAttrs& attrs) {
+  const int64_t c = channels_of(g, x, name, "batch_norm");
+  const ValueId w = g.param(name + ".weight", {c}, ParamInit::constant(1));
+  const ValueId b = g.param(name + ".bias", {c}, ParamInit::constant(0));
+  const ValueId mean = g.state(name + ".running_mean", {c}, 0.0);
+  const ValueId var = g.state(name + ".running_var", {c}, 1.0);
+  const ValueId tracked = g.state(name + ".num_batches_tracked", {}, 0.0, DType::I64);
+  return g.apply(kBatchNorm, {x, w, b, mean, var, tracked}, name, attrs);
+}
+
+ValueId group_norm(Graph& g, ValueId x, int groups, const std::string& name, double eps) {
+  const int64_t c = channels_of(g, x, name, "group_norm");
+  const ValueId w = g.param(name + ".weight", {c}, ParamInit::constant(1));
+  const ValueId b = g.param(name + ".bias", {c}, ParamInit::constant(0));
+  return g.apply(kGroupNorm, {x, w, b}, name, GroupNormAttrs{groups, eps});
+}
+
 ValueId relu(Graph& g, ValueId x, const std::string& name) { return g.apply(kRelu, {x}, name); }
 
 namespace {

@@ -4,12 +4,18 @@
 #include <string>
 
 #include "engine/graph.h"
+#include "engine/ops/op.h"
 
 namespace crumb::nn {
 
 ValueId linear(Graph& g, ValueId x, int out_features, const std::string& name, bool bias = true);
 ValueId conv2d(Graph& g, ValueId x, int out_channels, int kernel, int stride, int pad, const std::string& name,
                bool bias = true);
+// BatchNorm2d with PyTorch's names and starting values: weight 1, bias 0, running_mean 0, running_var 1,
+// num_batches_tracked 0 (I64).
+ValueId batch_norm2d(Graph& g, ValueId x, const std::string& name, const BatchNormAttrs& attrs = {});
+// GroupNorm(groups, channels): weight 1, bias 0.
+ValueId group_norm(Graph& g, ValueId x, int groups, const std::string& name, double eps = 1e-5);
 ValueId relu(Graph& g, ValueId x, const std::string& name);
 ValueId max_pool2d(Graph& g, ValueId x, int kernel, int stride, const std::string& name, int pad = 0);
 ValueId avg_pool2d(Graph& g, ValueId x, int kernel, int stride, const std::string& name, int pad = 0);

@@ -62,7 +62,13 @@ void ParamStore::init(uint64_t seed) {
     const double bound = 1.0 / std::sqrt(static_cast<double>(v.init.fan_in));
     const int64_t n = v.count(1);
     for (int64_t i = 0; i < n; ++i) {
-      const double x = (2.0 * rng.uniform() - 1.0) * bound;
+      double x = v.init.fill;
+      if (v.init.kind == ParamInit::Kind::Uniform) {
+        x = (2.0 * rng.uniform() - 1.0) * bound;
+      } else if (v.init.kind == ParamInit::Kind::Normal) {  // Box-Muller; 1 - u keeps the log finite
+        const double u1 = 1.0 - rng.uniform(), u2 = rng.uniform();
+        x = v.init.std * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+      }
       if (dtype_ == DType::F32)
         static_cast<float*>(data(p))[i] = static_cast<float>(x);
       else

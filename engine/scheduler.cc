@@ -67,7 +67,7 @@ BatchResult Scheduler::for_each_micro_batch(Executor& e, InputBatches inputs, in
     } else {
       for (std::size_t k = 0; k < inputs_.size(); ++k) e.bind(inputs_[k], at(k, i));
     }
-    run(size(i), i == 0);
+    run(size(i), i == 0, i == count - 1);
     if (staging_) staging_->release(i);
   }
   const Executor::Results r = e.results();
@@ -76,11 +76,11 @@ BatchResult Scheduler::for_each_micro_batch(Executor& e, InputBatches inputs, in
 
 BatchResult Scheduler::train_batch(InputBatches inputs, int batch) {
   const double scale = 1.0 / batch;
-  return for_each_micro_batch(train_, inputs, batch, [&](int n, bool first) { train_.run(n, first, scale); });
+  return for_each_micro_batch(train_, inputs, batch, [&](int n, bool first, bool last) { train_.run(n, first, last, scale); });
 }
 
 BatchResult Scheduler::evaluate(InputBatches inputs, int batch) {
-  return for_each_micro_batch(eval_, inputs, batch, [&](int n, bool first) { eval_.run(n, first, 1.0 / batch); });
+  return for_each_micro_batch(eval_, inputs, batch, [&](int n, bool first, bool last) { eval_.run(n, first, last, 1.0 / batch); });
 }
 
 }  // namespace crumb

@@ -30,7 +30,7 @@ class GradCheck {
   }
 
   double loss() {
-    exec_->run(batch_, true, 1.0 / batch_);
+    exec_->run(batch_, true, true, 1.0 / batch_);
     return exec_->results().loss_sum / batch_;
   }
 

@@ -52,7 +52,7 @@ class OpRunner {
   // One micro-batch of the whole batch: the first of a batch writes the parameter gradients, a later
   // one adds to them.
   OpResult run(bool first_micro_batch) {
-    exec_->run(batch_, first_micro_batch, 1.0 / batch_);
+    exec_->run(batch_, first_micro_batch, true, 1.0 / batch_);
     OpResult r;
     r.loss_sum = exec_->results().loss_sum;
     r.dx.resize(g_.value(dx_).count(batch_));

@@ -153,7 +153,7 @@ TEST(Planner, HostPoolHoldsWhatItIsGivenAndRunsAreUnchanged) {
     std::vector<int32_t> y = {0, 1, 2, 3, 1};
     e.bind(g.find_value("x"), x.data());
     e.bind(g.find_value("y"), y.data());
-    e.run(batch, true, 1.0 / batch);
+    e.run(batch, true, true, 1.0 / batch);
     const double* gp = static_cast<const double*>(params.grad_block());
     std::vector<double> out(gp, gp + params.count());
     out.push_back(e.results().loss_sum);

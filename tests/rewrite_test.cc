@@ -30,7 +30,7 @@ Result run(Graph g, int batch) {
   for (int32_t& v : y) v = static_cast<int32_t>(rng.below(10));
   e.bind(g.find_value("x"), x.data());
   e.bind(g.find_value("y"), y.data());
-  e.run(batch, true, 1.0 / batch);
+  e.run(batch, true, true, 1.0 / batch);
   const double* gp = static_cast<const double*>(params.grad_block());
   return {e.results().loss_sum, std::vector<double>(gp, gp + params.count())};
 }

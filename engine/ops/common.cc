@@ -30,7 +30,7 @@ void expect_arity(const Node& n, size_t lo, size_t hi, size_t outs) {
 
 void set_out_dims(Graph& g, const Node& n, int i, const Dims& dims) {
   Value& v = g.value(n.out.at(i));
-  if (v.dims.empty() && v.producer < 0 && v.kind == ValueKind::Activation) {
+  if (v.dims.empty() && v.producer < 0 && (v.kind == ValueKind::Activation || v.kind == ValueKind::Metric)) {
     v.dims = dims;
     return;
   }

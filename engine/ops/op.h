@@ -39,6 +39,7 @@ struct StepArgs {
   std::size_t workspace_bytes = 0;  // the step's workspace at the compiled micro-batch size (>= at n)
   OpState* state = nullptr;    // the backend's per-node state, if it built one
   bool training = true;         // a training pass (forward + backward), or evaluation
+  bool last = true;             // the batch's last micro-batch: per-batch totals are complete after it
 
   template <class T> T* out(int i = 0) const { return static_cast<T*>(ptr[node->out[i]]); }
   template <class T> const T* in(int i) const { return static_cast<const T*>(ptr[node->in[i]]); }
@@ -112,6 +113,21 @@ struct WindowAttrs {  // conv2d, max/avg pooling
 struct ReshapeAttrs {
   Dims dims;  // target per-sample dims
 };
+// How BatchNorm updates its running statistics in training (--bn-stats).
+enum class BnStats : uint8_t {
+  Deferred,  // the whole batch's mean and variance, merged exactly over its groups: one update per step
+  PerGroup,  // one update per group, as PyTorch does per forward under gradient accumulation
+};
+struct BatchNormAttrs {
+  int group = 32;  // samples per normalisation group; 0: the whole micro-batch is one group
+  BnStats stats = BnStats::Deferred;
+  bool frozen = false;  // normalise with the running statistics in training too (PyTorch's eval() layer)
+  double eps = 1e-5, momentum = 0.1;
+};
+struct GroupNormAttrs {
+  int groups = 32;  // channel groups; must divide the channels
+  double eps = 1e-5;
+};
 // Kernel geometries a shape rule stores on its node (conv and pooling store cpu::Conv2dShape and
 // cpu::Pool2dShape with n = 1).
 struct LinearGeometry {  // x [n, in], w [out, in]
@@ -128,6 +144,7 @@ struct ClassesGeometry {  // logits [n, k]
 extern const OpDef kLinear, kLinearBwdData, kLinearBwdWeight;
 extern const OpDef kConv2d, kConv2dBwdData, kConv2dBwdWeight;
 extern const OpDef kMaxPool2d, kMaxPool2dBwd, kAvgPool2d, kAvgPool2dBwd, kGlobalAvgPool, kGlobalAvgPoolBwd;
+extern const OpDef kBatchNorm, kBatchNormBwd, kGroupNorm, kGroupNormBwd;
 extern const OpDef kRelu, kReluBwd;
 extern const OpDef kReshape;
 extern const OpDef kAdd;

@@ -21,4 +21,19 @@ struct Pool2dShape {
   int h_out, w_out;
 };
 
+// Normalisation of x [n, c, hw] (NCHW with hw = h * w), with a per-channel affine y = xhat * w[c] + b[c].
+// BatchNorm: each channel of each group of `group` consecutive samples is normalised over the group's
+// values of that channel (the last group may be shorter), so ceil(n / group) groups.
+struct BatchNormShape {
+  int n, c, hw, group;
+  int groups() const { return (n + group - 1) / group; }
+  // Samples in group g.
+  int group_size(int g) const { return n - g * group < group ? n - g * group : group; }
+};
+// GroupNorm: the c channels of each sample form `groups` groups of c / groups consecutive channels, each
+// normalised over its (c / groups) * hw values; independent of the other samples.
+struct GroupNormShape {
+  int n, c, hw, groups;
+};
+
 }  // namespace crumb::cpu

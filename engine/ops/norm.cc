@@ -1,0 +1,170 @@
+// Normalisation on NCHW: BatchNorm over groups of samples and GroupNorm over groups of channels, each with
+// a per-channel affine (weight, bias). The declarations and their CPU rows; the CUDA rows are in
+// norm_cuda.cc.
+//
+// BatchNorm's nodes: in = (x, weight, bias, running_mean, running_var, num_batches_tracked); out = (y,
+// stats, moments). stats holds each group's mean and invstd for the backward (batched: a micro-batch of
+// n samples has at most n groups, so n rows of [2, c] always suffice). moments is a per-batch total
+// (a Metric, zeroed by the batch's first micro-batch): the Chan merge of every group's count, mean and
+// M2, committed to the running statistics by the batch's last micro-batch (BnStats::Deferred). Groups
+// never straddle micro-batches (the scheduler's micro-batch is a multiple of the group), so a batch's
+// gradients and running statistics are the same for every micro-batch size.
+#include "engine/autograd.h"
+#include "engine/ops/op.h"
+#include "kernels/cpu/kernels.h"
+
+namespace crumb {
+namespace {
+
+// The per-channel parameters and state must be [c]; num_batches_tracked a scalar I64.
+void check_channel_inputs(const Graph& g, const Node& n, int c, std::size_t count) {
+  for (std::size_t i = 1; i < count; ++i) {
+    const Value& v = g.value(n.in[i]);
+    if (i == 5) {
+      if (v.dtype != DType::I64 || !v.dims.empty()) ops::fail(n, "num_batches_tracked must be an I64 scalar");
+    } else if (v.dims != Dims{c} || v.batched) {
+      ops::fail(n, "'" + v.name + "' must be [" + std::to_string(c) + "], got " + dims_str(v.dims));
+    }
+  }
+}
+
+// x must be [batch, c, h, w]; returns {c, h * w}.
+std::pair<int, int> check_image(const Node& n, const Value& x) {
+  if (!x.batched || x.dims.size() != 3)
+    ops::fail(n, "input '" + x.name + "' must be [batch, channels, height, width], got per-sample " + dims_str(x.dims));
+  return {static_cast<int>(x.dims[0]), static_cast<int>(x.dims[1] * x.dims[2])};
+}
+
+// ---- BatchNorm
+void infer_bn(Graph& g, Node& n) {
+  ops::expect_arity(n, 6, 6, 3);
+  const BatchNormAttrs& a = ops::attrs<BatchNormAttrs>(n);
+  const auto [c, hw] = check_image(n, g.value(n.in[0]));
+  check_channel_inputs(g, n, c, 6);
+  if (a.group < 0) ops::fail(n, "group must be >= 1 samples, or 0 for the whole micro-batch");
+  if (!(a.eps > 0) || !(a.momentum >= 0 && a.momentum <= 1)) ops::fail(n, "eps must be > 0 and momentum in [0, 1]");
+  n.geometry = cpu::BatchNormShape{1, c, hw, a.group};
+  ops::set_out_dims(g, n, 0, g.value(n.in[0]).dims);
+  ops::set_out_dims(g, n, 1, {2, c});
+  ops::set_out_dims(g, n, 2, {3, c});
+}
+
+// in: dy, x, weight, stats  out: dweight, dbias[, dx]
+void infer_bn_bwd(Graph& g, Node& n) {
+  if (n.in.size() != 4 || n.out.size() < 2 || n.out.size() > 3) ops::fail(n, "expects (dy, x, w, stats) -> (dw, db[, dx])");
+  const cpu::BatchNormShape& s = ops::geometry<cpu::BatchNormShape>(n);
+  if (dims_count(g.value(n.in[0]).dims) != int64_t{s.c} * s.hw || g.value(n.in[0]).dims != g.value(n.in[1]).dims ||
+      g.value(n.in[2]).dims != Dims{s.c} || g.value(n.in[3]).dims != Dims{2, s.c})
+    ops::fail(n, "gradient, input or statistics do not match the layer");
+  ops::set_out_dims(g, n, 0, {s.c});
+  ops::set_out_dims(g, n, 1, {s.c});
+  if (n.out.size() == 3) ops::set_out_dims(g, n, 2, g.value(n.in[1]).dims);
+}
+
+// The normalised layers' backward: one node computes (dw, db) in the parameters' write mode and dx
+// (always written) from the same per-group sums.
+void norm_backward(GradBuilder& gb, const Node& n, const OpDef& bwd) {
+  const ValueId x = n.in[0], w = n.in[1], b = n.in[2];
+  const GradWrite write = gb.claim_param_grad(w);
+  if (gb.claim_param_grad(b) != write) ops::fail(n, "weight and bias must be written by the same layers");
+  std::vector<ValueId> outs{gb.param_grad(w), gb.param_grad(b)};
+  ValueId dx = -1;
+  if (gb.needs_grad(x)) {
+    dx = gb.new_grad_value(x, "grad(" + gb.graph().value(x).name + ")");
+    outs.push_back(dx);
+  }
+  gb.emit(bwd, {gb.grad(n.out[0]), x, w, n.out[1]}, outs, n.name + ".backward", n.attrs, n.geometry, write);
+  if (dx >= 0) gb.add_grad(x, dx);
+}
+
+void bn_backward(GradBuilder& gb, const Node& n) { norm_backward(gb, n, kBatchNormBwd); }
+
+cpu::BatchNormShape bn_shape(const StepArgs& a) {
+  cpu::BatchNormShape s = ops::at_batch<cpu::BatchNormShape>(*a.node, a.n);
+  if (s.group == 0) s.group = a.n;
+  return s;
+}
+
+template <class T> void bn_fwd_cpu(const StepArgs& a) {
+  const BatchNormAttrs& at = ops::attrs<BatchNormAttrs>(*a.node);
+  const cpu::BatchNormShape s = bn_shape(a);
+  // The running statistics are inputs the layer updates in place: persistent State no other node reads
+  // in a training pass.
+  T* running_mean = const_cast<T*>(a.in<T>(3));
+  T* running_var = const_cast<T*>(a.in<T>(4));
+  int64_t* tracked = const_cast<int64_t*>(a.in<int64_t>(5));
+  if (!a.training || at.frozen) {
+    cpu::batch_norm_forward_frozen<T>(a.out<T>(0), a.training ? a.out<T>(1) : nullptr, a.in<T>(0), a.in<T>(1),
+                                      a.in<T>(2), running_mean, running_var, s, at.eps);
+    return;
+  }
+  const bool deferred = at.stats == BnStats::Deferred;
+  double* moments = a.out<double>(2);
+  cpu::batch_norm_forward_train<T>(a.out<T>(0), a.out<T>(1), a.in<T>(0), a.in<T>(1), a.in<T>(2), s, at.eps,
+                                   deferred ? moments : nullptr, deferred ? nullptr : running_mean,
+                                   deferred ? nullptr : running_var, tracked, at.momentum);
+  if (deferred && a.last) cpu::batch_norm_commit<T>(running_mean, running_var, tracked, moments, s.c, at.momentum);
+}
+
+template <class T> void bn_bwd_cpu(const StepArgs& a) {
+  const BatchNormAttrs& at = ops::attrs<BatchNormAttrs>(*a.node);
+  cpu::batch_norm_backward<T>(a.out<T>(0), a.out<T>(1), a.node->out.size() == 3 ? a.out<T>(2) : nullptr, a.in<T>(0),
+                              a.in<T>(1), a.in<T>(2), a.in<T>(3), bn_shape(a), !at.frozen, a.accumulate);
+}
+
+// ---- GroupNorm: in = (x, weight, bias); out = (y, stats [groups][2] per sample).
+void infer_gn(Graph& g, Node& n) {
+  ops::expect_arity(n, 3, 3, 2);
+  const GroupNormAttrs& a = ops::attrs<GroupNormAttrs>(n);
+  const auto [c, hw] = check_image(n, g.value(n.in[0]));
+  check_channel_inputs(g, n, c, 3);
+  if (a.groups < 1 || c % a.groups != 0)
+    ops::fail(n, std::to_string(a.groups) + " groups do not divide " + std::to_string(c) + " channels");
+  if (!(a.eps > 0)) ops::fail(n, "eps must be > 0");
+  n.geometry = cpu::GroupNormShape{1, c, hw, a.groups};
+  ops::set_out_dims(g, n, 0, g.value(n.in[0]).dims);
+  ops::set_out_dims(g, n, 1, {2, a.groups});
+}
+
+void infer_gn_bwd(Graph& g, Node& n) {
+  if (n.in.size() != 4 || n.out.size() < 2 || n.out.size() > 3) ops::fail(n, "expects (dy, x, w, stats) -> (dw, db[, dx])");
+  const cpu::GroupNormShape& s = ops::geometry<cpu::GroupNormShape>(n);
+  if (dims_count(g.value(n.in[0]).dims) != int64_t{s.c} * s.hw || g.value(n.in[0]).dims != g.value(n.in[1]).dims ||
+      g.value(n.in[2]).dims != Dims{s.c} || g.value(n.in[3]).dims != Dims{2, s.groups})
+    ops::fail(n, "gradient, input or statistics do not match the layer");
+  ops::set_out_dims(g, n, 0, {s.c});
+  ops::set_out_dims(g, n, 1, {s.c});
+  if (n.out.size() == 3) ops::set_out_dims(g, n, 2, g.value(n.in[1]).dims);
+}
+
+void gn_backward(GradBuilder& gb, const Node& n) { norm_backward(gb, n, kGroupNormBwd); }
+
+cpu::GroupNormShape gn_shape(const StepArgs& a) { return ops::at_batch<cpu::GroupNormShape>(*a.node, a.n); }
+
+template <class T> void gn_fwd_cpu(const StepArgs& a) {
+  cpu::group_norm_forward<T>(a.out<T>(0), a.out<T>(1), a.in<T>(0), a.in<T>(1), a.in<T>(2), gn_shape(a),
+                             ops::attrs<GroupNormAttrs>(*a.node).eps);
+}
+
+template <class T> void gn_bwd_cpu(const StepArgs& a) {
+  cpu::group_norm_backward<T>(a.out<T>(0), a.out<T>(1), a.node->out.size() == 3 ? a.out<T>(2) : nullptr, a.in<T>(0),
+                              a.in<T>(1), a.in<T>(2), a.in<T>(3), gn_shape(a), a.accumulate);
+}
+
+}  // namespace
+
+const OpDef kBatchNorm{"batch_norm", infer_bn, bn_backward, {OutDType::Float, OutDType::Float, {OutDType::F64, true}}};
+const OpDef kBatchNormBwd{"batch_norm_backward", infer_bn_bwd, nullptr,
+                          {OutDType::Float, OutDType::Float, OutDType::Float}, false, false, 2};
+const OpDef kGroupNorm{"group_norm", infer_gn, gn_backward, {OutDType::Float, OutDType::Float}};
+const OpDef kGroupNormBwd{"group_norm_backward", infer_gn_bwd, nullptr,
+                          {OutDType::Float, OutDType::Float, OutDType::Float}, false, false, 2};
+
+void bind_norm_cpu(ImplTable& t) {
+  CRUMB_CPU_ROWS(t, kBatchNorm, bn_fwd_cpu);
+  CRUMB_CPU_ROWS(t, kBatchNormBwd, bn_bwd_cpu);
+  CRUMB_CPU_ROWS(t, kGroupNorm, gn_fwd_cpu);
+  CRUMB_CPU_ROWS(t, kGroupNormBwd, gn_bwd_cpu);
+}
+
+}  // namespace crumb

@@ -1,0 +1,262 @@
+// BatchNorm and GroupNorm on NCHW. A normalisation group's values of one channel are hw-long contiguous
+// runs (one per sample), so every loop below is a run of simd-friendly passes over contiguous memory.
+// Work splits over channels (BatchNorm: a channel's groups are visited in order, so its running
+// statistics and moments are merged in a fixed order) or over (sample, group) rows (GroupNorm):
+// results do not depend on the thread count.
+#include <cmath>
+
+#include "kernels/cpu/kernel_util.h"
+#include "kernels/cpu/kernels.h"
+
+namespace crumb::cpu {
+namespace {
+using detail::kParallelGrain;
+using detail::put;
+using detail::with_write_mode;
+
+// Mean and M2 (sum of squared deviations) of `runs` runs of `len` values, run r at x + r * stride.
+struct Moments {
+  double mean, m2;
+};
+template <class T> Moments moments_of(const T* x, int runs, std::ptrdiff_t stride, int len) {
+  double sum = 0;
+  for (int r = 0; r < runs; ++r) {
+    const T* p = x + r * stride;
+#pragma omp simd reduction(+ : sum)
+    for (int i = 0; i < len; ++i) sum += p[i];
+  }
+  const double count = double(runs) * len, mean = sum / count;
+  double m2 = 0;
+  for (int r = 0; r < runs; ++r) {
+    const T* p = x + r * stride;
+#pragma omp simd reduction(+ : m2)
+    for (int i = 0; i < len; ++i) m2 += (p[i] - mean) * (p[i] - mean);
+  }
+  return {mean, m2};
+}
+
+// y = x * scale + shift over `runs` runs of `len` values.
+template <class T> void affine_runs(T* y, const T* x, int runs, std::ptrdiff_t stride, int len, T scale, T shift) {
+  for (int r = 0; r < runs; ++r) {
+    const T* p = x + r * stride;
+    T* q = y + r * stride;
+#pragma omp simd
+    for (int i = 0; i < len; ++i) q[i] = p[i] * scale + shift;
+  }
+}
+
+double inv_std(double var, double eps) { return 1.0 / std::sqrt(var + eps); }
+
+bool parallel(const BatchNormShape& s) { return std::ptrdiff_t{s.n} * s.c * s.hw > kParallelGrain; }
+
+}  // namespace
+
+template <class T>
+void batch_norm_forward_train(T* y, T* stats, const T* x, const T* w, const T* b, const BatchNormShape& s, double eps,
+                              double* moments, T* running_mean, T* running_var, int64_t* tracked, double momentum) {
+  const std::ptrdiff_t stride = std::ptrdiff_t{s.c} * s.hw;
+  const int groups = s.groups();
+#pragma omp parallel for schedule(static) if (parallel(s))
+  for (int c = 0; c < s.c; ++c) {
+    for (int g = 0; g < groups; ++g) {
+      const int samples = s.group_size(g);
+      const std::ptrdiff_t at = g * s.group * stride + std::ptrdiff_t{c} * s.hw;
+      const Moments mo = moments_of(x + at, samples, stride, s.hw);
+      const double count = double(samples) * s.hw, invstd = inv_std(mo.m2 / count, eps);
+      stats[(2 * g) * s.c + c] = T(mo.mean);
+      stats[(2 * g + 1) * s.c + c] = T(invstd);
+      const double scale = w[c] * invstd;
+      affine_runs(y + at, x + at, samples, stride, s.hw, T(scale), T(b[c] - mo.mean * scale));
+      if (moments) {  // Chan et al.: merge (count, mean, m2) of the group into the channel's running total
+        double& n_a = moments[c];
+        double& mean_a = moments[s.c + c];
+        double& m2_a = moments[2 * s.c + c];
+        const double total = n_a + count, delta = mo.mean - mean_a;
+        mean_a += delta * (count / total);
+        m2_a += mo.m2 + delta * delta * (n_a * count / total);
+        n_a = total;
+      }
+      if (running_mean) {
+        running_mean[c] = T((1 - momentum) * running_mean[c] + momentum * mo.mean);
+        running_var[c] = T((1 - momentum) * running_var[c] + momentum * (count > 1 ? mo.m2 / (count - 1) : 0.0));
+      }
+    }
+  }
+  if (running_mean) *tracked += groups;
+}
+
+template <class T>
+void batch_norm_commit(T* running_mean, T* running_var, int64_t* tracked, const double* moments, int c, double momentum) {
+  for (int i = 0; i < c; ++i) {
+    const double count = moments[i], mean = moments[c + i], m2 = moments[2 * c + i];
+    running_mean[i] = T((1 - momentum) * running_mean[i] + momentum * mean);
+    running_var[i] = T((1 - momentum) * running_var[i] + momentum * (count > 1 ? m2 / (count - 1) : 0.0));
+  }
+  *tracked += 1;
+}
+
+template <class T>
+void batch_norm_forward_frozen(T* y, T* stats, const T* x, const T* w, const T* b, const T* running_mean,
+                               const T* running_var, const BatchNormShape& s, double eps) {
+  const std::ptrdiff_t stride = std::ptrdiff_t{s.c} * s.hw;
+  const int groups = s.groups();
+#pragma omp parallel for schedule(static) if (parallel(s))
+  for (int c = 0; c < s.c; ++c) {
+    const double invstd = inv_std(running_var[c], eps), scale = w[c] * invstd;
+    affine_runs(y + std::ptrdiff_t{c} * s.hw, x + std::ptrdiff_t{c} * s.hw, s.n, stride, s.hw, T(scale),
+                T(b[c] - running_mean[c] * scale));
+    if (stats)
+      for (int g = 0; g < groups; ++g) {
+        stats[(2 * g) * s.c + c] = running_mean[c];
+        stats[(2 * g + 1) * s.c + c] = T(invstd);
+      }
+  }
+}
+
+template <class T>
+void batch_norm_backward(T* dw, T* db, T* dx, const T* dy, const T* x, const T* w, const T* stats,
+                         const BatchNormShape& s, bool batch_stats, bool accumulate) {
+  const std::ptrdiff_t stride = std::ptrdiff_t{s.c} * s.hw;
+  const int groups = s.groups();
+  with_write_mode(accumulate, [&](auto acc) {
+#pragma omp parallel for schedule(static) if (parallel(s))
+    for (int c = 0; c < s.c; ++c) {
+      double sum_dw = 0, sum_db = 0;
+      for (int g = 0; g < groups; ++g) {
+        const int samples = s.group_size(g);
+        const std::ptrdiff_t at = g * s.group * stride + std::ptrdiff_t{c} * s.hw;
+        const double mean = stats[(2 * g) * s.c + c], invstd = stats[(2 * g + 1) * s.c + c];
+        double sdy = 0, sdyx = 0;  // sum of dy and of dy * (x - mean) over the group
+        for (int r = 0; r < samples; ++r) {
+          const T* pdy = dy + at + r * stride;
+          const T* px = x + at + r * stride;
+#pragma omp simd reduction(+ : sdy, sdyx)
+          for (int i = 0; i < s.hw; ++i) {
+            sdy += pdy[i];
+            sdyx += pdy[i] * (px[i] - mean);
+          }
+        }
+        sum_db += sdy;
+        sum_dw += sdyx * invstd;
+        if (!dx) continue;
+        // dx = w invstd (dy - mean(dy) - xhat mean(dy xhat)) with batch statistics, w invstd dy without.
+        const double count = double(samples) * s.hw, k = w[c] * invstd;
+        const T a = T(batch_stats ? k * sdy / count : 0.0);
+        const T slope = T(batch_stats ? k * sdyx * invstd * invstd / count : 0.0);
+        const T kt = T(k), mt = T(mean);
+        for (int r = 0; r < samples; ++r) {
+          const T* pdy = dy + at + r * stride;
+          const T* px = x + at + r * stride;
+          T* pdx = dx + at + r * stride;
+#pragma omp simd
+          for (int i = 0; i < s.hw; ++i) pdx[i] = kt * pdy[i] - a - slope * (px[i] - mt);
+        }
+      }
+      put(acc, dw[c], T(sum_dw));
+      put(acc, db[c], T(sum_db));
+    }
+  });
+}
+
+template <class T>
+void group_norm_forward(T* y, T* stats, const T* x, const T* w, const T* b, const GroupNormShape& s, double eps) {
+  const int cpg = s.c / s.groups;
+  const std::ptrdiff_t rows = std::ptrdiff_t{s.n} * s.groups, len = std::ptrdiff_t{cpg} * s.hw;
+#pragma omp parallel for schedule(static) if (rows * len > kParallelGrain)
+  for (std::ptrdiff_t row = 0; row < rows; ++row) {
+    const std::ptrdiff_t sample = row / s.groups, g = row % s.groups;
+    const std::ptrdiff_t at = row * len;  // the group's channels are consecutive: one contiguous block
+    const Moments mo = moments_of(x + at, cpg, s.hw, s.hw);
+    const double invstd = inv_std(mo.m2 / double(len), eps);
+    stats[sample * 2 * s.groups + g] = T(mo.mean);
+    stats[sample * 2 * s.groups + s.groups + g] = T(invstd);
+    for (int j = 0; j < cpg; ++j) {
+      const int c = int(g) * cpg + j;
+      const double scale = w[c] * invstd;
+      affine_runs(y + at + j * s.hw, x + at + j * s.hw, 1, 0, s.hw, T(scale), T(b[c] - mo.mean * scale));
+    }
+  }
+}
+
+template <class T>
+void group_norm_backward(T* dw, T* db, T* dx, const T* dy, const T* x, const T* w, const T* stats,
+                         const GroupNormShape& s, bool accumulate) {
+  const int cpg = s.c / s.groups;
+  const std::ptrdiff_t rows = std::ptrdiff_t{s.n} * s.groups, len = std::ptrdiff_t{cpg} * s.hw;
+  const bool threads = rows * len > kParallelGrain;
+  auto mean_of = [&](std::ptrdiff_t sample, std::ptrdiff_t g) { return double(stats[sample * 2 * s.groups + g]); };
+  auto invstd_of = [&](std::ptrdiff_t sample, std::ptrdiff_t g) {
+    return double(stats[sample * 2 * s.groups + s.groups + g]);
+  };
+  if (dx) {
+    // Within a group w varies by channel: dx = invstd (dy w - mean(dy w) - xhat mean(dy w xhat)).
+#pragma omp parallel for schedule(static) if (threads)
+    for (std::ptrdiff_t row = 0; row < rows; ++row) {
+      const std::ptrdiff_t sample = row / s.groups, g = row % s.groups, at = row * len;
+      const double mean = mean_of(sample, g), invstd = invstd_of(sample, g);
+      double sdyw = 0, sdywx = 0;
+      for (int j = 0; j < cpg; ++j) {
+        const double wc = w[g * cpg + j];
+        const T* pdy = dy + at + j * s.hw;
+        const T* px = x + at + j * s.hw;
+        double a = 0, bsum = 0;
+#pragma omp simd reduction(+ : a, bsum)
+        for (int i = 0; i < s.hw; ++i) {
+          a += pdy[i];
+          bsum += pdy[i] * (px[i] - mean);
+        }
+        sdyw += wc * a;
+        sdywx += wc * bsum;
+      }
+      const T a = T(invstd * sdyw / double(len)), slope = T(invstd * invstd * invstd * sdywx / double(len));
+      const T mt = T(mean);
+      for (int j = 0; j < cpg; ++j) {
+        const T k = T(w[g * cpg + j] * invstd);
+        const T* pdy = dy + at + j * s.hw;
+        const T* px = x + at + j * s.hw;
+        T* pdx = dx + at + j * s.hw;
+#pragma omp simd
+        for (int i = 0; i < s.hw; ++i) pdx[i] = k * pdy[i] - a - slope * (px[i] - mt);
+      }
+    }
+  }
+  // dw, db reduce over samples: a second pass split over channels, so no two threads write one channel.
+  with_write_mode(accumulate, [&](auto acc) {
+#pragma omp parallel for schedule(static) if (threads)
+    for (int c = 0; c < s.c; ++c) {
+      const int g = c / cpg;
+      double sum_dw = 0, sum_db = 0;
+      for (int sample = 0; sample < s.n; ++sample) {
+        const std::ptrdiff_t at = (std::ptrdiff_t{sample} * s.c + c) * s.hw;
+        const double mean = mean_of(sample, g), invstd = invstd_of(sample, g);
+        double a = 0, bsum = 0;
+#pragma omp simd reduction(+ : a, bsum)
+        for (int i = 0; i < s.hw; ++i) {
+          a += dy[at + i];
+          bsum += dy[at + i] * (x[at + i] - mean);
+        }
+        sum_db += a;
+        sum_dw += bsum * invstd;
+      }
+      put(acc, dw[c], T(sum_dw));
+      put(acc, db[c], T(sum_db));
+    }
+  });
+}
+
+#define CRUMB_INSTANTIATE(T)                                                                                       \
+  template void batch_norm_forward_train<T>(T*, T*, const T*, const T*, const T*, const BatchNormShape&, double, \
+                                            double*, T*, T*, int64_t*, double);                                   \
+  template void batch_norm_commit<T>(T*, T*, int64_t*, const double*, int, double);                                \
+  template void batch_norm_forward_frozen<T>(T*, T*, const T*, const T*, const T*, const T*, const T*,            \
+                                             const BatchNormShape&, double);                                      \
+  template void batch_norm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const BatchNormShape&, \
+                                       bool, bool);                                                               \
+  template void group_norm_forward<T>(T*, T*, const T*, const T*, const T*, const GroupNormShape&, double);       \
+  template void group_norm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const GroupNormShape&, \
+                                       bool);
+CRUMB_INSTANTIATE(float)
+CRUMB_INSTANTIATE(double)
+#undef CRUMB_INSTANTIATE
+
+}  // namespace crumb::cpu
