@@ -61,7 +61,8 @@ struct Chunk {
   std::size_t bytes;
 };
 
-std::string header_json(const std::vector<Chunk>& chunks, const std::string& model_name, const Optimizer* opt) {
+// The safetensors header: the chunks' entries in order, then __metadata__ from `metadata` (key, value) pairs.
+std::string header_json(const std::vector<Chunk>& chunks, const std::vector<std::pair<std::string, std::string>>& metadata) {
   std::string h = "{";
   std::size_t offset = 0;
   for (const Chunk& c : chunks) {
@@ -70,10 +71,9 @@ std::string header_json(const std::vector<Chunk>& chunks, const std::string& mod
     h += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + c.bytes) + "]},";
     offset += c.bytes;
   }
-  h += json::quote(kMetadata) + ":{\"format\":\"crumb\",\"model\":" + json::quote(model_name);
-  if (opt)
-    h += ",\"optimizer\":" + json::quote(optimizer_name(opt->kind())) + ",\"optimizer_steps\":\"" +
-         std::to_string(opt->steps()) + "\"";
+  h += json::quote(kMetadata) + ":{";
+  for (std::size_t i = 0; i < metadata.size(); ++i)
+    h += (i ? "," : "") + json::quote(metadata[i].first) + ":" + json::quote(metadata[i].second);
   h += "}}";
   // Spaces, as the reference implementation pads, so the data section starts 8-byte aligned.
   h.append((8 - h.size() % 8) % 8, ' ');
@@ -198,49 +198,18 @@ Metadata parse_metadata(const json::Value& meta, const std::string& path) {
   return m;
 }
 
-}  // namespace
+// A whole safetensors file, validated: header, metadata, tensors tiling the data section, data read.
+struct TensorFile {
+  std::string path;
+  Metadata meta;
+  std::vector<FileTensor> tensors;
+  std::vector<char> data;
+  const char* bytes(const FileTensor& t) const { return data.data() + t.begin; }
+};
 
-void save_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt, const std::string& model_name) {
-  check_float32(path, params);
-  params.to_host();
-  if (opt) opt->to_host();
-  const Graph& g = params.graph();
-  std::vector<Chunk> chunks;
-  for (ValueId p : params.params())
-    chunks.push_back({g.value(p).name, DType::F32, &g.value(p).dims, static_cast<const char*>(params.data(p)),
-                      param_bytes(params, p)});
-  for (ValueId v : g.states())
-    chunks.push_back({g.value(v).name, g.value(v).dtype, &g.value(v).dims, static_cast<const char*>(params.state(v)),
-                      value_bytes(g, v)});
-  if (opt)
-    for (const StateBlock& s : opt->state())
-      for (ValueId p : params.params())
-        chunks.push_back({kStatePrefix + s.name + "." + g.value(p).name, DType::F32, &g.value(p).dims,
-                          reinterpret_cast<const char*>(s.host()) + params.byte_offset(p), param_bytes(params, p)});
-  const std::string header = header_json(chunks, model_name, opt);
-  unsigned char len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(static_cast<uint64_t>(header.size()) >> (8 * i));
-
-  const std::string tmp = path + ".tmp";
-  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  CRUMB_CHECK(fd.get() >= 0, "cannot write checkpoint ", path, ": creating ", tmp, ": ", std::strerror(errno));
-  try {
-    write_all(fd.get(), reinterpret_cast<const char*>(len), sizeof len, path);
-    write_all(fd.get(), header.data(), header.size(), path);
-    for (const Chunk& c : chunks) write_all(fd.get(), c.data, c.bytes, path);
-    // Data on disk before the rename makes it visible: otherwise a crash can leave an empty file at path.
-    CRUMB_CHECK(::fsync(fd.get()) == 0, "cannot write checkpoint ", path, ": fsync: ", std::strerror(errno));
-    CRUMB_CHECK(fd.close() == 0, "cannot write checkpoint ", path, ": close: ", std::strerror(errno));
-    CRUMB_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "cannot write checkpoint ", path, ": renaming ", tmp, ": ",
-                std::strerror(errno));
-  } catch (...) {
-    ::unlink(tmp.c_str());
-    throw;
-  }
-}
-
-void load_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt) {
-  check_float32(path, params);
+TensorFile read_tensor_file(const std::string& path) {
+  TensorFile f;
+  f.path = path;
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   CRUMB_CHECK(fd.get() >= 0, "cannot open checkpoint ", path, ": ", std::strerror(errno));
   struct stat st;
@@ -259,23 +228,109 @@ void load_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt
   const json::Value root = json::parse(header, path + " header");
   CRUMB_CHECK(root.kind == json::Value::Kind::Object, path, ": header must be a JSON object, found ",
               json::kind_name(root.kind));
-
   const uint64_t data_start = 8 + header_size, data_size = size - data_start;
-  std::vector<FileTensor> tensors;
-  Metadata meta;
   for (const auto& [name, entry] : root.members) {
     if (name == kMetadata)
-      meta = parse_metadata(entry, path);
+      f.meta = parse_metadata(entry, path);
     else
-      tensors.push_back(parse_tensor(name, entry, data_size, path));
+      f.tensors.push_back(parse_tensor(name, entry, data_size, path));
   }
   std::vector<const FileTensor*> all;
-  std::unordered_map<std::string, const FileTensor*> by_name;
-  for (const FileTensor& t : tensors) {
-    all.push_back(&t);
-    by_name[t.name] = &t;
-  }
+  for (const FileTensor& t : f.tensors) all.push_back(&t);
   check_coverage(all, data_size, path);
+  f.data.resize(data_size);
+  read_at(fd.get(), f.data.data(), f.data.size(), data_start, path);
+  return f;
+}
+
+// Writes header and chunks to path through a temporary file, fsync and rename, so a crash or a full disk
+// never leaves a half-written file at path.
+void write_tensor_file(const std::string& path, const std::vector<Chunk>& chunks,
+                       const std::vector<std::pair<std::string, std::string>>& metadata) {
+  const std::string header = header_json(chunks, metadata);
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(static_cast<uint64_t>(header.size()) >> (8 * i));
+  const std::string tmp = path + ".tmp";
+  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  CRUMB_CHECK(fd.get() >= 0, "cannot write checkpoint ", path, ": creating ", tmp, ": ", std::strerror(errno));
+  try {
+    write_all(fd.get(), reinterpret_cast<const char*>(len), sizeof len, path);
+    write_all(fd.get(), header.data(), header.size(), path);
+    for (const Chunk& c : chunks) write_all(fd.get(), c.data, c.bytes, path);
+    // Data on disk before the rename makes it visible: otherwise a crash can leave an empty file at path.
+    CRUMB_CHECK(::fsync(fd.get()) == 0, "cannot write checkpoint ", path, ": fsync: ", std::strerror(errno));
+    CRUMB_CHECK(fd.close() == 0, "cannot write checkpoint ", path, ": close: ", std::strerror(errno));
+    CRUMB_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "cannot write checkpoint ", path, ": renaming ", tmp, ": ",
+                std::strerror(errno));
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+}
+
+bool exists(const std::string& path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+}  // namespace
+
+std::string optimizer_path(const std::string& path) { return path + ".optimizer"; }
+
+void save_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt, const std::string& model_name) {
+  check_float32(path, params);
+  params.to_host();
+  if (opt) opt->to_host();
+  const Graph& g = params.graph();
+  std::vector<std::pair<std::string, std::string>> meta{{"format", "crumb"}, {"model", model_name}};
+  if (opt) {
+    meta.push_back({"optimizer", optimizer_name(opt->kind())});
+    meta.push_back({"optimizer_steps", std::to_string(opt->steps())});
+    std::vector<Chunk> state;
+    for (const StateBlock& s : opt->state())
+      for (ValueId p : params.params())
+        state.push_back({kStatePrefix + s.name + "." + g.value(p).name, DType::F32, &g.value(p).dims,
+                         reinterpret_cast<const char*>(s.host()) + params.byte_offset(p), param_bytes(params, p)});
+    // The optimizer's file first: a crash between the two renames leaves files whose step counts differ,
+    // which loading refuses, never a model paired with another run's optimizer state.
+    write_tensor_file(optimizer_path(path), state, meta);
+  } else if (exists(optimizer_path(path))) {
+    CRUMB_CHECK(::unlink(optimizer_path(path).c_str()) == 0, "cannot remove the stale ", optimizer_path(path), ": ",
+                std::strerror(errno));
+  }
+  std::vector<Chunk> chunks;
+  for (ValueId p : params.params())
+    chunks.push_back({g.value(p).name, DType::F32, &g.value(p).dims, static_cast<const char*>(params.data(p)),
+                      param_bytes(params, p)});
+  for (ValueId v : g.states())
+    chunks.push_back({g.value(v).name, g.value(v).dtype, &g.value(v).dims, static_cast<const char*>(params.state(v)),
+                      value_bytes(g, v)});
+  write_tensor_file(path, chunks, meta);
+}
+
+void load_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt) {
+  check_float32(path, params);
+  const TensorFile model = read_tensor_file(path);
+  TensorFile optimizer;
+  const bool sidecar = opt && exists(optimizer_path(path));
+  if (sidecar) {
+    optimizer = read_tensor_file(optimizer_path(path));
+    CRUMB_CHECK(optimizer.meta.names_optimizer && model.meta.names_optimizer &&
+                    optimizer.meta.steps == model.meta.steps && optimizer.meta.optimizer == model.meta.optimizer,
+                optimizer.path, " does not belong to ", path, ": it holds ", optimizer_name(optimizer.meta.optimizer),
+                " state after ", optimizer.meta.steps, " steps, the model file was saved after ", model.meta.steps,
+                " (a save was interrupted; delete ", optimizer.path, " to restart the optimizer)");
+    for (const FileTensor& t : optimizer.tensors)
+      CRUMB_CHECK(t.name.compare(0, kStatePrefix.size(), kStatePrefix) == 0, optimizer.path, ": tensor '", t.name,
+                  "' is not optimizer state");
+  }
+  const Metadata& meta = sidecar ? optimizer.meta : model.meta;
+  std::unordered_map<std::string, std::pair<const FileTensor*, const char*>> by_name;
+  for (const TensorFile* f : {&model, static_cast<const TensorFile*>(&optimizer)})
+    for (const FileTensor& t : f->tensors) {
+      CRUMB_CHECK(by_name.emplace(t.name, std::make_pair(&t, f->bytes(t))).second, f->path, ": tensor '", t.name,
+                  "' is also in ", model.path);
+    }
 
   const std::string from = meta.model.empty() ? "" : " (checkpoint of model '" + meta.model + "')";
   const Graph& g = params.graph();
@@ -293,42 +348,48 @@ void load_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt
       const auto it = by_name.find(g.value(v).name);
       CRUMB_CHECK(it != by_name.end(), path, ": ", g.value(v).kind == ValueKind::State ? "state" : "parameter", " '",
                   g.value(v).name, "' ", dims_str(g.value(v).dims), " is missing", from);
-      check_shape(*it->second, v);
+      const FileTensor& t = *it->second.first;
+      check_shape(t, v);
       const DType want = g.value(v).kind == ValueKind::State ? g.value(v).dtype : DType::F32;
-      CRUMB_CHECK(it->second->dtype == want, path, ": tensor '", it->second->name, "' is ",
-                  dtype_name(it->second->dtype), " but the model's is ", dtype_name(want), from);
+      CRUMB_CHECK(t.dtype == want, path, ": tensor '", t.name, "' is ", dtype_name(t.dtype), " but the model's is ",
+                  dtype_name(want), from);
     }
   // Optimizer state: "optimizer.<state>.<param>", every parameter or none for each state name.
   const std::vector<std::string>& known_state = state_names(meta.optimizer);
   std::unordered_map<std::string, std::size_t> state_found;
-  for (const FileTensor& t : tensors) {
-    const bool is_state = t.name.compare(0, kStatePrefix.size(), kStatePrefix) == 0;
-    std::string param_name = t.name;
+  for (const TensorFile* f : {&model, static_cast<const TensorFile*>(&optimizer)})
+    for (const FileTensor& t : f->tensors) {  // in file order, so the first problem is always the one named
+    const std::string& name = t.name;
+    const bool is_state = name.compare(0, kStatePrefix.size(), kStatePrefix) == 0;
+    std::string param_name = name;
     if (is_state) {
-      const std::size_t dot = t.name.find('.', kStatePrefix.size());
-      const std::string state = t.name.substr(kStatePrefix.size(), dot - kStatePrefix.size());
+      const std::size_t dot = name.find('.', kStatePrefix.size());
+      const std::string state = name.substr(kStatePrefix.size(), dot - kStatePrefix.size());
       CRUMB_CHECK(dot != std::string::npos &&
                       std::find(known_state.begin(), known_state.end(), state) != known_state.end(),
-                  path, ": unknown tensor '", t.name, "' ", dims_str(t.dims), " is no state of optimizer ",
+                  path, ": unknown tensor '", name, "' ", dims_str(t.dims), " is no state of optimizer ",
                   optimizer_name(meta.optimizer), from);
-      param_name = t.name.substr(dot + 1);
+      param_name = name.substr(dot + 1);
       ++state_found[state];
     }
-    if (!is_state && state_named.count(t.name)) continue;
+    if (!is_state && state_named.count(name)) continue;
     const auto it = param_named.find(param_name);
-    CRUMB_CHECK(it != param_named.end(), path, ": unknown tensor '", t.name, "' ", dims_str(t.dims),
+    CRUMB_CHECK(it != param_named.end(), path, ": unknown tensor '", name, "' ", dims_str(t.dims),
                 " is not a parameter or state of this model", from);
     if (is_state) {
       check_shape(t, it->second);
-      CRUMB_CHECK(t.dtype == DType::F32, path, ": optimizer state '", t.name, "' must be F32", from);
+      CRUMB_CHECK(t.dtype == DType::F32, path, ": optimizer state '", name, "' must be F32", from);
     }
-  }
+    }
   for (const auto& [state, found] : state_found)
     for (ValueId p : params.params())
       CRUMB_CHECK(by_name.count(kStatePrefix + state + "." + g.value(p).name), path, ": optimizer ", state,
                   " of parameter '", g.value(p).name, "' is missing while others are present");
   const bool has_state = !state_found.empty();
-  if (opt && (has_state || meta.names_optimizer)) {
+  // The optimizer is restored from its own file, or from the tensors of a file written before that
+  // file existed; otherwise it starts afresh (a weights-only file, such as one saved by PyTorch).
+  const bool restore = opt && (sidecar || has_state);
+  if (restore) {
     CRUMB_CHECK(opt->kind() == meta.optimizer, path, ": holds the state of optimizer ", optimizer_name(meta.optimizer),
                 " but this run uses ", optimizer_name(opt->kind()), " (pass --optimizer ",
                 optimizer_name(meta.optimizer), " to resume it)");
@@ -338,18 +399,14 @@ void load_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt
                     state_found.begin()->first, " is present");
   }
 
-  // Everything is read before anything is written, so a failed load leaves the model as it was.
-  std::vector<char> data(data_size);
-  read_at(fd.get(), data.data(), data.size(), data_start, path);
-  for (ValueId p : params.params())
-    std::memcpy(params.data(p), data.data() + by_name[g.value(p).name]->begin, param_bytes(params, p));
-  for (ValueId v : g.states())
-    std::memcpy(params.state(v), data.data() + by_name[g.value(v).name]->begin, value_bytes(g, v));
+  // Everything was read and checked before anything is written, so a failed load leaves the model as it was.
+  for (ValueId p : params.params()) std::memcpy(params.data(p), by_name[g.value(p).name].second, param_bytes(params, p));
+  for (ValueId v : g.states()) std::memcpy(params.state(v), by_name[g.value(v).name].second, value_bytes(g, v));
   params.to_device();
   if (!opt) return;
   // State without a step count (a file from another writer) is still a started optimizer: with 0 steps
   // SGD's first step would overwrite the loaded momentum with the gradient.
-  opt->set_steps(has_state ? std::max(meta.steps, 1LL) : meta.steps);
+  opt->set_steps(!restore ? 0 : has_state ? std::max(meta.steps, 1LL) : meta.steps);
   for (const StateBlock& s : opt->state()) {
     char* block = reinterpret_cast<char*>(s.host());
     if (!has_state) {
@@ -357,7 +414,7 @@ void load_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt
       continue;
     }
     for (ValueId p : params.params())
-      std::memcpy(block + params.byte_offset(p), data.data() + by_name[kStatePrefix + s.name + "." + g.value(p).name]->begin,
+      std::memcpy(block + params.byte_offset(p), by_name[kStatePrefix + s.name + "." + g.value(p).name].second,
                   param_bytes(params, p));
   }
   opt->to_device();

@@ -1,9 +1,12 @@
-// Checkpoints in the safetensors format, so PyTorch reads them with safetensors.torch.load_file +
-// load_state_dict: tensors are named by parameter name (the state_dict keys), the optimizer's state by
-// "optimizer.<state name>.<param name>" ("optimizer.momentum.*" for SGD, "optimizer.exp_avg.*" and
-// "optimizer.exp_avg_sq.*" for AdamW), and "__metadata__" holds {"format": "crumb", "model": ...,
-// "optimizer": "sgd" | "adamw", "optimizer_steps": "<n>"} (the last two only when an optimizer was
-// saved; a file without "optimizer" holds SGD state). Float32 models only.
+// Checkpoints in the safetensors format. A checkpoint is two files:
+// - <path>: the model's state_dict alone, tensors named by parameter and state name (PyTorch's keys:
+//   "conv1.weight", "bn1.running_mean", "bn1.num_batches_tracked" as I64), so PyTorch loads it with
+//   safetensors.torch.load_file + load_state_dict(strict=True), and Crumb loads PyTorch's;
+// - <path>.optimizer (when an optimizer was saved): "optimizer.<state name>.<param name>" tensors
+//   ("optimizer.momentum.*" for SGD, "optimizer.exp_avg.*" and "optimizer.exp_avg_sq.*" for AdamW).
+// Both carry "__metadata__" {"format": "crumb", "model": ..., "optimizer": "sgd" | "adamw",
+// "optimizer_steps": "<n>"}; equal step counts pair them. Files from before the split, with the optimizer
+// tensors in <path>, still load. Float32 models only.
 #pragma once
 #include <string>
 
@@ -12,18 +15,22 @@
 
 namespace crumb {
 
-// Writes the parameters (and the optimizer's kind, state blocks and step count when opt != nullptr) to
-// path via "<path>.tmp" + rename, so a crash or a full disk never leaves a half-written file at path.
+// Writes the parameters and state to path and, when opt != nullptr, the optimizer's kind, state blocks and
+// step count to optimizer_path(path) (without an optimizer, a stale one there is removed). Each file is
+// written via "<file>.tmp" + fsync + rename, so a crash or a full disk never leaves a half-written file.
 // Brings the host copies of the parameters and state up to date first (they live on the training device).
 void save_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt, const std::string& model_name);
 
-// Loads into params and, when opt != nullptr, restores the optimizer to the state in the file: its step
-// count and state blocks, or a fresh optimizer (0 steps, zero state) if the file holds none. opt must be
+// Loads into params and, when opt != nullptr, restores the optimizer to the state saved beside it: its step
+// count and state blocks, or a fresh optimizer (0 steps, zero state) if none was saved. opt must be
 // the optimizer of params, of the kind the file names (else an error naming both). Momentum in the file
 // is ignored by an SGD without momentum.
 // Every parameter must be in the file with the same shape and no unknown tensors may be; the file is
 // fully validated before anything is written, so on error params and opt are unchanged. Writes the
 // host copies and the device's.
 void load_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt);
+
+// Where the optimizer state of the checkpoint at path is saved.
+std::string optimizer_path(const std::string& path);
 
 }  // namespace crumb

@@ -64,6 +64,12 @@ std::string temp_path(const std::string& name) {
 
 bool exists(const std::string& path) { return std::ifstream(path).good(); }
 
+// A checkpoint is the model's file and its optimizer's beside it.
+void remove_checkpoint(const std::string& path) {
+  std::remove(path.c_str());
+  std::remove(optimizer_path(path).c_str());
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
@@ -165,7 +171,7 @@ TEST(Checkpoint, RoundTripRestoresParamsMomentumAndSteps) {
   a.steps(1, 9);
   b.steps(1, 9);
   EXPECT_EQ(b.param_bytes(), a.param_bytes());
-  std::remove(path.c_str());
+  remove_checkpoint(path);
 }
 
 TEST(Checkpoint, ParamsOnlyFileGivesFreshOptimizer) {
@@ -188,7 +194,32 @@ TEST(Checkpoint, ParamsOnlyFileGivesFreshOptimizer) {
   load_checkpoint(path, c.params, c.opt.get());
   EXPECT_EQ(c.param_bytes(), a.param_bytes());
   EXPECT_EQ(c.opt->steps(), 2);
-  std::remove(path.c_str());
+  remove_checkpoint(path);
+}
+
+// The model's file alone (what PyTorch writes) starts a fresh optimizer; an optimizer file saved at
+// another step than the model's (an interrupted save) is refused; saving without an optimizer removes a
+// stale one.
+TEST(Checkpoint, OptimizerFileIsPairedWithItsModelFile) {
+  const std::string path = temp_path("paired"), other = temp_path("paired_other");
+  Model a("lenet5", 1);
+  a.steps(2, 7);
+  save_checkpoint(path, a.params, a.opt.get(), "lenet5");
+  a.steps(1, 8);
+  save_checkpoint(other, a.params, a.opt.get(), "lenet5");
+  ASSERT_EQ(std::rename(optimizer_path(other).c_str(), optimizer_path(path).c_str()), 0);
+  Model b("lenet5", 2);
+  expect_load_error(path, b, {optimizer_path(path), "does not belong to", "after 3 steps", "saved after 2"});
+
+  std::remove(optimizer_path(path).c_str());
+  load_checkpoint(path, b.params, b.opt.get());
+  EXPECT_EQ(b.opt->steps(), 0);
+  EXPECT_EQ(b.state_bytes(), std::string(b.opt->state_bytes(), '\0'));
+
+  save_checkpoint(other, a.params, nullptr, "lenet5");
+  EXPECT_FALSE(exists(optimizer_path(other)));
+  remove_checkpoint(path);
+  remove_checkpoint(other);
 }
 
 // AdamW's two state blocks and its step count round-trip, and resuming continues bit for bit (the bias
@@ -199,7 +230,7 @@ TEST(Checkpoint, RoundTripRestoresAdamWState) {
   Model a("lenet5", 1, cfg);
   a.steps(3, 7);
   save_checkpoint(path, a.params, a.opt.get(), "lenet5");
-  const std::string header = split(path).header;
+  const std::string header = split(optimizer_path(path)).header;
   EXPECT_NE(header.find("\"optimizer.exp_avg.11.bias\":{\"dtype\":\"F32\",\"shape\":[10],"), std::string::npos);
   EXPECT_NE(header.find("\"optimizer.exp_avg_sq.0.weight\":{\"dtype\":\"F32\",\"shape\":[6,1,5,5],"),
             std::string::npos);
@@ -214,7 +245,7 @@ TEST(Checkpoint, RoundTripRestoresAdamWState) {
   a.steps(2, 9);
   b.steps(2, 9);
   EXPECT_EQ(b.param_bytes(), a.param_bytes());
-  std::remove(path.c_str());
+  remove_checkpoint(path);
 }
 
 // Another optimizer's state cannot be resumed: the error names both kinds and the flag to pass. A file
@@ -235,7 +266,7 @@ TEST(Checkpoint, OtherOptimizerKindIsAClearError) {
   load_checkpoint(path, other.params, other.opt.get());
   EXPECT_EQ(other.opt->steps(), 0);
   EXPECT_EQ(other.state_bytes(), std::string(other.opt->state_bytes(), '\0'));
-  std::remove(path.c_str());
+  remove_checkpoint(path);
 }
 
 // Optimizer tensors are checked against the kind the file names: AdamW needs both blocks.
@@ -256,7 +287,7 @@ TEST(Checkpoint, AdamWStateMustBeComplete) {
 
   write_entries(path, es, "\"__metadata__\": {\"optimizer\": \"lion\"}");
   expect_load_error(path, m, {"unknown optimizer \"lion\""});
-  std::remove(path.c_str());
+  remove_checkpoint(path);
 }
 
 // The layout checked without the engine's reader: length prefix, header text, packed data.
@@ -281,7 +312,10 @@ TEST(Checkpoint, FileFollowsSafetensorsLayout) {
   EXPECT_NE(header.find("\"0.weight\":{\"dtype\":\"F32\",\"shape\":[6,1,5,5],\"data_offsets\":[0,600]}"),
             std::string::npos) << header;
   EXPECT_NE(header.find("\"7.weight\":{\"dtype\":\"F32\",\"shape\":[120,400],"), std::string::npos);
-  EXPECT_NE(header.find("\"optimizer.momentum.11.bias\":{\"dtype\":\"F32\",\"shape\":[10],"), std::string::npos);
+  // The optimizer's state is in its own file, so the model's is exactly a state_dict.
+  EXPECT_EQ(header.find("optimizer.momentum"), std::string::npos);
+  EXPECT_NE(split(optimizer_path(path)).header.find("\"optimizer.momentum.11.bias\":{\"dtype\":\"F32\",\"shape\":[10],"),
+            std::string::npos);
   EXPECT_NE(header.find("\"__metadata__\":{\"format\":\"crumb\",\"model\":\"lenet5\",\"optimizer\":\"sgd\",\"optimizer_steps\":\"2\"}"),
             std::string::npos) << header;
 
@@ -293,9 +327,9 @@ TEST(Checkpoint, FileFollowsSafetensorsLayout) {
     EXPECT_EQ(std::stoull((*it)[2]), covered) << (*it)[1];
     covered = std::stoull((*it)[3]);
   }
-  EXPECT_EQ(tensors, 2 * static_cast<int>(m.g.params().size()));
+  EXPECT_EQ(tensors, static_cast<int>(m.g.params().size()));
   EXPECT_EQ(covered, data.size());
-  EXPECT_EQ(data.size(), 2 * m.params.num_parameters() * sizeof(float));
+  EXPECT_EQ(data.size(), m.params.num_parameters() * sizeof(float));
 
   // The bytes of one tensor are the parameter's bytes.
   std::smatch bias;
@@ -304,7 +338,7 @@ TEST(Checkpoint, FileFollowsSafetensorsLayout) {
   const uint64_t b = std::stoull(bias[1]), e = std::stoull(bias[2]);
   ASSERT_EQ(e - b, 120 * sizeof(float));
   EXPECT_EQ(data.substr(b, e - b), std::string(static_cast<const char*>(m.params.data(p)), e - b));
-  std::remove(path.c_str());
+  remove_checkpoint(path);
 }
 
 // Another writer's choices: metadata first and not ours, spaces, tensors in another order than the data.
@@ -325,7 +359,7 @@ TEST(Checkpoint, ReadsFilesFromOtherWriters) {
   Model n("mlp", 3);
   load_checkpoint(path, n.params, nullptr);
   EXPECT_EQ(n.param_bytes(), src.param_bytes());
-  std::remove(path.c_str());
+  remove_checkpoint(path);
 }
 
 // Momentum from a writer that records no step count: the optimizer counts as started, so its first
@@ -350,7 +384,7 @@ TEST(Checkpoint, ForeignMomentumWithoutStepCountIsKept) {
   const float* got = m.opt->state()[0].host() + (static_cast<const float*>(m.params.data(w)) -
                                                static_cast<const float*>(m.params.data_block()));
   EXPECT_EQ(std::vector<float>(got, got + m.g.value(w).count(1)), es[1].values);
-  std::remove(path.c_str());
+  remove_checkpoint(path);
 }
 
 TEST(Checkpoint, WrongModelNamesTensorAndShapes) {
@@ -359,7 +393,7 @@ TEST(Checkpoint, WrongModelNamesTensorAndShapes) {
   save_checkpoint(path, lenet.params, lenet.opt.get(), "lenet5");
   Model cnn("cnn", 1);
   expect_load_error(path, cnn, {"'0.weight'", "[6, 1, 5, 5]", "[32, 1, 3, 3]", "'lenet5'"});
-  std::remove(path.c_str());
+  remove_checkpoint(path);
 }
 
 TEST(Checkpoint, MissingAndUnknownTensors) {
@@ -391,7 +425,7 @@ TEST(Checkpoint, MissingAndUnknownTensors) {
   bad_momentum.push_back({"optimizer.momentum.1.bias", {3}, {0, 0, 0}});
   write_entries(path, bad_momentum, "");
   expect_load_error(path, m, {"'optimizer.momentum.1.bias'", "[3]", "[256]"});
-  std::remove(path.c_str());
+  remove_checkpoint(path);
 }
 
 TEST(Checkpoint, CorruptFilesAreClearErrors) {
@@ -448,8 +482,8 @@ TEST(Checkpoint, CorruptFilesAreClearErrors) {
     expect_load_error(path, m, c.what);
   }
   expect_load_error(temp_path("does_not_exist"), m, {"cannot open checkpoint"});
-  std::remove(good.c_str());
-  std::remove(path.c_str());
+  remove_checkpoint(good);
+  remove_checkpoint(path);
 }
 
 TEST(Checkpoint, Float64ModelsAreRejected) {
@@ -525,7 +559,7 @@ TEST(Checkpoint, WritesAreAtomic) {
   EXPECT_NE(error.find("cannot write checkpoint " + path), std::string::npos) << error;
   EXPECT_FALSE(exists(path + ".tmp"));
   EXPECT_EQ(read_file(path), complete) << "a failed save damaged the previous checkpoint";
-  std::remove(path.c_str());
+  remove_checkpoint(path);
 }
 
 TEST(CheckpointJson, ParsesTheSubsetAndRejectsTheRest) {

@@ -184,7 +184,9 @@ TEST(TrainCli, SaveThenLoadCheckpoint) {
   const Result loaded = run_train("--model mlp --limit-train 1000 --limit-test 200 --load " + path.string());
   EXPECT_EQ(loaded.code, 0) << loaded.err;
   expect_one_error_line(run_train("--model lenet5 --limit-train 100 --load " + path.string()), "'0.weight'");
+  EXPECT_TRUE(std::filesystem::exists(path.string() + ".optimizer"));
   std::filesystem::remove(path);
+  std::filesystem::remove(path.string() + ".optimizer");
 }
 
 }  // namespace
