@@ -55,17 +55,28 @@ MemoryBreakdown measure_memory(const Graph& g, int m, const OptimizerConfig& opt
 MicroBatchPlan choose_micro_batch(const Graph& g, int batch, std::size_t budget, const OptimizerConfig& opt,
                                   Device device, int index) {
   CRUMB_CHECK(batch >= 1, "batch must be >= 1, got ", batch);
-  MicroBatchPlan best = plan_micro_batch(g, 1, opt, device, index);
+  // Candidates are m(k) = min(k * q, batch): whole BatchNorm groups (q = 1 without BatchNorm), or only the
+  // whole batch when a layer normalises over it.
+  const int q = micro_batch_multiple(g) == 0 ? batch : micro_batch_multiple(g);
+  auto m_of = [&](int k) { return static_cast<int>(std::min<int64_t>(int64_t{k} * q, batch)); };
+  MicroBatchPlan best = plan_micro_batch(g, m_of(1), opt, device, index);
   const MemoryBreakdown& one = best.memory;
-  CRUMB_CHECK(one.total() <= budget, "memory budget ", format_bytes(budget),
-              " cannot hold the model even at micro-batch 1: it needs at least ", format_bytes(one.total()),
-              " (persistent ", format_bytes(one.persistent()), " + arena ", format_bytes(one.arena), " + staging ",
+  const std::string smallest = q == 1                      ? "micro-batch 1"
+                               : micro_batch_multiple(g) == 0 ? "the whole batch of " + std::to_string(batch) +
+                                                                   " as one micro-batch (BatchNorm over the batch: "
+                                                                   "--bn-group batch; a smaller --bn-group or "
+                                                                   "--norm gn lifts this)"
+                                                             : "micro-batch " + std::to_string(m_of(1)) +
+                                                                   " (one BatchNorm group, --bn-group)";
+  CRUMB_CHECK(one.total() <= budget, "memory budget ", format_bytes(budget), " cannot hold the model even at ",
+              smallest, ": it needs at least ", format_bytes(one.total()), " (persistent ",
+              format_bytes(one.persistent()), " + arena ", format_bytes(one.arena), " + staging ",
               format_bytes(one.staging), " + runtime ", format_bytes(one.runtime), "); raise --memory-budget");
-  // Memory is monotone in m: binary search for the largest m that fits, keeping its compiled passes.
-  int lo = 1, hi = batch;
+  // Memory is monotone in m: binary search for the largest k whose m(k) fits, keeping its compiled passes.
+  int lo = 1, hi = (batch + q - 1) / q;
   while (lo < hi) {
     const int mid = lo + (hi - lo + 1) / 2;
-    MicroBatchPlan candidate = plan_micro_batch(g, mid, opt, device, index);
+    MicroBatchPlan candidate = plan_micro_batch(g, m_of(mid), opt, device, index);
     if (candidate.memory.total() <= budget) {
       lo = mid;
       best = std::move(candidate);
@@ -74,6 +85,18 @@ MicroBatchPlan choose_micro_batch(const Graph& g, int batch, std::size_t budget,
     }
   }
   return best;
+}
+
+void check_micro_batch(const Graph& g, int m, int batch) {
+  CRUMB_CHECK(m >= 1 && batch >= 1, "micro-batch and batch must be >= 1, got ", m, " and ", batch);
+  if (m >= batch) return;
+  const int q = micro_batch_multiple(g);
+  CRUMB_CHECK(q != 0, "BatchNorm over the whole batch (--bn-group batch) needs the batch of ", batch,
+              " as one micro-batch, but micro-batches hold ", m,
+              " samples (use --bn-group G for groups of G samples, --norm gn, or a larger --memory-budget)");
+  CRUMB_CHECK(m % q == 0, "micro-batch ", m, " is not a multiple of the BatchNorm group of ", q,
+              " samples (--bn-group): micro-batches must hold whole groups (use ", q * std::max(1, m / q), " or ",
+              q * (m / q + 1), ")");
 }
 
 std::string format_bytes(std::size_t bytes) {

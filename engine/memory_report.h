@@ -47,10 +47,14 @@ MemoryBreakdown measure_memory(const Graph& g, int m, const OptimizerConfig& opt
                                int index = 0);
 
 // The largest m <= batch whose memory total fits in budget bytes, with its compiled passes; each
-// candidate is compiled once. Throws crumb::Error naming the smallest budget that would work when even
-// m = 1 does not fit.
+// candidate is compiled once. With BatchNorm, m is a multiple of its group (micro_batch_multiple) or the
+// whole batch. Throws crumb::Error naming the smallest budget that would work when even the smallest
+// candidate does not fit.
 MicroBatchPlan choose_micro_batch(const Graph& g, int batch, std::size_t budget, const OptimizerConfig& opt,
                                   Device device = Device::CPU, int index = 0);
+// Throws crumb::Error unless batches of `batch` samples may run in micro-batches of m: every one but the
+// last holds whole BatchNorm groups (micro_batch_multiple).
+void check_micro_batch(const Graph& g, int m, int batch);
 
 // "1.50 MiB"-style formatting and parsing ("64MiB", "1.5GiB", "500MB", "4096"; K/M/G mean KiB/MiB/GiB).
 std::string format_bytes(std::size_t bytes);

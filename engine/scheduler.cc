@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "engine/error.h"
+#include "engine/memory_report.h"
 
 namespace crumb {
 namespace {
@@ -75,6 +76,7 @@ BatchResult Scheduler::for_each_micro_batch(Executor& e, InputBatches inputs, in
 }
 
 BatchResult Scheduler::train_batch(InputBatches inputs, int batch) {
+  check_micro_batch(g_, train_.max_batch(), batch);
   const double scale = 1.0 / batch;
   return for_each_micro_batch(train_, inputs, batch, [&](int n, bool first, bool last) { train_.run(n, first, last, scale); });
 }

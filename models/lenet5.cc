@@ -6,7 +6,7 @@
 
 namespace crumb::models {
 
-void build_lenet5(Graph& g, ValueId x, ValueId y, const InputSpec& in) {
+void build_lenet5(Graph& g, ValueId x, ValueId y, const ModelSpec& in) {
   ValueId h = nn::relu(g, nn::conv2d(g, x, 6, 5, 1, 2, "0"), "1");
   h = nn::max_pool2d(g, h, 2, 2, "2");
   h = nn::relu(g, nn::conv2d(g, h, 16, 5, 1, 0, "3"), "4");

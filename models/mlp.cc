@@ -4,7 +4,7 @@
 
 namespace crumb::models {
 
-void build_mlp(Graph& g, ValueId x, ValueId y, const InputSpec& in) {
+void build_mlp(Graph& g, ValueId x, ValueId y, const ModelSpec& in) {
   ValueId h = nn::flatten(g, x, "0");
   h = nn::relu(g, nn::linear(g, h, 256, "1"), "2");
   h = nn::relu(g, nn::linear(g, h, 128, "3"), "4");

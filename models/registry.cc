@@ -7,9 +7,10 @@ namespace crumb::models {
 namespace {
 struct Entry {
   const char* name;
-  void (*build)(Graph&, ValueId, ValueId, const InputSpec&);
+  void (*build)(Graph&, ValueId, ValueId, const ModelSpec&);
 };
-const Entry kModels[] = {{"mlp", build_mlp}, {"lenet5", build_lenet5}, {"cnn", build_cnn}};
+const Entry kModels[] = {{"mlp", build_mlp},           {"lenet5", build_lenet5},     {"cnn", build_cnn},
+                         {"resnet20", build_resnet20}, {"resnet18", build_resnet18}, {"resnet50", build_resnet50}};
 }  // namespace
 
 std::vector<std::string> names() {
@@ -18,7 +19,9 @@ std::vector<std::string> names() {
   return out;
 }
 
-Graph build(const std::string& name, InputSpec in, DType dtype) {
+bool has_norm(const std::string& name) { return name.compare(0, 6, "resnet") == 0; }
+
+Graph build(const std::string& name, ModelSpec in, DType dtype) {
   for (const Entry& e : kModels) {
     if (name != e.name) continue;
     Graph g;

@@ -6,21 +6,40 @@
 #include <vector>
 
 #include "engine/graph.h"
+#include "engine/ops/op.h"
 
 namespace crumb::models {
 
-struct InputSpec {
+// The normalisation layers of the models that have them (ResNets, VGG-BN): BatchNorm over groups of
+// bn.group samples (0: the whole micro-batch), or GroupNorm (--norm gn) with up to gn_groups groups (the
+// largest count that divides the channels).
+struct NormSpec {
+  enum class Kind { Batch, Group };
+  Kind kind = Kind::Batch;
+  BatchNormAttrs bn;
+  int gn_groups = 32;
+};
+
+// What a builder needs: the input shape and class count (from the data) and the normalisation choice.
+struct ModelSpec {
   int channels = 1, height = 28, width = 28, classes = 10;
+  NormSpec norm;
 };
 
 // Builds the forward graph with inputs "x" [batch, c, h, w] and "y" [batch] (int32) and the loss,
 // with the exact rewrites of optimize_graph applied.
 // dtype F64 builds the same model in double precision (gradient checks).
-Graph build(const std::string& name, InputSpec in = {}, DType dtype = DType::F32);
+Graph build(const std::string& name, ModelSpec in = {}, DType dtype = DType::F32);
 std::vector<std::string> names();
 
-void build_mlp(Graph& g, ValueId x, ValueId y, const InputSpec& in);
-void build_lenet5(Graph& g, ValueId x, ValueId y, const InputSpec& in);
-void build_cnn(Graph& g, ValueId x, ValueId y, const InputSpec& in);
+void build_mlp(Graph& g, ValueId x, ValueId y, const ModelSpec& in);
+void build_lenet5(Graph& g, ValueId x, ValueId y, const ModelSpec& in);
+void build_cnn(Graph& g, ValueId x, ValueId y, const ModelSpec& in);
+void build_resnet20(Graph& g, ValueId x, ValueId y, const ModelSpec& in);
+void build_resnet18(Graph& g, ValueId x, ValueId y, const ModelSpec& in);
+void build_resnet50(Graph& g, ValueId x, ValueId y, const ModelSpec& in);
+
+// Whether the model has normalisation layers (and so takes --norm and --bn-group).
+bool has_norm(const std::string& name);
 
 }  // namespace crumb::models

@@ -39,6 +39,10 @@ inline const std::vector<OpCase>& op_cases() {
       {"Conv2dNoBias5x5", {3, 8, 8}, 2,
        [](Graph& g, ValueId x) { return nn::conv2d(g, x, 2, 5, 1, 2, "conv", false); }},
       {"Conv2d1x1", {4, 3, 5}, 2, [](Graph& g, ValueId x) { return nn::conv2d(g, x, 3, 1, 1, 0, "conv"); }},
+      // Feature maps smaller than the kernel's reach (ResNet-18's last stage on 28x28 images): most
+      // kernel taps see only padding.
+      {"Conv2d3x3On1x1", {3, 1, 1}, 2, [](Graph& g, ValueId x) { return nn::conv2d(g, x, 2, 3, 1, 1, "conv"); }},
+      {"Conv2d3x3On2x1", {2, 2, 1}, 2, [](Graph& g, ValueId x) { return nn::conv2d(g, x, 2, 3, 1, 1, "conv"); }},
       {"MaxPool", {2, 6, 6}, 2, [](Graph& g, ValueId x) { return nn::max_pool2d(g, x, 2, 2, "pool"); }},
       {"MaxPoolOverlappingPadded", {2, 7, 5}, 2,
        [](Graph& g, ValueId x) { return nn::max_pool2d(g, x, 3, 2, "pool", 1); }},

@@ -9,6 +9,8 @@
 // M2, committed to the running statistics by the batch's last micro-batch (BnStats::Deferred). Groups
 // never straddle micro-batches (the scheduler's micro-batch is a multiple of the group), so a batch's
 // gradients and running statistics are the same for every micro-batch size.
+#include <numeric>
+
 #include "engine/autograd.h"
 #include "engine/ops/op.h"
 #include "kernels/cpu/kernels.h"
@@ -159,6 +161,19 @@ const OpDef kBatchNormBwd{"batch_norm_backward", infer_bn_bwd, nullptr,
 const OpDef kGroupNorm{"group_norm", infer_gn, gn_backward, {OutDType::Float, OutDType::Float}};
 const OpDef kGroupNormBwd{"group_norm_backward", infer_gn_bwd, nullptr,
                           {OutDType::Float, OutDType::Float, OutDType::Float}, false, false, 2};
+
+int micro_batch_multiple(const Graph& g) {
+  int multiple = 1;
+  for (NodeId i = 0; i < g.num_nodes(); ++i) {
+    const Node& n = g.node(i);
+    if (n.def != &kBatchNorm) continue;
+    const BatchNormAttrs& a = ops::attrs<BatchNormAttrs>(n);
+    if (a.frozen) continue;  // normalises each sample with the running statistics
+    if (a.group == 0) return 0;
+    multiple = std::lcm(multiple, a.group);
+  }
+  return multiple;
+}
 
 void bind_norm_cpu(ImplTable& t) {
   CRUMB_CPU_ROWS(t, kBatchNorm, bn_fwd_cpu);

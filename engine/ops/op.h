@@ -150,6 +150,12 @@ extern const OpDef kReshape;
 extern const OpDef kAdd;
 extern const OpDef kSoftmaxXent, kSoftmaxXentBwd;
 
+// What BatchNorm asks of the micro-batches of a training batch: every one but the batch's last must hold
+// whole normalisation groups, so the result does not depend on the micro-batch size. Returns the sample
+// count micro-batches must be a multiple of (1 without BatchNorm, the least common multiple of the
+// layers' groups), or 0 when a layer normalises a whole micro-batch: the batch must then run as one.
+int micro_batch_multiple(const Graph& g);
+
 // Helpers shared by the op files.
 namespace ops {
 // Throws "layer '<name>' (<op>): <message>".

@@ -99,8 +99,11 @@ struct FlatRun {
 FlatRun flat_run(const Conv2dShape& s, const ColRow& cr) {
   const std::ptrdiff_t shift = std::ptrdiff_t{cr.ki - s.pad_h} * s.w + (cr.kj - s.pad_w);
   const std::ptrdiff_t plane = std::ptrdiff_t{s.h} * s.w;
-  return {std::max<std::ptrdiff_t>(std::ptrdiff_t{cr.rows.lo} * s.w, -shift),
-          std::min<std::ptrdiff_t>(std::ptrdiff_t{cr.rows.hi} * s.w, plane - shift), shift};
+  const std::ptrdiff_t first = std::ptrdiff_t{cr.rows.lo} * s.w, last = std::ptrdiff_t{cr.rows.hi} * s.w;
+  // Clamped into the valid rows: on a plane smaller than the kernel's reach (a 3x3 kernel over 1x1) the
+  // run is empty and must not reach past them.
+  const std::ptrdiff_t lo = std::min(std::max(first, -shift), last);
+  return {lo, std::max(lo, std::min(last, plane - shift)), shift};
 }
 
 // Calls f(index) for each entry of flat row cr (an h_out x w image) that the flat run maps across a

@@ -52,7 +52,16 @@ const char* usage() {
   return R"(usage: train [flags]
 Trains a model on Fashion-MNIST with Crumb's graph executor and reports test accuracy per epoch.
 
-  --model NAME         mlp | lenet5 | cnn                      (default lenet5)
+  --model NAME         mlp | lenet5 | cnn | resnet20 | resnet18 | resnet50   (default lenet5)
+  --norm N             resnets: bn (BatchNorm) | gn (GroupNorm, 32 groups or fewer; independent of
+                       the batch, so micro-batching is exact with no conditions)  (default bn)
+  --bn-group G         BatchNorm normalises over groups of G samples; micro-batches hold whole groups,
+                       so results do not depend on the micro-batch size or the budget. "batch": over
+                       the whole batch (PyTorch's semantics), which must then run as one micro-batch
+                                                                            (default 32)
+  --bn-stats S         deferred: one running-statistics update per optimizer step from the exact
+                       whole-batch mean and variance | per-group: one update per group, as PyTorch
+                       does per forward under gradient accumulation         (default deferred)
   --epochs N           passes over the training set            (default 1)
   --batch B            samples per optimizer step              (default 64)
   --micro-batch M      samples per forward/backward (M <= B); gradients of the micro-batches are
@@ -136,6 +145,16 @@ Options parse_flags(int argc, char** argv) {
     else if (name == "epochs") o.epochs = (int)parse_int(name, value, 1, 100000);
     else if (name == "batch") o.batch = (int)parse_int(name, value, 1, 1 << 24);
     else if (name == "micro-batch") o.micro_batch = (int)parse_int(name, value, 1, 1 << 24);
+    else if (name == "norm") {
+      CRUMB_CHECK(value == "bn" || value == "gn", "--norm must be bn or gn, got '", value, "'");
+      o.norm.kind = value == "bn" ? models::NormSpec::Kind::Batch : models::NormSpec::Kind::Group;
+    } else if (name == "bn-group") {
+      o.norm.bn.group = value == "batch" ? 0 : (int)parse_int(name, value, 1, 1 << 24);
+    } else if (name == "bn-stats") {
+      CRUMB_CHECK(value == "deferred" || value == "per-group", "--bn-stats must be deferred or per-group, got '",
+                  value, "'");
+      o.norm.bn.stats = value == "deferred" ? BnStats::Deferred : BnStats::PerGroup;
+    }
     else if (name == "optimizer") {
       CRUMB_CHECK(value == "sgd" || value == "adamw", "--optimizer must be sgd or adamw, got '", value, "'");
       opt.kind = value == "sgd" ? OptimizerKind::Sgd : OptimizerKind::AdamW;
@@ -199,6 +218,9 @@ Options parse_flags(int argc, char** argv) {
   CRUMB_CHECK(o.dataset != "cifar10" || !o.data.empty() || o.help,
               "--dataset cifar10 needs --data DIR, the folder of the CIFAR-10 binary version");
   CRUMB_CHECK(o.micro_batch <= o.batch, "--micro-batch ", o.micro_batch, " is larger than --batch ", o.batch);
+  check_applies(given, {"norm", "bn-group", "bn-stats"}, models::has_norm(o.model),
+                "a model with normalisation layers (resnet20, resnet18, resnet50)");
+  check_applies(given, {"bn-group", "bn-stats"}, o.norm.kind == models::NormSpec::Kind::Batch, "--norm bn");
   const bool sgd = opt.kind == OptimizerKind::Sgd;
   check_applies(given, {"momentum", "nesterov"}, sgd, "--optimizer sgd");
   check_applies(given, {"beta1", "beta2", "eps"}, !sgd, "--optimizer adamw");

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/optimizer.h"
+#include "models/registry.h"
 
 namespace crumb::train {
 
@@ -21,6 +22,7 @@ struct Options {
   int epochs = 1;
   int batch = 64;
   int micro_batch = 0;  // 0: the whole batch
+  models::NormSpec norm;  // --norm, --bn-group, --bn-stats (models with normalisation layers)
   // --optimizer and its hyper-parameters, --lr-schedule; the cosine horizon is set by the run.
   OptimizerConfig optimizer = default_optimizer(OptimizerKind::Sgd);
   std::string device;  // "cpu" | "cuda"; empty: cuda when a GPU is usable, else cpu

@@ -30,11 +30,23 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// The input shape and class count of the dataset a run reads.
-models::InputSpec input_spec(const Options& o) {
-  if (o.dataset == "cifar10") return {3, 32, 32, 10};
-  if (o.dataset == "synthetic") return {o.input[0], o.input[1], o.input[2], o.classes};
-  return {};
+// The model's input shape and class count (the dataset's) and its normalisation (the flags').
+models::ModelSpec model_spec(const Options& o, int channels, int height, int width, int classes) {
+  return {channels, height, width, classes, o.norm};
+}
+
+// The input shape and class count of the dataset a run reads, without reading it.
+models::ModelSpec planned_spec(const Options& o) {
+  if (o.dataset == "cifar10") return model_spec(o, 3, 32, 32, 10);
+  if (o.dataset == "synthetic") return model_spec(o, o.input[0], o.input[1], o.input[2], o.classes);
+  return model_spec(o, 1, 28, 28, 10);
+}
+
+// A BatchNorm group must fit in the batch it normalises.
+void check_bn_group(const Options& o, int batch) {
+  CRUMB_CHECK(!models::has_norm(o.model) || o.norm.kind != models::NormSpec::Kind::Batch || o.norm.bn.group <= batch,
+              "--bn-group ", o.norm.bn.group, " is larger than the batch of ", batch,
+              " samples (use a smaller --bn-group, --bn-group batch, or a larger --batch)");
 }
 
 // Synthetic images (engine/data/synthetic.h) of --input's shape and --classes classes: one generated set
@@ -93,7 +105,9 @@ std::size_t budget_of(const Options& o, Device device) {
 // The micro-batch size (--micro-batch, or the largest that fits the budget) with its compiled passes.
 MicroBatchPlan pick_micro_batch(const Options& o, const Graph& g, int batch, Device device) {
   const std::size_t budget = budget_of(o, device);
+  check_bn_group(o, batch);
   if (!o.micro_batch) return choose_micro_batch(g, batch, budget, o.optimizer, device);
+  check_micro_batch(g, o.micro_batch, batch);
   MicroBatchPlan p = plan_micro_batch(g, std::min(o.micro_batch, batch), o.optimizer, device);
   CRUMB_CHECK(p.memory.total() <= budget, "--micro-batch ", p.micro_batch, " needs ", format_bytes(p.memory.total()),
               " which exceeds --memory-budget ", format_bytes(budget),
@@ -104,7 +118,7 @@ MicroBatchPlan pick_micro_batch(const Options& o, const Graph& g, int batch, Dev
 int explain(const Options& o) {
   const Device device = pick_device(o);
   // The input shape of the dataset the run would read (its files are not opened to plan).
-  Graph g = models::build(o.model, input_spec(o));
+  Graph g = models::build(o.model, planned_spec(o));
   g.set_tf32(o.tf32);
   build_backward(g);
   const MicroBatchPlan p = pick_micro_batch(o, g, o.batch, device);
@@ -146,7 +160,7 @@ int run(const Options& o) {
   // A batch larger than the dataset is the whole dataset: buffers are sized by what can be filled.
   const int batch = std::min(o.batch, train.count);
 
-  Graph g = models::build(o.model, {train.channels, train.height, train.width, train.num_classes});
+  Graph g = models::build(o.model, model_spec(o, train.channels, train.height, train.width, train.num_classes));
   g.set_tf32(o.tf32);
   build_backward(g);
   MicroBatchPlan compiled = pick_micro_batch(o, g, batch, device);
