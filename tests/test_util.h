@@ -3,6 +3,8 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include "engine/error.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -75,6 +77,16 @@ template <class T> double rms_at_least_1(const std::vector<T>& v) {
   double square_sum = 0;
   for (T e : v) square_sum += double(e) * double(e);
   return std::max(1.0, std::sqrt(square_sum / double(std::max<std::size_t>(v.size(), 1))));
+}
+
+// The message of the crumb::Error that f throws ("no error" if it returns).
+template <class F> std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
 }
 
 // Largest |a - b| relative to the largest |b| (at least 1e-3, so all-tiny tensors are not judged on
