@@ -211,6 +211,30 @@ TEST(TrainCli, ExplainPicksMicroBatchForBudgetWithoutData) {
   std::filesystem::remove(csv);
 }
 
+// ResNets train with BatchNorm groups in micro-batches, and every normalisation flag is checked.
+TEST(TrainCli, ResNetNormalisationFlags) {
+  const std::string data = "--dataset synthetic --input 3x16x16 --classes 4 --limit-train 32 --limit-test 16 ";
+  const Result r = run_train("--model resnet20 " + data + "--batch 16 --bn-group 8 --micro-batch 8");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(json_number(r.out, "micro_batch"), 8);
+  const Result gn = run_train("--model resnet20 " + data + "--batch 16 --norm gn --micro-batch 3");
+  ASSERT_EQ(gn.code, 0) << gn.err;
+  expect_one_error_line(run_train("--model resnet20 --norm ln"), "--norm must be bn or gn, got 'ln'");
+  expect_one_error_line(run_train("--model lenet5 --norm gn"), "--norm needs a model with normalisation layers");
+  expect_one_error_line(run_train("--model resnet20 --norm gn --bn-group 4"), "--bn-group needs --norm bn");
+  expect_one_error_line(run_train("--model resnet20 --bn-stats sometimes"), "--bn-stats must be deferred or per-group");
+  expect_one_error_line(run_train("--model resnet20 --bn-group 0"), "--bn-group: 0 is out of range");
+  expect_one_error_line(run_train("--model resnet20 --batch 16 --bn-group 32 --explain"),
+                        "--bn-group 32 is larger than the batch of 16 samples");
+  expect_one_error_line(run_train("--model resnet20 --batch 32 --micro-batch 12 --bn-group 8 --explain"),
+                        "micro-batch 12 is not a multiple of the BatchNorm group of 8 samples");
+  expect_one_error_line(run_train("--model resnet20 --batch 32 --micro-batch 8 --bn-group batch --explain"),
+                        "needs the batch of 32 as one micro-batch");
+  expect_one_error_line(run_train("--model resnet20 --batch 64 --bn-group batch --memory-budget 8MiB --explain"),
+                        "the whole batch of 64 as one micro-batch");
+  expect_one_error_line(run_train("--model resnet20 --dataset synthetic --input 3x32"), "--input must be CxHxW");
+}
+
 TEST(TrainCli, BudgetTooSmall) {
   expect_one_error_line(run_train("--model cnn --memory-budget 64KiB --explain"), "raise --memory-budget");
   expect_one_error_line(run_train("--model cnn --batch 1024 --memory-budget 16MiB --micro-batch 512 --explain"),
