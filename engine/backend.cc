@@ -51,6 +51,7 @@ void bind_conv2d_cuda(ImplTable& t);
 void bind_pool_cuda(ImplTable& t);
 void bind_elementwise_cuda(ImplTable& t);
 void bind_softmax_xent_cuda(ImplTable& t);
+void bind_norm_cuda(ImplTable& t);
 #endif
 
 const ImplTable& impl_table() {
@@ -61,7 +62,7 @@ const ImplTable& impl_table() {
       bind(t);
 #if CRUMB_HAVE_CUDA
     for (void (*bind)(ImplTable&) : {bind_linear_cuda, bind_conv2d_cuda, bind_pool_cuda, bind_elementwise_cuda,
-                                     bind_softmax_xent_cuda})
+                                     bind_softmax_xent_cuda, bind_norm_cuda})
       bind(t);
 #endif
     return t;

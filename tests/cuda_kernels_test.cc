@@ -518,6 +518,237 @@ TEST(CudaPoolChecks, RejectBadShapes) {
   EXPECT_NO_THROW(avg_pool2d_forward(nullptr, nullptr, wide, nullptr));
 }
 
+// ---- normalisation
+
+// Inputs offset by channel and by sample, so that statistics taken over the wrong values show.
+Floats norm_input(int n, int c, int hw, unsigned seed) {
+  Floats x = random_floats(std::size_t(n) * c * hw, seed, -2, 3);
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x[i] += 5.0f * float((i / hw) % c) + 0.5f * float(i / (std::size_t(c) * hw));
+  return x;
+}
+
+// [n, c, hw, group]: ragged groups, the whole batch as one group, 1x1 feature maps, groups of one sample,
+// a group longer than the batch; the last two have channel runs longer than a block (8 x 49, 2 x 700).
+const std::vector<cpu::BatchNormShape> kBatchNormShapes = {{5, 3, 12, 2}, {4, 2, 12, 4}, {6, 4, 1, 3},
+                                                           {3, 3, 9, 1},  {37, 5, 49, 8}, {2, 3, 700, 32}};
+
+std::string norm_name(int n, int c, int hw, const char* groups, int g) {
+  return " n=" + std::to_string(n) + " c=" + std::to_string(c) + " hw=" + std::to_string(hw) + " " + groups + "=" +
+         std::to_string(g);
+}
+
+TEST(CudaKernels, BatchNormForwardTrain) {
+  CRUMB_REQUIRE_GPU();
+  for (const cpu::BatchNormShape& s : kBatchNormShapes) {
+    const std::size_t count = std::size_t(s.n) * s.c * s.hw, stats_count = std::size_t(2) * s.groups() * s.c;
+    const Floats w = random_floats(s.c, 2), b = random_floats(s.c, 3);
+    const Floats mean0 = random_floats(s.c, 4), var0 = random_floats(s.c, 5, 0.5f, 2.0f);
+    const DeviceArray<float> dev_w(w), dev_b(b);
+    // Two micro-batches: the second merges into the first's moments, or updates the running statistics again.
+    const Floats xs[2] = {norm_input(s.n, s.c, s.hw, 1), norm_input(s.n, s.c, s.hw, 11)};
+    for (bool deferred : {true, false}) {
+      const std::string at = norm_name(s.n, s.c, s.hw, "group", s.group) + (deferred ? " deferred" : " per group");
+      std::vector<double> moments(3 * std::size_t(s.c), 0.0);
+      Floats mean = mean0, var = var0;
+      int64_t tracked = 7;
+      DeviceArray<double> dev_moments(moments);
+      DeviceArray<float> dev_mean(mean), dev_var(var);
+      DeviceArray<int64_t> dev_tracked(std::vector<int64_t>{tracked});
+      for (const Floats& x : xs) {
+        Floats y(count), stats(stats_count);
+        cpu::batch_norm_forward_train(y.data(), stats.data(), x.data(), w.data(), b.data(), s, 1e-5,
+                                      deferred ? moments.data() : nullptr, deferred ? nullptr : mean.data(),
+                                      deferred ? nullptr : var.data(), &tracked, 0.1);
+        const DeviceArray<float> dev_x(x);
+        DeviceArray<float> dev_y(Floats(count, kNaN)), dev_stats(Floats(stats_count, kNaN));
+        batch_norm_forward_train(dev_y.get(), dev_stats.get(), dev_x.get(), dev_w.get(), dev_b.get(), s, 1e-5,
+                                 deferred ? dev_moments.get() : nullptr, deferred ? nullptr : dev_mean.get(),
+                                 deferred ? nullptr : dev_var.get(), dev_tracked.get(), 0.1, nullptr);
+        expect_close(dev_y.download(), y, "batch_norm_forward_train y" + at);
+        expect_close(dev_stats.download(), stats, "batch_norm_forward_train stats" + at);
+      }
+      if (deferred) {
+        // Both sides add in double: they differ in the last bits of a double only.
+        test::expect_close(dev_moments.download(), moments, 1e-9, "moments" + at, test::rms_at_least_1(moments));
+        cpu::batch_norm_commit(mean.data(), var.data(), &tracked, moments.data(), s.c, 0.1);
+        batch_norm_commit(dev_mean.get(), dev_var.get(), dev_tracked.get(), dev_moments.get(), s.c, 0.1, nullptr);
+      }
+      expect_close(dev_mean.download(), mean, "running_mean" + at);
+      expect_close(dev_var.download(), var, "running_var" + at);
+      EXPECT_EQ(dev_tracked.download(), std::vector<int64_t>{tracked}) << "num_batches_tracked" << at;
+    }
+  }
+}
+
+TEST(CudaKernels, BatchNormFrozenAndBackward) {
+  CRUMB_REQUIRE_GPU();
+  for (const cpu::BatchNormShape& s : kBatchNormShapes) {
+    const std::string at = norm_name(s.n, s.c, s.hw, "group", s.group);
+    const std::size_t c = s.c, count = std::size_t(s.n) * s.c * s.hw, stats_count = std::size_t(2) * s.groups() * s.c;
+    const Floats x = norm_input(s.n, s.c, s.hw, 1), w = random_floats(c, 2), b = random_floats(c, 3);
+    const Floats mean = random_floats(c, 4), var = random_floats(c, 5, 0.5f, 2.0f), dy = random_floats(count, 6);
+    const DeviceArray<float> dev_x(x), dev_w(w), dev_b(b), dev_mean(mean), dev_var(var), dev_dy(dy);
+    check_against_cpu(
+        {count, stats_count}, false,
+        [&](auto& o, bool) {
+          cpu::batch_norm_forward_frozen(o[0], o[1], x.data(), w.data(), b.data(), mean.data(), var.data(), s, 1e-5);
+        },
+        [&](auto& o, bool) {
+          batch_norm_forward_frozen(o[0], o[1], dev_x.get(), dev_w.get(), dev_b.get(), dev_mean.get(), dev_var.get(),
+                                    s, 1e-5, nullptr);
+        },
+        "batch_norm_forward_frozen" + at);
+    check_against_cpu(
+        {count}, false,
+        [&](auto& o, bool) {
+          cpu::batch_norm_forward_frozen<float>(o[0], nullptr, x.data(), w.data(), b.data(), mean.data(), var.data(),
+                                                s, 1e-5);
+        },
+        [&](auto& o, bool) {
+          batch_norm_forward_frozen(o[0], nullptr, dev_x.get(), dev_w.get(), dev_b.get(), dev_mean.get(),
+                                    dev_var.get(), s, 1e-5, nullptr);
+        },
+        "batch_norm_forward_frozen without stats" + at);
+
+    // The backward of the training forward's statistics (neither running-statistics rule).
+    Floats y(count), stats(stats_count);
+    int64_t tracked = 0;
+    cpu::batch_norm_forward_train<float>(y.data(), stats.data(), x.data(), w.data(), b.data(), s, 1e-5, nullptr,
+                                         nullptr, nullptr, &tracked, 0.1);
+    const DeviceArray<float> dev_stats(stats);
+    for (bool batch_stats : {true, false}) {
+      const std::string mode = at + (batch_stats ? " batch statistics" : " frozen");
+      check_against_cpu(
+          {c, c, count}, true,
+          [&](auto& o, bool acc) {
+            cpu::batch_norm_backward(o[0], o[1], o[2], dy.data(), x.data(), w.data(), stats.data(), s, batch_stats,
+                                     acc);
+          },
+          [&](auto& o, bool acc) {
+            batch_norm_backward(o[0], o[1], o[2], dev_dy.get(), dev_x.get(), dev_w.get(), dev_stats.get(), s,
+                                batch_stats, acc, nullptr);
+          },
+          "batch_norm_backward" + mode);
+      check_against_cpu(
+          {c, c}, true,
+          [&](auto& o, bool acc) {
+            cpu::batch_norm_backward<float>(o[0], o[1], nullptr, dy.data(), x.data(), w.data(), stats.data(), s,
+                                            batch_stats, acc);
+          },
+          [&](auto& o, bool acc) {
+            batch_norm_backward(o[0], o[1], nullptr, dev_dy.get(), dev_x.get(), dev_w.get(), dev_stats.get(), s,
+                                batch_stats, acc, nullptr);
+          },
+          "batch_norm_backward without dx" + mode);
+    }
+  }
+}
+
+TEST(CudaKernels, GroupNorm) {
+  CRUMB_REQUIRE_GPU();
+  // Two groups, one channel per group (InstanceNorm), one group (LayerNorm), rows longer than a block.
+  for (const cpu::GroupNormShape& s : std::vector<cpu::GroupNormShape>{
+           {3, 4, 9, 2}, {2, 3, 8, 3}, {2, 3, 8, 1}, {5, 8, 49, 4}, {2, 6, 300, 1}}) {
+    const std::string at = norm_name(s.n, s.c, s.hw, "groups", s.groups);
+    const std::size_t c = s.c, count = std::size_t(s.n) * s.c * s.hw, stats_count = std::size_t(2) * s.n * s.groups;
+    const Floats x = norm_input(s.n, s.c, s.hw, 1), w = random_floats(c, 2), b = random_floats(c, 3);
+    const Floats dy = random_floats(count, 6);
+    const DeviceArray<float> dev_x(x), dev_w(w), dev_b(b), dev_dy(dy);
+    check_against_cpu(
+        {count, stats_count}, false,
+        [&](auto& o, bool) { cpu::group_norm_forward(o[0], o[1], x.data(), w.data(), b.data(), s, 1e-5); },
+        [&](auto& o, bool) {
+          group_norm_forward(o[0], o[1], dev_x.get(), dev_w.get(), dev_b.get(), s, 1e-5, nullptr);
+        },
+        "group_norm_forward" + at);
+    Floats y(count), stats(stats_count);
+    cpu::group_norm_forward(y.data(), stats.data(), x.data(), w.data(), b.data(), s, 1e-5);
+    const DeviceArray<float> dev_stats(stats);
+    check_against_cpu(
+        {c, c, count}, true,
+        [&](auto& o, bool acc) {
+          cpu::group_norm_backward(o[0], o[1], o[2], dy.data(), x.data(), w.data(), stats.data(), s, acc);
+        },
+        [&](auto& o, bool acc) {
+          group_norm_backward(o[0], o[1], o[2], dev_dy.get(), dev_x.get(), dev_w.get(), dev_stats.get(), s, acc,
+                              nullptr);
+        },
+        "group_norm_backward" + at);
+    check_against_cpu(
+        {c, c}, true,
+        [&](auto& o, bool acc) {
+          cpu::group_norm_backward<float>(o[0], o[1], nullptr, dy.data(), x.data(), w.data(), stats.data(), s,
+                                          acc);
+        },
+        [&](auto& o, bool acc) {
+          group_norm_backward(o[0], o[1], nullptr, dev_dy.get(), dev_x.get(), dev_w.get(), dev_stats.get(), s, acc,
+                              nullptr);
+        },
+        "group_norm_backward without dx" + at);
+  }
+}
+
+// The gradient of an empty batch is zero: write mode stores it, accumulate mode leaves the sums alone.
+TEST(CudaKernels, NormEmptyBatchGradients) {
+  CRUMB_REQUIRE_GPU();
+  const Floats sums = random_floats(3, 1);
+  for (bool acc : {false, true}) {
+    DeviceArray<float> dw(acc ? sums : Floats(3, kNaN)), db(acc ? sums : Floats(3, kNaN));
+    batch_norm_backward(dw.get(), db.get(), nullptr, nullptr, nullptr, nullptr, nullptr, {0, 3, 4, 0}, true, acc,
+                        nullptr);
+    expect_same(dw.download(), acc ? sums : Floats(3, 0.0f), "batch_norm_backward dw, empty batch");
+    expect_same(db.download(), acc ? sums : Floats(3, 0.0f), "batch_norm_backward db, empty batch");
+    dw.upload(acc ? sums : Floats(3, kNaN));
+    db.upload(acc ? sums : Floats(3, kNaN));
+    group_norm_backward(dw.get(), db.get(), nullptr, nullptr, nullptr, nullptr, nullptr, {0, 3, 4, 3}, acc, nullptr);
+    expect_same(dw.download(), acc ? sums : Floats(3, 0.0f), "group_norm_backward dw, empty batch");
+    expect_same(db.download(), acc ? sums : Floats(3, 0.0f), "group_norm_backward db, empty batch");
+  }
+}
+
+// The launchers check their shapes before touching a device, and an empty batch's forward launches
+// nothing, so these run everywhere. Each failure must be the check's own (without a device, a launch
+// would throw too).
+TEST(CudaNormChecks, RejectBadShapes) {
+  auto bn_train = [](const cpu::BatchNormShape& s, float* running_mean = nullptr) {
+    return message_of([&] {
+      batch_norm_forward_train(nullptr, nullptr, nullptr, nullptr, nullptr, s, 1e-5, nullptr, running_mean, nullptr,
+                               nullptr, 0.1, nullptr);
+    });
+  };
+  auto has = [](const std::string& msg, const char* part) { return msg.find(part) != std::string::npos; };
+  EXPECT_TRUE(has(bn_train({2, 3, 4, 0}), "bad group")) << "group 0 with samples";
+  EXPECT_TRUE(has(bn_train({-1, 3, 4, 2}), "bad shape")) << "negative batch";
+  EXPECT_TRUE(has(bn_train({2, 3, 0, 2}), "bad shape")) << "empty feature map";
+  float running_mean = 0;
+  EXPECT_TRUE(has(bn_train({2, 3, 4, 2}, &running_mean), "go together")) << "running_mean without running_var";
+  const std::string frozen = message_of([] {
+    batch_norm_forward_frozen(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, {2, 3, 4, -1}, 1e-5,
+                              nullptr);
+  });
+  EXPECT_TRUE(has(frozen, "bad group")) << frozen;
+  const std::string backward = message_of([] {
+    batch_norm_backward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, {2, -3, 4, 2}, true, false,
+                        nullptr);
+  });
+  EXPECT_TRUE(has(backward, "bad shape")) << backward;
+  const std::string gn = message_of([] {
+    group_norm_forward(nullptr, nullptr, nullptr, nullptr, nullptr, {2, 3, 4, 2}, 1e-5, nullptr);
+  });
+  EXPECT_TRUE(has(gn, "2 groups do not divide 3 channels")) << gn;
+  const std::string gn_bwd = message_of([] {
+    group_norm_backward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, {2, 4, 4, 0}, false, nullptr);
+  });
+  EXPECT_TRUE(has(gn_bwd, "do not divide")) << gn_bwd;
+
+  // An empty batch: nothing to normalise, and no group to count (its group may be 0: the whole batch).
+  EXPECT_EQ(bn_train({0, 3, 4, 0}), "(no crumb::Error thrown)");
+  EXPECT_NO_THROW(batch_norm_forward_frozen(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                            {0, 3, 4, 0}, 1e-5, nullptr));
+  EXPECT_NO_THROW(group_norm_forward(nullptr, nullptr, nullptr, nullptr, nullptr, {0, 4, 4, 2}, 1e-5, nullptr));
+}
+
 // ---- library-backed ops: cuBLAS linear, cuDNN conv
 
 class CudaLibraryTest : public ::testing::Test {
