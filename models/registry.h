@@ -22,7 +22,9 @@ struct NormSpec {
 
 // What a builder needs: the input shape and class count (from the data) and the normalisation choice.
 struct ModelSpec {
-  int channels = 1, height = 28, width = 28, classes = 10;
+  ModelSpec(int c = 1, int h = 28, int w = 28, int k = 10, NormSpec n = {})
+      : channels(c), height(h), width(w), classes(k), norm(n) {}
+  int channels, height, width, classes;
   NormSpec norm;
 };
 

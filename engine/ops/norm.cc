@@ -81,15 +81,9 @@ void norm_backward(GradBuilder& gb, const Node& n, const OpDef& bwd) {
 
 void bn_backward(GradBuilder& gb, const Node& n) { norm_backward(gb, n, kBatchNormBwd); }
 
-cpu::BatchNormShape bn_shape(const StepArgs& a) {
-  cpu::BatchNormShape s = ops::at_batch<cpu::BatchNormShape>(*a.node, a.n);
-  if (s.group == 0) s.group = a.n;
-  return s;
-}
-
 template <class T> void bn_fwd_cpu(const StepArgs& a) {
   const BatchNormAttrs& at = ops::attrs<BatchNormAttrs>(*a.node);
-  const cpu::BatchNormShape s = bn_shape(a);
+  const cpu::BatchNormShape s = ops::batch_norm_shape(a);
   // The running statistics are inputs the layer updates in place: persistent State no other node reads
   // in a training pass.
   T* running_mean = const_cast<T*>(a.in<T>(3));
@@ -111,7 +105,7 @@ template <class T> void bn_fwd_cpu(const StepArgs& a) {
 template <class T> void bn_bwd_cpu(const StepArgs& a) {
   const BatchNormAttrs& at = ops::attrs<BatchNormAttrs>(*a.node);
   cpu::batch_norm_backward<T>(a.out<T>(0), a.out<T>(1), a.node->out.size() == 3 ? a.out<T>(2) : nullptr, a.in<T>(0),
-                              a.in<T>(1), a.in<T>(2), a.in<T>(3), bn_shape(a), !at.frozen, a.accumulate);
+                              a.in<T>(1), a.in<T>(2), a.in<T>(3), ops::batch_norm_shape(a), !at.frozen, a.accumulate);
 }
 
 // ---- GroupNorm: in = (x, weight, bias); out = (y, stats [groups][2] per sample).
@@ -161,6 +155,14 @@ const OpDef kBatchNormBwd{"batch_norm_backward", infer_bn_bwd, nullptr,
 const OpDef kGroupNorm{"group_norm", infer_gn, gn_backward, {OutDType::Float, OutDType::Float}};
 const OpDef kGroupNormBwd{"group_norm_backward", infer_gn_bwd, nullptr,
                           {OutDType::Float, OutDType::Float, OutDType::Float}, false, false, 2};
+
+namespace ops {
+cpu::BatchNormShape batch_norm_shape(const StepArgs& a) {
+  cpu::BatchNormShape s = at_batch<cpu::BatchNormShape>(*a.node, a.n);
+  if (s.group == 0) s.group = a.n;  // the whole micro-batch is one group
+  return s;
+}
+}  // namespace ops
 
 int micro_batch_multiple(const Graph& g) {
   int multiple = 1;

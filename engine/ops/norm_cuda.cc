@@ -9,15 +9,9 @@ namespace crumb {
 namespace {
 
 // As norm.cc's: group 0 normalises the whole micro-batch as one group.
-cpu::BatchNormShape bn_shape(const StepArgs& a) {
-  cpu::BatchNormShape s = ops::at_batch<cpu::BatchNormShape>(*a.node, a.n);
-  if (s.group == 0) s.group = a.n;
-  return s;
-}
-
 void bn_fwd(const StepArgs& a) {
   const BatchNormAttrs& at = ops::attrs<BatchNormAttrs>(*a.node);
-  const cpu::BatchNormShape s = bn_shape(a);
+  const cpu::BatchNormShape s = ops::batch_norm_shape(a);
   const cudaStream_t stream = cuda::CudaBackend::of(a).compute();
   // The running statistics are inputs the layer updates in place: persistent State no other node reads
   // in a training pass.
@@ -41,7 +35,7 @@ void bn_fwd(const StepArgs& a) {
 void bn_bwd(const StepArgs& a) {
   const BatchNormAttrs& at = ops::attrs<BatchNormAttrs>(*a.node);
   cuda::batch_norm_backward(a.out<float>(0), a.out<float>(1), a.node->out.size() == 3 ? a.out<float>(2) : nullptr,
-                            a.in<float>(0), a.in<float>(1), a.in<float>(2), a.in<float>(3), bn_shape(a), !at.frozen,
+                            a.in<float>(0), a.in<float>(1), a.in<float>(2), a.in<float>(3), ops::batch_norm_shape(a), !at.frozen,
                             a.accumulate, cuda::CudaBackend::of(a).compute());
 }
 

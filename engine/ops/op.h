@@ -200,6 +200,8 @@ template <class Shape> void set_window(Shape& s, const Dims& x, const WindowAttr
 // when x needs a gradient, and (dw[, db]) = bwd_weight(dy, x) in the parameters' write mode. The
 // backward nodes carry the forward's attributes and geometry.
 void weighted_backward(GradBuilder& gb, const Node& n, const OpDef& bwd_data, const OpDef& bwd_weight);
+// A BatchNorm step's kernel shape at its batch (group 0, the whole micro-batch, becomes n).
+cpu::BatchNormShape batch_norm_shape(const StepArgs& a);
 // Elements of out[0] at the step's batch (elementwise ops).
 inline std::size_t out_count(const StepArgs& a) { return static_cast<std::size_t>(a.out_value().count(a.n)); }
 // Adds the rows of a templated CPU implementation for both float dtypes.

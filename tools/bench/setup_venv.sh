@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create (or reuse) the benchmark venv at <repo>/.venv-bench with torch+numpy.
+# Create (or reuse) the benchmark venv at <repo>/.venv-bench with torch, torchvision, numpy, safetensors.
 # The venv is git-ignored and only used by tools/bench; CI never needs it.
 # Prints the venv's python path as its last stdout line. With CRUMB_BENCH_PYTHON set (a machine
 # whose python already has torch, such as the offline GPU machine), prints that instead.
@@ -21,10 +21,10 @@ if [[ ! -x "$py" ]]; then
 fi
 
 # Idempotent: a working torch means there is nothing to do (and no network).
-if ! "$py" -c 'import torch, numpy' >/dev/null 2>&1; then
-  echo "installing torch and numpy into $venv (default index)" >&2
+if ! "$py" -c 'import torch, torchvision, numpy, safetensors' >/dev/null 2>&1; then
+  echo "installing torch, torchvision, numpy and safetensors into $venv (default index)" >&2
   "$py" -m pip install --upgrade pip >&2
-  "$py" -m pip install torch numpy >&2
+  "$py" -m pip install torch torchvision numpy safetensors >&2
 fi
 
 "$py" -c 'import torch; print("torch", torch.__version__)' >&2

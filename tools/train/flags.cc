@@ -62,7 +62,7 @@ Trains a model on Fashion-MNIST with Crumb's graph executor and reports test acc
   --bn-stats S         deferred: one running-statistics update per optimizer step from the exact
                        whole-batch mean and variance | per-group: one update per group, as PyTorch
                        does per forward under gradient accumulation         (default deferred)
-  --epochs N           passes over the training set            (default 1)
+  --epochs N           passes over the training set; 0 evaluates the --load checkpoint  (default 1)
   --batch B            samples per optimizer step              (default 64)
   --micro-batch M      samples per forward/backward (M <= B); gradients of the micro-batches are
                        accumulated, so the step equals a full-batch step
@@ -142,7 +142,7 @@ Options parse_flags(int argc, char** argv) {
       value = argv[++i];
     }
     if (name == "model") o.model = value;
-    else if (name == "epochs") o.epochs = (int)parse_int(name, value, 1, 100000);
+    else if (name == "epochs") o.epochs = (int)parse_int(name, value, 0, 100000);
     else if (name == "batch") o.batch = (int)parse_int(name, value, 1, 1 << 24);
     else if (name == "micro-batch") o.micro_batch = (int)parse_int(name, value, 1, 1 << 24);
     else if (name == "norm") {
@@ -221,6 +221,7 @@ Options parse_flags(int argc, char** argv) {
   check_applies(given, {"norm", "bn-group", "bn-stats"}, models::has_norm(o.model),
                 "a model with normalisation layers (resnet20, resnet18, resnet50)");
   check_applies(given, {"bn-group", "bn-stats"}, o.norm.kind == models::NormSpec::Kind::Batch, "--norm bn");
+  CRUMB_CHECK(o.epochs > 0 || !o.load.empty() || o.explain || o.help, "--epochs 0 evaluates a checkpoint: it needs --load");
   const bool sgd = opt.kind == OptimizerKind::Sgd;
   check_applies(given, {"momentum", "nesterov"}, sgd, "--optimizer sgd");
   check_applies(given, {"beta1", "beta2", "eps"}, !sgd, "--optimizer adamw");

@@ -78,12 +78,21 @@ void truncate(data::Dataset& ds, int limit) {
   ds.labels.resize(limit);
 }
 
-double evaluate(Scheduler& sched, data::Loader& loader, int count) {
+// Accuracy and mean loss over the test set.
+struct Evaluation {
+  double accuracy = 0, loss = 0;
+};
+Evaluation evaluate(Scheduler& sched, data::Loader& loader, int count) {
   loader.start_epoch(0);
   data::Batch b;
   int64_t correct = 0;
-  while (loader.next(b)) correct += sched.evaluate({{"x", b.x}, {"y", b.y}}, b.size).correct;
-  return static_cast<double>(correct) / count;
+  double loss_sum = 0;
+  while (loader.next(b)) {
+    const BatchResult r = sched.evaluate({{"x", b.x}, {"y", b.y}}, b.size);
+    correct += r.correct;
+    loss_sum += r.loss_sum;
+  }
+  return {static_cast<double>(correct) / count, loss_sum / count};
 }
 
 // --device, or cuda when a GPU is usable.
@@ -193,7 +202,8 @@ int run(const Options& o) {
                format_bytes(arena.size()).c_str(), format_bytes(plan.arena_bytes).c_str(),
                format_bytes(plan.lower_bound).c_str(), plan.ratio(), o.threads);
 
-  double train_seconds = 0, last_loss = 0, accuracy = 0;
+  double train_seconds = 0, last_loss = 0;
+  Evaluation test_result;
   long long samples = 0;
   for (int epoch = 0; epoch < o.epochs; ++epoch) {
     Progress progress(epoch + 1, o.epochs, train_loader.batches_per_epoch());
@@ -215,18 +225,20 @@ int run(const Options& o) {
     samples += epoch_samples;
     progress.finish();
     last_loss = loss_sum / epoch_samples;
-    accuracy = evaluate(sched, test_loader, test.count);
-    std::fprintf(stderr, "epoch %d/%d: train loss %.4f, test accuracy %.4f, %.0f samples/s\n", epoch + 1, o.epochs,
-                 last_loss, accuracy, samples / train_seconds);
+    test_result = evaluate(sched, test_loader, test.count);
+    std::fprintf(stderr, "epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.4f, %.0f samples/s\n",
+                 epoch + 1, o.epochs, last_loss, test_result.loss, test_result.accuracy, samples / train_seconds);
   }
+  if (o.epochs == 0) test_result = evaluate(sched, test_loader, test.count);
   if (!o.save.empty()) save_checkpoint(o.save, params, opt.get(), o.model);
+  const double samples_per_s = train_seconds > 0 ? samples / train_seconds : 0.0;
   std::printf(
       "{\"model\":\"%s\",\"dataset\":\"%s\",\"epochs\":%d,\"batch\":%d,\"micro_batch\":%d,\"threads\":%d,\"seed\":%llu,"
-      "\"samples_per_s\":%.1f,\"train_seconds\":%.3f,\"test_accuracy\":%.4f,\"final_loss\":%.6f,"
+      "\"samples_per_s\":%.1f,\"train_seconds\":%.3f,\"test_accuracy\":%.4f,\"test_loss\":%.6f,\"final_loss\":%.6f,"
       "\"parameters\":%lld,\"arena_bytes\":%zu,\"arena_lower_bound\":%zu,\"device\":\"%s\",\"tf32\":%s,"
       "\"cuda_graphs\":%s,\"optimizer\":\"%s\",\"lr_schedule\":\"%s\",\"final_lr\":%.9g}\n",
-      o.model.c_str(), o.dataset.c_str(), o.epochs, batch, m, o.threads, static_cast<unsigned long long>(o.seed), samples / train_seconds,
-      train_seconds, accuracy, last_loss, static_cast<long long>(params.num_parameters()), arena.size(),
+      o.model.c_str(), o.dataset.c_str(), o.epochs, batch, m, o.threads, static_cast<unsigned long long>(o.seed), samples_per_s,
+      train_seconds, test_result.accuracy, test_result.loss, last_loss, static_cast<long long>(params.num_parameters()), arena.size(),
       plan.lower_bound, device_name(device), o.tf32 && device == Device::CUDA ? "true" : "false",
       sched.train_executor().recording() ? "true" : "false", optimizer_name(opt->kind()),
       lr_schedule_name(o.optimizer.schedule.kind), opt->lr(std::max(opt->steps() - 1, 0LL)));
