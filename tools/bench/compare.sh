@@ -2,9 +2,9 @@
 # Run Crumb's train and the PyTorch reference with identical settings and
 # print a side-by-side table of throughput and accuracy, then one JSON line.
 #
-# usage: tools/bench/compare.sh [--model lenet5|cnn|mlp|all] [--epochs 1]
+# usage: tools/bench/compare.sh [--model lenet5|cnn|mlp|resnet20|resnet18|resnet50|all] [--epochs 1]
 #          [--batch 64] [--threads 2] [--device cpu] [--data DIR] [--crumb PATH] [--repeat 3]
-#          [--torch-tf32 off|default|on] [-- extra train flags]
+#          [--limit-train N] [--torch-tf32 off|default|on] [-- extra train flags]
 #
 # Each side runs --repeat times, alternating Crumb and PyTorch, and the best samples/s of each side
 # is reported: on a shared machine throughput drifts by tens of percent within minutes, and the
@@ -12,12 +12,12 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-model=lenet5 epochs=1 batch=64 threads=2 device=cpu data="" crumb="" repeat=3 torch_tf32=off
+model=lenet5 epochs=1 batch=64 threads=2 device=cpu data="" crumb="" repeat=3 torch_tf32=off limit_train=0
 crumb_extra=()
 # Fixed so both sides train the same problem; not meant to be tuned here.
 lr=0.05 momentum=0.9 seed=0
 
-usage() { sed -n '5,7p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '5,8p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
   [[ "$1" == -h || "$1" == --help ]] && usage
   if [[ "$1" == -- ]]; then shift; crumb_extra=("$@"); break; fi
@@ -32,6 +32,7 @@ while [[ $# -gt 0 ]]; do
     --crumb) crumb=$2 ;;
     --repeat) repeat=$2 ;;
     --torch-tf32) torch_tf32=$2 ;;
+    --limit-train) limit_train=$2 ;;
     *) echo "unknown argument: $1" >&2; usage ;;
   esac
   shift 2
@@ -39,7 +40,7 @@ done
 
 case "$model" in
   all) models=(lenet5 cnn mlp) ;;
-  lenet5|cnn|mlp) models=("$model") ;;
+  lenet5|cnn|mlp|resnet20|resnet18|resnet50) models=("$model") ;;
   *) echo "unknown model: $model" >&2; usage ;;
 esac
 
@@ -53,6 +54,7 @@ py=$("$repo/tools/bench/setup_venv.sh" | tail -n 1)
 common=(--epochs "$epochs" --batch "$batch" --lr "$lr" --momentum "$momentum"
         --threads "$threads" --seed "$seed")
 [[ -n "$data" ]] && common+=(--data "$data")
+[[ "$limit_train" != 0 ]] && common+=(--limit-train "$limit_train")
 
 # One after another, never concurrently, so neither steals the other's cores.
 for m in "${models[@]}"; do

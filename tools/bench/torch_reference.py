@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 import torch
+import torchvision
 from torch import nn
 
 MEAN, STD = 0.2860, 0.3530  # Fashion-MNIST train-set statistics, as in Crumb
@@ -56,6 +57,40 @@ def load_split(data_dir, prefix, device):
     return x.to(device), y.to(device)
 
 
+class ResNet20(nn.Module):
+    """He et al.'s CIFAR ResNet-20 from torchvision's BasicBlock, with its names and init and a projection
+    shortcut where the shape changes: Crumb's resnet20, key for key."""
+
+    def __init__(self, in_channels=1, classes=10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, 16, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(16)
+        self.relu = nn.ReLU(inplace=True)
+        self.inplanes = 16
+        self.layer1, self.layer2, self.layer3 = (self._stage(p, s) for p, s in ((16, 1), (32, 2), (64, 2)))
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(64, classes)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+
+    def _stage(self, planes, stride):
+        blocks = []
+        for i in range(3):
+            s = stride if i == 0 else 1
+            down = None
+            if s != 1 or self.inplanes != planes:
+                down = nn.Sequential(nn.Conv2d(self.inplanes, planes, 1, stride=s, bias=False), nn.BatchNorm2d(planes))
+            blocks.append(torchvision.models.resnet.BasicBlock(self.inplanes, planes, s, down))
+            self.inplanes = planes
+        return nn.Sequential(*blocks)
+
+    def forward(self, x):
+        x = self.relu(self.bn1(self.conv1(x)))
+        x = self.layer3(self.layer2(self.layer1(x)))
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
 def build_model(name):
     if name == "lenet5":
         return nn.Sequential(
@@ -72,6 +107,14 @@ def build_model(name):
             nn.Flatten(),
             nn.Linear(3136, 128), nn.ReLU(),
             nn.Linear(128, 10))
+    if name == "resnet20":
+        return ResNet20()
+    if name in ("resnet18", "resnet50"):
+        model = getattr(torchvision.models, name)(num_classes=10)
+        # One input channel; same name and init as torchvision's conv1.
+        model.conv1 = nn.Conv2d(1, 64, kernel_size=7, stride=2, padding=3, bias=False)
+        nn.init.kaiming_normal_(model.conv1.weight, mode="fan_out", nonlinearity="relu")
+        return model
     if name == "mlp":
         return nn.Sequential(
             nn.Flatten(),
@@ -100,7 +143,8 @@ def evaluate(model, x, y, batch=1000):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="lenet5", choices=["lenet5", "cnn", "mlp"])
+    ap.add_argument("--model", default="lenet5", choices=["lenet5", "cnn", "mlp", "resnet20", "resnet18", "resnet50"])
+    ap.add_argument("--limit-train", type=int, default=0, help="use only the first N training images")
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=0.05)
@@ -131,6 +175,8 @@ def main():
 
     x_train, y_train = load_split(args.data, "train", device)
     x_test, y_test = load_split(args.data, "t10k", device)
+    if args.limit_train:
+        x_train, y_train = x_train[:args.limit_train], y_train[:args.limit_train]
     n = x_train.shape[0]
     print(f"torch {torch.__version__} on {device}, {args.threads} threads; "
           f"{n} train / {x_test.shape[0]} test images", file=sys.stderr)
