@@ -96,7 +96,9 @@ def peak_bytes(events, grad_ptrs):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="lenet5", choices=["lenet5", "cnn", "mlp"])
+    ap.add_argument("--model", default="lenet5", choices=["lenet5", "cnn", "mlp", "resnet20", "resnet18", "resnet50"])
+    ap.add_argument("--input", default="1x28x28", help="image shape CxHxW")
+    ap.add_argument("--classes", type=int, default=10)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--no-mkldnn", action="store_true",
@@ -107,12 +109,13 @@ def main():
     if args.no_mkldnn:
         torch.backends.mkldnn.enabled = False
     torch.manual_seed(0)
-    model = build_model(args.model)
+    c, h, w = (int(v) for v in args.input.split("x"))
+    model = build_model(args.model, c, args.classes)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     # Random data of the real shape: memory does not depend on the values.
-    x = torch.randn(args.batch, 1, 28, 28)
-    y = torch.randint(0, 10, (args.batch,))
+    x = torch.randn(args.batch, c, h, w)
+    y = torch.randint(0, args.classes, (args.batch,))
 
     def forward_backward():
         loss_fn(model(x), y).backward()  # loss and graph die on return

@@ -91,7 +91,8 @@ class ResNet20(nn.Module):
         return self.fc(torch.flatten(self.avgpool(x), 1))
 
 
-def build_model(name):
+def build_model(name, channels=1, classes=10):
+    """The model of `name` as Crumb builds it; the ResNets take any input channels and class count."""
     if name == "lenet5":
         return nn.Sequential(
             nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
@@ -108,12 +109,12 @@ def build_model(name):
             nn.Linear(3136, 128), nn.ReLU(),
             nn.Linear(128, 10))
     if name == "resnet20":
-        return ResNet20()
+        return ResNet20(channels, classes)
     if name in ("resnet18", "resnet50"):
-        model = getattr(torchvision.models, name)(num_classes=10)
-        # One input channel; same name and init as torchvision's conv1.
-        model.conv1 = nn.Conv2d(1, 64, kernel_size=7, stride=2, padding=3, bias=False)
-        nn.init.kaiming_normal_(model.conv1.weight, mode="fan_out", nonlinearity="relu")
+        model = getattr(torchvision.models, name)(num_classes=classes)
+        if channels != 3:  # same name and init as torchvision's conv1
+            model.conv1 = nn.Conv2d(channels, 64, kernel_size=7, stride=2, padding=3, bias=False)
+            nn.init.kaiming_normal_(model.conv1.weight, mode="fan_out", nonlinearity="relu")
         return model
     if name == "mlp":
         return nn.Sequential(
