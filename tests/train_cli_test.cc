@@ -235,6 +235,27 @@ TEST(TrainCli, ResNetNormalisationFlags) {
   expect_one_error_line(run_train("--model resnet20 --dataset synthetic --input 3x32"), "--input must be CxHxW");
 }
 
+// --log writes one JSON object per optimizer step and per epoch, and an unwritable path fails at once.
+TEST(TrainCli, LogHasALinePerStepAndPerEpoch) {
+  const auto path = std::filesystem::temp_directory_path() / ("crumb_log_" + std::to_string(getpid()) + ".jsonl");
+  const Result r = run_train("--model mlp --dataset synthetic --input 1x8x8 --classes 3 --limit-train 96 "
+                             "--limit-test 32 --batch 32 --epochs 2 --lr-schedule cosine --log " + path.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ifstream f(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(f, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 8u);  // 3 steps + 1 epoch, twice
+  EXPECT_EQ(lines[0].rfind("{\"event\":\"step\",\"step\":1,\"epoch\":1,\"batch\":1,\"loss\":", 0), 0u) << lines[0];
+  EXPECT_NE(lines[2].find("\"micro_batch\":32,"), std::string::npos) << lines[2];
+  EXPECT_EQ(lines[3].rfind("{\"event\":\"epoch\",\"epoch\":1,\"train_loss\":", 0), 0u) << lines[3];
+  EXPECT_EQ(lines[6].rfind("{\"event\":\"step\",\"step\":6,\"epoch\":2,\"batch\":3,", 0), 0u) << lines[6];
+  EXPECT_NE(lines[7].find("\"test_accuracy\":"), std::string::npos) << lines[7];
+  for (const std::string& line : lines) EXPECT_EQ(line.back(), '}') << line;
+  std::filesystem::remove(path);
+  expect_one_error_line(run_train("--model mlp --log /nonexistent/dir/log.jsonl"), "--log: cannot write");
+  expect_one_error_line(run_train("--model mlp --log="), "--log needs a file name");
+}
+
 TEST(TrainCli, BudgetTooSmall) {
   expect_one_error_line(run_train("--model cnn --memory-budget 64KiB --explain"), "raise --memory-budget");
   expect_one_error_line(run_train("--model cnn --batch 1024 --memory-budget 16MiB --micro-batch 512 --explain"),

@@ -104,6 +104,9 @@ Trains a model on Fashion-MNIST with Crumb's graph executor and reports test acc
   --save FILE          after training, write weights + optimizer state (safetensors; names are
                        PyTorch state_dict keys); written to FILE.tmp, then renamed
   --load FILE          start from the weights + optimizer state in FILE (shapes must match the model)
+  --log FILE           write a JSON line per optimizer step (loss, lr, samples/s, micro-batch, arena,
+                       max RSS) and per epoch (train/test loss, test accuracy) to FILE, flushed as
+                       the run goes (JSON Lines: one object per line, for plots and tail -f)
   --tf32               let CUDA matrix products and convolutions round float32 operands to TF32 on
                        tensor cores (faster, ~1e-3 relative error per product; PyTorch's default for
                        convolutions); off by default, so CPU and GPU compute the same float32 function
@@ -210,6 +213,10 @@ Options parse_flags(int argc, char** argv) {
     else if (name == "memory-budget") o.memory_budget = parse_size(name, value);
     else if (name == "save") o.save = value;
     else if (name == "load") o.load = value;
+    else if (name == "log") {
+      CRUMB_CHECK(!value.empty(), "--log needs a file name");
+      o.log = value;
+    }
     else if (name == "explain-csv") o.explain_csv = value, o.explain = true;
     else CRUMB_FAIL("unknown flag --", name, " (see --help)");
   }

@@ -22,6 +22,7 @@
 #include "models/registry.h"
 #include "tools/train/flags.h"
 #include "tools/train/progress.h"
+#include "tools/train/run_log.h"
 
 namespace crumb::train {
 namespace {
@@ -190,6 +191,9 @@ int run(const Options& o) {
   const std::unique_ptr<Optimizer> opt = make_optimizer(params, opt_cfg);
   if (!o.load.empty()) load_checkpoint(o.load, params, opt.get());
   opt->set_total_steps(opt->steps() + run_steps);
+  // Opened before training, so a bad path fails at once rather than after the first epoch.
+  std::unique_ptr<RunLog> log;
+  if (!o.log.empty()) log = std::make_unique<RunLog>(o.log);
   Arena arena(device);
   Scheduler sched(g, params, arena, std::move(compiled.train), std::move(compiled.eval));
   sched.set_recording(o.cuda_graphs);
@@ -219,13 +223,18 @@ int run(const Options& o) {
       opt->step();
       loss_sum += r.loss_sum;
       epoch_samples += b.size;
-      progress.update(b.index + 1, loss_sum / epoch_samples, (samples + epoch_samples) / (train_seconds + seconds_since(t0)));
+      const double samples_per_s = (samples + epoch_samples) / (train_seconds + seconds_since(t0));
+      progress.update(b.index + 1, loss_sum / epoch_samples, samples_per_s);
+      if (log)
+        log->step(opt->steps(), epoch + 1, b.index + 1, r.loss_sum / b.size, opt->lr(opt->steps() - 1), samples_per_s, m,
+                  arena.size());
     }
     train_seconds += seconds_since(t0);
     samples += epoch_samples;
     progress.finish();
     last_loss = loss_sum / epoch_samples;
     test_result = evaluate(sched, test_loader, test.count);
+    if (log) log->epoch(epoch + 1, last_loss, test_result.loss, test_result.accuracy, seconds_since(t0));
     std::fprintf(stderr, "epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.4f, %.0f samples/s\n",
                  epoch + 1, o.epochs, last_loss, test_result.loss, test_result.accuracy, samples / train_seconds);
   }
