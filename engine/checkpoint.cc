@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -243,6 +244,23 @@ TensorFile read_tensor_file(const std::string& path) {
   return f;
 }
 
+// The first non-finite element of float32 data, or -1: a checkpoint never holds NaN or infinity.
+int64_t first_nonfinite(const char* data, std::size_t bytes) {
+  for (std::size_t i = 0; i < bytes / sizeof(float); ++i) {
+    float v;
+    std::memcpy(&v, data + i * sizeof(float), sizeof v);
+    if (!std::isfinite(v)) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+void check_finite(const Chunk& c, const std::string& path) {
+  if (c.dtype != DType::F32) return;
+  const int64_t i = first_nonfinite(c.data, c.bytes);
+  CRUMB_CHECK(i < 0, "refusing to write checkpoint ", path, ": '", c.name, "' holds a non-finite value at element ", i,
+              " (the run diverged; the previous checkpoint, if any, is left as it was)");
+}
+
 // Writes header and chunks to path through a temporary file, fsync and rename, so a crash or a full disk
 // never leaves a half-written file at path.
 void write_tensor_file(const std::string& path, const std::vector<Chunk>& chunks,
@@ -282,6 +300,15 @@ void save_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt
   params.to_host();
   if (opt) opt->to_host();
   const Graph& g = params.graph();
+  std::vector<Chunk> chunks;
+  for (ValueId p : params.params())
+    chunks.push_back({g.value(p).name, DType::F32, &g.value(p).dims, static_cast<const char*>(params.data(p)),
+                      param_bytes(params, p)});
+  for (ValueId v : g.states())
+    chunks.push_back({g.value(v).name, g.value(v).dtype, &g.value(v).dims, static_cast<const char*>(params.state(v)),
+                      value_bytes(g, v)});
+  // Before either file is touched: a diverged model must not replace its optimizer's file either.
+  for (const Chunk& c : chunks) check_finite(c, path);
   std::vector<std::pair<std::string, std::string>> meta{{"format", "crumb"}, {"model", model_name}};
   if (opt) {
     meta.push_back({"optimizer", optimizer_name(opt->kind())});
@@ -291,6 +318,7 @@ void save_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt
       for (ValueId p : params.params())
         state.push_back({kStatePrefix + s.name + "." + g.value(p).name, DType::F32, &g.value(p).dims,
                          reinterpret_cast<const char*>(s.host()) + params.byte_offset(p), param_bytes(params, p)});
+    for (const Chunk& c : state) check_finite(c, optimizer_path(path));
     // The optimizer's file first: a crash between the two renames leaves files whose step counts differ,
     // which loading refuses, never a model paired with another run's optimizer state.
     write_tensor_file(optimizer_path(path), state, meta);
@@ -298,13 +326,6 @@ void save_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt
     CRUMB_CHECK(::unlink(optimizer_path(path).c_str()) == 0, "cannot remove the stale ", optimizer_path(path), ": ",
                 std::strerror(errno));
   }
-  std::vector<Chunk> chunks;
-  for (ValueId p : params.params())
-    chunks.push_back({g.value(p).name, DType::F32, &g.value(p).dims, static_cast<const char*>(params.data(p)),
-                      param_bytes(params, p)});
-  for (ValueId v : g.states())
-    chunks.push_back({g.value(v).name, g.value(v).dtype, &g.value(v).dims, static_cast<const char*>(params.state(v)),
-                      value_bytes(g, v)});
   write_tensor_file(path, chunks, meta);
 }
 
@@ -399,6 +420,12 @@ void load_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt
                     state_found.begin()->first, " is present");
   }
 
+  for (const auto& [name, entry] : by_name) {
+    if (entry.first->dtype != DType::F32) continue;
+    const int64_t i = first_nonfinite(entry.second, entry.first->end - entry.first->begin);
+    CRUMB_CHECK(i < 0, path, ": tensor '", name, "' holds a non-finite value at element ", i,
+                " (saved from a diverged run?)", from);
+  }
   // Everything was read and checked before anything is written, so a failed load leaves the model as it was.
   for (ValueId p : params.params()) std::memcpy(params.data(p), by_name[g.value(p).name].second, param_bytes(params, p));
   for (ValueId v : g.states()) std::memcpy(params.state(v), by_name[g.value(v).name].second, value_bytes(g, v));

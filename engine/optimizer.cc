@@ -38,12 +38,23 @@ Optimizer::Optimizer(ParamStore& params, const OptimizerConfig& cfg) : params_(p
   CRUMB_CHECK(params.dtype() == DType::F32, optimizer_name(cfg.kind), " runs on float32 parameters");
   cfg.validate();
   for (const std::string& name : state_names(cfg)) state_.push_back({name, MirroredBuffer(params.bytes(), params.device(), params.index())});
+  nonfinite_ = Buffer(sizeof(uint64_t), memory_of(params.device()), params.index());
 }
 
 void Optimizer::step() {
-  backend(params_.device(), params_.index()).activate();
+  Backend& b = backend(params_.device(), params_.index());
+  b.activate();
   update(lr(steps_));
   ++steps_;
+  optimizer_kernels(params_.device())
+      .count_nonfinite(b, reinterpret_cast<uint64_t*>(nonfinite_.data()),
+                       static_cast<const float*>(params_.device_data_block()), params_.count());
+}
+
+uint64_t Optimizer::nonfinite_parameters() {
+  uint64_t count = 0;
+  backend(params_.device(), params_.index()).read_back(&count, nonfinite_.data(), sizeof count);
+  return count;
 }
 
 void Optimizer::set_total_steps(long long total) {
@@ -83,6 +94,7 @@ const OptimizerKernels kCpuOptimizerKernels = {
     [](Backend&, float* p, const float* g, float* m, float* v, std::size_t n, const AdamWScalars& s) {
       cpu::adamw_step(p, g, m, v, n, s);
     },
+    [](Backend&, uint64_t* out, const float* x, std::size_t n) { *out = cpu::count_nonfinite(x, n); },
 };
 
 }  // namespace crumb

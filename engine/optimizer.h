@@ -49,6 +49,8 @@ struct OptimizerKernels {
               float momentum, float weight_decay, bool nesterov, bool first_step);
   void (*adamw)(Backend& b, float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
                 std::size_t count, const AdamWScalars& s);
+  // *out (the device's memory) = elements of x that are NaN or infinite.
+  void (*count_nonfinite)(Backend& b, uint64_t* out, const float* x, std::size_t count);
 };
 extern const OptimizerKernels kCpuOptimizerKernels;
 // Throws crumb::Error (ending in "use --device cpu") for a device this build has not.
@@ -71,8 +73,13 @@ class Optimizer {
 
   OptimizerKind kind() const { return cfg_.kind; }
   const OptimizerConfig& config() const { return cfg_; }
-  // Updates every parameter from the gradients at lr(steps()), then counts the step.
+  // Updates every parameter from the gradients at lr(steps()), then counts the step. Also counts, on the
+  // device and in order with the update, the parameters the step left NaN or infinite.
   void step();
+  // How many parameters the last step left NaN or infinite (0 before any step): a diverged run, which
+  // the ReLU can hide from the loss (it maps NaN to 0). Waits for the step (cheap right after the next
+  // batch, which waits for it anyway).
+  uint64_t nonfinite_parameters();
   // The learning rate of optimizer step `step` (0-based).
   double lr(long long step) const { return cfg_.schedule.lr(cfg_.lr, step); }
   // The cosine schedule's horizon: a run resumed at step s of n more steps anneals to 0 at s + n.
@@ -100,6 +107,7 @@ class Optimizer {
  private:
   std::vector<StateBlock> state_;
   long long steps_ = 0;
+  Buffer nonfinite_;  // 8 bytes in the device's memory: the last step's count
 };
 
 // The optimizer of cfg.kind over params (float32), state allocated on params' device. Throws

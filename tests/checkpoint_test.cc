@@ -19,6 +19,7 @@
 #include "engine/rng.h"
 #include "models/registry.h"
 #include "tests/optimizer_configs.h"
+#include "tests/test_util.h"
 
 namespace crumb {
 namespace {
@@ -220,6 +221,39 @@ TEST(Checkpoint, OptimizerFileIsPairedWithItsModelFile) {
   EXPECT_FALSE(exists(optimizer_path(other)));
   remove_checkpoint(path);
   remove_checkpoint(other);
+}
+
+// A diverged model is never saved (and the files already there stay as they were), and a file holding
+// NaN or infinity is never loaded.
+TEST(Checkpoint, NonFiniteValuesAreNeitherSavedNorLoaded) {
+  const std::string path = temp_path("nonfinite");
+  Model a("lenet5", 1);
+  a.steps(1, 7);
+  save_checkpoint(path, a.params, a.opt.get(), "lenet5");
+  const std::string before = read_file(path), opt_before = read_file(optimizer_path(path));
+  float* w = static_cast<float*>(a.params.data(a.g.find_value("3.weight")));
+  const float keep = w[5];
+  w[5] = NAN;
+  a.params.to_device();
+  const std::string msg = test::error_of([&] { save_checkpoint(path, a.params, a.opt.get(), "lenet5"); });
+  EXPECT_NE(msg.find("refusing to write checkpoint"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'3.weight' holds a non-finite value at element 5"), std::string::npos) << msg;
+  EXPECT_EQ(read_file(path), before);
+  EXPECT_EQ(read_file(optimizer_path(path)), opt_before);
+
+  // The same bytes written by another writer: loading refuses them.
+  w[5] = keep;
+  a.params.to_device();
+  save_checkpoint(path, a.params, nullptr, "lenet5");
+  std::string bytes = read_file(path);
+  const Parts parts = split(path);
+  const std::size_t at = bytes.size() - parts.data.size();  // the first tensor, 0.weight, starts the data
+  const float inf = INFINITY;
+  bytes.replace(at + 4 * 2, 4, reinterpret_cast<const char*>(&inf), 4);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  Model b("lenet5", 2);
+  expect_load_error(path, b, {"tensor '0.weight' holds a non-finite value at element 2"});
+  remove_checkpoint(path);
 }
 
 // AdamW's two state blocks and its step count round-trip, and resuming continues bit for bit (the bias

@@ -319,6 +319,22 @@ TYPED_TEST(CpuKernelTest, GlobalAvgPool) {
 
 // ---- elementwise
 
+// ReLU propagates NaN as PyTorch does (a diverged activation stays visible) and passes no gradient
+// through it.
+TYPED_TEST(CpuKernelTest, ReluPropagatesNaN) {
+  using T = TypeParam;
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  const std::vector<T> x{T(-1), nan, T(2), T(0)}, dy{T(1), T(1), T(1), T(1)};
+  std::vector<T> y(4), dx(4);
+  relu_forward(y.data(), x.data(), 4);
+  EXPECT_EQ(y[0], T(0));
+  EXPECT_TRUE(std::isnan(y[1]));
+  EXPECT_EQ(y[2], T(2));
+  EXPECT_EQ(y[3], T(0));
+  relu_backward(dx.data(), dy.data(), y.data(), 4, false);
+  EXPECT_EQ(dx, (std::vector<T>{T(0), T(0), T(1), T(0)}));
+}
+
 TYPED_TEST(CpuKernelTest, Elementwise) {
   using T = TypeParam;
   for (std::size_t count : {std::size_t{37}, std::size_t{100003}}) {
@@ -326,7 +342,7 @@ TYPED_TEST(CpuKernelTest, Elementwise) {
     round_to<T>(x), round_to<T>(a), round_to<T>(dy);
     Vec relu(count), drelu(count), sum(count);
     for (std::size_t i = 0; i < count; ++i) {
-      relu[i] = x[i] > 0 ? x[i] : 0;
+      relu[i] = x[i] <= 0 ? 0 : x[i];
       drelu[i] = x[i] > 0 ? dy[i] : 0;
       sum[i] = x[i] + a[i];
     }

@@ -121,6 +121,31 @@ void check_sgd(Device device) {
   }
 }
 
+// Every step counts the parameters it left NaN or infinite, on the parameters' device: a NaN or infinite
+// gradient shows up at once, whichever optimizer.
+void check_nonfinite_count(Device device) {
+  for (const OptimizerConfig& cfg : {sgd_config(0.1, 0.9, 0.0), adamw_config(1e-3, 0.01)}) {
+    OneTensor t(device);
+    const std::unique_ptr<Optimizer> opt = make_optimizer(t.params, cfg);
+    EXPECT_EQ(opt->nonfinite_parameters(), 0u);
+    t.set_grad(0);
+    opt->step();
+    EXPECT_EQ(opt->nonfinite_parameters(), 0u);
+    Floats grad(kRefCount, 0.5f);
+    grad[3] = NAN;
+    grad[30] = INFINITY;
+    copy_bytes(t.params.device_grad(t.p), memory_of(device), grad.data(), Memory::Host, grad.size() * 4);
+    opt->step();
+    EXPECT_EQ(opt->nonfinite_parameters(), 2u) << optimizer_name(cfg.kind);
+  }
+}
+
+TEST(Optimizer, CountsNonFiniteParametersOnCpu) { check_nonfinite_count(Device::CPU); }
+TEST(Optimizer, CountsNonFiniteParametersOnCuda) {
+  CRUMB_REQUIRE_GPU();
+  check_nonfinite_count(Device::CUDA);
+}
+
 TEST(Optimizer, AdamWMatchesTorchOnCpu) { check_adamw(Device::CPU); }
 TEST(Optimizer, SgdMatchesTorchOnCpu) { check_sgd(Device::CPU); }
 

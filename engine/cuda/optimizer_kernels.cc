@@ -15,6 +15,10 @@ const OptimizerKernels kCudaOptimizerKernels = {
     [](Backend& b, float* p, const float* g, float* m, float* v, std::size_t n, const AdamWScalars& s) {
       cuda::adamw_step(p, g, m, v, n, s, cuda::CudaBackend::of(b).compute());
     },
+    [](Backend& b, uint64_t* out, const float* x, std::size_t n) {
+      static_assert(sizeof(unsigned long long) == sizeof(uint64_t), "the kernel counts in unsigned long long");
+      cuda::count_nonfinite(reinterpret_cast<unsigned long long*>(out), x, n, cuda::CudaBackend::of(b).compute());
+    },
 };
 
 }  // namespace crumb

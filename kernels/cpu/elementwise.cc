@@ -1,3 +1,5 @@
+#include <cmath>
+
 #include "kernels/cpu/kernel_util.h"
 #include "kernels/cpu/kernels.h"
 
@@ -17,8 +19,10 @@ template <class F> void for_each_index(std::size_t count, F f) {
 
 }  // namespace
 
+// NaN propagates (NaN <= 0 is false), as in PyTorch: a diverged activation stays visible downstream
+// instead of turning into a plausible 0.
 template <class T> void relu_forward(T* y, const T* x, std::size_t count) {
-  for_each_index(count, [=](std::ptrdiff_t i) { y[i] = x[i] > T(0) ? x[i] : T(0); });
+  for_each_index(count, [=](std::ptrdiff_t i) { y[i] = x[i] <= T(0) ? T(0) : x[i]; });
 }
 
 template <class T> void relu_backward(T* dx, const T* dy, const T* y, std::size_t count, bool accumulate) {
@@ -33,6 +37,14 @@ template <class T> void add_forward(T* y, const T* a, const T* b, std::size_t co
 
 template <class T> void copy_or_accumulate(T* y, const T* x, std::size_t count, bool accumulate) {
   with_write_mode(accumulate, [=](auto acc) { for_each_index(count, [=](std::ptrdiff_t i) { put(acc, y[i], x[i]); }); });
+}
+
+std::size_t count_nonfinite(const float* x, std::size_t count) {
+  const auto end = static_cast<std::ptrdiff_t>(count);
+  std::size_t bad = 0;
+#pragma omp parallel for simd schedule(static) reduction(+ : bad) if (end > kParallelGrain)
+  for (std::ptrdiff_t i = 0; i < end; ++i) bad += !std::isfinite(x[i]);
+  return bad;
 }
 
 #define CRUMB_INSTANTIATE(T)                                                            \

@@ -53,6 +53,7 @@ template <class T> void global_avg_pool_forward(T* y, const T* x, int n, int c, 
 template <class T> void global_avg_pool_backward(T* dx, const T* dy, int n, int c, int hw, bool accumulate);
 
 // ---- elementwise. y may alias x (in place), dx may alias dy.
+// y = max(x, 0), NaN propagating (PyTorch's torch.relu); the backward passes no gradient through NaN.
 template <class T> void relu_forward(T* y, const T* x, std::size_t count);
 // dx = dy where y > 0 else 0 (uses the forward *output*, so the forward may run in place)
 template <class T> void relu_backward(T* dx, const T* dy, const T* y, std::size_t count, bool accumulate);
@@ -106,6 +107,9 @@ template <class T>
 void softmax_xent_backward(T* dlogits, const T* probs, const int32_t* labels, int n, int k, T scale, bool accumulate);
 // Number of rows whose argmax equals the label (first maximum wins).
 template <class T> int count_correct(const T* probs, const int32_t* labels, int n, int k);
+
+// Elements of x that are NaN or infinite (divergence detection after an optimizer step).
+std::size_t count_nonfinite(const float* x, std::size_t count);
 
 // ---- optimizers: one pass over a flat parameter block.
 // torch.optim.SGD semantics (dampening 0): g = grad + weight_decay * p;

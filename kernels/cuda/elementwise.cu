@@ -16,7 +16,7 @@ using detail::put;
 // Not __restrict__: the launchers document y/x and dx/dy aliasing.
 __global__ void relu_forward_kernel(float* y, const float* x, std::size_t count) {
   const std::size_t i = global_index();
-  if (i < count) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+  if (i < count) y[i] = x[i] <= 0.0f ? 0.0f : x[i];  // NaN propagates, as in the CPU kernel and PyTorch
 }
 
 __global__ void relu_backward_kernel(float* dx, const float* dy, const float* y, std::size_t count, bool accumulate) {

@@ -52,6 +52,9 @@ void avg_pool2d_forward(float* y, const float* x, const cpu::Pool2dShape& s, cud
 // differ in rounding.
 void avg_pool2d_backward(float* dx, const float* dy, const cpu::Pool2dShape& s, bool accumulate, cudaStream_t stream);
 
+// *count (device memory) = elements of x that are NaN or infinite (divergence detection).
+void count_nonfinite(unsigned long long* count, const float* x, std::size_t n, cudaStream_t stream);
+
 // ---- global average pool: x [n, c, hw] -> y [n, c]
 void global_avg_pool_forward(float* y, const float* x, int n, int c, int hw, cudaStream_t stream);
 // dx [n, c, hw] (=|+=) dy [n, c] / hw

@@ -1,5 +1,8 @@
 // Reductions over [n, c, hw] tensors: the per-channel bias gradient (over n and hw) and the global
-// average pool (over hw). Both reduce in a fixed order, so results are deterministic.
+// average pool (over hw). Both reduce in a fixed order, so results are deterministic. Also the count of
+// non-finite values of a block (divergence detection), an integer total.
+#include <algorithm>
+
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/kernel_util.cuh"
 #include "kernels/cuda/kernels.h"
@@ -59,7 +62,25 @@ __global__ void global_avg_pool_forward_kernel(float* y, const float* x, std::si
   if (lane == 0) y[row] = sum * inv_hw;
 }
 
+// Grid-stride: each block counts its elements and adds its total once (the sum is exact in any order).
+__global__ void count_nonfinite_kernel(unsigned long long* count, const float* x, std::size_t n) {
+  float bad = 0.0f;
+  for (std::size_t i = global_index(); i < n; i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    bad += isfinite(x[i]) ? 0.0f : 1.0f;
+  bad = block_sum(bad);
+  if (threadIdx.x == 0 && bad > 0.0f) atomicAdd(count, static_cast<unsigned long long>(bad));
+}
+
 }  // namespace
+
+void count_nonfinite(unsigned long long* count, const float* x, std::size_t n, cudaStream_t stream) {
+  CRUMB_CUDA_CHECK(cudaMemsetAsync(count, 0, sizeof *count, stream));
+  if (n == 0) return;
+  // A few blocks per SM are enough to stream the block at memory speed.
+  const unsigned blocks = std::min<unsigned>(blocks_for(n), 1024);
+  count_nonfinite_kernel<<<blocks, kChannelBlock, 0, stream>>>(count, x, n);
+  CRUMB_CUDA_CHECK_LAUNCH();
+}
 
 void bias_backward_nchw(float* db, const float* dy, int n, int c, int hw, bool accumulate, cudaStream_t stream) {
   nchw_count(n, c, hw, "bias_backward_nchw");

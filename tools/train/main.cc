@@ -125,6 +125,16 @@ MicroBatchPlan pick_micro_batch(const Options& o, const Graph& g, int batch, Dev
   return p;
 }
 
+// The last optimizer step (the one before batch `batch` of `epoch`, 0-based) left every parameter finite.
+// Checked once the next batch has run, when waiting for that step costs nothing: a ReLU maps NaN to 0,
+// so a network whose weights went NaN can still report a finite loss.
+void check_parameters_finite(Optimizer& opt, int epoch, int batch) {
+  const uint64_t bad = opt.nonfinite_parameters();
+  CRUMB_CHECK(bad == 0, "training diverged: ", bad, " parameters became NaN or infinite at optimizer step ",
+              opt.steps(), " (epoch ", epoch + 1, ", before batch ", batch + 1,
+              "); nothing was saved (lower --lr, or add --warmup-steps)");
+}
+
 int explain(const Options& o) {
   const Device device = pick_device(o);
   // The input shape of the dataset the run would read (its files are not opened to plan).
@@ -220,6 +230,7 @@ int run(const Options& o) {
       const BatchResult r = sched.train_batch({{"x", b.x}, {"y", b.y}}, b.size);
       CRUMB_CHECK(std::isfinite(r.loss_sum), "loss became ", r.loss_sum, " at epoch ", epoch + 1, " batch ",
                   b.index + 1, ": training diverged (lower --lr)");
+      check_parameters_finite(*opt, epoch, b.index);
       opt->step();
       loss_sum += r.loss_sum;
       epoch_samples += b.size;
@@ -229,6 +240,7 @@ int run(const Options& o) {
         log->step(opt->steps(), epoch + 1, b.index + 1, r.loss_sum / b.size, opt->lr(opt->steps() - 1), samples_per_s, m,
                   arena.size());
     }
+    check_parameters_finite(*opt, epoch, train_loader.batches_per_epoch());
     train_seconds += seconds_since(t0);
     samples += epoch_samples;
     progress.finish();
