@@ -211,7 +211,8 @@ struct TensorFile {
 TensorFile read_tensor_file(const std::string& path) {
   TensorFile f;
   f.path = path;
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below as no regular file).
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   CRUMB_CHECK(fd.get() >= 0, "cannot open checkpoint ", path, ": ", std::strerror(errno));
   struct stat st;
   CRUMB_CHECK(::fstat(fd.get(), &st) == 0, "cannot read checkpoint ", path, ": ", std::strerror(errno));

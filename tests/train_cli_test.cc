@@ -1,6 +1,7 @@
 // The train binary as a user meets it: bad input gives one clear error line and a non-zero exit,
 // and a short run on real Fashion-MNIST learns and prints a JSON summary.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -81,6 +82,40 @@ double json_number(const std::string& out, const std::string& key) {
   const size_t at = last.find("\"" + key + "\":");
   EXPECT_NE(at, std::string::npos) << key << " in " << last;
   return at == std::string::npos ? NAN : std::stod(last.substr(at + key.size() + 3));
+}
+
+// Every value is checked as written: no sign, space or hex in numbers, no empty values, no repeats.
+TEST(TrainCli, StrictFlagValues) {
+  expect_one_error_line(run_train("--epochs +2"), "--epochs: '+2' is not an integer");
+  expect_one_error_line(run_train("'--batch= 8'"), "--batch: ' 8' is not an integer");
+  expect_one_error_line(run_train("--lr 0x1p-3"), "--lr: '0x1p-3' is not a number");
+  expect_one_error_line(run_train("--lr +0.1"), "--lr: '+0.1' is not a number");
+  expect_one_error_line(run_train("--epochs 2 --epochs 3"), "--epochs is given twice");
+  expect_one_error_line(run_train("--save="), "--save needs a value, got an empty one");
+  expect_one_error_line(run_train("--model=''"), "--model needs a value, got an empty one");
+  expect_one_error_line(run_train("--explain=0"), "--explain takes no value");
+  expect_one_error_line(run_train("--epochs 0"), "--epochs 0 evaluates a checkpoint: it needs --load");
+}
+
+// What cannot be read or written is one error line, never a hang or a silent success: a FIFO where a
+// data file or checkpoint should be, a symlink loop, stdout on a full disk.
+TEST(TrainCli, SpecialFilesAndFailedOutput) {
+  const auto dir = std::filesystem::temp_directory_path() / ("crumb_special_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string fifo = (dir / "fifo").string();
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::filesystem::create_symlink(fifo, dir / "train-images-idx3-ubyte");
+  std::filesystem::create_symlink(fifo, dir / "train-labels-idx1-ubyte");
+  expect_one_error_line(run_train("--data " + dir.string()), "is not a regular file");
+  expect_one_error_line(run_train("--load " + fifo), "not a regular file");
+  std::filesystem::create_symlink(dir / "loop_b", dir / "loop_a");
+  std::filesystem::create_symlink(dir / "loop_a", dir / "loop_b");
+  expect_one_error_line(run_train("--load " + (dir / "loop_a").string()), "Too many levels of symbolic links");
+  std::filesystem::remove_all(dir);
+  if (std::filesystem::exists("/dev/full")) {
+    expect_one_error_line(run_train("--model mlp --explain >/dev/full"), "cannot write to stdout");
+    expect_one_error_line(run_train("--help >/dev/full"), "cannot write to stdout");
+  }
 }
 
 TEST(TrainCli, BadOptimizerFlags) {
@@ -253,7 +288,7 @@ TEST(TrainCli, LogHasALinePerStepAndPerEpoch) {
   for (const std::string& line : lines) EXPECT_EQ(line.back(), '}') << line;
   std::filesystem::remove(path);
   expect_one_error_line(run_train("--model mlp --log /nonexistent/dir/log.jsonl"), "--log: cannot write");
-  expect_one_error_line(run_train("--model mlp --log="), "--log needs a file name");
+  expect_one_error_line(run_train("--model mlp --log="), "--log needs a value, got an empty one");
 }
 
 TEST(TrainCli, BudgetTooSmall) {

@@ -1,5 +1,7 @@
 #include "engine/data/idx.h"
 
+#include <sys/stat.h>
+
 #include <zlib.h>
 
 #include <algorithm>
@@ -27,6 +29,10 @@ const char* kInstallHint =
 class Reader {
  public:
   explicit Reader(const std::string& path) : path_(path) {
+    // Opening a FIFO blocks until a writer appears, and a device never ends: only regular files are read.
+    struct stat st;
+    if (::stat(path.c_str(), &st) == 0)
+      CRUMB_CHECK(S_ISREG(st.st_mode), "IDX file '", path, "' is not a regular file");
     gz_ = gzopen(path.c_str(), "rb");
     if (!gz_) {
       const int err = errno;
@@ -111,6 +117,7 @@ IdxArray read_idx(const std::string& path) {
                 " of ", ndims);
     const uint32_t d = load_be32(raw);
     CRUMB_CHECK(d > 0, "IDX file '", path, "': dimension ", i, " is 0");
+    CRUMB_CHECK(d <= 0x7fffffffu, "IDX file '", path, "': dimension ", i, " = ", d, " exceeds 2^31 - 1");
     // Checked per factor so the running product never overflows 64 bits.
     CRUMB_CHECK(d <= kMaxPayloadBytes && total * d <= kMaxPayloadBytes, "IDX file '", path,
                 "': dimension ", i, " = ", d, " makes the payload larger than the ",

@@ -13,7 +13,14 @@
 namespace crumb::train {
 namespace {
 
+// Plain decimal digits with an optional '-': strtoll alone would also take " 2", "+2" and "2 ".
+bool plain_integer(const std::string& s) {
+  const std::size_t start = !s.empty() && s[0] == '-' ? 1 : 0;
+  return s.size() > start && s.find_first_not_of("0123456789", start) == std::string::npos;
+}
+
 long long parse_int(const std::string& flag, const std::string& s, long long lo, long long hi) {
+  CRUMB_CHECK(plain_integer(s), "--", flag, ": '", s, "' is not an integer");
   errno = 0;
   char* end = nullptr;
   const long long v = std::strtoll(s.c_str(), &end, 10);
@@ -23,6 +30,10 @@ long long parse_int(const std::string& flag, const std::string& s, long long lo,
 }
 
 double parse_float(const std::string& flag, const std::string& s, double lo, double hi) {
+  // Decimal notation only ("0.05", "-1", "1e-4"): no sign '+', spaces, hex floats, inf or nan.
+  CRUMB_CHECK(!s.empty() && s.find_first_not_of("0123456789.eE-+") == std::string::npos && s[0] != '+' &&
+                  s[0] != 'e' && s[0] != 'E',
+              "--", flag, ": '", s, "' is not a number");
   errno = 0;
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
@@ -116,8 +127,9 @@ Trains a model on Fashion-MNIST with Crumb's graph executor and reports test acc
   --explain-csv FILE   with --explain: also write the per-step timeline as CSV
   --help               this text
 
-Progress goes to stderr (a bar on a terminal, plain lines otherwise); the last stdout line is a JSON
-summary.
+Flags are "--name value" or "--name=value", each at most once, never with an empty value; integers are
+plain decimal digits. Progress goes to stderr (a bar on a terminal, plain lines otherwise); the last
+stdout line is a JSON summary (a failed write to stdout is an error).
 )";
 }
 
@@ -134,7 +146,7 @@ Options parse_flags(int argc, char** argv) {
       value = name.substr(eq + 1);
       name = name.substr(0, eq);
     }
-    given.insert(name);
+    CRUMB_CHECK(given.insert(name).second, "--", name, " is given twice");
     if (name == "help" || name == "explain" || name == "tf32" || name == "nesterov") {
       CRUMB_CHECK(eq == std::string::npos, "--", name, " takes no value");
       (name == "help" ? o.help : name == "explain" ? o.explain : name == "tf32" ? o.tf32 : opt.nesterov) = true;
@@ -144,6 +156,8 @@ Options parse_flags(int argc, char** argv) {
       CRUMB_CHECK(i + 1 < argc, "--", name, " needs a value (see --help)");
       value = argv[++i];
     }
+    // An empty value never means "the default": "--save=" would otherwise silently save nothing.
+    CRUMB_CHECK(!value.empty(), "--", name, " needs a value, got an empty one (see --help)");
     if (name == "model") o.model = value;
     else if (name == "epochs") o.epochs = (int)parse_int(name, value, 0, 100000);
     else if (name == "batch") o.batch = (int)parse_int(name, value, 1, 1 << 24);
@@ -184,7 +198,6 @@ Options parse_flags(int argc, char** argv) {
     } else if (name == "threads") o.threads = (int)parse_int(name, value, 1, 1024);
     else if (name == "seed") o.seed = (uint64_t)parse_int(name, value, 0, (1LL << 62));
     else if (name == "data") {
-      CRUMB_CHECK(!value.empty(), "--data needs a folder");
       o.data = value;
     } else if (name == "dataset") {
       CRUMB_CHECK(value == "fashion-mnist" || value == "cifar10" || value == "synthetic",
@@ -213,10 +226,7 @@ Options parse_flags(int argc, char** argv) {
     else if (name == "memory-budget") o.memory_budget = parse_size(name, value);
     else if (name == "save") o.save = value;
     else if (name == "load") o.load = value;
-    else if (name == "log") {
-      CRUMB_CHECK(!value.empty(), "--log needs a file name");
-      o.log = value;
-    }
+    else if (name == "log") o.log = value;
     else if (name == "explain-csv") o.explain_csv = value, o.explain = true;
     else CRUMB_FAIL("unknown flag --", name, " (see --help)");
   }

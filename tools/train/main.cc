@@ -1,8 +1,10 @@
 // train: the CLI that trains a reference model on Fashion-MNIST through Crumb's graph executor.
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <iostream>
@@ -277,12 +279,21 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "train: error: %s\n", e.what());
     return 2;
   }
+  // What went to stdout (the summary, the plan, the help) must have arrived: a full disk or a closed pipe
+  // is an error, not a silent success.
+  auto flushed = [](int code) {
+    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+      std::fprintf(stderr, "train: error: cannot write to stdout: %s\n", std::strerror(errno));
+      return code == 0 ? 1 : code;
+    }
+    return code;
+  };
   if (o.help) {
     std::fputs(crumb::train::usage(), stdout);
-    return 0;
+    return flushed(0);
   }
   try {
-    return crumb::train::run(o);
+    return flushed(crumb::train::run(o));
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "train: error: out of host memory (lower --batch, --micro-batch or --memory-budget)\n");
     return 1;
