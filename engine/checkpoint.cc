@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <atomic>
+#include <climits>
 #include <cmath>
 #include <cerrno>
 #include <cstdint>
@@ -269,8 +272,12 @@ void write_tensor_file(const std::string& path, const std::vector<Chunk>& chunks
   const std::string header = header_json(chunks, metadata);
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(static_cast<uint64_t>(header.size()) >> (8 * i));
-  const std::string tmp = path + ".tmp";
-  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  check_checkpoint_path(path);
+  // A name of its own (two writers never share one), created exclusively and never through a link: a
+  // file or link planted at the temporary name is refused instead of being written through.
+  static std::atomic<unsigned> counter{0};
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
   CRUMB_CHECK(fd.get() >= 0, "cannot write checkpoint ", path, ": creating ", tmp, ": ", std::strerror(errno));
   try {
     write_all(fd.get(), reinterpret_cast<const char*>(len), sizeof len, path);
@@ -280,6 +287,11 @@ void write_tensor_file(const std::string& path, const std::vector<Chunk>& chunks
     CRUMB_CHECK(::fsync(fd.get()) == 0, "cannot write checkpoint ", path, ": fsync: ", std::strerror(errno));
     CRUMB_CHECK(fd.close() == 0, "cannot write checkpoint ", path, ": close: ", std::strerror(errno));
     CRUMB_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "cannot write checkpoint ", path, ": renaming ", tmp, ": ",
+                std::strerror(errno));
+    // The rename itself on disk: without it a crash can bring the old file back (or none).
+    const std::string dir = std::filesystem::path(path).parent_path().string();
+    Fd d(::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    CRUMB_CHECK(d.get() >= 0 && ::fsync(d.get()) == 0, "cannot write checkpoint ", path, ": fsync of its folder: ",
                 std::strerror(errno));
   } catch (...) {
     ::unlink(tmp.c_str());
@@ -295,6 +307,29 @@ bool exists(const std::string& path) {
 }  // namespace
 
 std::string optimizer_path(const std::string& path) { return path + ".optimizer"; }
+
+void check_checkpoint_path(const std::string& path) {
+  CRUMB_CHECK(!path.empty(), "checkpoint path is empty");
+  const std::filesystem::path p(path);
+  const std::string name = p.filename().string();
+  CRUMB_CHECK(!name.empty() && name != "." && name != "..", "cannot write checkpoint ", path,
+              ": it names a folder, not a file");
+  // The longest name written beside it: "<name>.optimizer.tmp.<pid>.<n>".
+  CRUMB_CHECK(name.size() + 40 <= NAME_MAX, "cannot write checkpoint ", path, ": the file name is too long (",
+              name.size(), " characters; at most ", NAME_MAX - 40, ")");
+  const std::string dir = p.parent_path().empty() ? "." : p.parent_path().string();
+  struct stat st;
+  CRUMB_CHECK(::stat(dir.c_str(), &st) == 0, "cannot write checkpoint ", path, ": folder ", dir, ": ",
+              std::strerror(errno));
+  CRUMB_CHECK(S_ISDIR(st.st_mode), "cannot write checkpoint ", path, ": ", dir, " is not a folder");
+  CRUMB_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, "cannot write checkpoint ", path, ": folder ", dir,
+              " is not writable");
+  for (const std::string& f : {path, optimizer_path(path)}) {
+    if (::lstat(f.c_str(), &st) != 0) continue;
+    CRUMB_CHECK(S_ISREG(st.st_mode) || S_ISLNK(st.st_mode), "cannot write checkpoint ", path, ": ", f,
+                S_ISDIR(st.st_mode) ? " is a folder" : " is not a regular file", "; it is never replaced");
+  }
+}
 
 void save_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt, const std::string& model_name) {
   check_float32(path, params);

@@ -17,7 +17,10 @@ namespace crumb {
 
 // Writes the parameters and state to path and, when opt != nullptr, the optimizer's kind, state blocks and
 // step count to optimizer_path(path) (without an optimizer, a stale one there is removed). Each file is
-// written via "<file>.tmp" + fsync + rename, so a crash or a full disk never leaves a half-written file.
+// written to a temporary file of its own ("<file>.tmp.<pid>.<n>", created exclusively, never through a
+// link), fsynced, renamed over the file and the rename fsynced: a crash, a kill or a full disk leaves the
+// previous checkpoint intact, never a half-written one. Non-finite values are refused before any file
+// is touched.
 // Brings the host copies of the parameters and state up to date first (they live on the training device).
 void save_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt, const std::string& model_name);
 
@@ -32,5 +35,11 @@ void load_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt
 
 // Where the optimizer state of the checkpoint at path is saved.
 std::string optimizer_path(const std::string& path);
+
+// Throws crumb::Error unless a checkpoint can be written at path: its folder exists and is writable,
+// the name is a file name short enough for the temporary names beside it, and neither path nor its
+// optimizer file is a folder or special file (a symbolic link there is replaced, never followed).
+// train checks --save with it before training; save_checkpoint checks again.
+void check_checkpoint_path(const std::string& path);
 
 }  // namespace crumb

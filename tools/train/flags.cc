@@ -112,8 +112,11 @@ Trains a model on Fashion-MNIST with Crumb's graph executor and reports test acc
   --memory-budget SIZE memory for persistent state + arena + workspace + input staging, e.g. 64MiB,
                        1.5GiB; the largest micro-batch that fits is used
                        (default: 4GiB on the CPU, 95% of the free GPU memory on CUDA)
-  --save FILE          after training, write weights + optimizer state (safetensors; names are
-                       PyTorch state_dict keys); written to FILE.tmp, then renamed
+  --save FILE          write the model's state_dict to FILE (safetensors, PyTorch's names: torchvision
+                       loads it strictly) and the optimizer state to FILE.optimizer, at every epoch
+                       end, on SIGINT/SIGTERM (after the step in progress) and after training; each
+                       write replaces the previous one atomically. The folder is checked first.
+  --save-every N       also write --save every N optimizer steps
   --load FILE          start from the weights + optimizer state in FILE (shapes must match the model)
   --log FILE           write a JSON line per optimizer step (loss, lr, samples/s, micro-batch, arena,
                        max RSS) and per epoch (train/test loss, test accuracy) to FILE, flushed as
@@ -225,6 +228,7 @@ Options parse_flags(int argc, char** argv) {
     else if (name == "limit-test") o.limit_test = (int)parse_int(name, value, 1, 1 << 30);
     else if (name == "memory-budget") o.memory_budget = parse_size(name, value);
     else if (name == "save") o.save = value;
+    else if (name == "save-every") o.save_every = parse_int(name, value, 1, 1LL << 40);
     else if (name == "load") o.load = value;
     else if (name == "log") o.log = value;
     else if (name == "explain-csv") o.explain_csv = value, o.explain = true;
@@ -239,6 +243,7 @@ Options parse_flags(int argc, char** argv) {
                 "a model with normalisation layers (resnet20, resnet18, resnet50)");
   check_applies(given, {"bn-group", "bn-stats"}, o.norm.kind == models::NormSpec::Kind::Batch, "--norm bn");
   CRUMB_CHECK(o.epochs > 0 || !o.load.empty() || o.explain || o.help, "--epochs 0 evaluates a checkpoint: it needs --load");
+  check_applies(given, {"save-every"}, !o.save.empty(), "--save");
   const bool sgd = opt.kind == OptimizerKind::Sgd;
   check_applies(given, {"momentum", "nesterov"}, sgd, "--optimizer sgd");
   check_applies(given, {"beta1", "beta2", "eps"}, !sgd, "--optimizer adamw");

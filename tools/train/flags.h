@@ -38,6 +38,7 @@ struct Options {
   int limit_test = 0;   // 0: all test samples
   std::size_t memory_budget = 0;  // bytes; 0: kDefaultCpuBudget
   std::string save, load;  // checkpoint paths (safetensors)
+  long long save_every = 0;  // --save-every N optimizer steps (0: at epoch ends only)
   std::string log;         // --log FILE.jsonl: a line per step and per epoch
   bool tf32 = false;         // float32 products and convolutions may use TF32 tensor cores (CUDA)
   bool cuda_graphs = true;   // replay each micro-batch's work as a recorded CUDA graph

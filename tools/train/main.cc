@@ -1,8 +1,12 @@
 // train: the CLI that trains a reference model on Fashion-MNIST through Crumb's graph executor.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <csignal>
+#include <filesystem>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -23,6 +27,7 @@
 #include "engine/threads.h"
 #include "models/registry.h"
 #include "tools/train/flags.h"
+#include "tools/train/interrupt.h"
 #include "tools/train/progress.h"
 #include "tools/train/run_log.h"
 
@@ -137,6 +142,23 @@ void check_parameters_finite(Optimizer& opt, int epoch, int batch) {
               "); nothing was saved (lower --lr, or add --warmup-steps)");
 }
 
+// Writes --save, or, when that fails (disk full, folder gone), the same checkpoint under the system's
+// temporary folder, saying where: a failed save never loses the run's weights.
+void save_or_rescue(const Options& o, ParamStore& params, Optimizer& opt) {
+  try {
+    save_checkpoint(o.save, params, &opt, o.model);
+  } catch (const Error& e) {
+    const std::string rescue = (std::filesystem::temp_directory_path() /
+                                ("crumb-rescue-" + std::to_string(::getpid()) + ".safetensors")).string();
+    try {
+      save_checkpoint(rescue, params, &opt, o.model);
+    } catch (const Error&) {
+      CRUMB_FAIL(e.what(), "; saving to ", rescue, " failed too: the weights are lost");
+    }
+    CRUMB_FAIL(e.what(), "; the weights were saved to ", rescue, " instead (--load it to continue)");
+  }
+}
+
 int explain(const Options& o) {
   const Device device = pick_device(o);
   // The input shape of the dataset the run would read (its files are not opened to plan).
@@ -206,6 +228,7 @@ int run(const Options& o) {
   // Opened before training, so a bad path fails at once rather than after the first epoch.
   std::unique_ptr<RunLog> log;
   if (!o.log.empty()) log = std::make_unique<RunLog>(o.log);
+  if (!o.save.empty()) check_checkpoint_path(o.save);
   Arena arena(device);
   Scheduler sched(g, params, arena, std::move(compiled.train), std::move(compiled.eval));
   sched.set_recording(o.cuda_graphs);
@@ -221,6 +244,7 @@ int run(const Options& o) {
   double train_seconds = 0, last_loss = 0;
   Evaluation test_result;
   long long samples = 0;
+  catch_interrupts();
   for (int epoch = 0; epoch < o.epochs; ++epoch) {
     Progress progress(epoch + 1, o.epochs, train_loader.batches_per_epoch());
     train_loader.start_epoch(epoch);
@@ -241,8 +265,22 @@ int run(const Options& o) {
       if (log)
         log->step(opt->steps(), epoch + 1, b.index + 1, r.loss_sum / b.size, opt->lr(opt->steps() - 1), samples_per_s, m,
                   arena.size());
+      const bool stop = interrupted() != 0;
+      if (!o.save.empty() && (stop || (o.save_every && opt->steps() % o.save_every == 0))) {
+        check_parameters_finite(*opt, epoch, b.index + 1);
+        save_or_rescue(o, params, *opt);
+      }
+      if (stop) {
+        progress.finish();
+        std::fprintf(stderr, "train: interrupted by %s after optimizer step %lld (epoch %d, batch %d of %d); %s\n",
+                     interrupted() == SIGINT ? "SIGINT" : "SIGTERM", opt->steps(), epoch + 1, b.index + 1,
+                     train_loader.batches_per_epoch(),
+                     o.save.empty() ? "nothing was saved (no --save)" : ("saved " + o.save).c_str());
+        return 128 + interrupted();
+      }
     }
     check_parameters_finite(*opt, epoch, train_loader.batches_per_epoch());
+    if (!o.save.empty() && epoch + 1 < o.epochs) save_or_rescue(o, params, *opt);  // the last one is below
     train_seconds += seconds_since(t0);
     samples += epoch_samples;
     progress.finish();
@@ -253,7 +291,7 @@ int run(const Options& o) {
                  epoch + 1, o.epochs, last_loss, test_result.loss, test_result.accuracy, samples / train_seconds);
   }
   if (o.epochs == 0) test_result = evaluate(sched, test_loader, test.count);
-  if (!o.save.empty()) save_checkpoint(o.save, params, opt.get(), o.model);
+  if (!o.save.empty()) save_or_rescue(o, params, *opt);
   const double samples_per_s = train_seconds > 0 ? samples / train_seconds : 0.0;
   std::printf(
       "{\"model\":\"%s\",\"dataset\":\"%s\",\"epochs\":%d,\"batch\":%d,\"micro_batch\":%d,\"threads\":%d,\"seed\":%llu,"
