@@ -169,6 +169,7 @@ void check_coverage(std::vector<const FileTensor*> ts, uint64_t data_size, const
 }
 
 struct Metadata {
+  std::vector<std::pair<std::string, std::string>> all;  // every entry, in file order
   std::string model;
   long long steps = 0;
   // Files without an "optimizer" entry (written before AdamW, or by other writers) hold SGD state.
@@ -182,6 +183,7 @@ Metadata parse_metadata(const json::Value& meta, const std::string& path) {
     CRUMB_CHECK(v.kind == json::Value::Kind::String, path, ": ", kMetadata, " value '", k, "' must be a string, found ",
                 json::kind_name(v.kind));
   Metadata m;
+  for (const auto& [k, v] : meta.members) m.all.push_back({k, v.string});
   if (const json::Value* model = meta.find("model")) m.model = model->string;
   if (const json::Value* kind = meta.find("optimizer")) {
     const std::string& k = kind->string;
@@ -331,7 +333,8 @@ void check_checkpoint_path(const std::string& path) {
   }
 }
 
-void save_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt, const std::string& model_name) {
+void save_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt, const std::string& model_name,
+                     const CheckpointMetadata& run) {
   check_float32(path, params);
   params.to_host();
   if (opt) opt->to_host();
@@ -349,6 +352,9 @@ void save_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt
   if (opt) {
     meta.push_back({"optimizer", optimizer_name(opt->kind())});
     meta.push_back({"optimizer_steps", std::to_string(opt->steps())});
+  }
+  meta.insert(meta.end(), run.begin(), run.end());
+  if (opt) {
     std::vector<Chunk> state;
     for (const StateBlock& s : opt->state())
       for (ValueId p : params.params())
@@ -364,6 +370,8 @@ void save_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt
   }
   write_tensor_file(path, chunks, meta);
 }
+
+CheckpointMetadata checkpoint_metadata(const std::string& path) { return read_tensor_file(path).meta.all; }
 
 void load_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt) {
   check_float32(path, params);

@@ -9,6 +9,8 @@
 // tensors in <path>, still load. Float32 models only.
 #pragma once
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/optimizer.h"
 #include "engine/params.h"
@@ -22,7 +24,12 @@ namespace crumb {
 // previous checkpoint intact, never a half-written one. Non-finite values are refused before any file
 // is touched.
 // Brings the host copies of the parameters and state up to date first (they live on the training device).
-void save_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt, const std::string& model_name);
+// `run`: more "__metadata__" entries for both files (train records where the run stands and its flags).
+using CheckpointMetadata = std::vector<std::pair<std::string, std::string>>;
+void save_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt, const std::string& model_name,
+                     const CheckpointMetadata& run = {});
+// The "__metadata__" entries of the checkpoint's model file, in file order (the whole file is validated).
+CheckpointMetadata checkpoint_metadata(const std::string& path);
 
 // Loads into params and, when opt != nullptr, restores the optimizer to the state saved beside it: its step
 // count and state blocks, or a fresh optimizer (0 steps, zero state) if none was saved. opt must be

@@ -60,7 +60,9 @@ void Loader::set_augment(Augment a) {
   augment_ = a;
 }
 
-void Loader::start_epoch(int epoch) {
+void Loader::start_epoch(int epoch, int first_batch) {
+  CRUMB_CHECK(first_batch >= 0 && first_batch <= batches_per_epoch(), "Loader: epoch ", epoch, " has ",
+              batches_per_epoch(), " batches, cannot start at batch ", first_batch);
   std::unique_lock<std::mutex> lock(mu_);
   // order_ and both slots are about to change; the worker must not be reading them.
   wait_idle(lock);
@@ -73,9 +75,9 @@ void Loader::start_epoch(int epoch) {
   }
   started_ = true;
   ready_slot_ = consumer_slot_ = -1;
-  next_batch_ = 0;
-  if (batches_per_epoch() > 0) {
-    requested_ = 0;
+  next_batch_ = first_batch;
+  if (first_batch < batches_per_epoch()) {
+    requested_ = first_batch;
     fill_slot_ = 0;
     lock.unlock();
     cv_.notify_all();

@@ -42,8 +42,9 @@ class Loader {
 
   // Augments the batches of epochs started from now on (none by default).
   void set_augment(Augment a);
-  // Starts epoch `epoch` (0-based); prefetching of its first batch begins immediately.
-  void start_epoch(int epoch);
+  // Starts epoch `epoch` (0-based) at batch first_batch (a resumed run skips the batches it trained:
+  // orders and augmentation depend only on (seed, epoch, batch)); prefetching begins immediately.
+  void start_epoch(int epoch, int first_batch = 0);
   // Returns the next batch of the current epoch, or false at the end of the epoch. The returned
   // pointers stay valid until the next call to next() or start_epoch().
   bool next(Batch& out);

@@ -117,6 +117,10 @@ Trains a model on Fashion-MNIST with Crumb's graph executor and reports test acc
                        end, on SIGINT/SIGTERM (after the step in progress) and after training; each
                        write replaces the previous one atomically. The folder is checked first.
   --save-every N       also write --save every N optimizer steps
+  --resume FILE        continue the run saved in FILE (and FILE.optimizer) exactly where it stopped:
+                       epoch and batch, data order, optimizer state, schedule, BatchNorm state and
+                       every setting it recorded; --epochs N means N epochs in total. Bit-identical to
+                       an uninterrupted run on the CPU with the same --threads and micro-batch size
   --load FILE          start from the weights + optimizer state in FILE (shapes must match the model)
   --log FILE           write a JSON line per optimizer step (loss, lr, samples/s, micro-batch, arena,
                        max RSS) and per epoch (train/test loss, test accuracy) to FILE, flushed as
@@ -136,11 +140,14 @@ stdout line is a JSON summary (a failed write to stdout is an error).
 )";
 }
 
-Options parse_flags(int argc, char** argv) {
+Options parse_flags(int argc, char** argv) { return parse_flags(std::vector<std::string>(argv + 1, argv + argc)); }
+
+Options parse_flags(const std::vector<std::string>& argv) {
   Options o;
   OptimizerConfig& opt = o.optimizer;
   std::set<std::string> given;
-  for (int i = 1; i < argc; ++i) {
+  const int argc = static_cast<int>(argv.size());
+  for (int i = 0; i < argc; ++i) {
     std::string arg = argv[i];
     CRUMB_CHECK(arg.rfind("--", 0) == 0, "unexpected argument '", arg, "' (flags start with --; see --help)");
     std::string name = arg.substr(2), value;
@@ -152,6 +159,7 @@ Options parse_flags(int argc, char** argv) {
     CRUMB_CHECK(given.insert(name).second, "--", name, " is given twice");
     if (name == "help" || name == "explain" || name == "tf32" || name == "nesterov") {
       CRUMB_CHECK(eq == std::string::npos, "--", name, " takes no value");
+      o.args.push_back("--" + name);
       (name == "help" ? o.help : name == "explain" ? o.explain : name == "tf32" ? o.tf32 : opt.nesterov) = true;
       continue;
     }
@@ -161,6 +169,7 @@ Options parse_flags(int argc, char** argv) {
     }
     // An empty value never means "the default": "--save=" would otherwise silently save nothing.
     CRUMB_CHECK(!value.empty(), "--", name, " needs a value, got an empty one (see --help)");
+    o.args.push_back("--" + name + "=" + value);
     if (name == "model") o.model = value;
     else if (name == "epochs") o.epochs = (int)parse_int(name, value, 0, 100000);
     else if (name == "batch") o.batch = (int)parse_int(name, value, 1, 1 << 24);
@@ -231,6 +240,7 @@ Options parse_flags(int argc, char** argv) {
     else if (name == "save-every") o.save_every = parse_int(name, value, 1, 1LL << 40);
     else if (name == "load") o.load = value;
     else if (name == "log") o.log = value;
+    else if (name == "resume") o.resume = value;
     else if (name == "explain-csv") o.explain_csv = value, o.explain = true;
     else CRUMB_FAIL("unknown flag --", name, " (see --help)");
   }
@@ -244,6 +254,7 @@ Options parse_flags(int argc, char** argv) {
   check_applies(given, {"bn-group", "bn-stats"}, o.norm.kind == models::NormSpec::Kind::Batch, "--norm bn");
   CRUMB_CHECK(o.epochs > 0 || !o.load.empty() || o.explain || o.help, "--epochs 0 evaluates a checkpoint: it needs --load");
   check_applies(given, {"save-every"}, !o.save.empty(), "--save");
+  CRUMB_CHECK(o.resume.empty() || o.load.empty(), "--resume continues a run from its checkpoint: drop --load");
   const bool sgd = opt.kind == OptimizerKind::Sgd;
   check_applies(given, {"momentum", "nesterov"}, sgd, "--optimizer sgd");
   check_applies(given, {"beta1", "beta2", "eps"}, !sgd, "--optimizer adamw");
@@ -253,6 +264,29 @@ Options parse_flags(int argc, char** argv) {
   const OptimizerConfig defaults = default_optimizer(opt.kind);
   if (!given.count("lr")) opt.lr = defaults.lr;
   if (!given.count("weight-decay")) opt.weight_decay = defaults.weight_decay;
+  return o;
+}
+
+Options resume_flags(const std::vector<std::string>& recorded, const Options& given) {
+  static const std::set<std::string> changeable = {"epochs", "save", "save-every", "log", "data", "threads",
+                                                   "device", "memory-budget", "micro-batch", "cuda-graphs",
+                                                   "limit-test", "resume"};
+  auto name_of = [](const std::string& arg) { return arg.substr(2, arg.find('=') - 2); };
+  std::set<std::string> overridden;
+  for (const std::string& arg : given.args) {
+    const std::string name = name_of(arg);
+    CRUMB_CHECK(changeable.count(name), "--", name, " cannot change when resuming: the run continues with the settings "
+                "its checkpoint recorded (a resumed run may set --epochs, --save, --save-every, --log, --data, "
+                "--threads, --device, --memory-budget, --micro-batch, --cuda-graphs, --limit-test)");
+    overridden.insert(name);
+  }
+  std::vector<std::string> args;
+  for (const std::string& arg : recorded)  // the starting weights came from --load; they now come from --resume
+    if (!overridden.count(name_of(arg)) && name_of(arg) != "load" && name_of(arg) != "resume") args.push_back(arg);
+  for (const std::string& arg : given.args)
+    if (name_of(arg) != "resume") args.push_back(arg);
+  Options o = parse_flags(args);
+  o.resume = given.resume;
   return o;
 }
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "engine/optimizer.h"
 #include "models/registry.h"
@@ -40,6 +41,9 @@ struct Options {
   std::string save, load;  // checkpoint paths (safetensors)
   long long save_every = 0;  // --save-every N optimizer steps (0: at epoch ends only)
   std::string log;         // --log FILE.jsonl: a line per step and per epoch
+  std::string resume;      // --resume FILE: continue the run saved there
+  // Every flag as given, normalised to "--name" or "--name=value", in order (what a checkpoint records).
+  std::vector<std::string> args;
   bool tf32 = false;         // float32 products and convolutions may use TF32 tensor cores (CUDA)
   bool cuda_graphs = true;   // replay each micro-batch's work as a recorded CUDA graph
   bool explain = false;
@@ -49,6 +53,13 @@ struct Options {
 
 // Throws crumb::Error on an unknown flag or a bad value.
 Options parse_flags(int argc, char** argv);
+Options parse_flags(const std::vector<std::string>& args);
+
+// The flags of the run that --resume continues: the ones recorded in its checkpoint (`recorded`, as
+// Options::args), with those a resumed run may change (--epochs, --save, --save-every, --log, --data,
+// --threads, --device, --memory-budget, --micro-batch, --cuda-graphs, --limit-test) taken from `given`.
+// Any other flag in `given` is an error: the run continues with its own settings.
+Options resume_flags(const std::vector<std::string>& recorded, const Options& given);
 const char* usage();
 
 }  // namespace crumb::train

@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -144,20 +145,91 @@ void check_parameters_finite(Optimizer& opt, int epoch, int batch) {
 
 // Writes --save, or, when that fails (disk full, folder gone), the same checkpoint under the system's
 // temporary folder, saying where: a failed save never loses the run's weights.
-void save_or_rescue(const Options& o, ParamStore& params, Optimizer& opt) {
+// Where a run stands, recorded in its checkpoints so --resume continues there: the next batch to train
+// (epoch and batch index), the flags, and what decides float rounding (threads, micro-batch size).
+// The flags as one printable string: space-separated, with '%', spaces and control characters inside a
+// flag percent-encoded.
+std::string encode_args(const std::vector<std::string>& args) {
+  std::string out;
+  for (const std::string& a : args) {
+    if (!out.empty()) out += ' ';
+    for (unsigned char c : a) {
+      if (c == '%' || c == ' ' || c < 0x20 || c == 0x7f) {
+        char hex[4];
+        std::snprintf(hex, sizeof hex, "%%%02X", c);
+        out += hex;
+      } else {
+        out += static_cast<char>(c);
+      }
+    }
+  }
+  return out;
+}
+
+CheckpointMetadata run_metadata(const Options& o, int epoch, int batch, int micro_batch) {
+  const std::string args = encode_args(o.args);
+  return {{"train.args", args},
+          {"train.epoch", std::to_string(epoch)},
+          {"train.batch", std::to_string(batch)},
+          {"train.threads", std::to_string(o.threads)},
+          {"train.micro_batch", std::to_string(micro_batch)}};
+}
+
+std::string metadata_value(const CheckpointMetadata& meta, const std::string& key, const std::string& path) {
+  for (const auto& [k, v] : meta)
+    if (k == key) return v;
+  CRUMB_FAIL(path, " records no run (no \"", key, "\" in its metadata): it was not saved by train --save; use --load ",
+             path, " to start a new run from its weights");
+}
+
+int metadata_int(const CheckpointMetadata& meta, const std::string& key, const std::string& path) {
+  const std::string v = metadata_value(meta, key, path);
+  CRUMB_CHECK(!v.empty() && v.size() <= 9 && v.find_first_not_of("0123456789") == std::string::npos, path, ": \"",
+              key, "\" is \"", v, "\", not a count");
+  return std::stoi(v);
+}
+
+void save_or_rescue(const Options& o, ParamStore& params, Optimizer& opt, const CheckpointMetadata& run) {
   try {
-    save_checkpoint(o.save, params, &opt, o.model);
+    save_checkpoint(o.save, params, &opt, o.model, run);
   } catch (const Error& e) {
     const std::string rescue = (std::filesystem::temp_directory_path() /
                                 ("crumb-rescue-" + std::to_string(::getpid()) + ".safetensors")).string();
     try {
-      save_checkpoint(rescue, params, &opt, o.model);
+      save_checkpoint(rescue, params, &opt, o.model, run);
     } catch (const Error&) {
       CRUMB_FAIL(e.what(), "; saving to ", rescue, " failed too: the weights are lost");
     }
     CRUMB_FAIL(e.what(), "; the weights were saved to ", rescue, " instead (--load it to continue)");
   }
 }
+
+}  // namespace
+
+std::vector<std::string> recorded_args(const std::string& path) {
+  const std::string text = metadata_value(checkpoint_metadata(path), "train.args", path);
+  std::vector<std::string> args;
+  std::string arg;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == ' ') {
+      args.push_back(arg);
+      arg.clear();
+    } else if (text[i] == '%') {
+      const std::string hex = text.substr(i + 1, 2);
+      CRUMB_CHECK(hex.size() == 2 && std::isxdigit(static_cast<unsigned char>(hex[0])) &&
+                      std::isxdigit(static_cast<unsigned char>(hex[1])),
+                  path, ": damaged \"train.args\" in its metadata");
+      arg += static_cast<char>(std::stoi(hex, nullptr, 16));
+      i += 2;
+    } else {
+      arg += text[i];
+    }
+  }
+  if (!arg.empty()) args.push_back(arg);
+  return args;
+}
+
+namespace {
 
 int explain(const Options& o) {
   const Device device = pick_device(o);
@@ -181,6 +253,8 @@ int explain(const Options& o) {
 }
 
 int run(const Options& o) {
+  // From the start: a signal while the data loads stops the run after its first step, with a checkpoint.
+  catch_interrupts();
   set_num_threads(o.threads);
   if (o.explain) return explain(o);
   const Device device = pick_device(o);
@@ -224,7 +298,27 @@ int run(const Options& o) {
   opt_cfg.schedule.total_steps = run_steps;
   const std::unique_ptr<Optimizer> opt = make_optimizer(params, opt_cfg);
   if (!o.load.empty()) load_checkpoint(o.load, params, opt.get());
-  opt->set_total_steps(opt->steps() + run_steps);
+  // A resumed run continues the same run: its schedule ends where the uninterrupted one would.
+  int start_epoch = 0, start_batch = 0;
+  if (!o.resume.empty()) {
+    load_checkpoint(o.resume, params, opt.get());
+    const CheckpointMetadata meta = checkpoint_metadata(o.resume);
+    start_epoch = metadata_int(meta, "train.epoch", o.resume);
+    start_batch = metadata_int(meta, "train.batch", o.resume);
+    CRUMB_CHECK(start_batch <= train_loader.batches_per_epoch(), o.resume, " stopped at batch ", start_batch,
+                " of an epoch, but this data has ", train_loader.batches_per_epoch(), " batches per epoch");
+    const int threads = metadata_int(meta, "train.threads", o.resume), saved_m = metadata_int(meta, "train.micro_batch", o.resume);
+    if (threads != o.threads || saved_m != m)
+      std::fprintf(stderr,
+                   "train: warning: the run used %d threads and micro-batches of %d, this one %d and %d: it continues "
+                   "exactly, but float rounding will differ from an uninterrupted run\n",
+                   threads, saved_m, o.threads, m);
+    std::fprintf(stderr, "resuming %s at epoch %d, batch %d (optimizer step %lld)\n", o.resume.c_str(), start_epoch + 1,
+                 start_batch + 1, opt->steps());
+    opt->set_total_steps(static_cast<long long>(o.epochs) * train_loader.batches_per_epoch());
+  } else {
+    opt->set_total_steps(opt->steps() + run_steps);
+  }
   // Opened before training, so a bad path fails at once rather than after the first epoch.
   std::unique_ptr<RunLog> log;
   if (!o.log.empty()) log = std::make_unique<RunLog>(o.log);
@@ -244,10 +338,9 @@ int run(const Options& o) {
   double train_seconds = 0, last_loss = 0;
   Evaluation test_result;
   long long samples = 0;
-  catch_interrupts();
-  for (int epoch = 0; epoch < o.epochs; ++epoch) {
+  for (int epoch = start_epoch; epoch < o.epochs; ++epoch) {
     Progress progress(epoch + 1, o.epochs, train_loader.batches_per_epoch());
-    train_loader.start_epoch(epoch);
+    train_loader.start_epoch(epoch, epoch == start_epoch ? start_batch : 0);
     const Clock::time_point t0 = Clock::now();
     double loss_sum = 0;
     long long epoch_samples = 0;
@@ -268,7 +361,8 @@ int run(const Options& o) {
       const bool stop = interrupted() != 0;
       if (!o.save.empty() && (stop || (o.save_every && opt->steps() % o.save_every == 0))) {
         check_parameters_finite(*opt, epoch, b.index + 1);
-        save_or_rescue(o, params, *opt);
+        const bool epoch_done = b.index + 1 == train_loader.batches_per_epoch();
+        save_or_rescue(o, params, *opt, run_metadata(o, epoch + epoch_done, epoch_done ? 0 : b.index + 1, m));
       }
       if (stop) {
         progress.finish();
@@ -280,7 +374,7 @@ int run(const Options& o) {
       }
     }
     check_parameters_finite(*opt, epoch, train_loader.batches_per_epoch());
-    if (!o.save.empty() && epoch + 1 < o.epochs) save_or_rescue(o, params, *opt);  // the last one is below
+    if (!o.save.empty() && epoch + 1 < o.epochs) save_or_rescue(o, params, *opt, run_metadata(o, epoch + 1, 0, m));
     train_seconds += seconds_since(t0);
     samples += epoch_samples;
     progress.finish();
@@ -291,7 +385,7 @@ int run(const Options& o) {
                  epoch + 1, o.epochs, last_loss, test_result.loss, test_result.accuracy, samples / train_seconds);
   }
   if (o.epochs == 0) test_result = evaluate(sched, test_loader, test.count);
-  if (!o.save.empty()) save_or_rescue(o, params, *opt);
+  if (!o.save.empty()) save_or_rescue(o, params, *opt, run_metadata(o, o.epochs, 0, m));
   const double samples_per_s = train_seconds > 0 ? samples / train_seconds : 0.0;
   std::printf(
       "{\"model\":\"%s\",\"dataset\":\"%s\",\"epochs\":%d,\"batch\":%d,\"micro_batch\":%d,\"threads\":%d,\"seed\":%llu,"
@@ -313,6 +407,7 @@ int main(int argc, char** argv) {
   crumb::train::Options o;
   try {
     o = crumb::train::parse_flags(argc, argv);
+    if (!o.resume.empty()) o = crumb::train::resume_flags(crumb::train::recorded_args(o.resume), o);
   } catch (const crumb::Error& e) {
     std::fprintf(stderr, "train: error: %s\n", e.what());
     return 2;
