@@ -297,7 +297,15 @@ int run(const Options& o) {
   OptimizerConfig opt_cfg = o.optimizer;
   opt_cfg.schedule.total_steps = run_steps;
   const std::unique_ptr<Optimizer> opt = make_optimizer(params, opt_cfg);
-  if (!o.load.empty()) load_checkpoint(o.load, params, opt.get());
+  if (!o.load.empty()) {
+    load_checkpoint(o.load, params, opt.get());
+    // The tensors fit this model exactly (or loading failed); a file recorded for another model name is
+    // worth a word, as the weights may mean something else here.
+    for (const auto& [key, value] : checkpoint_metadata(o.load))
+      if (key == "model" && !value.empty() && value != o.model)
+        std::fprintf(stderr, "train: warning: %s was saved from model '%s', loading it into '%s'\n", o.load.c_str(),
+                     value.c_str(), o.model.c_str());
+  }
   // A resumed run continues the same run: its schedule ends where the uninterrupted one would.
   int start_epoch = 0, start_batch = 0;
   if (!o.resume.empty()) {
@@ -391,12 +399,14 @@ int run(const Options& o) {
       "{\"model\":\"%s\",\"dataset\":\"%s\",\"epochs\":%d,\"batch\":%d,\"micro_batch\":%d,\"threads\":%d,\"seed\":%llu,"
       "\"samples_per_s\":%.1f,\"train_seconds\":%.3f,\"test_accuracy\":%.4f,\"test_loss\":%.6f,\"final_loss\":%.6f,"
       "\"parameters\":%lld,\"arena_bytes\":%zu,\"arena_lower_bound\":%zu,\"device\":\"%s\",\"tf32\":%s,"
-      "\"cuda_graphs\":%s,\"optimizer\":\"%s\",\"lr_schedule\":\"%s\",\"final_lr\":%.9g}\n",
+      "\"cuda_graphs\":%s,\"optimizer\":\"%s\",\"lr_schedule\":\"%s\",\"final_lr\":%.9g,\"memory_budget\":%zu,"
+      "\"max_rss_bytes\":%zu}\n",
       o.model.c_str(), o.dataset.c_str(), o.epochs, batch, m, o.threads, static_cast<unsigned long long>(o.seed), samples_per_s,
       train_seconds, test_result.accuracy, test_result.loss, last_loss, static_cast<long long>(params.num_parameters()), arena.size(),
       plan.lower_bound, device_name(device), o.tf32 && device == Device::CUDA ? "true" : "false",
       sched.train_executor().recording() ? "true" : "false", optimizer_name(opt->kind()),
-      lr_schedule_name(o.optimizer.schedule.kind), opt->lr(std::max(opt->steps() - 1, 0LL)));
+      lr_schedule_name(o.optimizer.schedule.kind), opt->lr(std::max(opt->steps() - 1, 0LL)), budget_of(o, device),
+      max_rss_bytes());
   return 0;
 }
 
