@@ -1,0 +1,70 @@
+// libFuzzer target: the checkpoint loader (safetensors header, metadata, tensors, values), into a small
+// model with parameters, BatchNorm state (F32 and I64) and SGD momentum. Any input either loads or throws
+// crumb::Error, and a failed load leaves the model as it was.
+// With CRUMB_FUZZ_SEED=FILE set, writes a valid checkpoint of the model to FILE (and FILE.optimizer) and
+// exits: how corpus/checkpoint/checkpoint.bin and optimizer.bin were made.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "engine/autograd.h"
+#include "engine/checkpoint.h"
+#include "engine/error.h"
+#include "engine/layers.h"
+#include "engine/optimizer.h"
+#include "tests/fuzz/mem_file.h"
+
+namespace {
+
+struct Model {
+  crumb::Graph g;
+  std::unique_ptr<crumb::ParamStore> params;
+  std::unique_ptr<crumb::Optimizer> opt;
+  Model() {
+    using namespace crumb;
+    const ValueId x = g.input("x", {2, 4, 4});
+    const ValueId y = g.input("y", {}, DType::I32);
+    BatchNormAttrs bn;
+    bn.group = 2;
+    const ValueId h = nn::batch_norm2d(g, nn::conv2d(g, x, 3, 3, 1, 1, "conv"), "bn", bn);
+    nn::softmax_cross_entropy(g, nn::linear(g, nn::flatten(g, h, "flat"), 3, "fc"), y, "loss");
+    build_backward(g);
+    params = std::make_unique<ParamStore>(g);
+    params->init(1);
+    OptimizerConfig cfg;
+    cfg.lr = 0.1;
+    cfg.momentum = 0.9;
+    opt = make_optimizer(*params, cfg);
+  }
+};
+
+Model& model() {
+  static Model m;
+  return m;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  if (const char* seed = std::getenv("CRUMB_FUZZ_SEED")) {
+    crumb::save_checkpoint(seed, *model().params, model().opt.get(), "fuzz");
+    std::exit(0);
+  }
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
+  Model& m = model();
+  const crumb::fuzz::MemFile file(data, size);
+  const std::vector<char> before(static_cast<const char*>(m.params->data_block()),
+                                 static_cast<const char*>(m.params->data_block()) + m.params->bytes());
+  try {
+    crumb::load_checkpoint(file.path(), *m.params, m.opt.get());
+  } catch (const crumb::Error&) {
+    if (std::memcmp(before.data(), m.params->data_block(), before.size()) != 0) std::abort();  // a failed load wrote
+  }
+  return 0;
+}
