@@ -33,8 +33,9 @@ MemoryBreakdown measure_memory(const Graph& g, const CompiledPass& train, const 
   mb.activations = train.plan.peak_live;
   mb.workspace = train.plan.workspace_bytes;
   mb.arena = std::max(train.plan.arena_bytes, eval.plan.arena_bytes);
-  for (ValueId x : g.inputs()) mb.staging += align_up(g.value(x).count(m) * dtype_size(g.value(x).dtype));
-  if (train.device != Device::CPU) mb.staging *= 2;  // double-buffered device slots (engine/staging.h)
+  // Double-buffered device slots (engine/staging.h); the CPU reads the loader's buffers in place.
+  if (train.device != Device::CPU)
+    for (ValueId x : g.inputs()) mb.staging += 2 * align_up(g.value(x).count(m) * dtype_size(g.value(x).dtype));
   mb.runtime = backend(train.device, train.index).runtime_bytes();
   return mb;
 }
@@ -48,8 +49,19 @@ MicroBatchPlan plan_micro_batch(const Graph& g, int m, const OptimizerConfig& op
   return p;
 }
 
-MemoryBreakdown measure_memory(const Graph& g, int m, const OptimizerConfig& opt, Device device, int index) {
-  return plan_micro_batch(g, m, opt, device, index).memory;
+MemoryBreakdown measure_memory(const Graph& g, int m, const OptimizerConfig& opt, Device device, int index, int batch) {
+  MicroBatchPlan p = plan_micro_batch(g, m, opt, device, index);
+  if (batch > 0) count_loader(g, batch, p);
+  return p.memory;
+}
+
+void count_loader(const Graph& g, int batch, MicroBatchPlan& plan) {
+  plan.memory.loader = 0;
+  if (plan.train.device != Device::CPU) return;  // pinned host memory, outside a device budget
+  for (ValueId x : g.inputs()) {
+    const std::size_t sample = static_cast<std::size_t>(g.value(x).count(1)) * dtype_size(g.value(x).dtype);
+    plan.memory.loader += 2 * sample * (static_cast<std::size_t>(batch) + plan.micro_batch);
+  }
 }
 
 MicroBatchPlan choose_micro_batch(const Graph& g, int batch, std::size_t budget, const OptimizerConfig& opt,
@@ -60,6 +72,7 @@ MicroBatchPlan choose_micro_batch(const Graph& g, int batch, std::size_t budget,
   const int q = micro_batch_multiple(g) == 0 ? batch : micro_batch_multiple(g);
   auto m_of = [&](int k) { return static_cast<int>(std::min<int64_t>(int64_t{k} * q, batch)); };
   MicroBatchPlan best = plan_micro_batch(g, m_of(1), opt, device, index);
+  count_loader(g, batch, best);
   const MemoryBreakdown& one = best.memory;
   const std::string smallest = q == 1                      ? "micro-batch 1"
                                : micro_batch_multiple(g) == 0 ? "the whole batch of " + std::to_string(batch) +
@@ -71,12 +84,15 @@ MicroBatchPlan choose_micro_batch(const Graph& g, int batch, std::size_t budget,
   CRUMB_CHECK(one.total() <= budget, "memory budget ", format_bytes(budget), " cannot hold the model even at ",
               smallest, ": it needs at least ", format_bytes(one.total()), " (persistent ",
               format_bytes(one.persistent()), " + arena ", format_bytes(one.arena), " + staging ",
-              format_bytes(one.staging), " + runtime ", format_bytes(one.runtime), "); raise --memory-budget");
+              format_bytes(one.staging), " + runtime ", format_bytes(one.runtime), " + loader buffers ",
+              format_bytes(one.loader), " for batches of ", batch, "); raise --memory-budget",
+              one.loader > budget / 2 ? " or lower --batch" : "");
   // Memory is monotone in m: binary search for the largest k whose m(k) fits, keeping its compiled passes.
   int lo = 1, hi = (batch + q - 1) / q;
   while (lo < hi) {
     const int mid = lo + (hi - lo + 1) / 2;
     MicroBatchPlan candidate = plan_micro_batch(g, m_of(mid), opt, device, index);
+    count_loader(g, batch, candidate);
     if (candidate.memory.total() <= budget) {
       lo = mid;
       best = std::move(candidate);
@@ -144,7 +160,8 @@ void write_memory_report(std::ostream& os, const Graph& g, const MemoryBreakdown
   line("arena (block)", mb.arena);
   line("  peak live activations (train)", mb.activations);
   line("  largest step workspace (train)", mb.workspace);
-  line("input staging", mb.staging);
+  if (mb.staging) line("input staging (device slots)", mb.staging);
+  if (mb.loader) line("loader batch buffers (host)", mb.loader, "2 training batches + 2 evaluation chunks");
   if (mb.runtime) line("runtime (cuBLAS workspace)", mb.runtime);
   line("total", mb.total());
   if (budget) line("budget", budget);

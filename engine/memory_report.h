@@ -22,10 +22,14 @@ struct MemoryBreakdown {
   std::size_t activations = 0;  // peak bytes of live values in the training pass
   std::size_t workspace = 0;    // largest kernel scratch of one step of the training pass
   std::size_t arena = 0;        // the arena block (values + workspace): max over training and evaluation
-  std::size_t staging = 0;      // inputs (images + labels): one micro-batch on the CPU, two device slots on CUDA
+  std::size_t staging = 0;      // device input slots (two micro-batches) on CUDA; none on the CPU
+  // Host buffers the data loader holds (CPU runs only, where the budget is host memory): two batches of
+  // B samples for training (one filling while the other trains) and two of m for evaluation. Set by
+  // choose_micro_batch / with_loader, which know B.
+  std::size_t loader = 0;
   std::size_t runtime = 0;      // the device runtime's own persistent buffers (cuBLAS workspace on CUDA)
   std::size_t persistent() const { return params + grads + optimizer_state + state; }
-  std::size_t total() const { return persistent() + arena + staging + runtime; }
+  std::size_t total() const { return persistent() + arena + staging + runtime + loader; }
 };
 
 // The breakdown of a run whose passes were compiled as train and eval (same device and micro-batch).
@@ -43,8 +47,9 @@ struct MicroBatchPlan {
 // Compiles both passes of g (which must have its backward graph) for micro-batches of m on device.
 MicroBatchPlan plan_micro_batch(const Graph& g, int m, const OptimizerConfig& opt, Device device = Device::CPU,
                                 int index = 0);
+// batch > 0 also counts the loader's host buffers for batches of that size (count_loader).
 MemoryBreakdown measure_memory(const Graph& g, int m, const OptimizerConfig& opt, Device device = Device::CPU,
-                               int index = 0);
+                               int index = 0, int batch = 0);
 
 // The largest m <= batch whose memory total fits in budget bytes, with its compiled passes; each
 // candidate is compiled once. With BatchNorm, m is a multiple of its group (micro_batch_multiple) or the
@@ -52,6 +57,9 @@ MemoryBreakdown measure_memory(const Graph& g, int m, const OptimizerConfig& opt
 // candidate does not fit.
 MicroBatchPlan choose_micro_batch(const Graph& g, int batch, std::size_t budget, const OptimizerConfig& opt,
                                   Device device = Device::CPU, int index = 0);
+// The plan's breakdown with the loader's host buffers for batches of `batch` counted (CPU runs).
+void count_loader(const Graph& g, int batch, MicroBatchPlan& plan);
+
 // Throws crumb::Error unless batches of `batch` samples may run in micro-batches of m: every one but the
 // last holds whole BatchNorm groups (micro_batch_multiple).
 void check_micro_batch(const Graph& g, int m, int batch);

@@ -67,7 +67,7 @@ TEST(MemoryReport, BreakdownMatchesWhatTheEngineAllocates) {
 // chosen passes runs exactly the plans the search measured, and sizes the arena once for both.
 TEST(MemoryReport, SchedulerRunsThePlansTheSearchMeasured) {
   const Graph g = trained_graph("lenet5");
-  MicroBatchPlan chosen = choose_micro_batch(g, 512, measure_memory(g, 37, kSgd).total(), kSgd);
+  MicroBatchPlan chosen = choose_micro_batch(g, 512, measure_memory(g, 37, kSgd, Device::CPU, 0, 512).total(), kSgd);
   ASSERT_EQ(chosen.micro_batch, 37);
   const MemoryBreakdown mb = chosen.memory;
   const std::size_t train_arena = chosen.train.plan.arena_bytes, eval_arena = chosen.eval.plan.arena_bytes;
@@ -98,12 +98,25 @@ TEST(MemoryReport, ArenaDoesNotGrowUnderAnExecutor) {
 TEST(MemoryReport, ChoosesLargestMicroBatchThatFits) {
   const Graph g = trained_graph("lenet5");
   for (int want : {1, 3, 40, 256}) {
-    const size_t budget = measure_memory(g, want, kSgd).total();
+    const size_t budget = measure_memory(g, want, kSgd, Device::CPU, 0, 1024).total();
     EXPECT_EQ(choose_micro_batch(g, 1024, budget, kSgd).micro_batch, want) << "budget " << budget;
     if (want > 1) {
       EXPECT_EQ(choose_micro_batch(g, 1024, budget - 1, kSgd).micro_batch, want - 1) << budget;
     }
   }
+}
+
+// On the CPU the budget is host memory, and the loader's batch buffers (two batches of B for training,
+// two chunks of m for evaluation) are part of it: a larger batch leaves less room for m.
+TEST(MemoryReport, BudgetCountsTheLoadersBatchBuffers) {
+  const Graph g = trained_graph("lenet5");
+  const MemoryBreakdown mb = measure_memory(g, 32, kSgd, Device::CPU, 0, 1000);
+  const std::size_t sample = 28 * 28 * sizeof(float) + sizeof(int32_t);
+  EXPECT_EQ(mb.loader, 2 * sample * (1000 + 32));
+  EXPECT_EQ(mb.total(), measure_memory(g, 32, kSgd).total() + mb.loader);
+  const std::size_t budget = mb.total();
+  EXPECT_EQ(choose_micro_batch(g, 1000, budget, kSgd).micro_batch, 32);
+  EXPECT_LT(choose_micro_batch(g, 1100, budget, kSgd).micro_batch, 32);
 }
 
 TEST(MemoryReport, NeverChoosesMoreThanTheBatch) {
@@ -113,7 +126,7 @@ TEST(MemoryReport, NeverChoosesMoreThanTheBatch) {
 
 TEST(MemoryReport, TooSmallBudgetNamesTheMinimum) {
   const Graph g = trained_graph("lenet5");
-  const size_t need = measure_memory(g, 1, kSgd).total();
+  const size_t need = measure_memory(g, 1, kSgd, Device::CPU, 0, 64).total();
   try {
     choose_micro_batch(g, 64, need - 1, kSgd);
     FAIL() << "expected an error";

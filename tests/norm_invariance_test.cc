@@ -138,11 +138,12 @@ TEST(NormInvariance, BudgetSearchPicksWholeGroups) {
   norm.bn.group = 8;
   const Graph g = resnet20(norm);
   const OptimizerConfig sgd;
-  const std::size_t at_24 = plan_micro_batch(g, 24, sgd).memory.total();
+  const std::size_t at_24 = measure_memory(g, 24, sgd, Device::CPU, 0, 100).total();
   const MicroBatchPlan p = choose_micro_batch(g, 100, at_24 + 1000, sgd);
   EXPECT_EQ(p.micro_batch, 24);
   // Too small for one group: the error names the smallest unit that can run.
-  const std::string msg = test::error_of([&] { choose_micro_batch(g, 100, plan_micro_batch(g, 8, sgd).memory.total() - 1, sgd); });
+  const std::size_t at_8 = measure_memory(g, 8, sgd, Device::CPU, 0, 100).total();
+  const std::string msg = test::error_of([&] { choose_micro_batch(g, 100, at_8 - 1, sgd); });
   EXPECT_NE(msg.find("micro-batch 8 (one BatchNorm group"), std::string::npos) << msg;
 }
 

@@ -323,7 +323,7 @@ TEST(TrainCli, ExplainPicksMicroBatchForBudgetWithoutData) {
   // --data points nowhere: --explain must not need the dataset.
   // --device cpu: on a GPU machine the default device is cuda, whose runtime alone (cuBLAS workspace)
   // exceeds this budget.
-  const Result r = run_train("--model lenet5 --batch 8192 --memory-budget 20MiB --device cpu --data /nonexistent "
+  const Result r = run_train("--model lenet5 --batch 8192 --memory-budget 80MiB --device cpu --data /nonexistent "
                              "--explain-csv " + csv.string());
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("batch 8192 in"), std::string::npos) << r.out;

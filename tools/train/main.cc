@@ -127,6 +127,7 @@ MicroBatchPlan pick_micro_batch(const Options& o, const Graph& g, int batch, Dev
   if (!o.micro_batch) return choose_micro_batch(g, batch, budget, o.optimizer, device);
   check_micro_batch(g, o.micro_batch, batch);
   MicroBatchPlan p = plan_micro_batch(g, std::min(o.micro_batch, batch), o.optimizer, device);
+  count_loader(g, batch, p);
   CRUMB_CHECK(p.memory.total() <= budget, "--micro-batch ", p.micro_batch, " needs ", format_bytes(p.memory.total()),
               " which exceeds --memory-budget ", format_bytes(budget),
               " (raise --memory-budget, or drop --micro-batch to pick the largest that fits)");
@@ -289,7 +290,8 @@ int run(const Options& o) {
   const Memory batch_memory = device == Device::CPU ? Memory::Host : Memory::Pinned;
   data::Loader train_loader(train, batch, norm, /*shuffle=*/true, o.seed, false, batch_memory);
   if (o.augment) train_loader.set_augment({4, true});
-  data::Loader test_loader(test, std::min(batch, test.count), norm, /*shuffle=*/false, 0, false,
+  // Evaluation runs in chunks of the micro-batch size: a sum over samples needs no batch.
+  data::Loader test_loader(test, std::min(m, test.count), norm, /*shuffle=*/false, 0, false,
                            batch_memory);
   // The schedule counts optimizer steps (batches, never micro-batches); cosine anneals to 0 at the end
   // of this run, which continues the step count of a loaded checkpoint.
