@@ -416,6 +416,9 @@ int run(const Options& o) {
 }  // namespace crumb::train
 
 int main(int argc, char** argv) {
+  // A file-size limit (ulimit -f) then fails the write with EFBIG, reported as one error line, instead
+  // of killing the process mid-save.
+  std::signal(SIGXFSZ, SIG_IGN);
   crumb::train::Options o;
   try {
     o = crumb::train::parse_flags(argc, argv);
