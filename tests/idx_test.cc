@@ -147,6 +147,8 @@ TEST_F(IdxTest, BadDims) {
   expect_error(write_plain("huge.idx", idx_bytes({0xFFFFFFFF}, {})), "limit");
   expect_error(write_plain("wrap.idx", idx_bytes({0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 2}, {})),
                "limit");
+  // Within the byte limit but not a count an int holds.
+  expect_error(write_plain("int.idx", idx_bytes({0x80000000u}, {})), "dimension 0 = 2147483648 exceeds 2^31 - 1");
 }
 
 TEST_F(IdxTest, TruncatedHeaderAndPayload) {

@@ -117,11 +117,11 @@ IdxArray read_idx(const std::string& path) {
                 " of ", ndims);
     const uint32_t d = load_be32(raw);
     CRUMB_CHECK(d > 0, "IDX file '", path, "': dimension ", i, " is 0");
-    CRUMB_CHECK(d <= 0x7fffffffu, "IDX file '", path, "': dimension ", i, " = ", d, " exceeds 2^31 - 1");
     // Checked per factor so the running product never overflows 64 bits.
     CRUMB_CHECK(d <= kMaxPayloadBytes && total * d <= kMaxPayloadBytes, "IDX file '", path,
                 "': dimension ", i, " = ", d, " makes the payload larger than the ",
                 kMaxPayloadBytes, "-byte limit");
+    CRUMB_CHECK(d <= 0x7fffffffu, "IDX file '", path, "': dimension ", i, " = ", d, " exceeds 2^31 - 1");
     total *= d;
     out.dims[i] = static_cast<int>(d);
   }
