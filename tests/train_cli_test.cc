@@ -274,15 +274,7 @@ TEST(TrainCli, ResumeIsExact) {
 TEST(TrainCli, InterruptSavesAndExits) {
   if (!std::filesystem::exists(kData)) GTEST_SKIP() << "dataset-fashion-mnist not installed";
   const auto path = std::filesystem::temp_directory_path() / ("crumb_int_" + std::to_string(getpid()) + ".safetensors");
-  const std::string err_file = path.string() + ".err";
-  const int status = std::system(("sh -c '" + std::string(CRUMB_TRAIN_BIN) + " --model cnn --batch 32 --save " +
-                                  path.string() + " 2>" + err_file + " & pid=$!; sleep 2; kill -INT $pid; wait $pid'")
-                                     .c_str());
-  Result r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream f(err_file);
-  r.err.assign(std::istreambuf_iterator<char>(f), {});
-  std::filesystem::remove(err_file);
+  const Result r = run_interrupted("--model cnn --batch 32 --save " + path.string(), 2.0);
   EXPECT_EQ(r.code, 130) << r.err;
   EXPECT_NE(r.err.find("train: interrupted by SIGINT after optimizer step"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("saved " + path.string()), std::string::npos) << r.err;
