@@ -110,9 +110,10 @@ void check_micro_batch(const Graph& g, int m, int batch) {
   CRUMB_CHECK(q != 0, "BatchNorm over the whole batch (--bn-group batch) needs the batch of ", batch,
               " as one micro-batch, but micro-batches hold ", m,
               " samples (use --bn-group G for groups of G samples, --norm gn, or a larger --memory-budget)");
+  const std::string nearest =
+      m < q ? std::to_string(q) : std::to_string(q * (m / q)) + " or " + std::to_string(q * (m / q + 1));
   CRUMB_CHECK(m % q == 0, "micro-batch ", m, " is not a multiple of the BatchNorm group of ", q,
-              " samples (--bn-group): micro-batches must hold whole groups (use ", q * std::max(1, m / q), " or ",
-              q * (m / q + 1), ")");
+              " samples (--bn-group): micro-batches must hold whole groups (use ", nearest, ")");
 }
 
 std::string format_bytes(std::size_t bytes) {

@@ -123,6 +123,9 @@ TEST(NormInvariance, MicroBatchesMustHoldWholeGroups) {
   const std::string msg = test::error_of([&] { sched.train_batch({{"x", x.data()}, {"y", y.data()}}, 40); });
   EXPECT_NE(msg.find("micro-batch 12 is not a multiple of the BatchNorm group of 8"), std::string::npos) << msg;
   EXPECT_NE(msg.find("use 8 or 16"), std::string::npos) << msg;
+  const std::string small = test::error_of([&] { check_micro_batch(g, 4, 40); });
+  EXPECT_NE(small.find("micro-batch 4 is not a multiple of the BatchNorm group of 8 samples"), std::string::npos);
+  EXPECT_NE(small.find("(use 8)"), std::string::npos) << small;
   // A batch that fits in one micro-batch needs nothing of it.
   EXPECT_NO_THROW(sched.train_batch({{"x", x.data()}, {"y", y.data()}}, 12));
 
