@@ -398,6 +398,22 @@ void write_idx(const std::filesystem::path& path, const std::vector<uint32_t>& d
   for (size_t i = 0; i < count; ++i) f.put(static_cast<char>(i % 10));
 }
 
+// --explain plans for the images --data holds (read from the IDX header only), 28x28 without data.
+TEST(TrainCli, ExplainPlansTheShapeOfTheData) {
+  const auto dir = std::filesystem::temp_directory_path() / ("crumb_shape_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  write_idx(dir / "train-images-idx3-ubyte", {4, 32, 32});
+  write_idx(dir / "train-labels-idx1-ubyte", {4});
+  const Result big = run_train("--model mlp --batch 8 --explain --data " + dir.string());
+  const Result none = run_train("--model mlp --batch 8 --explain --data /nonexistent");
+  ASSERT_EQ(big.code, 0) << big.err;
+  ASSERT_EQ(none.code, 0) << none.err;
+  // mlp's first layer has 256 x (h * w) + 256 parameters: 1.13 MiB of them at 32x32, 918.56 KiB at 28x28.
+  EXPECT_NE(big.out.find("parameters                            1.13 MiB"), std::string::npos) << big.out;
+  EXPECT_NE(none.out.find("parameters                          918.56 KiB"), std::string::npos) << none.out;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(TrainCli, TestImagesOfAnotherSizeAreAnError) {
   const auto dir = std::filesystem::temp_directory_path() / ("crumb_mismatch_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);

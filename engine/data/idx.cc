@@ -93,9 +93,9 @@ std::string default_data_dir() {
   return env && *env ? env : "/usr/share/datasets/fashion-mnist";
 }
 
-IdxArray read_idx(const std::string& path) {
-  Reader in(path);
-
+namespace {
+// Reads and checks the header (magic, type, dimensions); returns the payload size in bytes.
+uint64_t read_header(Reader& in, const std::string& path, IdxArray& out) {
   uint8_t head[4];
   const size_t got_head = in.read(head, 4);
   CRUMB_CHECK(got_head == 4, "IDX file '", path, "': truncated header (expected 4 bytes, got ",
@@ -107,7 +107,6 @@ IdxArray read_idx(const std::string& path) {
   const int ndims = head[3];
   CRUMB_CHECK(ndims > 0, "IDX file '", path, "': header declares 0 dimensions");
 
-  IdxArray out;
   out.dims.resize(ndims);
   uint64_t total = 1;
   for (int i = 0; i < ndims; ++i) {
@@ -125,6 +124,21 @@ IdxArray read_idx(const std::string& path) {
     total *= d;
     out.dims[i] = static_cast<int>(d);
   }
+  return total;
+}
+}  // namespace
+
+std::vector<int> read_idx_dims(const std::string& path) {
+  Reader in(path);
+  IdxArray out;
+  read_header(in, path, out);
+  return out.dims;
+}
+
+IdxArray read_idx(const std::string& path) {
+  Reader in(path);
+  IdxArray out;
+  const uint64_t total = read_header(in, path, out);
 
   // Grown as data actually arrives, so a header that lies about its size costs no more memory than
   // the file really holds.
@@ -159,6 +173,19 @@ std::string resolve(const std::string& dir, const std::string& stem) {
 }
 
 }  // namespace
+
+std::vector<int> mnist_image_dims(const std::string& dir, const std::string& split) {
+  const std::string path = resolve(dir, split + "-images-idx3-ubyte");
+  const std::vector<int> dims = read_idx_dims(path);
+  CRUMB_CHECK(dims.size() == 3, "IDX file '", path, "': images must be 3-D, got ", dims.size(), " dimensions");
+  return dims;
+}
+
+bool mnist_split_exists(const std::string& dir, const std::string& split) {
+  std::error_code ec;
+  const std::filesystem::path stem = std::filesystem::path(dir) / (split + "-images-idx3-ubyte");
+  return std::filesystem::exists(stem.string() + ".gz", ec) || std::filesystem::exists(stem, ec);
+}
 
 Dataset load_mnist_split(const std::string& dir, const std::string& split) {
   const std::string image_path = resolve(dir, split + "-images-idx3-ubyte");

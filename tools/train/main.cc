@@ -44,11 +44,15 @@ models::ModelSpec model_spec(const Options& o, int channels, int height, int wid
   return {channels, height, width, classes, o.norm};
 }
 
-// The input shape and class count of the dataset a run reads, without reading it.
+// The input shape and class count of the dataset a run reads, without reading its data: IDX images from
+// their header where the folder has them (Fashion-MNIST's 28x28 where it has none, so plans need no data).
 models::ModelSpec planned_spec(const Options& o) {
   if (o.dataset == "cifar10") return model_spec(o, 3, 32, 32, 10);
   if (o.dataset == "synthetic") return model_spec(o, o.input[0], o.input[1], o.input[2], o.classes);
-  return model_spec(o, 1, 28, 28, 10);
+  const std::string dir = o.data.empty() ? data::default_data_dir() : o.data;
+  if (!data::mnist_split_exists(dir, "train")) return model_spec(o, 1, 28, 28, 10);
+  const std::vector<int> dims = data::mnist_image_dims(dir, "train");
+  return model_spec(o, 1, dims[1], dims[2], 10);
 }
 
 // A BatchNorm group must fit in the batch it normalises.
