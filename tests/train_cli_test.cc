@@ -289,6 +289,32 @@ TEST(TrainCli, InterruptSavesAndExits) {
   expect_one_error_line(run_train("--model mlp --save-every 10"), "--save-every needs --save");
 }
 
+// A save that fails mid-run (its folder removed) rescues the weights under $TMPDIR, says where, and the
+// rescued checkpoint loads.
+TEST(TrainCli, FailedSaveRescuesTheWeights) {
+  if (!std::filesystem::exists(kData)) GTEST_SKIP() << "dataset-fashion-mnist not installed";
+  const auto base = std::filesystem::temp_directory_path() / ("crumb_rescue_" + std::to_string(getpid()));
+  const auto gone = base / "gone", tmp = base / "tmp";
+  std::filesystem::create_directories(gone);
+  std::filesystem::create_directories(tmp);
+  const std::string err_file = (base / "err.txt").string();
+  const std::string cmd = "sh -c 'TMPDIR=" + tmp.string() + " " + std::string(CRUMB_TRAIN_BIN) +
+                          " --model cnn --batch 64 --limit-train 3200 --limit-test 64 --epochs 2 --save " +
+                          (gone / "m.safetensors").string() + " >/dev/null 2>" + err_file + " & pid=$!; sleep 1; rm -rf " +
+                          gone.string() + "; wait $pid'";
+  const int status = std::system(cmd.c_str());
+  std::ifstream f(err_file);
+  const std::string err{std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << err;
+  const std::size_t at = err.find("the weights were saved to ");
+  ASSERT_NE(at, std::string::npos) << err;
+  const std::string rescued = err.substr(at + 26, err.find(" instead", at) - at - 26);
+  EXPECT_EQ(rescued.rfind(tmp.string(), 0), 0u) << rescued;
+  const Result loaded = run_train("--model cnn --epochs 0 --limit-test 64 --load " + rescued);
+  EXPECT_EQ(loaded.code, 0) << loaded.err;
+  std::filesystem::remove_all(base);
+}
+
 TEST(TrainCli, SaveThenLoadCheckpoint) {
   if (!std::filesystem::exists(kData)) GTEST_SKIP() << "dataset-fashion-mnist not installed";
   const auto path = std::filesystem::temp_directory_path() / ("crumb_cli_" + std::to_string(getpid()) + ".safetensors");
