@@ -300,8 +300,10 @@ TEST(TrainCli, FailedSaveRescuesTheWeights) {
   const std::string err_file = (base / "err.txt").string();
   const std::string cmd = "sh -c 'TMPDIR=" + tmp.string() + " " + std::string(CRUMB_TRAIN_BIN) +
                           " --model cnn --batch 64 --limit-train 3200 --limit-test 64 --epochs 2 --save " +
-                          (gone / "m.safetensors").string() + " >/dev/null 2>" + err_file + " & pid=$!; sleep 1; rm -rf " +
-                          gone.string() + "; wait $pid'";
+                          (gone / "m.safetensors").string() + " >/dev/null 2>" + err_file +
+                          // Removed once training runs (after the --save check), before the first epoch ends.
+                          " & pid=$!; for i in $(seq 200); do grep -q \"epoch 1/2 batch\" " + err_file +
+                          " && break; sleep 0.05; done; rm -rf " + gone.string() + "; wait $pid'";
   const int status = std::system(cmd.c_str());
   std::ifstream f(err_file);
   const std::string err{std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
