@@ -213,7 +213,8 @@ struct TensorFile {
   const char* bytes(const FileTensor& t) const { return data.data() + t.begin; }
 };
 
-TensorFile read_tensor_file(const std::string& path) {
+// with_data = false validates the layout and reads the header only (metadata lookups).
+TensorFile read_tensor_file(const std::string& path, bool with_data = true) {
   TensorFile f;
   f.path = path;
   // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below as no regular file).
@@ -245,8 +246,10 @@ TensorFile read_tensor_file(const std::string& path) {
   std::vector<const FileTensor*> all;
   for (const FileTensor& t : f.tensors) all.push_back(&t);
   check_coverage(all, data_size, path);
-  f.data.resize(data_size);
-  read_at(fd.get(), f.data.data(), f.data.size(), data_start, path);
+  if (with_data) {
+    f.data.resize(data_size);
+    read_at(fd.get(), f.data.data(), f.data.size(), data_start, path);
+  }
   return f;
 }
 
@@ -274,7 +277,6 @@ void write_tensor_file(const std::string& path, const std::vector<Chunk>& chunks
   const std::string header = header_json(chunks, metadata);
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(static_cast<uint64_t>(header.size()) >> (8 * i));
-  check_checkpoint_path(path);
   // A name of its own (two writers never share one), created exclusively and never through a link: a
   // file or link planted at the temporary name is refused instead of being written through.
   static std::atomic<unsigned> counter{0};
@@ -336,6 +338,7 @@ void check_checkpoint_path(const std::string& path) {
 void save_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt, const std::string& model_name,
                      const CheckpointMetadata& run) {
   check_float32(path, params);
+  check_checkpoint_path(path);
   params.to_host();
   if (opt) opt->to_host();
   const Graph& g = params.graph();
@@ -371,7 +374,7 @@ void save_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt
   write_tensor_file(path, chunks, meta);
 }
 
-CheckpointMetadata checkpoint_metadata(const std::string& path) { return read_tensor_file(path).meta.all; }
+CheckpointMetadata checkpoint_metadata(const std::string& path) { return read_tensor_file(path, false).meta.all; }
 
 void load_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt) {
   check_float32(path, params);

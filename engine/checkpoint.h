@@ -28,7 +28,8 @@ namespace crumb {
 using CheckpointMetadata = std::vector<std::pair<std::string, std::string>>;
 void save_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt, const std::string& model_name,
                      const CheckpointMetadata& run = {});
-// The "__metadata__" entries of the checkpoint's model file, in file order (the whole file is validated).
+// The "__metadata__" entries of the checkpoint's model file, in file order (its header and layout are
+// validated; the tensor data is not read).
 CheckpointMetadata checkpoint_metadata(const std::string& path);
 
 // Loads into params and, when opt != nullptr, restores the optimizer to the state saved beside it: its step

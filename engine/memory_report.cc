@@ -69,13 +69,14 @@ MicroBatchPlan choose_micro_batch(const Graph& g, int batch, std::size_t budget,
   CRUMB_CHECK(batch >= 1, "batch must be >= 1, got ", batch);
   // Candidates are m(k) = min(k * q, batch): whole BatchNorm groups (q = 1 without BatchNorm), or only the
   // whole batch when a layer normalises over it.
-  const int q = micro_batch_multiple(g) == 0 ? batch : micro_batch_multiple(g);
+  const int multiple = micro_batch_multiple(g);
+  const int q = multiple == 0 ? batch : multiple;
   auto m_of = [&](int k) { return static_cast<int>(std::min<int64_t>(int64_t{k} * q, batch)); };
   MicroBatchPlan best = plan_micro_batch(g, m_of(1), opt, device, index);
   count_loader(g, batch, best);
   const MemoryBreakdown& one = best.memory;
   const std::string smallest = q == 1                      ? "micro-batch 1"
-                               : micro_batch_multiple(g) == 0 ? "the whole batch of " + std::to_string(batch) +
+                               : multiple == 0 ? "the whole batch of " + std::to_string(batch) +
                                                                    " as one micro-batch (BatchNorm over the batch: "
                                                                    "--bn-group batch; a smaller --bn-group or "
                                                                    "--norm gn lifts this)"

@@ -25,7 +25,7 @@ struct MemoryBreakdown {
   std::size_t staging = 0;      // device input slots (two micro-batches) on CUDA; none on the CPU
   // Host buffers the data loader holds (CPU runs only, where the budget is host memory): two batches of
   // B samples for training (one filling while the other trains) and two of m for evaluation. Set by
-  // choose_micro_batch / with_loader, which know B.
+  // choose_micro_batch and count_loader, which know B.
   std::size_t loader = 0;
   std::size_t runtime = 0;      // the device runtime's own persistent buffers (cuBLAS workspace on CUDA)
   std::size_t persistent() const { return params + grads + optimizer_state + state; }

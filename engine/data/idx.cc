@@ -160,16 +160,21 @@ IdxArray read_idx(const std::string& path) {
 
 namespace {
 
-// Prefers the compressed name (what the Debian package ships) but accepts an unpacked copy.
-std::string resolve(const std::string& dir, const std::string& stem) {
+// The file of `stem` in dir, or "" if there is none. Prefers the compressed name (what the Debian
+// package ships) but accepts an unpacked copy.
+std::string find_file(const std::string& dir, const std::string& stem) {
   namespace fs = std::filesystem;
-  const fs::path gz = fs::path(dir) / (stem + ".gz");
-  const fs::path plain = fs::path(dir) / stem;
   std::error_code ec;
-  if (fs::exists(gz, ec)) return gz.string();
-  if (fs::exists(plain, ec)) return plain.string();
-  CRUMB_FAIL("MNIST file '", gz.string(), "' not found (nor '", plain.string(), "'); ",
-             kInstallHint);
+  for (const fs::path& p : {fs::path(dir) / (stem + ".gz"), fs::path(dir) / stem})
+    if (fs::exists(p, ec)) return p.string();
+  return "";
+}
+
+std::string resolve(const std::string& dir, const std::string& stem) {
+  const std::string path = find_file(dir, stem);
+  CRUMB_CHECK(!path.empty(), "MNIST file '", (std::filesystem::path(dir) / (stem + ".gz")).string(), "' not found (nor '",
+              (std::filesystem::path(dir) / stem).string(), "'); ", kInstallHint);
+  return path;
 }
 
 }  // namespace
@@ -182,9 +187,7 @@ std::vector<int> mnist_image_dims(const std::string& dir, const std::string& spl
 }
 
 bool mnist_split_exists(const std::string& dir, const std::string& split) {
-  std::error_code ec;
-  const std::filesystem::path stem = std::filesystem::path(dir) / (split + "-images-idx3-ubyte");
-  return std::filesystem::exists(stem.string() + ".gz", ec) || std::filesystem::exists(stem, ec);
+  return !find_file(dir, split + "-images-idx3-ubyte").empty();
 }
 
 Dataset load_mnist_split(const std::string& dir, const std::string& split) {
