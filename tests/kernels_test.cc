@@ -200,6 +200,42 @@ TYPED_TEST(CpuKernelTest, Conv2dThreeThreads) {
   omp_set_num_threads(saved);
 }
 
+// A sample's forward output must not depend on the samples it is computed with (the micro-batch size,
+// the thread split, the blocks small maps are grouped into): bitwise, since a ReLU kink turns a last-bit
+// difference into a different gradient. Each sample alone, at 1-3 threads, equals the whole batch.
+TYPED_TEST(CpuKernelTest, Conv2dForwardIsBitwiseIndependentOfTheBatch) {
+  using T = TypeParam;
+  const int saved = omp_get_max_threads();
+  for (const Conv2dShape& s : {
+           conv_shape(13, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1),  // 64 pixels: blocks of 2, a ragged one
+           conv_shape(11, 32, 4, 4, 64, 3, 3, 2, 2, 1, 1),  // strided down to 2x2: blocks of 32 > n
+           conv_shape(9, 24, 7, 7, 20, 1, 1, 1, 1, 0, 0),   // pointwise on 7x7, rows not a tile multiple
+           conv_shape(7, 64, 1, 1, 72, 3, 3, 1, 1, 1, 1),   // 3x3 on 1x1: only the centre tap
+       }) {
+    SCOPED_TRACE(::testing::Message() << "n=" << s.n << " c_in=" << s.c_in << " " << s.h << "x" << s.w);
+    const auto x = cast<T>(random_doubles(s.in_count(), 1));
+    const auto w = cast<T>(random_doubles(long(s.c_out) * s.c_in * s.kh * s.kw, 2));
+    const auto b = cast<T>(random_doubles(s.c_out, 3));
+    auto forward = [&](const Conv2dShape& shape, const T* xs) {
+      std::vector<T> y(shape.out_count()), ws(conv2d_forward_workspace(shape));
+      conv2d_forward(y.data(), xs, w.data(), b.data(), shape, ws.data());
+      return y;
+    };
+    Conv2dShape one = s;
+    one.n = 1;
+    std::vector<T> alone;
+    for (int i = 0; i < s.n; ++i) {
+      const auto y = forward(one, x.data() + long(i) * s.c_in * s.h * s.w);
+      alone.insert(alone.end(), y.begin(), y.end());
+    }
+    for (int threads : {1, 2, 3}) {
+      omp_set_num_threads(threads);
+      EXPECT_TRUE(forward(s, x.data()) == alone) << threads << " threads";
+    }
+  }
+  omp_set_num_threads(saved);
+}
+
 // ---- pooling
 
 Pool2dShape pool_shape(int n, int c, int h, int w, int kh, int kw, int sh, int sw, int ph, int pw) {

@@ -43,6 +43,16 @@ inline const std::vector<OpCase>& op_cases() {
       // kernel taps see only padding.
       {"Conv2d3x3On1x1", {3, 1, 1}, 2, [](Graph& g, ValueId x) { return nn::conv2d(g, x, 2, 3, 1, 1, "conv"); }},
       {"Conv2d3x3On2x1", {2, 2, 1}, 2, [](Graph& g, ValueId x) { return nn::conv2d(g, x, 2, 3, 1, 1, "conv"); }},
+      // Maps under 128 pixels run blocks of samples through one GEMM: several blocks and a ragged one
+      // (4x4: blocks of 8), pointwise (3x3: blocks of 15), strided (3x3 output: blocks of 15).
+      {"Conv2dBlockedSmallMaps", {3, 4, 4}, 11,
+       [](Graph& g, ValueId x) { return nn::conv2d(g, x, 5, 3, 1, 1, "conv"); }},
+      {"Conv2dBlockedPointwise", {4, 3, 3}, 17, [](Graph& g, ValueId x) { return nn::conv2d(g, x, 3, 1, 1, 0, "conv"); }},
+      {"Conv2dBlockedStrided", {2, 5, 5}, 18,
+       [](Graph& g, ValueId x) { return nn::conv2d(g, x, 3, 3, 2, 1, "conv", false); }},
+      // Enough work for two threads: blocks inside each thread's slice of samples.
+      {"Conv2dBlockedThreaded", {16, 8, 8}, 8,
+       [](Graph& g, ValueId x) { return nn::conv2d(g, x, 16, 3, 1, 1, "conv"); }},
       {"MaxPool", {2, 6, 6}, 2, [](Graph& g, ValueId x) { return nn::max_pool2d(g, x, 2, 2, "pool"); }},
       {"MaxPoolOverlappingPadded", {2, 7, 5}, 2,
        [](Graph& g, ValueId x) { return nn::max_pool2d(g, x, 3, 2, "pool", 1); }},

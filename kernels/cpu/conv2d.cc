@@ -1,7 +1,13 @@
-// conv2d as im2col + GEMM, one sample at a time. Samples are split into contiguous slices, one per
-// thread, each with its own column buffer in the workspace; the per-sample GEMMs run single-threaded
-// inside the slice. Per-sample (rather than batch-wide) GEMMs write y / read dy in NCHW directly, so
-// no scatter or transpose pass over the activations is needed, and the column buffer stays in L2.
+// conv2d as im2col + GEMM. Samples are split into contiguous slices, one per thread, each with its own
+// column buffer in the workspace; the GEMMs run single-threaded inside the slice. On feature maps of at
+// least kBlockColumns pixels each sample is one GEMM, which writes y / reads dy in NCHW directly (no
+// scatter or transpose pass) and keeps the column buffer in L2. On smaller maps (a ResNet's late
+// stages: 7x7 down to 1x1) a per-sample GEMM would be nearly a matrix-vector product, so blocks of
+// samples share one: their column matrices side by side, y and dy gathered to and from [c_out, block].
+// Which samples share a block depends on the micro-batch size and the thread split, so the forward
+// GEMM on small maps is ordered_gemm, whose results do not depend on the grouping: the forward pass
+// stays bitwise the same at every micro-batch size. The backward GEMMs are linear in dy and only
+// round differently, so they use Eigen's.
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -9,6 +15,7 @@
 #include <omp.h>
 
 #include "kernels/cpu/kernel_util.h"
+#include "kernels/cpu/ordered_gemm.h"
 #include "kernels/cpu/kernels.h"
 
 namespace crumb::cpu {
@@ -18,12 +25,15 @@ using detail::CMatR;
 using detail::CVecMap;
 using detail::gemm;
 using detail::MatR;
+using detail::ordered_gemm;
 using detail::Range;
 using detail::valid_range;
 using detail::VecMap;
 
 // The workspace holds at most this many slices; more threads than this idle in the conv kernels.
 constexpr int kMaxSlices = 8;
+// Output pixels one GEMM should cover at least (the GEMM's n): below it, samples are blocked.
+constexpr std::ptrdiff_t kBlockColumns = 128;
 
 struct Geom {
   std::ptrdiff_t k;      // rows of the column matrix: c_in * kh * kw
@@ -31,14 +41,21 @@ struct Geom {
   std::ptrdiff_t x_len;  // elements of one input sample
   std::ptrdiff_t y_len;  // elements of one output sample
   bool pointwise;        // 1x1, stride 1, no padding: the input already is the column matrix
-  std::ptrdiff_t col;    // column buffer elements per slice
+  bool blocked;          // a map under kBlockColumns pixels: samples in blocks (by the map alone, never n)
+  int block;             // samples per GEMM: 1 unblocked
+  std::ptrdiff_t col;    // column buffer elements per slice ([k, block * hw])
+  std::ptrdiff_t out;    // gathered y / dy elements per slice ([c_out, block * hw]; 0 unblocked)
   explicit Geom(const Conv2dShape& s)
       : k(std::ptrdiff_t{s.c_in} * s.kh * s.kw),
         hw(std::ptrdiff_t{s.h_out} * s.w_out),
         x_len(std::ptrdiff_t{s.c_in} * s.h * s.w),
         y_len(std::ptrdiff_t{s.c_out} * hw),
         pointwise(s.kh == 1 && s.kw == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_h == 0 && s.pad_w == 0),
-        col(pointwise ? 0 : k * hw) {}
+        blocked(hw < kBlockColumns),
+        block(!blocked ? 1 : static_cast<int>(std::min<std::ptrdiff_t>(s.n, (kBlockColumns + hw - 1) / hw))),
+        col(!blocked && pointwise ? 0 : k * block * hw),
+        out(!blocked ? 0 : std::ptrdiff_t{s.c_out} * block * hw) {}
+  std::ptrdiff_t slice_len() const { return col + out; }
 };
 
 int workspace_slices(const Conv2dShape& s) { return std::max(1, std::min(s.n, kMaxSlices)); }
@@ -145,10 +162,12 @@ template <class T> void zero_short(T* d, int n) {
   }
 }
 
-template <class T> void im2col(const Conv2dShape& s, const T* x, T* col) {
+// Row r of the column matrix starts at col + r * ld (ld = hw for one sample, more for a block of samples
+// side by side).
+template <class T> void im2col(const Conv2dShape& s, const T* x, T* col, std::ptrdiff_t ld) {
   const std::ptrdiff_t hw = std::ptrdiff_t{s.h_out} * s.w_out;
   for_each_col_row(s, [&](const ColRow& cr) {
-    T* d = col + cr.r * hw;
+    T* d = col + cr.r * ld;
     const T* xc = x + std::ptrdiff_t{cr.c} * s.h * s.w;
     std::fill(d, d + std::ptrdiff_t{cr.rows.lo} * s.w_out, T(0));
     std::fill(d + std::ptrdiff_t{cr.rows.hi} * s.w_out, d + hw, T(0));
@@ -184,10 +203,9 @@ template <class T> void im2col(const Conv2dShape& s, const T* x, T* col) {
 
 // Adds the column matrix back onto the image (overlapping windows sum). Clobbers col: the wrapped
 // entries of flat rows are zeroed so that the long run can be added without skipping them.
-template <class T> void col2im_add(const Conv2dShape& s, T* col, T* dx) {
-  const std::ptrdiff_t hw = std::ptrdiff_t{s.h_out} * s.w_out;
+template <class T> void col2im_add(const Conv2dShape& s, T* col, std::ptrdiff_t ld, T* dx) {
   for_each_col_row(s, [&](const ColRow& cr) {
-    T* d = col + cr.r * hw;
+    T* d = col + cr.r * ld;
     T* dxc = dx + std::ptrdiff_t{cr.c} * s.h * s.w;
     if (is_flat(s)) {
       for_each_wrapped(s, cr, [&](std::ptrdiff_t i) { d[i] = T(0); });
@@ -214,14 +232,36 @@ template <class T> void col2im_add(const Conv2dShape& s, T* col, T* dx) {
 // The [k, hw] column matrix of sample x_i: x_i itself for pointwise convs, else im2col'd into col.
 template <class T> CMatR<T> columns(const Conv2dShape& s, const Geom& g, const T* x_i, T* col) {
   if (g.pointwise) return CMatR<T>(x_i, g.k, g.hw);
-  im2col(s, x_i, col);
+  im2col(s, x_i, col, g.hw);
   return CMatR<T>(col, g.k, g.hw);
+}
+
+// The [k, count * hw] column matrix of samples x_0 .. x_{count-1} side by side, in col.
+template <class T> CMatR<T> block_columns(const Conv2dShape& s, const Geom& g, const T* x, int count, T* col) {
+  const std::ptrdiff_t ld = count * g.hw;
+  for (int j = 0; j < count; ++j) {
+    const T* x_j = x + j * g.x_len;
+    if (g.pointwise) {
+      for (std::ptrdiff_t r = 0; r < g.k; ++r) std::copy(x_j + r * g.hw, x_j + (r + 1) * g.hw, col + r * ld + j * g.hw);
+    } else {
+      im2col(s, x_j, col + j * g.hw, ld);
+    }
+  }
+  return CMatR<T>(col, g.k, ld);
+}
+
+// [rows, count * hw] block <-> count NCHW samples of [rows, hw] (sample stride len).
+template <class T> void gather(T* block, const T* v, std::ptrdiff_t rows, const Geom& g, int count, std::ptrdiff_t len) {
+  const std::ptrdiff_t ld = count * g.hw;
+  for (int j = 0; j < count; ++j)
+    for (std::ptrdiff_t r = 0; r < rows; ++r)
+      std::copy(v + j * len + r * g.hw, v + j * len + (r + 1) * g.hw, block + r * ld + j * g.hw);
 }
 
 }  // namespace
 
 std::size_t conv2d_forward_workspace(const Conv2dShape& s) {
-  return static_cast<std::size_t>(workspace_slices(s) * Geom(s).col);
+  return static_cast<std::size_t>(workspace_slices(s) * Geom(s).slice_len());
 }
 
 std::size_t conv2d_backward_data_workspace(const Conv2dShape& s) { return conv2d_forward_workspace(s); }
@@ -230,14 +270,27 @@ std::size_t conv2d_backward_data_workspace(const Conv2dShape& s) { return conv2d
 std::size_t conv2d_backward_weight_workspace(const Conv2dShape& s) {
   const Geom g(s);
   const int slices = workspace_slices(s);
-  return static_cast<std::size_t>(slices * g.col + (slices - 1) * (s.c_out * g.k + s.c_out));
+  return static_cast<std::size_t>(slices * g.slice_len() + (slices - 1) * (s.c_out * g.k + s.c_out));
 }
 
 template <class T> void conv2d_forward(T* y, const T* x, const T* w, const T* b, const Conv2dShape& s, T* workspace) {
   const Geom g(s);
   const CMatR<T> W(w, s.c_out, g.k);
   for_each_slice(active_slices(s, g), s.n, [&](int slice, int i0, int i1) {
-    T* col = workspace + slice * g.col;
+    T* col = workspace + slice * g.slice_len();
+    if (g.blocked) {
+      T* out = col + g.col;
+      for (int i = i0; i < i1; i += g.block) {
+        const int count = std::min(g.block, i1 - i);
+        const std::ptrdiff_t ld = count * g.hw;
+        block_columns(s, g, x + i * g.x_len, count, col);
+        ordered_gemm(out, ld, w, g.k, col, ld, s.c_out, ld, g.k, b);
+        for (int j = 0; j < count; ++j)  // scatter back to NCHW
+          for (int co = 0; co < s.c_out; ++co)
+            std::copy(out + co * ld + j * g.hw, out + co * ld + (j + 1) * g.hw, y + (i + j) * g.y_len + co * g.hw);
+      }
+      return;
+    }
     for (int i = i0; i < i1; ++i) {
       MatR<T> Y(y + i * g.y_len, s.c_out, g.hw);
       // Seeding y with the bias lets the GEMM's own `+=` add it for free.
@@ -252,7 +305,28 @@ void conv2d_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, 
   const Geom g(s);
   const auto Wt = CMatR<T>(w, s.c_out, g.k).transpose();
   for_each_slice(active_slices(s, g), s.n, [&](int slice, int i0, int i1) {
-    MatR<T> dcol(workspace + slice * g.col, g.k, g.hw);
+    if (g.blocked) {
+      T* dcol = workspace + slice * g.slice_len();
+      T* dyb = dcol + g.col;
+      for (int i = i0; i < i1; i += g.block) {
+        const int count = std::min(g.block, i1 - i);
+        const std::ptrdiff_t ld = count * g.hw;
+        gather(dyb, dy + i * g.y_len, s.c_out, g, count, g.y_len);
+        gemm(MatR<T>(dcol, g.k, ld), Wt, CMatR<T>(dyb, s.c_out, ld), false);
+        for (int j = 0; j < count; ++j) {
+          T* dx_j = dx + (i + j) * g.x_len;
+          if (!accumulate) std::fill(dx_j, dx_j + g.x_len, T(0));
+          if (g.pointwise) {
+            for (std::ptrdiff_t r = 0; r < g.k; ++r)
+              VecMap<T>(dx_j + r * g.hw, g.hw) += CVecMap<T>(dcol + r * ld + j * g.hw, g.hw);
+          } else {
+            col2im_add(s, dcol + j * g.hw, ld, dx_j);
+          }
+        }
+      }
+      return;
+    }
+    MatR<T> dcol(workspace + slice * g.slice_len(), g.k, g.hw);
     for (int i = i0; i < i1; ++i) {
       const CMatR<T> DY(dy + i * g.y_len, s.c_out, g.hw);
       T* dx_i = dx + i * g.x_len;
@@ -262,7 +336,7 @@ void conv2d_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, 
       }
       gemm(dcol, Wt, DY, false);
       if (!accumulate) std::fill(dx_i, dx_i + g.x_len, T(0));
-      col2im_add(s, dcol.data(), dx_i);
+      col2im_add(s, dcol.data(), g.hw, dx_i);
     }
   });
 }
@@ -273,13 +347,25 @@ void conv2d_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dS
   const Geom g(s);
   const std::ptrdiff_t dw_len = s.c_out * g.k;
   const std::ptrdiff_t partial_len = dw_len + s.c_out;
-  T* partials = workspace + workspace_slices(s) * g.col;
+  T* partials = workspace + workspace_slices(s) * g.slice_len();
   const int slices = active_slices(s, g);
   for_each_slice(slices, s.n, [&](int slice, int i0, int i1) {
-    T* col = workspace + slice * g.col;
+    T* col = workspace + slice * g.slice_len();
     T* dw_s = slice == 0 ? dw : partials + (slice - 1) * partial_len;
     T* db_s = !db ? nullptr : slice == 0 ? db : dw_s + dw_len;
     bool acc = slice == 0 && accumulate;
+    if (g.blocked) {
+      T* dyb = col + g.col;
+      for (int i = i0; i < i1; i += g.block, acc = true) {
+        const int count = std::min(g.block, i1 - i);
+        const std::ptrdiff_t ld = count * g.hw;
+        gather(dyb, dy + i * g.y_len, s.c_out, g, count, g.y_len);
+        const CMatR<T> DY(dyb, s.c_out, ld);
+        gemm(MatR<T>(dw_s, s.c_out, g.k), DY, block_columns(s, g, x + i * g.x_len, count, col).transpose(), acc);
+        if (db_s) assign(VecMap<T>(db_s, s.c_out), DY.rowwise().sum(), acc);
+      }
+      return;
+    }
     for (int i = i0; i < i1; ++i, acc = true) {
       const CMatR<T> DY(dy + i * g.y_len, s.c_out, g.hw);
       gemm(MatR<T>(dw_s, s.c_out, g.k), DY, columns(s, g, x + i * g.x_len, col).transpose(), acc);
