@@ -275,8 +275,6 @@ template <bool Tf32> Prepared cublas(const Case& c, CudaBackend& gpu, DeviceOper
 }
 
 #if CRUMB_HAVE_CUDNN
-template <class Desc, cudnnStatus_t (*Create)(Desc*), cudnnStatus_t (*Destroy)(Desc)>
-using Owned = std::shared_ptr<cuda::detail::Descriptor<Desc, Create, Destroy>>;
 using TensorDesc = std::shared_ptr<cuda::detail::TensorDescriptor>;
 
 TensorDesc nchw(int n, int c, int h, int w) {
