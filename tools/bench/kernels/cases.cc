@@ -114,8 +114,6 @@ std::vector<Case> model_cases(const Suite& s) {
   std::map<std::string, int> index;
   const Graph g = build_graph(s, {});
   add_graph(s, g, [](Kernel) { return true; }, &out, &index);
-  // Models with normalisation train with BatchNorm by default and GroupNorm under --norm gn: the same
-  // graph but for the norm layers, so only those are taken from the GroupNorm build.
   // No reference model average-pools, so avg_pool runs at the shapes of the model's max pools.
   for (std::size_t i = 0, end = out.size(); i < end; ++i) {
     if (out[i].kernel != Kernel::MaxPoolFwd && out[i].kernel != Kernel::MaxPoolBwd) continue;
@@ -123,6 +121,8 @@ std::vector<Case> model_cases(const Suite& s) {
     avg.kernel = out[i].kernel == Kernel::MaxPoolFwd ? Kernel::AvgPoolFwd : Kernel::AvgPoolBwd;
     out.push_back(std::move(avg));
   }
+  // Models with normalisation train with BatchNorm by default and GroupNorm under --norm gn: the same
+  // graph but for the norm layers, so only those are taken from the GroupNorm build.
   if (models::has_norm(s.model)) {
     models::NormSpec gn;
     gn.kind = models::NormSpec::Kind::Group;
