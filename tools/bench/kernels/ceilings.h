@@ -14,8 +14,8 @@ struct CpuCeilings {
   int64_t stream_elements; // elements of each of the triad's three arrays
 };
 
-// Each ceiling is the best of repeated runs for at least `seconds` after a warm-up run; 0: one run,
-// no warm-up (a smoke test's rough figure).
+// Each ceiling is the best of repeated runs for at least `seconds` after a warm-up run; 0: one run of
+// smaller problems, no warm-up (a smoke test's rough figure, not a ceiling to judge kernels by).
 CpuCeilings measure_cpu_ceilings(double seconds);
 
 }  // namespace crumb::bench

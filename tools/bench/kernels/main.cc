@@ -3,7 +3,7 @@
 // flags apply (--benchmark_filter, --benchmark_out=FILE --benchmark_out_format=json, ...); ours:
 //   --suites=a,b,...      run only these suites (default: all; see cases.cc)
 //   --device=cpu|cuda|all which kernels to run (default all)
-//   --ceiling_seconds=S   time spent measuring each CPU ceiling (default 1; 0 = one run each)
+//   --ceiling_seconds=S   time spent measuring each CPU ceiling (default 1; 0 = one quick rough run each)
 // Threads come from OMP_NUM_THREADS.
 #include <omp.h>
 
