@@ -1,0 +1,75 @@
+#include "tools/bench/kernels/ceilings.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <vector>
+
+#include "kernels/cpu/kernels.h"
+
+namespace crumb::bench {
+namespace {
+
+// Large enough that packing and threading overheads are noise and the GEMM runs at its best, small
+// enough (7 GFLOP) to time in a fraction of a second on two cores.
+constexpr int kGemmN = 1536;
+// 3 arrays x 64 MiB: far beyond any last-level cache, so the triad streams from DRAM.
+constexpr int64_t kStreamElements = int64_t(16) << 20;
+// The quick figure (seconds == 0, smoke tests, sanitizer builds): 27x less GEMM work, and 3 x 16 MiB,
+// still beyond this machine's 32 MiB L3 but not beyond every cache there is.
+constexpr int kQuickGemmN = 512;
+constexpr int64_t kQuickStreamElements = int64_t(4) << 20;
+
+template <class F> double best_seconds(double budget, F&& run) {
+  using Clock = std::chrono::steady_clock;
+  if (budget > 0) run();  // warm-up: first-touch page faults, cold caches and thread start-up are not the ceiling
+  double best = std::numeric_limits<double>::infinity();
+  const auto start = Clock::now();
+  do {
+    const auto t0 = Clock::now();
+    run();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  } while (std::chrono::duration<double>(Clock::now() - start).count() < budget);
+  return best;
+}
+
+// The kernels' GEMM path: linear_forward is Eigen's GEMM over per-thread tiles, exactly as conv and
+// linear layers call it.
+double gemm_flops(int n, double seconds) {
+  const std::size_t count = std::size_t(n) * n;
+  std::vector<float> x(count, 0.5f), w(count, 0.25f), y(count);
+  const double t =
+      best_seconds(seconds, [&] { cpu::linear_forward<float>(y.data(), x.data(), w.data(), nullptr, n, n, n); });
+  return 2.0 * n * n * n / t;
+}
+
+// STREAM's triad a = b + s * c on all OpenMP threads; bytes counted as STREAM does (3 arrays, no
+// write-allocate traffic).
+double triad_bytes(int64_t n, double seconds) {
+  std::vector<float> a(n), b(n), c(n);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {  // first touch by the threads that stream them later
+    a[i] = 0;
+    b[i] = 1;
+    c[i] = 2;
+  }
+  const float s = 3;
+  const double t = best_seconds(seconds, [&] {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) a[i] = b[i] + s * c[i];
+  });
+  return 3.0 * sizeof(float) * n / t;
+}
+
+}  // namespace
+
+CpuCeilings measure_cpu_ceilings(double seconds) {
+  const bool quick = seconds <= 0;
+  const int n = quick ? kQuickGemmN : kGemmN;
+  const int64_t elements = quick ? kQuickStreamElements : kStreamElements;
+  return {{gemm_flops(n, seconds), triad_bytes(elements, seconds)}, n, elements};
+}
+
+}  // namespace crumb::bench

@@ -1,0 +1,21 @@
+// This machine's measured CPU ceilings, the denominators of the CPU benchmarks' "% of peak": the best
+// GEMM rate through the kernels' own GEMM path and the best streaming bandwidth, measured by the same
+// binary in the same run (so load, clocks and thread count are those the kernels see).
+#pragma once
+#include <cstdint>
+
+#include "tools/bench/kernels/report.h"
+
+namespace crumb::bench {
+
+struct CpuCeilings {
+  Peak peak;
+  int gemm_n;              // the square GEMM's size
+  int64_t stream_elements; // elements of each of the triad's three arrays
+};
+
+// Each ceiling is the best of repeated runs for at least `seconds` after a warm-up run; 0: one run of
+// smaller problems, no warm-up (a smoke test's rough figure, not a ceiling to judge kernels by).
+CpuCeilings measure_cpu_ceilings(double seconds);
+
+}  // namespace crumb::bench

@@ -1,0 +1,523 @@
+#include "tools/bench/kernels/cuda.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include "engine/backend.h"
+#include "engine/cuda/cuda_backend.h"
+#include "engine/error.h"
+#include "kernels/cuda/blas.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/kernels.h"
+#include "tools/bench/kernels/report.h"
+#if CRUMB_HAVE_CUDNN
+#include "kernels/cuda/cudnn_conv.h"
+#include "kernels/cuda/cudnn_descriptors.h"
+#endif
+
+namespace crumb::bench {
+namespace {
+
+using cuda::CudaBackend;
+
+// The denominators: NVIDIA's H100 SXM5 datasheet (dense figures; the datasheet's TF32 989 TFLOPS is
+// with 2:4 sparsity, half of it dense). Whatever GPU runs, the percentages are of an H100 SXM5.
+constexpr double kH100Fp32 = 67e12;       // FP32 (CUDA cores)
+constexpr double kH100Tf32 = 494.7e12;    // TF32 tensor cores, dense
+constexpr double kH100Bytes = 3.35e12;    // HBM3
+
+// Device memory of one benchmark, filled like the CPU operands (cases.h), freed with it.
+class DeviceOperands {
+ public:
+  DeviceOperands() = default;
+  DeviceOperands(const DeviceOperands&) = delete;
+  DeviceOperands& operator=(const DeviceOperands&) = delete;
+  ~DeviceOperands() {
+    for (void* p : owned_) cudaFree(p);
+  }
+  float* floats(int64_t count) {
+    std::vector<float> host(static_cast<std::size_t>(count));
+    for (std::size_t i = 0; i < host.size(); ++i) host[i] = operand_value(i);
+    float* p = zeros<float>(count);
+    CRUMB_CUDA_CHECK(cudaMemcpy(p, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+    return p;
+  }
+  template <class T> T* zeros(int64_t count) { return static_cast<T*>(bytes(static_cast<std::size_t>(count) * sizeof(T))); }
+  void* bytes(std::size_t n) {
+    void* p = nullptr;
+    CRUMB_CUDA_CHECK(cudaMalloc(&p, n == 0 ? 1 : n));
+    owned_.push_back(p);
+    CRUMB_CUDA_CHECK(cudaMemset(p, 0, n));
+    return p;
+  }
+  int32_t* labels(int n, int k) {
+    std::vector<int32_t> host(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) host[i] = i % k;
+    int32_t* p = zeros<int32_t>(n);
+    CRUMB_CUDA_CHECK(cudaMemcpy(p, host.data(), host.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    return p;
+  }
+
+ private:
+  std::vector<void*> owned_;
+};
+
+// One implementation's call, ready to time, with what it reports besides its time.
+struct Prepared {
+  std::function<void()> call;
+  bool tf32 = false;          // runs on tensor cores: judged against the TF32 peak
+  std::size_t workspace = 0;  // bytes of scratch the call uses
+  int algo = -1;              // cuDNN's algorithm enum value, for convolutions
+};
+
+using Prepare = Prepared (*)(const Case&, CudaBackend&, DeviceOperands&);
+
+struct Impl {
+  const char* name;
+  Prepare prepare;
+};
+
+int64_t pool_in(const cpu::Pool2dShape& s) { return int64_t(s.n) * s.c * s.h * s.w; }
+int64_t pool_out(const cpu::Pool2dShape& s) { return int64_t(s.n) * s.c * s.h_out * s.w_out; }
+
+constexpr bool kWrite = false;  // a batch's first micro-batch writes its gradients
+
+// ---- Crumb's own CUDA path: the kernels and wrappers the engine's CUDA rows call.
+Prepared crumb(const Case& c, CudaBackend& gpu, DeviceOperands& ops) {
+  const cudaStream_t st = gpu.compute();
+  switch (c.kernel) {
+    case Kernel::Conv2dFwd:
+    case Kernel::Conv2dBwdData:
+    case Kernel::Conv2dBwdWeight: {
+#if CRUMB_HAVE_CUDNN
+      const auto& s = std::get<cpu::Conv2dShape>(c.shape);
+      const cuda::ConvPass pass = c.kernel == Kernel::Conv2dFwd       ? cuda::ConvPass::Forward
+                                  : c.kernel == Kernel::Conv2dBwdData ? cuda::ConvPass::BackwardData
+                                                                      : cuda::ConvPass::BackwardFilter;
+      auto plan = std::make_shared<cuda::ConvPlan>(gpu.dnn(), s, pass, CudaBackend::kConvWorkspaceLimit);
+      const std::size_t ws_bytes = plan->workspace_bytes();
+      void* ws = ops.bytes(ws_bytes);
+      float* x = ops.floats(s.in_count());
+      float* y = ops.floats(s.out_count());
+      float* w = ops.floats(int64_t(s.c_out) * s.c_in * s.kh * s.kw);
+      float* b = c.bias ? ops.floats(s.c_out) : nullptr;
+      const cudnnHandle_t dnn = gpu.dnn();
+      std::function<void()> call;
+      if (pass == cuda::ConvPass::Forward) {
+        call = [=] { cuda::conv_forward(dnn, *plan, y, x, w, b, ws, ws_bytes); };
+      } else if (pass == cuda::ConvPass::BackwardData) {
+        call = [=] { cuda::conv_backward_data(dnn, *plan, x, y, w, ws, ws_bytes, kWrite); };
+      } else {
+        call = [=] { cuda::conv_backward_filter(dnn, *plan, w, b, y, x, ws, ws_bytes, kWrite); };
+      }
+      return {call, false, ws_bytes, plan->algorithm()};
+#else
+      CRUMB_FAIL("built without cuDNN: no CUDA convolution");
+#endif
+    }
+    case Kernel::LinearFwd:
+    case Kernel::LinearBwdData:
+    case Kernel::LinearBwdWeight: {
+      const auto& s = std::get<LinearShape>(c.shape);
+      float* x = ops.floats(int64_t(s.n) * s.in);
+      float* y = ops.floats(int64_t(s.n) * s.out);
+      float* w = ops.floats(int64_t(s.out) * s.in);
+      float* b = c.bias ? ops.floats(s.out) : nullptr;
+      const cublasHandle_t h = gpu.blas();
+      if (c.kernel == Kernel::LinearFwd) return {[=] { cuda::linear_forward(h, y, x, w, b, s.n, s.in, s.out); }};
+      if (c.kernel == Kernel::LinearBwdData)
+        return {[=] { cuda::linear_backward_data(h, x, y, w, s.n, s.in, s.out, kWrite); }};
+      return {[=] { cuda::linear_backward_weight(h, w, b, y, x, s.n, s.in, s.out, kWrite); }};
+    }
+    case Kernel::MaxPoolFwd:
+    case Kernel::MaxPoolBwd: {
+      const auto& s = std::get<cpu::Pool2dShape>(c.shape);
+      float* x = ops.floats(pool_in(s));
+      float* y = ops.floats(pool_out(s));
+      uint8_t* argmax = ops.zeros<uint8_t>(pool_out(s));
+      cuda::max_pool2d_forward(y, argmax, x, s, st);
+      if (c.kernel == Kernel::MaxPoolFwd) return {[=] { cuda::max_pool2d_forward(y, argmax, x, s, st); }};
+      return {[=] { cuda::max_pool2d_backward(x, y, argmax, s, kWrite, st); }};
+    }
+    case Kernel::AvgPoolFwd:
+    case Kernel::AvgPoolBwd: {
+      const auto& s = std::get<cpu::Pool2dShape>(c.shape);
+      float* x = ops.floats(pool_in(s));
+      float* y = ops.floats(pool_out(s));
+      if (c.kernel == Kernel::AvgPoolFwd) return {[=] { cuda::avg_pool2d_forward(y, x, s, st); }};
+      return {[=] { cuda::avg_pool2d_backward(x, y, s, kWrite, st); }};
+    }
+    case Kernel::GlobalAvgPoolFwd:
+    case Kernel::GlobalAvgPoolBwd: {
+      const auto& s = std::get<GlobalPoolShape>(c.shape);
+      float* x = ops.floats(int64_t(s.n) * s.c * s.hw);
+      float* y = ops.floats(int64_t(s.n) * s.c);
+      if (c.kernel == Kernel::GlobalAvgPoolFwd) return {[=] { cuda::global_avg_pool_forward(y, x, s.n, s.c, s.hw, st); }};
+      return {[=] { cuda::global_avg_pool_backward(x, y, s.n, s.c, s.hw, kWrite, st); }};
+    }
+    case Kernel::BatchNormFwd:
+    case Kernel::BatchNormBwd: {
+      const auto& s = std::get<cpu::BatchNormShape>(c.shape);
+      const int64_t count = int64_t(s.n) * s.c * s.hw;
+      float* x = ops.floats(count);
+      float* y = ops.floats(count);
+      float* dx = ops.floats(count);
+      float* w = ops.floats(s.c);
+      float* b = ops.floats(s.c);
+      float* stats = ops.floats(int64_t(s.groups()) * 2 * s.c);
+      double* moments = ops.zeros<double>(3 * int64_t(s.c));
+      auto forward = [=] {
+        cuda::batch_norm_forward_train(y, stats, x, w, b, s, 1e-5, moments, nullptr, nullptr, nullptr, 0.1, st);
+      };
+      forward();
+      if (c.kernel == Kernel::BatchNormFwd) return {forward};
+      return {[=] { cuda::batch_norm_backward(w, b, dx, y, x, w, stats, s, true, kWrite, st); }};
+    }
+    case Kernel::GroupNormFwd:
+    case Kernel::GroupNormBwd: {
+      const auto& s = std::get<cpu::GroupNormShape>(c.shape);
+      const int64_t count = int64_t(s.n) * s.c * s.hw;
+      float* x = ops.floats(count);
+      float* y = ops.floats(count);
+      float* dx = ops.floats(count);
+      float* w = ops.floats(s.c);
+      float* b = ops.floats(s.c);
+      float* stats = ops.floats(int64_t(s.n) * 2 * s.groups);
+      auto forward = [=] { cuda::group_norm_forward(y, stats, x, w, b, s, 1e-5, st); };
+      forward();
+      if (c.kernel == Kernel::GroupNormFwd) return {forward};
+      return {[=] { cuda::group_norm_backward(w, b, dx, y, x, w, stats, s, kWrite, st); }};
+    }
+    case Kernel::ReluFwd:
+    case Kernel::ReluBwd:
+    case Kernel::Add:
+    case Kernel::CopyAccumulate: {
+      const int64_t n = std::get<Elements>(c.shape).count;
+      float* a = ops.floats(n);
+      float* b = ops.floats(n);
+      float* out = ops.floats(n);
+      if (c.kernel == Kernel::ReluFwd) return {[=] { cuda::relu_forward(out, a, n, st); }};
+      if (c.kernel == Kernel::ReluBwd) return {[=] { cuda::relu_backward(out, a, b, n, kWrite, st); }};
+      if (c.kernel == Kernel::Add) return {[=] { cuda::add_forward(out, a, b, n, st); }};
+      return {[=] { cuda::copy_or_accumulate(out, a, n, true, st); }};
+    }
+    case Kernel::SoftmaxXentFwd:
+    case Kernel::SoftmaxXentBwd: {
+      const auto& s = std::get<ClassesShape>(c.shape);
+      float* logits = ops.floats(int64_t(s.n) * s.k);
+      float* probs = ops.floats(int64_t(s.n) * s.k);
+      const int32_t* labels = ops.labels(s.n, s.k);
+      double* loss = ops.zeros<double>(1);
+      auto* correct = ops.zeros<unsigned long long>(1);
+      auto forward = [=] { cuda::softmax_xent_forward(probs, logits, labels, s.n, s.k, loss, correct, st); };
+      forward();
+      if (c.kernel == Kernel::SoftmaxXentFwd) return {forward};
+      return {[=] { cuda::softmax_xent_backward(logits, probs, labels, s.n, s.k, 1.0f / s.n, kWrite, st); }};
+    }
+    case Kernel::SgdStep: {
+      const int64_t n = std::get<Elements>(c.shape).count;
+      float* p = ops.floats(n);
+      float* g = ops.floats(n);
+      float* buf = ops.floats(n);
+      return {[=] { cuda::sgd_momentum_step(p, g, buf, n, 1e-3f, 0.9f, 5e-4f, false, false, st); }};
+    }
+    case Kernel::AdamWStep: {
+      const int64_t n = std::get<Elements>(c.shape).count;
+      float* p = ops.floats(n);
+      float* g = ops.floats(n);
+      float* m = ops.floats(n);
+      float* v = ops.zeros<float>(n);  // a second moment is never negative
+      const AdamWScalars s = adamw_scalars(1e-3, 0.9, 0.999, 1e-8, 1e-2, 10);
+      return {[=] { cuda::adamw_step(p, g, m, v, n, s, st); }};
+    }
+    case Kernel::CountNonfinite: {
+      const int64_t n = std::get<Elements>(c.shape).count;
+      const float* p = ops.floats(n);
+      auto* count = ops.zeros<unsigned long long>(1);
+      return {[=] { cuda::count_nonfinite(count, p, n, st); }};
+    }
+  }
+  CRUMB_FAIL("kernel benchmarks: no CUDA call for ", kernel_name(c.kernel));
+}
+
+// ---- cuBLAS alone: the linear layer's GEMM as one cublasGemmEx (no bias pass), FP32 or TF32. Row-major
+// [r, c] is column-major [c, r], so y = x w^T is y^T = w x^T in cuBLAS's terms.
+template <bool Tf32> Prepared cublas(const Case& c, CudaBackend& gpu, DeviceOperands& ops) {
+  const auto& s = std::get<LinearShape>(c.shape);
+  float* x = ops.floats(int64_t(s.n) * s.in);
+  float* y = ops.floats(int64_t(s.n) * s.out);
+  float* w = ops.floats(int64_t(s.out) * s.in);
+  const cublasHandle_t h = gpu.blas();
+  const cublasComputeType_t math = Tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  const auto gemm = [=](cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float* a, int lda,
+                        const float* b, int ldb, float* out, int ldc) {
+    const float one = 1, zero = 0;
+    CRUMB_CUBLAS_CHECK(cublasGemmEx(h, ta, tb, m, n, k, &one, a, CUDA_R_32F, lda, b, CUDA_R_32F, ldb, &zero, out,
+                                    CUDA_R_32F, ldc, math, CUBLAS_GEMM_DEFAULT));
+  };
+  Prepared p{{}, Tf32};
+  if (c.kernel == Kernel::LinearFwd) {  // y^T [out, n] = w [out, in] x^T [in, n]
+    p.call = [=] { gemm(CUBLAS_OP_T, CUBLAS_OP_N, s.out, s.n, s.in, w, s.in, x, s.in, y, s.out); };
+  } else if (c.kernel == Kernel::LinearBwdData) {  // dx^T [in, n] = w^T [in, out] dy^T [out, n]
+    p.call = [=] { gemm(CUBLAS_OP_N, CUBLAS_OP_N, s.in, s.n, s.out, w, s.in, y, s.out, x, s.in); };
+  } else {  // dw^T [in, out] = x^T [in, n] dy [n, out]
+    p.call = [=] { gemm(CUBLAS_OP_N, CUBLAS_OP_T, s.in, s.out, s.n, x, s.in, y, s.out, w, s.in); };
+  }
+  return p;
+}
+
+#if CRUMB_HAVE_CUDNN
+using TensorDesc = std::shared_ptr<cuda::detail::TensorDescriptor>;
+
+TensorDesc nchw(int n, int c, int h, int w) {
+  auto d = std::make_shared<cuda::detail::TensorDescriptor>();
+  cuda::detail::set_nchw(*d, n, c, h, w);
+  return d;
+}
+
+// ---- cuDNN's fastest algorithm for the pass by its own exhaustive search (cudnnFind*AlgorithmEx, which
+// runs each candidate), within the engine's workspace limit; FMA math only, or tensor-op (TF32) allowed.
+template <bool Tf32> Prepared cudnn_find(const Case& c, CudaBackend& gpu, DeviceOperands& ops) {
+  const auto& s = std::get<cpu::Conv2dShape>(c.shape);
+  const cudnnHandle_t dnn = gpu.dnn();
+  const TensorDesc xd = nchw(s.n, s.c_in, s.h, s.w), yd = nchw(s.n, s.c_out, s.h_out, s.w_out),
+                   bd = nchw(1, s.c_out, 1, 1);
+  auto wd = std::make_shared<cuda::detail::FilterDescriptor>();
+  auto cd = std::make_shared<cuda::detail::ConvolutionDescriptor>();
+  CRUMB_CUDNN_CHECK(
+      cudnnSetFilter4dDescriptor(wd->get(), CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, s.c_out, s.c_in, s.kh, s.kw));
+  CRUMB_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(cd->get(), s.pad_h, s.pad_w, s.stride_h, s.stride_w, 1, 1,
+                                                    CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  CRUMB_CUDNN_CHECK(cudnnSetConvolutionMathType(cd->get(), Tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+  const std::size_t limit = CudaBackend::kConvWorkspaceLimit;
+  void* ws = ops.bytes(limit);
+  float* x = ops.floats(s.in_count());
+  float* y = ops.floats(s.out_count());
+  float* w = ops.floats(int64_t(s.c_out) * s.c_in * s.kh * s.kw);
+  float* b = c.bias ? ops.floats(s.c_out) : nullptr;
+  const float one = 1, zero = 0;
+  Prepared p{{}, Tf32};
+  // The first result that ran: cuDNN sorts them by its measured time.
+  const auto pick = [&](const auto* perf, int count) {
+    for (int i = 0; i < count; ++i) {
+      if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+      CRUMB_CUDNN_CHECK(cudnnSetConvolutionMathType(cd->get(), perf[i].mathType));
+      p.workspace = perf[i].memory;
+      p.algo = static_cast<int>(perf[i].algo);
+      return perf[i].algo;
+    }
+    CRUMB_FAIL(c.name(), ": cuDNN found no algorithm within ", limit, " bytes of workspace");
+  };
+  int count = 0;
+  if (c.kernel == Kernel::Conv2dFwd) {
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    CRUMB_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(dnn, xd->get(), x, wd->get(), w, cd->get(), yd->get(), y,
+                                                             CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf, ws, limit));
+    const cudnnConvolutionFwdAlgo_t algo = pick(perf, count);
+    const std::size_t bytes = p.workspace;
+    p.call = [=] {
+      CRUMB_CUDNN_CHECK(cudnnConvolutionForward(dnn, &one, xd->get(), x, wd->get(), w, cd->get(), algo, ws, bytes,
+                                                &zero, yd->get(), y));
+      if (b) CRUMB_CUDNN_CHECK(cudnnAddTensor(dnn, &one, bd->get(), b, &one, yd->get(), y));
+    };
+  } else if (c.kernel == Kernel::Conv2dBwdData) {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    CRUMB_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(dnn, wd->get(), w, yd->get(), y, cd->get(),
+                                                                  xd->get(), x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+                                                                  &count, perf, ws, limit));
+    const cudnnConvolutionBwdDataAlgo_t algo = pick(perf, count);
+    const std::size_t bytes = p.workspace;
+    p.call = [=] {
+      CRUMB_CUDNN_CHECK(cudnnConvolutionBackwardData(dnn, &one, wd->get(), w, yd->get(), y, cd->get(), algo, ws, bytes,
+                                                     &zero, xd->get(), x));
+    };
+  } else {
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    CRUMB_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+        dnn, xd->get(), x, yd->get(), y, cd->get(), wd->get(), w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count,
+        perf, ws, limit));
+    const cudnnConvolutionBwdFilterAlgo_t algo = pick(perf, count);
+    const std::size_t bytes = p.workspace;
+    p.call = [=] {
+      CRUMB_CUDNN_CHECK(cudnnConvolutionBackwardFilter(dnn, &one, xd->get(), x, yd->get(), y, cd->get(), algo, ws,
+                                                       bytes, &zero, wd->get(), w));
+      if (b) CRUMB_CUDNN_CHECK(cudnnConvolutionBackwardBias(dnn, &one, yd->get(), y, &zero, bd->get(), b));
+    };
+  }
+  return p;
+}
+
+using PoolingDesc = cuda::detail::Descriptor<cudnnPoolingDescriptor_t, cudnnCreatePoolingDescriptor,
+                                             cudnnDestroyPoolingDescriptor>;
+using ActivationDesc = cuda::detail::Descriptor<cudnnActivationDescriptor_t, cudnnCreateActivationDescriptor,
+                                                cudnnDestroyActivationDescriptor>;
+
+// ---- cuDNN's pooling, the same windows (average counting the padding, as Crumb's does).
+Prepared cudnn_pool(const Case& c, CudaBackend& gpu, DeviceOperands& ops) {
+  const auto& s = std::get<cpu::Pool2dShape>(c.shape);
+  const bool max = c.kernel == Kernel::MaxPoolFwd || c.kernel == Kernel::MaxPoolBwd;
+  auto pd = std::make_shared<PoolingDesc>();
+  CRUMB_CUDNN_CHECK(cudnnSetPooling2dDescriptor(
+      pd->get(), max ? CUDNN_POOLING_MAX : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING, CUDNN_PROPAGATE_NAN, s.kh,
+      s.kw, s.pad_h, s.pad_w, s.stride_h, s.stride_w));
+  const TensorDesc xd = nchw(s.n, s.c, s.h, s.w), yd = nchw(s.n, s.c, s.h_out, s.w_out);
+  float* x = ops.floats(pool_in(s));
+  float* dx = ops.floats(pool_in(s));
+  float* y = ops.floats(pool_out(s));
+  float* dy = ops.floats(pool_out(s));
+  const cudnnHandle_t dnn = gpu.dnn();
+  const float one = 1, zero = 0;
+  auto forward = [=] {
+    CRUMB_CUDNN_CHECK(cudnnPoolingForward(dnn, pd->get(), &one, xd->get(), x, &zero, yd->get(), y));
+  };
+  forward();
+  if (c.kernel == Kernel::MaxPoolFwd || c.kernel == Kernel::AvgPoolFwd) return {forward};
+  return {[=] {
+    CRUMB_CUDNN_CHECK(cudnnPoolingBackward(dnn, pd->get(), &one, yd->get(), y, yd->get(), dy, xd->get(), x, &zero,
+                                           xd->get(), dx));
+  }};
+}
+
+// ---- cuDNN's ReLU.
+Prepared cudnn_relu(const Case& c, CudaBackend& gpu, DeviceOperands& ops) {
+  const int64_t n = std::get<Elements>(c.shape).count;
+  CRUMB_CHECK(n <= INT32_MAX, c.name(), ": too many elements for one cuDNN tensor");
+  auto ad = std::make_shared<ActivationDesc>();
+  CRUMB_CUDNN_CHECK(cudnnSetActivationDescriptor(ad->get(), CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0));
+  const TensorDesc d = nchw(1, 1, 1, static_cast<int>(n));
+  float* x = ops.floats(n);
+  float* y = ops.floats(n);
+  float* dy = ops.floats(n);
+  float* dx = ops.floats(n);
+  const cudnnHandle_t dnn = gpu.dnn();
+  const float one = 1, zero = 0;
+  if (c.kernel == Kernel::ReluFwd)
+    return {[=] { CRUMB_CUDNN_CHECK(cudnnActivationForward(dnn, ad->get(), &one, d->get(), x, &zero, d->get(), y)); }};
+  return {[=] {
+    CRUMB_CUDNN_CHECK(cudnnActivationBackward(dnn, ad->get(), &one, d->get(), y, d->get(), dy, d->get(), x, &zero,
+                                              d->get(), dx));
+  }};
+}
+
+// ---- cuDNN's spatial BatchNorm (statistics over the whole batch: the same work as Crumb's when one
+// group holds the batch, which is when it is registered).
+Prepared cudnn_batch_norm(const Case& c, CudaBackend& gpu, DeviceOperands& ops) {
+  const auto& s = std::get<cpu::BatchNormShape>(c.shape);
+  const int64_t count = int64_t(s.n) * s.c * s.hw;
+  const TensorDesc xd = nchw(s.n, s.c, s.hw, 1), pd = nchw(1, s.c, 1, 1);
+  float* x = ops.floats(count);
+  float* y = ops.floats(count);
+  float* dx = ops.floats(count);
+  float* w = ops.floats(s.c);
+  float* b = ops.floats(s.c);
+  float* dw = ops.floats(s.c);
+  float* db = ops.floats(s.c);
+  float* running_mean = ops.zeros<float>(s.c);
+  float* running_var = ops.floats(s.c);
+  float* mean = ops.zeros<float>(s.c);
+  float* invstd = ops.zeros<float>(s.c);
+  const cudnnHandle_t dnn = gpu.dnn();
+  const float one = 1, zero = 0;
+  const double eps = 1e-5;
+  auto forward = [=] {
+    CRUMB_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd->get(), x,
+                                                             xd->get(), y, pd->get(), w, b, 0.1, running_mean,
+                                                             running_var, eps, mean, invstd));
+  };
+  forward();
+  if (c.kernel == Kernel::BatchNormFwd) return {forward};
+  return {[=] {
+    CRUMB_CUDNN_CHECK(cudnnBatchNormalizationBackward(dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero,
+                                                      xd->get(), x, xd->get(), y, xd->get(), dx, pd->get(), w, dw, db,
+                                                      eps, mean, invstd));
+  }};
+}
+#endif  // CRUMB_HAVE_CUDNN
+
+// The implementations a case runs on the GPU: Crumb's first, then the libraries' for the same work.
+std::vector<Impl> impls(const Case& c) {
+  switch (c.kernel) {
+    case Kernel::Conv2dFwd:
+    case Kernel::Conv2dBwdData:
+    case Kernel::Conv2dBwdWeight:
+#if CRUMB_HAVE_CUDNN
+      return {{"crumb", crumb}, {"cudnn_find", cudnn_find<false>}, {"cudnn_find_tf32", cudnn_find<true>}};
+#else
+      return {};  // the CUDA backend has no convolution without cuDNN
+#endif
+    case Kernel::LinearFwd:
+    case Kernel::LinearBwdData:
+    case Kernel::LinearBwdWeight: return {{"crumb", crumb}, {"cublas", cublas<false>}, {"cublas_tf32", cublas<true>}};
+#if CRUMB_HAVE_CUDNN
+    case Kernel::MaxPoolFwd:
+    case Kernel::MaxPoolBwd:
+    case Kernel::AvgPoolFwd:
+    case Kernel::AvgPoolBwd: return {{"crumb", crumb}, {"cudnn", cudnn_pool}};
+    case Kernel::ReluFwd:
+    case Kernel::ReluBwd: return {{"crumb", crumb}, {"cudnn", cudnn_relu}};
+    case Kernel::BatchNormFwd:
+    case Kernel::BatchNormBwd:
+      if (std::get<cpu::BatchNormShape>(c.shape).groups() == 1) return {{"crumb", crumb}, {"cudnn", cudnn_batch_norm}};
+      return {{"crumb", crumb}};
+#endif
+    default: return {{"crumb", crumb}};
+  }
+}
+
+// Times each call on the GPU between two events on the compute stream: device time, without the host's
+// launch overhead where launches run ahead.
+void run(benchmark::State& state, const Case& c, Prepare prepare) {
+  CudaBackend& gpu = CudaBackend::of(backend(Device::CUDA, 0));
+  gpu.activate();
+  DeviceOperands ops;
+  const Prepared p = prepare(c, gpu, ops);
+  cudaEvent_t start = nullptr, stop = nullptr;
+  CRUMB_CUDA_CHECK(cudaEventCreate(&start));
+  CRUMB_CUDA_CHECK(cudaEventCreate(&stop));
+  p.call();  // warm-up: lazy module loading and library plans are not the kernel's time
+  CRUMB_CUDA_CHECK(cudaStreamSynchronize(gpu.compute()));
+  for (auto _ : state) {
+    CRUMB_CUDA_CHECK(cudaEventRecord(start, gpu.compute()));
+    p.call();
+    CRUMB_CUDA_CHECK(cudaEventRecord(stop, gpu.compute()));
+    CRUMB_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    CRUMB_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    state.SetIterationTime(ms / 1e3);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  report(state, c, {p.tf32 ? kH100Tf32 : kH100Fp32, kH100Bytes}, 1e12);
+  state.counters["workspace_bytes"] = static_cast<double>(p.workspace);
+  if (p.algo >= 0) state.counters["algo"] = p.algo;
+}
+
+}  // namespace
+
+bool register_cuda(const std::vector<Case>& cases) {
+  if (!device_available(Device::CUDA)) {
+    std::fprintf(stderr, "cuda: skipped (no usable CUDA device)\n");
+    return false;
+  }
+  benchmark::AddCustomContext("cuda_device", backend(Device::CUDA, 0).description());
+  benchmark::AddCustomContext("cuda_peak_source", "NVIDIA H100 SXM5 datasheet, dense: FP32 67 TFLOP/s, TF32 tensor "
+                                                  "cores 494.7 TFLOP/s (989 with sparsity), HBM3 3.35 TB/s");
+  for (const Case& c : cases) {
+    for (const Impl& impl : impls(c)) {
+      benchmark::RegisterBenchmark(("cuda/" + c.name() + "/" + impl.name).c_str(), run, c, impl.prepare)
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
+  return true;
+}
+
+}  // namespace crumb::bench

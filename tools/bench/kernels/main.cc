@@ -1,0 +1,134 @@
+// Kernel microbenchmarks: every kernel of a training step at the layer shapes of the reference models
+// and of DeepBench, on the CPU and (in a CUDA build with a device) the GPU. Google Benchmark's own
+// flags apply (--benchmark_filter, --benchmark_out=FILE --benchmark_out_format=json, ...); ours:
+//   --suites=a,b,...      run only these suites (default: all; see cases.cc)
+//   --device=cpu|cuda|all which kernels to run (default all)
+//   --ceiling_seconds=S   time spent measuring each CPU ceiling (default 1; 0 = one quick rough run each)
+// Threads come from OMP_NUM_THREADS.
+#include <omp.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include "engine/error.h"
+#include "tools/bench/kernels/cases.h"
+#include "tools/bench/kernels/ceilings.h"
+#include "tools/bench/kernels/cpu.h"
+#if CRUMB_HAVE_CUDA
+#include "tools/bench/kernels/cuda.h"
+#endif
+
+namespace crumb::bench {
+namespace {
+
+struct Options {
+  std::vector<std::string> suites;  // empty: all
+  bool cpu = true, cuda = true;
+  double ceiling_seconds = 1.0;
+};
+
+const char kUsage[] = "usage: kernels_bench [--suites=a,b] [--device=cpu|cuda|all] [--ceiling_seconds=S] "
+                      "[Google Benchmark flags]";
+
+std::vector<std::string> split(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+std::string known_suites() {
+  std::string known;
+  for (const Suite& s : suites()) known += (known.empty() ? "" : ", ") + s.name;
+  return known;
+}
+
+// Google Benchmark has taken its own flags out of argv already: what is left must be ours.
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto value = [&](const char* flag) -> const char* {
+      const std::string prefix = std::string(flag) + "=";
+      return arg.compare(0, prefix.size(), prefix) == 0 ? argv[i] + prefix.size() : nullptr;
+    };
+    if (const char* v = value("--suites")) {
+      o.suites = split(v);
+      for (const std::string& name : o.suites) {
+        bool found = false;
+        for (const Suite& s : suites()) found = found || s.name == name;
+        CRUMB_CHECK(found, "unknown suite '", name, "' (known: ", known_suites(), ")");
+      }
+    } else if (const char* v = value("--device")) {
+      const std::string d = v;
+      CRUMB_CHECK(d == "cpu" || d == "cuda" || d == "all", "--device must be cpu, cuda or all, got '", d, "'");
+      o.cpu = d != "cuda";
+      o.cuda = d != "cpu";
+    } else if (const char* v = value("--ceiling_seconds")) {
+      char* end = nullptr;
+      o.ceiling_seconds = std::strtod(v, &end);
+      CRUMB_CHECK(*v != '\0' && *end == '\0' && o.ceiling_seconds >= 0,
+                  "--ceiling_seconds needs a number of seconds >= 0, got '", v, "'");
+    } else {
+      CRUMB_FAIL("unknown argument '", arg, "'\n", kUsage);
+    }
+  }
+  return o;
+}
+
+bool selected(const Options& o, const Suite& s) {
+  if (o.suites.empty()) return true;
+  for (const std::string& name : o.suites)
+    if (name == s.name) return true;
+  return false;
+}
+
+int run(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  const Options o = parse(argc, argv);
+  std::vector<Case> all;
+  for (const Suite& s : suites()) {
+    if (!selected(o, s)) continue;
+    for (Case& c : cases(s)) all.push_back(std::move(c));
+  }
+  if (o.cpu) {
+    const CpuCeilings ceilings = measure_cpu_ceilings(o.ceiling_seconds);
+    benchmark::AddCustomContext("cpu_threads", std::to_string(omp_get_max_threads()));
+    benchmark::AddCustomContext("cpu_peak_GFLOP/s", std::to_string(ceilings.peak.flops / 1e9));
+    benchmark::AddCustomContext("cpu_peak_GB/s", std::to_string(ceilings.peak.bytes / 1e9));
+    benchmark::AddCustomContext("cpu_peak_source", "GEMM: best " + std::to_string(ceilings.gemm_n) + "^3 sgemm "
+                                "through cpu::linear_forward (Eigen); bandwidth: best STREAM triad over 3 x " +
+                                std::to_string(ceilings.stream_elements) + " floats");
+    std::fprintf(stderr, "CPU ceilings (%d threads): GEMM %.1f GFLOP/s, triad %.1f GB/s\n", omp_get_max_threads(),
+                ceilings.peak.flops / 1e9, ceilings.peak.bytes / 1e9);
+    register_cpu(all, ceilings.peak);
+  }
+  if (o.cuda) {
+#if CRUMB_HAVE_CUDA
+    register_cuda(all);
+#else
+    std::fprintf(stderr, "cuda: skipped (built without CUDA)\n");
+#endif
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
+
+}  // namespace
+}  // namespace crumb::bench
+
+int main(int argc, char** argv) {
+  try {
+    return crumb::bench::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kernels_bench: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,36 @@
+// The counters every kernel benchmark reports, CPU and CUDA alike, so the JSON reads the same for both
+// and tools/bench/kernels/plot.py needs to know one layout.
+#pragma once
+#include <string>
+
+#include <benchmark/benchmark.h>
+
+#include "tools/bench/kernels/cases.h"
+
+namespace crumb::bench {
+
+// The denominators of "% of peak": what the device can do at best, in operations and bytes per second.
+struct Peak {
+  double flops;  // FLOP/s of a GEMM-like kernel at its best
+  double bytes;  // bytes/s of a streaming kernel at its best
+};
+
+// Sets the rate counter ("GFLOP/s" or "TFLOP/s" for GEMM-like kernels, "GB/s" otherwise), "pct_peak"
+// (that rate as a percentage of the matching Peak field), "layers" and the shape as the label.
+// flop_unit is 1e9 (GFLOP/s) or 1e12 (TFLOP/s). Rates are per second of the benchmark's own time, so
+// they come out right whether it runs on real or manual time.
+inline void report(benchmark::State& state, const Case& c, const Peak& peak, double flop_unit = 1e9) {
+  using benchmark::Counter;
+  const double calls = static_cast<double>(state.iterations());
+  const bool gemm = compute_bound(c.kernel);
+  const double work = gemm ? c.flops() : c.bytes();
+  const double ceiling = gemm ? peak.flops : peak.bytes;
+  const std::string unit = gemm ? (flop_unit == 1e12 ? "TFLOP/s" : "GFLOP/s") : "GB/s";
+  state.counters[unit] = Counter(work * calls / (gemm ? flop_unit : 1e9), Counter::kIsRate);
+  // A rate counter divides by the elapsed seconds, so work / ceiling per call becomes the percentage.
+  state.counters["pct_peak"] = Counter(100 * work * calls / ceiling, Counter::kIsRate);
+  state.counters["layers"] = c.layers;
+  state.SetLabel(c.describe());
+}
+
+}  // namespace crumb::bench
