@@ -106,8 +106,11 @@ std::string arena_map_svg(const ReportData& r) {
   const double height = 640;
   const Frame f{110, 96, kWidth - 110 - 24, height - 96 - 60};
   XmlWriter w;
-  open_svg(w, kWidth, height, {{"id", "arena-map"}, {"data-arena-bytes", std::to_string(p.arena_bytes)},
-                               {"data-steps", std::to_string(steps)}});
+  open_svg(w, kWidth, height,
+           {{"id", "arena-map"}, {"data-arena-bytes", std::to_string(p.arena_bytes)},
+            {"data-steps", std::to_string(steps)},
+            {"data-frame", AttrValue(f.left).text + " " + AttrValue(f.top).text + " " + AttrValue(f.width).text + " " +
+                               AttrValue(f.height).text}});
   char ratio[16];
   std::snprintf(ratio, sizeof ratio, "%.3f", p.ratio());
   heading(w, "Arena map: " + r.title + ", micro-batch " + std::to_string(r.micro_batch()),
@@ -255,7 +258,7 @@ std::string sweep_svg(const ReportData& r) {
   std::vector<LegendItem> items;
   for (const MemoryPart* part : parts) items.push_back({part->colour, part->name});
   items.push_back({kBudgetColour, "budget " + byte_label(r.budget), LegendItem::Kind::Line, "6 4"});
-  if (!r.trials.empty()) items.push_back({"#222222", "measured peak RSS (--sweep)", LegendItem::Kind::Marker});
+  if (!r.trials.empty()) items.push_back({"#222222", "measured RSS growth (--sweep)", LegendItem::Kind::Marker});
   legend(w, 16, 66, kWidth - 32, items);
   y_axis(w, f, y, ticks, "memory");
 
@@ -290,7 +293,7 @@ std::string sweep_svg(const ReportData& r) {
   for (const Trial& t : r.trials)
     w.titled("path", {{"d", diamond(x(t.micro_batch), y(double(t.rss_bytes)), 7)}, {"fill", "#222222"},
                       {"stroke", "#ffffff"}},
-             "m = " + std::to_string(t.micro_batch) + ": measured peak RSS " + format_bytes(t.rss_bytes));
+             "m = " + std::to_string(t.micro_batch) + ": resident memory grew by " + format_bytes(t.rss_bytes));
   w.leaf("rect", {{"x", f.left}, {"y", f.top}, {"width", f.width}, {"height", f.height}, {"fill", "none"},
                   {"stroke", "#555"}});
   x_axis(w, f, x, micro_batch_ticks(r), "micro-batch size m (samples per forward + backward)",

@@ -340,8 +340,8 @@ int run(const Options& o) {
   std::optional<ReportData> report_plan;
   if (report.wanted()) report_plan = report_data(o, g, compiled, batch, device, o.sweep);
   if (report_plan) report_plan->trials = trials;
-  // The run's own peak, without the trials' or the dataset's loading.
-  reset_peak_rss();
+  // What the run allocates, without the trials, the program or the dataset.
+  const RssGrowth rss;
   ParamStore params(g, device);
   params.init(o.seed);
   // A GPU copies micro-batches straight out of the loader's buffers, asynchronously when they are pinned.
@@ -456,8 +456,8 @@ int run(const Options& o) {
   if (!o.save.empty()) save_or_rescue(o, params, *opt, run_metadata(o, o.epochs, 0, m));
   const double samples_per_s = train_seconds > 0 ? samples / train_seconds : 0.0;
   if (report_plan) {
-    report_plan->measured = Measured{opt->steps() - steps_before, train_seconds, samples_per_s, peak_rss_bytes(),
-                                     test_result.accuracy};
+    report_plan->measured = Measured{opt->steps() - steps_before, train_seconds, samples_per_s, rss.peak_bytes(),
+                                     max_rss_bytes(), test_result.accuracy};
     report.write(*report_plan);
   }
   std::printf(

@@ -51,8 +51,10 @@ Table measured_table(const ReportData& r) {
             {"training time (s)", fixed(m.train_seconds, 3), fixed(m.train_seconds, 2) + " s", ""},
             {"step time (s)", fixed(step, 6), fixed(step * 1e3, 1) + " ms", "a batch of " + std::to_string(r.batch)},
             {"throughput (samples/s)", fixed(m.samples_per_s, 1), count_label(m.samples_per_s), ""},
-            {"peak RSS (bytes)", std::to_string(m.max_rss_bytes), format_bytes(m.max_rss_bytes),
-             "planned total " + format_bytes(r.memory.total()) + " (RSS also holds the dataset and the program)"},
+            {"RSS growth while training (bytes)", std::to_string(m.rss_bytes), format_bytes(m.rss_bytes),
+             "planned total " + format_bytes(r.memory.total())},
+            {"peak RSS of the process (bytes)", std::to_string(m.max_rss_bytes), format_bytes(m.max_rss_bytes),
+             "also holds the program, the dataset and the --sweep trials"},
             {"test accuracy", fixed(m.test_accuracy, 4), fixed(m.test_accuracy, 4), ""}};
   return t;
 }
@@ -95,7 +97,7 @@ Table sweep_table(const ReportData& r) {
 
 Table trials_table(const ReportData& r) {
   Table t{"trials", "Measured trials (--sweep)",
-          {"micro_batch", "timed_steps", "step_seconds", "samples_per_s", "peak_rss_bytes", "peak RSS", "planned total"},
+          {"micro_batch", "timed_steps", "step_seconds", "samples_per_s", "rss_growth_bytes", "RSS growth", "planned total"},
           {}};
   for (const Trial& trial : r.trials) {
     const auto planned = std::find_if(r.sweep.begin(), r.sweep.end(),

@@ -19,14 +19,15 @@ struct Trial {
   int steps = 0;               // timed optimizer steps
   double step_seconds = 0;     // mean time of a timed step (a whole batch)
   double samples_per_s = 0;
-  std::size_t rss_bytes = 0;   // peak resident memory of the process during the trial
+  std::size_t rss_bytes = 0;   // peak growth of the resident memory during the trial (RssGrowth)
 };
 
 // What the training run measured, next to what the plan predicted.
 struct Measured {
   long long steps = 0;  // optimizer steps
   double train_seconds = 0, samples_per_s = 0;
-  std::size_t max_rss_bytes = 0;
+  std::size_t rss_bytes = 0;      // peak growth of the resident memory while training (RssGrowth)
+  std::size_t max_rss_bytes = 0;  // the process's peak resident memory (program and dataset included)
   double test_accuracy = 0;
 };
 

@@ -18,9 +18,8 @@ constexpr int kMinSteps = 3, kMaxSteps = 50;
 constexpr double kMinSeconds = 1.0;
 
 Trial run_trial(const Graph& g, int m, const TrialSetup& s) {
-  // Everything the trial allocates counts in its peak, on top of what the process already holds (the
-  // dataset, the program): what a run at this size would hold.
-  reset_peak_rss();
+  // What the trial allocates and touches, over what the process already holds (the program, the dataset).
+  const RssGrowth rss;
   MicroBatchPlan plan = plan_micro_batch(g, m, s.optimizer, s.device);
   ParamStore params(g, s.device);
   params.init(s.seed);
@@ -52,7 +51,7 @@ Trial run_trial(const Graph& g, int m, const TrialSetup& s) {
   }
   t.step_seconds = seconds / t.steps;
   t.samples_per_s = s.batch / t.step_seconds;
-  t.rss_bytes = peak_rss_bytes();
+  t.rss_bytes = rss.peak_bytes();
   return t;
 }
 
@@ -63,7 +62,7 @@ std::vector<Trial> run_trials(const Graph& g, const std::vector<int>& sizes, con
   for (int m : sizes) {
     trials.push_back(run_trial(g, m, setup));
     const Trial& t = trials.back();
-    std::fprintf(stderr, "sweep: micro-batch %d: %.0f samples/s (%d steps of %.1f ms), peak RSS %s\n", m,
+    std::fprintf(stderr, "sweep: micro-batch %d: %.0f samples/s (%d steps of %.1f ms), RSS grew by %s\n", m,
                  t.samples_per_s, t.steps, t.step_seconds * 1e3, format_bytes(t.rss_bytes).c_str());
   }
   return trials;
