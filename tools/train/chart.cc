@@ -68,8 +68,12 @@ std::vector<Tick> labelled(const std::vector<double>& values, std::string (*labe
 
 double text_width(const std::string& s, double font_size) { return 0.6 * font_size * static_cast<double>(s.size()); }
 
+// Ticks past the end of an axis (round ticks overshoot its data) are left out.
+bool on_axis(const Scale& s, double v) { return v >= std::min(s.d0, s.d1) - 1e-9 && v <= std::max(s.d0, s.d1) + 1e-9; }
+
 void y_axis(XmlWriter& w, const Frame& f, const Scale& y, const std::vector<Tick>& ticks, const std::string& title) {
   for (const Tick& t : ticks) {
+    if (!on_axis(y, t.value)) continue;
     const double py = y(t.value);
     w.leaf("line", {{"x1", f.left}, {"x2", f.right()}, {"y1", py}, {"y2", py}, {"stroke", "#e3e3e3"}});
     w.leaf("text", {{"x", f.left - 6}, {"y", py + 4}, {"text-anchor", "end"}, {"fill", "#333"}}, t.label);
@@ -86,6 +90,7 @@ void x_axis(XmlWriter& w, const Frame& f, const Scale& x, const std::vector<Tick
   w.leaf("line", {{"x1", f.left}, {"x2", f.right()}, {"y1", f.bottom()}, {"y2", f.bottom()}, {"stroke", "#555"}});
   double last_right = -1e9;
   for (const Tick& t : ticks) {
+    if (!on_axis(x, t.value)) continue;
     const double px = x(t.value);
     const bool strong = std::find(bold.begin(), bold.end(), t.value) != bold.end();
     const double half = text_width(t.label, 12) / 2;

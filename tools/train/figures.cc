@@ -125,10 +125,7 @@ std::string arena_map_svg(const ReportData& r) {
   const Scale x{0, double(steps), f.left, f.right()};
   const Scale y{0, double(std::max<std::size_t>(p.arena_bytes, 1)), f.bottom(), f.top};
   shade_passes(w, f, x, r);
-  std::vector<Tick> ticks = byte_axis(p.arena_bytes);
-  ticks.erase(std::remove_if(ticks.begin(), ticks.end(), [&](const Tick& t) { return t.value > p.arena_bytes; }),
-              ticks.end());
-  y_axis(w, f, y, ticks, "address in the arena (offset)");
+  y_axis(w, f, y, byte_axis(p.arena_bytes), "address in the arena (offset)");
   // Under the blocks, showing through the gaps, and past the frame's right edge where blocks cover it.
   const double lb = y(double(p.lower_bound));
   w.leaf("line", {{"x1", f.left}, {"x2", f.right() + 14}, {"y1", lb}, {"y2", lb}, {"stroke", "#222222"},
