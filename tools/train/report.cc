@@ -1,13 +1,12 @@
 #include "tools/train/report.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <sstream>
-
-#include <unistd.h>
 
 #include "engine/error.h"
 #include "engine/ops/op.h"
