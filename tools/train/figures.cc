@@ -46,9 +46,10 @@ void shade_passes(XmlWriter& w, const Frame& f, const Scale& x, const ReportData
 // Byte ticks up to the top of a chart holding `top` bytes, and the chart's upper end.
 std::vector<Tick> byte_axis(double top) { return labelled(byte_ticks(top * 1.04), byte_label); }
 
-// A note inside the top right of the frame, for a budget line that is off the top of the scale.
+// A note over the top right of the frame, for a budget line that is off the top of the scale (inside,
+// it would cross the arena line when the arena fills the scale).
 void off_scale(XmlWriter& w, const Frame& f, const std::string& text) {
-  w.leaf("text", {{"x", f.right() - 8}, {"y", f.top + 15}, {"text-anchor", "end"}, {"fill", kBudgetColour}},
+  w.leaf("text", {{"x", f.right()}, {"y", f.top - 6}, {"text-anchor", "end"}, {"fill", kBudgetColour}},
          text + " \u2191 (above the chart)");
 }
 
