@@ -152,9 +152,8 @@ std::string batch_split(const Options& o, int batch, int m) {
 ReportData report_data(const Options& o, const Graph& g, const MicroBatchPlan& p, int batch, Device device,
                        const std::vector<int>& trial_sizes) {
   ReportData r = collect_report(g, p, batch, budget_of(o, device), o.optimizer, device, trial_sizes);
-  Dims x = g.value(g.inputs()[0]).dims;
   std::string shape;
-  for (int64_t d : x) shape += (shape.empty() ? "" : "x") + std::to_string(d);
+  for (int64_t d : g.value(g.inputs()[0]).dims) shape += (shape.empty() ? "" : "x") + std::to_string(d);
   r.title = o.model + " (" + shape + ") on " + device_name(device);
   r.subtitle = batch_split(o, batch, p.micro_batch);
   return r;
