@@ -148,25 +148,28 @@ std::size_t parse_bytes(const std::string& text) {
   return static_cast<std::size_t>(bytes);
 }
 
+std::vector<BreakdownRow> breakdown_rows(const MemoryBreakdown& mb, std::size_t budget) {
+  std::vector<BreakdownRow> rows = {{"parameters", mb.params, ""},
+                                    {"gradients", mb.grads, ""},
+                                    {"optimizer state", mb.optimizer_state, mb.optimizer}};
+  if (mb.state) rows.push_back({"non-trained state", mb.state, "running statistics, counters"});
+  rows.push_back({"arena (block)", mb.arena, ""});
+  rows.push_back({"  peak live activations (train)", mb.activations, ""});
+  rows.push_back({"  largest step workspace (train)", mb.workspace, ""});
+  if (mb.staging) rows.push_back({"input staging (device slots)", mb.staging, ""});
+  if (mb.loader) rows.push_back({"loader batch buffers (host)", mb.loader, "2 training batches + 2 evaluation chunks"});
+  if (mb.runtime) rows.push_back({"runtime (cuBLAS workspace)", mb.runtime, ""});
+  rows.push_back({"total", mb.total(), ""});
+  if (budget) rows.push_back({"budget", budget, ""});
+  return rows;
+}
+
 void write_memory_report(std::ostream& os, const Graph& g, const MemoryBreakdown& mb, const MemoryPlan& plan,
                          std::size_t budget) {
-  auto line = [&](const char* what, std::size_t bytes, const std::string& note = "") {
-    os << "  " << std::left << std::setw(34) << what << std::right << std::setw(12) << format_bytes(bytes)
-       << (note.empty() ? "" : "  (" + note + ")") << "\n";
-  };
   os << "memory for micro-batch " << mb.micro_batch << ":\n";
-  line("parameters", mb.params);
-  line("gradients", mb.grads);
-  line("optimizer state", mb.optimizer_state, mb.optimizer);
-  if (mb.state) line("non-trained state", mb.state, "running statistics, counters");
-  line("arena (block)", mb.arena);
-  line("  peak live activations (train)", mb.activations);
-  line("  largest step workspace (train)", mb.workspace);
-  if (mb.staging) line("input staging (device slots)", mb.staging);
-  if (mb.loader) line("loader batch buffers (host)", mb.loader, "2 training batches + 2 evaluation chunks");
-  if (mb.runtime) line("runtime (cuBLAS workspace)", mb.runtime);
-  line("total", mb.total());
-  if (budget) line("budget", budget);
+  for (const BreakdownRow& row : breakdown_rows(mb, budget))
+    os << "  " << std::left << std::setw(34) << row.label << std::right << std::setw(12) << format_bytes(row.bytes)
+       << (row.note.empty() ? "" : "  (" + row.note + ")") << "\n";
   os << "arena plan (training): " << format_bytes(plan.arena_bytes) << " for a lower bound of "
      << format_bytes(plan.lower_bound) << " (max over steps of live + workspace bytes; ratio " << std::fixed
      << std::setprecision(3) << plan.ratio() << ")\n";

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <iosfwd>
 #include <string>
+#include <vector>
 
 #include "engine/compile.h"
 #include "engine/graph.h"
@@ -67,6 +68,15 @@ void check_micro_batch(const Graph& g, int m, int batch);
 // "1.50 MiB"-style formatting and parsing ("64MiB", "1.5GiB", "500MB", "4096"; K/M/G mean KiB/MiB/GiB).
 std::string format_bytes(std::size_t bytes);
 std::size_t parse_bytes(const std::string& text);
+
+// The breakdown as --explain prints it, one row per line: label (sub-parts indented by two spaces), bytes
+// and what it holds. Rows that are zero for this run (staging on the CPU) are left out.
+struct BreakdownRow {
+  std::string label;
+  std::size_t bytes;
+  std::string note;
+};
+std::vector<BreakdownRow> breakdown_rows(const MemoryBreakdown& mb, std::size_t budget);
 
 // The report of `train --explain`: breakdown, then one line per step with the live bytes.
 void write_memory_report(std::ostream& os, const Graph& g, const MemoryBreakdown& mb, const MemoryPlan& train_plan,

@@ -110,6 +110,7 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<NodeId>& order, int bat
   p.offset.assign(nv, -1);
   p.first.assign(nv, -1);
   p.last.assign(nv, -1);
+  p.block_of.assign(nv, -1);
   p.space.assign(nv, MemorySpace::Arena);
   std::vector<std::size_t> bytes(nv, 0);
   std::vector<bool> in_host(nv, false);
@@ -188,6 +189,7 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<NodeId>& order, int bat
   for (ValueId v = 0; v < nv; ++v)
     if (p.first[v] >= 0) {
       p.offset[v] = goffset[grp.find(v)];
+      p.block_of[v] = grp.find(v);
       if (in_host[grp.find(v)]) p.space[v] = MemorySpace::HostPool;
     }
   for (int s = 0; s < ns; ++s) {

@@ -27,6 +27,9 @@ struct MemoryPlan {
   std::vector<int64_t> offset;      // per value: byte offset in its space's block, -1 if not planned
   std::vector<MemorySpace> space;   // per value: the space its offset indexes
   std::vector<int> first, last;     // per value: lifetime in steps (-1 if not in the arena)
+  // Per value: the value owning the block it is stored in (itself, or the base of a view or the input an
+  // in-place op overwrote; -1 if not planned). A block's lifetime spans all of its values'.
+  std::vector<ValueId> block_of;
   std::vector<std::size_t> live_bytes;       // per step: bytes of arena values live at that step
   std::vector<std::size_t> step_workspace;   // per step: kernel scratch bytes
   std::vector<int64_t> workspace_offset;     // per step: offset of its scratch (-1 if none)

@@ -119,6 +119,34 @@ TEST(TrainCli, SpecialFilesAndFailedOutput) {
   }
 }
 
+// Report paths are checked before any data loads or any plan is made; a write that fails (a full disk) is
+// one error line too.
+TEST(TrainCli, BadReportPaths) {
+  expect_one_error_line(run_train("--explain --report /nonexistent/crumb/r.html"),
+                        "--report: cannot write /nonexistent/crumb/r.html: No such file or directory");
+  expect_one_error_line(run_train("--model mlp --dataset synthetic --report /nonexistent/crumb/r.html"),
+                        "--report: cannot write /nonexistent/crumb/r.html");
+  expect_one_error_line(run_train("--explain --report-dir /dev/null/pictures"), "--report-dir: cannot create folder");
+  if (std::filesystem::exists("/dev/full"))
+    expect_one_error_line(run_train("--explain --model mlp --report /dev/full"),
+                          "--report: cannot write /dev/full: No space left on device");
+}
+
+TEST(TrainCli, BadSweep) {
+  expect_one_error_line(run_train("--sweep 0"), "--sweep: 0 is out of range");
+  expect_one_error_line(run_train("--sweep 8,abc"), "--sweep: 'abc' is not an integer");
+  expect_one_error_line(run_train("--sweep 8,,16"), "--sweep: '' is not an integer");
+  expect_one_error_line(run_train("--sweep 16,"), "--sweep: '' is not an integer");
+  expect_one_error_line(run_train("--batch 64 --sweep 16,128"), "--sweep: micro-batch 128 is larger than --batch 64");
+  expect_one_error_line(run_train("--explain --sweep 16"), "--sweep measures training steps: drop --explain");
+  expect_one_error_line(run_train("--model resnet20 --dataset synthetic --input 3x16x16 --limit-train 128 "
+                                  "--limit-test 32 --batch 64 --sweep 48"),
+                        "--sweep: micro-batch 48 is not a multiple of the BatchNorm group of 32");
+  expect_one_error_line(run_train("--model lenet5 --dataset synthetic --limit-train 128 --limit-test 32 --batch 64 "
+                                  "--memory-budget 2.5MiB --sweep 64"),
+                        "exceeds --memory-budget");
+}
+
 TEST(TrainCli, BadOptimizerFlags) {
   expect_one_error_line(run_train("--optimizer adam"), "--optimizer must be sgd or adamw, got 'adam'");
   expect_one_error_line(run_train("--optimizer adamw --beta1 1"), "--beta1: 1 is out of range");

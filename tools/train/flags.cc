@@ -1,5 +1,6 @@
 #include "tools/train/flags.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -132,6 +133,14 @@ Trains a model on Fashion-MNIST with Crumb's graph executor and reports test acc
   --explain            print the memory plan (breakdown, chosen micro-batch, live bytes per step)
                        and exit without training
   --explain-csv FILE   with --explain: also write the per-step timeline as CSV
+  --report FILE.html   write the memory report: arena map (every tensor's address over its
+                       lifetime), memory timeline, batch sweep (memory against the micro-batch size)
+                       and their tables, in one self-contained HTML file; with --explain from the plan
+                       alone, after training with the measured figures too
+  --report-dir DIR     the same pictures as SVG files and the tables as CSV, in DIR (created)
+  --sweep M1,M2,...    before training, time a few optimizer steps at each micro-batch size and
+                       measure the peak RSS; the report plots them (sizes <= --batch, whole
+                       BatchNorm groups)
   --help               this text
 
 Flags are "--name value" or "--name=value", each at most once, never with an empty value; integers are
@@ -242,6 +251,15 @@ Options parse_flags(const std::vector<std::string>& argv) {
     else if (name == "log") o.log = value;
     else if (name == "resume") o.resume = value;
     else if (name == "explain-csv") o.explain_csv = value, o.explain = true;
+    else if (name == "report") o.report = value;
+    else if (name == "report-dir") o.report_dir = value;
+    else if (name == "sweep") {
+      std::size_t start = 0;
+      for (std::size_t comma; start <= value.size(); start = comma + 1) {
+        comma = std::min(value.find(',', start), value.size());
+        o.sweep.push_back((int)parse_int(name, value.substr(start, comma - start), 1, 1 << 24));
+      }
+    }
     else CRUMB_FAIL("unknown flag --", name, " (see --help)");
   }
   CRUMB_CHECK(!o.synthetic_shape || o.dataset == "synthetic", "--input and --classes need --dataset synthetic");
@@ -249,6 +267,9 @@ Options parse_flags(const std::vector<std::string>& argv) {
   CRUMB_CHECK(o.dataset != "cifar10" || !o.data.empty() || o.help,
               "--dataset cifar10 needs --data DIR, the folder of the CIFAR-10 binary version");
   CRUMB_CHECK(o.micro_batch <= o.batch, "--micro-batch ", o.micro_batch, " is larger than --batch ", o.batch);
+  for (int m : o.sweep) CRUMB_CHECK(m <= o.batch, "--sweep: micro-batch ", m, " is larger than --batch ", o.batch);
+  CRUMB_CHECK(o.sweep.empty() || !o.explain,
+              "--sweep measures training steps: drop --explain (its --report shows the planned sweep)");
   check_applies(given, {"norm", "bn-group", "bn-stats"}, models::has_norm(o.model),
                 "a model with normalisation layers (resnet20, resnet18, resnet50)");
   check_applies(given, {"bn-group", "bn-stats"}, o.norm.kind == models::NormSpec::Kind::Batch, "--norm bn");
@@ -270,14 +291,15 @@ Options parse_flags(const std::vector<std::string>& argv) {
 Options resume_flags(const std::vector<std::string>& recorded, const Options& given) {
   static const std::set<std::string> changeable = {"epochs", "save", "save-every", "log", "data", "threads",
                                                    "device", "memory-budget", "micro-batch", "cuda-graphs",
-                                                   "limit-test", "resume"};
+                                                   "limit-test", "resume", "report", "report-dir", "sweep"};
   auto name_of = [](const std::string& arg) { return arg.substr(2, arg.find('=') - 2); };
   std::set<std::string> overridden;
   for (const std::string& arg : given.args) {
     const std::string name = name_of(arg);
     CRUMB_CHECK(changeable.count(name), "--", name, " cannot change when resuming: the run continues with the settings "
                 "its checkpoint recorded (a resumed run may set --epochs, --save, --save-every, --log, --data, "
-                "--threads, --device, --memory-budget, --micro-batch, --cuda-graphs, --limit-test)");
+                "--threads, --device, --memory-budget, --micro-batch, --cuda-graphs, --limit-test, --report, "
+                "--report-dir, --sweep)");
     overridden.insert(name);
   }
   std::vector<std::string> args;

@@ -48,6 +48,9 @@ struct Options {
   bool cuda_graphs = true;   // replay each micro-batch's work as a recorded CUDA graph
   bool explain = false;
   std::string explain_csv;
+  std::string report;       // --report FILE.html
+  std::string report_dir;   // --report-dir DIR: the report's pictures as SVG and tables as CSV
+  std::vector<int> sweep;   // --sweep m1,m2,...: micro-batch sizes of measured trials
   bool help = false;
 };
 
@@ -57,7 +60,8 @@ Options parse_flags(const std::vector<std::string>& args);
 
 // The flags of the run that --resume continues: the ones recorded in its checkpoint (`recorded`, as
 // Options::args), with those a resumed run may change (--epochs, --save, --save-every, --log, --data,
-// --threads, --device, --memory-budget, --micro-batch, --cuda-graphs, --limit-test) taken from `given`.
+// --threads, --device, --memory-budget, --micro-batch, --cuda-graphs, --limit-test, --report, --report-dir,
+// --sweep) taken from `given`.
 // Any other flag in `given` is an error: the run continues with its own settings.
 Options resume_flags(const std::vector<std::string>& recorded, const Options& given);
 const char* usage();

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <iostream>
 #include <string>
 
@@ -30,7 +31,10 @@
 #include "tools/train/flags.h"
 #include "tools/train/interrupt.h"
 #include "tools/train/progress.h"
+#include "tools/train/report.h"
+#include "tools/train/rss.h"
 #include "tools/train/run_log.h"
+#include "tools/train/trials.h"
 
 namespace crumb::train {
 namespace {
@@ -138,6 +142,43 @@ MicroBatchPlan pick_micro_batch(const Options& o, const Graph& g, int batch, Dev
   return p;
 }
 
+// "batch 64 in 1 micro-batch(es) of 64 (largest that fits the budget)": what --explain and the report say.
+std::string batch_split(const Options& o, int batch, int m) {
+  return "batch " + std::to_string(batch) + " in " + std::to_string((batch + m - 1) / m) + " micro-batch(es) of " +
+         std::to_string(m) + (o.micro_batch ? " (--micro-batch)" : " (largest that fits the budget)");
+}
+
+// The report's data for the chosen plan, titled by model, input shape and device.
+ReportData report_data(const Options& o, const Graph& g, const MicroBatchPlan& p, int batch, Device device,
+                       const std::vector<int>& trial_sizes) {
+  ReportData r = collect_report(g, p, batch, budget_of(o, device), o.optimizer, device, trial_sizes);
+  std::string shape;
+  for (int64_t d : g.value(g.inputs()[0]).dims) shape += (shape.empty() ? "" : "x") + std::to_string(d);
+  r.title = o.model + " (" + shape + ") on " + device_name(device);
+  r.subtitle = batch_split(o, batch, p.micro_batch);
+  return r;
+}
+
+// The --sweep sizes, sorted, each a valid micro-batch size for batches of `batch` that fits the budget.
+std::vector<int> sweep_sizes(const Options& o, const Graph& g, int batch, Device device) {
+  std::vector<int> sizes = o.sweep;
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  for (int m : sizes) {
+    CRUMB_CHECK(m <= batch, "--sweep: micro-batch ", m, " is larger than the batch of ", batch,
+                " samples (the training set holds only ", batch, ")");
+    try {
+      check_micro_batch(g, m, batch);
+    } catch (const Error& e) {
+      CRUMB_FAIL("--sweep: ", e.what());
+    }
+    const std::size_t need = measure_memory(g, m, o.optimizer, device, 0, batch).total();
+    CRUMB_CHECK(need <= budget_of(o, device), "--sweep: micro-batch ", m, " needs ", format_bytes(need),
+                ", which exceeds --memory-budget ", format_bytes(budget_of(o, device)));
+  }
+  return sizes;
+}
+
 // The last optimizer step (the one before batch `batch` of `epoch`, 0-based) left every parameter finite.
 // Checked once the next batch has run, when waiting for that step costs nothing: a ReLU maps NaN to 0,
 // so a network whose weights went NaN can still report a finite loss.
@@ -237,6 +278,7 @@ std::vector<std::string> recorded_args(const std::string& path) {
 namespace {
 
 int explain(const Options& o) {
+  ReportOutput report(o.report, o.report_dir);
   const Device device = pick_device(o);
   // The input shape of the dataset the run would read (its files are not opened to plan).
   Graph g = models::build(o.model, planned_spec(o));
@@ -244,9 +286,7 @@ int explain(const Options& o) {
   build_backward(g);
   const MicroBatchPlan p = pick_micro_batch(o, g, o.batch, device);
   const int m = p.micro_batch;
-  std::cout << o.model << " on " << device_name(device) << ", batch " << o.batch << " in " << (o.batch + m - 1) / m
-            << " micro-batch(es) of " << m << (o.micro_batch ? " (--micro-batch)" : " (largest that fits the budget)")
-            << "\n";
+  std::cout << o.model << " on " << device_name(device) << ", " << batch_split(o, o.batch, m) << "\n";
   write_memory_report(std::cout, g, p.memory, p.train.plan, budget_of(o, device));
   if (!o.explain_csv.empty()) {
     std::ofstream f(o.explain_csv);
@@ -254,6 +294,7 @@ int explain(const Options& o) {
     write_timeline_csv(f, g, p.train.plan);
     CRUMB_CHECK(f.flush(), "cannot write ", o.explain_csv);
   }
+  if (report.wanted()) report.write(report_data(o, g, p, o.batch, device, {}));
   return 0;
 }
 
@@ -262,6 +303,8 @@ int run(const Options& o) {
   catch_interrupts();
   set_num_threads(o.threads);
   if (o.explain) return explain(o);
+  // Checked before the data loads, so a bad path fails at once.
+  ReportOutput report(o.report, o.report_dir);
   const Device device = pick_device(o);
   const bool cifar = o.dataset == "cifar10", synthetic = o.dataset == "synthetic";
   const std::string dir = synthetic ? "synthetic data" : o.data.empty() ? data::default_data_dir() : o.data;
@@ -288,10 +331,19 @@ int run(const Options& o) {
   build_backward(g);
   MicroBatchPlan compiled = pick_micro_batch(o, g, batch, device);
   const int m = compiled.micro_batch;
+  const Memory batch_memory = device == Device::CPU ? Memory::Host : Memory::Pinned;
+  std::vector<Trial> trials;
+  if (!o.sweep.empty())
+    trials = run_trials(g, sweep_sizes(o, g, batch, device), {&train, norm, batch, o.optimizer, device, o.seed});
+  // The plans are moved into the scheduler: the report takes what it draws now.
+  std::optional<ReportData> report_plan;
+  if (report.wanted()) report_plan = report_data(o, g, compiled, batch, device, o.sweep);
+  if (report_plan) report_plan->trials = trials;
+  // What the run allocates, without the trials, the program or the dataset.
+  const RssGrowth rss;
   ParamStore params(g, device);
   params.init(o.seed);
   // A GPU copies micro-batches straight out of the loader's buffers, asynchronously when they are pinned.
-  const Memory batch_memory = device == Device::CPU ? Memory::Host : Memory::Pinned;
   data::Loader train_loader(train, batch, norm, /*shuffle=*/true, o.seed, false, batch_memory);
   if (o.augment) train_loader.set_augment({4, true});
   // Evaluation runs in chunks of the micro-batch size: a sum over samples needs no batch.
@@ -333,6 +385,7 @@ int run(const Options& o) {
   } else {
     opt->set_total_steps(opt->steps() + run_steps);
   }
+  const long long steps_before = opt->steps();
   // Opened before training, so a bad path fails at once rather than after the first epoch.
   std::unique_ptr<RunLog> log;
   if (!o.log.empty()) log = std::make_unique<RunLog>(o.log);
@@ -401,6 +454,11 @@ int run(const Options& o) {
   if (o.epochs == 0) test_result = evaluate(sched, test_loader, test.count);
   if (!o.save.empty()) save_or_rescue(o, params, *opt, run_metadata(o, o.epochs, 0, m));
   const double samples_per_s = train_seconds > 0 ? samples / train_seconds : 0.0;
+  if (report_plan) {
+    report_plan->measured = Measured{opt->steps() - steps_before, train_seconds, samples_per_s, rss.peak_bytes(),
+                                     max_rss_bytes(), test_result.accuracy};
+    report.write(*report_plan);
+  }
   std::printf(
       "{\"model\":\"%s\",\"dataset\":\"%s\",\"epochs\":%d,\"batch\":%d,\"micro_batch\":%d,\"threads\":%d,\"seed\":%llu,"
       "\"samples_per_s\":%.1f,\"train_seconds\":%.3f,\"test_accuracy\":%.4f,\"test_loss\":%.6f,\"final_loss\":%.6f,"

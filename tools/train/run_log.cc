@@ -1,7 +1,5 @@
 #include "tools/train/run_log.h"
 
-#include <sys/resource.h>
-
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -18,11 +16,6 @@ std::string number(double v) {
   return buf;
 }
 }  // namespace
-
-std::size_t max_rss_bytes() {
-  struct rusage u;
-  return ::getrusage(RUSAGE_SELF, &u) == 0 ? static_cast<std::size_t>(u.ru_maxrss) * 1024 : 0;
-}
 
 RunLog::RunLog(const std::string& path) : path_(path) {
   file_ = std::fopen(path.c_str(), "w");

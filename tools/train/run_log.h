@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <string>
 
+#include "tools/train/rss.h"
+
 namespace crumb::train {
 
 class RunLog {
@@ -29,8 +31,5 @@ class RunLog {
   std::string path_;
   std::FILE* file_ = nullptr;
 };
-
-// The process's peak resident memory so far, in bytes.
-std::size_t max_rss_bytes();
 
 }  // namespace crumb::train

@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""Reads `train --report` the way a person checks a picture, with only the standard library.
+
+For a few models and plans it runs `train ... --report R.html --report-dir D`, parses the HTML and every
+SVG with a real XML parser, and checks that:
+  - the document is self-contained (no script, no link to anything outside it);
+  - every block rectangle of the arena map lies inside the arena, both in bytes (0 <= offset,
+    offset + bytes <= arena) and in pixels (inside the frame, at the height its offset gives);
+  - no two blocks that are live at the same step overlap in address;
+  - the blocks live at each step add up to the timeline's live bytes, and the timeline's highest point is
+    the lower bound;
+  - the totals shown (the breakdown table, the sweep's bar of the chosen micro-batch) equal those that
+    `--explain` prints;
+  - the folder's SVG files are the pictures inlined in the HTML, and its CSV files have a row per item.
+Usage: report_check.py --train build/train
+"""
+import argparse
+import csv
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+
+SVG = "{http://www.w3.org/2000/svg}"
+XHTML = "{http://www.w3.org/1999/xhtml}"
+EPS = 0.02  # pixels: coordinates are written with two decimals
+
+failures = []
+
+
+def check(ok, what):
+    if not ok:
+        failures.append(what)
+    return ok
+
+
+def run(train, args):
+    r = subprocess.run([train] + args, capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        sys.exit(f"train {' '.join(args)} failed ({r.returncode}):\n{r.stderr}")
+    return r.stdout
+
+
+def explain_numbers(stdout):
+    """The breakdown lines of --explain as {label: size} and the arena plan line."""
+    rows = {}
+    breakdown = stdout[stdout.index("memory for micro-batch"):stdout.index("arena plan (training)")]
+    for line in breakdown.splitlines():
+        m = re.match(r"^  (\S.*?)\s{2,}([\d.]+ (?:B|KiB|MiB|GiB))(?:  \(.*\))?$", line)
+        if m:
+            rows[m.group(1).strip()] = m.group(2)
+    plan = re.search(r"arena plan \(training\): (\S+ \S+) for a lower bound of (\S+ \S+) .*ratio ([\d.]+)", stdout)
+    return rows, plan.groups()
+
+
+def table(root, table_id):
+    t = root.find(f".//{XHTML}table[@id='{table_id}']")
+    header = [th.text or "" for th in t.find(f"{XHTML}thead").iter(f"{XHTML}th")]
+    return [dict(zip(header, [td.text or "" for td in tr.iter(f"{XHTML}td")]))
+            for tr in t.find(f"{XHTML}tbody").iter(f"{XHTML}tr")]
+
+
+def check_arena_map(svg, name):
+    arena = int(svg.get("data-arena-bytes"))
+    left, top, width, height = map(float, svg.get("data-frame").split())
+    blocks = []
+    for r in svg.iter(f"{SVG}rect"):
+        if r.get("class") != "block":
+            continue
+        off, size = int(r.get("data-offset")), int(r.get("data-bytes"))
+        first, last = int(r.get("data-first")), int(r.get("data-last"))
+        blocks.append((off, size, first, last, r.get("data-role")))
+        where = f"{name}: block at offset {off} ({size} bytes, steps {first}-{last})"
+        check(0 <= off and off + size <= arena and size > 0, f"{where} is outside the arena of {arena} bytes")
+        check(0 <= first <= last, f"{where}: bad lifetime")
+        x, y, w, h = (float(r.get(k)) for k in ("x", "y", "width", "height"))
+        check(x >= left - EPS and x + w <= left + width + EPS and y >= top - EPS and y + h <= top + height + EPS,
+              f"{where}: its rectangle leaves the frame")
+        check(abs(y + h - (top + height - off / arena * height)) <= EPS and abs(h - size / arena * height) <= EPS,
+              f"{where}: drawn at the wrong height")
+        title = r.find(f"{SVG}title")
+        check(title is not None and str(size) in title.text and f"offset {off}" in title.text,
+              f"{where}: hover text lacks its size or offset")
+    check(blocks, f"{name}: no blocks")
+    by_offset = sorted(blocks)
+    for i, a in enumerate(by_offset):
+        for b in by_offset[i + 1:]:
+            if b[0] >= a[0] + a[1]:
+                break
+            check(a[3] < b[2] or b[3] < a[2], f"{name}: blocks {a} and {b} are live at once and overlap")
+    return blocks, arena
+
+
+def check_report(train, args, expect_trials=False):
+    name = " ".join(args)
+    with tempfile.TemporaryDirectory() as tmp:
+        html_path, folder = os.path.join(tmp, "r.html"), os.path.join(tmp, "pictures")
+        stdout = run(train, args + ["--report", html_path, "--report-dir", folder])
+        text = open(html_path, encoding="utf-8").read()
+        root = ET.fromstring(text)  # the whole document, not just its pictures, is XML
+        check(root.tag == f"{XHTML}html", f"{name}: the root is not XHTML's html")
+        check(root.find(f".//{XHTML}script") is None, f"{name}: the report has a script")
+        check(not re.search(r"\b(?:href|src)=", text), f"{name}: the report links to something")
+        check(not re.search(r"https?://(?!www\.w3\.org/)", text), f"{name}: the report names a web address")
+        svgs = {s.get("id"): s for s in root.iter(f"{SVG}svg")}
+        want = {"arena-map", "timeline", "sweep"} | ({"throughput"} if expect_trials else set())
+        check(set(svgs) == want, f"{name}: pictures {sorted(svgs)}, expected {sorted(want)}")
+
+        blocks, arena = check_arena_map(svgs["arena-map"], name)
+
+        # The timeline: blocks live at each step add up to its live bytes and workspace.
+        steps = [s for s in svgs["timeline"].iter(f"{SVG}rect") if s.get("class") == "step"]
+        check(len(steps) == int(svgs["arena-map"].get("data-steps")), f"{name}: timeline and map disagree on steps")
+        highest = 0
+        for i, s in enumerate(steps):
+            live = sum(b[1] for b in blocks if b[2] <= i <= b[3] and b[4] != "workspace")
+            ws = sum(b[1] for b in blocks if b[2] <= i <= b[3] and b[4] == "workspace")
+            check(live == int(s.get("data-live")) and ws == int(s.get("data-workspace")),
+                  f"{name}: step {i}: blocks hold {live} + {ws} bytes, the timeline says "
+                  f"{s.get('data-live')} + {s.get('data-workspace')}")
+            highest = max(highest, live + ws)
+        lower_bound = int(svgs["timeline"].get("data-lower-bound"))
+        check(highest == lower_bound, f"{name}: timeline peaks at {highest}, lower bound is {lower_bound}")
+        check(int(svgs["timeline"].get("data-arena-bytes")) == arena, f"{name}: timeline and map arenas differ")
+
+        # The totals shown are --explain's (for a training run: of the same flags, without the trials).
+        if "--explain" not in args:
+            at = args.index("--sweep") if "--sweep" in args else len(args)
+            stdout = run(train, args[:at] + args[at + 2:] + ["--explain"])
+        explained, (plan_arena, plan_bound, plan_ratio) = explain_numbers(stdout)
+        shown = {row["part"].strip(): row for row in table(root, "breakdown")}
+        for label, size in explained.items():
+            check(label in shown and shown[label]["size"] == size,
+                  f"{name}: --explain says {label} = {size}, the report {shown.get(label, {}).get('size')}")
+        check(shown["arena plan (training)"]["size"] == plan_arena and shown["lower bound (training)"]["size"] ==
+              plan_bound and shown["ratio"]["size"] == plan_ratio, f"{name}: arena plan line differs from --explain")
+        check(int(shown["arena plan (training)"]["bytes"]) == arena and
+              int(shown["lower bound (training)"]["bytes"]) == lower_bound, f"{name}: breakdown and pictures differ")
+        total = int(shown["total"]["bytes"])
+        chosen = svgs["sweep"].get("data-chosen")
+        bars = {g.get("data-micro-batch"): g for g in svgs["sweep"].iter(f"{SVG}g") if g.get("class") == "bar"}
+        check(chosen in bars and int(bars[chosen].get("data-total")) == total,
+              f"{name}: the sweep's chosen bar is not the --explain total {total}")
+        for m, g in bars.items():
+            parts = sum(int(r.get("data-bytes")) for r in g.iter(f"{SVG}rect"))
+            check(parts == int(g.get("data-total")), f"{name}: m = {m}: parts add up to {parts}, not the total")
+        sizes = [int(m) for m in bars]
+        check(sizes == sorted(sizes) and int(chosen) in sizes, f"{name}: sweep sizes {sizes}")
+
+        # The folder: the same pictures, and the tables behind them.
+        for file, svg_id in [("arena_map.svg", "arena-map"), ("timeline.svg", "timeline"), ("sweep.svg", "sweep")] + (
+                [("throughput.svg", "throughput")] if expect_trials else []):
+            picture = open(os.path.join(folder, file), encoding="utf-8").read()
+            check(ET.fromstring(picture).get("id") == svg_id and picture in text,
+                  f"{name}: {file} is not the report's {svg_id} picture")
+        with open(os.path.join(folder, "blocks.csv"), newline="") as f:
+            check(len(list(csv.DictReader(f))) == len(blocks), f"{name}: blocks.csv and the map differ")
+        with open(os.path.join(folder, "sweep.csv"), newline="") as f:
+            rows = list(csv.DictReader(f))
+            check([int(r["micro_batch"]) for r in rows] == sizes and
+                  all(int(r["total"]) == int(bars[r["micro_batch"]].get("data-total")) for r in rows),
+                  f"{name}: sweep.csv and the sweep picture differ")
+        if expect_trials:
+            trials = table(root, "trials")
+            check(len(trials) >= 1 and all(float(t["samples_per_s"]) > 0 and int(t["rss_growth_bytes"]) > 0
+                                           for t in trials), f"{name}: trials without measurements")
+            check(table(root, "measured"), f"{name}: no measured figures")
+    print(f"checked: {name} ({len(blocks)} blocks, {len(steps)} steps)")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--train", required=True)
+    train = parser.parse_args().train
+    check_report(train, ["--explain", "--model", "lenet5"])
+    # BatchNorm: micro-batches of whole groups, and a batch that is no power of 2 on the sweep's axis.
+    check_report(train, ["--explain", "--model", "resnet20", "--batch", "96", "--micro-batch", "64"])
+    # A budget that picks the micro-batch size.
+    check_report(train, ["--explain", "--model", "cnn", "--batch", "256", "--memory-budget", "24MiB"])
+    # Training with measured trials, on generated data (no dataset needed).
+    check_report(train, ["--model", "lenet5", "--dataset", "synthetic", "--limit-train", "512", "--limit-test", "64",
+                         "--batch", "64", "--sweep", "16,64"], expect_trials=True)
+    for f in failures:
+        print("FAIL:", f)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

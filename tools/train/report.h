@@ -1,0 +1,34 @@
+// `train --report FILE.html` and `--report-dir DIR`: the memory plan as pictures (tools/train/figures.h)
+// with the tables of numbers behind them. The HTML file is self-contained (inline SVG and CSS, no
+// script, no network) and well-formed XML, so it opens from disk and parses with any XML parser; the
+// folder holds each picture as an SVG file and each table as CSV.
+#pragma once
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "engine/memory_report.h"
+#include "tools/train/report_data.h"
+
+namespace crumb::train {
+
+// The report's data from the chosen plan, plus the plans of the sweep's micro-batch sizes (compiled
+// here): the BatchNorm group (1 without BatchNorm) times powers of 2 below the batch, the batch, the
+// chosen size and `extra` sizes (the --sweep trials').
+ReportData collect_report(const Graph& g, const MicroBatchPlan& chosen, int batch, std::size_t budget,
+                          const OptimizerConfig& opt, Device device, const std::vector<int>& extra);
+
+// Where the report goes, checked when constructed (before a run spends time): the HTML file is opened
+// and the folder created. An empty path skips that output. Throws crumb::Error naming the flag.
+class ReportOutput {
+ public:
+  ReportOutput(const std::string& html_path, const std::string& dir);
+  bool wanted() const { return !html_path_.empty() || !dir_.empty(); }
+  void write(const ReportData& r);
+
+ private:
+  std::string html_path_, dir_;
+  std::ofstream html_;
+};
+
+}  // namespace crumb::train
