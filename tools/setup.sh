@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 build_dir="${1:-build}"
 shift || true
 
-packages=(cmake ninja-build g++ libeigen3-dev zlib1g-dev libgtest-dev libbenchmark-dev dataset-fashion-mnist)
+# python3: the report and kernel-benchmark checks (standard library only).
+packages=(cmake ninja-build g++ libeigen3-dev zlib1g-dev libgtest-dev libbenchmark-dev python3 dataset-fashion-mnist)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
