@@ -10,7 +10,8 @@ struct Entry {
   void (*build)(Graph&, ValueId, ValueId, const ModelSpec&);
 };
 const Entry kModels[] = {{"mlp", build_mlp},           {"lenet5", build_lenet5},     {"cnn", build_cnn},
-                         {"resnet20", build_resnet20}, {"resnet18", build_resnet18}, {"resnet50", build_resnet50}};
+                         {"resnet20", build_resnet20}, {"resnet18", build_resnet18}, {"resnet50", build_resnet50},
+                         {"vgg11_bn", build_vgg11_bn}};
 }  // namespace
 
 std::vector<std::string> names() {
@@ -19,7 +20,9 @@ std::vector<std::string> names() {
   return out;
 }
 
-bool has_norm(const std::string& name) { return name.compare(0, 6, "resnet") == 0; }
+bool has_norm(const std::string& name) { return name.compare(0, 6, "resnet") == 0 || name == "vgg11_bn"; }
+
+bool has_dropout(const std::string& name) { return name == "vgg11_bn"; }
 
 Graph build(const std::string& name, ModelSpec in, DType dtype) {
   for (const Entry& e : kModels) {
