@@ -34,12 +34,13 @@ void init_like_reference(const Graph& g, ParamStore& params) {
     const Value& v = g.value(p);
     const int64_t n = v.count(1);
     double* data = static_cast<double*>(params.data(p));
+    const int64_t key = 7919 * name_key(v.name);
+    const bool matrix = v.dims.size() >= 2;
+    const bool scale = v.name.size() > 7 && v.name.compare(v.name.size() - 7, 7, ".weight") == 0;
+    const double root_fan_in = matrix ? std::sqrt(static_cast<double>(n / v.dims[0])) : 1.0;
     for (int64_t i = 0; i < n; ++i) {
-      const double wave = hashed(i + 7919 * name_key(v.name));
-      const bool scale = v.name.size() > 7 && v.name.compare(v.name.size() - 7, 7, ".weight") == 0;
-      data[i] = v.dims.size() >= 2 ? wave / std::sqrt(static_cast<double>(n / v.dims[0]))
-                : scale            ? 1.0 + 0.1 * wave
-                                   : 0.1 * wave;
+      const double wave = hashed(i + key);
+      data[i] = matrix ? wave / root_fan_in : scale ? 1.0 + 0.1 * wave : 0.1 * wave;
     }
   }
 }
@@ -67,12 +68,17 @@ class Sgd {
   bool first_ = true;
 };
 
-// The L2 norm and cos(0.7 i) dot product of a tensor, as the script summarises it.
+// The L2 norm and cos(0.7 (i mod kCosinePeriod)) dot product of a tensor, as the script summarises it.
 template <class T> std::pair<double, double> summarise(const T* v, int64_t n) {
+  static const std::vector<double> cosines = [] {
+    std::vector<double> c(reference::kCosinePeriod);
+    for (int i = 0; i < reference::kCosinePeriod; ++i) c[i] = std::cos(0.7 * i);
+    return c;
+  }();
   double l2 = 0, dot = 0;
   for (int64_t i = 0; i < n; ++i) {
     l2 += double(v[i]) * double(v[i]);
-    dot += double(v[i]) * std::cos(0.7 * static_cast<double>(i));
+    dot += double(v[i]) * cosines[i % reference::kCosinePeriod];
   }
   return {std::sqrt(l2), dot};
 }
