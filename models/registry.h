@@ -35,6 +35,9 @@ struct ModelSpec {
 // dtype F64 builds the same model in double precision (gradient checks).
 Graph build(const std::string& name, ModelSpec in = {}, DType dtype = DType::F32);
 std::vector<std::string> names();
+// The smallest image height and width the model takes (build refuses smaller ones with an error naming
+// the size and what to use instead): 32 for vgg11_bn, 1 for the others.
+int min_image_size(const std::string& name);
 
 void build_mlp(Graph& g, ValueId x, ValueId y, const ModelSpec& in);
 void build_lenet5(Graph& g, ValueId x, ValueId y, const ModelSpec& in);

@@ -10,7 +10,6 @@
 #include <cmath>
 #include <string>
 
-#include "engine/error.h"
 #include "engine/layers.h"
 #include "models/norm_layer.h"
 #include "models/registry.h"
@@ -19,8 +18,8 @@ namespace crumb::models {
 namespace {
 
 constexpr int kPool = 0;  // a 2x2 max pool in the configuration
+// Five pools: the registry refuses images smaller than 32x32.
 constexpr int kConfigA[] = {64, kPool, 128, kPool, 256, 256, kPool, 512, 512, kPool, 512, 512, kPool};
-constexpr int kPools = 5;
 
 ValueId init(Graph& g, ValueId y, const std::string& name, ParamInit weight) {
   g.value(g.find_value(name + ".weight")).init = weight;
@@ -35,11 +34,6 @@ ValueId linear(Graph& g, ValueId x, int out, const std::string& name) {
 }  // namespace
 
 void build_vgg11_bn(Graph& g, ValueId x, ValueId y, const ModelSpec& spec) {
-  // Each 2x2 pool floors the size: below 32 pixels the fifth leaves nothing (28x28 gives 0x0).
-  const int min_size = 1 << kPools;
-  CRUMB_CHECK(spec.height >= min_size && spec.width >= min_size, "model vgg11_bn needs images of at least ", min_size,
-              "x", min_size, " (its ", kPools, " 2x2 max pools halve them), got ", spec.channels, "x", spec.height, "x",
-              spec.width, ": use --dataset cifar10, or --dataset synthetic --input ", spec.channels, "x32x32");
   ValueId h = x;
   int index = 0;
   for (int v : kConfigA) {
