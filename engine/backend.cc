@@ -23,6 +23,7 @@ class CpuBackend final : public Backend {
   std::size_t free_bytes() const override { return 0; }
   std::size_t runtime_bytes() const override { return 0; }
   void zero(void* p, std::size_t bytes) override { std::memset(p, 0, bytes); }
+  void upload(void* p, const void* host_src, std::size_t bytes) override { std::memcpy(p, host_src, bytes); }
   void read_back(void* host_dst, const void* src, std::size_t bytes) override { std::memcpy(host_dst, src, bytes); }
   std::unique_ptr<Recording> record(const std::function<void()>&) override { return nullptr; }
   std::unique_ptr<InputStaging> make_staging(const std::vector<std::size_t>&) override { return nullptr; }
@@ -44,6 +45,7 @@ void bind_pool_cpu(ImplTable& t);
 void bind_elementwise_cpu(ImplTable& t);
 void bind_softmax_xent_cpu(ImplTable& t);
 void bind_norm_cpu(ImplTable& t);
+void bind_dropout_cpu(ImplTable& t);
 #if CRUMB_HAVE_CUDA
 // engine/ops/<family>_cuda.cc
 void bind_linear_cuda(ImplTable& t);
@@ -52,17 +54,18 @@ void bind_pool_cuda(ImplTable& t);
 void bind_elementwise_cuda(ImplTable& t);
 void bind_softmax_xent_cuda(ImplTable& t);
 void bind_norm_cuda(ImplTable& t);
+void bind_dropout_cuda(ImplTable& t);
 #endif
 
 const ImplTable& impl_table() {
   static const ImplTable table = [] {
     ImplTable t;
     for (void (*bind)(ImplTable&) : {bind_linear_cpu, bind_conv2d_cpu, bind_pool_cpu, bind_elementwise_cpu,
-                                     bind_softmax_xent_cpu, bind_norm_cpu})
+                                     bind_softmax_xent_cpu, bind_norm_cpu, bind_dropout_cpu})
       bind(t);
 #if CRUMB_HAVE_CUDA
     for (void (*bind)(ImplTable&) : {bind_linear_cuda, bind_conv2d_cuda, bind_pool_cuda, bind_elementwise_cuda,
-                                     bind_softmax_xent_cuda, bind_norm_cuda})
+                                     bind_softmax_xent_cuda, bind_norm_cuda, bind_dropout_cuda})
       bind(t);
 #endif
     return t;

@@ -53,6 +53,10 @@ class Backend {
   virtual void activate() = 0;
   // Zero `bytes` at p (in the device's memory), in order with the work that follows.
   virtual void zero(void* p, std::size_t bytes) = 0;
+  // Copies `bytes` of host memory to p (in the device's memory), in order with the work enqueued before
+  // and after; the host bytes may be reused as soon as it returns (CUDA: an asynchronous copy from
+  // pageable memory, which stages them before returning).
+  virtual void upload(void* p, const void* host_src, std::size_t bytes) = 0;
   // Waits for all work enqueued so far, then copies `bytes` from the device's memory to host memory.
   virtual void read_back(void* host_dst, const void* src, std::size_t bytes) = 0;
   // Records what `enqueue` puts on the compute stream without running any of it. Null where the device

@@ -61,6 +61,8 @@ Executor::Executor(const Graph& g, ParamStore& params, Arena& arena, CompiledPas
   if (compiled_.plan.host_pool_bytes)
     host_pool_ = Buffer(compiled_.plan.host_pool_bytes, device() == Device::CPU ? Memory::Host : Memory::Pinned, index);
   readback_ = Buffer(loss_metric_bytes_, device() == Device::CPU ? Memory::Host : Memory::Pinned, index);
+  if (std::any_of(steps_.begin(), steps_.end(), [](const Step& st) { return st.node->def->random; }))
+    random_ = Buffer(sizeof(RandomKey), memory_of(device()), index);
   resolve();
   arena_.attach();  // last: a constructor that threw leaves the arena free to grow
 }
@@ -124,11 +126,12 @@ void Executor::set_recording(bool on) {
   if (!on) recorded_.clear();
 }
 
-void Executor::run(int n, bool first_micro_batch, bool last_micro_batch, double loss_scale) {
+void Executor::run(int n, bool first_micro_batch, bool last_micro_batch, double loss_scale, RandomKey random) {
   CRUMB_CHECK(n >= 1 && n <= max_batch(), "executor compiled for up to ", max_batch(), " samples was given ", n);
   for (ValueId x : g_.inputs()) CRUMB_CHECK(bound_[x], "input '", g_.value(x).name, "' is not bound");
   for (ValueId v : input_views_) ptr_[v] = ptr_[g_.storage_root(v)];
   backend_.activate();
+  if (random_.size()) backend_.upload(random_.data(), &random, sizeof random);
   if (!recording()) return enqueue(n, first_micro_batch, last_micro_batch, loss_scale);
 
   // Looked up without building a key: a replay allocates nothing.
@@ -169,6 +172,7 @@ void Executor::enqueue(int n, bool first_micro_batch, bool last_micro_batch, dou
   a.loss_scale = loss_scale;
   a.training = compiled_.pass == Pass::Train;
   a.last = last_micro_batch;
+  a.random = reinterpret_cast<const RandomKey*>(random_.data());
   for (const Step& s : steps_) {
     a.node = s.node;
     a.state = s.state;

@@ -39,8 +39,10 @@ class Executor {
   // addresses) is recorded and every run of it replays the recording: one launch instead of one per
   // kernel. The plan never changes between runs, so a replay does exactly what the steps would.
   // last_micro_batch ends the batch: ops that keep per-batch totals (BatchNorm's deferred running
-  // statistics) commit them in this run.
-  void run(int n, bool first_micro_batch, bool last_micro_batch, double loss_scale);
+  // statistics) commit them in this run. `random` is what random ops (dropout) draw from: the batch's
+  // key and the index of this micro-batch's first sample in the batch. It lives in device memory, not in
+  // the recording, so replays of one recording may run with different keys.
+  void run(int n, bool first_micro_batch, bool last_micro_batch, double loss_scale, RandomKey random = {});
   // Recording on (the default) or off; off runs every step from the host each time.
   void set_recording(bool on);
   // Whether runs are replayed from recordings: on, on a device that records, and no capture has failed.
@@ -99,6 +101,7 @@ class Executor {
   std::size_t loss_metric_bytes_ = 0;
   Buffer host_pool_;  // the plan's host-pool space (pinned on CUDA), if it placed anything there
   Buffer readback_;  // metrics_ copied back to the host (pinned on CUDA)
+  Buffer random_;    // the run's RandomKey in the device's memory, if a step reads one
   std::vector<ValueId> metric_values_;
   ValueId loss_sum_ = -1, correct_ = -1;  // the loss node's metric outputs (correct may be absent)
 };

@@ -71,6 +71,16 @@ ValueId avg_pool2d(Graph& g, ValueId x, int kernel, int stride, const std::strin
 
 ValueId global_avg_pool(Graph& g, ValueId x, const std::string& name) { return g.apply(kGlobalAvgPool, {x}, name); }
 
+ValueId adaptive_avg_pool2d(Graph& g, ValueId x, int h_out, int w_out, const std::string& name) {
+  return g.apply(kAdaptiveAvgPool2d, {x}, name, AdaptivePoolAttrs{h_out, w_out});
+}
+
+ValueId dropout(Graph& g, ValueId x, double p, const std::string& name) {
+  uint64_t layer = 0xcbf29ce484222325ULL;  // FNV-1a: a stable hash, unlike std::hash
+  for (unsigned char ch : name) layer = (layer ^ ch) * 0x100000001b3ULL;
+  return g.apply(kDropout, {x}, name, DropoutAttrs{p, layer});
+}
+
 ValueId flatten(Graph& g, ValueId x, const std::string& name) {
   return g.apply(kReshape, {x}, name, ReshapeAttrs{{dims_count(g.value(x).dims)}});
 }

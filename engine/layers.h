@@ -20,6 +20,11 @@ ValueId relu(Graph& g, ValueId x, const std::string& name);
 ValueId max_pool2d(Graph& g, ValueId x, int kernel, int stride, const std::string& name, int pad = 0);
 ValueId avg_pool2d(Graph& g, ValueId x, int kernel, int stride, const std::string& name, int pad = 0);
 ValueId global_avg_pool(Graph& g, ValueId x, const std::string& name);
+// AdaptiveAvgPool2d((h_out, w_out)): PyTorch's bins; a smaller input is upsampled (1x1 -> 7x7 repeats it).
+ValueId adaptive_avg_pool2d(Graph& g, ValueId x, int h_out, int w_out, const std::string& name);
+// Dropout(p) in training, the identity in evaluation. The layer's mask stream is keyed by its name, so
+// every layer of a graph needs its own name (as every layer already does for its parameters).
+ValueId dropout(Graph& g, ValueId x, double p, const std::string& name);
 ValueId flatten(Graph& g, ValueId x, const std::string& name);
 ValueId add(Graph& g, ValueId a, ValueId b, const std::string& name);
 // Adds the loss and marks it as the graph's loss. Returns the probabilities value.

@@ -3,17 +3,14 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/dropout_mask.h"
+
 namespace crumb {
 
 class Rng {
  public:
   explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
+  uint64_t next() { return mix64(state_ += kGolden64); }
   uint64_t operator()() { return next(); }
   // Uniform in [0, 1) with 53 random bits.
   double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
@@ -23,5 +20,9 @@ class Rng {
  private:
   uint64_t state_;
 };
+
+// The key of a training batch for random ops (RandomKey::batch): a function of the run's seed and the
+// optimizer step, so a resumed run draws what the uninterrupted one would have.
+inline uint64_t random_key(uint64_t seed, uint64_t step) { return mix64(mix64(seed) ^ (step + 1) * kGolden64); }
 
 }  // namespace crumb

@@ -68,21 +68,25 @@ BatchResult Scheduler::for_each_micro_batch(Executor& e, InputBatches inputs, in
     } else {
       for (std::size_t k = 0; k < inputs_.size(); ++k) e.bind(inputs_[k], at(k, i));
     }
-    run(size(i), i == 0, i == count - 1);
+    run(size(i), i == 0, i == count - 1, i * m);
     if (staging_) staging_->release(i);
   }
   const Executor::Results r = e.results();
   return {r.loss_sum, r.correct, count};
 }
 
-BatchResult Scheduler::train_batch(InputBatches inputs, int batch) {
+BatchResult Scheduler::train_batch(InputBatches inputs, int batch, uint64_t random_key) {
   check_micro_batch(g_, train_.max_batch(), batch);
   const double scale = 1.0 / batch;
-  return for_each_micro_batch(train_, inputs, batch, [&](int n, bool first, bool last) { train_.run(n, first, last, scale); });
+  return for_each_micro_batch(train_, inputs, batch, [&](int n, bool first, bool last, int first_sample) {
+    train_.run(n, first, last, scale, RandomKey{random_key, first_sample});
+  });
 }
 
 BatchResult Scheduler::evaluate(InputBatches inputs, int batch) {
-  return for_each_micro_batch(eval_, inputs, batch, [&](int n, bool first, bool last) { eval_.run(n, first, last, 1.0 / batch); });
+  return for_each_micro_batch(eval_, inputs, batch, [&](int n, bool first, bool last, int) {
+    eval_.run(n, first, last, 1.0 / batch);
+  });
 }
 
 }  // namespace crumb

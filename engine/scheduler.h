@@ -41,8 +41,10 @@ class Scheduler {
   Scheduler(const Graph& g, ParamStore& params, Arena& arena, int micro_batch);
 
   // Every graph input, by name (an unknown or missing one is an error). Leaves gradients for an
-  // optimizer step.
-  BatchResult train_batch(InputBatches inputs, int batch);
+  // optimizer step. random_key is the batch's key for random ops (random_key(seed, step), engine/rng.h):
+  // each micro-batch runs with it and the index of its first sample, so dropout's masks, like every
+  // gradient, do not depend on the micro-batch size.
+  BatchResult train_batch(InputBatches inputs, int batch, uint64_t random_key = 0);
   // Forward only over `batch` samples, in chunks of the evaluation plan's size.
   BatchResult evaluate(InputBatches inputs, int batch);
 

@@ -20,12 +20,14 @@ struct NormSpec {
   int gn_groups = 32;
 };
 
-// What a builder needs: the input shape and class count (from the data) and the normalisation choice.
+// What a builder needs: the input shape and class count (from the data), the normalisation choice and
+// the dropout probability of the models that have dropout (vgg11_bn; torchvision's default 0.5).
 struct ModelSpec {
-  ModelSpec(int c = 1, int h = 28, int w = 28, int k = 10, NormSpec n = {})
-      : channels(c), height(h), width(w), classes(k), norm(n) {}
+  ModelSpec(int c = 1, int h = 28, int w = 28, int k = 10, NormSpec n = {}, double p = 0.5)
+      : channels(c), height(h), width(w), classes(k), norm(n), dropout(p) {}
   int channels, height, width, classes;
   NormSpec norm;
+  double dropout;
 };
 
 // Builds the forward graph with inputs "x" [batch, c, h, w] and "y" [batch] (int32) and the loss,
@@ -33,6 +35,9 @@ struct ModelSpec {
 // dtype F64 builds the same model in double precision (gradient checks).
 Graph build(const std::string& name, ModelSpec in = {}, DType dtype = DType::F32);
 std::vector<std::string> names();
+// The smallest image height and width the model takes (build refuses smaller ones with an error naming
+// the size and what to use instead): 32 for vgg11_bn, 1 for the others.
+int min_image_size(const std::string& name);
 
 void build_mlp(Graph& g, ValueId x, ValueId y, const ModelSpec& in);
 void build_lenet5(Graph& g, ValueId x, ValueId y, const ModelSpec& in);
@@ -40,8 +45,11 @@ void build_cnn(Graph& g, ValueId x, ValueId y, const ModelSpec& in);
 void build_resnet20(Graph& g, ValueId x, ValueId y, const ModelSpec& in);
 void build_resnet18(Graph& g, ValueId x, ValueId y, const ModelSpec& in);
 void build_resnet50(Graph& g, ValueId x, ValueId y, const ModelSpec& in);
+void build_vgg11_bn(Graph& g, ValueId x, ValueId y, const ModelSpec& in);
 
 // Whether the model has normalisation layers (and so takes --norm and --bn-group).
 bool has_norm(const std::string& name);
+// Whether the model has dropout layers (and so takes --dropout).
+bool has_dropout(const std::string& name);
 
 }  // namespace crumb::models

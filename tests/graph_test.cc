@@ -9,6 +9,7 @@
 #include "engine/layers.h"
 #include "engine/ops/op.h"
 #include "models/registry.h"
+#include "tests/test_util.h"
 
 namespace crumb {
 namespace {
@@ -98,7 +99,7 @@ TEST(Ops, BackwardNodesCarryTheForwardGeometry) {
 // build; views have none anywhere.
 TEST(Ops, ImplementationTableCoversTheReferenceModels) {
   for (const std::string& name : models::names()) {
-    Graph g = models::build(name);
+    Graph g = models::build(name, test::spec_for(name));
     build_backward(g);
     for (NodeId i = 0; i < g.num_nodes(); ++i) {
       const OpDef& op = *g.node(i).def;

@@ -58,6 +58,19 @@ inline const std::vector<OpCase>& op_cases() {
        [](Graph& g, ValueId x) { return nn::max_pool2d(g, x, 3, 2, "pool", 1); }},
       {"AvgPoolPadded", {2, 7, 6}, 2, [](Graph& g, ValueId x) { return nn::avg_pool2d(g, x, 3, 2, "pool", 1); }},
       {"GlobalAvgPool", {3, 4, 5}, 2, [](Graph& g, ValueId x) { return nn::global_avg_pool(g, x, "gap"); }},
+      // Overlapping bins (7 rows into 3 bins: [0, 3), [2, 5), [4, 7)), and upsampling: 2x3 -> 5x4 repeats
+      // cells, 1x1 -> 7x7 (torchvision's VGG on 32x32 images) copies one cell everywhere.
+      {"AdaptiveAvgPoolOverlapping", {2, 7, 5}, 2,
+       [](Graph& g, ValueId x) { return nn::adaptive_avg_pool2d(g, x, 3, 2, "pool"); }},
+      {"AdaptiveAvgPoolUpsample", {2, 2, 3}, 2,
+       [](Graph& g, ValueId x) { return nn::adaptive_avg_pool2d(g, x, 5, 4, "pool"); }},
+      {"AdaptiveAvgPool1x1To7x7", {3, 1, 1}, 2,
+       [](Graph& g, ValueId x) { return nn::adaptive_avg_pool2d(g, x, 7, 7, "pool"); }},
+      // Every run of a case uses the executor's default key, so the mask is fixed across the finite
+      // differences and both micro-batches of the accumulate test (tests/dropout_test.cc varies it).
+      {"Dropout", {12}, 3, [](Graph& g, ValueId x) { return nn::dropout(g, nn::linear(g, x, 10, "fc"), 0.4, "drop"); }},
+      {"DropoutOnImages", {2, 4, 4}, 2,
+       [](Graph& g, ValueId x) { return nn::dropout(g, nn::conv2d(g, x, 3, 3, 1, 1, "conv"), 0.5, "drop"); }},
       // Normalisation after a convolution, so x, w and b are not all 1s and 0s at the layer. Groups of
       // 2, 2 and a ragged 1 sample.
       {"BatchNormGroupsRagged", {2, 4, 3}, 5,

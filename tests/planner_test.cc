@@ -12,6 +12,7 @@
 #include "engine/layers.h"
 #include "engine/ops/op.h"
 #include "models/registry.h"
+#include "tests/test_util.h"
 
 namespace crumb {
 namespace {
@@ -62,7 +63,7 @@ TEST(Planner, LiveValuesNeverOverlapInReferenceModels) {
   for (const std::string& name : models::names()) {
     for (int batch : {1, 7, 64}) {
       SCOPED_TRACE(name + " batch " + std::to_string(batch));
-      Graph g = models::build(name);
+      Graph g = models::build(name, test::spec_for(name));
       build_backward(g);
       for (Pass pass : {Pass::Train, Pass::Eval})
         expect_no_overlap(g, compile_pass(g, pass, batch, Device::CPU).plan, batch);
@@ -101,7 +102,7 @@ TEST(Planner, InPlaceReluReusesItsInput) {
 
 TEST(Planner, ArenaCloseToLowerBound) {
   for (const std::string& name : models::names()) {
-    Graph g = models::build(name);
+    Graph g = models::build(name, test::spec_for(name));
     build_backward(g);
     const MemoryPlan p = compile_pass(g, Pass::Train, 64, Device::CPU).plan;
     EXPECT_LE(p.ratio(), 1.10) << name << ": arena " << p.arena_bytes << " vs lower bound " << p.lower_bound;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "models/registry.h"
 
 // Tests that need a CUDA device skip cleanly without one (a CPU-only build, or no usable GPU).
 #define CRUMB_REQUIRE_GPU()                                                                             \
@@ -110,6 +111,13 @@ template <class T> void expect_same(const std::vector<T>& got, const std::vector
 // Identical bits, for outputs that copy one input element each (a NaN's payload and sign included).
 template <class T> void expect_bits(const std::vector<T>& got, const std::vector<T>& want, const std::string& what) {
   expect_each(got, want, what, [](const T& g, const T& w) { return std::memcmp(&g, &w, sizeof(T)) == 0; });
+}
+
+// Fashion-MNIST's shape (1x28x28, 10 classes), or the smallest images the model takes (vgg11_bn: 32x32),
+// for tests that build every reference model.
+inline models::ModelSpec spec_for(const std::string& model) {
+  const int size = std::max(28, models::min_image_size(model));
+  return {1, size, size, 10};
 }
 
 }  // namespace crumb::test

@@ -1,6 +1,6 @@
-// Crumb's resnet18 against torchvision's (tests/resnet_reference.h, from tools/bench/resnet_reference.py):
-// the same weights, batch and SGD steps give the same losses, weights, running statistics and
-// num_batches_tracked, in each BatchNorm mode and with GroupNorm. Both run in float64 (the script says
+// Crumb's resnet18 and vgg11_bn against torchvision's (tests/torchvision_reference.h, from
+// tools/bench/torchvision_reference.py): the same weights, batch and SGD steps give the same losses,
+// weights, running statistics and num_batches_tracked, in each BatchNorm mode and with GroupNorm. Both run in float64 (the script says
 // why); the SGD step is torch.optim.SGD's, written out here because Crumb's optimizers are float32
 // (they are checked against PyTorch's in optimizer_test.cc).
 #include <gtest/gtest.h>
@@ -14,14 +14,14 @@
 #include "engine/autograd.h"
 #include "engine/scheduler.h"
 #include "models/registry.h"
-#include "tests/resnet_reference.h"
+#include "tests/torchvision_reference.h"
 
 namespace crumb {
 namespace {
 
 using reference::TensorSummary;
 
-// The formulas of tools/bench/resnet_reference.py.
+// The formulas of tools/bench/torchvision_reference.py.
 int name_key(const std::string& name) {
   int sum = 0;
   for (unsigned char c : name) sum += c;
@@ -34,12 +34,13 @@ void init_like_reference(const Graph& g, ParamStore& params) {
     const Value& v = g.value(p);
     const int64_t n = v.count(1);
     double* data = static_cast<double*>(params.data(p));
+    const int64_t key = 7919 * name_key(v.name);
+    const bool matrix = v.dims.size() >= 2;
+    const bool scale = v.name.size() > 7 && v.name.compare(v.name.size() - 7, 7, ".weight") == 0;
+    const double root_fan_in = matrix ? std::sqrt(static_cast<double>(n / v.dims[0])) : 1.0;
     for (int64_t i = 0; i < n; ++i) {
-      const double wave = hashed(i + 7919 * name_key(v.name));
-      const bool scale = v.name.size() > 7 && v.name.compare(v.name.size() - 7, 7, ".weight") == 0;
-      data[i] = v.dims.size() >= 2 ? wave / std::sqrt(static_cast<double>(n / v.dims[0]))
-                : scale            ? 1.0 + 0.1 * wave
-                                   : 0.1 * wave;
+      const double wave = hashed(i + key);
+      data[i] = matrix ? wave / root_fan_in : scale ? 1.0 + 0.1 * wave : 0.1 * wave;
     }
   }
 }
@@ -54,9 +55,9 @@ class Sgd {
     double* p = static_cast<double*>(params_.data_block());
     const double* grad = static_cast<const double*>(params_.grad_block());
     for (std::size_t i = 0; i < buf_.size(); ++i) {
-      const double g = grad[i] + kResNetWeightDecay * p[i];
-      buf_[i] = first_ ? g : kResNetMomentum * buf_[i] + g;
-      p[i] -= kResNetLr * buf_[i];
+      const double g = grad[i] + kWeightDecay * p[i];
+      buf_[i] = first_ ? g : kMomentum * buf_[i] + g;
+      p[i] -= kLr * buf_[i];
     }
     first_ = false;
   }
@@ -67,12 +68,17 @@ class Sgd {
   bool first_ = true;
 };
 
-// The L2 norm and cos(0.7 i) dot product of a tensor, as the script summarises it.
+// The L2 norm and cos(0.7 (i mod kCosinePeriod)) dot product of a tensor, as the script summarises it.
 template <class T> std::pair<double, double> summarise(const T* v, int64_t n) {
+  static const std::vector<double> cosines = [] {
+    std::vector<double> c(reference::kCosinePeriod);
+    for (int i = 0; i < reference::kCosinePeriod; ++i) c[i] = std::cos(0.7 * i);
+    return c;
+  }();
   double l2 = 0, dot = 0;
   for (int64_t i = 0; i < n; ++i) {
     l2 += double(v[i]) * double(v[i]);
-    dot += double(v[i]) * std::cos(0.7 * static_cast<double>(i));
+    dot += double(v[i]) * cosines[i % reference::kCosinePeriod];
   }
   return {std::sqrt(l2), dot};
 }
@@ -81,24 +87,28 @@ template <class T> std::pair<double, double> summarise(const T* v, int64_t n) {
 // every figure agrees within 1e-10 relative here.
 constexpr double kTolerance = 1e-9;
 
-void check_against_torch(models::NormSpec norm, int micro_batch, const double* losses,
-                         const std::vector<TensorSummary>& want) {
+void check_against_torch(const std::string& model, int batch, models::NormSpec norm, int micro_batch,
+                         const double* losses, const std::vector<TensorSummary>& want) {
   using namespace reference;
-  Graph g = models::build("resnet18", {kResNetChannels, kResNetSize, kResNetSize, kResNetClasses, norm}, DType::F64);
+  // Dropout 0: torchvision's masks cannot be drawn here (dropout_test.cc checks Crumb's).
+  Graph g = models::build(model, {kChannels, kSize, kSize, kClasses, norm, 0.0}, DType::F64);
   build_backward(g);
+  // The formula overwrites every parameter: init only sets the state (running_var 1), without drawing
+  // vgg11_bn's 129M normal values first.
+  for (ValueId p : g.params()) g.value(p).init = ParamInit::constant(0);
   ParamStore params(g);
   params.init(0);
   init_like_reference(g, params);
   Arena arena;
   Scheduler sched(g, params, arena, micro_batch);
   Sgd opt(params);
-  std::vector<double> x(static_cast<std::size_t>(kResNetBatch) * kResNetChannels * kResNetSize * kResNetSize);
+  std::vector<double> x(static_cast<std::size_t>(batch) * kChannels * kSize * kSize);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = hashed(static_cast<int64_t>(i) + 12345);
-  std::vector<int32_t> y(kResNetBatch);
-  for (int s = 0; s < kResNetBatch; ++s) y[s] = (3 * s + 1) % kResNetClasses;
-  for (int step = 0; step < kResNetSteps; ++step) {
-    const BatchResult r = sched.train_batch({{"x", x.data()}, {"y", y.data()}}, kResNetBatch);
-    EXPECT_NEAR(r.loss_sum / kResNetBatch, losses[step], kTolerance * losses[step]) << "loss of step " << step;
+  std::vector<int32_t> y(batch);
+  for (int s = 0; s < batch; ++s) y[s] = (3 * s + 1) % kClasses;
+  for (int step = 0; step < kSteps; ++step) {
+    const BatchResult r = sched.train_batch({{"x", x.data()}, {"y", y.data()}}, batch);
+    EXPECT_NEAR(r.loss_sum / batch, losses[step], kTolerance * losses[step]) << "loss of step " << step;
     opt.step();
   }
   std::size_t checked = 0;
@@ -122,25 +132,45 @@ void check_against_torch(models::NormSpec norm, int micro_batch, const double* l
 
 template <std::size_t N> std::vector<TensorSummary> all(const TensorSummary (&t)[N]) { return {t, t + N}; }
 
-TEST(TorchParity, ResNet18BatchNormOverTheBatch) {
+models::NormSpec whole_batch() {
   models::NormSpec norm;
   norm.bn.group = 0;
-  check_against_torch(norm, reference::kResNetBatch, reference::kResNetBatchLosses, all(reference::kResNetBatchTensors));
+  return norm;
+}
+
+models::NormSpec group_norm() {
+  models::NormSpec norm;
+  norm.kind = models::NormSpec::Kind::Group;
+  return norm;
+}
+
+TEST(TorchParity, ResNet18BatchNormOverTheBatch) {
+  using namespace reference;
+  check_against_torch("resnet18", kResNetBatch, whole_batch(), kResNetBatch, kResNetBatchLosses, all(kResNetBatchTensors));
 }
 
 // PyTorch accumulating micro-batches of 4; Crumb with groups of 4 runs the batch as one micro-batch.
 TEST(TorchParity, ResNet18PerGroupStatisticsEqualPyTorchGradientAccumulation) {
+  using namespace reference;
   models::NormSpec norm;
   norm.bn.group = 4;
   norm.bn.stats = BnStats::PerGroup;
-  check_against_torch(norm, reference::kResNetBatch, reference::kResNetPerGroupLosses,
-                      all(reference::kResNetPerGroupTensors));
+  check_against_torch("resnet18", kResNetBatch, norm, kResNetBatch, kResNetPerGroupLosses, all(kResNetPerGroupTensors));
 }
 
 TEST(TorchParity, ResNet18GroupNorm) {
-  models::NormSpec norm;
-  norm.kind = models::NormSpec::Kind::Group;
-  check_against_torch(norm, 3, reference::kResNetGroupNormLosses, all(reference::kResNetGroupNormTensors));
+  using namespace reference;
+  check_against_torch("resnet18", kResNetBatch, group_norm(), 3, kResNetGroupNormLosses, all(kResNetGroupNormTensors));
+}
+
+TEST(TorchParity, Vgg11BnBatchNormOverTheBatch) {
+  using namespace reference;
+  check_against_torch("vgg11_bn", kVggBatch, whole_batch(), kVggBatch, kVggBatchLosses, all(kVggBatchTensors));
+}
+
+TEST(TorchParity, Vgg11BnGroupNorm) {
+  using namespace reference;
+  check_against_torch("vgg11_bn", kVggBatch, group_norm(), 1, kVggGroupNormLosses, all(kVggGroupNormTensors));
 }
 
 }  // namespace

@@ -76,6 +76,12 @@ TEST(TrainCli, BadFlags) {
   expect_one_error_line(run_train("--device gpu"), "--device must be cpu or cuda");
   expect_one_error_line(run_train("--cuda-graphs maybe"), "--cuda-graphs must be on or off, got 'maybe'");
   expect_one_error_line(run_train("--tf32=1"), "--tf32 takes no value");
+  // Fashion-MNIST's 28x28 would leave vgg11_bn's fifth pool nothing to pool.
+  expect_one_error_line(run_train("--model vgg11_bn"),
+                        "model vgg11_bn needs images of at least 32x32, got 1x28x28: use --dataset cifar10, or "
+                        "--dataset synthetic --input 1x32x32");
+  expect_one_error_line(run_train("--model resnet18 --dropout 0.2"), "--dropout needs a model with dropout");
+  expect_one_error_line(run_train("--model vgg11_bn --dropout 1"), "--dropout: 1 is out of range");
 }
 
 double json_number(const std::string& out, const std::string& key) {

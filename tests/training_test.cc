@@ -38,6 +38,10 @@ std::vector<double> train(TrainedModel& r, int batch, int epochs) {
 
 TEST(Training, LossFallsOnEveryModel) {
   for (const std::string& model : models::names()) {
+    // The synthetic images are 16x16. vgg11_bn takes 32x32 at least, and its 129M-parameter classifier
+    // would make this loop minutes long on 2 cores; its training steps are checked against torchvision's
+    // instead (TorchParity.Vgg11Bn*).
+    if (models::min_image_size(model) > 16) continue;
     TrainedModel r(model, 32, 1);
     const std::vector<double> l = train(r, 32, 4);
     EXPECT_LT(l.back(), 0.5 * l.front()) << model << ": " << l.front() << " -> " << l.back();

@@ -128,6 +128,12 @@ void CudaBackend::activate() { CRUMB_CUDA_CHECK(cudaSetDevice(index())); }
 
 void CudaBackend::zero(void* p, std::size_t bytes) { CRUMB_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, compute_)); }
 
+void CudaBackend::upload(void* p, const void* host_src, std::size_t bytes) {
+  // From pageable memory the runtime copies the bytes to a staging buffer before returning, so the
+  // caller may overwrite them at once; the copy itself runs in stream order.
+  CRUMB_CUDA_CHECK(cudaMemcpyAsync(p, host_src, bytes, cudaMemcpyHostToDevice, compute_));
+}
+
 void CudaBackend::read_back(void* host_dst, const void* src, std::size_t bytes) {
   CRUMB_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, compute_));
   // Kernel faults of the steps before surface here, named by this call.

@@ -14,6 +14,7 @@
 
 #include "engine/graph.h"
 #include "kernels/cpu/shapes.h"
+#include "kernels/dropout_mask.h"
 
 namespace crumb {
 
@@ -40,6 +41,7 @@ struct StepArgs {
   OpState* state = nullptr;    // the backend's per-node state, if it built one
   bool training = true;         // a training pass (forward + backward), or evaluation
   bool last = true;             // the batch's last micro-batch: per-batch totals are complete after it
+  const RandomKey* random = nullptr;  // this micro-batch's key for random ops, in the device's memory
 
   template <class T> T* out(int i = 0) const { return static_cast<T*>(ptr[node->out[i]]); }
   template <class T> const T* in(int i) const { return static_cast<const T*>(ptr[node->in[i]]); }
@@ -75,6 +77,8 @@ struct OpDef {
   bool view = false;
   // Outputs after the first this many are optional (a bias gradient); 0: all are required.
   std::size_t required_outputs = 0;
+  // Reads StepArgs::random (dropout): the executor then writes each micro-batch's key before running it.
+  bool random = false;
 };
 
 // One implementation of an op for one (device, dtype).
@@ -124,6 +128,19 @@ struct BatchNormAttrs {
   bool frozen = false;  // normalise with the running statistics in training too (PyTorch's eval() layer)
   double eps = 1e-5, momentum = 0.1;
 };
+// Dropout: zero each element with probability p in training, scale the kept ones by 1 / (1 - p) (PyTorch's
+// inverted dropout); the identity in evaluation.
+struct DropoutAttrs {
+  double p = 0.5;
+  uint64_t layer = 0;  // tells the layers' masks apart: a hash of the layer's name (nn::dropout)
+  // The kernels' form of p (kernels/dropout_mask.h): drop below p * 2^32, scale the rest by 1 / (1 - p).
+  uint32_t threshold() const { return static_cast<uint32_t>(p * 4294967296.0); }
+  double scale() const { return 1.0 / (1.0 - p); }
+};
+// adaptive_avg_pool2d's output size (PyTorch's AdaptiveAvgPool2d((h_out, w_out))).
+struct AdaptivePoolAttrs {
+  int h_out = 1, w_out = 1;
+};
 struct GroupNormAttrs {
   int groups = 32;  // channel groups; must divide the channels
   double eps = 1e-5;
@@ -144,6 +161,8 @@ struct ClassesGeometry {  // logits [n, k]
 extern const OpDef kLinear, kLinearBwdData, kLinearBwdWeight;
 extern const OpDef kConv2d, kConv2dBwdData, kConv2dBwdWeight;
 extern const OpDef kMaxPool2d, kMaxPool2dBwd, kAvgPool2d, kAvgPool2dBwd, kGlobalAvgPool, kGlobalAvgPoolBwd;
+extern const OpDef kAdaptiveAvgPool2d, kAdaptiveAvgPool2dBwd;
+extern const OpDef kDropout, kDropoutBwd;
 extern const OpDef kBatchNorm, kBatchNormBwd, kGroupNorm, kGroupNormBwd;
 extern const OpDef kRelu, kReluBwd;
 extern const OpDef kReshape;

@@ -1,5 +1,6 @@
 // Pooling on NCHW: max and average over kh x kw windows (floor output size, PyTorch's ceil_mode=False),
-// and global average pooling [n, c, h, w] -> [n, c]. The forward shape rules compute the geometry
+// global average pooling [n, c, h, w] -> [n, c], and adaptive average pooling to a fixed output size
+// (PyTorch's bins, which also upsample a smaller input). The forward shape rules compute the geometry
 // (cpu::Pool2dShape, GlobalPoolGeometry); the backward nodes carry it. The declarations and their CPU
 // rows; the CUDA rows are in pool_cuda.cc.
 #include "engine/autograd.h"
@@ -12,10 +13,14 @@ namespace {
 Dims in_dims(const cpu::Pool2dShape& s) { return {s.c, s.h, s.w}; }
 Dims out_dims(const cpu::Pool2dShape& s) { return {s.c, s.h_out, s.w_out}; }
 
-cpu::Pool2dShape check_pool(const Node& n, const Value& xv) {
-  const WindowAttrs& a = ops::attrs<WindowAttrs>(n);
+void check_image(const Node& n, const Value& xv) {
   if (!xv.batched || xv.dims.size() != 3)
     ops::fail(n, "input '" + xv.name + "' must be [batch, channels, height, width], got per-sample " + dims_str(xv.dims));
+}
+
+cpu::Pool2dShape check_pool(const Node& n, const Value& xv) {
+  const WindowAttrs& a = ops::attrs<WindowAttrs>(n);
+  check_image(n, xv);
   if (a.kh < 1 || a.kw < 1 || a.stride_h < 1 || a.stride_w < 1 || a.pad_h < 0 || a.pad_w < 0)
     ops::fail(n, "kernel and stride must be >= 1, padding >= 0");
   if (2 * a.pad_h > a.kh || 2 * a.pad_w > a.kw) ops::fail(n, "padding must be at most half the kernel size");
@@ -58,13 +63,15 @@ void infer_bwd(Graph& g, Node& n) {
   ops::set_out_dims(g, n, 0, in_dims(s));
 }
 
+// Max, average and adaptive average pooling: dx from dy (and the max pool's argmax).
 void pool_backward(GradBuilder& gb, const Node& n) {
   const ValueId x = n.in[0];
   const ValueId dx = gb.new_grad_value(x, "grad(" + gb.graph().value(x).name + ")");
   if (n.def == &kMaxPool2d)
     gb.emit(kMaxPool2dBwd, {gb.grad(n.out[0]), n.out[1]}, {dx}, n.name + ".backward", n.attrs, n.geometry);
   else
-    gb.emit(kAvgPool2dBwd, {gb.grad(n.out[0])}, {dx}, n.name + ".backward", n.attrs, n.geometry);
+    gb.emit(n.def == &kAvgPool2d ? kAvgPool2dBwd : kAdaptiveAvgPool2dBwd, {gb.grad(n.out[0])}, {dx},
+            n.name + ".backward", n.attrs, n.geometry);
   gb.add_grad(x, dx);
 }
 
@@ -85,8 +92,7 @@ template <class T> void avg_bwd_cpu(const StepArgs& a) {
 void infer_gap(Graph& g, Node& n) {
   ops::expect_arity(n, 1, 1, 1);
   const Value& x = g.value(n.in[0]);
-  if (!x.batched || x.dims.size() != 3)
-    ops::fail(n, "input '" + x.name + "' must be [batch, channels, height, width], got per-sample " + dims_str(x.dims));
+  check_image(n, x);
   n.geometry = GlobalPoolGeometry{(int)x.dims[0], (int)(x.dims[1] * x.dims[2])};
   ops::set_out_dims(g, n, 0, {x.dims[0]});
 }
@@ -115,6 +121,34 @@ template <class T> void gap_bwd_cpu(const StepArgs& a) {
   cpu::global_avg_pool_backward<T>(a.out<T>(), a.in<T>(0), a.n, s.c, s.hw, a.accumulate);
 }
 
+// ---- adaptive average pool
+void infer_adaptive(Graph& g, Node& n) {
+  ops::expect_arity(n, 1, 1, 1);
+  const AdaptivePoolAttrs& a = ops::attrs<AdaptivePoolAttrs>(n);
+  const Value& x = g.value(n.in[0]);
+  check_image(n, x);
+  if (a.h_out < 1 || a.w_out < 1)
+    ops::fail(n, "output size must be at least 1x1, got " + std::to_string(a.h_out) + "x" + std::to_string(a.w_out));
+  n.geometry = cpu::AdaptivePool2dShape{1, (int)x.dims[0], (int)x.dims[1], (int)x.dims[2], a.h_out, a.w_out};
+  ops::set_out_dims(g, n, 0, {x.dims[0], a.h_out, a.w_out});
+}
+
+void infer_adaptive_bwd(Graph& g, Node& n) {
+  ops::expect_arity(n, 1, 1, 1);
+  const cpu::AdaptivePool2dShape& s = ops::geometry<cpu::AdaptivePool2dShape>(n);
+  if (g.value(n.in[0]).dims != Dims{s.c, s.h_out, s.w_out}) ops::fail(n, "gradient shape mismatch");
+  ops::set_out_dims(g, n, 0, {s.c, s.h, s.w});
+}
+
+cpu::AdaptivePool2dShape adaptive_shape(const StepArgs& a) { return ops::at_batch<cpu::AdaptivePool2dShape>(*a.node, a.n); }
+
+template <class T> void adaptive_fwd_cpu(const StepArgs& a) {
+  cpu::adaptive_avg_pool2d_forward<T>(a.out<T>(), a.in<T>(0), adaptive_shape(a));
+}
+template <class T> void adaptive_bwd_cpu(const StepArgs& a) {
+  cpu::adaptive_avg_pool2d_backward<T>(a.out<T>(), a.in<T>(0), adaptive_shape(a), a.accumulate);
+}
+
 }  // namespace
 
 const OpDef kMaxPool2d{"max_pool2d", infer_max, pool_backward, {OutDType::Float, OutDType::U8}};
@@ -123,6 +157,8 @@ const OpDef kAvgPool2d{"avg_pool2d", infer_avg, pool_backward, {OutDType::Float}
 const OpDef kAvgPool2dBwd{"avg_pool2d_backward", infer_bwd, nullptr, {OutDType::Float}};
 const OpDef kGlobalAvgPool{"global_avg_pool", infer_gap, gap_backward, {OutDType::Float}};
 const OpDef kGlobalAvgPoolBwd{"global_avg_pool_backward", infer_gap_bwd, nullptr, {OutDType::Float}};
+const OpDef kAdaptiveAvgPool2d{"adaptive_avg_pool2d", infer_adaptive, pool_backward, {OutDType::Float}};
+const OpDef kAdaptiveAvgPool2dBwd{"adaptive_avg_pool2d_backward", infer_adaptive_bwd, nullptr, {OutDType::Float}};
 
 void bind_pool_cpu(ImplTable& t) {
   CRUMB_CPU_ROWS(t, kMaxPool2d, max_fwd_cpu);
@@ -131,6 +167,8 @@ void bind_pool_cpu(ImplTable& t) {
   CRUMB_CPU_ROWS(t, kAvgPool2dBwd, avg_bwd_cpu);
   CRUMB_CPU_ROWS(t, kGlobalAvgPool, gap_fwd_cpu);
   CRUMB_CPU_ROWS(t, kGlobalAvgPoolBwd, gap_bwd_cpu);
+  CRUMB_CPU_ROWS(t, kAdaptiveAvgPool2d, adaptive_fwd_cpu);
+  CRUMB_CPU_ROWS(t, kAdaptiveAvgPool2dBwd, adaptive_bwd_cpu);
 }
 
 }  // namespace crumb

@@ -28,6 +28,15 @@ void gap_bwd(const StepArgs& a) {
   cuda::global_avg_pool_backward(a.out<float>(), a.in<float>(0), a.n, s.c, s.hw, a.accumulate, cuda::CudaBackend::of(a).compute());
 }
 
+cpu::AdaptivePool2dShape adaptive_shape(const StepArgs& a) { return ops::at_batch<cpu::AdaptivePool2dShape>(*a.node, a.n); }
+void adaptive_fwd(const StepArgs& a) {
+  cuda::adaptive_avg_pool2d_forward(a.out<float>(), a.in<float>(0), adaptive_shape(a), cuda::CudaBackend::of(a).compute());
+}
+void adaptive_bwd(const StepArgs& a) {
+  cuda::adaptive_avg_pool2d_backward(a.out<float>(), a.in<float>(0), adaptive_shape(a), a.accumulate,
+                                     cuda::CudaBackend::of(a).compute());
+}
+
 }  // namespace
 
 void bind_pool_cuda(ImplTable& t) {
@@ -37,6 +46,8 @@ void bind_pool_cuda(ImplTable& t) {
   t.add(kAvgPool2dBwd, Device::CUDA, DType::F32, {avg_bwd});
   t.add(kGlobalAvgPool, Device::CUDA, DType::F32, {gap_fwd});
   t.add(kGlobalAvgPoolBwd, Device::CUDA, DType::F32, {gap_bwd});
+  t.add(kAdaptiveAvgPool2d, Device::CUDA, DType::F32, {adaptive_fwd});
+  t.add(kAdaptiveAvgPool2dBwd, Device::CUDA, DType::F32, {adaptive_bwd});
 }
 
 }  // namespace crumb

@@ -10,6 +10,7 @@
 
 #include "kernels/adamw_scalars.h"
 #include "kernels/cpu/shapes.h"
+#include "kernels/dropout_mask.h"
 
 namespace crumb::cpu {
 
@@ -51,6 +52,18 @@ template <class T> void avg_pool2d_backward(T* dx, const T* dy, const Pool2dShap
 // global average pool: x [n, c, hw] -> y [n, c]
 template <class T> void global_avg_pool_forward(T* y, const T* x, int n, int c, int hw);
 template <class T> void global_avg_pool_backward(T* dx, const T* dy, int n, int c, int hw, bool accumulate);
+// adaptive average pool (PyTorch's bins, shapes.h). The backward gathers: each input cell (=|+=) the sum
+// of dy / bin size over the bins that contain it, so no two threads write one cell.
+template <class T> void adaptive_avg_pool2d_forward(T* y, const T* x, const AdaptivePool2dShape& s);
+template <class T>
+void adaptive_avg_pool2d_backward(T* dx, const T* dy, const AdaptivePool2dShape& s, bool accumulate);
+
+// ---- dropout over n samples of per_sample elements: y (=|+=) x * scale where kept, else 0, with the
+// mask of kernels/dropout_mask.h for samples key.first_sample + i of the batch. The forward (x = input,
+// write mode) and the backward (x = dy, the parameters' write mode) are the same map. y may alias x.
+template <class T>
+void dropout(T* y, const T* x, int n, std::size_t per_sample, const RandomKey& key, uint64_t layer,
+             uint32_t threshold, T scale, bool accumulate);
 
 // ---- elementwise. y may alias x (in place), dx may alias dy.
 // y = max(x, 0), NaN propagating (PyTorch's torch.relu); the backward passes no gradient through NaN.

@@ -281,13 +281,63 @@ template <class T> void global_avg_pool_backward(T* dx, const T* dy, int n, int 
   });
 }
 
+template <class T> void adaptive_avg_pool2d_forward(T* y, const T* x, const AdaptivePool2dShape& s) {
+  const std::ptrdiff_t planes = std::ptrdiff_t{s.n} * s.c, in_plane = std::ptrdiff_t{s.h} * s.w,
+                       out_plane = std::ptrdiff_t{s.h_out} * s.w_out;
+#pragma omp parallel for schedule(static) if (planes * in_plane > kParallelGrain)
+  for (std::ptrdiff_t p = 0; p < planes; ++p) {
+    const T* xp = x + p * in_plane;
+    T* yp = y + p * out_plane;
+    for (int i = 0; i < s.h_out; ++i) {
+      const int r0 = adaptive_begin(i, s.h, s.h_out), r1 = adaptive_end(i, s.h, s.h_out);
+      for (int j = 0; j < s.w_out; ++j) {
+        const int c0 = adaptive_begin(j, s.w, s.w_out), c1 = adaptive_end(j, s.w, s.w_out);
+        T sum = 0;
+        for (int r = r0; r < r1; ++r)
+          for (int c = c0; c < c1; ++c) sum += xp[r * s.w + c];
+        yp[i * s.w_out + j] = sum / static_cast<T>((r1 - r0) * (c1 - c0));
+      }
+    }
+  }
+}
+
+template <class T>
+void adaptive_avg_pool2d_backward(T* dx, const T* dy, const AdaptivePool2dShape& s, bool accumulate) {
+  const std::ptrdiff_t planes = std::ptrdiff_t{s.n} * s.c, in_plane = std::ptrdiff_t{s.h} * s.w,
+                       out_plane = std::ptrdiff_t{s.h_out} * s.w_out;
+  with_write_mode(accumulate, [&](auto acc) {
+#pragma omp parallel for schedule(static) if (planes * in_plane > kParallelGrain)
+    for (std::ptrdiff_t p = 0; p < planes; ++p) {
+      const T* dyp = dy + p * out_plane;
+      T* dxp = dx + p * in_plane;
+      for (int r = 0; r < s.h; ++r) {
+        const int i0 = adaptive_first_bin(r, s.h, s.h_out), i1 = adaptive_last_bin(r, s.h, s.h_out);
+        for (int c = 0; c < s.w; ++c) {
+          const int j0 = adaptive_first_bin(c, s.w, s.w_out), j1 = adaptive_last_bin(c, s.w, s.w_out);
+          T sum = 0;
+          for (int i = i0; i <= i1; ++i) {
+            const int rows = adaptive_end(i, s.h, s.h_out) - adaptive_begin(i, s.h, s.h_out);
+            for (int j = j0; j <= j1; ++j) {
+              const int cols = adaptive_end(j, s.w, s.w_out) - adaptive_begin(j, s.w, s.w_out);
+              sum += dyp[i * s.w_out + j] / static_cast<T>(rows * cols);
+            }
+          }
+          put(acc, dxp[r * s.w + c], sum);
+        }
+      }
+    }
+  });
+}
+
 #define CRUMB_INSTANTIATE(T)                                                                   \
   template void max_pool2d_forward<T>(T*, uint8_t*, const T*, const Pool2dShape&);            \
   template void max_pool2d_backward<T>(T*, const T*, const uint8_t*, const Pool2dShape&, bool); \
   template void avg_pool2d_forward<T>(T*, const T*, const Pool2dShape&);                      \
   template void avg_pool2d_backward<T>(T*, const T*, const Pool2dShape&, bool);               \
   template void global_avg_pool_forward<T>(T*, const T*, int, int, int);                      \
-  template void global_avg_pool_backward<T>(T*, const T*, int, int, int, bool);
+  template void global_avg_pool_backward<T>(T*, const T*, int, int, int, bool);             \
+  template void adaptive_avg_pool2d_forward<T>(T*, const T*, const AdaptivePool2dShape&);     \
+  template void adaptive_avg_pool2d_backward<T>(T*, const T*, const AdaptivePool2dShape&, bool);
 CRUMB_INSTANTIATE(float)
 CRUMB_INSTANTIATE(double)
 #undef CRUMB_INSTANTIATE

@@ -2,6 +2,8 @@
 #pragma once
 #include <cstddef>
 
+#include "kernels/host_device.h"
+
 namespace crumb::cpu {
 
 // conv2d on NCHW tensors. x [n, c_in, h, w], w [c_out, c_in, kh, kw], y [n, c_out, h_out, w_out].
@@ -20,6 +22,20 @@ struct Pool2dShape {
   int kh, kw, stride_h, stride_w, pad_h, pad_w;
   int h_out, w_out;
 };
+
+// Adaptive average pooling on NCHW tensors, x [n, c, h, w] -> y [n, c, h_out, w_out]: output row i
+// averages input rows [floor(i * h / h_out), ceil((i + 1) * h / h_out)), likewise columns (PyTorch's
+// bins). Bins may overlap (h not a multiple of h_out) and repeat an input row (h_out > h: upsampling).
+struct AdaptivePool2dShape {
+  int n, c, h, w;
+  int h_out, w_out;
+};
+// Bin i of `out` bins over `in` cells is [adaptive_begin, adaptive_end); input cell r lies in bins
+// adaptive_first_bin(r) .. adaptive_last_bin(r) (the inverse, for the backward's gather).
+CRUMB_HOST_DEVICE int adaptive_begin(int i, int in, int out) { return i * in / out; }
+CRUMB_HOST_DEVICE int adaptive_end(int i, int in, int out) { return ((i + 1) * in + out - 1) / out; }
+CRUMB_HOST_DEVICE int adaptive_first_bin(int r, int in, int out) { return r * out / in; }
+CRUMB_HOST_DEVICE int adaptive_last_bin(int r, int in, int out) { return ((r + 1) * out - 1) / in; }
 
 // Normalisation of x [n, c, hw] (NCHW with hw = h * w), with a per-channel affine y = xhat * w[c] + b[c].
 // BatchNorm: each channel of each group of `group` consecutive samples is normalised over the group's

@@ -13,6 +13,7 @@
 
 #include "kernels/adamw_scalars.h"
 #include "kernels/cpu/shapes.h"
+#include "kernels/dropout_mask.h"
 
 namespace crumb::cuda {
 
@@ -59,6 +60,16 @@ void count_nonfinite(unsigned long long* count, const float* x, std::size_t n, c
 void global_avg_pool_forward(float* y, const float* x, int n, int c, int hw, cudaStream_t stream);
 // dx [n, c, hw] (=|+=) dy [n, c] / hw
 void global_avg_pool_backward(float* dx, const float* dy, int n, int c, int hw, bool accumulate, cudaStream_t stream);
+// ---- adaptive average pool (PyTorch's bins, kernels/cpu/shapes.h); one thread per element, gathers in
+// the CPU's order, so both devices agree bit for bit. No output may alias an input.
+void adaptive_avg_pool2d_forward(float* y, const float* x, const cpu::AdaptivePool2dShape& s, cudaStream_t stream);
+void adaptive_avg_pool2d_backward(float* dx, const float* dy, const cpu::AdaptivePool2dShape& s, bool accumulate,
+                                  cudaStream_t stream);
+
+// ---- dropout: the CPU's map (kernels/cpu/kernels.h) with the same mask; *key is in device memory. y may
+// alias x.
+void dropout(float* y, const float* x, int n, std::size_t per_sample, const RandomKey* key, uint64_t layer,
+             uint32_t threshold, float scale, bool accumulate, cudaStream_t stream);
 
 // ---- normalisation on NCHW: the semantics and layouts of the CPU twins (kernels/cpu/kernels.h):
 // statistics in double from the mean's deviations (two passes), stats per group [groups][2][c]

@@ -244,6 +244,49 @@ void check_argmax_window(const cpu::Pool2dShape& s, const char* what) {
               "1-byte argmax");
 }
 
+// Adaptive average pooling, the CPU's loops (kernels/cpu/pool.cc) with one thread per output (forward)
+// or input (backward, a gather over the bins holding the cell), in the same order: equal bit for bit.
+__global__ void adaptive_avg_pool2d_forward_kernel(float* y, const float* x, cpu::AdaptivePool2dShape s,
+                                                   std::size_t count) {
+  const std::size_t idx = global_index();
+  if (idx >= count) return;
+  const Pos p = split(idx, s.h_out, s.w_out);
+  const float* xp = x + p.plane * s.h * s.w;
+  const int r0 = cpu::adaptive_begin(p.row, s.h, s.h_out), r1 = cpu::adaptive_end(p.row, s.h, s.h_out);
+  const int c0 = cpu::adaptive_begin(p.col, s.w, s.w_out), c1 = cpu::adaptive_end(p.col, s.w, s.w_out);
+  float sum = 0.0f;
+  for (int r = r0; r < r1; ++r)
+    for (int c = c0; c < c1; ++c) sum += xp[r * s.w + c];
+  y[idx] = sum / static_cast<float>((r1 - r0) * (c1 - c0));
+}
+
+__global__ void adaptive_avg_pool2d_backward_kernel(float* dx, const float* dy, cpu::AdaptivePool2dShape s,
+                                                    std::size_t count, bool accumulate) {
+  const std::size_t idx = global_index();
+  if (idx >= count) return;
+  const Pos p = split(idx, s.h, s.w);
+  const float* dyp = dy + p.plane * s.h_out * s.w_out;
+  const int i0 = cpu::adaptive_first_bin(p.row, s.h, s.h_out), i1 = cpu::adaptive_last_bin(p.row, s.h, s.h_out);
+  const int j0 = cpu::adaptive_first_bin(p.col, s.w, s.w_out), j1 = cpu::adaptive_last_bin(p.col, s.w, s.w_out);
+  float sum = 0.0f;
+  for (int i = i0; i <= i1; ++i) {
+    const int rows = cpu::adaptive_end(i, s.h, s.h_out) - cpu::adaptive_begin(i, s.h, s.h_out);
+    for (int j = j0; j <= j1; ++j) {
+      const int cols = cpu::adaptive_end(j, s.w, s.w_out) - cpu::adaptive_begin(j, s.w, s.w_out);
+      sum += dyp[i * s.w_out + j] / static_cast<float>(rows * cols);
+    }
+  }
+  detail::put(dx[idx], sum, accumulate);
+}
+
+// Elements of x and y, after checking the shape.
+Counts check_adaptive(const cpu::AdaptivePool2dShape& s, const char* what) {
+  CRUMB_CHECK(s.n >= 0 && s.c >= 0 && s.h >= 1 && s.w >= 1 && s.h_out >= 1 && s.w_out >= 1, what, ": bad shape n=", s.n,
+              " c=", s.c, " ", s.h, "x", s.w, " -> ", s.h_out, "x", s.w_out);
+  const std::size_t planes = static_cast<std::size_t>(s.n) * s.c;
+  return {planes * s.h * s.w, planes * s.h_out * s.w_out};
+}
+
 // 1 / (kh * kw) rounded once, then multiplied, as the CPU kernels do.
 float inverse_area(const cpu::Pool2dShape& s) { return 1.0f / static_cast<float>(1LL * s.kh * s.kw); }
 
@@ -272,6 +315,21 @@ void avg_pool2d_forward(float* y, const float* x, const cpu::Pool2dShape& s, cud
   const Counts counts = check_shape(s, "avg_pool2d_forward");
   if (counts.out == 0) return;
   avg_pool2d_forward_kernel<<<blocks_for(counts.out), kBlock, 0, stream>>>(y, x, s, counts.out, inverse_area(s));
+  CRUMB_CUDA_CHECK_LAUNCH();
+}
+
+void adaptive_avg_pool2d_forward(float* y, const float* x, const cpu::AdaptivePool2dShape& s, cudaStream_t stream) {
+  const Counts counts = check_adaptive(s, "adaptive_avg_pool2d_forward");
+  if (counts.out == 0) return;
+  adaptive_avg_pool2d_forward_kernel<<<blocks_for(counts.out), kBlock, 0, stream>>>(y, x, s, counts.out);
+  CRUMB_CUDA_CHECK_LAUNCH();
+}
+
+void adaptive_avg_pool2d_backward(float* dx, const float* dy, const cpu::AdaptivePool2dShape& s, bool accumulate,
+                                  cudaStream_t stream) {
+  const Counts counts = check_adaptive(s, "adaptive_avg_pool2d_backward");
+  if (counts.in == 0) return;
+  adaptive_avg_pool2d_backward_kernel<<<blocks_for(counts.in), kBlock, 0, stream>>>(dx, dy, s, counts.in, accumulate);
   CRUMB_CUDA_CHECK_LAUNCH();
 }
 

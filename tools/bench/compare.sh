@@ -2,9 +2,10 @@
 # Run Crumb's train and the PyTorch reference with identical settings and
 # print a side-by-side table of throughput and accuracy, then one JSON line.
 #
-# usage: tools/bench/compare.sh [--model lenet5|cnn|mlp|resnet20|resnet18|resnet50|all] [--epochs 1]
-#          [--batch 64] [--threads 2] [--device cpu] [--data DIR] [--crumb PATH] [--repeat 3]
-#          [--limit-train N] [--torch-tf32 off|default|on] [-- extra train flags]
+# usage: tools/bench/compare.sh [--model lenet5|cnn|mlp|resnet20|resnet18|resnet50|vgg11_bn|all]
+#          [--epochs 1] [--batch 64] [--threads 2] [--device cpu] [--dataset fashion-mnist|cifar10]
+#          [--data DIR] [--crumb PATH] [--repeat 3] [--limit-train N] [--torch-tf32 off|default|on]
+#          [-- extra train flags]   (vgg11_bn needs 32x32 images: --dataset cifar10 --data DIR)
 #
 # Each side runs --repeat times, alternating Crumb and PyTorch, and the best samples/s of each side
 # is reported: on a shared machine throughput drifts by tens of percent within minutes, and the
@@ -12,12 +13,12 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-model=lenet5 epochs=1 batch=64 threads=2 device=cpu data="" crumb="" repeat=3 torch_tf32=off limit_train=0
+model=lenet5 epochs=1 batch=64 threads=2 device=cpu dataset=fashion-mnist data="" crumb="" repeat=3 torch_tf32=off limit_train=0
 crumb_extra=()
 # Fixed so both sides train the same problem; not meant to be tuned here.
 lr=0.05 momentum=0.9 seed=0
 
-usage() { sed -n '5,8p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '5,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
   [[ "$1" == -h || "$1" == --help ]] && usage
   if [[ "$1" == -- ]]; then shift; crumb_extra=("$@"); break; fi
@@ -28,6 +29,7 @@ while [[ $# -gt 0 ]]; do
     --batch) batch=$2 ;;
     --threads) threads=$2 ;;
     --device) device=$2 ;;
+    --dataset) dataset=$2 ;;
     --data) data=$2 ;;
     --crumb) crumb=$2 ;;
     --repeat) repeat=$2 ;;
@@ -40,7 +42,7 @@ done
 
 case "$model" in
   all) models=(lenet5 cnn mlp) ;;
-  lenet5|cnn|mlp|resnet20|resnet18|resnet50) models=("$model") ;;
+  lenet5|cnn|mlp|resnet20|resnet18|resnet50|vgg11_bn) models=("$model") ;;
   *) echo "unknown model: $model" >&2; usage ;;
 esac
 
@@ -52,7 +54,7 @@ crumb=$(crumb_binary "$crumb")
 py=$("$repo/tools/bench/setup_venv.sh" | tail -n 1)
 
 common=(--epochs "$epochs" --batch "$batch" --lr "$lr" --momentum "$momentum"
-        --threads "$threads" --seed "$seed")
+        --threads "$threads" --seed "$seed" --dataset "$dataset")
 [[ -n "$data" ]] && common+=(--data "$data")
 [[ "$limit_train" != 0 ]] && common+=(--limit-train "$limit_train")
 

@@ -96,7 +96,7 @@ def peak_bytes(events, grad_ptrs):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="lenet5", choices=["lenet5", "cnn", "mlp", "resnet20", "resnet18", "resnet50"])
+    ap.add_argument("--model", default="lenet5", choices=["lenet5", "cnn", "mlp", "resnet20", "resnet18", "resnet50", "vgg11_bn"])
     ap.add_argument("--input", default="1x28x28", help="image shape CxHxW")
     ap.add_argument("--classes", type=int, default=10)
     ap.add_argument("--batch", type=int, default=64)

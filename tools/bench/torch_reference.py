@@ -57,6 +57,21 @@ def load_split(data_dir, prefix, device):
     return x.to(device), y.to(device)
 
 
+CIFAR_MEAN = torch.tensor([0.4914, 0.4822, 0.4465]).view(1, 3, 1, 1)  # Crumb's kCifar10Norm
+CIFAR_STD = torch.tensor([0.2470, 0.2435, 0.2616]).view(1, 3, 1, 1)
+
+
+def load_cifar_split(data_dir, train, device):
+    """CIFAR-10's binary version (a label byte + 3x32x32 bytes per record), the files Crumb reads in its
+    order, normalised per channel as Crumb's loader does."""
+    files = [f"data_batch_{i}.bin" for i in range(1, 6)] if train else ["test_batch.bin"]
+    raw = np.concatenate([np.fromfile(os.path.join(data_dir, f), dtype=np.uint8) for f in files]).reshape(-1, 3073)
+    x = torch.from_numpy(raw[:, 1:].astype(np.float32) / 255.0).reshape(-1, 3, 32, 32)
+    x = ((x - CIFAR_MEAN) / CIFAR_STD).contiguous()
+    y = torch.from_numpy(raw[:, 0].astype(np.int64))
+    return x.to(device), y.to(device)
+
+
 class ResNet20(nn.Module):
     """He et al.'s CIFAR ResNet-20 from torchvision's BasicBlock, with its names and init and a projection
     shortcut where the shape changes: Crumb's resnet20, key for key."""
@@ -116,6 +131,13 @@ def build_model(name, channels=1, classes=10):
             model.conv1 = nn.Conv2d(channels, 64, kernel_size=7, stride=2, padding=3, bias=False)
             nn.init.kaiming_normal_(model.conv1.weight, mode="fan_out", nonlinearity="relu")
         return model
+    if name == "vgg11_bn":
+        model = torchvision.models.vgg11_bn(num_classes=classes)
+        if channels != 3:  # same name and init as torchvision's first convolution
+            model.features[0] = nn.Conv2d(channels, 64, kernel_size=3, padding=1)
+            nn.init.kaiming_normal_(model.features[0].weight, mode="fan_out", nonlinearity="relu")
+            nn.init.constant_(model.features[0].bias, 0)
+        return model
     if name == "mlp":
         return nn.Sequential(
             nn.Flatten(),
@@ -144,7 +166,7 @@ def evaluate(model, x, y, batch=1000):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="lenet5", choices=["lenet5", "cnn", "mlp", "resnet20", "resnet18", "resnet50"])
+    ap.add_argument("--model", default="lenet5", choices=["lenet5", "cnn", "mlp", "resnet20", "resnet18", "resnet50", "vgg11_bn"])
     ap.add_argument("--limit-train", type=int, default=0, help="use only the first N training images")
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--batch", type=int, default=64)
@@ -153,6 +175,7 @@ def main():
     ap.add_argument("--weight-decay", type=float, default=0.0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dataset", default="fashion-mnist", choices=["fashion-mnist", "cifar10"])
     ap.add_argument("--data", default=DEFAULT_DATA)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     # off: float32 everywhere (what Crumb computes by default); default: PyTorch's own defaults (cuDNN
@@ -169,13 +192,17 @@ def main():
         sys.exit("--device cuda requested but torch.cuda.is_available() is False")
 
     torch.manual_seed(args.seed)  # before building, so init is reproducible
-    model = build_model(args.model).to(device)
+    model = build_model(args.model, 3 if args.dataset == "cifar10" else 1).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr,
                           momentum=args.momentum, weight_decay=args.weight_decay)
     loss_fn = nn.CrossEntropyLoss()
 
-    x_train, y_train = load_split(args.data, "train", device)
-    x_test, y_test = load_split(args.data, "t10k", device)
+    if args.dataset == "cifar10":
+        x_train, y_train = load_cifar_split(args.data, True, device)
+        x_test, y_test = load_cifar_split(args.data, False, device)
+    else:
+        x_train, y_train = load_split(args.data, "train", device)
+        x_test, y_test = load_split(args.data, "t10k", device)
     if args.limit_train:
         x_train, y_train = x_train[:args.limit_train], y_train[:args.limit_train]
     n = x_train.shape[0]

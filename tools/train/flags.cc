@@ -64,8 +64,9 @@ const char* usage() {
   return R"(usage: train [flags]
 Trains a model on Fashion-MNIST with Crumb's graph executor and reports test accuracy per epoch.
 
-  --model NAME         mlp | lenet5 | cnn | resnet20 | resnet18 | resnet50   (default lenet5)
-  --norm N             resnets: bn (BatchNorm) | gn (GroupNorm, 32 groups or fewer; independent of
+  --model NAME         mlp | lenet5 | cnn | resnet20 | resnet18 | resnet50 | vgg11_bn
+                       (vgg11_bn: images of at least 32x32, e.g. --dataset cifar10)  (default lenet5)
+  --norm N             resnets, vgg11_bn: bn (BatchNorm) | gn (GroupNorm, 32 groups or fewer; independent of
                        the batch, so micro-batching is exact with no conditions)  (default bn)
   --bn-group G         BatchNorm normalises over groups of G samples; micro-batches hold whole groups,
                        so results do not depend on the micro-batch size or the budget. "batch": over
@@ -74,6 +75,9 @@ Trains a model on Fashion-MNIST with Crumb's graph executor and reports test acc
   --bn-stats S         deferred: one running-statistics update per optimizer step from the exact
                        whole-batch mean and variance | per-group: one update per group, as PyTorch
                        does per forward under gradient accumulation         (default deferred)
+  --dropout P          vgg11_bn: the classifier's dropout probability, in [0, 1); each sample's mask
+                       depends on (seed, step, its index in the batch), not on the micro-batch
+                                                                            (default 0.5)
   --epochs N           passes over the training set; 0 evaluates the --load checkpoint  (default 1)
   --batch B            samples per optimizer step              (default 64)
   --micro-batch M      samples per forward/backward (M <= B); gradients of the micro-batches are
@@ -188,6 +192,8 @@ Options parse_flags(const std::vector<std::string>& argv) {
       o.norm.kind = value == "bn" ? models::NormSpec::Kind::Batch : models::NormSpec::Kind::Group;
     } else if (name == "bn-group") {
       o.norm.bn.group = value == "batch" ? 0 : (int)parse_int(name, value, 1, 1 << 24);
+    } else if (name == "dropout") {
+      o.dropout = parse_float(name, value, 0, 0.999999);
     } else if (name == "bn-stats") {
       CRUMB_CHECK(value == "deferred" || value == "per-group", "--bn-stats must be deferred or per-group, got '",
                   value, "'");
@@ -271,7 +277,8 @@ Options parse_flags(const std::vector<std::string>& argv) {
   CRUMB_CHECK(o.sweep.empty() || !o.explain,
               "--sweep measures training steps: drop --explain (its --report shows the planned sweep)");
   check_applies(given, {"norm", "bn-group", "bn-stats"}, models::has_norm(o.model),
-                "a model with normalisation layers (resnet20, resnet18, resnet50)");
+                "a model with normalisation layers (resnet20, resnet18, resnet50, vgg11_bn)");
+  check_applies(given, {"dropout"}, models::has_dropout(o.model), "a model with dropout (vgg11_bn)");
   check_applies(given, {"bn-group", "bn-stats"}, o.norm.kind == models::NormSpec::Kind::Batch, "--norm bn");
   CRUMB_CHECK(o.epochs > 0 || !o.load.empty() || o.explain || o.help, "--epochs 0 evaluates a checkpoint: it needs --load");
   check_applies(given, {"save-every"}, !o.save.empty(), "--save");

@@ -24,6 +24,7 @@ struct Options {
   int batch = 64;
   int micro_batch = 0;  // 0: the whole batch
   models::NormSpec norm;  // --norm, --bn-group, --bn-stats (models with normalisation layers)
+  double dropout = 0.5;   // --dropout (models with dropout)
   // --optimizer and its hyper-parameters, --lr-schedule; the cosine horizon is set by the run.
   OptimizerConfig optimizer = default_optimizer(OptimizerKind::Sgd);
   std::string device;  // "cpu" | "cuda"; empty: cuda when a GPU is usable, else cpu

@@ -25,6 +25,7 @@
 #include "engine/error.h"
 #include "engine/memory_report.h"
 #include "engine/optimizer.h"
+#include "engine/rng.h"
 #include "engine/scheduler.h"
 #include "engine/threads.h"
 #include "models/registry.h"
@@ -43,9 +44,9 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// The model's input shape and class count (the dataset's) and its normalisation (the flags').
+// The model's input shape and class count (the dataset's), its normalisation and dropout (the flags').
 models::ModelSpec model_spec(const Options& o, int channels, int height, int width, int classes) {
-  return {channels, height, width, classes, o.norm};
+  return {channels, height, width, classes, o.norm, o.dropout};
 }
 
 // The input shape and class count of the dataset a run reads, without reading its data: IDX images from
@@ -413,7 +414,7 @@ int run(const Options& o) {
     long long epoch_samples = 0;
     data::Batch b;
     while (train_loader.next(b)) {
-      const BatchResult r = sched.train_batch({{"x", b.x}, {"y", b.y}}, b.size);
+      const BatchResult r = sched.train_batch({{"x", b.x}, {"y", b.y}}, b.size, random_key(o.seed, opt->steps()));
       CRUMB_CHECK(std::isfinite(r.loss_sum), "loss became ", r.loss_sum, " at epoch ", epoch + 1, " batch ",
                   b.index + 1, ": training diverged (lower --lr)");
       check_parameters_finite(*opt, epoch, b.index);

@@ -1,0 +1,59 @@
+// Dropout: in training each element is zeroed with probability p and the others are scaled by 1 / (1 - p)
+// (PyTorch's inverted dropout); in evaluation it is the identity. The declaration and its CPU rows; the
+// CUDA rows are in dropout_cuda.cc.
+//
+// The mask is a pure function of (batch key, layer, the sample's index in the whole batch, element)
+// (kernels/dropout_mask.h), never of the micro-batch a sample falls in, so gradients stay independent of
+// the micro-batch size. The backward regenerates the mask from the same key instead of saving it: hashing
+// costs a few multiplies per element, while a saved mask would stay live from the forward to the backward
+// in every dropout layer, which is the memory the planner exists to save.
+#include <string>
+
+#include "engine/autograd.h"
+#include "engine/ops/op.h"
+#include "kernels/cpu/kernels.h"
+
+namespace crumb {
+namespace {
+
+// Forward and backward alike: one batched input, shaped like the output.
+void infer_dropout(Graph& g, Node& n) {
+  ops::expect_arity(n, 1, 1, 1);
+  const DropoutAttrs& a = ops::attrs<DropoutAttrs>(n);
+  if (!(a.p >= 0 && a.p < 1)) ops::fail(n, "p must be in [0, 1), got " + std::to_string(a.p));
+  const Value& x = g.value(n.in[0]);
+  if (!x.batched) ops::fail(n, "input '" + x.name + "' must have a batch dimension");
+  ops::set_out_dims(g, n, 0, x.dims);
+}
+
+void dropout_backward(GradBuilder& gb, const Node& n) {
+  const ValueId x = n.in[0];
+  const ValueId dx = gb.new_grad_value(x, "grad(" + gb.graph().value(x).name + ")");
+  gb.emit(kDropoutBwd, {gb.grad(n.out[0])}, {dx}, n.name + ".backward", n.attrs);
+  gb.add_grad(x, dx);
+}
+
+// Both directions are the same map: dx = dy * mask * scale with the forward's mask (the backward runs in
+// the same micro-batch, so it sees the same key).
+template <class T> void dropout_cpu(const StepArgs& a) {
+  const std::size_t count = ops::out_count(a);
+  if (!a.training) {
+    if (a.out<T>() != a.in<T>(0)) cpu::copy_or_accumulate<T>(a.out<T>(), a.in<T>(0), count, false);
+    return;
+  }
+  const DropoutAttrs& at = ops::attrs<DropoutAttrs>(*a.node);
+  cpu::dropout<T>(a.out<T>(), a.in<T>(0), a.n, count / a.n, *a.random, at.layer, at.threshold(),
+                  static_cast<T>(at.scale()), a.accumulate);
+}
+
+}  // namespace
+
+const OpDef kDropout{"dropout", infer_dropout, dropout_backward, {OutDType::Float}, true, false, 0, true};
+const OpDef kDropoutBwd{"dropout_backward", infer_dropout, nullptr, {OutDType::Float}, true, false, 0, true};
+
+void bind_dropout_cpu(ImplTable& t) {
+  CRUMB_CPU_ROWS(t, kDropout, dropout_cpu);
+  CRUMB_CPU_ROWS(t, kDropoutBwd, dropout_cpu);
+}
+
+}  // namespace crumb

@@ -1,0 +1,29 @@
+// Dropout's map on the CPU; the mask is kernels/dropout_mask.h's, which the CUDA twin shares.
+#include <cstdint>
+
+#include "kernels/cpu/kernel_util.h"
+#include "kernels/cpu/kernels.h"
+
+namespace crumb::cpu {
+
+template <class T>
+void dropout(T* y, const T* x, int n, std::size_t per_sample, const RandomKey& key, uint64_t layer,
+             uint32_t threshold, T scale, bool accumulate) {
+  const std::ptrdiff_t count = static_cast<std::ptrdiff_t>(per_sample);
+  detail::with_write_mode(accumulate, [&](auto acc) {
+#pragma omp parallel for schedule(static) if (n * count > detail::kParallelGrain)
+    for (int i = 0; i < n; ++i) {
+      const uint64_t state = dropout_sample_state(key.batch, layer, key.first_sample + i);
+      const T* xs = x + i * count;
+      T* ys = y + i * count;
+      for (std::ptrdiff_t e = 0; e < count; ++e)
+        detail::put(acc, ys[e], dropout_keep(state, e, threshold) ? xs[e] * scale : T(0));
+    }
+  });
+}
+
+template void dropout<float>(float*, const float*, int, std::size_t, const RandomKey&, uint64_t, uint32_t, float, bool);
+template void dropout<double>(double*, const double*, int, std::size_t, const RandomKey&, uint64_t, uint32_t, double,
+                              bool);
+
+}  // namespace crumb::cpu
