@@ -67,6 +67,16 @@ std::vector<Tick> micro_batch_ticks(const ReportData& r) {
   return ticks;
 }
 
+// The frame's outline drawn over the blocks, the step axis under it, and the finished SVG (the arena
+// map and the timeline share the step axis).
+std::string finish_step_chart(XmlWriter& w, const Frame& f, const Scale& x, int steps) {
+  w.leaf("rect", {{"x", f.left}, {"y", f.top}, {"width", f.width}, {"height", f.height}, {"fill", "none"},
+                  {"stroke", "#555"}});
+  x_axis(w, f, x, labelled(count_ticks(steps), count_label), "step (position in the executor's schedule)");
+  w.close();
+  return w.str();
+}
+
 }  // namespace
 
 const char* role_colour(BlockRole role) {
@@ -161,11 +171,7 @@ std::string arena_map_svg(const ReportData& r) {
                       {"fill", b.role == BlockRole::Saved ? "#ffffff" : "#222222"}, {"pointer-events", "none"}},
              label);
   }
-  w.leaf("rect", {{"x", f.left}, {"y", f.top}, {"width", f.width}, {"height", f.height}, {"fill", "none"},
-                  {"stroke", "#555"}});
-  x_axis(w, f, x, labelled(count_ticks(steps), count_label), "step (position in the executor's schedule)");
-  w.close();
-  return w.str();
+  return finish_step_chart(w, f, x, steps);
 }
 
 std::string timeline_svg(const ReportData& r) {
@@ -222,11 +228,7 @@ std::string timeline_svg(const ReportData& r) {
                  n.def->name + "]\nlive values " + format_bytes(p.live_bytes[s]) + ", workspace " +
                  format_bytes(p.step_workspace[s]));
   }
-  w.leaf("rect", {{"x", f.left}, {"y", f.top}, {"width", f.width}, {"height", f.height}, {"fill", "none"},
-                  {"stroke", "#555"}});
-  x_axis(w, f, x, labelled(count_ticks(steps), count_label), "step (position in the executor's schedule)");
-  w.close();
-  return w.str();
+  return finish_step_chart(w, f, x, steps);
 }
 
 std::string sweep_svg(const ReportData& r) {
