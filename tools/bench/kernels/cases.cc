@@ -7,7 +7,6 @@
 #include "engine/error.h"
 #include "engine/ops/op.h"
 #include "models/registry.h"
-#include "tools/bench/kernels/vgg11.h"
 
 namespace crumb::bench {
 namespace {
@@ -22,9 +21,11 @@ const std::pair<const OpDef*, Kernel> kOpKernels[] = {
     {&kMaxPool2d, Kernel::MaxPoolFwd},       {&kMaxPool2dBwd, Kernel::MaxPoolBwd},
     {&kAvgPool2d, Kernel::AvgPoolFwd},       {&kAvgPool2dBwd, Kernel::AvgPoolBwd},
     {&kGlobalAvgPool, Kernel::GlobalAvgPoolFwd}, {&kGlobalAvgPoolBwd, Kernel::GlobalAvgPoolBwd},
+    {&kAdaptiveAvgPool2d, Kernel::AdaptiveAvgPoolFwd}, {&kAdaptiveAvgPool2dBwd, Kernel::AdaptiveAvgPoolBwd},
     {&kBatchNorm, Kernel::BatchNormFwd},     {&kBatchNormBwd, Kernel::BatchNormBwd},
     {&kGroupNorm, Kernel::GroupNormFwd},     {&kGroupNormBwd, Kernel::GroupNormBwd},
     {&kRelu, Kernel::ReluFwd},               {&kReluBwd, Kernel::ReluBwd},
+    {&kDropout, Kernel::DropoutFwd},         {&kDropoutBwd, Kernel::DropoutBwd},
     {&kAdd, Kernel::Add},                    {&kSoftmaxXent, Kernel::SoftmaxXentFwd},
     {&kSoftmaxXentBwd, Kernel::SoftmaxXentBwd},
 };
@@ -58,6 +59,8 @@ Shape shape_of(const Graph& g, const Node& n, Kernel k, int batch) {
       const GlobalPoolGeometry& s = ops::geometry<GlobalPoolGeometry>(n);
       return GlobalPoolShape{batch, s.c, s.hw};
     }
+    case Kernel::AdaptiveAvgPoolFwd:
+    case Kernel::AdaptiveAvgPoolBwd: return ops::at_batch<cpu::AdaptivePool2dShape>(n, batch);
     case Kernel::BatchNormFwd:
     case Kernel::BatchNormBwd: {
       cpu::BatchNormShape s = ops::at_batch<cpu::BatchNormShape>(n, batch);
@@ -66,6 +69,8 @@ Shape shape_of(const Graph& g, const Node& n, Kernel k, int batch) {
     }
     case Kernel::GroupNormFwd:
     case Kernel::GroupNormBwd: return ops::at_batch<cpu::GroupNormShape>(n, batch);
+    case Kernel::DropoutFwd:
+    case Kernel::DropoutBwd: return SamplesShape{batch, g.value(n.out[0]).count(1)};
     case Kernel::SoftmaxXentFwd:
     case Kernel::SoftmaxXentBwd: return ClassesShape{batch, ops::geometry<ClassesGeometry>(n).k};
     default: return Elements{g.value(n.out[0]).count(batch)};
@@ -84,7 +89,7 @@ bool has_bias(const Node& n, Kernel k) {
 
 Graph build_graph(const Suite& s, const models::NormSpec& norm) {
   const models::ModelSpec spec(s.channels, s.height, s.width, s.classes, norm);
-  Graph g = s.model == "vgg11" ? build_vgg11(spec) : models::build(s.model, spec);
+  Graph g = models::build(s.model, spec);
   build_backward(g);
   return g;
 }
@@ -181,6 +186,8 @@ template <class... Ts> Overload(Ts...) -> Overload<Ts...>;
 double conv_flops(const cpu::Conv2dShape& s) { return 2.0 * s.out_count() * s.c_in * s.kh * s.kw; }
 double pool_in(const cpu::Pool2dShape& s) { return 1.0 * s.n * s.c * s.h * s.w; }
 double pool_out(const cpu::Pool2dShape& s) { return 1.0 * s.n * s.c * s.h_out * s.w_out; }
+double adaptive_in(const cpu::AdaptivePool2dShape& s) { return 1.0 * s.n * s.c * s.h * s.w; }
+double adaptive_out(const cpu::AdaptivePool2dShape& s) { return 1.0 * s.n * s.c * s.h_out * s.w_out; }
 
 }  // namespace
 
@@ -198,12 +205,16 @@ const char* kernel_name(Kernel k) {
     case Kernel::AvgPoolBwd: return "avg_pool_bwd";
     case Kernel::GlobalAvgPoolFwd: return "global_avg_pool_fwd";
     case Kernel::GlobalAvgPoolBwd: return "global_avg_pool_bwd";
+    case Kernel::AdaptiveAvgPoolFwd: return "adaptive_avg_pool_fwd";
+    case Kernel::AdaptiveAvgPoolBwd: return "adaptive_avg_pool_bwd";
     case Kernel::BatchNormFwd: return "batch_norm_fwd";
     case Kernel::BatchNormBwd: return "batch_norm_bwd";
     case Kernel::GroupNormFwd: return "group_norm_fwd";
     case Kernel::GroupNormBwd: return "group_norm_bwd";
     case Kernel::ReluFwd: return "relu_fwd";
     case Kernel::ReluBwd: return "relu_bwd";
+    case Kernel::DropoutFwd: return "dropout_fwd";
+    case Kernel::DropoutBwd: return "dropout_bwd";
     case Kernel::Add: return "add";
     case Kernel::SoftmaxXentFwd: return "softmax_xent_fwd";
     case Kernel::SoftmaxXentBwd: return "softmax_xent_bwd";
@@ -241,6 +252,10 @@ std::string Case::describe() const {
                    o << "x[" << s.n << "," << s.c << "," << s.h << "," << s.w << "] k" << s.kh << "x" << s.kw << " s"
                      << s.stride_h << " p" << s.pad_h;
                  },
+                 [&](const cpu::AdaptivePool2dShape& s) {
+                   o << "x[" << s.n << "," << s.c << "," << s.h << "," << s.w << "] out " << s.h_out << "x"
+                     << s.w_out;
+                 },
                  [&](const cpu::BatchNormShape& s) {
                    o << "x[" << s.n << "," << s.c << "," << s.hw << "] group " << s.group;
                  },
@@ -249,6 +264,7 @@ std::string Case::describe() const {
                  },
                  [&](const LinearShape& s) { o << "x[" << s.n << "," << s.in << "] w[" << s.out << "," << s.in << "]"; },
                  [&](const GlobalPoolShape& s) { o << "x[" << s.n << "," << s.c << "," << s.hw << "]"; },
+                 [&](const SamplesShape& s) { o << "x[" << s.n << "," << s.per_sample << "]"; },
                  [&](const ClassesShape& s) { o << "logits[" << s.n << "," << s.k << "]"; },
                  [&](const Elements& s) { o << "count " << s.count; },
              },
@@ -278,6 +294,16 @@ double Case::bytes() const {
     case Kernel::GlobalAvgPoolBwd: {
       const auto& s = std::get<GlobalPoolShape>(shape);
       return kFloat * (1.0 * s.n * s.c * s.hw + 1.0 * s.n * s.c);
+    }
+    case Kernel::AdaptiveAvgPoolFwd:  // x in, y out; dy in, dx out: each cell once, however bins overlap
+    case Kernel::AdaptiveAvgPoolBwd: {
+      const auto& s = std::get<cpu::AdaptivePool2dShape>(shape);
+      return kFloat * (adaptive_in(s) + adaptive_out(s));
+    }
+    case Kernel::DropoutFwd:  // x in, y out; dy in, dx out. The mask is recomputed, never stored.
+    case Kernel::DropoutBwd: {
+      const auto& s = std::get<SamplesShape>(shape);
+      return kFloat * 2.0 * s.n * s.per_sample;
     }
     case Kernel::BatchNormFwd: {  // x in, y out
       const auto& s = std::get<cpu::BatchNormShape>(shape);
@@ -318,10 +344,16 @@ const std::vector<Suite>& suites() {
   static const std::vector<Suite> all = {
       {"lenet5", "lenet5", 1, 28, 28, 10, 64},          {"cnn", "cnn", 1, 28, 28, 10, 64},
       {"resnet20", "resnet20", 3, 32, 32, 10, 128},     {"resnet50_224", "resnet50", 3, 224, 224, 1000, 8},
-      {"vgg11_32", "vgg11", 3, 32, 32, 10, 128},        {"vgg11_224", "vgg11", 3, 224, 224, 1000, 8},
+      {"vgg11_bn_32", "vgg11_bn", 3, 32, 32, 10, 128},  {"vgg11_bn_224", "vgg11_bn", 3, 224, 224, 1000, 8},
       {"deepbench", "", 0, 0, 0, 0, 0},
   };
   return all;
+}
+
+DropoutArgs dropout_args() {
+  DropoutAttrs a;
+  a.p = 0.5;
+  return {RandomKey{0x5eed, 0}, 1, a.threshold(), static_cast<float>(a.scale())};
 }
 
 std::vector<Case> cases(const Suite& suite) { return suite.model.empty() ? deepbench_cases() : model_cases(suite); }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/cpu/shapes.h"
+#include "kernels/dropout_mask.h"
 
 namespace crumb::bench {
 
@@ -23,8 +24,9 @@ enum class Kernel {
   Conv2dFwd, Conv2dBwdData, Conv2dBwdWeight,
   LinearFwd, LinearBwdData, LinearBwdWeight,
   MaxPoolFwd, MaxPoolBwd, AvgPoolFwd, AvgPoolBwd, GlobalAvgPoolFwd, GlobalAvgPoolBwd,
+  AdaptiveAvgPoolFwd, AdaptiveAvgPoolBwd,
   BatchNormFwd, BatchNormBwd, GroupNormFwd, GroupNormBwd,
-  ReluFwd, ReluBwd, Add,
+  ReluFwd, ReluBwd, DropoutFwd, DropoutBwd, Add,
   SoftmaxXentFwd, SoftmaxXentBwd,
   SgdStep, AdamWStep, CountNonfinite, CopyAccumulate,
 };
@@ -39,6 +41,10 @@ struct LinearShape {  // x [n, in], w [out, in]
 struct GlobalPoolShape {  // x [n, c, hw]
   int n, c, hw;
 };
+struct SamplesShape {  // x [n, per_sample]: dropout draws each sample's mask from its own stream
+  int n;
+  int64_t per_sample;
+};
 struct ClassesShape {  // logits [n, k]
   int n, k;
 };
@@ -46,8 +52,18 @@ struct Elements {  // a flat loop over count elements
   int64_t count;
 };
 // The kernel's shape at the case's batch (n is the batch, never the per-sample 1 of the graph).
-using Shape = std::variant<cpu::Conv2dShape, cpu::Pool2dShape, cpu::BatchNormShape, cpu::GroupNormShape, LinearShape,
-                           GlobalPoolShape, ClassesShape, Elements>;
+using Shape = std::variant<cpu::Conv2dShape, cpu::Pool2dShape, cpu::AdaptivePool2dShape, cpu::BatchNormShape,
+                           cpu::GroupNormShape, LinearShape, GlobalPoolShape, SamplesShape, ClassesShape, Elements>;
+
+// The dropout kernels' arguments in every benchmark: a fixed batch key and layer (the mask is a hash of
+// them, so any one does the same work) and p = 0.5, torchvision's default and vgg11_bn's.
+struct DropoutArgs {
+  RandomKey key;
+  uint64_t layer;
+  uint32_t threshold;
+  float scale;
+};
+DropoutArgs dropout_args();
 
 struct Case {
   Kernel kernel;
@@ -70,10 +86,10 @@ struct Case {
 
 struct Suite {
   std::string name;   // as in Case::suite
-  std::string model;  // the model it builds (registry name, or "vgg11"; empty for DeepBench)
+  std::string model;  // the model it builds (registry name; empty for DeepBench)
   int channels, height, width, classes, batch;
 };
-// The suites in run order: lenet5, cnn, resnet20, resnet50 at 224x224, vgg11 at 32x32 and 224x224,
+// The suites in run order: lenet5, cnn, resnet20, resnet50 at 224x224, vgg11_bn at 32x32 and 224x224,
 // deepbench.
 const std::vector<Suite>& suites();
 

@@ -102,6 +102,14 @@ std::function<void()> prepare(const Case& c, Operands& ops, std::size_t* workspa
       if (c.kernel == Kernel::GlobalAvgPoolFwd) return [=] { cpu::global_avg_pool_forward<float>(y, x, s.n, s.c, s.hw); };
       return [=] { cpu::global_avg_pool_backward<float>(x, y, s.n, s.c, s.hw, kWrite); };
     }
+    case Kernel::AdaptiveAvgPoolFwd:
+    case Kernel::AdaptiveAvgPoolBwd: {
+      const auto& s = std::get<cpu::AdaptivePool2dShape>(c.shape);
+      float* x = ops.floats(int64_t(s.n) * s.c * s.h * s.w);
+      float* y = ops.floats(int64_t(s.n) * s.c * s.h_out * s.w_out);
+      if (c.kernel == Kernel::AdaptiveAvgPoolFwd) return [=] { cpu::adaptive_avg_pool2d_forward<float>(y, x, s); };
+      return [=] { cpu::adaptive_avg_pool2d_backward<float>(x, y, s, kWrite); };
+    }
     case Kernel::BatchNormFwd:
     case Kernel::BatchNormBwd: {
       const auto& s = std::get<cpu::BatchNormShape>(c.shape);
@@ -149,6 +157,18 @@ std::function<void()> prepare(const Case& c, Operands& ops, std::size_t* workspa
       if (c.kernel == Kernel::Add) return [=] { cpu::add_forward<float>(out, a, b, n); };
       // Gradient accumulation's add-in-place form; repeated calls grow `out` by at most n * 0.5.
       return [=] { cpu::copy_or_accumulate<float>(out, a, n, true); };
+    }
+    case Kernel::DropoutFwd:
+    case Kernel::DropoutBwd: {
+      // Forward and backward are one map (x or dy in, y or dx out), both writing: the forward always does,
+      // the backward in a batch's first micro-batch.
+      const auto& s = std::get<SamplesShape>(c.shape);
+      float* x = ops.floats(s.n * s.per_sample);
+      float* y = ops.floats(s.n * s.per_sample);
+      const DropoutArgs d = dropout_args();
+      return [=] {
+        cpu::dropout<float>(y, x, s.n, s.per_sample, d.key, d.layer, d.threshold, d.scale, kWrite);
+      };
     }
     case Kernel::SoftmaxXentFwd:
     case Kernel::SoftmaxXentBwd: {

@@ -163,6 +163,14 @@ Prepared crumb(const Case& c, CudaBackend& gpu, DeviceOperands& ops) {
       if (c.kernel == Kernel::GlobalAvgPoolFwd) return {[=] { cuda::global_avg_pool_forward(y, x, s.n, s.c, s.hw, st); }};
       return {[=] { cuda::global_avg_pool_backward(x, y, s.n, s.c, s.hw, kWrite, st); }};
     }
+    case Kernel::AdaptiveAvgPoolFwd:
+    case Kernel::AdaptiveAvgPoolBwd: {
+      const auto& s = std::get<cpu::AdaptivePool2dShape>(c.shape);
+      float* x = ops.floats(int64_t(s.n) * s.c * s.h * s.w);
+      float* y = ops.floats(int64_t(s.n) * s.c * s.h_out * s.w_out);
+      if (c.kernel == Kernel::AdaptiveAvgPoolFwd) return {[=] { cuda::adaptive_avg_pool2d_forward(y, x, s, st); }};
+      return {[=] { cuda::adaptive_avg_pool2d_backward(x, y, s, kWrite, st); }};
+    }
     case Kernel::BatchNormFwd:
     case Kernel::BatchNormBwd: {
       const auto& s = std::get<cpu::BatchNormShape>(c.shape);
@@ -208,6 +216,16 @@ Prepared crumb(const Case& c, CudaBackend& gpu, DeviceOperands& ops) {
       if (c.kernel == Kernel::ReluBwd) return {[=] { cuda::relu_backward(out, a, b, n, kWrite, st); }};
       if (c.kernel == Kernel::Add) return {[=] { cuda::add_forward(out, a, b, n, st); }};
       return {[=] { cuda::copy_or_accumulate(out, a, n, true, st); }};
+    }
+    case Kernel::DropoutFwd:
+    case Kernel::DropoutBwd: {  // one map, both writing (cpu.cc); the engine keeps the key in device memory
+      const auto& s = std::get<SamplesShape>(c.shape);
+      float* x = ops.floats(s.n * s.per_sample);
+      float* y = ops.floats(s.n * s.per_sample);
+      const DropoutArgs d = dropout_args();
+      auto* key = ops.zeros<RandomKey>(1);
+      CRUMB_CUDA_CHECK(cudaMemcpy(key, &d.key, sizeof(RandomKey), cudaMemcpyHostToDevice));
+      return {[=] { cuda::dropout(y, x, s.n, s.per_sample, key, d.layer, d.threshold, d.scale, kWrite, st); }};
     }
     case Kernel::SoftmaxXentFwd:
     case Kernel::SoftmaxXentBwd: {
