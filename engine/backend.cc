@@ -27,6 +27,7 @@ class CpuBackend final : public Backend {
   void read_back(void* host_dst, const void* src, std::size_t bytes) override { std::memcpy(host_dst, src, bytes); }
   std::unique_ptr<Recording> record(const std::function<void()>&) override { return nullptr; }
   std::unique_ptr<InputStaging> make_staging(const std::vector<std::size_t>&) override { return nullptr; }
+  std::unique_ptr<CopyQueue> make_copy_queue(int tickets) override { return std::make_unique<ThreadCopyQueue>(tickets); }
   void* allocate(Memory kind, std::size_t) override {
     CRUMB_FAIL("the CPU backend has no ", kind == Memory::Pinned ? "pinned" : "device", " memory; use --device cpu");
   }
@@ -46,6 +47,7 @@ void bind_elementwise_cpu(ImplTable& t);
 void bind_softmax_xent_cpu(ImplTable& t);
 void bind_norm_cpu(ImplTable& t);
 void bind_dropout_cpu(ImplTable& t);
+void bind_swap(ImplTable& t);  // every device: the copies are the device's CopyQueue
 #if CRUMB_HAVE_CUDA
 // engine/ops/<family>_cuda.cc
 void bind_linear_cuda(ImplTable& t);
@@ -61,7 +63,7 @@ const ImplTable& impl_table() {
   static const ImplTable table = [] {
     ImplTable t;
     for (void (*bind)(ImplTable&) : {bind_linear_cpu, bind_conv2d_cpu, bind_pool_cpu, bind_elementwise_cpu,
-                                     bind_softmax_xent_cpu, bind_norm_cpu, bind_dropout_cpu})
+                                     bind_softmax_xent_cpu, bind_norm_cpu, bind_dropout_cpu, bind_swap})
       bind(t);
 #if CRUMB_HAVE_CUDA
     for (void (*bind)(ImplTable&) : {bind_linear_cuda, bind_conv2d_cuda, bind_pool_cuda, bind_elementwise_cuda,

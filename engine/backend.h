@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/buffer.h"
+#include "engine/copy_queue.h"
 #include "engine/graph.h"
 #include "engine/ops/op.h"
 #include "engine/staging.h"
@@ -67,6 +68,9 @@ class Backend {
   // Device slots for micro-batch inputs of these byte sizes (engine/staging.h); null where kernels read
   // the host's batch buffers in place (the CPU).
   virtual std::unique_ptr<InputStaging> make_staging(const std::vector<std::size_t>& part_bytes) = 0;
+  // Copies between device memory and the host pool with `tickets` tickets (engine/copy_queue.h): the
+  // CUDA copy stream, or a copy thread on the CPU.
+  virtual std::unique_ptr<CopyQueue> make_copy_queue(int tickets) = 0;
   // Zero-filled memory of a kind this device serves (CUDA: Pinned and Cuda; engine/buffer.h allocates
   // Host memory itself), freed by release(). Running out is one crumb::Error naming what to lower.
   virtual void* allocate(Memory kind, std::size_t bytes) = 0;

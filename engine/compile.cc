@@ -9,7 +9,7 @@ std::vector<NodeId> pass_order(const Graph& g, Pass pass) {
   bool has_backward = false;
   for (NodeId i = 0; i < g.num_nodes(); ++i) {
     has_backward = has_backward || g.node(i).backward;
-    if (pass == Pass::Train || !g.node(i).backward) order.push_back(i);
+    if (pass == Pass::Train || !(g.node(i).backward || g.node(i).train_only)) order.push_back(i);
   }
   CRUMB_CHECK(pass == Pass::Eval || has_backward, "a training pass needs the backward graph (call build_backward)");
   return order;
@@ -36,7 +36,11 @@ CompiledPass compile_pass(const Graph& g, Pass pass, int max_batch, Device devic
   std::vector<ValueId> keep{g.loss()};
   for (ValueId x : g.inputs())
     if (g.value(x).grad >= 0) keep.push_back(g.value(x).grad);
-  c.plan = plan_memory(g, order, max_batch, keep, workspace, host_pool);
+  std::vector<ValueId> host;
+  if (host_pool) host = *host_pool;
+  for (ValueId v = 0; v < g.num_values(); ++v)
+    if (g.value(v).host) host.push_back(v);
+  c.plan = plan_memory(g, order, max_batch, keep, workspace, &host);
   return c;
 }
 

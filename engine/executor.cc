@@ -63,6 +63,10 @@ Executor::Executor(const Graph& g, ParamStore& params, Arena& arena, CompiledPas
   readback_ = Buffer(loss_metric_bytes_, device() == Device::CPU ? Memory::Host : Memory::Pinned, index);
   if (std::any_of(steps_.begin(), steps_.end(), [](const Step& st) { return st.node->def->random; }))
     random_ = Buffer(sizeof(RandomKey), memory_of(device()), index);
+  int tickets = 0;
+  for (const Step& st : steps_)
+    if (st.node->def == &kSwapCopy) tickets = std::max(tickets, ops::attrs<SwapAttrs>(*st.node).ticket + 1);
+  if (tickets) copies_ = backend_.make_copy_queue(tickets);
   resolve();
   arena_.attach();  // last: a constructor that threw leaves the arena free to grow
 }
@@ -173,6 +177,7 @@ void Executor::enqueue(int n, bool first_micro_batch, bool last_micro_batch, dou
   a.training = compiled_.pass == Pass::Train;
   a.last = last_micro_batch;
   a.random = reinterpret_cast<const RandomKey*>(random_.data());
+  a.copies = copies_.get();
   for (const Step& s : steps_) {
     a.node = s.node;
     a.state = s.state;

@@ -102,6 +102,8 @@ class Executor {
   Buffer host_pool_;  // the plan's host-pool space (pinned on CUDA), if it placed anything there
   Buffer readback_;  // metrics_ copied back to the host (pinned on CUDA)
   Buffer random_;    // the run's RandomKey in the device's memory, if a step reads one
+  std::unique_ptr<CopyQueue> copies_;  // the swap schedule's copies, if the plan has one (after host_pool_:
+                                       // destroyed first, so no copy outlives the memory it touches)
   std::vector<ValueId> metric_values_;
   ValueId loss_sum_ = -1, correct_ = -1;  // the loss node's metric outputs (correct may be absent)
 };

@@ -61,6 +61,28 @@ NodeId Graph::add_node(Node n) {
   return id;
 }
 
+void Graph::reorder(const std::vector<NodeId>& order) {
+  CRUMB_CHECK(order.size() == nodes_.size(), "reorder: ", order.size(), " node ids for ", nodes_.size(), " nodes");
+  std::vector<NodeId> new_id(nodes_.size(), -1);
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    CRUMB_CHECK(order[i] >= 0 && order[i] < num_nodes() && new_id[order[i]] < 0, "reorder: not a permutation");
+    new_id[order[i]] = static_cast<NodeId>(i);
+  }
+  std::vector<Node> nodes;
+  nodes.reserve(nodes_.size());
+  for (NodeId id : order) {
+    for (ValueId v : nodes_[id].in) {
+      const NodeId p = values_[v].producer;
+      CRUMB_CHECK(p < 0 || new_id[p] < static_cast<NodeId>(nodes.size()), "reorder: layer '", nodes_[id].name,
+                  "' would run before '", nodes_[p].name, "', which computes its input '", values_[v].name, "'");
+    }
+    nodes.push_back(std::move(nodes_[id]));
+  }
+  nodes_ = std::move(nodes);
+  for (Value& v : values_)
+    if (v.producer >= 0) v.producer = new_id[v.producer];
+}
+
 ValueId Graph::apply(const OpDef& def, std::vector<ValueId> in, const std::string& name, std::any attrs) {
   CRUMB_CHECK(!in.empty(), "layer '", name, "' (", def.name, ") needs an input");
   Node n;

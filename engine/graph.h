@@ -49,6 +49,7 @@ struct Value {
   NodeId producer = -1;
   ValueId view_of = -1;  // shares the storage of this value (reshape views)
   bool requires_grad = false;
+  bool host = false;     // lives in the host pool, not the arena (a swapped-out copy, engine/swap.h)
   ValueId grad = -1;     // Param: its ParamGrad value; Input with requires_grad: its gradient
   ParamInit init;
 
@@ -69,6 +70,9 @@ struct Node {
   std::any attrs;     // the op's own attribute struct (engine/ops/op.h), if it has one
   std::any geometry;  // the kernel shape the op's shape rule computed once (per sample), if any
   bool backward = false;  // part of the derived backward graph
+  // Added by a memory strategy (engine/swap.h, engine/recompute.h): a copy to or from the host pool, or a
+  // forward node cloned into the backward pass. Runs in training passes only.
+  bool train_only = false;
   GradWrite grad_write = GradWrite::None;
 };
 
@@ -95,6 +99,10 @@ class Graph {
   Node& node(NodeId n) { return nodes_.at(n); }
   int num_values() const { return static_cast<int>(values_.size()); }
   int num_nodes() const { return static_cast<int>(nodes_.size()); }
+  // Puts the nodes in this execution order (a permutation of all node ids); node ids change accordingly.
+  // Every node must still come after the producers of its inputs.
+  void reorder(const std::vector<NodeId>& order);
+
   const std::vector<ValueId>& params() const { return params_; }
   const std::vector<ValueId>& states() const { return states_; }
   const std::vector<ValueId>& inputs() const { return inputs_; }

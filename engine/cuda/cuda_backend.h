@@ -52,6 +52,7 @@ class CudaBackend final : public Backend {
   void read_back(void* host_dst, const void* src, std::size_t bytes) override;
   std::unique_ptr<Recording> record(const std::function<void()>& enqueue) override;
   std::unique_ptr<InputStaging> make_staging(const std::vector<std::size_t>& part_bytes) override;
+  std::unique_ptr<CopyQueue> make_copy_queue(int tickets) override;
   void* allocate(Memory kind, std::size_t bytes) override;
   void release(Memory kind, void* p) noexcept override;
   void copy(void* dst, const void* src, std::size_t bytes) override;

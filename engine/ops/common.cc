@@ -39,6 +39,24 @@ void set_out_dims(Graph& g, const Node& n, int i, const Dims& dims) {
                            dims_str(dims)));
 }
 
+std::vector<ValueId> recompute_clone(Graph& g, const Node& n, const std::vector<ValueId>& in) {
+  Node c;
+  c.def = n.def;
+  c.name = n.name + ".recompute";
+  c.in = in;
+  c.attrs = n.attrs;  // a dropout layer's hash is among them: the same mask again
+  c.geometry = n.geometry;
+  for (ValueId v : n.out) {
+    Value copy = g.value(v);
+    copy.name += ".recomputed";
+    copy.producer = copy.view_of = copy.grad = -1;
+    c.out.push_back(g.add_value(std::move(copy)));
+  }
+  std::vector<ValueId> out = c.out;
+  g.add_node(std::move(c));
+  return out;
+}
+
 void weighted_backward(GradBuilder& gb, const Node& n, const OpDef& bwd_data, const OpDef& bwd_weight) {
   const ValueId x = n.in[0], w = n.in[1];
   const ValueId dy = gb.grad(n.out[0]);

@@ -48,7 +48,8 @@ template <class T> void dropout_cpu(const StepArgs& a) {
 
 }  // namespace
 
-const OpDef kDropout{"dropout", infer_dropout, dropout_backward, {OutDType::Float}, true, false, 0, true};
+const OpDef kDropout{"dropout", infer_dropout, dropout_backward, {OutDType::Float}, true, false, 0, true,
+                     ops::recompute_clone};
 const OpDef kDropoutBwd{"dropout_backward", infer_dropout, nullptr, {OutDType::Float}, true, false, 0, true};
 
 void bind_dropout_cpu(ImplTable& t) {

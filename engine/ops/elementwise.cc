@@ -58,10 +58,11 @@ void reshape_backward(GradBuilder& gb, const Node& n) {
 
 }  // namespace
 
-const OpDef kRelu{"relu", infer_same, relu_backward, {OutDType::Float}, true};
+const OpDef kRelu{"relu", infer_same, relu_backward, {OutDType::Float}, true, false, 0, false, ops::recompute_clone};
 const OpDef kReluBwd{"relu_backward", infer_same, nullptr, {OutDType::Float}, true};
-const OpDef kAdd{"add", infer_same, add_backward, {OutDType::Float}, true};
-const OpDef kReshape{"reshape", infer_reshape, reshape_backward, {OutDType::Float}, false, true};
+const OpDef kAdd{"add", infer_same, add_backward, {OutDType::Float}, true, false, 0, false, ops::recompute_clone};
+const OpDef kReshape{"reshape", infer_reshape, reshape_backward, {OutDType::Float}, false, true, 0, false,
+                     ops::recompute_clone};
 
 // Reshape is a view: it has no rows on any device.
 void bind_elementwise_cpu(ImplTable& t) {

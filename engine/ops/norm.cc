@@ -81,6 +81,38 @@ void norm_backward(GradBuilder& gb, const Node& n, const OpDef& bwd) {
 
 void bn_backward(GradBuilder& gb, const Node& n) { norm_backward(gb, n, kBatchNormBwd); }
 
+// Recomputed in the backward pass from the statistics the forward stored (which the layer's backward
+// reads anyway), never from the batch again: the running statistics must see each batch once.
+std::vector<ValueId> bn_recompute(Graph& g, const Node& n, const std::vector<ValueId>& in) {
+  Node c;
+  c.def = &kBatchNormApply;
+  c.name = n.name + ".recompute";
+  c.in = {in[0], in[1], in[2], n.out[1]};
+  c.attrs = n.attrs;
+  c.geometry = n.geometry;
+  Value y = g.value(n.out[0]);
+  y.name += ".recomputed";
+  y.producer = y.view_of = y.grad = -1;
+  c.out = {g.add_value(std::move(y))};
+  const ValueId out = c.out[0];
+  g.add_node(std::move(c));
+  return {out, -1, -1};
+}
+
+// in: x, weight, bias, stats  out: y
+void infer_bn_apply(Graph& g, Node& n) {
+  ops::expect_arity(n, 4, 4, 1);
+  const cpu::BatchNormShape& s = ops::geometry<cpu::BatchNormShape>(n);
+  if (dims_count(g.value(n.in[0]).dims) != int64_t{s.c} * s.hw || g.value(n.in[1]).dims != Dims{s.c} ||
+      g.value(n.in[2]).dims != Dims{s.c} || g.value(n.in[3]).dims != Dims{2, s.c})
+    ops::fail(n, "input, parameters or statistics do not match the layer");
+  ops::set_out_dims(g, n, 0, g.value(n.in[0]).dims);
+}
+
+template <class T> void bn_apply_cpu(const StepArgs& a) {
+  cpu::batch_norm_apply<T>(a.out<T>(0), a.in<T>(0), a.in<T>(1), a.in<T>(2), a.in<T>(3), ops::batch_norm_shape(a));
+}
+
 template <class T> void bn_fwd_cpu(const StepArgs& a) {
   const BatchNormAttrs& at = ops::attrs<BatchNormAttrs>(*a.node);
   const cpu::BatchNormShape s = ops::batch_norm_shape(a);
@@ -149,10 +181,13 @@ template <class T> void gn_bwd_cpu(const StepArgs& a) {
 
 }  // namespace
 
-const OpDef kBatchNorm{"batch_norm", infer_bn, bn_backward, {OutDType::Float, OutDType::Float, {OutDType::F64, true}}};
+const OpDef kBatchNorm{"batch_norm", infer_bn, bn_backward, {OutDType::Float, OutDType::Float, {OutDType::F64, true}},
+                      false, false, 0, false, bn_recompute};
+const OpDef kBatchNormApply{"batch_norm_apply", infer_bn_apply, nullptr, {OutDType::Float}, true};
 const OpDef kBatchNormBwd{"batch_norm_backward", infer_bn_bwd, nullptr,
                           {OutDType::Float, OutDType::Float, OutDType::Float}, false, false, 2};
-const OpDef kGroupNorm{"group_norm", infer_gn, gn_backward, {OutDType::Float, OutDType::Float}};
+const OpDef kGroupNorm{"group_norm", infer_gn, gn_backward, {OutDType::Float, OutDType::Float}, false, false, 0, false,
+                      ops::recompute_clone};
 const OpDef kGroupNormBwd{"group_norm_backward", infer_gn_bwd, nullptr,
                           {OutDType::Float, OutDType::Float, OutDType::Float}, false, false, 2};
 
@@ -180,6 +215,7 @@ int micro_batch_multiple(const Graph& g) {
 void bind_norm_cpu(ImplTable& t) {
   CRUMB_CPU_ROWS(t, kBatchNorm, bn_fwd_cpu);
   CRUMB_CPU_ROWS(t, kBatchNormBwd, bn_bwd_cpu);
+  CRUMB_CPU_ROWS(t, kBatchNormApply, bn_apply_cpu);
   CRUMB_CPU_ROWS(t, kGroupNorm, gn_fwd_cpu);
   CRUMB_CPU_ROWS(t, kGroupNormBwd, gn_bwd_cpu);
 }

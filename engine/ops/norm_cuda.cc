@@ -39,6 +39,11 @@ void bn_bwd(const StepArgs& a) {
                             a.accumulate, cuda::CudaBackend::of(a).compute());
 }
 
+void bn_apply(const StepArgs& a) {
+  cuda::batch_norm_apply(a.out<float>(0), a.in<float>(0), a.in<float>(1), a.in<float>(2), a.in<float>(3),
+                         ops::batch_norm_shape(a), cuda::CudaBackend::of(a).compute());
+}
+
 cpu::GroupNormShape gn_shape(const StepArgs& a) { return ops::at_batch<cpu::GroupNormShape>(*a.node, a.n); }
 
 void gn_fwd(const StepArgs& a) {
@@ -57,6 +62,7 @@ void gn_bwd(const StepArgs& a) {
 void bind_norm_cuda(ImplTable& t) {
   t.add(kBatchNorm, Device::CUDA, DType::F32, {bn_fwd});
   t.add(kBatchNormBwd, Device::CUDA, DType::F32, {bn_bwd});
+  t.add(kBatchNormApply, Device::CUDA, DType::F32, {bn_apply});
   t.add(kGroupNorm, Device::CUDA, DType::F32, {gn_fwd});
   t.add(kGroupNormBwd, Device::CUDA, DType::F32, {gn_bwd});
 }

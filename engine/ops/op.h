@@ -28,6 +28,8 @@ struct OpState {
 
 // What one step of the executor sees at run time. Pointers are resolved once at compile time into
 // the executor's table; only the batch size n and the write mode change between micro-batches.
+class CopyQueue;
+
 struct StepArgs {
   Backend* backend = nullptr;  // the device the step runs on (its streams and library handles)
   const Graph* graph = nullptr;
@@ -42,6 +44,7 @@ struct StepArgs {
   bool training = true;         // a training pass (forward + backward), or evaluation
   bool last = true;             // the batch's last micro-batch: per-batch totals are complete after it
   const RandomKey* random = nullptr;  // this micro-batch's key for random ops, in the device's memory
+  CopyQueue* copies = nullptr;        // the executor's copies to and from the host pool (swap ops), if any
 
   template <class T> T* out(int i = 0) const { return static_cast<T*>(ptr[node->out[i]]); }
   template <class T> const T* in(int i) const { return static_cast<const T*>(ptr[node->in[i]]); }
@@ -79,6 +82,11 @@ struct OpDef {
   std::size_t required_outputs = 0;
   // Reads StepArgs::random (dropout): the executor then writes each micro-batch's key before running it.
   bool random = false;
+  // How the backward pass may compute n's outputs again instead of keeping them (engine/recompute.h):
+  // adds the node(s) that do, reading `in` in place of n.in, and returns per output of n the value that
+  // holds it again (-1 for one it does not recompute). Null: the op is not recomputed (a convolution
+  // costs as much again as it saves; a loss op adds into its metrics). Cheap ops only.
+  std::vector<ValueId> (*recompute)(Graph& g, const Node& n, const std::vector<ValueId>& in) = nullptr;
 };
 
 // One implementation of an op for one (device, dtype).
@@ -130,6 +138,10 @@ struct BatchNormAttrs {
 };
 // Dropout: zero each element with probability p in training, scale the kept ones by 1 / (1 - p) (PyTorch's
 // inverted dropout); the identity in evaluation.
+// A copy between the arena and the host pool (engine/swap.h): its ticket in the executor's CopyQueue.
+struct SwapAttrs {
+  int ticket = 0;
+};
 struct DropoutAttrs {
   double p = 0.5;
   uint64_t layer = 0;  // tells the layers' masks apart: a hash of the layer's name (nn::dropout)
@@ -163,7 +175,8 @@ extern const OpDef kConv2d, kConv2dBwdData, kConv2dBwdWeight;
 extern const OpDef kMaxPool2d, kMaxPool2dBwd, kAvgPool2d, kAvgPool2dBwd, kGlobalAvgPool, kGlobalAvgPoolBwd;
 extern const OpDef kAdaptiveAvgPool2d, kAdaptiveAvgPool2dBwd;
 extern const OpDef kDropout, kDropoutBwd;
-extern const OpDef kBatchNorm, kBatchNormBwd, kGroupNorm, kGroupNormBwd;
+extern const OpDef kBatchNorm, kBatchNormBwd, kBatchNormApply, kGroupNorm, kGroupNormBwd;
+extern const OpDef kSwapCopy, kSwapWait;
 extern const OpDef kRelu, kReluBwd;
 extern const OpDef kReshape;
 extern const OpDef kAdd;
@@ -223,6 +236,8 @@ void weighted_backward(GradBuilder& gb, const Node& n, const OpDef& bwd_data, co
 cpu::BatchNormShape batch_norm_shape(const StepArgs& a);
 // Elements of out[0] at the step's batch (elementwise ops).
 inline std::size_t out_count(const StepArgs& a) { return static_cast<std::size_t>(a.out_value().count(a.n)); }
+// The recompute rule of a pure op: the same op again on `in`, every output recomputed.
+std::vector<ValueId> recompute_clone(Graph& g, const Node& n, const std::vector<ValueId>& in);
 // Adds the rows of a templated CPU implementation for both float dtypes.
 #define CRUMB_CPU_ROWS(table, op, fn, ...)                                   \
   do {                                                                       \

@@ -151,13 +151,17 @@ template <class T> void adaptive_bwd_cpu(const StepArgs& a) {
 
 }  // namespace
 
-const OpDef kMaxPool2d{"max_pool2d", infer_max, pool_backward, {OutDType::Float, OutDType::U8}};
+const OpDef kMaxPool2d{"max_pool2d", infer_max, pool_backward, {OutDType::Float, OutDType::U8}, false, false, 0, false,
+                     ops::recompute_clone};
 const OpDef kMaxPool2dBwd{"max_pool2d_backward", infer_bwd, nullptr, {OutDType::Float}};
-const OpDef kAvgPool2d{"avg_pool2d", infer_avg, pool_backward, {OutDType::Float}};
+const OpDef kAvgPool2d{"avg_pool2d", infer_avg, pool_backward, {OutDType::Float}, false, false, 0, false,
+                     ops::recompute_clone};
 const OpDef kAvgPool2dBwd{"avg_pool2d_backward", infer_bwd, nullptr, {OutDType::Float}};
-const OpDef kGlobalAvgPool{"global_avg_pool", infer_gap, gap_backward, {OutDType::Float}};
+const OpDef kGlobalAvgPool{"global_avg_pool", infer_gap, gap_backward, {OutDType::Float}, false, false, 0, false,
+                     ops::recompute_clone};
 const OpDef kGlobalAvgPoolBwd{"global_avg_pool_backward", infer_gap_bwd, nullptr, {OutDType::Float}};
-const OpDef kAdaptiveAvgPool2d{"adaptive_avg_pool2d", infer_adaptive, pool_backward, {OutDType::Float}};
+const OpDef kAdaptiveAvgPool2d{"adaptive_avg_pool2d", infer_adaptive, pool_backward, {OutDType::Float}, false, false, 0, false,
+                     ops::recompute_clone};
 const OpDef kAdaptiveAvgPool2dBwd{"adaptive_avg_pool2d_backward", infer_adaptive_bwd, nullptr, {OutDType::Float}};
 
 void bind_pool_cpu(ImplTable& t) {

@@ -89,6 +89,10 @@ template <class T> void copy_or_accumulate(T* y, const T* x, std::size_t count, 
 template <class T>
 void batch_norm_forward_train(T* y, T* stats, const T* x, const T* w, const T* b, const BatchNormShape& s, double eps,
                               double* moments, T* running_mean, T* running_var, int64_t* tracked, double momentum);
+// The training forward's output again from the statistics it wrote (identical bits): what a recomputation
+// of a BatchNorm layer in the backward pass runs (engine/recompute.h).
+template <class T>
+void batch_norm_apply(T* y, const T* x, const T* w, const T* b, const T* stats, const BatchNormShape& s);
 // One momentum update of the running statistics from the merged moments of a batch (unbiased variance
 // M2 / (count - 1); 0 when a channel saw one value), and *tracked += 1.
 template <class T>

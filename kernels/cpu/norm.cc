@@ -47,6 +47,15 @@ template <class T> void affine_runs(T* y, const T* x, int runs, std::ptrdiff_t s
 
 double inv_std(double var, double eps) { return 1.0 / std::sqrt(var + eps); }
 
+// y = (x - mean) * invstd * w + b over channel c of group g, from the group's statistics as stored (rounded
+// to T): batch_norm_apply recomputes the training forward's output bit for bit from them.
+template <class T>
+void normalize_group(T* y, const T* x, const T* w, const T* b, const T* stats, const BatchNormShape& s, int c, int g) {
+  const std::ptrdiff_t stride = std::ptrdiff_t{s.c} * s.hw, at = g * s.group * stride + std::ptrdiff_t{c} * s.hw;
+  const double mean = stats[(2 * g) * s.c + c], scale = w[c] * double(stats[(2 * g + 1) * s.c + c]);
+  affine_runs(y + at, x + at, s.group_size(g), stride, s.hw, T(scale), T(b[c] - mean * scale));
+}
+
 bool parallel(const BatchNormShape& s) { return std::ptrdiff_t{s.n} * s.c * s.hw > kParallelGrain; }
 
 }  // namespace
@@ -62,11 +71,10 @@ void batch_norm_forward_train(T* y, T* stats, const T* x, const T* w, const T* b
       const int samples = s.group_size(g);
       const std::ptrdiff_t at = g * s.group * stride + std::ptrdiff_t{c} * s.hw;
       const Moments mo = moments_of(x + at, samples, stride, s.hw);
-      const double count = double(samples) * s.hw, invstd = inv_std(mo.m2 / count, eps);
+      const double count = double(samples) * s.hw;
       stats[(2 * g) * s.c + c] = T(mo.mean);
-      stats[(2 * g + 1) * s.c + c] = T(invstd);
-      const double scale = w[c] * invstd;
-      affine_runs(y + at, x + at, samples, stride, s.hw, T(scale), T(b[c] - mo.mean * scale));
+      stats[(2 * g + 1) * s.c + c] = T(inv_std(mo.m2 / count, eps));
+      normalize_group(y, x, w, b, stats, s, c, g);
       if (moments) {  // Chan et al.: merge (count, mean, m2) of the group into the channel's running total
         double& n_a = moments[c];
         double& mean_a = moments[s.c + c];
@@ -86,6 +94,14 @@ void batch_norm_forward_train(T* y, T* stats, const T* x, const T* w, const T* b
 }
 
 template <class T>
+void batch_norm_apply(T* y, const T* x, const T* w, const T* b, const T* stats, const BatchNormShape& s) {
+  const int groups = s.groups();
+#pragma omp parallel for schedule(static) if (parallel(s))
+  for (int c = 0; c < s.c; ++c)
+    for (int g = 0; g < groups; ++g) normalize_group(y, x, w, b, stats, s, c, g);
+}
+
+template <class T>
 void batch_norm_commit(T* running_mean, T* running_var, int64_t* tracked, const double* moments, int c, double momentum) {
   for (int i = 0; i < c; ++i) {
     const double count = moments[i], mean = moments[c + i], m2 = moments[2 * c + i];
@@ -102,13 +118,15 @@ void batch_norm_forward_frozen(T* y, T* stats, const T* x, const T* w, const T* 
   const int groups = s.groups();
 #pragma omp parallel for schedule(static) if (parallel(s))
   for (int c = 0; c < s.c; ++c) {
-    const double invstd = inv_std(running_var[c], eps), scale = w[c] * invstd;
+    // invstd rounded as stats stores it, so batch_norm_apply recomputes a frozen layer bit for bit too.
+    const T invstd = T(inv_std(running_var[c], eps));
+    const double scale = w[c] * double(invstd);
     affine_runs(y + std::ptrdiff_t{c} * s.hw, x + std::ptrdiff_t{c} * s.hw, s.n, stride, s.hw, T(scale),
                 T(b[c] - running_mean[c] * scale));
     if (stats)
       for (int g = 0; g < groups; ++g) {
         stats[(2 * g) * s.c + c] = running_mean[c];
-        stats[(2 * g + 1) * s.c + c] = T(invstd);
+        stats[(2 * g + 1) * s.c + c] = invstd;
       }
   }
 }
@@ -247,6 +265,7 @@ void group_norm_backward(T* dw, T* db, T* dx, const T* dy, const T* x, const T* 
 #define CRUMB_INSTANTIATE(T)                                                                                       \
   template void batch_norm_forward_train<T>(T*, T*, const T*, const T*, const T*, const BatchNormShape&, double, \
                                             double*, T*, T*, int64_t*, double);                                   \
+  template void batch_norm_apply<T>(T*, const T*, const T*, const T*, const T*, const BatchNormShape&);          \
   template void batch_norm_commit<T>(T*, T*, int64_t*, const double*, int, double);                                \
   template void batch_norm_forward_frozen<T>(T*, T*, const T*, const T*, const T*, const T*, const T*,            \
                                              const BatchNormShape&, double);                                      \

@@ -84,6 +84,9 @@ void dropout(float* y, const float* x, int n, std::size_t per_sample, const Rand
 void batch_norm_forward_train(float* y, float* stats, const float* x, const float* w, const float* b,
                               const cpu::BatchNormShape& s, double eps, double* moments, float* running_mean,
                               float* running_var, int64_t* tracked, double momentum, cudaStream_t stream);
+// The training forward's output again from the statistics it stored (identical bits; a recomputation).
+void batch_norm_apply(float* y, const float* x, const float* w, const float* b, const float* stats,
+                      const cpu::BatchNormShape& s, cudaStream_t stream);
 // One momentum update from a batch's merged moments, and *tracked += 1 (also for c == 0).
 void batch_norm_commit(float* running_mean, float* running_var, int64_t* tracked, const double* moments, int c,
                        double momentum, cudaStream_t stream);

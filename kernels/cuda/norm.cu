@@ -91,6 +91,16 @@ __device__ std::size_t stats_index(const cpu::BatchNormShape& s, int g, int c) {
   return static_cast<std::size_t>(2 * g) * s.c + c;
 }
 
+// The affine map of channel c from its statistics as stats stores them (rounded to float), so that
+// batch_norm_apply recomputes the training forward's output bit for bit.
+struct ScaleShift {
+  float scale, shift;
+};
+__device__ ScaleShift scale_shift(float w, float b, float mean, float invstd) {
+  const double scale = w * static_cast<double>(invstd);
+  return {static_cast<float>(scale), static_cast<float>(b - mean * scale)};
+}
+
 __global__ void __launch_bounds__(kChannelBlock)
     batch_norm_forward_train_kernel(float* y, float* stats, const float* x, const float* w, const float* b,
                                     cpu::BatchNormShape s, int groups, double eps, double* moments,
@@ -111,18 +121,18 @@ __global__ void __launch_bounds__(kChannelBlock)
       const double d = xg[runs.at(e)] - mean;
       dev += d * d;
     }
-    const double m2 = block_sum(dev), invstd = inv_std(m2 / static_cast<double>(count), eps);
-    const double scale = w[c] * invstd;
-    const float scale_f = static_cast<float>(scale), shift_f = static_cast<float>(b[c] - mean * scale);
+    const double m2 = block_sum(dev);
+    const float mean_f = static_cast<float>(mean), invstd_f = static_cast<float>(inv_std(m2 / static_cast<double>(count), eps));
+    const ScaleShift a = scale_shift(w[c], b[c], mean_f, invstd_f);
     float* yg = y + at;
     for (std::size_t e = threadIdx.x; e < count; e += blockDim.x) {
       const std::size_t i = runs.at(e);
-      yg[i] = xg[i] * scale_f + shift_f;
+      yg[i] = xg[i] * a.scale + a.shift;
     }
     if (threadIdx.x == 0) {  // the others go on to the next group's reductions and wait there
       const std::size_t k = stats_index(s, g, c);
-      stats[k] = static_cast<float>(mean);
-      stats[k + s.c] = static_cast<float>(invstd);
+      stats[k] = mean_f;
+      stats[k + s.c] = invstd_f;
       if (moments) {  // Chan et al.: merge the group's (count, mean, m2) into the channel's running total
         double& n_a = moments[c];
         double& mean_a = moments[s.c + c];
@@ -158,19 +168,36 @@ __global__ void __launch_bounds__(kChannelBlock)
                                      const float* running_mean, const float* running_var, cpu::BatchNormShape s,
                                      int groups, double eps) {
   const int c = blockIdx.x;
-  const double invstd = inv_std(running_var[c], eps), scale = w[c] * invstd;
-  const float scale_f = static_cast<float>(scale), shift_f = static_cast<float>(b[c] - running_mean[c] * scale);
+  const float invstd = static_cast<float>(inv_std(running_var[c], eps));
+  const ScaleShift a = scale_shift(w[c], b[c], running_mean[c], invstd);
   const ChannelRuns runs{static_cast<std::size_t>(s.hw), static_cast<std::size_t>(s.c) * s.hw};
   const std::size_t count = static_cast<std::size_t>(s.n) * s.hw, first = static_cast<std::size_t>(c) * s.hw;
   for (std::size_t e = threadIdx.x; e < count; e += blockDim.x) {
     const std::size_t i = first + runs.at(e);
-    y[i] = x[i] * scale_f + shift_f;
+    y[i] = x[i] * a.scale + a.shift;
   }
   if (!stats) return;
   for (int g = static_cast<int>(threadIdx.x); g < groups; g += static_cast<int>(blockDim.x)) {
     const std::size_t k = stats_index(s, g, c);
     stats[k] = running_mean[c];
-    stats[k + s.c] = static_cast<float>(invstd);
+    stats[k + s.c] = invstd;
+  }
+}
+
+// One block per channel, groups in turn: y from x and each group's stored statistics.
+__global__ void __launch_bounds__(kChannelBlock)
+    batch_norm_apply_kernel(float* y, const float* x, const float* w, const float* b, const float* stats,
+                            cpu::BatchNormShape s, int groups) {
+  const int c = blockIdx.x;
+  const ChannelRuns runs{static_cast<std::size_t>(s.hw), static_cast<std::size_t>(s.c) * s.hw};
+  for (int g = 0; g < groups; ++g) {
+    const std::size_t count = static_cast<std::size_t>(group_size(s, g)) * s.hw, at = group_offset(s, g, c),
+                      k = stats_index(s, g, c);
+    const ScaleShift a = scale_shift(w[c], b[c], stats[k], stats[k + s.c]);
+    for (std::size_t e = threadIdx.x; e < count; e += blockDim.x) {
+      const std::size_t i = at + runs.at(e);
+      y[i] = x[i] * a.scale + a.shift;
+    }
   }
 }
 
@@ -336,6 +363,14 @@ void batch_norm_commit(float* running_mean, float* running_var, int64_t* tracked
   const std::size_t threads = c > 0 ? static_cast<std::size_t>(c) : 1;
   batch_norm_commit_kernel<<<blocks_for(threads), kBlock, 0, stream>>>(running_mean, running_var, tracked, moments, c,
                                                                        momentum);
+  CRUMB_CUDA_CHECK_LAUNCH();
+}
+
+void batch_norm_apply(float* y, const float* x, const float* w, const float* b, const float* stats,
+                      const cpu::BatchNormShape& s, cudaStream_t stream) {
+  const int groups = bn_groups(s, "batch_norm_apply");
+  if (groups == 0 || s.c == 0) return;
+  batch_norm_apply_kernel<<<s.c, kChannelBlock, 0, stream>>>(y, x, w, b, stats, s, groups);
   CRUMB_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,0 +1,50 @@
+// The ops a swap schedule adds (engine/swap.h): swap_copy starts an asynchronous copy of its input into its
+// output (arena to host pool, or back) under a ticket of the executor's CopyQueue; swap_wait reads the value
+// a copy is moving, so the planner keeps it live until then, and holds later work until that copy is done.
+// The copy itself is the device's (engine/copy_queue.h), so every device binds the same rows.
+#include "engine/copy_queue.h"
+#include "engine/error.h"
+#include "engine/ops/op.h"
+
+namespace crumb {
+namespace {
+
+void infer_copy(Graph& g, Node& n) {
+  ops::expect_arity(n, 1, 1, 1);
+  ops::attrs<SwapAttrs>(n);
+  const Value &x = g.value(n.in[0]), &y = g.value(n.out[0]);
+  if (x.dtype != y.dtype || x.batched != y.batched) ops::fail(n, "copies between values of one dtype and batching");
+  ops::set_out_dims(g, n, 0, x.dims);
+}
+
+void infer_wait(Graph&, Node& n) {
+  ops::expect_arity(n, 1, 1, 0);
+  ops::attrs<SwapAttrs>(n);
+}
+
+CopyQueue& queue(const StepArgs& a) {
+  if (!a.copies) ops::fail(*a.node, "the executor has no copy queue");
+  return *a.copies;
+}
+
+void copy_run(const StepArgs& a) {
+  const std::size_t bytes = static_cast<std::size_t>(a.in_value(0).count(a.n)) * dtype_size(a.in_value(0).dtype);
+  queue(a).start(ops::attrs<SwapAttrs>(*a.node).ticket, a.out<char>(0), a.in<char>(0), bytes);
+}
+
+void wait_run(const StepArgs& a) { queue(a).wait(ops::attrs<SwapAttrs>(*a.node).ticket); }
+
+}  // namespace
+
+const OpDef kSwapCopy{"swap_copy", infer_copy, nullptr, {OutDType::Float}};
+const OpDef kSwapWait{"swap_wait", infer_wait, nullptr, {}};
+
+void bind_swap(ImplTable& t) {
+  for (Device d : {Device::CPU, Device::CUDA})
+    for (DType dt : {DType::F32, DType::F64}) {
+      t.add(kSwapCopy, d, dt, {copy_run});
+      t.add(kSwapWait, d, dt, {wait_run});
+    }
+}
+
+}  // namespace crumb
