@@ -23,6 +23,7 @@ class CpuBackend final : public Backend {
   std::size_t free_bytes() const override { return 0; }
   std::size_t runtime_bytes() const override { return 0; }
   void zero(void* p, std::size_t bytes) override { std::memset(p, 0, bytes); }
+  void synchronize() override {}
   void upload(void* p, const void* host_src, std::size_t bytes) override { std::memcpy(p, host_src, bytes); }
   void read_back(void* host_dst, const void* src, std::size_t bytes) override { std::memcpy(host_dst, src, bytes); }
   std::unique_ptr<Recording> record(const std::function<void()>&) override { return nullptr; }

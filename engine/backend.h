@@ -58,6 +58,8 @@ class Backend {
   // and after; the host bytes may be reused as soon as it returns (CUDA: an asynchronous copy from
   // pageable memory, which stages them before returning).
   virtual void upload(void* p, const void* host_src, std::size_t bytes) = 0;
+  // Waits for all work enqueued so far (on the CPU, none is pending).
+  virtual void synchronize() = 0;
   // Waits for all work enqueued so far, then copies `bytes` from the device's memory to host memory.
   virtual void read_back(void* host_dst, const void* src, std::size_t bytes) = 0;
   // Records what `enqueue` puts on the compute stream without running any of it. Null where the device

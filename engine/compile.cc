@@ -33,6 +33,12 @@ CompiledPass compile_pass(const Graph& g, Pass pass, int max_batch, Device devic
     c.steps.push_back(compile_step(b, g, g.node(id), max_batch));
     workspace.push_back(c.steps.back().workspace);
   }
+  c.plan = plan_pass(g, pass, max_batch, workspace, host_pool);
+  return c;
+}
+
+MemoryPlan plan_pass(const Graph& g, Pass pass, int max_batch, const std::vector<std::size_t>& workspace,
+                     const std::vector<ValueId>* host_pool) {
   std::vector<ValueId> keep{g.loss()};
   for (ValueId x : g.inputs())
     if (g.value(x).grad >= 0) keep.push_back(g.value(x).grad);
@@ -40,8 +46,7 @@ CompiledPass compile_pass(const Graph& g, Pass pass, int max_batch, Device devic
   if (host_pool) host = *host_pool;
   for (ValueId v = 0; v < g.num_values(); ++v)
     if (g.value(v).host) host.push_back(v);
-  c.plan = plan_memory(g, order, max_batch, keep, workspace, &host);
-  return c;
+  return plan_memory(g, pass_order(g, pass), max_batch, keep, workspace, &host);
 }
 
 }  // namespace crumb

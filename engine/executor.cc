@@ -1,6 +1,7 @@
 #include "engine/executor.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <string>
 
@@ -29,7 +30,7 @@ Executor::Executor(const Graph& g, ParamStore& params, Arena& arena, CompiledPas
     CompiledStep& c = compiled_.steps[s];
     if (!c.fn) continue;
     const int64_t ws = compiled_.plan.workspace_offset[s];
-    steps_.push_back({&g.node(compiled_.plan.order[s]), c.fn, c.state.get(), ws >= 0 ? arena_.base() + ws : nullptr,
+    steps_.push_back({static_cast<int>(s), &g.node(compiled_.plan.order[s]), c.fn, c.state.get(), ws >= 0 ? arena_.base() + ws : nullptr,
                       compiled_.plan.step_workspace[s]});
   }
   ptr_.assign(g.num_values(), nullptr);
@@ -130,12 +131,16 @@ void Executor::set_recording(bool on) {
   if (!on) recorded_.clear();
 }
 
-void Executor::run(int n, bool first_micro_batch, bool last_micro_batch, double loss_scale, RandomKey random) {
+void Executor::prepare_run(int n, RandomKey random) {
   CRUMB_CHECK(n >= 1 && n <= max_batch(), "executor compiled for up to ", max_batch(), " samples was given ", n);
   for (ValueId x : g_.inputs()) CRUMB_CHECK(bound_[x], "input '", g_.value(x).name, "' is not bound");
   for (ValueId v : input_views_) ptr_[v] = ptr_[g_.storage_root(v)];
   backend_.activate();
   if (random_.size()) backend_.upload(random_.data(), &random, sizeof random);
+}
+
+void Executor::run(int n, bool first_micro_batch, bool last_micro_batch, double loss_scale, RandomKey random) {
+  prepare_run(n, random);
   if (!recording()) return enqueue(n, first_micro_batch, last_micro_batch, loss_scale);
 
   // Looked up without building a key: a replay allocates nothing.
@@ -166,7 +171,15 @@ void Executor::run(int n, bool first_micro_batch, bool last_micro_batch, double 
   recorded_.back().recording->replay();
 }
 
-void Executor::enqueue(int n, bool first_micro_batch, bool last_micro_batch, double loss_scale) {
+std::vector<double> Executor::time_steps(int n, RandomKey random) {
+  prepare_run(n, random);
+  std::vector<double> seconds(compiled_.plan.order.size(), 0.0);
+  enqueue(n, true, true, 1.0 / n, &seconds);
+  return seconds;
+}
+
+void Executor::enqueue(int n, bool first_micro_batch, bool last_micro_batch, double loss_scale,
+                       std::vector<double>* seconds) {
   if (first_micro_batch) backend_.zero(metrics_.data(), metrics_.size());
   StepArgs a;
   a.backend = &backend_;
@@ -185,11 +198,15 @@ void Executor::enqueue(int n, bool first_micro_batch, bool last_micro_batch, dou
     a.workspace_bytes = s.workspace_bytes;
     a.accumulate = s.node->grad_write == GradWrite::Accumulate ||
                    (s.node->grad_write == GradWrite::FirstMicroBatch && !first_micro_batch);
+    const auto start = std::chrono::steady_clock::now();
     try {
       s.fn(a);
+      if (seconds) backend_.synchronize();
     } catch (const Error& e) {
       fail_in(s, n, e.what());
     }
+    if (seconds)
+      (*seconds)[s.position] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 }
 

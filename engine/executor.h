@@ -43,6 +43,10 @@ class Executor {
   // key and the index of this micro-batch's first sample in the batch. It lives in device memory, not in
   // the recording, so replays of one recording may run with different keys.
   void run(int n, bool first_micro_batch, bool last_micro_batch, double loss_scale, RandomKey random = {});
+  // Runs all steps once on n samples as the first and last micro-batch of a batch, waiting for each, and
+  // returns each plan step's seconds (0 for views): the measured kernel times of a cost model
+  // (engine/cost_model.h). Gradients, metrics and running statistics change as in a run.
+  std::vector<double> time_steps(int n, RandomKey random = {});
   // Recording on (the default) or off; off runs every step from the host each time.
   void set_recording(bool on);
   // Whether runs are replayed from recordings: on, on a device that records, and no capture has failed.
@@ -66,6 +70,7 @@ class Executor {
 
  private:
   struct Step {
+    int position;  // in the plan's order
     const Node* node;
     StepFn fn;
     OpState* state;  // owned by compiled_
@@ -73,7 +78,11 @@ class Executor {
     std::size_t workspace_bytes;
   };
   void resolve();
-  void enqueue(int n, bool first_micro_batch, bool last_micro_batch, double loss_scale);
+  // What every run does first: checks n and the bound inputs, points input views, writes the random key.
+  void prepare_run(int n, RandomKey random);
+  // seconds (null: not timed) receives each plan step's time, each step waited for.
+  void enqueue(int n, bool first_micro_batch, bool last_micro_batch, double loss_scale,
+               std::vector<double>* seconds = nullptr);
   [[noreturn]] void fail_in(const Step& s, int n, const char* what) const;
 
   const Graph& g_;

@@ -33,6 +33,7 @@ MemoryBreakdown measure_memory(const Graph& g, const CompiledPass& train, const 
   mb.activations = train.plan.peak_live;
   mb.workspace = train.plan.workspace_bytes;
   mb.arena = std::max(train.plan.arena_bytes, eval.plan.arena_bytes);
+  mb.host_pool = train.plan.host_pool_bytes;
   // Double-buffered device slots (engine/staging.h); the CPU reads the loader's buffers in place.
   if (train.device != Device::CPU)
     for (ValueId x : g.inputs()) mb.staging += 2 * align_up(g.value(x).count(m) * dtype_size(g.value(x).dtype));
@@ -161,6 +162,7 @@ std::vector<BreakdownRow> breakdown_rows(const MemoryBreakdown& mb, std::size_t 
   if (mb.runtime) rows.push_back({"runtime (cuBLAS workspace)", mb.runtime, ""});
   rows.push_back({"total", mb.total(), ""});
   if (budget) rows.push_back({"budget", budget, ""});
+  if (mb.host_pool) rows.push_back({"host pool (not in the total)", mb.host_pool, "swapped activations, pinned host memory"});
   return rows;
 }
 

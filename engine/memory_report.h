@@ -29,6 +29,9 @@ struct MemoryBreakdown {
   // choose_micro_batch and count_loader, which know B.
   std::size_t loader = 0;
   std::size_t runtime = 0;      // the device runtime's own persistent buffers (cuBLAS workspace on CUDA)
+  // Swapped activations (engine/swap.h) in pinned host memory: outside a device's budget, so not in
+  // total(). On the CPU it stands in for a device's host memory, so the schedule runs and is tested there.
+  std::size_t host_pool = 0;
   std::size_t persistent() const { return params + grads + optimizer_state + state; }
   std::size_t total() const { return persistent() + arena + staging + runtime + loader; }
 };

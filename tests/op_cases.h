@@ -17,6 +17,9 @@
 #include "engine/graph.h"
 #include "engine/layers.h"
 #include "engine/ops/op.h"
+#include "engine/recompute.h"
+#include "engine/saved_values.h"
+#include "engine/swap.h"
 
 namespace crumb::test {
 
@@ -26,7 +29,34 @@ struct OpCase {
   int batch;
   // Builds the ops under test on x; returns their output (op_graph flattens it if it is not 1-D).
   std::function<ValueId(Graph&, ValueId)> body;
+  // A memory-strategy rewrite applied after autograd (swap, recompute), if any: their ops run in every mode.
+  std::function<void(Graph&)> rewrite = nullptr;
 };
+
+// Every saved value that can be recomputed without keeping another value longer.
+inline std::vector<ValueId> all_recomputable(const Graph& g) {
+  std::vector<bool> saved(g.num_values(), false), chosen(g.num_values(), false);
+  for (const SavedValue& s : saved_values(g)) saved[s.value] = true;
+  for (const SavedValue& s : saved_values(g))
+    for (ValueId v : recompute_closure(g, s.value, saved)) chosen[v] = true;
+  std::vector<ValueId> out;
+  for (ValueId v = 0; v < g.num_values(); ++v)
+    if (chosen[v]) out.push_back(v);
+  return out;
+}
+
+inline std::vector<ValueId> all_saved(const Graph& g) {
+  std::vector<ValueId> out;
+  for (const SavedValue& s : saved_values(g)) out.push_back(s.value);
+  return out;
+}
+
+// Swap settings for tests: a node and a copy take one unit of time each; `window` bytes may be prefetched.
+inline SwapTiming swap_window(std::size_t window) {
+  SwapTiming t;
+  t.window_bytes = window;
+  return t;
+}
 
 inline const std::vector<OpCase>& op_cases() {
   static const std::vector<OpCase> cases = {
@@ -136,6 +166,24 @@ inline const std::vector<OpCase>& op_cases() {
          g.add_node(n);
          return n.out[0];
        }},
+      // A recomputed BatchNorm -> ReLU (batch_norm_apply and a ReLU clone in the backward pass), and every
+      // saved value swapped out and back (swap_copy, swap_wait): the same gradients as kept values.
+      {"BatchNormReluRecomputed", {2, 4, 4}, 5,
+       [](Graph& g, ValueId x) {
+         BatchNormAttrs a;
+         a.group = 2;
+         return nn::relu(g, nn::batch_norm2d(g, nn::conv2d(g, x, 3, 3, 1, 1, "conv"), "bn", a), "relu");
+       },
+       [](Graph& g) {
+         if (recompute(g, all_recomputable(g)) < 2) ADD_FAILURE() << "BatchNorm and ReLU should be recomputed";
+       }},
+      {"ConvReluSwapped", {2, 5, 5}, 3,
+       [](Graph& g, ValueId x) {
+         return nn::conv2d(g, nn::relu(g, nn::conv2d(g, x, 3, 3, 1, 1, "conv1"), "relu"), 2, 3, 1, 1, "conv2");
+       },
+       [](Graph& g) {
+         if (swap(g, all_saved(g), 3, swap_window(1 << 20)).swapped.empty()) ADD_FAILURE() << "nothing was swapped";
+       }},
   };
   return cases;
 }
@@ -151,6 +199,7 @@ inline Graph op_graph(const OpCase& c, DType dtype) {
   if (g.value(h).dims.size() != 1) h = nn::flatten(g, h, "flat");
   nn::softmax_cross_entropy(g, h, y, "loss");
   build_backward(g);
+  if (c.rewrite) c.rewrite(g);
   return g;
 }
 

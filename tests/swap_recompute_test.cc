@@ -20,6 +20,7 @@
 #include "engine/scheduler.h"
 #include "engine/swap.h"
 #include "models/registry.h"
+#include "tests/op_cases.h"
 #include "tests/test_util.h"
 
 namespace crumb {
@@ -69,30 +70,10 @@ void expect_identical(const Outcome& got, const Outcome& want) {
   EXPECT_EQ(got.state, want.state) << "running statistics";
 }
 
-// Every saved value that can be recomputed without keeping another value longer.
-std::vector<ValueId> all_recomputable(const Graph& g) {
-  std::vector<bool> saved(g.num_values(), false);
-  for (const SavedValue& s : saved_values(g)) saved[s.value] = true;
-  std::vector<bool> chosen(g.num_values(), false);
-  for (const SavedValue& s : saved_values(g))
-    for (ValueId v : recompute_closure(g, s.value, saved)) chosen[v] = true;
-  std::vector<ValueId> out;
-  for (ValueId v = 0; v < g.num_values(); ++v)
-    if (chosen[v]) out.push_back(v);
-  return out;
-}
+using test::all_recomputable;
+using test::all_saved;
 
-std::vector<ValueId> all_saved(const Graph& g) {
-  std::vector<ValueId> out;
-  for (const SavedValue& s : saved_values(g)) out.push_back(s.value);
-  return out;
-}
-
-SwapTiming window(std::size_t bytes) {
-  SwapTiming t;
-  t.window_bytes = bytes;
-  return t;
-}
+SwapTiming window(std::size_t bytes) { return test::swap_window(bytes); }
 
 TEST(Recompute, GradientsAreIdenticalAndTheArenaSmaller) {
   for (const char* name : {"resnet20", "cnn", "lenet5"}) {
@@ -108,7 +89,9 @@ TEST(Recompute, GradientsAreIdenticalAndTheArenaSmaller) {
       const Outcome want = run_batch(plain, m, 12, size), got = run_batch(g, m, 12, size);
       expect_identical(got, want);
       // lenet5's and cnn's peak is in their first layers, before anything is saved; resnet20's is not.
-      if (std::string(name) == "resnet20") EXPECT_LT(got.arena, want.arena);
+      if (std::string(name) == "resnet20") {
+        EXPECT_LT(got.arena, want.arena);
+      }
       EXPECT_LE(got.arena, want.arena);
     }
   }
@@ -138,7 +121,9 @@ TEST(Recompute, ARecomputedBatchNormDoesNotUpdateItsStatisticsTwice) {
   EXPECT_GT(applies, 0);
   // Identical running statistics (expect_identical) after one batch are the proof; the eval pass has none.
   for (NodeId i = 0; i < g.num_nodes(); ++i)
-    if (g.node(i).def == &kBatchNormApply) EXPECT_TRUE(g.node(i).backward && g.node(i).train_only);
+    if (g.node(i).def == &kBatchNormApply) {
+      EXPECT_TRUE(g.node(i).backward && g.node(i).train_only);
+    }
 }
 
 TEST(Recompute, RefusesValuesItCannotRecompute) {
@@ -165,7 +150,9 @@ TEST(Swap, GradientsAreIdenticalAndTheArenaSmaller) {
         SCOPED_TRACE("window " + std::to_string(window_bytes) + ", micro-batch " + std::to_string(m));
         const Outcome want = run_batch(plain, m, 12, size), got = run_batch(g, m, 12, size);
         expect_identical(got, want);
-        if (std::string(name) == "resnet20") EXPECT_LT(got.arena, want.arena);
+        if (std::string(name) == "resnet20") {
+        EXPECT_LT(got.arena, want.arena);
+      }
         EXPECT_LE(got.arena, want.arena);
         EXPECT_GT(got.host_pool, 0u);
       }

@@ -126,6 +126,11 @@ std::size_t CudaBackend::free_bytes() const {
 
 void CudaBackend::activate() { CRUMB_CUDA_CHECK(cudaSetDevice(index())); }
 
+void CudaBackend::synchronize() {
+  activate();
+  CRUMB_CUDA_CHECK(cudaStreamSynchronize(compute_));
+}
+
 void CudaBackend::zero(void* p, std::size_t bytes) { CRUMB_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, compute_)); }
 
 void CudaBackend::upload(void* p, const void* host_src, std::size_t bytes) {

@@ -48,6 +48,7 @@ class CudaBackend final : public Backend {
   std::size_t runtime_bytes() const override { return kBlasWorkspaceBytes; }
   void activate() override;
   void zero(void* p, std::size_t bytes) override;
+  void synchronize() override;
   void upload(void* p, const void* host_src, std::size_t bytes) override;
   void read_back(void* host_dst, const void* src, std::size_t bytes) override;
   std::unique_ptr<Recording> record(const std::function<void()>& enqueue) override;

@@ -1,0 +1,315 @@
+#include "engine/memory_strategy.h"
+
+#include <algorithm>
+#include <iomanip>
+#include <optional>
+#include <ostream>
+#include <unordered_map>
+
+#include "engine/error.h"
+#include "engine/ops/op.h"
+#include "engine/recompute.h"
+#include "engine/saved_values.h"
+#include "engine/swap.h"
+
+namespace crumb {
+
+Strategy parse_strategy(const std::string& name) {
+  for (Strategy s : {Strategy::Auto, Strategy::MicroBatch, Strategy::Swap, Strategy::Recompute, Strategy::None})
+    if (name == strategy_name(s)) return s;
+  CRUMB_FAIL("unknown --strategy '", name, "' (use auto, micro-batch, swap, recompute or none)");
+}
+
+const char* strategy_name(Strategy s) {
+  switch (s) {
+    case Strategy::Auto: return "auto";
+    case Strategy::MicroBatch: return "micro-batch";
+    case Strategy::Swap: return "swap";
+    case Strategy::Recompute: return "recompute";
+    case Strategy::None: return "none";
+  }
+  return "auto";
+}
+
+namespace {
+
+std::size_t bytes_at(const Graph& g, ValueId v, int m) {
+  return align_up(static_cast<std::size_t>(g.value(v).count(m)) * dtype_size(g.value(v).dtype));
+}
+
+// A rewrite of the base graph tried at one micro-batch size, planned (not compiled: the base graph's
+// kernels and workspace sizes stand for the rewritten one's, whose added nodes need no workspace).
+struct Trial {
+  Graph graph;
+  std::vector<ValueId> swapped, recomputed;
+  MemoryPlan plan;
+  std::size_t total = 0;
+};
+
+class Search {
+ public:
+  Search(const Graph& g, const StrategyRequest& r, int m, const CostModel* costs)
+      : g_(g), r_(r), m_(m), costs_(costs), base_(plan_micro_batch(g, m, r.optimizer, r.device, r.index)) {
+    count_loader(g, r.batch, base_);
+    fixed_ = base_.memory.total() - base_.memory.arena;
+    const std::vector<NodeId> order = pass_order(g, Pass::Train);
+    for (std::size_t s = 0; s < order.size(); ++s) workspace_[g.node(order[s]).name] = base_.train.steps[s].workspace;
+    saved_ = saved_values(g);
+    is_saved_.assign(g.num_values(), false);
+    for (const SavedValue& s : saved_) is_saved_[s.value] = true;
+  }
+
+  MicroBatchPlan& base() { return base_; }
+  std::size_t in_memory_total() const { return base_.memory.total(); }
+
+  Trial trial(const std::vector<ValueId>& recomputed, const std::vector<ValueId>& swapped) const {
+    Trial t{g_, {}, recomputed, {}, 0};
+    if (!recomputed.empty()) recompute(t.graph, recomputed);
+    if (!swapped.empty()) {
+      SwapTiming timing;
+      if (costs_) {
+        for (NodeId i = 0; i < t.graph.num_nodes(); ++i) timing.node_seconds.push_back(costs_->seconds(t.graph.node(i), m_));
+        timing.seconds_per_byte = costs_->seconds_per_byte;
+      }
+      // Room to prefetch the next two values back while the current one is read.
+      for (ValueId v : swapped) timing.window_bytes = std::max(timing.window_bytes, 2 * bytes_at(g_, v, m_));
+      t.swapped = swap(t.graph, swapped, m_, timing).swapped;
+    }
+    std::vector<std::size_t> workspace;
+    for (NodeId id : pass_order(t.graph, Pass::Train)) {
+      const auto it = workspace_.find(t.graph.node(id).name);
+      workspace.push_back(it == workspace_.end() ? 0 : it->second);
+    }
+    t.plan = plan_pass(t.graph, Pass::Train, m_, workspace);
+    t.total = fixed_ + std::max(t.plan.arena_bytes, base_.eval.plan.arena_bytes);
+    return t;
+  }
+
+  // Adds values to swap or recompute, those live at the plan's peak first, until the plan fits the budget
+  // or nothing live at the peak can go. Returns the last trial either way.
+  Trial greedy(bool allow_swap, bool allow_recompute) const {
+    std::vector<ValueId> recomputed, swapped;
+    std::vector<bool> taken(g_.num_values(), false);
+    for (;;) {
+      Trial t = trial(recomputed, swapped);
+      if (t.total <= r_.budget) return t;
+      int peak = 0;
+      for (std::size_t s = 0; s < t.plan.live_bytes.size(); ++s)
+        if (t.plan.live_bytes[s] + t.plan.step_workspace[s] >
+            t.plan.live_bytes[peak] + t.plan.step_workspace[peak])
+          peak = static_cast<int>(s);
+      // A value is live at the peak when its storage block is: its own lifetime, or that of the values it
+      // shares storage with (an in-place ReLU's output keeps its input's block).
+      std::unordered_map<ValueId, std::pair<int, int>> block_life;
+      for (ValueId v = 0; v < t.graph.num_values(); ++v) {
+        const ValueId b = t.plan.block_of[v];
+        if (b < 0) continue;
+        auto [it, fresh] = block_life.try_emplace(b, t.plan.first[v], t.plan.last[v]);
+        if (!fresh) it->second = {std::min(it->second.first, t.plan.first[v]), std::max(it->second.second, t.plan.last[v])};
+      }
+      struct Option {
+        double score;
+        ValueId value;
+        bool swap;
+        std::vector<ValueId> closure;
+      };
+      std::vector<Option> options;
+      for (const SavedValue& s : saved_) {
+        const ValueId v = s.value;
+        if (taken[v] || t.plan.block_of[v] < 0) continue;
+        const auto [first, last] = block_life.at(t.plan.block_of[v]);
+        if (first > peak || last < peak) continue;
+        const double bytes = double(bytes_at(g_, v, m_));
+        std::optional<Option> best;
+        if (allow_recompute) {
+          std::vector<ValueId> closure = recompute_closure(g_, v, is_saved_);
+          if (!closure.empty()) {
+            double extra = 0;
+            for (ValueId u : closure) extra += cost(g_.value(u).producer);
+            best = Option{bytes / (extra + kTiny), v, false, std::move(closure)};
+          }
+        }
+        if (allow_swap) {
+          double gap = 0;
+          for (int i = s.last_forward + 1; i < s.first_backward; ++i) gap += cost(i);
+          const double copies = costs_ ? 2 * bytes * costs_->seconds_per_byte : 1.0;
+          const double score = bytes / (std::max(0.0, copies - gap) + kTiny);
+          if (!best || score > best->score) best = Option{score, v, true, {}};
+        }
+        if (best) options.push_back(std::move(*best));
+      }
+      if (options.empty()) return t;
+      std::sort(options.begin(), options.end(), [](const Option& a, const Option& b) { return a.score > b.score; });
+      // Enough of the best to cover the excess, in one step: one trial per value would be slow on deep graphs.
+      const double excess = double(t.total - r_.budget);
+      double covered = 0;
+      for (const Option& o : options) {
+        if (covered >= excess) break;
+        covered += double(bytes_at(g_, o.value, m_));
+        taken[o.value] = true;
+        if (o.swap) {
+          swapped.push_back(o.value);
+        } else {
+          for (ValueId u : o.closure)
+            if (!taken[u] || u == o.value) taken[u] = true, recomputed.push_back(u);
+        }
+      }
+      std::sort(recomputed.begin(), recomputed.end());
+      recomputed.erase(std::unique(recomputed.begin(), recomputed.end()), recomputed.end());
+    }
+  }
+
+  // Every value each technique can take, for the smallest memory it reaches.
+  std::size_t minimum(bool swap_all, bool recompute_all) const {
+    std::vector<ValueId> recomputed, swapped;
+    std::vector<bool> in_closure(g_.num_values(), false);
+    if (recompute_all)
+      for (const SavedValue& s : saved_)
+        for (ValueId u : recompute_closure(g_, s.value, is_saved_))
+          if (!in_closure[u]) in_closure[u] = true, recomputed.push_back(u);
+    if (swap_all)
+      for (const SavedValue& s : saved_)
+        if (!in_closure[s.value]) swapped.push_back(s.value);
+    std::sort(recomputed.begin(), recomputed.end());
+    return trial(recomputed, swapped).total;
+  }
+
+ private:
+  static constexpr double kTiny = 1e-9;
+  // Seconds of base-graph node i at m (one unit per node without a cost model).
+  double cost(NodeId i) const { return costs_ ? costs_->seconds(g_.node(i), m_) : 1.0; }
+
+  const Graph& g_;
+  const StrategyRequest& r_;
+  int m_;
+  const CostModel* costs_;
+  MicroBatchPlan base_;
+  std::size_t fixed_ = 0;  // everything but the arena
+  std::unordered_map<std::string, std::size_t> workspace_;
+  std::vector<SavedValue> saved_;
+  std::vector<bool> is_saved_;
+};
+
+std::string need_line(const Search& s, int m, std::size_t budget) {
+  return detail::concat("memory budget ", format_bytes(budget), " cannot hold micro-batches of ", m,
+                        " with any strategy; the least each needs: in memory ", format_bytes(s.in_memory_total()),
+                        ", recompute ", format_bytes(s.minimum(false, true)), ", swap ",
+                        format_bytes(s.minimum(true, false)), ", swap+recompute ", format_bytes(s.minimum(true, true)),
+                        " (raise --memory-budget, or lower --micro-batch / --bn-group)");
+}
+
+}  // namespace
+
+StrategyPlan plan_strategy(Graph& g, const StrategyRequest& r) {
+  CRUMB_CHECK(r.batch >= 1, "batch must be >= 1, got ", r.batch);
+  StrategyPlan out;
+  out.choice.requested = r.strategy;
+  const bool forced = r.micro_batch > 0;
+  if (forced) check_micro_batch(g, r.micro_batch, r.batch);
+  auto in_memory = [&](int m, const char* used) {
+    out.plan = plan_micro_batch(g, m, r.optimizer, r.device, r.index);
+    count_loader(g, r.batch, out.plan);
+    out.choice.used = used;
+    out.choice.in_memory_total = out.plan.memory.total();
+    return out.plan.memory.total() <= r.budget;
+  };
+  if (r.strategy == Strategy::None || (r.strategy == Strategy::MicroBatch && forced)) {
+    const int m = std::min(forced ? r.micro_batch : r.batch, r.batch);
+    CRUMB_CHECK(in_memory(m, forced ? "in memory" : "in memory"), forced ? "--micro-batch " : "the whole batch of ", m,
+                " needs ", format_bytes(out.plan.memory.total()), " which exceeds --memory-budget ",
+                format_bytes(r.budget),
+                forced ? " (raise --memory-budget, drop --micro-batch to pick the largest that fits, or use --strategy "
+                         "auto to swap and recompute)"
+                       : " (--strategy none runs the batch as one micro-batch in memory: use --strategy auto)");
+    return out;
+  }
+  // Micro-batching alone, where it can do it.
+  const int multiple = micro_batch_multiple(g);
+  const int q = multiple == 0 ? r.batch : multiple;
+  const int smallest = std::min(q, r.batch);
+  if (!forced && (r.strategy == Strategy::MicroBatch || r.strategy == Strategy::Auto)) {
+    try {
+      out.plan = choose_micro_batch(g, r.batch, r.budget, r.optimizer, r.device, r.index);
+      out.choice.used = "micro-batch";
+      out.choice.in_memory_total = out.plan.memory.total();
+      return out;
+    } catch (const Error&) {
+      if (r.strategy == Strategy::MicroBatch) throw;
+    }
+  }
+  if (forced && r.strategy == Strategy::Auto && in_memory(std::min(r.micro_batch, r.batch), "in memory")) return out;
+
+  const bool allow_swap = r.strategy != Strategy::Recompute, allow_recompute = r.strategy != Strategy::Swap;
+  auto m_of = [&](int k) { return static_cast<int>(std::min<int64_t>(int64_t{k} * q, r.batch)); };
+  const int first_m = forced ? std::min(r.micro_batch, r.batch) : smallest;
+  CostModel costs = measure_costs(g, first_m, r.device, r.index);
+  std::optional<Trial> chosen;
+  int m = first_m;
+  {
+    Search s(g, r, first_m, &costs);
+    Trial t = s.greedy(allow_swap, allow_recompute);
+    if (t.total > r.budget) {
+      if (r.strategy == Strategy::Auto) CRUMB_FAIL(need_line(s, first_m, r.budget));
+      CRUMB_FAIL("--strategy ", strategy_name(r.strategy), " cannot fit micro-batches of ", first_m, " in ",
+                 format_bytes(r.budget), ": it needs at least ", format_bytes(t.total), "; ", need_line(s, first_m, r.budget));
+    }
+    chosen = std::move(t);
+  }
+  // --strategy swap or recompute with m free: the largest m they fit (memory grows with m).
+  if (!forced && r.strategy != Strategy::Auto) {
+    int lo = 1, hi = (r.batch + q - 1) / q;
+    while (lo < hi) {
+      const int mid = lo + (hi - lo + 1) / 2;
+      Trial t = Search(g, r, m_of(mid), &costs).greedy(allow_swap, allow_recompute);
+      if (t.total <= r.budget) {
+        lo = mid;
+        chosen = std::move(t);
+        m = m_of(mid);
+      } else {
+        hi = mid - 1;
+      }
+    }
+  }
+  Search s(g, r, m, &costs);
+  out.choice.in_memory_total = s.in_memory_total();
+  out.choice.in_memory_seconds = costs.simulate(g, m);
+  out.choice.swapped = chosen->swapped;
+  out.choice.recomputed = chosen->recomputed;
+  out.choice.used = chosen->swapped.empty() ? (chosen->recomputed.empty() ? "in memory" : "recompute")
+                                            : (chosen->recomputed.empty() ? "swap" : "swap+recompute");
+  g = std::move(chosen->graph);
+  out.choice.predicted_seconds = costs.simulate(g, m);
+  out.choice.costs = std::move(costs);
+  out.plan = plan_micro_batch(g, m, r.optimizer, r.device, r.index);
+  count_loader(g, r.batch, out.plan);
+  return out;
+}
+
+void write_strategy_report(std::ostream& os, const Graph& g, const StrategyPlan& p) {
+  const StrategyChoice& c = p.choice;
+  if (c.swapped.empty() && c.recomputed.empty()) return;
+  const int m = p.plan.micro_batch;
+  std::size_t swapped = 0, recomputed = 0;
+  for (ValueId v : c.swapped) swapped += bytes_at(g, v, m);
+  for (ValueId v : c.recomputed) recomputed += bytes_at(g, v, m);
+  os << "strategy " << strategy_name(c.requested) << ": " << c.used << " at micro-batch " << m << ": "
+     << c.recomputed.size() << " values recomputed (" << format_bytes(recomputed) << "), " << c.swapped.size()
+     << " swapped to the host pool (" << format_bytes(swapped) << ")\n"
+     << "  memory " << format_bytes(p.plan.memory.total()) << " against " << format_bytes(c.in_memory_total)
+     << " in memory; host pool " << format_bytes(p.plan.memory.host_pool) << "\n"
+     << std::fixed << std::setprecision(2) << "  predicted step " << c.predicted_seconds * 1e3 << " ms against "
+     << c.in_memory_seconds * 1e3 << " ms in memory ("
+     << (c.in_memory_seconds > 0 ? 100.0 * (c.predicted_seconds / c.in_memory_seconds - 1) : 0.0)
+     << "%); kernel times measured at " << c.costs.measured_batch << " samples, copies at "
+     << (c.costs.seconds_per_byte > 0 ? 1e-9 / c.costs.seconds_per_byte : 0.0) << " GB/s\n";
+  os.unsetf(std::ios::floatfield);
+  auto line = [&](const char* what, ValueId v) {
+    const Node& n = g.node(g.value(v).producer);
+    os << "  " << std::left << std::setw(10) << what << std::setw(34) << g.value(v).name << std::setw(22) << n.def->name
+       << std::right << std::setw(12) << format_bytes(bytes_at(g, v, m)) << "\n";
+  };
+  for (ValueId v : c.recomputed) line("recompute", v);
+  for (ValueId v : c.swapped) line("swap", v);
+}
+
+}  // namespace crumb
