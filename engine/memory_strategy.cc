@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iomanip>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <unordered_map>
@@ -85,96 +86,106 @@ class Search {
     return t;
   }
 
-  // Adds values to swap or recompute, those live at the plan's peak first, until the plan fits the budget
-  // or nothing live at the peak can go. Returns the last trial either way.
-  Trial greedy(bool allow_swap, bool allow_recompute) const {
+  // Adds values to swap or recompute, those live at the plan's peak first, until the plan fits `budget`
+  // or nothing live at the peak can go. A step that does not lower the total is undone and its first
+  // value set aside (recomputed values still take memory in the backward pass, so a value does not
+  // always save what it weighs). Returns the trial that fits, else the smallest one seen.
+  Trial greedy(bool allow_swap, bool allow_recompute, std::size_t budget) const {
     std::vector<ValueId> recomputed, swapped;
     std::vector<bool> taken(g_.num_values(), false);
-    for (;;) {
-      Trial t = trial(recomputed, swapped);
-      if (t.total <= r_.budget) return t;
-      int peak = 0;
-      for (std::size_t s = 0; s < t.plan.live_bytes.size(); ++s)
-        if (t.plan.live_bytes[s] + t.plan.step_workspace[s] >
-            t.plan.live_bytes[peak] + t.plan.step_workspace[peak])
-          peak = static_cast<int>(s);
-      // A value is live at the peak when its storage block is: its own lifetime, or that of the values it
-      // shares storage with (an in-place ReLU's output keeps its input's block).
-      std::unordered_map<ValueId, std::pair<int, int>> block_life;
-      for (ValueId v = 0; v < t.graph.num_values(); ++v) {
-        const ValueId b = t.plan.block_of[v];
-        if (b < 0) continue;
-        auto [it, fresh] = block_life.try_emplace(b, t.plan.first[v], t.plan.last[v]);
-        if (!fresh) it->second = {std::min(it->second.first, t.plan.first[v]), std::max(it->second.second, t.plan.last[v])};
-      }
-      struct Option {
-        double score;
-        ValueId value;
-        bool swap;
-        std::vector<ValueId> closure;
-      };
-      std::vector<Option> options;
-      for (const SavedValue& s : saved_) {
-        const ValueId v = s.value;
-        if (taken[v] || t.plan.block_of[v] < 0) continue;
-        const auto [first, last] = block_life.at(t.plan.block_of[v]);
-        if (first > peak || last < peak) continue;
-        const double bytes = double(bytes_at(g_, v, m_));
-        std::optional<Option> best;
-        if (allow_recompute) {
-          std::vector<ValueId> closure = recompute_closure(g_, v, is_saved_);
-          if (!closure.empty()) {
-            double extra = 0;
-            for (ValueId u : closure) extra += cost(g_.value(u).producer);
-            best = Option{bytes / (extra + kTiny), v, false, std::move(closure)};
-          }
-        }
-        if (allow_swap) {
-          double gap = 0;
-          for (int i = s.last_forward + 1; i < s.first_backward; ++i) gap += cost(i);
-          const double copies = costs_ ? 2 * bytes * costs_->seconds_per_byte : 1.0;
-          const double score = bytes / (std::max(0.0, copies - gap) + kTiny);
-          if (!best || score > best->score) best = Option{score, v, true, {}};
-        }
-        if (best) options.push_back(std::move(*best));
-      }
-      if (options.empty()) return t;
-      std::sort(options.begin(), options.end(), [](const Option& a, const Option& b) { return a.score > b.score; });
-      // Enough of the best to cover the excess, in one step: one trial per value would be slow on deep graphs.
-      const double excess = double(t.total - r_.budget);
+    Trial best = trial(recomputed, swapped);
+    bool one_at_a_time = false;
+    while (best.total > budget) {
+      const std::vector<Option> options = live_at_peak(best, taken, allow_swap, allow_recompute);
+      if (options.empty()) break;
+      // Enough of the best options to cover half the excess in one step (a trial per value would be slow
+      // on deep graphs), or one after a step that did not pay.
+      const double goal = double(best.total - budget) / 2;
+      std::vector<ValueId> try_recomputed = recomputed, try_swapped = swapped;
       double covered = 0;
       for (const Option& o : options) {
-        if (covered >= excess) break;
+        if (covered > 0 && (one_at_a_time || covered >= goal)) break;
         covered += double(bytes_at(g_, o.value, m_));
-        taken[o.value] = true;
-        if (o.swap) {
-          swapped.push_back(o.value);
-        } else {
-          for (ValueId u : o.closure)
-            if (!taken[u] || u == o.value) taken[u] = true, recomputed.push_back(u);
-        }
+        if (o.swap) try_swapped.push_back(o.value);
+        else try_recomputed.insert(try_recomputed.end(), o.closure.begin(), o.closure.end());
       }
-      std::sort(recomputed.begin(), recomputed.end());
-      recomputed.erase(std::unique(recomputed.begin(), recomputed.end()), recomputed.end());
+      std::sort(try_recomputed.begin(), try_recomputed.end());
+      try_recomputed.erase(std::unique(try_recomputed.begin(), try_recomputed.end()), try_recomputed.end());
+      Trial t = trial(try_recomputed, try_swapped);
+      if (t.total < best.total) {
+        for (const Option& o : options) {
+          if (std::find(try_swapped.begin(), try_swapped.end(), o.value) == try_swapped.end() &&
+              !std::binary_search(try_recomputed.begin(), try_recomputed.end(), o.value))
+            continue;
+          taken[o.value] = true;
+          for (ValueId u : o.closure) taken[u] = true;
+        }
+        recomputed = std::move(try_recomputed);
+        swapped = std::move(try_swapped);
+        best = std::move(t);
+        one_at_a_time = false;
+      } else {
+        taken[options.front().value] = true;  // set aside: it did not pay at this point
+        one_at_a_time = true;
+      }
     }
-  }
-
-  // Every value each technique can take, for the smallest memory it reaches.
-  std::size_t minimum(bool swap_all, bool recompute_all) const {
-    std::vector<ValueId> recomputed, swapped;
-    std::vector<bool> in_closure(g_.num_values(), false);
-    if (recompute_all)
-      for (const SavedValue& s : saved_)
-        for (ValueId u : recompute_closure(g_, s.value, is_saved_))
-          if (!in_closure[u]) in_closure[u] = true, recomputed.push_back(u);
-    if (swap_all)
-      for (const SavedValue& s : saved_)
-        if (!in_closure[s.value]) swapped.push_back(s.value);
-    std::sort(recomputed.begin(), recomputed.end());
-    return trial(recomputed, swapped).total;
+    return best;
   }
 
  private:
+  struct Option {
+    double score;  // bytes saved per predicted second added
+    ValueId value;
+    bool swap;
+    std::vector<ValueId> closure;  // recomputed along with value
+  };
+
+  // The saved values not yet taken whose storage is live at the plan's peak, each with its cheaper way out
+  // of the arena, best first.
+  std::vector<Option> live_at_peak(const Trial& t, const std::vector<bool>& taken, bool allow_swap,
+                                   bool allow_recompute) const {
+    std::size_t peak = 0;
+    for (std::size_t s = 0; s < t.plan.live_bytes.size(); ++s)
+      if (t.plan.live_bytes[s] + t.plan.step_workspace[s] > t.plan.live_bytes[peak] + t.plan.step_workspace[peak])
+        peak = s;
+    // A value is live at the peak when its storage block is: its own lifetime, or that of the values it
+    // shares storage with (an in-place ReLU's output keeps its input's block).
+    std::unordered_map<ValueId, std::pair<int, int>> block_life;
+    for (ValueId v = 0; v < t.graph.num_values(); ++v) {
+      const ValueId b = t.plan.block_of[v];
+      if (b < 0) continue;
+      auto [it, fresh] = block_life.try_emplace(b, t.plan.first[v], t.plan.last[v]);
+      if (!fresh) it->second = {std::min(it->second.first, t.plan.first[v]), std::max(it->second.second, t.plan.last[v])};
+    }
+    std::vector<Option> options;
+    for (const SavedValue& s : saved_) {
+      const ValueId v = s.value;
+      if (taken[v] || t.plan.block_of[v] < 0) continue;
+      const auto [first, last] = block_life.at(t.plan.block_of[v]);
+      if (first > static_cast<int>(peak) || last < static_cast<int>(peak)) continue;
+      const double bytes = double(bytes_at(g_, v, m_));
+      std::optional<Option> best;
+      if (allow_recompute) {
+        std::vector<ValueId> closure = recompute_closure(g_, v, is_saved_);
+        if (!closure.empty()) {
+          double extra = 0;
+          for (ValueId u : closure) extra += cost(g_.value(u).producer);
+          best = Option{bytes / (extra + kTiny), v, false, std::move(closure)};
+        }
+      }
+      if (allow_swap) {
+        double gap = 0;
+        for (int i = s.last_forward + 1; i < s.first_backward; ++i) gap += cost(i);
+        const double copies = costs_ ? 2 * bytes * costs_->seconds_per_byte : 1.0;
+        const double score = bytes / (std::max(0.0, copies - gap) + kTiny);
+        if (!best || score > best->score) best = Option{score, v, true, {}};
+      }
+      if (best) options.push_back(std::move(*best));
+    }
+    std::sort(options.begin(), options.end(), [](const Option& a, const Option& b) { return a.score > b.score; });
+    return options;
+  }
+
   static constexpr double kTiny = 1e-9;
   // Seconds of base-graph node i at m (one unit per node without a cost model).
   double cost(NodeId i) const { return costs_ ? costs_->seconds(g_.node(i), m_) : 1.0; }
@@ -190,12 +201,38 @@ class Search {
   std::vector<bool> is_saved_;
 };
 
-std::string need_line(const Search& s, int m, std::size_t budget) {
-  return detail::concat("memory budget ", format_bytes(budget), " cannot hold micro-batches of ", m,
-                        " with any strategy; the least each needs: in memory ", format_bytes(s.in_memory_total()),
-                        ", recompute ", format_bytes(s.minimum(false, true)), ", swap ",
-                        format_bytes(s.minimum(true, false)), ", swap+recompute ", format_bytes(s.minimum(true, true)),
-                        " (raise --memory-budget, or lower --micro-batch / --bn-group)");
+// The techniques a strategy may use, and in what combinations: auto tries both together, then each alone.
+struct Technique {
+  bool swap, recompute;
+  const char* name;
+};
+std::vector<Technique> techniques(Strategy s) {
+  if (s == Strategy::Swap) return {{true, false, "swap"}};
+  if (s == Strategy::Recompute) return {{false, true, "recompute"}};
+  return {{true, true, "swap+recompute"}, {true, false, "swap"}, {false, true, "recompute"}};
+}
+
+// The trial that fits the budget at this search's micro-batch with the least predicted step time, if any.
+std::optional<Trial> best_fit(const Search& s, Strategy strategy, std::size_t budget, const CostModel& costs, int m) {
+  std::optional<Trial> best;
+  double best_seconds = 0;
+  for (const Technique& t : techniques(strategy)) {
+    Trial trial = s.greedy(t.swap, t.recompute, budget);
+    if (trial.total > budget) continue;
+    const double seconds = costs.simulate(trial.graph, m);
+    if (!best || seconds < best_seconds) best = std::move(trial), best_seconds = seconds;
+  }
+  return best;
+}
+
+[[noreturn]] void fail_budget(const Search& s, Strategy strategy, int m, std::size_t budget) {
+  std::string least;
+  for (const Technique& t : techniques(Strategy::Auto))
+    least += detail::concat(", ", t.name, " ", format_bytes(s.greedy(t.swap, t.recompute, 0).total));
+  CRUMB_FAIL("memory budget ", format_bytes(budget), " cannot hold micro-batches of ", m, " with ",
+             strategy == Strategy::Auto ? "any strategy" : "--strategy " + std::string(strategy_name(strategy)),
+             "; the least each needs: in memory ", format_bytes(s.in_memory_total()), least,
+             " (raise --memory-budget, or lower --micro-batch / --bn-group)");
 }
 
 }  // namespace
@@ -206,27 +243,23 @@ StrategyPlan plan_strategy(Graph& g, const StrategyRequest& r) {
   out.choice.requested = r.strategy;
   const bool forced = r.micro_batch > 0;
   if (forced) check_micro_batch(g, r.micro_batch, r.batch);
-  auto in_memory = [&](int m, const char* used) {
+  auto in_memory = [&](int m) {
     out.plan = plan_micro_batch(g, m, r.optimizer, r.device, r.index);
     count_loader(g, r.batch, out.plan);
-    out.choice.used = used;
+    out.choice.used = "in memory";
     out.choice.in_memory_total = out.plan.memory.total();
     return out.plan.memory.total() <= r.budget;
   };
   if (r.strategy == Strategy::None || (r.strategy == Strategy::MicroBatch && forced)) {
     const int m = std::min(forced ? r.micro_batch : r.batch, r.batch);
-    CRUMB_CHECK(in_memory(m, forced ? "in memory" : "in memory"), forced ? "--micro-batch " : "the whole batch of ", m,
-                " needs ", format_bytes(out.plan.memory.total()), " which exceeds --memory-budget ",
-                format_bytes(r.budget),
+    CRUMB_CHECK(in_memory(m), forced ? "--micro-batch " : "the whole batch of ", m, " needs ",
+                format_bytes(out.plan.memory.total()), " which exceeds --memory-budget ", format_bytes(r.budget),
                 forced ? " (raise --memory-budget, drop --micro-batch to pick the largest that fits, or use --strategy "
                          "auto to swap and recompute)"
                        : " (--strategy none runs the batch as one micro-batch in memory: use --strategy auto)");
     return out;
   }
   // Micro-batching alone, where it can do it.
-  const int multiple = micro_batch_multiple(g);
-  const int q = multiple == 0 ? r.batch : multiple;
-  const int smallest = std::min(q, r.batch);
   if (!forced && (r.strategy == Strategy::MicroBatch || r.strategy == Strategy::Auto)) {
     try {
       out.plan = choose_micro_batch(g, r.batch, r.budget, r.optimizer, r.device, r.index);
@@ -237,41 +270,34 @@ StrategyPlan plan_strategy(Graph& g, const StrategyRequest& r) {
       if (r.strategy == Strategy::MicroBatch) throw;
     }
   }
-  if (forced && r.strategy == Strategy::Auto && in_memory(std::min(r.micro_batch, r.batch), "in memory")) return out;
+  if (forced && r.strategy == Strategy::Auto && in_memory(std::min(r.micro_batch, r.batch))) return out;
 
-  const bool allow_swap = r.strategy != Strategy::Recompute, allow_recompute = r.strategy != Strategy::Swap;
+  const int multiple = micro_batch_multiple(g);
+  const int q = multiple == 0 ? r.batch : multiple;
   auto m_of = [&](int k) { return static_cast<int>(std::min<int64_t>(int64_t{k} * q, r.batch)); };
-  const int first_m = forced ? std::min(r.micro_batch, r.batch) : smallest;
-  CostModel costs = measure_costs(g, first_m, r.device, r.index);
-  std::optional<Trial> chosen;
-  int m = first_m;
-  {
-    Search s(g, r, first_m, &costs);
-    Trial t = s.greedy(allow_swap, allow_recompute);
-    if (t.total > r.budget) {
-      if (r.strategy == Strategy::Auto) CRUMB_FAIL(need_line(s, first_m, r.budget));
-      CRUMB_FAIL("--strategy ", strategy_name(r.strategy), " cannot fit micro-batches of ", first_m, " in ",
-                 format_bytes(r.budget), ": it needs at least ", format_bytes(t.total), "; ", need_line(s, first_m, r.budget));
-    }
-    chosen = std::move(t);
-  }
+  int m = forced ? std::min(r.micro_batch, r.batch) : m_of(1);
+  CostModel costs = measure_costs(g, m, r.device, r.index);
+  auto search = std::make_unique<Search>(g, r, m, &costs);
+  std::optional<Trial> chosen = best_fit(*search, r.strategy, r.budget, costs, m);
+  if (!chosen) fail_budget(*search, r.strategy, m, r.budget);
   // --strategy swap or recompute with m free: the largest m they fit (memory grows with m).
   if (!forced && r.strategy != Strategy::Auto) {
     int lo = 1, hi = (r.batch + q - 1) / q;
     while (lo < hi) {
       const int mid = lo + (hi - lo + 1) / 2;
-      Trial t = Search(g, r, m_of(mid), &costs).greedy(allow_swap, allow_recompute);
-      if (t.total <= r.budget) {
+      auto candidate = std::make_unique<Search>(g, r, m_of(mid), &costs);
+      std::optional<Trial> t = best_fit(*candidate, r.strategy, r.budget, costs, m_of(mid));
+      if (t) {
         lo = mid;
         chosen = std::move(t);
+        search = std::move(candidate);
         m = m_of(mid);
       } else {
         hi = mid - 1;
       }
     }
   }
-  Search s(g, r, m, &costs);
-  out.choice.in_memory_total = s.in_memory_total();
+  out.choice.in_memory_total = search->in_memory_total();
   out.choice.in_memory_seconds = costs.simulate(g, m);
   out.choice.swapped = chosen->swapped;
   out.choice.recomputed = chosen->recomputed;

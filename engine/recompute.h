@@ -1,9 +1,10 @@
 // Recomputation (checkpointing): a rewrite of a training graph after autograd that clones the forward
 // nodes computing some saved values into the backward pass, just before their first backward reader, so
-// those values die with their last forward reader instead of living until the backward pass. Only ops
-// with a recompute rule (OpDef::recompute: cheap elementwise, pooling and normalisation ops) can be
-// recomputed; a value's inputs are used as they are, or recomputed too when they are in the set, so a
-// chain of cheap ops between two kept values (BatchNorm -> ReLU, add -> ReLU) is computed again as a whole.
+// those values die with their last forward reader instead of living until the backward pass. Ops with a
+// recompute rule (OpDef::recompute: all but the loss) can be recomputed; a value's inputs are used as they
+// are, or recomputed too when they are in the set, so a chain between two kept values (BatchNorm -> ReLU,
+// add -> ReLU, or convolution -> BatchNorm -> ReLU when the convolution's output is not kept either) is
+// computed again as a whole, once, right before the backward pass first needs it.
 // Kernels are deterministic on the CPU and a recomputed BatchNorm normalises with the statistics its
 // forward stored, so gradients do not change by a bit.
 #pragma once

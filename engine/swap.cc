@@ -95,7 +95,7 @@ SwapResult swap(Graph& g, const std::vector<ValueId>& values, int batch, const S
     // Back before the copy out is waited for: nothing would leave the arena.
     if (p.start_in <= p.wait_out + 1) continue;
     const ValueId v = p.s.value;
-    const std::string& name = g.value(v).name;
+    const std::string name = g.value(v).name;  // a copy: adding values moves them
     const ValueId host = copy_value(g, v, ".host", true), back = copy_value(g, v, ".swapped_in", false);
     after[p.s.produced].push_back(add(g, kSwapCopy, name + ".swap_out", v, host, ticket, false));
     after[p.wait_out].push_back(add(g, kSwapWait, name + ".swap_out_wait", v, -1, ticket, false));

@@ -6,6 +6,7 @@
 // Adding an op adds a row here. A row builds only the ops under test; op_graph() puts the same graph
 // around every body, so each mode runs the op through the real autograd, planner and executor.
 #pragma once
+#include <algorithm>
 #include <functional>
 #include <ostream>
 #include <string>
@@ -33,12 +34,19 @@ struct OpCase {
   std::function<void(Graph&)> rewrite = nullptr;
 };
 
-// Every saved value that can be recomputed without keeping another value longer.
+// Every saved value that can be recomputed without keeping another value longer or running a convolution
+// or a linear layer again (recomputing those too recomputes whole chains: tests/swap_recompute_test.cc).
 inline std::vector<ValueId> all_recomputable(const Graph& g) {
   std::vector<bool> saved(g.num_values(), false), chosen(g.num_values(), false);
   for (const SavedValue& s : saved_values(g)) saved[s.value] = true;
-  for (const SavedValue& s : saved_values(g))
-    for (ValueId v : recompute_closure(g, s.value, saved)) chosen[v] = true;
+  for (const SavedValue& s : saved_values(g)) {
+    const std::vector<ValueId> closure = recompute_closure(g, s.value, saved);
+    if (std::none_of(closure.begin(), closure.end(), [&](ValueId v) {
+          const OpDef* def = g.node(g.value(v).producer).def;
+          return def == &kConv2d || def == &kLinear;
+        }))
+      for (ValueId v : closure) chosen[v] = true;
+  }
   std::vector<ValueId> out;
   for (ValueId v = 0; v < g.num_values(); ++v)
     if (chosen[v]) out.push_back(v);

@@ -88,7 +88,7 @@ void bwd_weight_cpu(const StepArgs& a) {
 
 }  // namespace
 
-const OpDef kConv2d{"conv2d", infer_fwd, backward, {OutDType::Float}};
+const OpDef kConv2d{"conv2d", infer_fwd, backward, {OutDType::Float}, false, false, 0, false, ops::recompute_clone};
 const OpDef kConv2dBwdData{"conv2d_backward_data", infer_bwd_data, nullptr, {OutDType::Float}};
 const OpDef kConv2dBwdWeight{"conv2d_backward_weight", infer_bwd_weight, nullptr, {OutDType::Float, OutDType::Float},
                              false, false, 1};

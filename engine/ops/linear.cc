@@ -67,7 +67,7 @@ void bwd_weight_cpu(const StepArgs& a) {
 
 }  // namespace
 
-const OpDef kLinear{"linear", infer_fwd, backward, {OutDType::Float}};
+const OpDef kLinear{"linear", infer_fwd, backward, {OutDType::Float}, false, false, 0, false, ops::recompute_clone};
 const OpDef kLinearBwdData{"linear_backward_data", infer_bwd_data, nullptr, {OutDType::Float}};
 const OpDef kLinearBwdWeight{"linear_backward_weight", infer_bwd_weight, nullptr, {OutDType::Float, OutDType::Float},
                              false, false, 1};

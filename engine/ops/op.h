@@ -84,8 +84,8 @@ struct OpDef {
   bool random = false;
   // How the backward pass may compute n's outputs again instead of keeping them (engine/recompute.h):
   // adds the node(s) that do, reading `in` in place of n.in, and returns per output of n the value that
-  // holds it again (-1 for one it does not recompute). Null: the op is not recomputed (a convolution
-  // costs as much again as it saves; a loss op adds into its metrics). Cheap ops only.
+  // holds it again (-1 for one it does not recompute). Null: the op cannot be recomputed (a loss op adds
+  // into its metrics). Whether recomputing is worth it is the memory strategy's call, by measured cost.
   std::vector<ValueId> (*recompute)(Graph& g, const Node& n, const std::vector<ValueId>& in) = nullptr;
 };
 

@@ -117,6 +117,13 @@ Trains a model on Fashion-MNIST with Crumb's graph executor and reports test acc
   --memory-budget SIZE memory for persistent state + arena + workspace + input staging, e.g. 64MiB,
                        1.5GiB; the largest micro-batch that fits is used
                        (default: 4GiB on the CPU, 95% of the free GPU memory on CUDA)
+  --strategy S         how to fit the budget: auto | micro-batch | swap | recompute | none
+                       (default auto: the largest micro-batch that fits in memory; where even the
+                       smallest allowed one, or --micro-batch, does not fit, saved activations are
+                       swapped to host memory or recomputed in the backward pass, each where the cost
+                       model, fed by kernel times and copy bandwidth measured here, predicts it is
+                       cheaper. swap / recompute: only that technique, at the largest micro-batch it
+                       fits. none: the whole batch in memory. Results are the same bits either way)
   --save FILE          write the model's state_dict to FILE (safetensors, PyTorch's names: torchvision
                        loads it strictly) and the optimizer state to FILE.optimizer, at every epoch
                        end, on SIGINT/SIGTERM (after the step in progress) and after training; each
@@ -251,6 +258,7 @@ Options parse_flags(const std::vector<std::string>& argv) {
     else if (name == "limit-train") o.limit_train = (int)parse_int(name, value, 1, 1 << 30);
     else if (name == "limit-test") o.limit_test = (int)parse_int(name, value, 1, 1 << 30);
     else if (name == "memory-budget") o.memory_budget = parse_size(name, value);
+    else if (name == "strategy") o.strategy = parse_strategy(value);
     else if (name == "save") o.save = value;
     else if (name == "save-every") o.save_every = parse_int(name, value, 1, 1LL << 40);
     else if (name == "load") o.load = value;
@@ -298,7 +306,8 @@ Options parse_flags(const std::vector<std::string>& argv) {
 Options resume_flags(const std::vector<std::string>& recorded, const Options& given) {
   static const std::set<std::string> changeable = {"epochs", "save", "save-every", "log", "data", "threads",
                                                    "device", "memory-budget", "micro-batch", "cuda-graphs",
-                                                   "limit-test", "resume", "report", "report-dir", "sweep"};
+                                                   "limit-test", "resume", "report", "report-dir", "sweep",
+                                                   "strategy"};
   auto name_of = [](const std::string& arg) { return arg.substr(2, arg.find('=') - 2); };
   std::set<std::string> overridden;
   for (const std::string& arg : given.args) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/optimizer.h"
+#include "engine/memory_strategy.h"
 #include "models/registry.h"
 
 namespace crumb::train {
@@ -39,6 +40,7 @@ struct Options {
   int limit_train = 0;  // 0: all training samples
   int limit_test = 0;   // 0: all test samples
   std::size_t memory_budget = 0;  // bytes; 0: kDefaultCpuBudget
+  Strategy strategy = Strategy::Auto;  // --strategy: micro-batching, swapping, recomputation (engine/memory_strategy.h)
   std::string save, load;  // checkpoint paths (safetensors)
   long long save_every = 0;  // --save-every N optimizer steps (0: at epoch ends only)
   std::string log;         // --log FILE.jsonl: a line per step and per epoch
@@ -62,7 +64,7 @@ Options parse_flags(const std::vector<std::string>& args);
 // The flags of the run that --resume continues: the ones recorded in its checkpoint (`recorded`, as
 // Options::args), with those a resumed run may change (--epochs, --save, --save-every, --log, --data,
 // --threads, --device, --memory-budget, --micro-batch, --cuda-graphs, --limit-test, --report, --report-dir,
-// --sweep) taken from `given`.
+// --sweep, --strategy) taken from `given`.
 // Any other flag in `given` is an error: the run continues with its own settings.
 Options resume_flags(const std::vector<std::string>& recorded, const Options& given);
 const char* usage();

@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <iostream>
+#include <sstream>
 #include <string>
 
 #include "engine/autograd.h"
@@ -24,6 +25,7 @@
 #include "engine/data/loader.h"
 #include "engine/error.h"
 #include "engine/memory_report.h"
+#include "engine/memory_strategy.h"
 #include "engine/optimizer.h"
 #include "engine/rng.h"
 #include "engine/scheduler.h"
@@ -129,34 +131,42 @@ std::size_t budget_of(const Options& o, Device device) {
   return device == Device::CPU ? kDefaultCpuBudget : backend(device).free_bytes() / 20 * 19;
 }
 
-// The micro-batch size (--micro-batch, or the largest that fits the budget) with its compiled passes.
-MicroBatchPlan pick_micro_batch(const Options& o, const Graph& g, int batch, Device device) {
-  const std::size_t budget = budget_of(o, device);
+// The micro-batch size (--micro-batch, or chosen for the budget) and what --strategy does to fit it, with
+// the compiled passes; g is rewritten for swapping and recomputation.
+StrategyPlan pick_micro_batch(const Options& o, Graph& g, int batch, Device device) {
   check_bn_group(o, batch);
-  if (!o.micro_batch) return choose_micro_batch(g, batch, budget, o.optimizer, device);
-  check_micro_batch(g, o.micro_batch, batch);
-  MicroBatchPlan p = plan_micro_batch(g, std::min(o.micro_batch, batch), o.optimizer, device);
-  count_loader(g, batch, p);
-  CRUMB_CHECK(p.memory.total() <= budget, "--micro-batch ", p.micro_batch, " needs ", format_bytes(p.memory.total()),
-              " which exceeds --memory-budget ", format_bytes(budget),
-              " (raise --memory-budget, or drop --micro-batch to pick the largest that fits)");
-  return p;
+  StrategyRequest r;
+  r.strategy = o.strategy;
+  r.batch = batch;
+  r.budget = budget_of(o, device);
+  r.micro_batch = o.micro_batch;
+  r.optimizer = o.optimizer;
+  r.device = device;
+  return plan_strategy(g, r);
 }
 
 // "batch 64 in 1 micro-batch(es) of 64 (largest that fits the budget)": what --explain and the report say.
-std::string batch_split(const Options& o, int batch, int m) {
+std::string batch_split(const Options& o, int batch, const StrategyPlan& p) {
+  const int m = p.plan.micro_batch;
+  const std::string how = o.micro_batch                      ? " (--micro-batch"
+                          : p.choice.used == "micro-batch"    ? " (largest that fits the budget"
+                          : o.strategy == Strategy::None      ? " (--strategy none"
+                          : o.strategy == Strategy::Auto      ? " (the smallest allowed does not fit in memory"
+                                                              : " (largest that fits with --strategy " +
+                                                                    std::string(strategy_name(o.strategy));
+  const bool rewritten = !p.choice.swapped.empty() || !p.choice.recomputed.empty();
   return "batch " + std::to_string(batch) + " in " + std::to_string((batch + m - 1) / m) + " micro-batch(es) of " +
-         std::to_string(m) + (o.micro_batch ? " (--micro-batch)" : " (largest that fits the budget)");
+         std::to_string(m) + how + (rewritten ? "; " + p.choice.used + " to fit)" : ")");
 }
 
 // The report's data for the chosen plan, titled by model, input shape and device.
-ReportData report_data(const Options& o, const Graph& g, const MicroBatchPlan& p, int batch, Device device,
+ReportData report_data(const Options& o, const Graph& g, const StrategyPlan& p, int batch, Device device,
                        const std::vector<int>& trial_sizes) {
-  ReportData r = collect_report(g, p, batch, budget_of(o, device), o.optimizer, device, trial_sizes);
+  ReportData r = collect_report(g, p.plan, batch, budget_of(o, device), o.optimizer, device, trial_sizes);
   std::string shape;
   for (int64_t d : g.value(g.inputs()[0]).dims) shape += (shape.empty() ? "" : "x") + std::to_string(d);
   r.title = o.model + " (" + shape + ") on " + device_name(device);
-  r.subtitle = batch_split(o, batch, p.micro_batch);
+  r.subtitle = batch_split(o, batch, p);
   return r;
 }
 
@@ -285,14 +295,14 @@ int explain(const Options& o) {
   Graph g = models::build(o.model, planned_spec(o));
   g.set_tf32(o.tf32);
   build_backward(g);
-  const MicroBatchPlan p = pick_micro_batch(o, g, o.batch, device);
-  const int m = p.micro_batch;
-  std::cout << o.model << " on " << device_name(device) << ", " << batch_split(o, o.batch, m) << "\n";
-  write_memory_report(std::cout, g, p.memory, p.train.plan, budget_of(o, device));
+  const StrategyPlan p = pick_micro_batch(o, g, o.batch, device);
+  std::cout << o.model << " on " << device_name(device) << ", " << batch_split(o, o.batch, p) << "\n";
+  write_strategy_report(std::cout, g, p);
+  write_memory_report(std::cout, g, p.plan.memory, p.plan.train.plan, budget_of(o, device));
   if (!o.explain_csv.empty()) {
     std::ofstream f(o.explain_csv);
     CRUMB_CHECK(f, "cannot write ", o.explain_csv);
-    write_timeline_csv(f, g, p.train.plan);
+    write_timeline_csv(f, g, p.plan.train.plan);
     CRUMB_CHECK(f.flush(), "cannot write ", o.explain_csv);
   }
   if (report.wanted()) report.write(report_data(o, g, p, o.batch, device, {}));
@@ -330,15 +340,21 @@ int run(const Options& o) {
   Graph g = models::build(o.model, model_spec(o, train.channels, train.height, train.width, train.num_classes));
   g.set_tf32(o.tf32);
   build_backward(g);
-  MicroBatchPlan compiled = pick_micro_batch(o, g, batch, device);
+  StrategyPlan strategy = pick_micro_batch(o, g, batch, device);
+  MicroBatchPlan& compiled = strategy.plan;
   const int m = compiled.micro_batch;
+  if (!strategy.choice.swapped.empty() || !strategy.choice.recomputed.empty()) {
+    std::ostringstream os;
+    write_strategy_report(os, g, strategy);
+    std::fputs(os.str().c_str(), stderr);
+  }
   const Memory batch_memory = device == Device::CPU ? Memory::Host : Memory::Pinned;
   std::vector<Trial> trials;
   if (!o.sweep.empty())
     trials = run_trials(g, sweep_sizes(o, g, batch, device), {&train, norm, batch, o.optimizer, device, o.seed});
   // The plans are moved into the scheduler: the report takes what it draws now.
   std::optional<ReportData> report_plan;
-  if (report.wanted()) report_plan = report_data(o, g, compiled, batch, device, o.sweep);
+  if (report.wanted()) report_plan = report_data(o, g, strategy, batch, device, o.sweep);
   if (report_plan) report_plan->trials = trials;
   // What the run allocates, without the trials, the program or the dataset.
   const RssGrowth rss;
@@ -404,6 +420,8 @@ int run(const Options& o) {
                format_bytes(plan.lower_bound).c_str(), plan.ratio(), o.threads);
 
   double train_seconds = 0, last_loss = 0;
+  double batch_seconds = 0;  // in train_batch: forward + backward of every micro-batch, without the optimizer
+  long long micro_batches = 0;
   Evaluation test_result;
   long long samples = 0;
   for (int epoch = start_epoch; epoch < o.epochs; ++epoch) {
@@ -414,7 +432,10 @@ int run(const Options& o) {
     long long epoch_samples = 0;
     data::Batch b;
     while (train_loader.next(b)) {
+      const Clock::time_point step_start = Clock::now();
       const BatchResult r = sched.train_batch({{"x", b.x}, {"y", b.y}}, b.size, random_key(o.seed, opt->steps()));
+      batch_seconds += seconds_since(step_start);
+      micro_batches += r.micro_batches;
       CRUMB_CHECK(std::isfinite(r.loss_sum), "loss became ", r.loss_sum, " at epoch ", epoch + 1, " batch ",
                   b.index + 1, ": training diverged (lower --lr)");
       check_parameters_finite(*opt, epoch, b.index);
@@ -465,13 +486,16 @@ int run(const Options& o) {
       "\"samples_per_s\":%.1f,\"train_seconds\":%.3f,\"test_accuracy\":%.4f,\"test_loss\":%.6f,\"final_loss\":%.6f,"
       "\"parameters\":%lld,\"arena_bytes\":%zu,\"arena_lower_bound\":%zu,\"device\":\"%s\",\"tf32\":%s,"
       "\"cuda_graphs\":%s,\"optimizer\":\"%s\",\"lr_schedule\":\"%s\",\"final_lr\":%.9g,\"memory_budget\":%zu,"
-      "\"max_rss_bytes\":%zu}\n",
+      "\"max_rss_bytes\":%zu,\"strategy\":\"%s\",\"strategy_used\":\"%s\",\"swapped\":%zu,\"recomputed\":%zu,"
+      "\"host_pool_bytes\":%zu,\"predicted_step_s\":%.6f,\"in_memory_step_s\":%.6f,\"measured_step_s\":%.6f}\n",
       o.model.c_str(), o.dataset.c_str(), o.epochs, batch, m, o.threads, static_cast<unsigned long long>(o.seed), samples_per_s,
       train_seconds, test_result.accuracy, test_result.loss, last_loss, static_cast<long long>(params.num_parameters()), arena.size(),
       plan.lower_bound, device_name(device), o.tf32 && device == Device::CUDA ? "true" : "false",
       sched.train_executor().recording() ? "true" : "false", optimizer_name(opt->kind()),
       lr_schedule_name(o.optimizer.schedule.kind), opt->lr(std::max(opt->steps() - 1, 0LL)), budget_of(o, device),
-      max_rss_bytes());
+      max_rss_bytes(), strategy_name(o.strategy), strategy.choice.used.c_str(), strategy.choice.swapped.size(),
+      strategy.choice.recomputed.size(), plan.host_pool_bytes, strategy.choice.predicted_seconds,
+      strategy.choice.in_memory_seconds, micro_batches ? batch_seconds / micro_batches : 0.0);
   return 0;
 }
 

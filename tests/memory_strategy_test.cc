@@ -1,0 +1,151 @@
+// The memory strategy: micro-batching where it suffices; swapping and recomputation, chosen per value by
+// the cost model, where the smallest allowed or a forced micro-batch does not fit; the same bits either
+// way; and errors that name what each strategy would need.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/autograd.h"
+#include "engine/error.h"
+#include "engine/memory_strategy.h"
+#include "engine/scheduler.h"
+#include "models/registry.h"
+#include "tests/test_util.h"
+
+namespace crumb {
+namespace {
+
+constexpr int kChannels = 3, kSize = 8, kClasses = 5, kBatch = 16;
+
+Graph resnet20(int group) {
+  models::NormSpec norm;
+  norm.bn.group = group;
+  Graph g = models::build("resnet20", {kChannels, kSize, kSize, kClasses, norm});
+  build_backward(g);
+  return g;
+}
+
+StrategyRequest request(Strategy s, std::size_t budget, int micro_batch) {
+  StrategyRequest r;
+  r.strategy = s;
+  r.batch = kBatch;
+  r.budget = budget;
+  r.micro_batch = micro_batch;
+  return r;
+}
+
+// One batch's gradients and running statistics through the plan's compiled passes.
+std::vector<float> train_batch(const Graph& g, StrategyPlan& p) {
+  ParamStore params(g);
+  params.init(3);
+  Arena arena;
+  Scheduler sched(g, params, arena, std::move(p.plan.train), std::move(p.plan.eval));
+  const std::vector<float> x = test::random_floats(std::size_t{kBatch} * kChannels * kSize * kSize, 4);
+  const std::vector<int32_t> y = test::random_labels(kBatch, kClasses, 5);
+  sched.train_batch({{"x", x.data()}, {"y", y.data()}}, kBatch, 11);
+  const float* grads = static_cast<const float*>(params.grad_block());
+  std::vector<float> out(grads, grads + params.count());
+  for (ValueId v : g.states())
+    if (g.value(v).dtype == DType::F32) {
+      const float* s = static_cast<const float*>(params.state(v));
+      out.insert(out.end(), s, s + g.value(v).count(1));
+    }
+  return out;
+}
+
+MemoryBreakdown in_memory(int m) {
+  const Graph g = resnet20(4);
+  return measure_memory(g, m, OptimizerConfig{}, Device::CPU, 0, kBatch);
+}
+std::size_t in_memory_total(int m) { return in_memory(m).total(); }
+
+TEST(MemoryStrategy, MicroBatchingFirst) {
+  Graph g = resnet20(4);
+  const std::size_t budget = in_memory_total(8);
+  const StrategyPlan p = plan_strategy(g, request(Strategy::Auto, budget, 0));
+  EXPECT_EQ(p.choice.used, "micro-batch");
+  EXPECT_EQ(p.plan.micro_batch, choose_micro_batch(resnet20(4), kBatch, budget, OptimizerConfig{}).micro_batch);
+  EXPECT_TRUE(p.choice.swapped.empty() && p.choice.recomputed.empty());
+  EXPECT_EQ(p.choice.predicted_seconds, 0.0) << "nothing to predict: no cost model is measured";
+}
+
+TEST(MemoryStrategy, EachStrategyFitsAForcedMicroBatchWithTheSameBits) {
+  const Graph plain = resnet20(4);
+  Graph reference = plain;
+  StrategyPlan reference_plan = plan_strategy(reference, request(Strategy::None, std::size_t{1} << 40, 8));
+  const std::vector<float> want = train_batch(plain, reference_plan);
+  const std::size_t full = in_memory_total(8);
+  // A tenth of the arena less: at 8x8 images the parameters, gradients and momentum are most of the total.
+  const std::size_t budget = full - in_memory(8).arena / 10;
+  for (Strategy s : {Strategy::Auto, Strategy::Swap, Strategy::Recompute}) {
+    SCOPED_TRACE(strategy_name(s));
+    Graph g = plain;
+    StrategyPlan p = plan_strategy(g, request(s, budget, 8));
+    EXPECT_EQ(p.plan.micro_batch, 8);
+    EXPECT_LE(p.plan.memory.total(), budget);
+    EXPECT_EQ(p.choice.in_memory_total, full);
+    if (s == Strategy::Swap) {
+      EXPECT_TRUE(p.choice.recomputed.empty() && !p.choice.swapped.empty());
+    }
+    if (s == Strategy::Recompute) {
+      EXPECT_TRUE(p.choice.swapped.empty() && !p.choice.recomputed.empty());
+    }
+    EXPECT_FALSE(p.choice.swapped.empty() && p.choice.recomputed.empty());
+    EXPECT_GT(p.choice.predicted_seconds, 0.0);
+    EXPECT_GT(p.choice.in_memory_seconds, 0.0);
+    EXPECT_GT(p.choice.costs.seconds_per_byte, 0.0);
+    EXPECT_EQ(p.plan.memory.host_pool > 0, !p.choice.swapped.empty());
+    const std::vector<float> got = train_batch(g, p);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
+    std::ostringstream report;
+    write_strategy_report(report, g, p);
+    EXPECT_NE(report.str().find("predicted step"), std::string::npos) << report.str();
+    EXPECT_NE(report.str().find(p.choice.swapped.empty() ? "recompute " : "swap "), std::string::npos) << report.str();
+  }
+}
+
+// One BatchNorm group of 8 is the smallest micro-batch; a budget it does not fit in memory is met by
+// swapping or recomputing at m = 8, not by an error.
+TEST(MemoryStrategy, TheSmallestGroupIsSwappedOrRecomputedWhenItDoesNotFit) {
+  Graph g = resnet20(8);
+  const std::size_t full = measure_memory(resnet20(8), 8, OptimizerConfig{}, Device::CPU, 0, kBatch).total();
+  const StrategyPlan p = plan_strategy(g, request(Strategy::Auto, full - full / 8, 0));
+  EXPECT_EQ(p.plan.micro_batch, 8);
+  EXPECT_NE(p.choice.used, "micro-batch");
+  EXPECT_LE(p.plan.memory.total(), full - full / 8);
+}
+
+TEST(MemoryStrategy, SwapOrRecomputeAloneTakeTheLargestMicroBatchTheyFit) {
+  const std::size_t budget = in_memory_total(8);
+  Graph g = resnet20(4);
+  const StrategyPlan p = plan_strategy(g, request(Strategy::Swap, budget, 0));
+  EXPECT_GE(p.plan.micro_batch, 12) << "swapping fits more than the 8 samples that fit in memory";
+  EXPECT_LE(p.plan.memory.total(), budget);
+}
+
+TEST(MemoryStrategy, ABudgetNoStrategyMeetsNamesWhatEachNeeds) {
+  Graph g = resnet20(4);
+  const std::string msg = test::error_of([&] { plan_strategy(g, request(Strategy::Auto, 64 << 10, 8)); });
+  for (const char* part : {"cannot hold micro-batches of 8 with any strategy", "in memory ", "swap+recompute ",
+                           ", swap ", ", recompute ", "raise --memory-budget"})
+    EXPECT_NE(msg.find(part), std::string::npos) << part << " in: " << msg;
+  const std::string swap_only = test::error_of([&] { plan_strategy(g, request(Strategy::Swap, 64 << 10, 8)); });
+  EXPECT_NE(swap_only.find("with --strategy swap"), std::string::npos) << swap_only;
+  const std::string none = test::error_of([&] { plan_strategy(g, request(Strategy::None, 64 << 10, 0)); });
+  EXPECT_NE(none.find("use --strategy auto"), std::string::npos) << none;
+}
+
+TEST(MemoryStrategy, Names) {
+  for (Strategy s : {Strategy::Auto, Strategy::MicroBatch, Strategy::Swap, Strategy::Recompute, Strategy::None})
+    EXPECT_EQ(parse_strategy(strategy_name(s)), s);
+  const std::string msg = test::error_of([] { parse_strategy("offload"); });
+  EXPECT_NE(msg.find("unknown --strategy 'offload' (use auto, micro-batch, swap, recompute or none)"), std::string::npos)
+      << msg;
+}
+
+}  // namespace
+}  // namespace crumb
