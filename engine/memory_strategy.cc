@@ -225,11 +225,12 @@ std::optional<Trial> best_fit(const Search& s, Strategy strategy, std::size_t bu
   return best;
 }
 
-[[noreturn]] void fail_budget(const Search& s, Strategy strategy, int m, std::size_t budget) {
+// what_m: the micro-batch and why it is that size ("--micro-batch 32", "micro-batch 32 (one BatchNorm group)").
+[[noreturn]] void fail_budget(const Search& s, Strategy strategy, const std::string& what_m, std::size_t budget) {
   std::string least;
   for (const Technique& t : techniques(Strategy::Auto))
     least += detail::concat(", ", t.name, " ", format_bytes(s.greedy(t.swap, t.recompute, 0).total));
-  CRUMB_FAIL("memory budget ", format_bytes(budget), " cannot hold micro-batches of ", m, " with ",
+  CRUMB_FAIL("memory budget ", format_bytes(budget), " cannot hold ", what_m, " with ",
              strategy == Strategy::Auto ? "any strategy" : "--strategy " + std::string(strategy_name(strategy)),
              "; the least each needs: in memory ", format_bytes(s.in_memory_total()), least,
              " (raise --memory-budget, or lower --micro-batch / --bn-group)");
@@ -279,7 +280,15 @@ StrategyPlan plan_strategy(Graph& g, const StrategyRequest& r) {
   CostModel costs = measure_costs(g, m, r.device, r.index);
   auto search = std::make_unique<Search>(g, r, m, &costs);
   std::optional<Trial> chosen = best_fit(*search, r.strategy, r.budget, costs, m);
-  if (!chosen) fail_budget(*search, r.strategy, m, r.budget);
+  if (!chosen)
+    fail_budget(*search, r.strategy,
+                forced          ? "--micro-batch " + std::to_string(m)
+                : multiple == 0 ? "the whole batch of " + std::to_string(m) +
+                                      " as one micro-batch (BatchNorm over the batch: --bn-group batch; a smaller "
+                                      "--bn-group or --norm gn lifts this)"
+                : q > 1         ? "micro-batch " + std::to_string(m) + " (one BatchNorm group, --bn-group)"
+                                : "micro-batch 1",
+                r.budget);
   // --strategy swap or recompute with m free: the largest m they fit (memory grows with m).
   if (!forced && r.strategy != Strategy::Auto) {
     int lo = 1, hi = (r.batch + q - 1) / q;
