@@ -132,7 +132,7 @@ void Executor::run(int n, bool first_micro_batch, bool last_micro_batch, double 
   for (ValueId v : input_views_) ptr_[v] = ptr_[g_.storage_root(v)];
   backend_.activate();
   if (random_.size()) backend_.upload(random_.data(), &random, sizeof random);
-  if (!recording()) return enqueue(n, first_micro_batch, last_micro_batch, loss_scale);
+  if (!recording() || (observer_ && last_micro_batch)) return enqueue(n, first_micro_batch, last_micro_batch, loss_scale);
 
   // Looked up without building a key: a replay allocates nothing.
   const std::vector<ValueId>& graph_inputs = g_.inputs();
@@ -173,6 +173,7 @@ void Executor::enqueue(int n, bool first_micro_batch, bool last_micro_batch, dou
   a.training = compiled_.pass == Pass::Train;
   a.last = last_micro_batch;
   a.random = reinterpret_cast<const RandomKey*>(random_.data());
+  StepObserver* const observer = last_micro_batch ? observer_ : nullptr;
   for (const Step& s : steps_) {
     a.node = s.node;
     a.state = s.state;
@@ -185,7 +186,9 @@ void Executor::enqueue(int n, bool first_micro_batch, bool last_micro_batch, dou
     } catch (const Error& e) {
       fail_in(s, n, e.what());
     }
+    if (observer) observer->after_step(*s.node);
   }
+  if (observer) observer->after_run();
 }
 
 }  // namespace crumb
