@@ -83,14 +83,20 @@ TEST(DataParallel, BucketsCoverTheGradientBlockInReverseOrder) {
       EXPECT_EQ(b[i].end, end_param);
       ASSERT_LT(b[i].first, b[i].end);
       EXPECT_EQ(b[i].offset, r.params.byte_offset(ps[b[i].first]));
-      if (i + 1 < b.size()) EXPECT_GE(b[i].bytes, i == 0 ? std::min<std::size_t>(cap, 256) : cap);
+      if (i + 1 < b.size()) {
+        EXPECT_GE(b[i].bytes, i == 0 ? std::min<std::size_t>(cap, 256) : cap);
+      }
       end = b[i].offset;
       end_param = b[i].first;
     }
     EXPECT_EQ(end, 0u);
     EXPECT_EQ(end_param, 0);
-    if (cap == 1) EXPECT_EQ(b.size(), ps.size());  // one parameter each
-    if (cap == std::size_t{1} << 40) EXPECT_EQ(b.size(), 2u);  // the first bucket's cap, then all the rest
+    if (cap == 1) {
+      EXPECT_EQ(b.size(), ps.size());  // one parameter each
+    }
+    if (cap == std::size_t{1} << 40) {
+      EXPECT_EQ(b.size(), 2u);  // the first bucket's cap, then all the rest
+    }
   }
   EXPECT_EQ(plan_buckets(r.params, std::size_t{1} << 40, std::size_t{1} << 40).size(), 1u);
 }
