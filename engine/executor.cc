@@ -141,7 +141,7 @@ void Executor::prepare_run(int n, RandomKey random) {
 
 void Executor::run(int n, bool first_micro_batch, bool last_micro_batch, double loss_scale, RandomKey random) {
   prepare_run(n, random);
-  if (!recording()) return enqueue(n, first_micro_batch, last_micro_batch, loss_scale);
+  if (!recording() || (observer_ && last_micro_batch)) return enqueue(n, first_micro_batch, last_micro_batch, loss_scale);
 
   // Looked up without building a key: a replay allocates nothing.
   const std::vector<ValueId>& graph_inputs = g_.inputs();
@@ -191,6 +191,7 @@ void Executor::enqueue(int n, bool first_micro_batch, bool last_micro_batch, dou
   a.last = last_micro_batch;
   a.random = reinterpret_cast<const RandomKey*>(random_.data());
   a.copies = copies_.get();
+  StepObserver* const observer = last_micro_batch ? observer_ : nullptr;
   for (const Step& s : steps_) {
     a.node = s.node;
     a.state = s.state;
@@ -207,7 +208,9 @@ void Executor::enqueue(int n, bool first_micro_batch, bool last_micro_batch, dou
     }
     if (seconds)
       (*seconds)[s.position] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (observer) observer->after_step(*s.node);
   }
+  if (observer) observer->after_run();
 }
 
 }  // namespace crumb

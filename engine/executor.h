@@ -18,6 +18,7 @@
 #include "engine/ops/op.h"
 #include "engine/params.h"
 #include "engine/planner.h"
+#include "engine/step_observer.h"
 
 namespace crumb {
 
@@ -51,6 +52,9 @@ class Executor {
   void set_recording(bool on);
   // Whether runs are replayed from recordings: on, on a device that records, and no capture has failed.
   bool recording() const { return record_ && device() != Device::CPU; }
+  // Told each step of a batch's last micro-batch (null: none). Those runs are never recorded: the
+  // observer's host-side work (polling, timing) must run every time.
+  void set_observer(StepObserver* observer) { observer_ = observer; }
 
   // The loss op's metric outputs: the unscaled loss summed over the samples of the batch's runs so far,
   // and how many of them were classified correctly. Waits for those runs to finish.
@@ -104,6 +108,7 @@ class Executor {
   };
   std::vector<Recorded> recorded_;
   bool record_ = true;
+  StepObserver* observer_ = nullptr;
   // Every Metric value of the graph, in the device's memory, zeroed by a batch's first run; the loss op's
   // come first, so results() reads back only those bytes.
   Buffer metrics_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "engine/batch_share.h"
 #include "engine/error.h"
 #include "engine/memory_report.h"
 
@@ -36,7 +37,7 @@ Scheduler::Scheduler(const Graph& g, ParamStore& params, Arena& arena, CompiledP
 }
 
 template <class Fn>
-BatchResult Scheduler::for_each_micro_batch(Executor& e, InputBatches inputs, int batch, Fn&& run) {
+BatchResult Scheduler::for_each_micro_batch(Executor& e, InputBatches inputs, int first, int batch, Fn&& run) {
   CRUMB_CHECK(batch >= 1, "batch must be >= 1, got ", batch);
   // Bind by name: every graph input exactly once, nothing else.
   std::fill(data_.begin(), data_.end(), nullptr);
@@ -54,7 +55,9 @@ BatchResult Scheduler::for_each_micro_batch(Executor& e, InputBatches inputs, in
   const int m = e.max_batch();
   const int count = (batch + m - 1) / m;
   auto size = [&](int i) { return std::min(m, batch - i * m); };
-  auto at = [&](std::size_t k, int i) { return data_[k] + static_cast<std::size_t>(i) * m * sample_bytes_[k]; };
+  auto at = [&](std::size_t k, int i) {
+    return data_[k] + static_cast<std::size_t>(first + i * m) * sample_bytes_[k];
+  };
   auto copy_in = [&](int i) {
     for (std::size_t k = 0; k < inputs_.size(); ++k) staging_->copy_in(i, k, at(k, i), size(i) * sample_bytes_[k]);
     staging_->copied(i);
@@ -68,7 +71,7 @@ BatchResult Scheduler::for_each_micro_batch(Executor& e, InputBatches inputs, in
     } else {
       for (std::size_t k = 0; k < inputs_.size(); ++k) e.bind(inputs_[k], at(k, i));
     }
-    run(size(i), i == 0, i == count - 1, i * m);
+    run(size(i), i == 0, i == count - 1, first + i * m);
     if (staging_) staging_->release(i);
   }
   const Executor::Results r = e.results();
@@ -76,15 +79,22 @@ BatchResult Scheduler::for_each_micro_batch(Executor& e, InputBatches inputs, in
 }
 
 BatchResult Scheduler::train_batch(InputBatches inputs, int batch, uint64_t random_key) {
-  check_micro_batch(g_, train_.max_batch(), batch);
+  CRUMB_CHECK(batch >= 1, "batch must be >= 1, got ", batch);
+  const Communicator* comm = reducer_ ? &reducer_->communicator() : nullptr;
+  const BatchShare share = comm ? batch_share(batch, comm->size(), comm->rank()) : BatchShare{0, batch};
+  if (share.size == 0) {
+    reducer_->sum_zero();
+    return {};
+  }
+  check_micro_batch(g_, train_.max_batch(), share.size);
   const double scale = 1.0 / batch;
-  return for_each_micro_batch(train_, inputs, batch, [&](int n, bool first, bool last, int first_sample) {
+  return for_each_micro_batch(train_, inputs, share.offset, share.size, [&](int n, bool first, bool last, int first_sample) {
     train_.run(n, first, last, scale, RandomKey{random_key, first_sample});
   });
 }
 
 BatchResult Scheduler::evaluate(InputBatches inputs, int batch) {
-  return for_each_micro_batch(eval_, inputs, batch, [&](int n, bool first, bool last, int) {
+  return for_each_micro_batch(eval_, inputs, 0, batch, [&](int n, bool first, bool last, int) {
     eval_.run(n, first, last, 1.0 / batch);
   });
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/executor.h"
+#include "engine/grad_reducer.h"
 #include "engine/staging.h"
 
 namespace crumb {
@@ -45,6 +46,15 @@ class Scheduler {
   // each micro-batch runs with it and the index of its first sample, so dropout's masks, like every
   // gradient, do not depend on the micro-batch size.
   BatchResult train_batch(InputBatches inputs, int batch, uint64_t random_key = 0);
+  // Data-parallel training (null: one process). Each rank then trains its share of every batch
+  // (engine/batch_share.h; inputs still hold the whole batch, in the same order on every rank) with the
+  // loss scaled by 1/B for the whole batch, and the reducer sums the gradients over the ranks during
+  // the last micro-batch's backward. BatchResult totals are this rank's.
+  void set_data_parallel(GradientReducer* reducer) {
+    reducer_ = reducer;
+    train_.set_observer(reducer);
+  }
+
   // Forward only over `batch` samples, in chunks of the evaluation plan's size.
   BatchResult evaluate(InputBatches inputs, int batch);
 
@@ -60,7 +70,8 @@ class Scheduler {
 
  private:
   template <class Fn>
-  BatchResult for_each_micro_batch(Executor& e, InputBatches inputs, int batch, Fn&& run);
+  // Runs samples [first, first + batch) of the inputs.
+  BatchResult for_each_micro_batch(Executor& e, InputBatches inputs, int first, int batch, Fn&& run);
 
   const Graph& g_;
   std::vector<ValueId> inputs_;             // the graph's inputs, in its order
@@ -68,6 +79,7 @@ class Scheduler {
   std::vector<const char*> data_;           // per input: this batch's host data (bound by name)
   Executor train_, eval_;
   std::unique_ptr<InputStaging> staging_;  // devices other than the CPU
+  GradientReducer* reducer_ = nullptr;
 };
 
 }  // namespace crumb

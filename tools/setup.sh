@@ -6,8 +6,10 @@ cd "$(dirname "$0")/.."
 build_dir="${1:-build}"
 shift || true
 
-# python3: the report and kernel-benchmark checks (standard library only).
-packages=(cmake ninja-build g++ libeigen3-dev zlib1g-dev libgtest-dev libbenchmark-dev python3 dataset-fashion-mnist)
+# python3: the report and kernel-benchmark checks (standard library only). Open MPI: data-parallel
+# training (mpirun -np N train) and its tests.
+packages=(cmake ninja-build g++ libeigen3-dev zlib1g-dev libgtest-dev libbenchmark-dev python3 dataset-fashion-mnist
+          openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -152,7 +152,13 @@ Trains a model on Fashion-MNIST with Crumb's graph executor and reports test acc
   --sweep M1,M2,...    before training, time a few optimizer steps at each micro-batch size and
                        measure the peak RSS; the report plots them (sizes <= --batch, whole
                        BatchNorm groups)
+  --bucket-cap SIZE    under mpirun: gradient bytes per all-reduce bucket (PyTorch DDP's bucket_cap_mb;
+                       the first bucket, the last layers, closes at 1MiB)   (default 25MiB)
+  --dist-timeout S     under mpirun: seconds a rank waits for the others in a collective before it
+                       stops every rank with an error               (default 300)
   --help               this text
+
+Data-parallel training: mpirun -np N train ... splits every batch over N processes (docs/distributed.md).
 
 Flags are "--name value" or "--name=value", each at most once, never with an empty value; integers are
 plain decimal digits. Progress goes to stderr (a bar on a terminal, plain lines otherwise); the last
@@ -260,6 +266,8 @@ Options parse_flags(const std::vector<std::string>& argv) {
     else if (name == "memory-budget") o.memory_budget = parse_size(name, value);
     else if (name == "strategy") o.strategy = parse_strategy(value);
     else if (name == "save") o.save = value;
+    else if (name == "bucket-cap") o.bucket_cap = parse_size(name, value);
+    else if (name == "dist-timeout") o.dist_timeout = parse_float(name, value, 1e-3, 1e6);
     else if (name == "save-every") o.save_every = parse_int(name, value, 1, 1LL << 40);
     else if (name == "load") o.load = value;
     else if (name == "log") o.log = value;
@@ -307,7 +315,7 @@ Options resume_flags(const std::vector<std::string>& recorded, const Options& gi
   static const std::set<std::string> changeable = {"epochs", "save", "save-every", "log", "data", "threads",
                                                    "device", "memory-budget", "micro-batch", "cuda-graphs",
                                                    "limit-test", "resume", "report", "report-dir", "sweep",
-                                                   "strategy"};
+                                                   "strategy", "bucket-cap", "dist-timeout"};
   auto name_of = [](const std::string& arg) { return arg.substr(2, arg.find('=') - 2); };
   std::set<std::string> overridden;
   for (const std::string& arg : given.args) {
@@ -315,7 +323,7 @@ Options resume_flags(const std::vector<std::string>& recorded, const Options& gi
     CRUMB_CHECK(changeable.count(name), "--", name, " cannot change when resuming: the run continues with the settings "
                 "its checkpoint recorded (a resumed run may set --epochs, --save, --save-every, --log, --data, "
                 "--threads, --device, --memory-budget, --micro-batch, --cuda-graphs, --limit-test, --report, "
-                "--report-dir, --sweep)");
+                "--report-dir, --sweep, --strategy, --bucket-cap, --dist-timeout)");
     overridden.insert(name);
   }
   std::vector<std::string> args;

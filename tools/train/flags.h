@@ -54,6 +54,8 @@ struct Options {
   std::string report;       // --report FILE.html
   std::string report_dir;   // --report-dir DIR: the report's pictures as SVG and tables as CSV
   std::vector<int> sweep;   // --sweep m1,m2,...: micro-batch sizes of measured trials
+  std::size_t bucket_cap = std::size_t{25} << 20;  // --bucket-cap: bytes per gradient bucket under mpirun
+  double dist_timeout = 300;  // --dist-timeout: seconds a collective may take under mpirun
   bool help = false;
 };
 
@@ -64,7 +66,7 @@ Options parse_flags(const std::vector<std::string>& args);
 // The flags of the run that --resume continues: the ones recorded in its checkpoint (`recorded`, as
 // Options::args), with those a resumed run may change (--epochs, --save, --save-every, --log, --data,
 // --threads, --device, --memory-budget, --micro-batch, --cuda-graphs, --limit-test, --report, --report-dir,
-// --sweep, --strategy) taken from `given`.
+// --sweep, --strategy, --bucket-cap, --dist-timeout) taken from `given`.
 // Any other flag in `given` is an error: the run continues with its own settings.
 Options resume_flags(const std::vector<std::string>& recorded, const Options& given);
 const char* usage();

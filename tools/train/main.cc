@@ -19,11 +19,14 @@
 
 #include "engine/autograd.h"
 #include "engine/backend.h"
+#include "engine/batch_share.h"
 #include "engine/checkpoint.h"
+#include "engine/communicator.h"
 #include "engine/data/cifar.h"
 #include "engine/data/idx.h"
 #include "engine/data/loader.h"
 #include "engine/error.h"
+#include "engine/grad_reducer.h"
 #include "engine/memory_report.h"
 #include "engine/memory_strategy.h"
 #include "engine/optimizer.h"
@@ -309,7 +312,30 @@ int explain(const Options& o) {
   return 0;
 }
 
-int run(const Options& o) {
+// PyTorch DDP's first bucket (dist._DEFAULT_FIRST_BUCKET_BYTES): small, so the first sum starts early.
+constexpr std::size_t kFirstBucketBytes = std::size_t{1} << 20;
+
+// Every rank starts from rank 0's weights and state (its --load or --resume, or its initialisation).
+void broadcast_weights(Communicator& comm, ParamStore& params) {
+  comm.broadcast_host(params.data_block(), params.bytes());
+  const Graph& g = params.graph();
+  for (ValueId v : g.states())
+    comm.broadcast_host(params.state(v), static_cast<std::size_t>(g.value(v).count(1)) * dtype_size(g.value(v).dtype));
+  params.to_device();
+}
+
+// Sums the ranks' shares of a batch's loss and accuracy, and whether any rank was asked to stop, so
+// that all ranks stop after the same step.
+bool sum_over_ranks(Communicator& comm, BatchResult& r, bool stop) {
+  double totals[3] = {r.loss_sum, static_cast<double>(r.correct), stop ? 1.0 : 0.0};
+  comm.sum_host(totals, 3);
+  r.loss_sum = totals[0];
+  r.correct = static_cast<int64_t>(totals[1]);
+  return totals[2] > 0;
+}
+
+// comm: set to the ranks this process was launched among (mpirun), for main() to stop them on an error.
+int run(const Options& o, std::unique_ptr<Communicator>& comm) {
   // From the start: a signal while the data loads stops the run after its first step, with a checkpoint.
   catch_interrupts();
   set_num_threads(o.threads);
@@ -317,6 +343,11 @@ int run(const Options& o) {
   // Checked before the data loads, so a bad path fails at once.
   ReportOutput report(o.report, o.report_dir);
   const Device device = pick_device(o);
+  comm = connect_ranks(device, o.dist_timeout);
+  const int ranks = comm ? comm->size() : 1;
+  // Rank 0 alone prints, evaluates and writes files.
+  const bool lead = !comm || comm->rank() == 0;
+  CRUMB_CHECK(ranks == 1 || o.sweep.empty(), "--sweep measures one process: run it without mpirun");
   const bool cifar = o.dataset == "cifar10", synthetic = o.dataset == "synthetic";
   const std::string dir = synthetic ? "synthetic data" : o.data.empty() ? data::default_data_dir() : o.data;
   data::Dataset train, test;
@@ -340,7 +371,8 @@ int run(const Options& o) {
   Graph g = models::build(o.model, model_spec(o, train.channels, train.height, train.width, train.num_classes));
   g.set_tf32(o.tf32);
   build_backward(g);
-  StrategyPlan strategy = pick_micro_batch(o, g, batch, device);
+  // Each rank plans for the largest share, rank 0's.
+  StrategyPlan strategy = pick_micro_batch(o, g, batch_share(batch, ranks, 0).size, device);
   MicroBatchPlan& compiled = strategy.plan;
   const int m = compiled.micro_batch;
   if (!strategy.choice.swapped.empty() || !strategy.choice.recomputed.empty()) {
@@ -354,7 +386,7 @@ int run(const Options& o) {
     trials = run_trials(g, sweep_sizes(o, g, batch, device), {&train, norm, batch, o.optimizer, device, o.seed});
   // The plans are moved into the scheduler: the report takes what it draws now.
   std::optional<ReportData> report_plan;
-  if (report.wanted()) report_plan = report_data(o, g, strategy, batch, device, o.sweep);
+  if (lead && report.wanted()) report_plan = report_data(o, g, strategy, batch, device, o.sweep);
   if (report_plan) report_plan->trials = trials;
   // What the run allocates, without the trials, the program or the dataset.
   const RssGrowth rss;
@@ -402,22 +434,34 @@ int run(const Options& o) {
   } else {
     opt->set_total_steps(opt->steps() + run_steps);
   }
+  if (comm) broadcast_weights(*comm, params);
   const long long steps_before = opt->steps();
   // Opened before training, so a bad path fails at once rather than after the first epoch.
   std::unique_ptr<RunLog> log;
-  if (!o.log.empty()) log = std::make_unique<RunLog>(o.log);
-  if (!o.save.empty()) check_checkpoint_path(o.save);
+  if (lead && !o.log.empty()) log = std::make_unique<RunLog>(o.log);
+  if (lead && !o.save.empty()) check_checkpoint_path(o.save);
   Arena arena(device);
   Scheduler sched(g, params, arena, std::move(compiled.train), std::move(compiled.eval));
   sched.set_recording(o.cuda_graphs);
   const MemoryPlan& plan = sched.train_executor().plan();
-  if (device != Device::CPU) std::fprintf(stderr, "device: %s\n", backend(device).description().c_str());
-  std::fprintf(stderr,
-               "%s on %s: %lld parameters, batch %d in micro-batches of %d, arena %s (training plan %s, lower bound "
-               "%s, ratio %.3f), %d threads\n",
-               o.model.c_str(), device_name(device), static_cast<long long>(params.num_parameters()), batch, m,
-               format_bytes(arena.size()).c_str(), format_bytes(plan.arena_bytes).c_str(),
-               format_bytes(plan.lower_bound).c_str(), plan.ratio(), o.threads);
+  std::unique_ptr<GradientReducer> reducer;
+  if (comm) {
+    reducer = std::make_unique<GradientReducer>(*comm, params, plan.order,
+                                                plan_buckets(params, o.bucket_cap, std::min(o.bucket_cap, kFirstBucketBytes)));
+    sched.set_data_parallel(reducer.get());
+  }
+  if (lead && device != Device::CPU) std::fprintf(stderr, "device: %s\n", backend(device).description().c_str());
+  if (lead)
+    std::fprintf(stderr,
+                 "%s on %s: %lld parameters, batch %d in micro-batches of %d, arena %s (training plan %s, lower bound "
+                 "%s, ratio %.3f), %d threads\n",
+                 o.model.c_str(), device_name(device), static_cast<long long>(params.num_parameters()), batch, m,
+                 format_bytes(arena.size()).c_str(), format_bytes(plan.arena_bytes).c_str(),
+                 format_bytes(plan.lower_bound).c_str(), plan.ratio(), o.threads);
+  if (lead && reducer)
+    std::fprintf(stderr, "data parallel: %d ranks, shares of %d to %d samples, gradients summed in %zu buckets\n",
+                 ranks, batch_share(batch, ranks, ranks - 1).size, batch_share(batch, ranks, 0).size,
+                 reducer->buckets().size());
 
   double train_seconds = 0, last_loss = 0;
   double batch_seconds = 0;  // in train_batch: forward + backward of every micro-batch, without the optimizer
@@ -433,9 +477,10 @@ int run(const Options& o) {
     data::Batch b;
     while (train_loader.next(b)) {
       const Clock::time_point step_start = Clock::now();
-      const BatchResult r = sched.train_batch({{"x", b.x}, {"y", b.y}}, b.size, random_key(o.seed, opt->steps()));
+      BatchResult r = sched.train_batch({{"x", b.x}, {"y", b.y}}, b.size, random_key(o.seed, opt->steps()));
       batch_seconds += seconds_since(step_start);
       micro_batches += r.micro_batches;
+      const bool stop = comm ? sum_over_ranks(*comm, r, interrupted() != 0) : interrupted() != 0;
       CRUMB_CHECK(std::isfinite(r.loss_sum), "loss became ", r.loss_sum, " at epoch ", epoch + 1, " batch ",
                   b.index + 1, ": training diverged (lower --lr)");
       check_parameters_finite(*opt, epoch, b.index);
@@ -443,36 +488,40 @@ int run(const Options& o) {
       loss_sum += r.loss_sum;
       epoch_samples += b.size;
       const double samples_per_s = (samples + epoch_samples) / (train_seconds + seconds_since(t0));
-      progress.update(b.index + 1, loss_sum / epoch_samples, samples_per_s);
+      if (lead) progress.update(b.index + 1, loss_sum / epoch_samples, samples_per_s);
       if (log)
         log->step(opt->steps(), epoch + 1, b.index + 1, r.loss_sum / b.size, opt->lr(opt->steps() - 1), samples_per_s, m,
                   arena.size());
-      const bool stop = interrupted() != 0;
-      if (!o.save.empty() && (stop || (o.save_every && opt->steps() % o.save_every == 0))) {
+      if (lead && !o.save.empty() && (stop || (o.save_every && opt->steps() % o.save_every == 0))) {
         check_parameters_finite(*opt, epoch, b.index + 1);
         const bool epoch_done = b.index + 1 == train_loader.batches_per_epoch();
         save_or_rescue(o, params, *opt, run_metadata(o, epoch + epoch_done, epoch_done ? 0 : b.index + 1, m));
       }
       if (stop) {
+        // Under mpirun a rank may stop because another one was signalled.
+        const int signal = interrupted() ? interrupted() : SIGTERM;
+        if (!lead) return 128 + signal;
         progress.finish();
         std::fprintf(stderr, "train: interrupted by %s after optimizer step %lld (epoch %d, batch %d of %d); %s\n",
-                     interrupted() == SIGINT ? "SIGINT" : "SIGTERM", opt->steps(), epoch + 1, b.index + 1,
+                     signal == SIGINT ? "SIGINT" : "SIGTERM", opt->steps(), epoch + 1, b.index + 1,
                      train_loader.batches_per_epoch(),
                      o.save.empty() ? "nothing was saved (no --save)" : ("saved " + o.save).c_str());
-        return 128 + interrupted();
+        return 128 + signal;
       }
     }
     check_parameters_finite(*opt, epoch, train_loader.batches_per_epoch());
-    if (!o.save.empty() && epoch + 1 < o.epochs) save_or_rescue(o, params, *opt, run_metadata(o, epoch + 1, 0, m));
+    if (lead && !o.save.empty() && epoch + 1 < o.epochs) save_or_rescue(o, params, *opt, run_metadata(o, epoch + 1, 0, m));
     train_seconds += seconds_since(t0);
     samples += epoch_samples;
-    progress.finish();
     last_loss = loss_sum / epoch_samples;
+    if (!lead) continue;
+    progress.finish();
     test_result = evaluate(sched, test_loader, test.count);
     if (log) log->epoch(epoch + 1, last_loss, test_result.loss, test_result.accuracy, seconds_since(t0));
     std::fprintf(stderr, "epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.4f, %.0f samples/s\n",
                  epoch + 1, o.epochs, last_loss, test_result.loss, test_result.accuracy, samples / train_seconds);
   }
+  if (!lead) return 0;
   if (o.epochs == 0) test_result = evaluate(sched, test_loader, test.count);
   if (!o.save.empty()) save_or_rescue(o, params, *opt, run_metadata(o, o.epochs, 0, m));
   const double samples_per_s = train_seconds > 0 ? samples / train_seconds : 0.0;
@@ -481,13 +530,27 @@ int run(const Options& o) {
                                      max_rss_bytes(), test_result.accuracy};
     report.write(*report_plan);
   }
+  // Rank 0's view of the gradient sums: how long they took, and how much of that the backward hid.
+  std::string dist;
+  if (reducer) {
+    const GradientReducer::Timing& t = reducer->timing();
+    std::fprintf(stderr,
+                 "data parallel: gradient sums took %.3f s over %lld steps, %.3f s of it waiting after the backward "
+                 "(%.0f%% hidden)\n",
+                 t.span_seconds, t.batches, t.waited_seconds,
+                 t.span_seconds > 0 ? 100.0 * (1.0 - t.waited_seconds / t.span_seconds) : 0.0);
+    char buf[160];
+    std::snprintf(buf, sizeof buf, ",\"ranks\":%d,\"buckets\":%zu,\"allreduce_seconds\":%.4f,\"allreduce_wait_seconds\":%.4f",
+                  ranks, reducer->buckets().size(), t.span_seconds, t.waited_seconds);
+    dist = buf;
+  }
   std::printf(
       "{\"model\":\"%s\",\"dataset\":\"%s\",\"epochs\":%d,\"batch\":%d,\"micro_batch\":%d,\"threads\":%d,\"seed\":%llu,"
       "\"samples_per_s\":%.1f,\"train_seconds\":%.3f,\"test_accuracy\":%.4f,\"test_loss\":%.6f,\"final_loss\":%.6f,"
       "\"parameters\":%lld,\"arena_bytes\":%zu,\"arena_lower_bound\":%zu,\"device\":\"%s\",\"tf32\":%s,"
       "\"cuda_graphs\":%s,\"optimizer\":\"%s\",\"lr_schedule\":\"%s\",\"final_lr\":%.9g,\"memory_budget\":%zu,"
       "\"max_rss_bytes\":%zu,\"strategy\":\"%s\",\"strategy_used\":\"%s\",\"swapped\":%zu,\"recomputed\":%zu,"
-      "\"host_pool_bytes\":%zu,\"predicted_step_s\":%.6f,\"in_memory_step_s\":%.6f,\"measured_step_s\":%.6f}\n",
+      "\"host_pool_bytes\":%zu,\"predicted_step_s\":%.6f,\"in_memory_step_s\":%.6f,\"measured_step_s\":%.6f%s}\n",
       o.model.c_str(), o.dataset.c_str(), o.epochs, batch, m, o.threads, static_cast<unsigned long long>(o.seed), samples_per_s,
       train_seconds, test_result.accuracy, test_result.loss, last_loss, static_cast<long long>(params.num_parameters()), arena.size(),
       plan.lower_bound, device_name(device), o.tf32 && device == Device::CUDA ? "true" : "false",
@@ -495,7 +558,7 @@ int run(const Options& o) {
       lr_schedule_name(o.optimizer.schedule.kind), opt->lr(std::max(opt->steps() - 1, 0LL)), budget_of(o, device),
       max_rss_bytes(), strategy_name(o.strategy), strategy.choice.used.c_str(), strategy.choice.swapped.size(),
       strategy.choice.recomputed.size(), plan.host_pool_bytes, strategy.choice.predicted_seconds,
-      strategy.choice.in_memory_seconds, micro_batches ? batch_seconds / micro_batches : 0.0);
+      strategy.choice.in_memory_seconds, micro_batches ? batch_seconds / micro_batches : 0.0, dist.c_str());
   return 0;
 }
 
@@ -507,6 +570,12 @@ int main(int argc, char** argv) {
   // of killing the process mid-save.
   std::signal(SIGXFSZ, SIG_IGN);
   crumb::train::Options o;
+  std::unique_ptr<crumb::Communicator> comm;  // under mpirun: the other ranks, stopped on an error here
+  // The rank that fails says why and stops the others, which would otherwise wait for it.
+  auto fail = [&](int code) {
+    if (comm) comm->abort(code);
+    return code;
+  };
   try {
     o = crumb::train::parse_flags(argc, argv);
     if (!o.resume.empty()) o = crumb::train::resume_flags(crumb::train::recorded_args(o.resume), o);
@@ -528,12 +597,12 @@ int main(int argc, char** argv) {
     return flushed(0);
   }
   try {
-    return flushed(crumb::train::run(o));
+    return flushed(crumb::train::run(o, comm));
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "train: error: out of host memory (lower --batch, --micro-batch or --memory-budget)\n");
-    return 1;
+    return fail(1);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train: error: %s\n", e.what());
-    return 1;
+    return fail(1);
   }
 }

@@ -1,0 +1,75 @@
+#include "engine/cuda/nccl_communicator.h"
+
+#include <chrono>
+#include <thread>
+
+#include "engine/cuda/cuda_backend.h"
+#include "engine/error.h"
+#include "kernels/cuda/check.h"
+
+namespace crumb::cuda {
+namespace {
+void check_nccl(ncclResult_t r, const char* call) {
+  CRUMB_CHECK(r == ncclSuccess, "NCCL: ", call, " failed: ", ncclGetErrorString(r));
+}
+#define CRUMB_NCCL_CHECK(call) check_nccl((call), #call)
+}  // namespace
+
+NcclCommunicator::NcclCommunicator(std::unique_ptr<MpiCommunicator> mpi, double timeout_s)
+    : Communicator(mpi->rank(), mpi->size(), timeout_s), mpi_(std::move(mpi)) {
+  CudaBackend& b = CudaBackend::of(backend(Device::CUDA, 0));
+  b.activate();
+  compute_ = b.compute();
+  ncclUniqueId id;
+  if (rank() == 0) CRUMB_NCCL_CHECK(ncclGetUniqueId(&id));
+  mpi_->broadcast_host(&id, sizeof id);
+  CRUMB_NCCL_CHECK(ncclCommInitRank(&comm_, size(), id, rank()));
+  CRUMB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  CRUMB_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+  CRUMB_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (comm_) ncclCommDestroy(comm_);
+  cudaEventDestroy(done_);
+  cudaEventDestroy(ready_);
+  cudaStreamDestroy(stream_);
+}
+
+void NcclCommunicator::start_sum(void* p, std::size_t count, DType dtype) {
+  CRUMB_CHECK(dtype == DType::F32 || dtype == DType::F64, "NCCL sums float32 or float64 gradients, not ",
+              dtype_name(dtype));
+  CRUMB_CUDA_CHECK(cudaEventRecord(ready_, compute_));
+  CRUMB_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready_, 0));
+  CRUMB_NCCL_CHECK(ncclAllReduce(p, p, count, dtype == DType::F32 ? ncclFloat32 : ncclFloat64, ncclSum, comm_, stream_));
+  CRUMB_CUDA_CHECK(cudaEventRecord(done_, stream_));
+  pending_ = true;
+}
+
+bool NcclCommunicator::poll_sums() {
+  if (!pending_) return true;
+  const cudaError_t r = cudaEventQuery(done_);
+  if (r == cudaErrorNotReady) return false;
+  CRUMB_CUDA_CHECK(r);
+  return true;
+}
+
+void NcclCommunicator::finish_sums() {
+  if (!pending_) return;
+  const auto until = deadline();
+  while (!poll_sums()) {
+    ncclResult_t async = ncclSuccess;
+    CRUMB_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
+    CRUMB_NCCL_CHECK(async);
+    if (std::chrono::steady_clock::now() >= until) {
+      ncclCommAbort(comm_);
+      comm_ = nullptr;
+      timed_out("the gradient sum");
+    }
+    std::this_thread::yield();
+  }
+  CRUMB_CUDA_CHECK(cudaStreamWaitEvent(compute_, done_, 0));
+  pending_ = false;
+}
+
+}  // namespace crumb::cuda

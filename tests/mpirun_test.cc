@@ -1,0 +1,124 @@
+// `mpirun -np 2 train` as a user runs it: two ranks train the same weights as one process (a ragged
+// batch included), and a rank that fails or falls behind stops the job with an error instead of hanging.
+// Skipped where the build has no MPI or the machine has no Fashion-MNIST.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "engine/autograd.h"
+#include "engine/checkpoint.h"
+#include "engine/data/idx.h"
+#include "models/registry.h"
+#include "tests/test_util.h"
+
+namespace crumb {
+namespace {
+
+#ifdef CRUMB_MPIEXEC
+constexpr bool kHaveMpi = true;
+// Shared memory only, so it runs in containers without a network; as root too (CI).
+const std::string kMpirun = std::string(CRUMB_MPIEXEC) +
+                            " --allow-run-as-root --oversubscribe --mca btl self,vader"
+                            " --mca btl_vader_single_copy_mechanism none";
+#else
+constexpr bool kHaveMpi = false;
+const std::string kMpirun;
+#endif
+
+struct Outcome {
+  int code = -1;
+  std::string err;
+  double seconds = 0;
+};
+
+// Runs a shell command line, stdout discarded, stderr kept.
+Outcome shell(const std::string& cmd, const std::string& tag) {
+  const std::string err_file =
+      (std::filesystem::temp_directory_path() / ("crumb_mpirun_" + std::to_string(getpid()) + "_" + tag + ".txt")).string();
+  const auto t0 = std::chrono::steady_clock::now();
+  const int status = std::system((cmd + " >/dev/null 2>" + err_file).c_str());
+  Outcome r;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  std::ifstream f(err_file);
+  r.err.assign(std::istreambuf_iterator<char>(f), {});
+  std::filesystem::remove(err_file);
+  return r;
+}
+
+std::string tmp(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("crumb_mpirun_" + std::to_string(getpid()) + "_" + name)).string();
+}
+
+#define CRUMB_REQUIRE_MPI_AND_DATA()                                                                  \
+  do {                                                                                                \
+    if (!kHaveMpi) GTEST_SKIP() << "this build has no MPI";                                           \
+    if (!data::mnist_split_exists(data::default_data_dir(), "train")) GTEST_SKIP() << "no Fashion-MNIST"; \
+  } while (0)
+
+// A few steps of cnn with a ragged batch (37 over 2 ranks: 19 + 18, micro-batches of 7).
+const std::string kCommon = " --model cnn --batch 37 --micro-batch 7 --limit-test 64 --threads 1 --epochs 1";
+const std::string kArgs = kCommon + " --limit-train 148";
+
+std::vector<float> weights(const std::string& path) {
+  Graph g = models::build("cnn", {1, 28, 28, 10});
+  build_backward(g);
+  ParamStore params(g);
+  load_checkpoint(path, params, nullptr);
+  const float* p = static_cast<const float*>(params.data_block());
+  return {p, p + params.count()};
+}
+
+TEST(MpiRun, TwoRanksTrainTheWeightsOfOne) {
+  CRUMB_REQUIRE_MPI_AND_DATA();
+  const std::string one = tmp("one.safetensors"), two = tmp("two.safetensors");
+  const Outcome a = shell(std::string(CRUMB_TRAIN_BIN) + kArgs + " --save " + one, "one");
+  ASSERT_EQ(a.code, 0) << a.err;
+  const Outcome b = shell(kMpirun + " -np 2 " + CRUMB_TRAIN_BIN + kArgs + " --save " + two, "two");
+  ASSERT_EQ(b.code, 0) << b.err;
+  EXPECT_NE(b.err.find("data parallel: 2 ranks, shares of 18 to 19 samples"), std::string::npos) << b.err;
+  const std::vector<float> w1 = weights(one), w2 = weights(two);
+  EXPECT_LE(test::relative_error(w2, w1), 1e-6);
+  // Training moved the weights: the comparison is not between two initialisations.
+  Graph g = models::build("cnn", {1, 28, 28, 10});
+  ParamStore init(g);
+  init.init(0);
+  const float* p = static_cast<const float*>(init.data_block());
+  EXPECT_GT(test::relative_error(w1, std::vector<float>(p, p + init.count())), 1e-3);
+  for (const std::string& f : {one, two, optimizer_path(one), optimizer_path(two)}) std::filesystem::remove(f);
+}
+
+// Rank 1 cannot read its data: it says so, and the job ends at once (rank 0 is already waiting for it).
+TEST(MpiRun, AFailingRankStopsTheOthers) {
+  CRUMB_REQUIRE_MPI_AND_DATA();
+  const Outcome r = shell(kMpirun + " -np 1 " + CRUMB_TRAIN_BIN + kArgs + " : -np 1 " + CRUMB_TRAIN_BIN + kArgs +
+                          " --data /nonexistent-crumb-data",
+                      "fail");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("train: error: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("/nonexistent-crumb-data"), std::string::npos) << r.err;
+  EXPECT_LT(r.seconds, 60) << r.err;
+}
+
+// Rank 1 runs out of batches first (a smaller --limit-train): rank 0's next gradient sum finds no
+// partner and times out with an error naming the flag.
+TEST(MpiRun, AMissingRankTimesOut) {
+  CRUMB_REQUIRE_MPI_AND_DATA();
+  const Outcome r = shell(kMpirun + " -np 1 " + CRUMB_TRAIN_BIN + kArgs + " --dist-timeout 2 : -np 1 " + CRUMB_TRAIN_BIN +
+                              kCommon + " --dist-timeout 2 --limit-train 74",
+                      "timeout");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("rank 0 of 2: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("did not finish in 2 s"), std::string::npos) << r.err;
+  EXPECT_LT(r.seconds, 60) << r.err;
+}
+
+}  // namespace
+}  // namespace crumb
