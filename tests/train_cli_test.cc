@@ -437,9 +437,41 @@ TEST(TrainCli, LogHasALinePerStepAndPerEpoch) {
 
 TEST(TrainCli, BudgetTooSmall) {
   expect_one_error_line(run_train("--model cnn --memory-budget 64KiB --explain"), "raise --memory-budget");
+  // cnn's peak is its first convolution, before anything is saved: swapping and recomputing cannot help.
   expect_one_error_line(run_train("--model cnn --batch 1024 --memory-budget 16MiB --micro-batch 512 --explain"),
-                        "exceeds --memory-budget");
+                        "cannot hold --micro-batch 512 with any strategy; the least each needs: in memory");
+  expect_one_error_line(
+      run_train("--model cnn --batch 1024 --memory-budget 16MiB --micro-batch 512 --strategy none --explain"),
+      "exceeds --memory-budget");
   expect_one_error_line(run_train("--memory-budget lots"), "--memory-budget");
+}
+
+// Under a budget the forced micro-batch does not fit in memory, --explain shows what is swapped and
+// recomputed and the predicted cost; training then reports measured against predicted, and the loss is the
+// same as in memory.
+TEST(TrainCli, StrategySwapsAndRecomputesToFit) {
+  const std::string run = "--model resnet20 --dataset synthetic --input 3x16x16 --classes 4 --limit-train 32 "
+                          "--limit-test 16 --batch 16 --bn-group 8 --micro-batch 16 ";
+  const Result plan = run_train(run + "--memory-budget 9MiB --explain");
+  ASSERT_EQ(plan.code, 0) << plan.err;
+  for (const char* part : {"(--micro-batch; ", " to fit)", "strategy auto: ", "predicted step ", "host pool"})
+    EXPECT_NE(plan.out.find(part), std::string::npos) << part << " in:\n" << plan.out;
+  const Result recompute = run_train(run + "--memory-budget 12MiB --strategy recompute --explain");
+  ASSERT_EQ(recompute.code, 0) << recompute.err;
+  EXPECT_NE(recompute.out.find("\n  recompute "), std::string::npos) << recompute.out;
+  EXPECT_EQ(recompute.out.find("\n  swap "), std::string::npos) << recompute.out;
+
+  const Result in_memory = run_train(run + "--epochs 1");
+  const Result swapped = run_train(run + "--epochs 1 --memory-budget 9MiB");
+  ASSERT_EQ(in_memory.code, 0) << in_memory.err;
+  ASSERT_EQ(swapped.code, 0) << swapped.err;
+  EXPECT_EQ(json_number(swapped.out, "final_loss"), json_number(in_memory.out, "final_loss"));
+  EXPECT_EQ(json_number(swapped.out, "test_loss"), json_number(in_memory.out, "test_loss"));
+  EXPECT_GT(json_number(swapped.out, "swapped") + json_number(swapped.out, "recomputed"), 0);
+  EXPECT_GT(json_number(swapped.out, "predicted_step_s"), 0);
+  EXPECT_GT(json_number(swapped.out, "measured_step_s"), 0);
+  EXPECT_EQ(json_number(in_memory.out, "swapped"), 0);
+  expect_one_error_line(run_train("--strategy offload"), "unknown --strategy 'offload'");
 }
 
 }  // namespace
