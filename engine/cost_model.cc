@@ -35,7 +35,9 @@ double CostModel::simulate(const Graph& g, int m) const {
         continue;
       }
       const Value& v = g.value(n.in[0]);
-      queue_free = std::max(queue_free, clock) + double(v.count(m)) * dtype_size(v.dtype) * seconds_per_byte;
+      const double copy = double(v.count(m)) * dtype_size(v.dtype) * seconds_per_byte;
+      if (!copies_overlap) clock += copy;
+      queue_free = std::max(queue_free, clock) + (copies_overlap ? copy : 0.0);
       done[ticket] = queue_free;
       continue;
     }
@@ -84,6 +86,7 @@ CostModel measure_costs(const Graph& g, int m, Device device, int index) {
       fastest = std::min(fastest, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
   c.seconds_per_byte = fastest / kBytes;
+  c.copies_overlap = device != Device::CPU;
   return c;
 }
 

@@ -15,12 +15,16 @@ struct CostModel {
   int measured_batch = 0;
   std::unordered_map<std::string, double> node_seconds;  // by node name, at measured_batch samples
   double seconds_per_byte = 0;                           // a copy to or from the host pool
+  // Whether copies overlap the kernels: on a GPU the copy engines run beside the SMs; on the CPU the copy
+  // thread takes a core and memory bandwidth from the kernels' threads, so a copy's time adds to the step.
+  bool copies_overlap = true;
 
   // Seconds of node n at a micro-batch of m samples: its own measured time, or for a node a memory
   // strategy added, the time of the node it recomputes (a copy or a wait: 0; they are simulated).
   double seconds(const Node& n, int m) const;
   // The training pass of g at m samples, simulated: nodes one after another, copies one after another
-  // on their own queue, a wait holding the nodes until its copy is done. Returns the seconds of a step.
+  // on their own queue (or, where copies do not overlap, in line with the nodes), a wait holding the nodes
+  // until its copy is done. Returns the seconds of a step.
   double simulate(const Graph& g, int m) const;
 };
 

@@ -177,7 +177,8 @@ class Search {
         double gap = 0;
         for (int i = s.last_forward + 1; i < s.first_backward; ++i) gap += cost(i);
         const double copies = costs_ ? 2 * bytes * costs_->seconds_per_byte : 1.0;
-        const double score = bytes / (std::max(0.0, copies - gap) + kTiny);
+        const double hidden = costs_ && !costs_->copies_overlap ? 0.0 : gap;
+        const double score = bytes / (std::max(0.0, copies - hidden) + kTiny);
         if (!best || score > best->score) best = Option{score, v, true, {}};
       }
       if (best) options.push_back(std::move(*best));
@@ -336,7 +337,8 @@ void write_strategy_report(std::ostream& os, const Graph& g, const StrategyPlan&
      << c.in_memory_seconds * 1e3 << " ms in memory ("
      << (c.in_memory_seconds > 0 ? 100.0 * (c.predicted_seconds / c.in_memory_seconds - 1) : 0.0)
      << "%); kernel times measured at " << c.costs.measured_batch << " samples, copies at "
-     << (c.costs.seconds_per_byte > 0 ? 1e-9 / c.costs.seconds_per_byte : 0.0) << " GB/s\n";
+     << (c.costs.seconds_per_byte > 0 ? 1e-9 / c.costs.seconds_per_byte : 0.0) << " GB/s"
+     << (c.costs.copies_overlap ? ", beside the kernels" : ", in line with the kernels (a CPU copy thread)") << "\n";
   os.unsetf(std::ios::floatfield);
   auto line = [&](const char* what, ValueId v) {
     const Node& n = g.node(g.value(v).producer);

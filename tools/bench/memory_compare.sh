@@ -6,13 +6,16 @@
 #
 # usage: tools/bench/memory_compare.sh [--batch 64] [--models "lenet5 cnn mlp"] [--threads 2]
 #          [--crumb PATH] [--input CxHxW --classes K (synthetic data of that shape, e.g. 3x224x224)]
+#          [-- extra train flags, e.g. --strategy recompute --memory-budget 1GiB]
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 batch=64 models="lenet5 cnn mlp" threads=2 crumb="" input="" classes=10
-usage() { sed -n '7,8p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+crumb_extra=()
+usage() { sed -n '7,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
   [[ "$1" == -h || "$1" == --help ]] && usage
+  if [[ "$1" == -- ]]; then shift; crumb_extra=("$@"); break; fi
   [[ $# -ge 2 ]] || { echo "missing value for $1" >&2; usage; }
   case "$1" in
     --batch) batch=$2 ;; --models) models=$2 ;; --threads) threads=$2 ;; --crumb) crumb=$2 ;;
@@ -31,8 +34,8 @@ py=$("$repo/tools/bench/setup_venv.sh" | tail -n 1)
 shape=()
 [[ -n "$input" ]] && shape=(--dataset synthetic --input "$input" --classes "$classes")
 for m in $models; do
-  echo "== $crumb --model $m --batch $batch ${shape[*]} --explain" >&2
-  "$crumb" --model "$m" --batch "$batch" "${shape[@]}" --explain > "$tmp/$m.explain" \
+  echo "== $crumb --model $m --batch $batch ${shape[*]} ${crumb_extra[*]} --explain" >&2
+  "$crumb" --model "$m" --batch "$batch" "${shape[@]}" "${crumb_extra[@]}" --explain > "$tmp/$m.explain" \
     || { echo "crumb --explain failed for $m" >&2; exit 1; }
   run_json "$tmp/$m.torch.json" "$py" "$repo/tools/bench/torch_memory.py" \
     --model "$m" --batch "$batch" --threads "$threads" --input "${input:-1x28x28}" --classes "$classes"
