@@ -12,6 +12,8 @@ const char* role_name(BlockRole r) {
     case BlockRole::Saved: return "saved for backward";
     case BlockRole::Gradient: return "activation gradient";
     case BlockRole::Workspace: return "workspace";
+    case BlockRole::SwappedIn: return "swapped back in";
+    case BlockRole::Recomputed: return "recomputed";
   }
   return "?";
 }
@@ -47,7 +49,10 @@ std::vector<ArenaBlock> arena_blocks(const Graph& g, const MemoryPlan& plan, int
   }
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     ArenaBlock& b = blocks[i];
-    if (g.node(g.value(owner[i]).producer).backward) b.role = BlockRole::Gradient;
+    const Node& producer = g.node(g.value(owner[i]).producer);
+    if (producer.backward && producer.train_only)
+      b.role = producer.def == &kSwapCopy ? BlockRole::SwappedIn : BlockRole::Recomputed;
+    else if (producer.backward) b.role = BlockRole::Gradient;
     else if (g.node(plan.order[b.last]).backward) b.role = BlockRole::Saved;
   }
   for (std::size_t s = 0; s < plan.order.size(); ++s)

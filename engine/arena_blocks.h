@@ -11,16 +11,17 @@
 
 namespace crumb {
 
-// What a block holds, for colouring and legends. Swapped and recomputed tensors (docs/DESIGN's swap and
-// recompute schedules) will be roles of their own, added here.
+// What a block holds, for colouring and legends.
 enum class BlockRole : uint8_t {
   Activation,  // a forward value that dies within the forward pass
   Saved,       // a forward value kept alive until a backward step reads it
   Gradient,    // a gradient of an activation (produced by the backward pass)
   Workspace,   // one step's kernel scratch
+  SwappedIn,   // a saved value copied back from the host pool for the backward pass (engine/swap.h)
+  Recomputed,  // a saved value computed again in the backward pass (engine/recompute.h)
 };
-inline constexpr BlockRole kBlockRoles[] = {BlockRole::Activation, BlockRole::Saved, BlockRole::Gradient,
-                                            BlockRole::Workspace};
+inline constexpr BlockRole kBlockRoles[] = {BlockRole::Activation, BlockRole::Saved,     BlockRole::Gradient,
+                                            BlockRole::Workspace,  BlockRole::SwappedIn, BlockRole::Recomputed};
 const char* role_name(BlockRole r);  // "activation", "saved for backward", ...
 
 struct ArenaBlock {

@@ -3,9 +3,13 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+#include <string>
+
 #include "engine/autograd.h"
 #include "engine/compile.h"
 #include "models/registry.h"
+#include "tests/op_cases.h"
 
 namespace crumb {
 namespace {
@@ -13,10 +17,9 @@ namespace {
 // Blocks add up to the plan's live bytes and workspace at every step, sit inside the arena, never overlap
 // while live, and carry roles that match when they live: gradients are made by the backward pass, saved
 // tensors are forward values a backward step reads, activations die within the forward pass.
-TEST(ArenaBlocks, AgreeWithThePlan) {
-  for (const char* model : {"lenet5", "cnn", "resnet20"}) {
-    Graph g = models::build(model);
-    build_backward(g);
+// Checks the blocks of g's training plan at 32 samples; adds the roles seen to `roles`.
+void check_blocks(const Graph& g, const std::string& model, std::set<BlockRole>& roles) {
+  {
     const int m = 32;
     const CompiledPass pass = compile_pass(g, Pass::Train, m, Device::CPU);
     const MemoryPlan& p = pass.plan;
@@ -32,12 +35,15 @@ TEST(ArenaBlocks, AgreeWithThePlan) {
       ASSERT_LE(b.first, b.last);
       ASSERT_LT(b.last, steps);
       for (int s = b.first; s <= b.last; ++s) (b.role == BlockRole::Workspace ? workspace : live)[s] += b.bytes;
+      roles.insert(b.role);
       switch (b.role) {
         case BlockRole::Activation: EXPECT_LT(b.last, first_backward) << model << " " << b.values; break;
         case BlockRole::Saved: EXPECT_LT(b.first, first_backward) << model << " " << b.values;
           EXPECT_GE(b.last, first_backward) << model << " " << b.values; break;
         case BlockRole::Gradient: EXPECT_GE(b.first, first_backward) << model << " " << b.values; break;
         case BlockRole::Workspace: EXPECT_EQ(b.first, b.last); break;
+        case BlockRole::SwappedIn:
+        case BlockRole::Recomputed: EXPECT_GE(b.first, first_backward) << model << " " << b.values; break;
       }
       for (const ArenaBlock& o : blocks) {
         if (&o == &b || o.last < b.first || b.last < o.first) continue;
@@ -48,6 +54,27 @@ TEST(ArenaBlocks, AgreeWithThePlan) {
     EXPECT_EQ(live, p.live_bytes) << model;
     EXPECT_EQ(workspace, p.step_workspace) << model;
   }
+}
+
+TEST(ArenaBlocks, AgreeWithThePlan) {
+  for (const char* model : {"lenet5", "cnn", "resnet20"}) {
+    Graph g = models::build(model);
+    build_backward(g);
+    std::set<BlockRole> roles;
+    check_blocks(g, model, roles);
+  }
+}
+
+// Values swapped back in and recomputed are roles of their own; host-pool copies are not arena blocks.
+TEST(ArenaBlocks, SwappedAndRecomputedValues) {
+  Graph g = models::build("resnet20");
+  build_backward(g);
+  recompute(g, test::all_recomputable(g));
+  swap(g, test::all_saved(g), 32, test::swap_window(1 << 20));
+  std::set<BlockRole> roles;
+  check_blocks(g, "resnet20, swapped and recomputed", roles);
+  EXPECT_TRUE(roles.count(BlockRole::SwappedIn));
+  EXPECT_TRUE(roles.count(BlockRole::Recomputed));
 }
 
 // A view or an in-place result is drawn inside the block of the value whose storage it shares, not as a

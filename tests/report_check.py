@@ -179,6 +179,9 @@ def main():
     check_report(train, ["--explain", "--model", "resnet20", "--batch", "96", "--micro-batch", "64"])
     # A budget that picks the micro-batch size.
     check_report(train, ["--explain", "--model", "cnn", "--batch", "256", "--memory-budget", "24MiB"])
+    # A budget the forced micro-batch fits only with values swapped and recomputed (their own roles).
+    check_report(train, ["--explain", "--model", "resnet20", "--batch", "64", "--micro-batch", "32",
+                         "--memory-budget", "20MiB"])
     # Training with measured trials, on generated data (no dataset needed).
     check_report(train, ["--model", "lenet5", "--dataset", "synthetic", "--limit-train", "512", "--limit-test", "64",
                          "--batch", "64", "--sweep", "16,64"], expect_trials=True)

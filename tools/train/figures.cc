@@ -85,6 +85,8 @@ const char* role_colour(BlockRole role) {
     case BlockRole::Saved: return "#1f78b4";
     case BlockRole::Gradient: return "#fdbf6f";
     case BlockRole::Workspace: return "#b8b8b8";
+    case BlockRole::SwappedIn: return "#33a02c";
+    case BlockRole::Recomputed: return "#cab2d6";
   }
   return "#000000";
 }
