@@ -183,7 +183,8 @@ class Search {
       }
       if (best) options.push_back(std::move(*best));
     }
-    std::sort(options.begin(), options.end(), [](const Option& a, const Option& b) { return a.score > b.score; });
+    // Stable: among equals (on the CPU every swap costs the same per byte) the earliest computed goes first.
+    std::stable_sort(options.begin(), options.end(), [](const Option& a, const Option& b) { return a.score > b.score; });
     return options;
   }
 
