@@ -13,6 +13,7 @@
 #include "engine/memory_strategy.h"
 #include "engine/scheduler.h"
 #include "models/registry.h"
+#include "tests/batch_outcome.h"
 #include "tests/test_util.h"
 
 namespace crumb {
@@ -43,17 +44,9 @@ std::vector<float> train_batch(const Graph& g, StrategyPlan& p) {
   params.init(3);
   Arena arena;
   Scheduler sched(g, params, arena, std::move(p.plan.train), std::move(p.plan.eval));
-  const std::vector<float> x = test::random_floats(std::size_t{kBatch} * kChannels * kSize * kSize, 4);
-  const std::vector<int32_t> y = test::random_labels(kBatch, kClasses, 5);
-  sched.train_batch({{"x", x.data()}, {"y", y.data()}}, kBatch, 11);
-  const float* grads = static_cast<const float*>(params.grad_block());
-  std::vector<float> out(grads, grads + params.count());
-  for (ValueId v : g.states())
-    if (g.value(v).dtype == DType::F32) {
-      const float* s = static_cast<const float*>(params.state(v));
-      out.insert(out.end(), s, s + g.value(v).count(1));
-    }
-  return out;
+  test::BatchOutcome out = test::run_one_batch(g, params, sched, kBatch, kClasses, 11);
+  out.grads.insert(out.grads.end(), out.state.begin(), out.state.end());
+  return out.grads;
 }
 
 MemoryBreakdown in_memory(int m) {

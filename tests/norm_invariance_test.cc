@@ -13,6 +13,7 @@
 #include "engine/memory_report.h"
 #include "engine/scheduler.h"
 #include "models/registry.h"
+#include "tests/batch_outcome.h"
 #include "tests/test_util.h"
 
 namespace crumb {
@@ -20,11 +21,8 @@ namespace {
 
 constexpr int kChannels = 3, kSize = 8, kClasses = 5;
 
-struct BatchOutcome {
-  std::vector<float> grads, state;  // the gradient block; every F32 state value, concatenated
-  std::vector<int64_t> tracked;     // every num_batches_tracked
-  std::vector<float> bn1;           // the first layer's running_mean and running_var
-  double loss_sum = 0;
+struct BatchOutcome : test::BatchOutcome {
+  std::vector<float> bn1;  // the first layer's running_mean and running_var
 };
 
 Graph resnet20(const models::NormSpec& norm) {
@@ -35,25 +33,14 @@ Graph resnet20(const models::NormSpec& norm) {
 
 // One training batch of `batch` samples in micro-batches of m, from the same weights every time.
 BatchOutcome run_batch(const Graph& g, int m, int batch) {
-  ParamStore params(g);
-  params.init(5);
-  Arena arena;
-  Scheduler sched(g, params, arena, m);
-  const std::vector<float> x = test::random_floats(static_cast<std::size_t>(batch) * kChannels * kSize * kSize, 6);
-  const std::vector<int32_t> y = test::random_labels(batch, kClasses, 7);
   BatchOutcome out;
-  out.loss_sum = sched.train_batch({{"x", x.data()}, {"y", y.data()}}, batch).loss_sum;
-  const float* grads = static_cast<const float*>(params.grad_block());
-  out.grads.assign(grads, grads + params.count());
-  for (ValueId v : g.states()) {
-    if (g.value(v).dtype == DType::I64) {
-      out.tracked.push_back(*static_cast<const int64_t*>(params.state(v)));
-    } else {
-      const float* s = static_cast<const float*>(params.state(v));
-      out.state.insert(out.state.end(), s, s + g.value(v).count(1));
-      if (g.value(v).name.rfind("bn1.running_", 0) == 0) out.bn1.insert(out.bn1.end(), s, s + g.value(v).count(1));
-    }
-  }
+  static_cast<test::BatchOutcome&>(out) = test::run_one_batch(g, m, batch, kClasses, 0, [&](const ParamStore& params) {
+    for (ValueId v : g.states())
+      if (g.value(v).name.rfind("bn1.running_", 0) == 0) {
+        const float* s = static_cast<const float*>(params.state(v));
+        out.bn1.insert(out.bn1.end(), s, s + g.value(v).count(1));
+      }
+  });
   return out;
 }
 

@@ -20,6 +20,7 @@
 #include "engine/scheduler.h"
 #include "engine/swap.h"
 #include "models/registry.h"
+#include "tests/batch_outcome.h"
 #include "tests/op_cases.h"
 #include "tests/test_util.h"
 
@@ -28,11 +29,7 @@ namespace {
 
 constexpr int kChannels = 3, kSize = 8, kClasses = 5;
 
-struct Outcome {
-  std::vector<float> grads, state;
-  double loss_sum = 0;
-  std::size_t arena = 0, host_pool = 0;
-};
+using Outcome = test::BatchOutcome;
 
 Graph model(const std::string& name, int size = kSize) {
   models::NormSpec norm;
@@ -42,32 +39,14 @@ Graph model(const std::string& name, int size = kSize) {
   return g;
 }
 
-Outcome run_batch(const Graph& g, int m, int batch, int size = kSize) {
-  ParamStore params(g);
-  params.init(5);
-  Arena arena;
-  Scheduler sched(g, params, arena, m);
-  const std::vector<float> x = test::random_floats(static_cast<std::size_t>(batch) * kChannels * size * size, 6);
-  const std::vector<int32_t> y = test::random_labels(batch, kClasses, 7);
-  Outcome out;
-  out.loss_sum = sched.train_batch({{"x", x.data()}, {"y", y.data()}}, batch, 99).loss_sum;
-  const float* grads = static_cast<const float*>(params.grad_block());
-  out.grads.assign(grads, grads + params.count());
-  for (ValueId v : g.states())
-    if (g.value(v).dtype == DType::F32) {
-      const float* s = static_cast<const float*>(params.state(v));
-      out.state.insert(out.state.end(), s, s + g.value(v).count(1));
-    }
-  out.arena = sched.train_executor().plan().arena_bytes;
-  out.host_pool = sched.train_executor().plan().host_pool_bytes;
-  return out;
-}
+Outcome run_batch(const Graph& g, int m, int batch) { return test::run_one_batch(g, m, batch, kClasses, 99); }
 
 void expect_identical(const Outcome& got, const Outcome& want) {
   EXPECT_EQ(got.loss_sum, want.loss_sum);
   ASSERT_EQ(got.grads.size(), want.grads.size());
   EXPECT_EQ(0, std::memcmp(got.grads.data(), want.grads.data(), got.grads.size() * sizeof(float))) << "gradients";
   EXPECT_EQ(got.state, want.state) << "running statistics";
+  EXPECT_EQ(got.tracked, want.tracked);
 }
 
 using test::all_recomputable;
@@ -86,7 +65,7 @@ TEST(Recompute, GradientsAreIdenticalAndTheArenaSmaller) {
     EXPECT_GT(recompute(g, values), 0);
     for (int m : {12, 4}) {
       SCOPED_TRACE("micro-batch " + std::to_string(m));
-      const Outcome want = run_batch(plain, m, 12, size), got = run_batch(g, m, 12, size);
+      const Outcome want = run_batch(plain, m, 12), got = run_batch(g, m, 12);
       expect_identical(got, want);
       // lenet5's and cnn's peak is in their first layers, before anything is saved; resnet20's is not.
       if (std::string(name) == "resnet20") {
@@ -159,7 +138,7 @@ TEST(Swap, GradientsAreIdenticalAndTheArenaSmaller) {
       EXPECT_EQ(r.swapped.size(), r.host.size());
       for (int m : {12, 4}) {
         SCOPED_TRACE("window " + std::to_string(window_bytes) + ", micro-batch " + std::to_string(m));
-        const Outcome want = run_batch(plain, m, 12, size), got = run_batch(g, m, 12, size);
+        const Outcome want = run_batch(plain, m, 12), got = run_batch(g, m, 12);
         expect_identical(got, want);
         if (std::string(name) == "resnet20") {
         EXPECT_LT(got.arena, want.arena);

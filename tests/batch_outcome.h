@@ -1,0 +1,59 @@
+// What one training batch leaves behind, for tests that compare runs (micro-batch sizes, memory
+// strategies): the loss, the gradient block, every float32 state value (running statistics) and every
+// num_batches_tracked, from the same random batch every time.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "engine/params.h"
+#include "engine/scheduler.h"
+#include "tests/test_util.h"
+
+namespace crumb::test {
+
+struct BatchOutcome {
+  double loss_sum = 0;
+  std::vector<float> grads, state;
+  std::vector<int64_t> tracked;
+  std::size_t arena = 0, host_pool = 0;  // the training plan's
+};
+
+// Runs one batch of `batch` random samples of g's input "x" with labels "y" in [0, classes) through sched
+// (built on params), with random key `key`.
+inline BatchOutcome run_one_batch(const Graph& g, ParamStore& params, Scheduler& sched, int batch, int classes,
+                                  uint64_t key = 0) {
+  const std::vector<float> x =
+      random_floats(static_cast<std::size_t>(batch) * g.value(g.find_value("x")).count(1), 6);
+  const std::vector<int32_t> y = random_labels(batch, classes, 7);
+  BatchOutcome out;
+  out.loss_sum = sched.train_batch({{"x", x.data()}, {"y", y.data()}}, batch, key).loss_sum;
+  const float* grads = static_cast<const float*>(params.grad_block());
+  out.grads.assign(grads, grads + params.count());
+  for (ValueId v : g.states()) {
+    if (g.value(v).dtype == DType::I64) {
+      out.tracked.push_back(*static_cast<const int64_t*>(params.state(v)));
+    } else {
+      const float* s = static_cast<const float*>(params.state(v));
+      out.state.insert(out.state.end(), s, s + g.value(v).count(1));
+    }
+  }
+  out.arena = sched.train_executor().plan().arena_bytes;
+  out.host_pool = sched.train_executor().plan().host_pool_bytes;
+  return out;
+}
+
+// The same in micro-batches of m through a scheduler of its own, from parameters initialised with seed 5;
+// `inspect` (if given) sees the parameters afterwards.
+inline BatchOutcome run_one_batch(const Graph& g, int m, int batch, int classes, uint64_t key = 0,
+                                  const std::function<void(const ParamStore&)>& inspect = {}) {
+  ParamStore params(g);
+  params.init(5);
+  Arena arena;
+  Scheduler sched(g, params, arena, m);
+  BatchOutcome out = run_one_batch(g, params, sched, batch, classes, key);
+  if (inspect) inspect(params);
+  return out;
+}
+
+}  // namespace crumb::test
