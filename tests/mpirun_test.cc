@@ -26,7 +26,7 @@ constexpr bool kHaveMpi = true;
 // Shared memory only, so it runs in containers without a network; as root too (CI). Under the sanitizer
 // build, ranks check memory errors but not leaks: Open MPI unloads its plugins (dlclose) before
 // LeakSanitizer reports what they kept, so their frames are "<unknown module>", which no suppression
-// (tests/lsan_mpi.supp) can name.
+// can name.
 const std::string kMpirun = "ASAN_OPTIONS=detect_leaks=0 " + std::string(CRUMB_MPIEXEC) +
                             " --allow-run-as-root --oversubscribe --mca btl self,vader"
                             " --mca btl_vader_single_copy_mechanism none";
