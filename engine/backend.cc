@@ -132,6 +132,7 @@ CompiledStep compile_step(Backend& b, const Graph& g, const Node& n, int max_bat
                dtype_name(g.float_dtype()), f32_elsewhere ? " (this device runs float32 graphs only)" : "");
   }
   c.fn = impl->run;
+  c.commit = impl->commit;
   try {
     if (impl->prepare) c.state = impl->prepare(g, n, max_batch, b);
     if (impl->workspace) c.workspace = impl->workspace(g, n, max_batch, c.state.get());

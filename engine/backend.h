@@ -24,6 +24,7 @@ struct CompiledStep {
   StepFn fn = nullptr;            // null for views (no computation)
   std::unique_ptr<OpState> state;  // per-node state, if the implementation needs one
   std::size_t workspace = 0;       // scratch bytes at the largest micro-batch
+  StepFn commit = nullptr;         // the implementation's commit of per-batch totals, if any
 };
 
 // Device work recorded once and replayed as a whole (on CUDA, a graph of everything one executor run

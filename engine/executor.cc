@@ -30,7 +30,7 @@ Executor::Executor(const Graph& g, ParamStore& params, Arena& arena, CompiledPas
     CompiledStep& c = compiled_.steps[s];
     if (!c.fn) continue;
     const int64_t ws = compiled_.plan.workspace_offset[s];
-    steps_.push_back({static_cast<int>(s), &g.node(compiled_.plan.order[s]), c.fn, c.state.get(), ws >= 0 ? arena_.base() + ws : nullptr,
+    steps_.push_back({static_cast<int>(s), &g.node(compiled_.plan.order[s]), c.fn, c.commit, c.state.get(), ws >= 0 ? arena_.base() + ws : nullptr,
                       compiled_.plan.step_workspace[s]});
   }
   ptr_.assign(g.num_values(), nullptr);
@@ -178,19 +178,51 @@ std::vector<double> Executor::time_steps(int n, RandomKey random) {
   return seconds;
 }
 
-void Executor::enqueue(int n, bool first_micro_batch, bool last_micro_batch, double loss_scale,
-                       std::vector<double>* seconds) {
-  if (first_micro_batch) backend_.zero(metrics_.data(), metrics_.size());
+StepArgs Executor::step_args() const {
   StepArgs a;
   a.backend = &backend_;
   a.graph = &g_;
   a.ptr = ptr_.data();
-  a.n = n;
-  a.loss_scale = loss_scale;
   a.training = compiled_.pass == Pass::Train;
-  a.last = last_micro_batch;
   a.random = reinterpret_cast<const RandomKey*>(random_.data());
   a.copies = copies_.get();
+  a.commit = commit_;
+  return a;
+}
+
+std::vector<Executor::BatchTotal> Executor::batch_totals() const {
+  std::vector<BatchTotal> totals;
+  for (const Step& s : steps_)
+    if (s.commit)
+      for (ValueId v : s.node->out)
+        if (g_.value(v).kind == ValueKind::Metric)
+          totals.push_back({static_cast<double*>(ptr_[v]), static_cast<int>(g_.value(v).count(1) / 3)});
+  return totals;
+}
+
+void Executor::commit_totals() {
+  backend_.activate();
+  StepArgs a = step_args();
+  a.n = max_batch();
+  for (const Step& s : steps_)
+    if (s.commit) {
+      a.node = s.node;
+      a.state = s.state;
+      try {
+        s.commit(a);
+      } catch (const Error& e) {
+        fail_in(s, a.n, e.what());
+      }
+    }
+}
+
+void Executor::enqueue(int n, bool first_micro_batch, bool last_micro_batch, double loss_scale,
+                       std::vector<double>* seconds) {
+  if (first_micro_batch) backend_.zero(metrics_.data(), metrics_.size());
+  StepArgs a = step_args();
+  a.n = n;
+  a.loss_scale = loss_scale;
+  a.last = last_micro_batch;
   StepObserver* const observer = last_micro_batch ? observer_ : nullptr;
   for (const Step& s : steps_) {
     a.node = s.node;

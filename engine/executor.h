@@ -48,6 +48,18 @@ class Executor {
   // returns each plan step's seconds (0 for views): the measured kernel times of a cost model
   // (engine/cost_model.h). Gradients, metrics and running statistics change as in a run.
   std::vector<double> time_steps(int n, RandomKey random = {});
+  // Data-parallel training: the batch's last micro-batch leaves its per-batch totals (BatchNorm's moments)
+  // uncommitted; the caller merges them over the ranks in place (batch_totals) and then commits them.
+  void set_deferred_commit(bool on) { commit_ = !on; }
+  // The per-batch totals of the steps that commit them, in the device's memory: BatchNorm's moments,
+  // [3][c] doubles (count, mean, M2 per channel), as the last run left them.
+  struct BatchTotal {
+    double* data;
+    int channels;
+  };
+  std::vector<BatchTotal> batch_totals() const;
+  // Commits the totals (the running statistics' momentum update), in order with the work enqueued.
+  void commit_totals();
   // Recording on (the default) or off; off runs every step from the host each time.
   void set_recording(bool on);
   // Whether runs are replayed from recordings: on, on a device that records, and no capture has failed.
@@ -66,6 +78,7 @@ class Executor {
   // Data of any value during/after the last run (views included), in the device's memory.
   const void* data(ValueId v) const { return ptr_.at(v); }
   Device device() const { return arena_.device(); }
+  int index() const { return arena_.index(); }
 
   const MemoryPlan& plan() const { return compiled_.plan; }
   int max_batch() const { return compiled_.max_batch; }
@@ -77,11 +90,14 @@ class Executor {
     int position;  // in the plan's order
     const Node* node;
     StepFn fn;
+    StepFn commit;   // commits per-batch totals (null: none)
     OpState* state;  // owned by compiled_
     char* workspace;  // in the arena, null if the step needs none
     std::size_t workspace_bytes;
   };
   void resolve();
+  // The arguments every step of this executor runs with (the rest is per run and per step).
+  StepArgs step_args() const;
   // What every run does first: checks n and the bound inputs, points input views, writes the random key.
   void prepare_run(int n, RandomKey random);
   // seconds (null: not timed) receives each plan step's time, each step waited for.
@@ -108,6 +124,7 @@ class Executor {
   };
   std::vector<Recorded> recorded_;
   bool record_ = true;
+  bool commit_ = true;  // last micro-batches commit per-batch totals (false: commit_totals does)
   StepObserver* observer_ = nullptr;
   // Every Metric value of the graph, in the device's memory, zeroed by a batch's first run; the loss op's
   // come first, so results() reads back only those bytes.

@@ -84,13 +84,24 @@ BatchResult Scheduler::train_batch(InputBatches inputs, int batch, uint64_t rand
   const BatchShare share = comm ? batch_share(batch, comm->size(), comm->rank()) : BatchShare{0, batch};
   if (share.size == 0) {
     reducer_->sum_zero();
+    moments_->merge_and_commit(false);
     return {};
   }
   check_micro_batch(g_, train_.max_batch(), share.size);
   const double scale = 1.0 / batch;
-  return for_each_micro_batch(train_, inputs, share.offset, share.size, [&](int n, bool first, bool last, int first_sample) {
-    train_.run(n, first, last, scale, RandomKey{random_key, first_sample});
-  });
+  const BatchResult r =
+      for_each_micro_batch(train_, inputs, share.offset, share.size, [&](int n, bool first, bool last, int first_sample) {
+        train_.run(n, first, last, scale, RandomKey{random_key, first_sample});
+      });
+  if (moments_) moments_->merge_and_commit(true);
+  return r;
+}
+
+void Scheduler::set_data_parallel(GradientReducer* reducer) {
+  reducer_ = reducer;
+  train_.set_observer(reducer);
+  moments_ = reducer ? std::make_unique<MomentsMerge>(train_, reducer->communicator()) : nullptr;
+  if (!reducer) train_.set_deferred_commit(false);
 }
 
 BatchResult Scheduler::evaluate(InputBatches inputs, int batch) {

@@ -12,6 +12,7 @@
 
 #include "engine/executor.h"
 #include "engine/grad_reducer.h"
+#include "engine/moments_merge.h"
 #include "engine/staging.h"
 
 namespace crumb {
@@ -50,10 +51,9 @@ class Scheduler {
   // (engine/batch_share.h; inputs still hold the whole batch, in the same order on every rank) with the
   // loss scaled by 1/B for the whole batch, and the reducer sums the gradients over the ranks during
   // the last micro-batch's backward. BatchResult totals are this rank's.
-  void set_data_parallel(GradientReducer* reducer) {
-    reducer_ = reducer;
-    train_.set_observer(reducer);
-  }
+  // BatchNorm's deferred running statistics are merged over the ranks before they are committed
+  // (engine/moments_merge.h), so they too are those of the whole batch.
+  void set_data_parallel(GradientReducer* reducer);
 
   // Forward only over `batch` samples, in chunks of the evaluation plan's size.
   BatchResult evaluate(InputBatches inputs, int batch);
@@ -80,6 +80,7 @@ class Scheduler {
   Executor train_, eval_;
   std::unique_ptr<InputStaging> staging_;  // devices other than the CPU
   GradientReducer* reducer_ = nullptr;
+  std::unique_ptr<MomentsMerge> moments_;  // data-parallel runs
 };
 
 }  // namespace crumb

@@ -113,6 +113,15 @@ template <class T> void bn_apply_cpu(const StepArgs& a) {
   cpu::batch_norm_apply<T>(a.out<T>(0), a.in<T>(0), a.in<T>(1), a.in<T>(2), a.in<T>(3), ops::batch_norm_shape(a));
 }
 
+// The running statistics are inputs the layer updates in place: persistent State no other node reads in a
+// training pass.
+template <class T> void bn_commit_cpu(const StepArgs& a) {
+  const BatchNormAttrs& at = ops::attrs<BatchNormAttrs>(*a.node);
+  if (at.frozen || at.stats != BnStats::Deferred) return;
+  cpu::batch_norm_commit<T>(const_cast<T*>(a.in<T>(3)), const_cast<T*>(a.in<T>(4)), const_cast<int64_t*>(a.in<int64_t>(5)),
+                            a.out<double>(2), static_cast<int>(a.in_value(3).dims[0]), at.momentum);
+}
+
 template <class T> void bn_fwd_cpu(const StepArgs& a) {
   const BatchNormAttrs& at = ops::attrs<BatchNormAttrs>(*a.node);
   const cpu::BatchNormShape s = ops::batch_norm_shape(a);
@@ -131,7 +140,7 @@ template <class T> void bn_fwd_cpu(const StepArgs& a) {
   cpu::batch_norm_forward_train<T>(a.out<T>(0), a.out<T>(1), a.in<T>(0), a.in<T>(1), a.in<T>(2), s, at.eps,
                                    deferred ? moments : nullptr, deferred ? nullptr : running_mean,
                                    deferred ? nullptr : running_var, tracked, at.momentum);
-  if (deferred && a.last) cpu::batch_norm_commit<T>(running_mean, running_var, tracked, moments, s.c, at.momentum);
+  if (deferred && a.last && a.commit) bn_commit_cpu<T>(a);
 }
 
 template <class T> void bn_bwd_cpu(const StepArgs& a) {
@@ -213,7 +222,8 @@ int micro_batch_multiple(const Graph& g) {
 }
 
 void bind_norm_cpu(ImplTable& t) {
-  CRUMB_CPU_ROWS(t, kBatchNorm, bn_fwd_cpu);
+  t.add(kBatchNorm, Device::CPU, DType::F32, {bn_fwd_cpu<float>, nullptr, nullptr, bn_commit_cpu<float>});
+  t.add(kBatchNorm, Device::CPU, DType::F64, {bn_fwd_cpu<double>, nullptr, nullptr, bn_commit_cpu<double>});
   CRUMB_CPU_ROWS(t, kBatchNormBwd, bn_bwd_cpu);
   CRUMB_CPU_ROWS(t, kBatchNormApply, bn_apply_cpu);
   CRUMB_CPU_ROWS(t, kGroupNorm, gn_fwd_cpu);

@@ -28,8 +28,15 @@ void bn_fwd(const StepArgs& a) {
   cuda::batch_norm_forward_train(a.out<float>(0), a.out<float>(1), a.in<float>(0), a.in<float>(1), a.in<float>(2), s,
                                  at.eps, deferred ? moments : nullptr, deferred ? nullptr : running_mean,
                                  deferred ? nullptr : running_var, tracked, at.momentum, stream);
-  if (deferred && a.last)
-    cuda::batch_norm_commit(running_mean, running_var, tracked, moments, s.c, at.momentum, stream);
+  if (deferred && a.last && a.commit) cuda::batch_norm_commit(running_mean, running_var, tracked, moments, s.c, at.momentum, stream);
+}
+
+void bn_commit(const StepArgs& a) {
+  const BatchNormAttrs& at = ops::attrs<BatchNormAttrs>(*a.node);
+  if (at.frozen || at.stats != BnStats::Deferred) return;
+  cuda::batch_norm_commit(const_cast<float*>(a.in<float>(3)), const_cast<float*>(a.in<float>(4)),
+                          const_cast<int64_t*>(a.in<int64_t>(5)), a.out<double>(2),
+                          static_cast<int>(a.in_value(3).dims[0]), at.momentum, cuda::CudaBackend::of(a).compute());
 }
 
 void bn_bwd(const StepArgs& a) {
@@ -60,7 +67,7 @@ void gn_bwd(const StepArgs& a) {
 }  // namespace
 
 void bind_norm_cuda(ImplTable& t) {
-  t.add(kBatchNorm, Device::CUDA, DType::F32, {bn_fwd});
+  t.add(kBatchNorm, Device::CUDA, DType::F32, {bn_fwd, nullptr, nullptr, bn_commit});
   t.add(kBatchNormBwd, Device::CUDA, DType::F32, {bn_bwd});
   t.add(kBatchNormApply, Device::CUDA, DType::F32, {bn_apply});
   t.add(kGroupNorm, Device::CUDA, DType::F32, {gn_fwd});

@@ -43,6 +43,10 @@ struct StepArgs {
   OpState* state = nullptr;    // the backend's per-node state, if it built one
   bool training = true;         // a training pass (forward + backward), or evaluation
   bool last = true;             // the batch's last micro-batch: per-batch totals are complete after it
+  // With last: commit the per-batch totals in this run (BatchNorm's deferred running statistics). False in
+  // data-parallel training, where each rank's totals are merged over the ranks first and then committed
+  // by the implementation's commit function (Executor::commit_totals).
+  bool commit = true;
   const RandomKey* random = nullptr;  // this micro-batch's key for random ops, in the device's memory
   CopyQueue* copies = nullptr;        // the executor's copies to and from the host pool (swap ops), if any
 
@@ -97,6 +101,9 @@ struct OpImpl {
   std::unique_ptr<OpState> (*prepare)(const Graph& g, const Node& n, int max_batch, Backend& backend) = nullptr;
   // Scratch bytes a run of up to `batch` samples needs, given prepare()'s state (null: none).
   std::size_t (*workspace)(const Graph& g, const Node& n, int batch, const OpState* state) = nullptr;
+  // Commits the per-batch totals a last micro-batch run with StepArgs::commit false left in the node's
+  // metric outputs (null: the op keeps none).
+  StepFn commit = nullptr;
 };
 
 // The implementation table. Rows are added once, before the first lookup, by the binding functions
