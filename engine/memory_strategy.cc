@@ -206,12 +206,11 @@ class Search {
 // The techniques a strategy may use, and in what combinations: auto tries both together, then each alone.
 struct Technique {
   bool swap, recompute;
-  const char* name;
 };
 std::vector<Technique> techniques(Strategy s) {
-  if (s == Strategy::Swap) return {{true, false, "swap"}};
-  if (s == Strategy::Recompute) return {{false, true, "recompute"}};
-  return {{true, true, "swap+recompute"}, {true, false, "swap"}, {false, true, "recompute"}};
+  if (s == Strategy::Swap) return {{true, false}};
+  if (s == Strategy::Recompute) return {{false, true}};
+  return {{true, true}, {true, false}, {false, true}};
 }
 
 // The trial that fits the budget at this search's micro-batch with the least predicted step time, if any.
@@ -229,9 +228,11 @@ std::optional<Trial> best_fit(const Search& s, Strategy strategy, std::size_t bu
 
 // what_m: the micro-batch and why it is that size ("--micro-batch 32", "micro-batch 32 (one BatchNorm group)").
 [[noreturn]] void fail_budget(const Search& s, Strategy strategy, const std::string& what_m, std::size_t budget) {
-  std::string least;
-  for (const Technique& t : techniques(Strategy::Auto))
-    least += detail::concat(", ", t.name, " ", format_bytes(s.greedy(t.swap, t.recompute, 0).total));
+  // auto's least is the best of the three ways it tries (both together can end above swapping alone).
+  const std::size_t both = s.greedy(true, true, 0).total, swap = s.greedy(true, false, 0).total,
+                    recompute = s.greedy(false, true, 0).total;
+  const std::string least = detail::concat(", swap ", format_bytes(swap), ", recompute ", format_bytes(recompute),
+                                           ", auto ", format_bytes(std::min({both, swap, recompute})));
   CRUMB_FAIL("memory budget ", format_bytes(budget), " cannot hold ", what_m, " with ",
              strategy == Strategy::Auto ? "any strategy" : "--strategy " + std::string(strategy_name(strategy)),
              "; the least each needs: in memory ", format_bytes(s.in_memory_total()), least,
