@@ -219,6 +219,9 @@ std::optional<Trial> best_fit(const Search& s, Strategy strategy, std::size_t bu
   double best_seconds = 0;
   for (const Technique& t : techniques(strategy)) {
     Trial trial = s.greedy(t.swap, t.recompute, budget);
+    // The greedy's path depends on the budget (each step covers half the excess), so where it stops
+    // short, the path to the least it can reach may still fit: it takes more out than needed, but fits.
+    if (trial.total > budget) trial = s.greedy(t.swap, t.recompute, 0);
     if (trial.total > budget) continue;
     const double seconds = costs.simulate(trial.graph, m);
     if (!best || seconds < best_seconds) best = std::move(trial), best_seconds = seconds;

@@ -4,8 +4,9 @@ group of 32 by default), the smallest memory budget each strategy fits, and the 
 measured by a short training run at that budget, against the in-memory plan.
 
 The minima come from train's own error line for a budget nothing fits ("the least each needs: ..."); each
-strategy then trains at 2% above its minimum (the choice depends on measured kernel times, which vary a
-little from run to run); auto also at recompute's minimum, where it may choose. A step is one micro-batch's forward and backward (train's measured_step_s).
+strategy then trains at 2% above its minimum, or 5% or 10% where that does not fit on the run (the
+choice follows measured kernel times, which vary from run to run); auto also at recompute's minimum,
+where it may choose. A step is one micro-batch's forward and backward (train's measured_step_s).
 
 usage: tools/bench/strategy_bench.py [--train build/train] [--models resnet20,resnet50] [--repeat 2]
 """
@@ -48,14 +49,21 @@ def minima(train, common):
     return out
 
 
-def measure(train, common, strategy, budget, repeat):
+def measure(train, common, strategy, least, repeat):
+    """The fastest of `repeat` runs at 2% above `least`, or 5% or 10% where the choice, which follows
+    measured kernel times, does not fit there on this run. Returns the run's JSON and the budget."""
     best = None
     for _ in range(repeat):
-        code, out, err = run(train, common + ["--strategy", strategy, "--memory-budget", str(int(budget)),
-                                              "--epochs", "1"])
+        for factor in (1.02, 1.05, 1.10):
+            budget = least * factor
+            code, out, err = run(train, common + ["--strategy", strategy, "--memory-budget", str(int(budget)),
+                                                  "--epochs", "1"])
+            if code == 0:
+                break
         if code != 0:
             sys.exit(f"--strategy {strategy} at {budget / 2**20:.2f} MiB failed: {err.strip().splitlines()[-1]}")
         j = json.loads(out.strip().splitlines()[-1])
+        j["budget"] = budget
         if best is None or j["measured_step_s"] < best["measured_step_s"]:
             best = j
     return best
@@ -74,23 +82,24 @@ def main():
         common = MODELS[model] + ["--batch", str(a.micro_batch), "--micro-batch", str(a.micro_batch),
                                   "--threads", str(a.threads)]
         least = minima(a.train, common)
-        in_memory = measure(a.train, common, "none", least["in memory"] * 1.02, a.repeat)
+        in_memory = measure(a.train, common, "none", least["in memory"], a.repeat)
         base = in_memory["measured_step_s"]
         rows.append((model, "in memory", least["in memory"], in_memory, base))
         # auto twice: where only the most frugal choice fits, and where recomputing alone would also fit.
         for strategy, key in (("swap", "swap"), ("recompute", "recompute"), ("auto", "auto"),
                               ("auto", "recompute")):
-            rows.append((model, strategy, least[key], measure(a.train, common, strategy, least[key] * 1.02, a.repeat),
-                         base))
-    print(f"{'model':9} {'strategy':10} {'budget':>13} {'vs memory':>9} {'swapped':>7} {'recomp.':>7} "
+            rows.append((model, strategy, least[key], measure(a.train, common, strategy, least[key], a.repeat), base))
+    print(f"{'model':9} {'strategy':10} {'least':>13} {'vs memory':>9} {'ran at':>9} {'swapped':>7} {'recomp.':>7} "
           f"{'host pool':>10} {'step ms':>8} {'predicted':>9} {'vs memory':>9}")
     for model, strategy, budget, j, base in rows:
         mem = rows[[r[0] for r in rows].index(model)][2]
-        print(f"{model:9} {strategy:10} {budget / 2**20:10.2f} MiB {budget / mem:9.3f} {j['swapped']:7d} "
+        print(f"{model:9} {strategy:10} {budget / 2**20:10.2f} MiB {budget / mem:9.3f} {j['budget'] / budget:9.2f} "
+              f"{j['swapped']:7d} "
               f"{j['recomputed']:7d} {j['host_pool_bytes'] / 2**20:6.2f} MiB {j['measured_step_s'] * 1e3:8.1f} "
               f"{j['predicted_step_s'] * 1e3:9.1f} {j['measured_step_s'] / base:9.3f}")
     print(json.dumps({"strategy_bench": [
-        {"model": m, "strategy": s, "least_budget": int(b), "measured_step_s": j["measured_step_s"],
+        {"model": m, "strategy": s, "least_budget": int(b), "ran_at_budget": int(j["budget"]),
+         "measured_step_s": j["measured_step_s"],
          "predicted_step_s": j["predicted_step_s"], "in_memory_step_s": base, "swapped": j["swapped"],
          "recomputed": j["recomputed"], "host_pool_bytes": j["host_pool_bytes"], "strategy_used": j["strategy_used"]}
         for m, s, b, j, base in rows]}))
