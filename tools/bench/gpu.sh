@@ -5,13 +5,13 @@
 # compute-sanitizer. Every phase is bounded against one deadline, so whatever ran comes back; phases that
 # no longer fit are skipped and say so. Files go to $OUT (or ./gpu-out); summary.txt is printed last.
 #
-# usage: tools/bench/gpu.sh [--deadline 560] [--phases build,cuda,cpu,train,graphs,compare,budget,sanitize]
+# usage: tools/bench/gpu.sh [--deadline 560] [--phases build,cuda,cpu,train,graphs,compare,budget,swap,sanitize]
 #          [--models lenet5,cnn] [--batch 256] [--epochs 2] [--repeat 3] [-- extra train flags]
 # Needs gpu-carry/ (tools/bench/gpu_carry.sh) where the machine lacks Eigen, GoogleTest, zlib or the data.
 set -uo pipefail  # no -e: a failing phase is recorded and the next one still runs
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-deadline=560 phases=build,cuda,cpu,train,graphs,compare,budget,sanitize models=lenet5,cnn batch=256 epochs=2 repeat=3
+deadline=560 phases=build,cuda,cpu,train,graphs,compare,budget,swap,sanitize models=lenet5,cnn batch=256 epochs=2 repeat=3
 extra=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -209,6 +209,16 @@ if want budget; then
   done
   cat "$out/budget.tmp" >> "$out/train.log"
   rm -f "$out/budget.tmp"
+fi
+
+# ---- swapping (copy stream, pinned host pool) and recomputation on the GPU: each strategy's least budget
+# and step time at one BatchNorm group of ResNet-50 224x224 (tools/bench/strategy_bench.py).
+if want swap; then
+  bounded 240 python3 "$repo/tools/bench/strategy_bench.py" --train "$build/train" --models resnet50 --device cuda \
+    --input 3x224x224 --repeat 2 > "$out/swap.tmp" 2>> "$out/train.log"
+  note "swap: $(tail -n 1 "$out/swap.tmp")"
+  cat "$out/swap.tmp" >> "$out/train.log"
+  rm -f "$out/swap.tmp"
 fi
 
 # ---- compute-sanitizer, last: memcheck over the GPU tests (not the free-memory one: the tool's own

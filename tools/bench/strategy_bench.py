@@ -9,6 +9,7 @@ choice follows measured kernel times, which vary from run to run); auto also at 
 where it may choose. A step is one micro-batch's forward and backward (train's measured_step_s).
 
 usage: tools/bench/strategy_bench.py [--train build/train] [--models resnet20,resnet50] [--repeat 2]
+         [--device cpu|cuda] [--input 3x112x112]   (--input: resnet50's synthetic image shape)
 """
 import argparse
 import json
@@ -76,11 +77,14 @@ def main():
     ap.add_argument("--micro-batch", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=2, help="runs per strategy; the fastest step is kept")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--input", default="3x112x112", help="resnet50's synthetic image shape")
     a = ap.parse_args()
+    MODELS["resnet50"][MODELS["resnet50"].index("--input") + 1] = a.input
     rows = []
     for model in a.models.split(","):
         common = MODELS[model] + ["--batch", str(a.micro_batch), "--micro-batch", str(a.micro_batch),
-                                  "--threads", str(a.threads)]
+                                  "--threads", str(a.threads), "--device", a.device]
         least = minima(a.train, common)
         in_memory = measure(a.train, common, "none", least["in memory"], a.repeat)
         base = in_memory["measured_step_s"]
