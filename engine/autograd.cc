@@ -7,13 +7,7 @@ namespace crumb {
 GradBuilder::GradBuilder(Graph& g) : g_(g), grad_(g.num_values(), -1), claimed_(g.num_values(), false) {}
 
 ValueId GradBuilder::new_grad_value(ValueId v, const std::string& name) {
-  const Value& src = g_.value(v);
-  Value d;
-  d.name = name;
-  d.dtype = src.dtype;
-  d.dims = src.dims;
-  d.batched = src.batched;
-  const ValueId id = g_.add_value(std::move(d));
+  const ValueId id = g_.add_like(v, name);
   grad_.resize(g_.num_values(), -1);
   claimed_.resize(g_.num_values(), false);
   return id;

@@ -14,11 +14,11 @@ namespace crumb {
 
 double CostModel::seconds(const Node& n, int m) const {
   if (n.def == &kSwapCopy || n.def == &kSwapWait || measured_batch <= 0) return 0;
-  static const std::string kRecompute = ".recompute";
+  const std::string_view suffix = ops::kRecomputeSuffix;
   auto it = node_seconds.find(n.name);
-  if (it == node_seconds.end() && n.name.size() > kRecompute.size() &&
-      n.name.compare(n.name.size() - kRecompute.size(), kRecompute.size(), kRecompute) == 0)
-    it = node_seconds.find(n.name.substr(0, n.name.size() - kRecompute.size()));
+  if (it == node_seconds.end() && n.name.size() > suffix.size() &&
+      n.name.compare(n.name.size() - suffix.size(), suffix.size(), suffix) == 0)
+    it = node_seconds.find(n.name.substr(0, n.name.size() - suffix.size()));
   return it == node_seconds.end() ? 0.0 : it->second * m / measured_batch;
 }
 

@@ -61,6 +61,16 @@ NodeId Graph::add_node(Node n) {
   return id;
 }
 
+ValueId Graph::add_like(ValueId v, std::string name) {
+  const Value& src = value(v);
+  Value like;
+  like.name = std::move(name);
+  like.dtype = src.dtype;
+  like.dims = src.dims;
+  like.batched = src.batched;
+  return add_value(std::move(like));
+}
+
 void Graph::reorder(const std::vector<NodeId>& order) {
   CRUMB_CHECK(order.size() == nodes_.size(), "reorder: ", order.size(), " node ids for ", nodes_.size(), " nodes");
   std::vector<NodeId> new_id(nodes_.size(), -1);

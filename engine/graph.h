@@ -85,6 +85,10 @@ class Graph {
   // (out[0] named `name`, further ones "<name>:1", ...); returns out[0].
   ValueId apply(const OpDef& def, std::vector<ValueId> in, const std::string& name, std::any attrs = {});
 
+  // A new activation shaped like v (dtype, dims, batching), named `name`, not yet produced: a gradient of v,
+  // or a copy of it that a rewrite recomputes or swaps.
+  ValueId add_like(ValueId v, std::string name);
+
   ValueId input(const std::string& name, Dims per_sample, DType dtype = DType::F32, bool requires_grad = false);
   ValueId param(const std::string& name, Dims dims, ParamInit init, DType dtype = DType::F32);
   // Persistent, non-trained state (unbatched), every element starting at `fill`; its dtype is the float

@@ -10,13 +10,9 @@ namespace crumb {
 namespace {
 
 ValueId copy_value(Graph& g, ValueId v, const char* suffix, bool host) {
-  Value c = g.value(v);
-  c.name += suffix;
-  c.kind = ValueKind::Activation;
-  c.producer = c.view_of = c.grad = -1;
-  c.requires_grad = false;
-  c.host = host;
-  return g.add_value(std::move(c));
+  const ValueId c = g.add_like(v, g.value(v).name + suffix);
+  g.value(c).host = host;
+  return c;
 }
 
 NodeId add(Graph& g, const OpDef& def, const std::string& name, ValueId in, ValueId out, int ticket, bool backward) {

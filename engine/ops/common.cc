@@ -39,22 +39,23 @@ void set_out_dims(Graph& g, const Node& n, int i, const Dims& dims) {
                            dims_str(dims)));
 }
 
-std::vector<ValueId> recompute_clone(Graph& g, const Node& n, const std::vector<ValueId>& in) {
+std::vector<ValueId> add_recompute(Graph& g, const Node& n, const OpDef& def, std::vector<ValueId> in,
+                                   std::size_t outputs) {
   Node c;
-  c.def = n.def;
-  c.name = n.name + ".recompute";
-  c.in = in;
+  c.def = &def;
+  c.name = n.name + std::string(kRecomputeSuffix);
+  c.in = std::move(in);
   c.attrs = n.attrs;  // a dropout layer's hash is among them: the same mask again
   c.geometry = n.geometry;
-  for (ValueId v : n.out) {
-    Value copy = g.value(v);
-    copy.name += ".recomputed";
-    copy.producer = copy.view_of = copy.grad = -1;
-    c.out.push_back(g.add_value(std::move(copy)));
-  }
+  for (std::size_t i = 0; i < outputs; ++i) c.out.push_back(g.add_like(n.out[i], g.value(n.out[i]).name + ".recomputed"));
   std::vector<ValueId> out = c.out;
+  out.resize(n.out.size(), -1);
   g.add_node(std::move(c));
   return out;
+}
+
+std::vector<ValueId> recompute_clone(Graph& g, const Node& n, const std::vector<ValueId>& in) {
+  return add_recompute(g, n, *n.def, in, n.out.size());
 }
 
 void weighted_backward(GradBuilder& gb, const Node& n, const OpDef& bwd_data, const OpDef& bwd_weight) {

@@ -84,19 +84,7 @@ void bn_backward(GradBuilder& gb, const Node& n) { norm_backward(gb, n, kBatchNo
 // Recomputed in the backward pass from the statistics the forward stored (which the layer's backward
 // reads anyway), never from the batch again: the running statistics must see each batch once.
 std::vector<ValueId> bn_recompute(Graph& g, const Node& n, const std::vector<ValueId>& in) {
-  Node c;
-  c.def = &kBatchNormApply;
-  c.name = n.name + ".recompute";
-  c.in = {in[0], in[1], in[2], n.out[1]};
-  c.attrs = n.attrs;
-  c.geometry = n.geometry;
-  Value y = g.value(n.out[0]);
-  y.name += ".recomputed";
-  y.producer = y.view_of = y.grad = -1;
-  c.out = {g.add_value(std::move(y))};
-  const ValueId out = c.out[0];
-  g.add_node(std::move(c));
-  return {out, -1, -1};
+  return ops::add_recompute(g, n, kBatchNormApply, {in[0], in[1], in[2], n.out[1]}, 1);
 }
 
 // in: x, weight, bias, stats  out: y

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -243,6 +244,12 @@ void weighted_backward(GradBuilder& gb, const Node& n, const OpDef& bwd_data, co
 cpu::BatchNormShape batch_norm_shape(const StepArgs& a);
 // Elements of out[0] at the step's batch (elementwise ops).
 inline std::size_t out_count(const StepArgs& a) { return static_cast<std::size_t>(a.out_value().count(a.n)); }
+// What the name of a node recomputing layer L is: L followed by this (engine/cost_model.h prices it as L).
+inline constexpr std::string_view kRecomputeSuffix = ".recompute";
+// Adds the node recomputing n's first `outputs` outputs with op `def` on `in` (n's attributes and geometry,
+// named after n); returns per output of n its recomputed value, -1 past `outputs`.
+std::vector<ValueId> add_recompute(Graph& g, const Node& n, const OpDef& def, std::vector<ValueId> in,
+                                   std::size_t outputs);
 // The recompute rule of a pure op: the same op again on `in`, every output recomputed.
 std::vector<ValueId> recompute_clone(Graph& g, const Node& n, const std::vector<ValueId>& in);
 // Adds the rows of a templated CPU implementation for both float dtypes.
