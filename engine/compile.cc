@@ -15,8 +15,7 @@ std::vector<NodeId> pass_order(const Graph& g, Pass pass) {
   return order;
 }
 
-CompiledPass compile_pass(const Graph& g, Pass pass, int max_batch, Device device, int index,
-                          const std::vector<ValueId>* host_pool) {
+CompiledPass compile_pass(const Graph& g, Pass pass, int max_batch, Device device, int index) {
   CRUMB_CHECK(g.loss() >= 0, "compile: the graph has no loss");
   CRUMB_CHECK(max_batch >= 1, "compile: micro-batch size must be >= 1, got ", max_batch);
   CompiledPass c;
@@ -33,17 +32,15 @@ CompiledPass compile_pass(const Graph& g, Pass pass, int max_batch, Device devic
     c.steps.push_back(compile_step(b, g, g.node(id), max_batch));
     workspace.push_back(c.steps.back().workspace);
   }
-  c.plan = plan_pass(g, pass, max_batch, workspace, host_pool);
+  c.plan = plan_pass(g, pass, max_batch, workspace);
   return c;
 }
 
-MemoryPlan plan_pass(const Graph& g, Pass pass, int max_batch, const std::vector<std::size_t>& workspace,
-                     const std::vector<ValueId>* host_pool) {
+MemoryPlan plan_pass(const Graph& g, Pass pass, int max_batch, const std::vector<std::size_t>& workspace) {
   std::vector<ValueId> keep{g.loss()};
   for (ValueId x : g.inputs())
     if (g.value(x).grad >= 0) keep.push_back(g.value(x).grad);
   std::vector<ValueId> host;
-  if (host_pool) host = *host_pool;
   for (ValueId v = 0; v < g.num_values(); ++v)
     if (g.value(v).host) host.push_back(v);
   return plan_memory(g, pass_order(g, pass), max_batch, keep, workspace, &host);

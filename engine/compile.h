@@ -32,16 +32,14 @@ struct CompiledPass {
 
 // The memory plan of a pass of g at max_batch samples with these per-step workspace sizes (in the pass's
 // order): what compile_pass plans, for callers that try many rewrites of a graph whose kernels they
-// compiled once (engine/memory_strategy.h). Values with Value::host go to the host pool.
-MemoryPlan plan_pass(const Graph& g, Pass pass, int max_batch, const std::vector<std::size_t>& workspace,
-                     const std::vector<ValueId>* host_pool = nullptr);
+// compiled once (engine/memory_strategy.h).
+MemoryPlan plan_pass(const Graph& g, Pass pass, int max_batch, const std::vector<std::size_t>& workspace);
 
 // Throws crumb::Error when the graph has no loss, a training pass has no backward graph, a node has no
 // implementation on the device, or max_batch < 1. The plan keeps the loss and the gradients of inputs
 // live to the end (they are read after a run). index: which device of its kind (per-node state such as a
-// cuDNN plan is built there). host_pool: values the plan places in the host pool instead of the arena
+// cuDNN plan is built there). Values marked Value::host are planned in the host pool instead of the arena
 // (engine/planner.h).
-CompiledPass compile_pass(const Graph& g, Pass pass, int max_batch, Device device, int index = 0,
-                          const std::vector<ValueId>* host_pool = nullptr);
+CompiledPass compile_pass(const Graph& g, Pass pass, int max_batch, Device device, int index = 0);
 
 }  // namespace crumb

@@ -49,7 +49,7 @@ struct Value {
   NodeId producer = -1;
   ValueId view_of = -1;  // shares the storage of this value (reshape views)
   bool requires_grad = false;
-  bool host = false;     // lives in the host pool, not the arena (a swapped-out copy, engine/swap.h)
+  bool host = false;     // lives in the host pool, not the arena (swapped-out copies, engine/swap.h)
   ValueId grad = -1;     // Param: its ParamGrad value; Input with requires_grad: its gradient
   ParamInit init;
 
