@@ -67,14 +67,25 @@ std::vector<Tick> micro_batch_ticks(const ReportData& r) {
   return ticks;
 }
 
-// The frame's outline drawn over the blocks, the step axis under it, and the finished SVG (the arena
-// map and the timeline share the step axis).
-std::string finish_step_chart(XmlWriter& w, const Frame& f, const Scale& x, int steps) {
+// The frame's outline drawn over the plot, the x axis under it, and the finished SVG.
+std::string finish_chart(XmlWriter& w, const Frame& f, const Scale& x, const std::vector<Tick>& ticks,
+                         const std::string& title, const std::vector<double>& bold = {}) {
   w.leaf("rect", {{"x", f.left}, {"y", f.top}, {"width", f.width}, {"height", f.height}, {"fill", "none"},
                   {"stroke", "#555"}});
-  x_axis(w, f, x, labelled(count_ticks(steps), count_label), "step (position in the executor's schedule)");
+  x_axis(w, f, x, ticks, title, bold);
   w.close();
   return w.str();
+}
+
+// The arena map and the timeline share the step axis.
+std::string finish_step_chart(XmlWriter& w, const Frame& f, const Scale& x, int steps) {
+  return finish_chart(w, f, x, labelled(count_ticks(steps), count_label), "step (position in the executor's schedule)");
+}
+
+// The sweep and the throughput share the micro-batch axis, with the chosen m in bold.
+std::string finish_micro_batch_chart(XmlWriter& w, const Frame& f, const Scale& x, const ReportData& r) {
+  return finish_chart(w, f, x, micro_batch_ticks(r), "micro-batch size m (samples per forward + backward)",
+                      {double(r.micro_batch())});
 }
 
 }  // namespace
@@ -296,12 +307,7 @@ std::string sweep_svg(const ReportData& r) {
     w.titled("path", {{"d", diamond(x(t.micro_batch), y(double(t.rss_bytes)), 7)}, {"fill", "#222222"},
                       {"stroke", "#ffffff"}},
              "m = " + std::to_string(t.micro_batch) + ": resident memory grew by " + format_bytes(t.rss_bytes));
-  w.leaf("rect", {{"x", f.left}, {"y", f.top}, {"width", f.width}, {"height", f.height}, {"fill", "none"},
-                  {"stroke", "#555"}});
-  x_axis(w, f, x, micro_batch_ticks(r), "micro-batch size m (samples per forward + backward)",
-         {double(r.micro_batch())});
-  w.close();
-  return w.str();
+  return finish_micro_batch_chart(w, f, x, r);
 }
 
 std::string throughput_svg(const ReportData& r) {
@@ -328,12 +334,7 @@ std::string throughput_svg(const ReportData& r) {
                  std::to_string(std::lround(t.step_seconds * 1e3)) + " ms per step");
     w.leaf("text", {{"x", px}, {"y", py - 10}, {"text-anchor", "middle"}}, count_label(t.samples_per_s));
   }
-  w.leaf("rect", {{"x", f.left}, {"y", f.top}, {"width", f.width}, {"height", f.height}, {"fill", "none"},
-                  {"stroke", "#555"}});
-  x_axis(w, f, x, micro_batch_ticks(r), "micro-batch size m (samples per forward + backward)",
-         {double(r.micro_batch())});
-  w.close();
-  return w.str();
+  return finish_micro_batch_chart(w, f, x, r);
 }
 
 }  // namespace crumb::train
