@@ -50,17 +50,16 @@ struct Trial {
 class Search {
  public:
   Search(const Graph& g, const StrategyRequest& r, int m, const CostModel* costs)
-      : g_(g), r_(r), m_(m), costs_(costs), base_(plan_micro_batch(g, m, r.optimizer, r.device, r.index)) {
+      : g_(g), m_(m), costs_(costs), base_(plan_micro_batch(g, m, r.optimizer, r.device, r.index)) {
     count_loader(g, r.batch, base_);
     fixed_ = base_.memory.total() - base_.memory.arena;
-    const std::vector<NodeId> order = pass_order(g, Pass::Train);
+    const std::vector<NodeId>& order = base_.train.plan.order;
     for (std::size_t s = 0; s < order.size(); ++s) workspace_[g.node(order[s]).name] = base_.train.steps[s].workspace;
     saved_ = saved_values(g);
     is_saved_.assign(g.num_values(), false);
     for (const SavedValue& s : saved_) is_saved_[s.value] = true;
   }
 
-  MicroBatchPlan& base() { return base_; }
   std::size_t in_memory_total() const { return base_.memory.total(); }
 
   Trial trial(const std::vector<ValueId>& recomputed, const std::vector<ValueId>& swapped) const {
@@ -193,7 +192,6 @@ class Search {
   double cost(NodeId i) const { return costs_ ? costs_->seconds(g_.node(i), m_) : 1.0; }
 
   const Graph& g_;
-  const StrategyRequest& r_;
   int m_;
   const CostModel* costs_;
   MicroBatchPlan base_;

@@ -13,7 +13,6 @@ MomentsMerge::MomentsMerge(Executor& e, Communicator& comm) : e_(e), comm_(comm)
   counts_.assign(doubles / 3, 0.0);
   weighted_.assign(doubles / 3, 0.0);
   m2_.assign(doubles / 3, 0.0);
-  e.set_deferred_commit(true);
 }
 
 void MomentsMerge::merge_and_commit(bool has_samples) {

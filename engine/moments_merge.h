@@ -14,7 +14,7 @@ namespace crumb {
 
 class MomentsMerge {
  public:
-  // e: the training executor, whose deferred commit this turns on.
+  // e: the training executor, run with its commit deferred (Executor::set_deferred_commit).
   MomentsMerge(Executor& e, Communicator& comm);
   // After the batch's last run: merges every rank's moments (a rank without samples adds zeros) and
   // commits them.

@@ -101,7 +101,7 @@ void Scheduler::set_data_parallel(GradientReducer* reducer) {
   reducer_ = reducer;
   train_.set_observer(reducer);
   moments_ = reducer ? std::make_unique<MomentsMerge>(train_, reducer->communicator()) : nullptr;
-  if (!reducer) train_.set_deferred_commit(false);
+  train_.set_deferred_commit(reducer != nullptr);
 }
 
 BatchResult Scheduler::evaluate(InputBatches inputs, int batch) {

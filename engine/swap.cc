@@ -85,7 +85,7 @@ SwapResult swap(Graph& g, const std::vector<ValueId>& values, int batch, const S
 
   SwapResult r;
   std::vector<std::vector<NodeId>> after(nodes), before(nodes);
-  std::vector<ValueId> back_of(g.num_values(), -1);
+  std::vector<ValueId> back_of(g.num_values(), -1);  // per value of g as given: its copy back, if swapped
   int ticket = 0;
   for (const Plan& p : plans) {
     // Back before the copy out is waited for: nothing would leave the arena.
@@ -98,7 +98,6 @@ SwapResult swap(Graph& g, const std::vector<ValueId>& values, int batch, const S
     before[p.start_in].push_back(add(g, kSwapCopy, name + ".swap_in", host, back, ticket + 1, true));
     before[p.s.first_backward].push_back(add(g, kSwapWait, name + ".swap_in_wait", back, -1, ticket + 1, true));
     ticket += 2;
-    back_of.resize(g.num_values(), -1);
     back_of[v] = back;
     r.swapped.push_back(v);
     r.host.push_back(host);
@@ -111,7 +110,7 @@ SwapResult swap(Graph& g, const std::vector<ValueId>& values, int batch, const S
     for (NodeId a : after[i]) order.push_back(a);
     if (g.node(i).backward)
       for (ValueId& x : g.node(i).in)
-        if (x < static_cast<ValueId>(back_of.size()) && back_of[x] >= 0) x = back_of[x];
+        if (back_of[x] >= 0) x = back_of[x];
   }
   r.nodes_added = g.num_nodes() - nodes;
   g.reorder(order);
