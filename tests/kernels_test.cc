@@ -187,6 +187,11 @@ TYPED_TEST(CpuKernelTest, Conv2d) {
            conv_shape(12, 6, 9, 9, 7, 1, 1, 1, 1, 0, 0),    // pointwise, split across threads
            conv_shape(3, 3, 9, 8, 12, 3, 3, 1, 1, 1, 1),    // more output channels: GEMM, not GEMV
            conv_shape(2, 8, 10, 10, 12, 5, 5, 1, 1, 2, 2),  // deep enough to tile the GEMM depth
+           // Direct (implicit-GEMM) convolutions, conv2d_direct.h: stride 1, at least 7x7 outputs.
+           conv_shape(3, 2, 9, 10, 5, 3, 3, 1, 1, 0, 0),    // no padding: dy padded by 2 for dx
+           conv_shape(2, 3, 10, 12, 7, 3, 5, 1, 1, 1, 2),   // kh != kw, pads differ
+           conv_shape(2, 3, 8, 9, 5, 2, 4, 1, 1, 1, 0),     // even kernel, pad on one axis only
+           conv_shape(70, 2, 7, 7, 3, 3, 3, 1, 1, 1, 1),    // 7x7: weight-gradient chunks plus a ragged one
        }) {
     check_conv<TypeParam>(s);
   }

@@ -14,6 +14,7 @@
 
 #include <omp.h>
 
+#include "kernels/cpu/conv2d_direct.h"
 #include "kernels/cpu/kernel_util.h"
 #include "kernels/cpu/ordered_gemm.h"
 #include "kernels/cpu/kernels.h"
@@ -41,6 +42,7 @@ struct Geom {
   std::ptrdiff_t x_len;  // elements of one input sample
   std::ptrdiff_t y_len;  // elements of one output sample
   bool pointwise;        // 1x1, stride 1, no padding: the input already is the column matrix
+  bool direct;           // conv2d_direct.h: no column matrix at all
   bool blocked;          // a map under kBlockColumns pixels: samples in blocks (by the map alone, never n)
   int block;             // samples per GEMM: 1 unblocked
   std::ptrdiff_t col;    // column buffer elements per slice ([k, block * hw])
@@ -51,9 +53,10 @@ struct Geom {
         x_len(std::ptrdiff_t{s.c_in} * s.h * s.w),
         y_len(std::ptrdiff_t{s.c_out} * hw),
         pointwise(s.kh == 1 && s.kw == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_h == 0 && s.pad_w == 0),
-        blocked(hw < kBlockColumns),
+        direct(detail::conv2d_direct(s)),
+        blocked(!direct && hw < kBlockColumns),
         block(!blocked ? 1 : static_cast<int>(std::min<std::ptrdiff_t>(s.n, (kBlockColumns + hw - 1) / hw))),
-        col(!blocked && pointwise ? 0 : k * block * hw),
+        col(direct ? detail::direct_slice_len(s) : !blocked && pointwise ? 0 : k * block * hw),
         out(!blocked ? 0 : std::ptrdiff_t{s.c_out} * block * hw) {}
   std::ptrdiff_t slice_len() const { return col + out; }
 };
@@ -264,7 +267,10 @@ std::size_t conv2d_forward_workspace(const Conv2dShape& s) {
   return static_cast<std::size_t>(workspace_slices(s) * Geom(s).slice_len());
 }
 
-std::size_t conv2d_backward_data_workspace(const Conv2dShape& s) { return conv2d_forward_workspace(s); }
+// The direct path's flipped weights go after the slices.
+std::size_t conv2d_backward_data_workspace(const Conv2dShape& s) {
+  return conv2d_forward_workspace(s) + (Geom(s).direct ? detail::direct_shared_len(s) : 0);
+}
 
 // Slice 0 accumulates straight into dw/db; the others into partial sums folded in at the end.
 std::size_t conv2d_backward_weight_workspace(const Conv2dShape& s) {
@@ -278,6 +284,7 @@ template <class T> void conv2d_forward(T* y, const T* x, const T* w, const T* b,
   const CMatR<T> W(w, s.c_out, g.k);
   for_each_slice(active_slices(s, g), s.n, [&](int slice, int i0, int i1) {
     T* col = workspace + slice * g.slice_len();
+    if (g.direct) return detail::direct_forward(y, x, w, b, s, i0, i1, col);
     if (g.blocked) {
       T* out = col + g.col;
       for (int i = i0; i < i1; i += g.block) {
@@ -304,7 +311,11 @@ template <class T>
 void conv2d_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, T* workspace, bool accumulate) {
   const Geom g(s);
   const auto Wt = CMatR<T>(w, s.c_out, g.k).transpose();
+  T* flipped = workspace + workspace_slices(s) * g.slice_len();
+  if (g.direct) detail::direct_flip_weights(flipped, w, s);
   for_each_slice(active_slices(s, g), s.n, [&](int slice, int i0, int i1) {
+    if (g.direct)
+      return detail::direct_backward_data(dx, dy, flipped, s, i0, i1, workspace + slice * g.slice_len(), accumulate);
     if (g.blocked) {
       T* dcol = workspace + slice * g.slice_len();
       T* dyb = dcol + g.col;
@@ -354,6 +365,7 @@ void conv2d_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dS
     T* dw_s = slice == 0 ? dw : partials + (slice - 1) * partial_len;
     T* db_s = !db ? nullptr : slice == 0 ? db : dw_s + dw_len;
     bool acc = slice == 0 && accumulate;
+    if (g.direct) return detail::direct_backward_weight(dw_s, db_s, dy, x, s, i0, i1, col, acc);
     if (g.blocked) {
       T* dyb = col + g.col;
       for (int i = i0; i < i1; i += g.block, acc = true) {

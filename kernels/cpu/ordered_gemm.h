@@ -5,6 +5,9 @@
 // result would depend on which samples it was grouped with, so on the micro-batch size and the thread
 // split, and the forward pass would no longer be bitwise the same at every micro-batch size (a ReLU
 // kink then turns a last-bit difference into a different gradient).
+//
+// The right-hand matrix need not exist: its rows are given by where they start (RhsRows), so a
+// convolution reads its column matrix straight out of a padded image (an implicit im2col).
 #pragma once
 #include <cmath>
 #include <cstddef>
@@ -19,19 +22,36 @@ template <class T> inline T ordered_fma(T a, T b, T acc) {
 #endif
 }
 
+// Row g * taps + t of the right-hand matrix starts at base + g * group_stride + tap[t]; columns are
+// contiguous. A row-major matrix is one tap at offset 0 with its leading dimension as the group stride;
+// a convolution over a padded image is one group per input channel (the plane as stride) and one tap
+// per kernel offset. k = groups * taps.
+template <class T> struct RhsRows {
+  const T* base;
+  std::ptrdiff_t group_stride;
+  const std::ptrdiff_t* tap;
+  int taps;
+  int groups;
+  RhsRows at_column(std::ptrdiff_t j) const { return {base + j, group_stride, tap, taps, groups}; }
+};
+
 // Register tile of R rows x C columns: C independent vector lanes, k streamed once per tile.
 template <int R, int C, class T>
-inline void ordered_tile(T* dst, std::ptrdiff_t ldd, const T* lhs, std::ptrdiff_t ldl, const T* rhs, std::ptrdiff_t ldr,
-                         std::ptrdiff_t k, const T* init) {
+inline void ordered_tile(T* dst, std::ptrdiff_t ldd, const T* lhs, std::ptrdiff_t ldl, const RhsRows<T>& rhs,
+                         const T* init) {
   T acc[R][C];
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) acc[r][c] = init ? init[r] : T(0);
-  for (std::ptrdiff_t p = 0; p < k; ++p) {
-    const T* b = rhs + p * ldr;
-    for (int r = 0; r < R; ++r) {
-      const T a = lhs[r * ldl + p];
+  const T* a = lhs;
+  const T* group = rhs.base;
+  for (int g = 0; g < rhs.groups; ++g, group += rhs.group_stride) {
+    for (int t = 0; t < rhs.taps; ++t, ++a) {
+      const T* b = group + rhs.tap[t];
+      for (int r = 0; r < R; ++r) {
+        const T ar = a[r * ldl];
 #pragma omp simd
-      for (int c = 0; c < C; ++c) acc[r][c] = ordered_fma(a, b[c], acc[r][c]);
+        for (int c = 0; c < C; ++c) acc[r][c] = ordered_fma(ar, b[c], acc[r][c]);
+      }
     }
   }
   for (int r = 0; r < R; ++r)
@@ -40,26 +60,33 @@ inline void ordered_tile(T* dst, std::ptrdiff_t ldd, const T* lhs, std::ptrdiff_
 
 // Columns [0, n) of R rows in tiles of C, then narrower tiles for the tail (same per-entry sequence).
 template <int R, int C, class T>
-inline void ordered_rows(T* dst, std::ptrdiff_t ldd, const T* lhs, std::ptrdiff_t ldl, const T* rhs, std::ptrdiff_t ldr,
-                         std::ptrdiff_t n, std::ptrdiff_t k, const T* init) {
+inline void ordered_rows(T* dst, std::ptrdiff_t ldd, const T* lhs, std::ptrdiff_t ldl, const RhsRows<T>& rhs,
+                         std::ptrdiff_t n, const T* init) {
   std::ptrdiff_t j = 0;
-  for (; j + C <= n; j += C) ordered_tile<R, C>(dst + j, ldd, lhs, ldl, rhs + j, ldr, k, init);
+  for (; j + C <= n; j += C) ordered_tile<R, C>(dst + j, ldd, lhs, ldl, rhs.at_column(j), init);
   if constexpr (C > 1) {
-    if (j < n) ordered_rows<R, C / 2>(dst + j, ldd, lhs, ldl, rhs + j, ldr, n - j, k, init);
+    if (j < n) ordered_rows<R, C / 2>(dst + j, ldd, lhs, ldl, rhs.at_column(j), n - j, init);
   }
 }
 
-// dst[m, n] = init (per row; null: 0) + lhs[m, k] * rhs[k, n], all row-major with leading dimensions.
+// dst[m, n] = init (per row; null: 0) + lhs[m, k] * rhs[k, n], row-major with leading dimensions.
 template <class T>
-void ordered_gemm(T* dst, std::ptrdiff_t ldd, const T* lhs, std::ptrdiff_t ldl, const T* rhs, std::ptrdiff_t ldr,
-                  std::ptrdiff_t m, std::ptrdiff_t n, std::ptrdiff_t k, const T* init) {
+void ordered_gemm(T* dst, std::ptrdiff_t ldd, const T* lhs, std::ptrdiff_t ldl, const RhsRows<T>& rhs,
+                  std::ptrdiff_t m, std::ptrdiff_t n, const T* init) {
   // Two 64-byte vectors of columns by 8 rows: 16 accumulators, half of AVX-512's registers (AVX2 spills a
   // little; still far ahead of a per-sample GEMM on a 7x7 map).
   constexpr int kCols = 128 / sizeof(T), kRows = 8;
   std::ptrdiff_t i = 0;
   for (; i + kRows <= m; i += kRows)
-    ordered_rows<kRows, kCols>(dst + i * ldd, ldd, lhs + i * ldl, ldl, rhs, ldr, n, k, init ? init + i : nullptr);
-  for (; i < m; ++i) ordered_rows<1, kCols>(dst + i * ldd, ldd, lhs + i * ldl, ldl, rhs, ldr, n, k, init ? init + i : nullptr);
+    ordered_rows<kRows, kCols>(dst + i * ldd, ldd, lhs + i * ldl, ldl, rhs, n, init ? init + i : nullptr);
+  for (; i < m; ++i) ordered_rows<1, kCols>(dst + i * ldd, ldd, lhs + i * ldl, ldl, rhs, n, init ? init + i : nullptr);
+}
+
+template <class T>
+void ordered_gemm(T* dst, std::ptrdiff_t ldd, const T* lhs, std::ptrdiff_t ldl, const T* rhs, std::ptrdiff_t ldr,
+                  std::ptrdiff_t m, std::ptrdiff_t n, std::ptrdiff_t k, const T* init) {
+  static constexpr std::ptrdiff_t kNoOffset[1] = {0};
+  ordered_gemm(dst, ldd, lhs, ldl, RhsRows<T>{rhs, ldr, kNoOffset, 1, static_cast<int>(k)}, m, n, init);
 }
 
 }  // namespace crumb::cpu::detail

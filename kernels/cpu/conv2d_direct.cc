@@ -1,0 +1,275 @@
+#include "kernels/cpu/conv2d_direct.h"
+
+#include <algorithm>
+#include <array>
+
+#include "kernels/cpu/kernel_util.h"
+#include "kernels/cpu/ordered_gemm.h"
+
+namespace crumb::cpu::detail {
+namespace {
+
+// Up to 8x8 kernels: the tap offsets live on the stack.
+constexpr int kMaxTaps = 64;
+// Elements one 64-byte vector holds at most (floats): the weight-gradient tiles read dy in whole
+// vectors, so its rows are padded to this.
+constexpr std::ptrdiff_t kLanes = 16;
+// Below this many output pixels per channel the padded width wastes too many lanes (a 4x4 map computes
+// 4x6) and conv2d.cc's blocks of samples do better.
+constexpr std::ptrdiff_t kMinPixels = 49;
+
+std::ptrdiff_t round_up(std::ptrdiff_t v, std::ptrdiff_t to) { return (v + to - 1) / to * to; }
+
+// c planes of an h x w image inside zero borders: pixel (r, j) of plane ch at ch * plane + (r + top) * wp
+// + left + j. Reads run past the last plane by less than `slack` (a kernel width plus a vector).
+struct Padded {
+  int c, h, w, top, left, hp, wp, kw;
+  std::ptrdiff_t plane() const { return std::ptrdiff_t{hp} * wp; }
+  std::ptrdiff_t len() const { return c * plane() + kw + kLanes; }
+};
+
+// The three passes as one correlation: `in` holds the image the kernel slides over, `out_rows` x
+// in.wp the grid of outputs (the columns past the real output width are dropped).
+struct Pass {
+  Padded in;
+  int out_rows;
+  std::ptrdiff_t grid() const { return std::ptrdiff_t{out_rows} * in.wp; }
+};
+
+// Forward and weight gradient slide over x padded by the convolution's own padding.
+Pass over_x(const Conv2dShape& s) {
+  return {{s.c_in, s.h, s.w, s.pad_h, s.pad_w, s.h + 2 * s.pad_h, s.w + 2 * s.pad_w, s.kw}, s.h_out};
+}
+
+// The data gradient is the full correlation of dy with the flipped kernel: dy padded by kernel - 1 -
+// pad on each side, h x w outputs.
+Pass over_dy(const Conv2dShape& s) {
+  const int top = s.kh - 1 - s.pad_h, left = s.kw - 1 - s.pad_w;
+  return {{s.c_out, s.h_out, s.w_out, top, left, s.h_out + 2 * top, s.w_out + 2 * left, s.kw}, s.h};
+}
+
+// Tap (ki, kj) of a kh x kw kernel starts ki rows and kj columns into the padded plane.
+std::array<std::ptrdiff_t, kMaxTaps> tap_offsets(const Conv2dShape& s, int wp) {
+  std::array<std::ptrdiff_t, kMaxTaps> tap{};
+  for (int ki = 0; ki < s.kh; ++ki)
+    for (int kj = 0; kj < s.kw; ++kj) tap[ki * s.kw + kj] = std::ptrdiff_t{ki} * wp + kj;
+  return tap;
+}
+
+// Copies sample src (c x h x w) into the interior of p; the borders stay as they are (zero).
+template <class T> void fill_interior(T* p, const T* src, const Padded& g) {
+  for (int ch = 0; ch < g.c; ++ch)
+    for (int r = 0; r < g.h; ++r) {
+      const T* row = src + (std::ptrdiff_t{ch} * g.h + r) * g.w;
+      std::copy(row, row + g.w, p + ch * g.plane() + std::ptrdiff_t{r + g.top} * g.wp + g.left);
+    }
+}
+
+// dst (c x rows x w, dense) (=|+=) the grid's first w columns of each row (c x rows x wp).
+template <class T> void store_grid(T* dst, const T* grid, int c, int rows, int w, int wp, bool accumulate) {
+  for (std::ptrdiff_t r = 0; r < std::ptrdiff_t{c} * rows; ++r) {
+    const T* src = grid + r * wp;
+    T* d = dst + r * w;
+    if (accumulate) {
+      for (int j = 0; j < w; ++j) d[j] += src[j];
+    } else {
+      std::copy(src, src + w, d);
+    }
+  }
+}
+
+// The implicit GEMM of one sample: grid[m, in.wp * out_rows] = init + lhs[m, in.c * taps] * columns of
+// the padded image.
+template <class T>
+void correlate(T* grid, const T* lhs, int m, const T* padded, const Pass& pass, const Conv2dShape& s, const T* init) {
+  const auto tap = tap_offsets(s, pass.in.wp);
+  const RhsRows<T> rhs{padded, pass.in.plane(), tap.data(), s.kh * s.kw, pass.in.c};
+  ordered_gemm(grid, pass.grid(), lhs, std::ptrdiff_t{pass.in.c} * s.kh * s.kw, rhs, m, pass.grid(), init);
+}
+
+// dst[r, p] += sum over segments j < segs and q in [0, n) of a[j * a_step + r * lda + q] *
+// b[p][j * b_step + q], for n a multiple of kLanes: R x P vector accumulators, summed across lanes at
+// the end. The weight gradient's reduction runs along the pixels, which both operands hold contiguously,
+// and on through the samples of a chunk (the segments), so small maps still run long between the
+// reductions. Eigen's packets rather than lane loops: GCC keeps an array of packets in registers, an
+// array of floats it spills.
+struct Segments {
+  std::ptrdiff_t n;       // pixels per segment, a multiple of kLanes
+  int count;              // segments (samples)
+  std::ptrdiff_t a_step;  // a's elements from one segment to the next
+  std::ptrdiff_t b_step;  // b's
+};
+
+// Left alone, GCC folds each load of b into all R of its fmas, and b's rows start at any offset (the
+// taps), so most of those loads split across two cache lines: load-bound at half the fma rate. Pinning
+// the loaded packet in a register makes it one load per R fmas.
+template <class Packet> inline void in_register(Packet& v) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  asm("" : "+v"(v));
+#else
+  (void)v;
+#endif
+}
+
+template <int R, int P, class T>
+void dot_tile(T* dst, std::ptrdiff_t ldd, const T* a, std::ptrdiff_t lda, const T* const* b, const Segments& seg) {
+  using namespace Eigen::internal;
+  using Packet = typename packet_traits<T>::type;
+  constexpr int L = unpacket_traits<Packet>::size;
+  Packet acc[R][P];
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < P; ++p) acc[r][p] = pset1<Packet>(T(0));
+  for (int j = 0; j < seg.count; ++j) {
+    const T* aj = a + j * seg.a_step;
+    const std::ptrdiff_t bj = j * seg.b_step;
+    for (std::ptrdiff_t q = 0; q < seg.n; q += L) {
+      Packet av[R];
+      for (int r = 0; r < R; ++r) av[r] = ploadu<Packet>(aj + r * lda + q);
+      for (int p = 0; p < P; ++p) {
+        Packet bv = ploadu<Packet>(b[p] + bj + q);
+        in_register(bv);
+        for (int r = 0; r < R; ++r) acc[r][p] = pmadd(av[r], bv, acc[r][p]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < P; ++p) dst[r * ldd + p] += predux(acc[r][p]);
+}
+
+// Columns [p0, k) of R rows in tiles of P, the tail in narrower tiles; row p of b starts at
+// rhs.base + (p / taps) * group_stride + tap[p % taps].
+template <int R, int P, class T>
+void dot_rows(T* dst, std::ptrdiff_t ldd, const T* a, std::ptrdiff_t lda, const RhsRows<T>& rhs, std::ptrdiff_t p0,
+              std::ptrdiff_t k, const Segments& seg) {
+  std::ptrdiff_t p = p0;
+  for (; p + P <= k; p += P) {
+    const T* b[P];
+    for (int j = 0; j < P; ++j) b[j] = rhs.base + (p + j) / rhs.taps * rhs.group_stride + rhs.tap[(p + j) % rhs.taps];
+    dot_tile<R, P>(dst + p, ldd, a, lda, b, seg);
+  }
+  if constexpr (P > 1) {
+    if (p < k) dot_rows<R, P / 2>(dst, ldd, a, lda, rhs, p, k, seg);
+  }
+}
+
+// dst[m, k] += a[m, pixels] * b[k, pixels]^T, both summed over the segments.
+template <int R, class T>
+void dot_all(T* dst, const T* a, std::ptrdiff_t lda, const RhsRows<T>& rhs, std::ptrdiff_t m, const Segments& seg) {
+  const std::ptrdiff_t k = std::ptrdiff_t{rhs.groups} * rhs.taps;
+  std::ptrdiff_t i = 0;
+  for (; i + R <= m; i += R) dot_rows<R, 6>(dst + i * k, k, a + i * lda, lda, rhs, 0, k, seg);
+  if constexpr (R > 1) {
+    if (i < m) dot_all<R / 2>(dst + i * k, a + i * lda, lda, rhs, m - i, seg);
+  }
+}
+
+// Samples per chunk of the weight gradient: enough pixels between two reductions of the tiles.
+int weight_chunk(const Conv2dShape& s) {
+  constexpr std::ptrdiff_t kChunkPixels = 2048, kMaxChunk = 32;
+  const std::ptrdiff_t n = round_up(over_x(s).grid(), kLanes);
+  return static_cast<int>(std::clamp<std::ptrdiff_t>(kChunkPixels / n, 1, std::min<std::ptrdiff_t>(kMaxChunk, s.n)));
+}
+
+}  // namespace
+
+bool conv2d_direct(const Conv2dShape& s) {
+  return s.stride_h == 1 && s.stride_w == 1 && s.kh * s.kw > 1 && s.kh * s.kw <= kMaxTaps && s.pad_h < s.kh &&
+         s.pad_w < s.kw && std::ptrdiff_t{s.h_out} * s.w_out >= kMinPixels;
+}
+
+std::ptrdiff_t direct_slice_len(const Conv2dShape& s) {
+  const Pass x = over_x(s), dy = over_dy(s);
+  const std::ptrdiff_t forward = x.in.len() + s.c_out * x.grid();
+  const std::ptrdiff_t data = dy.in.len() + s.c_in * dy.grid();
+  const std::ptrdiff_t weight = weight_chunk(s) * (x.in.len() + s.c_out * round_up(x.grid(), kLanes));
+  return std::max({forward, data, weight});
+}
+
+std::ptrdiff_t direct_shared_len(const Conv2dShape& s) { return std::ptrdiff_t{s.c_in} * s.c_out * s.kh * s.kw; }
+
+template <class T>
+void direct_forward(T* y, const T* x, const T* w, const T* b, const Conv2dShape& s, int i0, int i1, T* ws) {
+  const Pass pass = over_x(s);
+  T* padded = ws;
+  T* grid = ws + pass.in.len();
+  std::fill(padded, grid, T(0));
+  for (int i = i0; i < i1; ++i) {
+    fill_interior(padded, x + std::ptrdiff_t{i} * s.c_in * s.h * s.w, pass.in);
+    correlate(grid, w, s.c_out, padded, pass, s, b);
+    store_grid(y + std::ptrdiff_t{i} * s.c_out * s.h_out * s.w_out, grid, s.c_out, s.h_out, s.w_out, pass.in.wp, false);
+  }
+}
+
+// wf[ci, co, a, b] = w[co, ci, kh - 1 - a, kw - 1 - b]: the data gradient's GEMM has input channels as
+// rows and (output channel, flipped tap) as its depth.
+template <class T> void direct_flip_weights(T* wf, const T* w, const Conv2dShape& s) {
+  const std::ptrdiff_t taps = std::ptrdiff_t{s.kh} * s.kw;
+  for (int co = 0; co < s.c_out; ++co)
+    for (int ci = 0; ci < s.c_in; ++ci)
+      for (std::ptrdiff_t t = 0; t < taps; ++t)
+        wf[(std::ptrdiff_t{ci} * s.c_out + co) * taps + (taps - 1 - t)] = w[(std::ptrdiff_t{co} * s.c_in + ci) * taps + t];
+}
+
+template <class T>
+void direct_backward_data(T* dx, const T* dy, const T* wf, const Conv2dShape& s, int i0, int i1, T* ws,
+                          bool accumulate) {
+  const Pass pass = over_dy(s);
+  T* padded = ws;
+  T* grid = ws + pass.in.len();
+  std::fill(padded, grid, T(0));
+  for (int i = i0; i < i1; ++i) {
+    fill_interior(padded, dy + std::ptrdiff_t{i} * s.c_out * s.h_out * s.w_out, pass.in);
+    correlate(grid, wf, s.c_in, padded, pass, s, static_cast<const T*>(nullptr));
+    store_grid(dx + std::ptrdiff_t{i} * s.c_in * s.h * s.w, grid, s.c_in, s.h, s.w, pass.in.wp, accumulate);
+  }
+}
+
+template <class T>
+void direct_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dShape& s, int i0, int i1, T* ws,
+                            bool accumulate) {
+  const Pass pass = over_x(s);
+  const int chunk = weight_chunk(s);
+  const std::ptrdiff_t n = round_up(pass.grid(), kLanes), x_step = pass.in.len(), dy_step = s.c_out * n;
+  T* padded = ws;
+  // dy on the padded grid, zero in the dropped columns and the rounding tail, so they add nothing.
+  T* dy_grid = ws + chunk * x_step;
+  std::fill(padded, dy_grid + chunk * dy_step, T(0));
+  const std::ptrdiff_t k = std::ptrdiff_t{s.c_in} * s.kh * s.kw;
+  if (!accumulate) {
+    std::fill(dw, dw + s.c_out * k, T(0));
+    if (db) std::fill(db, db + s.c_out, T(0));
+  }
+  const auto tap = tap_offsets(s, pass.in.wp);
+  const RhsRows<T> rhs{padded, pass.in.plane(), tap.data(), s.kh * s.kw, s.c_in};
+  const std::ptrdiff_t hw = std::ptrdiff_t{s.h_out} * s.w_out;
+  for (int i = i0; i < i1; i += chunk) {
+    const int count = std::min(chunk, i1 - i);
+    for (int j = 0; j < count; ++j) {
+      fill_interior(padded + j * x_step, x + std::ptrdiff_t{i + j} * s.c_in * s.h * s.w, pass.in);
+      const T* dy_j = dy + (i + j) * s.c_out * hw;
+      for (int co = 0; co < s.c_out; ++co) {
+        for (int r = 0; r < s.h_out; ++r) {
+          const T* row = dy_j + co * hw + std::ptrdiff_t{r} * s.w_out;
+          std::copy(row, row + s.w_out, dy_grid + j * dy_step + co * n + std::ptrdiff_t{r} * pass.in.wp);
+        }
+        if (db) {
+          T sum(0);
+          for (std::ptrdiff_t q = 0; q < hw; ++q) sum += dy_j[co * hw + q];
+          db[co] += sum;
+        }
+      }
+    }
+    dot_all<4>(dw, dy_grid, n, rhs, s.c_out, Segments{n, count, dy_step, x_step});
+  }
+}
+
+#define CRUMB_INSTANTIATE(T)                                                                                \
+  template void direct_forward<T>(T*, const T*, const T*, const T*, const Conv2dShape&, int, int, T*);     \
+  template void direct_flip_weights<T>(T*, const T*, const Conv2dShape&);                                  \
+  template void direct_backward_data<T>(T*, const T*, const T*, const Conv2dShape&, int, int, T*, bool);   \
+  template void direct_backward_weight<T>(T*, T*, const T*, const T*, const Conv2dShape&, int, int, T*, bool);
+CRUMB_INSTANTIATE(float)
+CRUMB_INSTANTIATE(double)
+#undef CRUMB_INSTANTIATE
+
+}  // namespace crumb::cpu::detail
