@@ -23,6 +23,7 @@ namespace crumb::cpu {
 namespace {
 using detail::assign;
 using detail::CMatR;
+using detail::copy_short;
 using detail::CVecMap;
 using detail::gemm;
 using detail::MatR;
@@ -133,27 +134,6 @@ template <class F> void for_each_wrapped(const Conv2dShape& s, const ColRow& cr,
     const std::ptrdiff_t row = std::ptrdiff_t{oh} * s.w;
     for (int ow = 0; ow < cr.cols.lo; ++ow) f(row + ow);
     for (int ow = cr.cols.hi; ow < s.w; ++ow) f(row + ow);
-  }
-}
-
-// Copies n elements for short n (a feature-map row) without a library call, which would cost more
-// than the copy: fixed-size memcpys compile to vector moves, and the last chunk overlaps the one
-// before instead of leaving a scalar tail. All rows of a conv have the same length, so the branches
-// predict perfectly.
-template <class T> void copy_short(T* d, const T* src, int n) {
-  constexpr int kChunk = 64 / sizeof(T);
-  auto chunks = [&](auto width) {
-    for (int j = 0; j + width < n; j += width) std::memcpy(d + j, src + j, width * sizeof(T));
-    std::memcpy(d + n - width, src + n - width, width * sizeof(T));
-  };
-  if (n >= kChunk) {
-    chunks(std::integral_constant<int, kChunk>{});
-  } else if (n >= kChunk / 2) {
-    chunks(std::integral_constant<int, kChunk / 2>{});
-  } else if (n >= kChunk / 4) {
-    chunks(std::integral_constant<int, kChunk / 4>{});
-  } else {
-    for (int j = 0; j < n; ++j) d[j] = src[j];
   }
 }
 

@@ -34,6 +34,9 @@ struct Pass {
   Padded in;
   int out_rows;
   std::ptrdiff_t grid() const { return std::ptrdiff_t{out_rows} * in.wp; }
+  // Grid rows are computed in whole vectors: on a 7x7 map (63 grid columns) narrower tail tiles would
+  // cost as much as the rest.
+  std::ptrdiff_t ld() const { return round_up(grid(), kLanes); }
 };
 
 // Forward and weight gradient slide over x padded by the convolution's own padding.
@@ -60,20 +63,20 @@ std::array<std::ptrdiff_t, kMaxTaps> tap_offsets(const Conv2dShape& s, int wp) {
 template <class T> void fill_interior(T* p, const T* src, const Padded& g) {
   for (int ch = 0; ch < g.c; ++ch)
     for (int r = 0; r < g.h; ++r) {
-      const T* row = src + (std::ptrdiff_t{ch} * g.h + r) * g.w;
-      std::copy(row, row + g.w, p + ch * g.plane() + std::ptrdiff_t{r + g.top} * g.wp + g.left);
+      copy_short(p + ch * g.plane() + std::ptrdiff_t{r + g.top} * g.wp + g.left,
+                 src + (std::ptrdiff_t{ch} * g.h + r) * g.w, g.w);
     }
 }
 
-// dst (c x rows x w, dense) (=|+=) the grid's first w columns of each row (c x rows x wp).
-template <class T> void store_grid(T* dst, const T* grid, int c, int rows, int w, int wp, bool accumulate) {
+// dst (c x rows x w, dense) (=|+=) the first w columns of each grid row (c grids of rows x wp, ld apart).
+template <class T> void store_grid(T* dst, const T* grid, int c, int rows, int w, const Pass& pass, bool accumulate) {
   for (std::ptrdiff_t r = 0; r < std::ptrdiff_t{c} * rows; ++r) {
-    const T* src = grid + r * wp;
+    const T* src = grid + r / rows * pass.ld() + r % rows * pass.in.wp;
     T* d = dst + r * w;
     if (accumulate) {
       for (int j = 0; j < w; ++j) d[j] += src[j];
     } else {
-      std::copy(src, src + w, d);
+      copy_short(d, src, w);
     }
   }
 }
@@ -84,7 +87,7 @@ template <class T>
 void correlate(T* grid, const T* lhs, int m, const T* padded, const Pass& pass, const Conv2dShape& s, const T* init) {
   const auto tap = tap_offsets(s, pass.in.wp);
   const RhsRows<T> rhs{padded, pass.in.plane(), tap.data(), s.kh * s.kw, pass.in.c};
-  ordered_gemm(grid, pass.grid(), lhs, std::ptrdiff_t{pass.in.c} * s.kh * s.kw, rhs, m, pass.grid(), init);
+  ordered_gemm(grid, pass.ld(), lhs, std::ptrdiff_t{pass.in.c} * s.kh * s.kw, rhs, m, pass.ld(), init);
 }
 
 // dst[r, p] += sum over segments j < segs and q in [0, n) of a[j * a_step + r * lda + q] *
@@ -166,7 +169,7 @@ void dot_all(T* dst, const T* a, std::ptrdiff_t lda, const RhsRows<T>& rhs, std:
 // Samples per chunk of the weight gradient: enough pixels between two reductions of the tiles.
 int weight_chunk(const Conv2dShape& s) {
   constexpr std::ptrdiff_t kChunkPixels = 2048, kMaxChunk = 32;
-  const std::ptrdiff_t n = round_up(over_x(s).grid(), kLanes);
+  const std::ptrdiff_t n = over_x(s).ld();
   return static_cast<int>(std::clamp<std::ptrdiff_t>(kChunkPixels / n, 1, std::min<std::ptrdiff_t>(kMaxChunk, s.n)));
 }
 
@@ -179,9 +182,9 @@ bool conv2d_direct(const Conv2dShape& s) {
 
 std::ptrdiff_t direct_slice_len(const Conv2dShape& s) {
   const Pass x = over_x(s), dy = over_dy(s);
-  const std::ptrdiff_t forward = x.in.len() + s.c_out * x.grid();
-  const std::ptrdiff_t data = dy.in.len() + s.c_in * dy.grid();
-  const std::ptrdiff_t weight = weight_chunk(s) * (x.in.len() + s.c_out * round_up(x.grid(), kLanes));
+  const std::ptrdiff_t forward = x.in.len() + s.c_out * x.ld();
+  const std::ptrdiff_t data = dy.in.len() + s.c_in * dy.ld();
+  const std::ptrdiff_t weight = weight_chunk(s) * (x.in.len() + s.c_out * x.ld());
   return std::max({forward, data, weight});
 }
 
@@ -196,7 +199,7 @@ void direct_forward(T* y, const T* x, const T* w, const T* b, const Conv2dShape&
   for (int i = i0; i < i1; ++i) {
     fill_interior(padded, x + std::ptrdiff_t{i} * s.c_in * s.h * s.w, pass.in);
     correlate(grid, w, s.c_out, padded, pass, s, b);
-    store_grid(y + std::ptrdiff_t{i} * s.c_out * s.h_out * s.w_out, grid, s.c_out, s.h_out, s.w_out, pass.in.wp, false);
+    store_grid(y + std::ptrdiff_t{i} * s.c_out * s.h_out * s.w_out, grid, s.c_out, s.h_out, s.w_out, pass, false);
   }
 }
 
@@ -220,7 +223,7 @@ void direct_backward_data(T* dx, const T* dy, const T* wf, const Conv2dShape& s,
   for (int i = i0; i < i1; ++i) {
     fill_interior(padded, dy + std::ptrdiff_t{i} * s.c_out * s.h_out * s.w_out, pass.in);
     correlate(grid, wf, s.c_in, padded, pass, s, static_cast<const T*>(nullptr));
-    store_grid(dx + std::ptrdiff_t{i} * s.c_in * s.h * s.w, grid, s.c_in, s.h, s.w, pass.in.wp, accumulate);
+    store_grid(dx + std::ptrdiff_t{i} * s.c_in * s.h * s.w, grid, s.c_in, s.h, s.w, pass, accumulate);
   }
 }
 
@@ -229,7 +232,7 @@ void direct_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dS
                             bool accumulate) {
   const Pass pass = over_x(s);
   const int chunk = weight_chunk(s);
-  const std::ptrdiff_t n = round_up(pass.grid(), kLanes), x_step = pass.in.len(), dy_step = s.c_out * n;
+  const std::ptrdiff_t n = pass.ld(), x_step = pass.in.len(), dy_step = s.c_out * n;
   T* padded = ws;
   // dy on the padded grid, zero in the dropped columns and the rounding tail, so they add nothing.
   T* dy_grid = ws + chunk * x_step;
@@ -249,8 +252,8 @@ void direct_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dS
       const T* dy_j = dy + (i + j) * s.c_out * hw;
       for (int co = 0; co < s.c_out; ++co) {
         for (int r = 0; r < s.h_out; ++r) {
-          const T* row = dy_j + co * hw + std::ptrdiff_t{r} * s.w_out;
-          std::copy(row, row + s.w_out, dy_grid + j * dy_step + co * n + std::ptrdiff_t{r} * pass.in.wp);
+          copy_short(dy_grid + j * dy_step + co * n + std::ptrdiff_t{r} * pass.in.wp,
+                     dy_j + co * hw + std::ptrdiff_t{r} * s.w_out, s.w_out);
         }
         if (db) {
           T sum(0);

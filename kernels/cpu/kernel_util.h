@@ -2,6 +2,7 @@
 #pragma once
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <type_traits>
 
 #include <omp.h>
@@ -121,6 +122,27 @@ inline Range valid_range(int k, int stride, int pad, int in, int out) {
   const int lo = std::min(out, pad > k ? (pad - k + stride - 1) / stride : 0);
   const int hi = std::clamp((in + pad - k + stride - 1) / stride, lo, out);
   return {lo, hi};
+}
+
+// Copies n elements for short n (a feature-map row) without a library call, which would cost more
+// than the copy: fixed-size memcpys compile to vector moves, and the last chunk overlaps the one
+// before instead of leaving a scalar tail. All rows of a conv have the same length, so the branches
+// predict perfectly.
+template <class T> void copy_short(T* d, const T* src, int n) {
+  constexpr int kChunk = 64 / sizeof(T);
+  auto chunks = [&](auto width) {
+    for (int j = 0; j + width < n; j += width) std::memcpy(d + j, src + j, width * sizeof(T));
+    std::memcpy(d + n - width, src + n - width, width * sizeof(T));
+  };
+  if (n >= kChunk) {
+    chunks(std::integral_constant<int, kChunk>{});
+  } else if (n >= kChunk / 2) {
+    chunks(std::integral_constant<int, kChunk / 2>{});
+  } else if (n >= kChunk / 4) {
+    chunks(std::integral_constant<int, kChunk / 4>{});
+  } else {
+    for (int j = 0; j < n; ++j) d[j] = src[j];
+  }
 }
 
 template <class T> using MatR = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
