@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <array>
 
-#include "kernels/cpu/kernel_util.h"
+#include "kernels/cpu/dot_gemm.h"
 #include "kernels/cpu/ordered_gemm.h"
 
 namespace crumb::cpu::detail {
@@ -87,83 +87,7 @@ template <class T>
 void correlate(T* grid, const T* lhs, int m, const T* padded, const Pass& pass, const Conv2dShape& s, const T* init) {
   const auto tap = tap_offsets(s, pass.in.wp);
   const RhsRows<T> rhs{padded, pass.in.plane(), tap.data(), s.kh * s.kw, pass.in.c};
-  ordered_gemm(grid, pass.ld(), lhs, std::ptrdiff_t{pass.in.c} * s.kh * s.kw, rhs, m, pass.ld(), init);
-}
-
-// dst[r, p] += sum over segments j < segs and q in [0, n) of a[j * a_step + r * lda + q] *
-// b[p][j * b_step + q], for n a multiple of kLanes: R x P vector accumulators, summed across lanes at
-// the end. The weight gradient's reduction runs along the pixels, which both operands hold contiguously,
-// and on through the samples of a chunk (the segments), so small maps still run long between the
-// reductions. Eigen's packets rather than lane loops: GCC keeps an array of packets in registers, an
-// array of floats it spills.
-struct Segments {
-  std::ptrdiff_t n;       // pixels per segment, a multiple of kLanes
-  int count;              // segments (samples)
-  std::ptrdiff_t a_step;  // a's elements from one segment to the next
-  std::ptrdiff_t b_step;  // b's
-};
-
-// Left alone, GCC folds each load of b into all R of its fmas, and b's rows start at any offset (the
-// taps), so most of those loads split across two cache lines: load-bound at half the fma rate. Pinning
-// the loaded packet in a register makes it one load per R fmas.
-template <class Packet> inline void in_register(Packet& v) {
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-  asm("" : "+v"(v));
-#else
-  (void)v;
-#endif
-}
-
-template <int R, int P, class T>
-void dot_tile(T* dst, std::ptrdiff_t ldd, const T* a, std::ptrdiff_t lda, const T* const* b, const Segments& seg) {
-  using namespace Eigen::internal;
-  using Packet = typename packet_traits<T>::type;
-  constexpr int L = unpacket_traits<Packet>::size;
-  Packet acc[R][P];
-  for (int r = 0; r < R; ++r)
-    for (int p = 0; p < P; ++p) acc[r][p] = pset1<Packet>(T(0));
-  for (int j = 0; j < seg.count; ++j) {
-    const T* aj = a + j * seg.a_step;
-    const std::ptrdiff_t bj = j * seg.b_step;
-    for (std::ptrdiff_t q = 0; q < seg.n; q += L) {
-      Packet av[R];
-      for (int r = 0; r < R; ++r) av[r] = ploadu<Packet>(aj + r * lda + q);
-      for (int p = 0; p < P; ++p) {
-        Packet bv = ploadu<Packet>(b[p] + bj + q);
-        in_register(bv);
-        for (int r = 0; r < R; ++r) acc[r][p] = pmadd(av[r], bv, acc[r][p]);
-      }
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int p = 0; p < P; ++p) dst[r * ldd + p] += predux(acc[r][p]);
-}
-
-// Columns [p0, k) of R rows in tiles of P, the tail in narrower tiles; row p of b starts at
-// rhs.base + (p / taps) * group_stride + tap[p % taps].
-template <int R, int P, class T>
-void dot_rows(T* dst, std::ptrdiff_t ldd, const T* a, std::ptrdiff_t lda, const RhsRows<T>& rhs, std::ptrdiff_t p0,
-              std::ptrdiff_t k, const Segments& seg) {
-  std::ptrdiff_t p = p0;
-  for (; p + P <= k; p += P) {
-    const T* b[P];
-    for (int j = 0; j < P; ++j) b[j] = rhs.base + (p + j) / rhs.taps * rhs.group_stride + rhs.tap[(p + j) % rhs.taps];
-    dot_tile<R, P>(dst + p, ldd, a, lda, b, seg);
-  }
-  if constexpr (P > 1) {
-    if (p < k) dot_rows<R, P / 2>(dst, ldd, a, lda, rhs, p, k, seg);
-  }
-}
-
-// dst[m, k] += a[m, pixels] * b[k, pixels]^T, both summed over the segments.
-template <int R, class T>
-void dot_all(T* dst, const T* a, std::ptrdiff_t lda, const RhsRows<T>& rhs, std::ptrdiff_t m, const Segments& seg) {
-  const std::ptrdiff_t k = std::ptrdiff_t{rhs.groups} * rhs.taps;
-  std::ptrdiff_t i = 0;
-  for (; i + R <= m; i += R) dot_rows<R, 6>(dst + i * k, k, a + i * lda, lda, rhs, 0, k, seg);
-  if constexpr (R > 1) {
-    if (i < m) dot_all<R / 2>(dst + i * k, a + i * lda, lda, rhs, m - i, seg);
-  }
+  ordered_gemm(grid, pass.ld(), lhs, std::ptrdiff_t{pass.in.c} * s.kh * s.kw, nullptr, rhs, m, pass.ld(), init);
 }
 
 // Samples per chunk of the weight gradient: enough pixels between two reductions of the tiles.
@@ -262,7 +186,7 @@ void direct_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dS
         }
       }
     }
-    dot_all<4>(dw, dy_grid, n, rhs, s.c_out, Segments{n, count, dy_step, x_step});
+    dot_gemm(dw, dy_grid, n, rhs, s.c_out, Segments{n, count, dy_step, x_step});
   }
 }
 

@@ -35,18 +35,28 @@ template <class T> struct RhsRows {
   RhsRows at_column(std::ptrdiff_t j) const { return {base + j, group_stride, tap, taps, groups}; }
 };
 
+// Where the left-hand columns of the same depth terms are: column (g, t) at g * group_stride + tap[t]
+// (tap has rhs.taps entries). Null: columns in order, g * taps + t. A small-map convolution skips the
+// kernel taps that fall in the padding on both sides alike.
+struct LhsCols {
+  std::ptrdiff_t group_stride;
+  const std::ptrdiff_t* tap;
+};
+
 // Register tile of R rows x C columns: C independent vector lanes, k streamed once per tile.
 template <int R, int C, class T>
-inline void ordered_tile(T* dst, std::ptrdiff_t ldd, const T* lhs, std::ptrdiff_t ldl, const RhsRows<T>& rhs,
-                         const T* init) {
+inline void ordered_tile(T* dst, std::ptrdiff_t ldd, const T* lhs, std::ptrdiff_t ldl, const LhsCols* cols,
+                         const RhsRows<T>& rhs, const T* init) {
   T acc[R][C];
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) acc[r][c] = init ? init[r] : T(0);
-  const T* a = lhs;
   const T* group = rhs.base;
-  for (int g = 0; g < rhs.groups; ++g, group += rhs.group_stride) {
-    for (int t = 0; t < rhs.taps; ++t, ++a) {
+  const T* lhs_group = lhs;
+  const std::ptrdiff_t lhs_stride = cols ? cols->group_stride : rhs.taps;
+  for (int g = 0; g < rhs.groups; ++g, group += rhs.group_stride, lhs_group += lhs_stride) {
+    for (int t = 0; t < rhs.taps; ++t) {
       const T* b = group + rhs.tap[t];
+      const T* a = lhs_group + (cols ? cols->tap[t] : t);
       for (int r = 0; r < R; ++r) {
         const T ar = a[r * ldl];
 #pragma omp simd
@@ -61,36 +71,38 @@ inline void ordered_tile(T* dst, std::ptrdiff_t ldd, const T* lhs, std::ptrdiff_
 // Columns [0, n) of R rows in tiles of C, then narrower tiles for the tail (same per-entry sequence):
 // one 64-byte vector narrower at a time down to one vector, then halves.
 template <int R, int C, class T>
-inline void ordered_rows(T* dst, std::ptrdiff_t ldd, const T* lhs, std::ptrdiff_t ldl, const RhsRows<T>& rhs,
-                         std::ptrdiff_t n, const T* init) {
+inline void ordered_rows(T* dst, std::ptrdiff_t ldd, const T* lhs, std::ptrdiff_t ldl, const LhsCols* cols,
+                         const RhsRows<T>& rhs, std::ptrdiff_t n, const T* init) {
   constexpr int kVector = 64 / sizeof(T);
   std::ptrdiff_t j = 0;
-  for (; j + C <= n; j += C) ordered_tile<R, C>(dst + j, ldd, lhs, ldl, rhs.at_column(j), init);
+  for (; j + C <= n; j += C) ordered_tile<R, C>(dst + j, ldd, lhs, ldl, cols, rhs.at_column(j), init);
   if constexpr (C > 1) {
     constexpr int kNext = C > kVector ? C - kVector : C / 2;
-    if (j < n) ordered_rows<R, kNext>(dst + j, ldd, lhs, ldl, rhs.at_column(j), n - j, init);
+    if (j < n) ordered_rows<R, kNext>(dst + j, ldd, lhs, ldl, cols, rhs.at_column(j), n - j, init);
   }
 }
 
-// dst[m, n] = init (per row; null: 0) + lhs[m, k] * rhs[k, n], row-major with leading dimensions.
+// dst[m, n] = init (per row; null: 0) + lhs[m, k] * rhs[k, n], row-major with leading dimensions; lhs's
+// columns where cols says (null: in order).
 template <class T>
-void ordered_gemm(T* dst, std::ptrdiff_t ldd, const T* lhs, std::ptrdiff_t ldl, const RhsRows<T>& rhs,
-                  std::ptrdiff_t m, std::ptrdiff_t n, const T* init) {
+void ordered_gemm(T* dst, std::ptrdiff_t ldd, const T* lhs, std::ptrdiff_t ldl, const LhsCols* cols,
+                  const RhsRows<T>& rhs, std::ptrdiff_t m, std::ptrdiff_t n, const T* init) {
   // Three 64-byte vectors of columns by 8 rows: 24 accumulators, with the three right-hand vectors and a
   // broadcast 28 of AVX-512's 32 registers: 11 loads per 24 fmas (AVX2 spills; still far ahead of a
   // per-sample GEMM on a 7x7 map).
   constexpr int kCols = 192 / sizeof(T), kRows = 8;
   std::ptrdiff_t i = 0;
   for (; i + kRows <= m; i += kRows)
-    ordered_rows<kRows, kCols>(dst + i * ldd, ldd, lhs + i * ldl, ldl, rhs, n, init ? init + i : nullptr);
-  for (; i < m; ++i) ordered_rows<1, kCols>(dst + i * ldd, ldd, lhs + i * ldl, ldl, rhs, n, init ? init + i : nullptr);
+    ordered_rows<kRows, kCols>(dst + i * ldd, ldd, lhs + i * ldl, ldl, cols, rhs, n, init ? init + i : nullptr);
+  for (; i < m; ++i)
+    ordered_rows<1, kCols>(dst + i * ldd, ldd, lhs + i * ldl, ldl, cols, rhs, n, init ? init + i : nullptr);
 }
 
 template <class T>
 void ordered_gemm(T* dst, std::ptrdiff_t ldd, const T* lhs, std::ptrdiff_t ldl, const T* rhs, std::ptrdiff_t ldr,
                   std::ptrdiff_t m, std::ptrdiff_t n, std::ptrdiff_t k, const T* init) {
   static constexpr std::ptrdiff_t kNoOffset[1] = {0};
-  ordered_gemm(dst, ldd, lhs, ldl, RhsRows<T>{rhs, ldr, kNoOffset, 1, static_cast<int>(k)}, m, n, init);
+  ordered_gemm(dst, ldd, lhs, ldl, nullptr, RhsRows<T>{rhs, ldr, kNoOffset, 1, static_cast<int>(k)}, m, n, init);
 }
 
 }  // namespace crumb::cpu::detail
