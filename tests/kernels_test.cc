@@ -192,6 +192,10 @@ TYPED_TEST(CpuKernelTest, Conv2d) {
            conv_shape(2, 3, 10, 12, 7, 3, 5, 1, 1, 1, 2),   // kh != kw, pads differ
            conv_shape(2, 3, 8, 9, 5, 2, 4, 1, 1, 1, 0),     // even kernel, pad on one axis only
            conv_shape(70, 2, 7, 7, 3, 3, 3, 1, 1, 1, 1),    // 7x7: weight-gradient chunks plus a ragged one
+           // Small maps, conv2d_small.h: one GEMM per output pixel over the taps inside the image.
+           conv_shape(140, 3, 4, 4, 5, 3, 3, 1, 1, 1, 1),   // 4x4: chunks of 64 samples plus a ragged one
+           conv_shape(3, 2, 2, 2, 3, 1, 1, 1, 1, 1, 1),     // 1x1 kernel, pad 1: border outputs see no input
+           conv_shape(4, 5, 1, 1, 6, 3, 3, 1, 1, 1, 1),     // 3x3 on 1x1: the centre tap alone
        }) {
     check_conv<TypeParam>(s);
   }

@@ -15,6 +15,7 @@
 #include <omp.h>
 
 #include "kernels/cpu/conv2d_direct.h"
+#include "kernels/cpu/conv2d_small.h"
 #include "kernels/cpu/kernel_util.h"
 #include "kernels/cpu/ordered_gemm.h"
 #include "kernels/cpu/kernels.h"
@@ -44,6 +45,7 @@ struct Geom {
   std::ptrdiff_t y_len;  // elements of one output sample
   bool pointwise;        // 1x1, stride 1, no padding: the input already is the column matrix
   bool direct;           // conv2d_direct.h: no column matrix at all
+  bool small;            // conv2d_small.h: one GEMM per output pixel
   bool blocked;          // a map under kBlockColumns pixels: samples in blocks (by the map alone, never n)
   int block;             // samples per GEMM: 1 unblocked
   std::ptrdiff_t col;    // column buffer elements per slice ([k, block * hw])
@@ -55,9 +57,13 @@ struct Geom {
         y_len(std::ptrdiff_t{s.c_out} * hw),
         pointwise(s.kh == 1 && s.kw == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_h == 0 && s.pad_w == 0),
         direct(detail::conv2d_direct(s)),
-        blocked(!direct && hw < kBlockColumns),
+        small(!direct && detail::conv2d_small(s)),
+        blocked(!direct && !small && hw < kBlockColumns),
         block(!blocked ? 1 : static_cast<int>(std::min<std::ptrdiff_t>(s.n, (kBlockColumns + hw - 1) / hw))),
-        col(direct ? detail::direct_slice_len(s) : !blocked && pointwise ? 0 : k * block * hw),
+        col(direct  ? detail::direct_slice_len(s)
+            : small ? detail::small_slice_len(s)
+            : !blocked && pointwise ? 0
+                                    : k * block * hw),
         out(!blocked ? 0 : std::ptrdiff_t{s.c_out} * block * hw) {}
   std::ptrdiff_t slice_len() const { return col + out; }
 };
@@ -265,6 +271,7 @@ template <class T> void conv2d_forward(T* y, const T* x, const T* w, const T* b,
   for_each_slice(active_slices(s, g), s.n, [&](int slice, int i0, int i1) {
     T* col = workspace + slice * g.slice_len();
     if (g.direct) return detail::direct_forward(y, x, w, b, s, i0, i1, col);
+    if (g.small) return detail::small_forward(y, x, w, b, s, i0, i1, col);
     if (g.blocked) {
       T* out = col + g.col;
       for (int i = i0; i < i1; i += g.block) {
@@ -294,8 +301,9 @@ void conv2d_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, 
   T* flipped = workspace + workspace_slices(s) * g.slice_len();
   if (g.direct) detail::direct_flip_weights(flipped, w, s);
   for_each_slice(active_slices(s, g), s.n, [&](int slice, int i0, int i1) {
-    if (g.direct)
-      return detail::direct_backward_data(dx, dy, flipped, s, i0, i1, workspace + slice * g.slice_len(), accumulate);
+    T* ws = workspace + slice * g.slice_len();
+    if (g.direct) return detail::direct_backward_data(dx, dy, flipped, s, i0, i1, ws, accumulate);
+    if (g.small) return detail::small_backward_data(dx, dy, w, s, i0, i1, ws, accumulate);
     if (g.blocked) {
       T* dcol = workspace + slice * g.slice_len();
       T* dyb = dcol + g.col;
@@ -346,6 +354,7 @@ void conv2d_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dS
     T* db_s = !db ? nullptr : slice == 0 ? db : dw_s + dw_len;
     bool acc = slice == 0 && accumulate;
     if (g.direct) return detail::direct_backward_weight(dw_s, db_s, dy, x, s, i0, i1, col, acc);
+    if (g.small) return detail::small_backward_weight(dw_s, db_s, dy, x, s, i0, i1, col, acc);
     if (g.blocked) {
       T* dyb = col + g.col;
       for (int i = i0; i < i1; i += g.block, acc = true) {

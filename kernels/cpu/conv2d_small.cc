@@ -1,0 +1,168 @@
+#include "kernels/cpu/conv2d_small.h"
+
+#include <algorithm>
+#include <array>
+
+#include "kernels/cpu/kernel_util.h"
+#include "kernels/cpu/ordered_gemm.h"
+
+namespace crumb::cpu::detail {
+namespace {
+
+constexpr std::ptrdiff_t kMaxPixels = 16;
+constexpr int kMaxTaps = 64;
+// Samples per GEMM column block: the weight gradient's GEMMs run this deep.
+constexpr int kChunk = 64;
+constexpr std::ptrdiff_t kLanes = 16;
+
+struct Geom {
+  std::ptrdiff_t taps, hw_in, hw_out, x_len, y_len;
+  int chunk;
+  std::ptrdiff_t cols;  // columns of the transposed blocks: chunk rounded up to whole vectors
+  explicit Geom(const Conv2dShape& s)
+      : taps(std::ptrdiff_t{s.kh} * s.kw),
+        hw_in(std::ptrdiff_t{s.h} * s.w),
+        hw_out(std::ptrdiff_t{s.h_out} * s.w_out),
+        x_len(s.c_in * hw_in),
+        y_len(s.c_out * hw_out),
+        chunk(std::min(s.n, kChunk)),
+        cols((chunk + kLanes - 1) / kLanes * kLanes) {}
+};
+
+// f(tap, input pixel) for each kernel tap of output pixel p that lands inside the image, in tap order.
+template <class F> void for_each_tap(const Conv2dShape& s, std::ptrdiff_t p, F&& f) {
+  const int oh = static_cast<int>(p / s.w_out), ow = static_cast<int>(p % s.w_out);
+  for (int ki = 0; ki < s.kh; ++ki) {
+    const int ih = oh * s.stride_h - s.pad_h + ki;
+    if (ih < 0 || ih >= s.h) continue;
+    for (int kj = 0; kj < s.kw; ++kj) {
+      const int iw = ow * s.stride_w - s.pad_w + kj;
+      if (iw >= 0 && iw < s.w) f(ki * s.kw + kj, std::ptrdiff_t{ih} * s.w + iw);
+    }
+  }
+}
+
+// Samples [0, count) of len elements each -> rows of `cols` columns (row k holds element k of every
+// sample); the columns past count are zeroed so that sums over whole rows add nothing for them.
+template <class T> void to_columns(T* out, const T* src, int count, std::ptrdiff_t len, std::ptrdiff_t cols) {
+  for (std::ptrdiff_t k = 0; k < len; ++k) {
+    T* row = out + k * cols;
+    for (int j = 0; j < count; ++j) row[j] = src[j * len + k];
+    std::fill(row + count, row + cols, T(0));
+  }
+}
+
+template <class T>
+void from_columns(T* dst, const T* in, int count, std::ptrdiff_t len, std::ptrdiff_t cols, bool accumulate) {
+  with_write_mode(accumulate, [&](auto acc) {
+    for (int j = 0; j < count; ++j)
+      for (std::ptrdiff_t k = 0; k < len; ++k) put(acc, dst[j * len + k], in[k * cols + j]);
+  });
+}
+
+}  // namespace
+
+bool conv2d_small(const Conv2dShape& s) {
+  return std::ptrdiff_t{s.h_out} * s.w_out <= kMaxPixels && s.kh * s.kw <= kMaxTaps;
+}
+
+std::ptrdiff_t small_slice_len(const Conv2dShape& s) {
+  const Geom g(s);
+  return (g.x_len + g.y_len) * g.cols + s.c_out * s.c_in * g.taps;
+}
+
+// y[:, co, p] = b + sum over the taps of p inside the image: W[co, :, tap] . x[:, :, pixel]; one
+// ordered GEMM per output pixel over the transposed chunk.
+template <class T>
+void small_forward(T* y, const T* x, const T* w, const T* b, const Conv2dShape& s, int i0, int i1, T* ws) {
+  const Geom g(s);
+  T* xt = ws;
+  T* yt = ws + g.x_len * g.cols;
+  std::array<std::ptrdiff_t, kMaxTaps> w_tap{}, x_row{};
+  for (int i = i0; i < i1; i += g.chunk) {
+    const int count = std::min(g.chunk, i1 - i);
+    to_columns(xt, x + i * g.x_len, count, g.x_len, g.cols);
+    for (std::ptrdiff_t p = 0; p < g.hw_out; ++p) {
+      int taps = 0;
+      for_each_tap(s, p, [&](int t, std::ptrdiff_t q) {
+        w_tap[taps] = t;
+        x_row[taps++] = q * g.cols;
+      });
+      const LhsCols lhs{g.taps, w_tap.data()};
+      const RhsRows<T> rhs{xt, g.hw_in * g.cols, x_row.data(), taps, s.c_in};
+      ordered_gemm(yt + p * g.cols, g.hw_out * g.cols, w, s.c_in * g.taps, &lhs, rhs, s.c_out, g.cols, b);
+    }
+    from_columns(y + i * g.y_len, yt, count, g.y_len, g.cols, false);
+  }
+}
+
+// dx[:, ci, q] = sum over the (output pixel p, tap) pairs that read input pixel q: W[:, ci, tap] .
+// dy[:, :, p]; one GEMM per input pixel.
+template <class T>
+void small_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, int i0, int i1, T* ws, bool accumulate) {
+  const Geom g(s);
+  T* dyt = ws;
+  T* dxt = ws + g.y_len * g.cols;
+  std::array<std::ptrdiff_t, kMaxTaps> w_tap{}, dy_row{};
+  for (int i = i0; i < i1; i += g.chunk) {
+    const int count = std::min(g.chunk, i1 - i);
+    to_columns(dyt, dy + i * g.y_len, count, g.y_len, g.cols);
+    for (std::ptrdiff_t q = 0; q < g.hw_in; ++q) {
+      int pairs = 0;
+      for (std::ptrdiff_t p = 0; p < g.hw_out; ++p)
+        for_each_tap(s, p, [&](int t, std::ptrdiff_t in) {
+          if (in != q) return;
+          w_tap[pairs] = t;
+          dy_row[pairs++] = p * g.cols;
+        });
+      const LhsCols lhs{s.c_in * g.taps, w_tap.data()};
+      const RhsRows<T> rhs{dyt, g.hw_out * g.cols, dy_row.data(), pairs, s.c_out};
+      ordered_gemm(dxt + q * g.cols, g.hw_in * g.cols, w, g.taps, &lhs, rhs, s.c_in, g.cols, static_cast<const T*>(nullptr));
+    }
+    from_columns(dx + i * g.x_len, dxt, count, g.x_len, g.cols, accumulate);
+  }
+}
+
+// dW[:, :, tap] += dy[:, :, p] . x[:, :, q]^T over the samples, for every output pixel p and tap inside
+// the image (reading input pixel q): Eigen GEMMs as deep as the chunk, into [tap, c_out, c_in] first.
+template <class T>
+void small_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dShape& s, int i0, int i1, T* ws,
+                           bool accumulate) {
+  using Strided = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0, Eigen::OuterStride<>>;
+  const Geom g(s);
+  T* xt = ws;
+  T* dyt = xt + g.x_len * g.cols;
+  T* by_tap = dyt + g.y_len * g.cols;
+  const std::ptrdiff_t block = std::ptrdiff_t{s.c_out} * s.c_in;
+  std::fill(by_tap, by_tap + g.taps * block, T(0));
+  if (db && !accumulate) std::fill(db, db + s.c_out, T(0));
+  for (int i = i0; i < i1; i += g.chunk) {
+    const int count = std::min(g.chunk, i1 - i);
+    to_columns(xt, x + i * g.x_len, count, g.x_len, g.cols);
+    to_columns(dyt, dy + i * g.y_len, count, g.y_len, g.cols);
+    for (std::ptrdiff_t p = 0; p < g.hw_out; ++p) {
+      const Strided DY(dyt + p * g.cols, s.c_out, g.cols, Eigen::OuterStride<>(g.hw_out * g.cols));
+      for_each_tap(s, p, [&](int t, std::ptrdiff_t q) {
+        const Strided X(xt + q * g.cols, s.c_in, g.cols, Eigen::OuterStride<>(g.hw_in * g.cols));
+        gemm(MatR<T>(by_tap + t * block, s.c_out, s.c_in), DY, X.transpose(), true);
+      });
+    }
+    if (db)
+      for (int co = 0; co < s.c_out; ++co)
+        db[co] += CVecMap<T>(dyt + co * g.hw_out * g.cols, g.hw_out * g.cols).sum();
+  }
+  with_write_mode(accumulate, [&](auto acc) {
+    for (std::ptrdiff_t t = 0; t < g.taps; ++t)
+      for (std::ptrdiff_t k = 0; k < block; ++k) put(acc, dw[k * g.taps + t], by_tap[t * block + k]);
+  });
+}
+
+#define CRUMB_INSTANTIATE(T)                                                                               \
+  template void small_forward<T>(T*, const T*, const T*, const T*, const Conv2dShape&, int, int, T*);     \
+  template void small_backward_data<T>(T*, const T*, const T*, const Conv2dShape&, int, int, T*, bool);   \
+  template void small_backward_weight<T>(T*, T*, const T*, const T*, const Conv2dShape&, int, int, T*, bool);
+CRUMB_INSTANTIATE(float)
+CRUMB_INSTANTIATE(double)
+#undef CRUMB_INSTANTIATE
+
+}  // namespace crumb::cpu::detail

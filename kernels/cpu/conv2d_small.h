@@ -1,0 +1,31 @@
+// Convolutions with tiny output maps (4x4 and under: ResNet-18's late stages on 28x28 inputs) as one
+// GEMM per output pixel, with the samples as its columns and only the kernel taps that land inside the
+// image as its depth. On such maps most taps read padding (8 of 9 on a 1x1 map, 5 of 9 on 2x2), which
+// im2col + GEMM multiplies by anyway. The batch is transposed once to pixel-major rows of samples, so
+// every GEMM reads its operands in place (ordered_gemm's RhsRows and LhsCols).
+//
+// conv2d.cc picks this path by the shape of one sample alone (never n); each forward output is one
+// ordered sequence of fmas, so the forward pass stays bitwise the same at every micro-batch size.
+#pragma once
+#include <cstddef>
+
+#include "kernels/cpu/shapes.h"
+
+namespace crumb::cpu::detail {
+
+bool conv2d_small(const Conv2dShape& s);
+
+// Workspace elements per slice (one thread's samples) for any of the three passes.
+std::ptrdiff_t small_slice_len(const Conv2dShape& s);
+
+// Samples [i0, i1) of the batch, with ws the slice's workspace.
+template <class T>
+void small_forward(T* y, const T* x, const T* w, const T* b, const Conv2dShape& s, int i0, int i1, T* ws);
+template <class T>
+void small_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, int i0, int i1, T* ws, bool accumulate);
+// dw (=|+=) the samples' weight gradient; db likewise where not null.
+template <class T>
+void small_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dShape& s, int i0, int i1, T* ws,
+                           bool accumulate);
+
+}  // namespace crumb::cpu::detail
