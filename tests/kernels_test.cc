@@ -192,6 +192,12 @@ TYPED_TEST(CpuKernelTest, Conv2d) {
            conv_shape(2, 3, 10, 12, 7, 3, 5, 1, 1, 1, 2),   // kh != kw, pads differ
            conv_shape(2, 3, 8, 9, 5, 2, 4, 1, 1, 1, 0),     // even kernel, pad on one axis only
            conv_shape(70, 2, 7, 7, 3, 3, 3, 1, 1, 1, 1),    // 7x7: weight-gradient chunks plus a ragged one
+           // Strided direct convolutions: phase planes (the data gradient stays with im2col).
+           conv_shape(3, 3, 23, 24, 5, 3, 3, 2, 2, 1, 1),   // 3x3 stride 2, odd input height
+           conv_shape(2, 2, 36, 34, 3, 2, 2, 3, 3, 0, 0),   // stride > kernel: phases never read
+           conv_shape(2, 3, 12, 22, 4, 3, 3, 1, 2, 1, 1),   // strides differ
+           conv_shape(2, 4, 14, 15, 6, 1, 1, 2, 2, 0, 0),   // 1x1 stride 2 (a ResNet downsample): im2col
+           conv_shape(2, 1, 28, 28, 8, 7, 7, 2, 2, 3, 3),   // a ResNet stem: 7x7 stride 2 pad 3
            // Small maps, conv2d_small.h: one GEMM per output pixel over the taps inside the image.
            conv_shape(140, 3, 4, 4, 5, 3, 3, 1, 1, 1, 1),   // 4x4: chunks of 64 samples plus a ragged one
            conv_shape(3, 2, 2, 2, 3, 1, 1, 1, 1, 1, 1),     // 1x1 kernel, pad 1: border outputs see no input

@@ -1,13 +1,18 @@
-// conv2d as im2col + GEMM. Samples are split into contiguous slices, one per thread, each with its own
-// column buffer in the workspace; the GEMMs run single-threaded inside the slice. On feature maps of at
-// least kBlockColumns pixels each sample is one GEMM, which writes y / reads dy in NCHW directly (no
-// scatter or transpose pass) and keeps the column buffer in L2. On smaller maps (a ResNet's late
-// stages: 7x7 down to 1x1) a per-sample GEMM would be nearly a matrix-vector product, so blocks of
-// samples share one: their column matrices side by side, y and dy gathered to and from [c_out, block].
-// Which samples share a block depends on the micro-batch size and the thread split, so the forward
-// GEMM on small maps is ordered_gemm, whose results do not depend on the grouping: the forward pass
-// stays bitwise the same at every micro-batch size. The backward GEMMs are linear in dy and only
-// round differently, so they use Eigen's.
+// conv2d on the CPU: three ways, picked by the shape of one sample (never n, so the forward pass stays
+// bitwise the same at every micro-batch size).
+// - Maps of 7x7 and up, strided ones from about 12x12 (conv2d_direct.h): implicit GEMMs over zero-padded copies of each sample.
+// - Output maps of 4x4 and under (conv2d_small.h): one GEMM per output pixel over the taps inside the
+//   image, samples as columns.
+// - Everything else, 1x1 stride-1 convolutions and the data gradient of strided ones: im2col + GEMM,
+//   below. Samples are split into contiguous slices, one per thread, each with its own column buffer in
+//   the workspace; the GEMMs run single-threaded inside the slice. On feature maps of at least
+//   kBlockColumns pixels each sample is one GEMM, which writes y / reads dy in NCHW directly (no scatter
+//   or transpose pass) and keeps the column buffer in L2. On smaller maps a per-sample GEMM would be
+//   nearly a matrix-vector product, so blocks of samples share one: their column matrices side by side,
+//   y and dy gathered to and from [c_out, block]. Which samples share a block depends on the micro-batch
+//   size and the thread split, so the forward GEMM on small maps is ordered_gemm, whose results do not
+//   depend on the grouping. The backward GEMMs are linear in dy and only round differently, so they use
+//   Eigen's.
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -44,19 +49,20 @@ struct Geom {
   std::ptrdiff_t x_len;  // elements of one input sample
   std::ptrdiff_t y_len;  // elements of one output sample
   bool pointwise;        // 1x1, stride 1, no padding: the input already is the column matrix
-  bool direct;           // conv2d_direct.h: no column matrix at all
+  bool direct;           // conv2d_direct.h (for this pass): no column matrix at all
   bool small;            // conv2d_small.h: one GEMM per output pixel
   bool blocked;          // a map under kBlockColumns pixels: samples in blocks (by the map alone, never n)
   int block;             // samples per GEMM: 1 unblocked
   std::ptrdiff_t col;    // column buffer elements per slice ([k, block * hw])
   std::ptrdiff_t out;    // gathered y / dy elements per slice ([c_out, block * hw]; 0 unblocked)
-  explicit Geom(const Conv2dShape& s)
+  // data_pass: the geometry of the data gradient, which goes direct only at stride 1.
+  explicit Geom(const Conv2dShape& s, bool data_pass = false)
       : k(std::ptrdiff_t{s.c_in} * s.kh * s.kw),
         hw(std::ptrdiff_t{s.h_out} * s.w_out),
         x_len(std::ptrdiff_t{s.c_in} * s.h * s.w),
         y_len(std::ptrdiff_t{s.c_out} * hw),
         pointwise(s.kh == 1 && s.kw == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_h == 0 && s.pad_w == 0),
-        direct(detail::conv2d_direct(s)),
+        direct(data_pass ? detail::conv2d_direct_data(s) : detail::conv2d_direct(s)),
         small(!direct && detail::conv2d_small(s)),
         blocked(!direct && !small && hw < kBlockColumns),
         block(!blocked ? 1 : static_cast<int>(std::min<std::ptrdiff_t>(s.n, (kBlockColumns + hw - 1) / hw))),
@@ -255,7 +261,8 @@ std::size_t conv2d_forward_workspace(const Conv2dShape& s) {
 
 // The direct path's flipped weights go after the slices.
 std::size_t conv2d_backward_data_workspace(const Conv2dShape& s) {
-  return conv2d_forward_workspace(s) + (Geom(s).direct ? detail::direct_shared_len(s) : 0);
+  const Geom g(s, true);
+  return static_cast<std::size_t>(workspace_slices(s) * g.slice_len() + (g.direct ? detail::direct_shared_len(s) : 0));
 }
 
 // Slice 0 accumulates straight into dw/db; the others into partial sums folded in at the end.
@@ -296,7 +303,7 @@ template <class T> void conv2d_forward(T* y, const T* x, const T* w, const T* b,
 
 template <class T>
 void conv2d_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, T* workspace, bool accumulate) {
-  const Geom g(s);
+  const Geom g(s, true);
   const auto Wt = CMatR<T>(w, s.c_out, g.k).transpose();
   T* flipped = workspace + workspace_slices(s) * g.slice_len();
   if (g.direct) detail::direct_flip_weights(flipped, w, s);

@@ -16,24 +16,30 @@ constexpr int kMaxTaps = 64;
 constexpr std::ptrdiff_t kLanes = 16;
 // Below this many output pixels per channel the padded width wastes too many lanes (a 4x4 map computes
 // 4x6) and conv2d.cc's blocks of samples do better.
-constexpr std::ptrdiff_t kMinPixels = 49;
+constexpr std::ptrdiff_t kMinPixels = 49, kMinStridedPixels = 128;
 
 std::ptrdiff_t round_up(std::ptrdiff_t v, std::ptrdiff_t to) { return (v + to - 1) / to * to; }
 
-// c planes of an h x w image inside zero borders: pixel (r, j) of plane ch at ch * plane + (r + top) * wp
-// + left + j. Reads run past the last plane by less than `slack` (a kernel width plus a vector).
+// c planes of an h x w image inside zero borders (top, left; hp x wp in all), each split into sh x sw
+// phase planes of hq x wq: padded pixel (R, J) lies in phase (R % sh, J % sw) at row R / sh, column
+// J / sw. A stride-sh, sw convolution is then a stride-1 correlation over the phases (tap (ki, kj)
+// reads phase (ki % sh, kj % sw) from (ki / sh, kj / sw) on); with stride 1 there is one phase, the
+// padded plane itself. Reads run past the last plane by less than a kernel width plus a vector.
 struct Padded {
-  int c, h, w, top, left, hp, wp, kw;
-  std::ptrdiff_t plane() const { return std::ptrdiff_t{hp} * wp; }
-  std::ptrdiff_t len() const { return c * plane() + kw + kLanes; }
+  int c, h, w, top, left, hp, wp, sh, sw, kw;
+  int hq() const { return (hp + sh - 1) / sh; }
+  int wq() const { return (wp + sw - 1) / sw; }
+  std::ptrdiff_t plane() const { return std::ptrdiff_t{hq()} * wq(); }
+  std::ptrdiff_t channel() const { return sh * sw * plane(); }
+  std::ptrdiff_t len() const { return c * channel() + kw + kLanes; }
 };
 
 // The three passes as one correlation: `in` holds the image the kernel slides over, `out_rows` x
-// in.wp the grid of outputs (the columns past the real output width are dropped).
+// in.wq() the grid of outputs (the columns past the real output width are dropped).
 struct Pass {
   Padded in;
   int out_rows;
-  std::ptrdiff_t grid() const { return std::ptrdiff_t{out_rows} * in.wp; }
+  std::ptrdiff_t grid() const { return std::ptrdiff_t{out_rows} * in.wq(); }
   // Grid rows are computed in whole vectors: on a 7x7 map (63 grid columns) narrower tail tiles would
   // cost as much as the rest.
   std::ptrdiff_t ld() const { return round_up(grid(), kLanes); }
@@ -41,21 +47,24 @@ struct Pass {
 
 // Forward and weight gradient slide over x padded by the convolution's own padding.
 Pass over_x(const Conv2dShape& s) {
-  return {{s.c_in, s.h, s.w, s.pad_h, s.pad_w, s.h + 2 * s.pad_h, s.w + 2 * s.pad_w, s.kw}, s.h_out};
+  return {{s.c_in, s.h, s.w, s.pad_h, s.pad_w, s.h + 2 * s.pad_h, s.w + 2 * s.pad_w, s.stride_h, s.stride_w, s.kw},
+          s.h_out};
 }
 
-// The data gradient is the full correlation of dy with the flipped kernel: dy padded by kernel - 1 -
-// pad on each side, h x w outputs.
+// The data gradient (stride 1 only) is the full correlation of dy with the flipped kernel: dy padded by
+// kernel - 1 - pad on each side, h x w outputs.
 Pass over_dy(const Conv2dShape& s) {
   const int top = s.kh - 1 - s.pad_h, left = s.kw - 1 - s.pad_w;
-  return {{s.c_out, s.h_out, s.w_out, top, left, s.h_out + 2 * top, s.w_out + 2 * left, s.kw}, s.h};
+  return {{s.c_out, s.h_out, s.w_out, top, left, s.h_out + 2 * top, s.w_out + 2 * left, 1, 1, s.kw}, s.h};
 }
 
-// Tap (ki, kj) of a kh x kw kernel starts ki rows and kj columns into the padded plane.
-std::array<std::ptrdiff_t, kMaxTaps> tap_offsets(const Conv2dShape& s, int wp) {
+// Where tap (ki, kj) of a kh x kw kernel starts within a channel of in.
+std::array<std::ptrdiff_t, kMaxTaps> tap_offsets(const Conv2dShape& s, const Padded& in) {
   std::array<std::ptrdiff_t, kMaxTaps> tap{};
   for (int ki = 0; ki < s.kh; ++ki)
-    for (int kj = 0; kj < s.kw; ++kj) tap[ki * s.kw + kj] = std::ptrdiff_t{ki} * wp + kj;
+    for (int kj = 0; kj < s.kw; ++kj)
+      tap[ki * s.kw + kj] = ((ki % in.sh) * in.sw + kj % in.sw) * in.plane() + std::ptrdiff_t{ki / in.sh} * in.wq() +
+                            kj / in.sw;
   return tap;
 }
 
@@ -63,15 +72,25 @@ std::array<std::ptrdiff_t, kMaxTaps> tap_offsets(const Conv2dShape& s, int wp) {
 template <class T> void fill_interior(T* p, const T* src, const Padded& g) {
   for (int ch = 0; ch < g.c; ++ch)
     for (int r = 0; r < g.h; ++r) {
-      copy_short(p + ch * g.plane() + std::ptrdiff_t{r + g.top} * g.wp + g.left,
-                 src + (std::ptrdiff_t{ch} * g.h + r) * g.w, g.w);
+      const T* row = src + (std::ptrdiff_t{ch} * g.h + r) * g.w;
+      const int pr = r + g.top;
+      T* phases = p + ch * g.channel() + (pr % g.sh) * g.sw * g.plane() + std::ptrdiff_t{pr / g.sh} * g.wq();
+      if (g.sw == 1) {
+        copy_short(phases + g.left, row, g.w);
+        continue;
+      }
+      for (int b = 0; b < g.sw; ++b) {  // the columns of phase b: padded columns b, b + sw, ...
+        const int j0 = ((b - g.left) % g.sw + g.sw) % g.sw;
+        T* d = phases + b * g.plane() + (j0 + g.left) / g.sw;
+        for (int j = j0; j < g.w; j += g.sw) *d++ = row[j];
+      }
     }
 }
 
 // dst (c x rows x w, dense) (=|+=) the first w columns of each grid row (c grids of rows x wp, ld apart).
 template <class T> void store_grid(T* dst, const T* grid, int c, int rows, int w, const Pass& pass, bool accumulate) {
   for (std::ptrdiff_t r = 0; r < std::ptrdiff_t{c} * rows; ++r) {
-    const T* src = grid + r / rows * pass.ld() + r % rows * pass.in.wp;
+    const T* src = grid + r / rows * pass.ld() + r % rows * pass.in.wq();
     T* d = dst + r * w;
     if (accumulate) {
       for (int j = 0; j < w; ++j) d[j] += src[j];
@@ -81,12 +100,12 @@ template <class T> void store_grid(T* dst, const T* grid, int c, int rows, int w
   }
 }
 
-// The implicit GEMM of one sample: grid[m, in.wp * out_rows] = init + lhs[m, in.c * taps] * columns of
+// The implicit GEMM of one sample: grid[m, in.wq() * out_rows] = init + lhs[m, in.c * taps] * columns of
 // the padded image.
 template <class T>
 void correlate(T* grid, const T* lhs, int m, const T* padded, const Pass& pass, const Conv2dShape& s, const T* init) {
-  const auto tap = tap_offsets(s, pass.in.wp);
-  const RhsRows<T> rhs{padded, pass.in.plane(), tap.data(), s.kh * s.kw, pass.in.c};
+  const auto tap = tap_offsets(s, pass.in);
+  const RhsRows<T> rhs{padded, pass.in.channel(), tap.data(), s.kh * s.kw, pass.in.c};
   ordered_gemm(grid, pass.ld(), lhs, std::ptrdiff_t{pass.in.c} * s.kh * s.kw, nullptr, rhs, m, pass.ld(), init);
 }
 
@@ -100,14 +119,20 @@ int weight_chunk(const Conv2dShape& s) {
 }  // namespace
 
 bool conv2d_direct(const Conv2dShape& s) {
-  return s.stride_h == 1 && s.stride_w == 1 && s.kh * s.kw > 1 && s.kh * s.kw <= kMaxTaps && s.pad_h < s.kh &&
-         s.pad_w < s.kw && std::ptrdiff_t{s.h_out} * s.w_out >= kMinPixels;
+  const bool strided = s.stride_h > 1 || s.stride_w > 1;
+  // A strided 1x1 convolution reads one phase of the several it would fill; im2col gathers just that.
+  // Strided maps under kMinStridedPixels lose more to the phase copies and the wider padded rows than
+  // the im2col path's blocks of samples do.
+  return s.kh * s.kw > 1 && s.kh * s.kw <= kMaxTaps && s.pad_h < s.kh && s.pad_w < s.kw &&
+         std::ptrdiff_t{s.h_out} * s.w_out >= (strided ? kMinStridedPixels : kMinPixels);
 }
+
+bool conv2d_direct_data(const Conv2dShape& s) { return conv2d_direct(s) && s.stride_h == 1 && s.stride_w == 1; }
 
 std::ptrdiff_t direct_slice_len(const Conv2dShape& s) {
   const Pass x = over_x(s), dy = over_dy(s);
   const std::ptrdiff_t forward = x.in.len() + s.c_out * x.ld();
-  const std::ptrdiff_t data = dy.in.len() + s.c_in * dy.ld();
+  const std::ptrdiff_t data = conv2d_direct_data(s) ? dy.in.len() + s.c_in * dy.ld() : 0;
   const std::ptrdiff_t weight = weight_chunk(s) * (x.in.len() + s.c_out * x.ld());
   return std::max({forward, data, weight});
 }
@@ -166,8 +191,8 @@ void direct_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dS
     std::fill(dw, dw + s.c_out * k, T(0));
     if (db) std::fill(db, db + s.c_out, T(0));
   }
-  const auto tap = tap_offsets(s, pass.in.wp);
-  const RhsRows<T> rhs{padded, pass.in.plane(), tap.data(), s.kh * s.kw, s.c_in};
+  const auto tap = tap_offsets(s, pass.in);
+  const RhsRows<T> rhs{padded, pass.in.channel(), tap.data(), s.kh * s.kw, s.c_in};
   const std::ptrdiff_t hw = std::ptrdiff_t{s.h_out} * s.w_out;
   for (int i = i0; i < i1; i += chunk) {
     const int count = std::min(chunk, i1 - i);
@@ -176,7 +201,7 @@ void direct_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dS
       const T* dy_j = dy + (i + j) * s.c_out * hw;
       for (int co = 0; co < s.c_out; ++co) {
         for (int r = 0; r < s.h_out; ++r) {
-          copy_short(dy_grid + j * dy_step + co * n + std::ptrdiff_t{r} * pass.in.wp,
+          copy_short(dy_grid + j * dy_step + co * n + std::ptrdiff_t{r} * pass.in.wq(),
                      dy_j + co * hw + std::ptrdiff_t{r} * s.w_out, s.w_out);
         }
         if (db) {

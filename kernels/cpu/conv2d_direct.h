@@ -1,7 +1,9 @@
-// Stride-1 convolutions (3x3 and up) without im2col: each sample is copied once into zero-padded planes,
+// Convolutions on maps of 7x7 and up (strided: 128 output pixels and up) without im2col: each sample is copied once into zero-padded planes
+// (split into stride_h x stride_w phase planes when strided, so that every tap reads a contiguous run),
 // and the GEMMs read their column matrix straight out of them (an implicit im2col; ordered_gemm's
 // RhsRows). Output pixels are computed on the padded width, so one column-matrix row is a contiguous run
-// of the padded plane; the few columns past the real width are computed and dropped. What this saves:
+// of a plane; the few columns past the real width are computed and dropped. The data gradient of a
+// strided convolution stays with im2col (its taps do not reduce to one correlation). What this saves:
 // im2col writes (and the GEMM reads back) kh * kw copies of the input, col2im as many adds, and Eigen
 // packs both operands, which on 16-64 channels cost as much as the multiply-adds.
 //
@@ -14,7 +16,9 @@
 
 namespace crumb::cpu::detail {
 
+// Forward and weight gradient; the data gradient where conv2d_direct_data.
 bool conv2d_direct(const Conv2dShape& s);
+bool conv2d_direct_data(const Conv2dShape& s);
 
 // Workspace elements per slice (one thread's samples) for any of the three passes.
 std::ptrdiff_t direct_slice_len(const Conv2dShape& s);
