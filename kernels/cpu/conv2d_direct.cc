@@ -68,21 +68,29 @@ std::array<std::ptrdiff_t, kMaxTaps> tap_offsets(const Conv2dShape& s, const Pad
   return tap;
 }
 
-// Copies sample src (c x h x w) into the interior of p; the borders stay as they are (zero).
+// Copies sample src (c x h x w) into the interior of p; the borders stay as they are (zero). Locals
+// only in the row loops: a row is a few dozen elements, so reloading g's fields or dividing per row
+// would cost as much as the copy.
 template <class T> void fill_interior(T* p, const T* src, const Padded& g) {
+  const int h = g.h, w = g.w, sh = g.sh, sw = g.sw;
+  const std::ptrdiff_t rows = std::ptrdiff_t{g.c} * h, plane = g.plane(), wq = g.wq();
+  if (sh == 1 && sw == 1) {
+    T* d = p + std::ptrdiff_t{g.top} * wq + g.left;
+    const std::ptrdiff_t skip = (g.hq() - h) * wq;  // the bottom and top borders between channels
+    for (std::ptrdiff_t r = 0; r < rows; ++r, src += w, d += wq) {
+      copy_short(d, src, w);
+      if ((r + 1) % h == 0) d += skip;
+    }
+    return;
+  }
   for (int ch = 0; ch < g.c; ++ch)
-    for (int r = 0; r < g.h; ++r) {
-      const T* row = src + (std::ptrdiff_t{ch} * g.h + r) * g.w;
+    for (int r = 0; r < h; ++r, src += w) {
       const int pr = r + g.top;
-      T* phases = p + ch * g.channel() + (pr % g.sh) * g.sw * g.plane() + std::ptrdiff_t{pr / g.sh} * g.wq();
-      if (g.sw == 1) {
-        copy_short(phases + g.left, row, g.w);
-        continue;
-      }
-      for (int b = 0; b < g.sw; ++b) {  // the columns of phase b: padded columns b, b + sw, ...
-        const int j0 = ((b - g.left) % g.sw + g.sw) % g.sw;
-        T* d = phases + b * g.plane() + (j0 + g.left) / g.sw;
-        for (int j = j0; j < g.w; j += g.sw) *d++ = row[j];
+      T* phases = p + ch * g.channel() + (pr % sh) * sw * plane + std::ptrdiff_t{pr / sh} * wq;
+      for (int b = 0; b < sw; ++b) {  // the columns of phase b: padded columns b, b + sw, ...
+        const int j0 = ((b - g.left) % sw + sw) % sw;
+        T* d = phases + b * plane + (j0 + g.left) / sw;
+        for (int j = j0; j < w; j += sw) *d++ = src[j];
       }
     }
 }

@@ -127,8 +127,8 @@ inline Range valid_range(int k, int stride, int pad, int in, int out) {
 // Copies n elements for short n (a feature-map row) without a library call, which would cost more
 // than the copy: fixed-size memcpys compile to vector moves, and the last chunk overlaps the one
 // before instead of leaving a scalar tail. All rows of a conv have the same length, so the branches
-// predict perfectly.
-template <class T> void copy_short(T* d, const T* src, int n) {
+// predict perfectly. Always inlined: GCC otherwise keeps it out of line, and the call is the cost.
+template <class T> inline __attribute__((always_inline)) void copy_short(T* d, const T* src, int n) {
   constexpr int kChunk = 64 / sizeof(T);
   auto chunks = [&](auto width) {
     for (int j = 0; j + width < n; j += width) std::memcpy(d + j, src + j, width * sizeof(T));
