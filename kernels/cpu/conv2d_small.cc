@@ -151,9 +151,9 @@ void small_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dSh
       for (int co = 0; co < s.c_out; ++co)
         db[co] += CVecMap<T>(dyt + co * g.hw_out * g.cols, g.hw_out * g.cols).sum();
   }
-  with_write_mode(accumulate, [&](auto acc) {
-    for (std::ptrdiff_t t = 0; t < g.taps; ++t)
-      for (std::ptrdiff_t k = 0; k < block; ++k) put(acc, dw[k * g.taps + t], by_tap[t * block + k]);
+  with_write_mode(accumulate, [&](auto acc) {  // writes dw in order, reads taps streams
+    for (std::ptrdiff_t k = 0; k < block; ++k)
+      for (std::ptrdiff_t t = 0; t < g.taps; ++t) put(acc, dw[k * g.taps + t], by_tap[t * block + k]);
   });
 }
 

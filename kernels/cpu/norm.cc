@@ -18,10 +18,18 @@ using detail::with_write_mode;
 struct Moments {
   double mean, m2;
 };
+// Runs shorter than this (a ResNet's 4x4 to 1x1 maps) are summed by plain loops: a vectorised
+// reduction's set-up and lane sum per run would cost more than the run.
+constexpr int kShortRun = 16;
+
 template <class T> Moments moments_of(const T* x, int runs, std::ptrdiff_t stride, int len) {
   double sum = 0;
   for (int r = 0; r < runs; ++r) {
     const T* p = x + r * stride;
+    if (len < kShortRun) {
+      for (int i = 0; i < len; ++i) sum += p[i];
+      continue;
+    }
 #pragma omp simd reduction(+ : sum)
     for (int i = 0; i < len; ++i) sum += p[i];
   }
@@ -29,6 +37,10 @@ template <class T> Moments moments_of(const T* x, int runs, std::ptrdiff_t strid
   double m2 = 0;
   for (int r = 0; r < runs; ++r) {
     const T* p = x + r * stride;
+    if (len < kShortRun) {
+      for (int i = 0; i < len; ++i) m2 += (p[i] - mean) * (p[i] - mean);
+      continue;
+    }
 #pragma omp simd reduction(+ : m2)
     for (int i = 0; i < len; ++i) m2 += (p[i] - mean) * (p[i] - mean);
   }
