@@ -124,7 +124,7 @@ void small_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, i
 }
 
 // dW[:, :, tap] += dy[:, :, p] . x[:, :, q]^T over the samples, for every output pixel p and tap inside
-// the image (reading input pixel q): Eigen GEMMs as deep as the chunk, into [tap, c_out, c_in] first.
+// the image (reading input pixel q): Eigen GEMMs as deep as the chunk, into [live tap, c_out, c_in] first.
 template <class T>
 void small_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dShape& s, int i0, int i1, T* ws,
                            bool accumulate) {
@@ -134,7 +134,16 @@ void small_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dSh
   T* dyt = xt + g.x_len * g.cols;
   T* by_tap = dyt + g.y_len * g.cols;
   const std::ptrdiff_t block = std::ptrdiff_t{s.c_out} * s.c_in;
-  std::fill(by_tap, by_tap + g.taps * block, T(0));
+  // Only the taps some output pixel reads get a block (on a 1x1 map the centre alone): the others'
+  // gradient is zero, and zeroing and permuting their blocks would cost more than the GEMMs.
+  std::array<std::ptrdiff_t, kMaxTaps> slot;
+  slot.fill(-1);
+  std::ptrdiff_t live = 0;
+  for (std::ptrdiff_t p = 0; p < g.hw_out; ++p)
+    for_each_tap(s, p, [&](int t, std::ptrdiff_t) {
+      if (slot[t] < 0) slot[t] = live++ * block;
+    });
+  std::fill(by_tap, by_tap + live * block, T(0));
   if (db && !accumulate) std::fill(db, db + s.c_out, T(0));
   for (int i = i0; i < i1; i += g.chunk) {
     const int count = std::min(g.chunk, i1 - i);
@@ -144,16 +153,16 @@ void small_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dSh
       const Strided DY(dyt + p * g.cols, s.c_out, g.cols, Eigen::OuterStride<>(g.hw_out * g.cols));
       for_each_tap(s, p, [&](int t, std::ptrdiff_t q) {
         const Strided X(xt + q * g.cols, s.c_in, g.cols, Eigen::OuterStride<>(g.hw_in * g.cols));
-        gemm(MatR<T>(by_tap + t * block, s.c_out, s.c_in), DY, X.transpose(), true);
+        gemm(MatR<T>(by_tap + slot[t], s.c_out, s.c_in), DY, X.transpose(), true);
       });
     }
     if (db)
       for (int co = 0; co < s.c_out; ++co)
         db[co] += CVecMap<T>(dyt + co * g.hw_out * g.cols, g.hw_out * g.cols).sum();
   }
-  with_write_mode(accumulate, [&](auto acc) {  // writes dw in order, reads taps streams
+  with_write_mode(accumulate, [&](auto acc) {  // writes dw in order, reads the live taps' blocks
     for (std::ptrdiff_t k = 0; k < block; ++k)
-      for (std::ptrdiff_t t = 0; t < g.taps; ++t) put(acc, dw[k * g.taps + t], by_tap[t * block + k]);
+      for (std::ptrdiff_t t = 0; t < g.taps; ++t) put(acc, dw[k * g.taps + t], slot[t] < 0 ? T(0) : by_tap[slot[t] + k]);
   });
 }
 
