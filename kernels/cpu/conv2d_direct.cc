@@ -189,11 +189,12 @@ void direct_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dS
                             bool accumulate) {
   const Pass pass = over_x(s);
   const int chunk = weight_chunk(s);
-  const std::ptrdiff_t n = pass.ld(), x_step = pass.in.len(), dy_step = s.c_out * n;
+  // Per sample of the chunk: its padded planes, then dy on the padded grid (zero in the dropped
+  // columns and the rounding tail, so they add nothing); one step apart in both (dot_gemm's Segments).
+  const std::ptrdiff_t n = pass.ld(), step = pass.in.len() + s.c_out * n;
   T* padded = ws;
-  // dy on the padded grid, zero in the dropped columns and the rounding tail, so they add nothing.
-  T* dy_grid = ws + chunk * x_step;
-  std::fill(padded, dy_grid + chunk * dy_step, T(0));
+  T* dy_grid = ws + pass.in.len();
+  std::fill(ws, ws + chunk * step, T(0));
   const std::ptrdiff_t k = std::ptrdiff_t{s.c_in} * s.kh * s.kw;
   if (!accumulate) {
     std::fill(dw, dw + s.c_out * k, T(0));
@@ -205,11 +206,11 @@ void direct_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dS
   for (int i = i0; i < i1; i += chunk) {
     const int count = std::min(chunk, i1 - i);
     for (int j = 0; j < count; ++j) {
-      fill_interior(padded + j * x_step, x + std::ptrdiff_t{i + j} * s.c_in * s.h * s.w, pass.in);
+      fill_interior(padded + j * step, x + std::ptrdiff_t{i + j} * s.c_in * s.h * s.w, pass.in);
       const T* dy_j = dy + (i + j) * s.c_out * hw;
       for (int co = 0; co < s.c_out; ++co) {
         for (int r = 0; r < s.h_out; ++r) {
-          copy_short(dy_grid + j * dy_step + co * n + std::ptrdiff_t{r} * pass.in.wq(),
+          copy_short(dy_grid + j * step + co * n + std::ptrdiff_t{r} * pass.in.wq(),
                      dy_j + co * hw + std::ptrdiff_t{r} * s.w_out, s.w_out);
         }
         if (db) {
@@ -219,7 +220,7 @@ void direct_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dS
         }
       }
     }
-    dot_gemm(dw, dy_grid, n, rhs, s.c_out, Segments{n, count, dy_step, x_step});
+    dot_gemm(dw, dy_grid, n, rhs, s.c_out, Segments{n, count, step});
   }
 }
 

@@ -9,12 +9,13 @@
 
 namespace crumb::cpu::detail {
 
-// Pixels of the depth, possibly in several segments (samples) at fixed steps in a and b.
+// Pixels of the depth, possibly in several segments (samples), each `step` elements on from the one
+// before in a and in b alike: one offset serves both operands, which keeps the ten row pointers of a
+// tile in registers across segments (with separate steps GCC spilled accumulators at every segment).
 struct Segments {
-  std::ptrdiff_t n;       // pixels per segment, a multiple of the packet size
-  int count;              // segments
-  std::ptrdiff_t a_step;  // a's elements from one segment to the next
-  std::ptrdiff_t b_step;  // b's
+  std::ptrdiff_t n;     // pixels per segment, a multiple of the packet size
+  int count;            // segments
+  std::ptrdiff_t step;  // elements from one segment to the next, in a and b
 };
 
 // Left alone, GCC folds each load of b into all R of its fmas, and b's rows start at any offset (the
@@ -28,7 +29,7 @@ template <class Packet> inline void in_register(Packet& v) {
 #endif
 }
 
-// dst[r, p] += sum over segments j and pixels q of a[j * a_step + r * lda + q] * b[p][j * b_step + q]:
+// dst[r, p] += sum over segments j and pixels q of a[r * lda + j * step + q] * b[p][j * step + q]:
 // R x P packet accumulators, so small maps run on through a chunk of samples between two reductions.
 // Eigen's packets rather than lane loops: GCC keeps an array of packets in registers, an array of
 // floats it spills.
@@ -40,14 +41,15 @@ inline void dot_tile(T* dst, std::ptrdiff_t ldd, const T* a, std::ptrdiff_t lda,
   Packet acc[R][P];
   for (int r = 0; r < R; ++r)
     for (int p = 0; p < P; ++p) acc[r][p] = pset1<Packet>(T(0));
-  for (int j = 0; j < seg.count; ++j) {
-    const T* aj = a + j * seg.a_step;
-    const std::ptrdiff_t bj = j * seg.b_step;
-    for (std::ptrdiff_t q = 0; q < seg.n; q += L) {
+  const T* ar[R];
+  for (int r = 0; r < R; ++r) ar[r] = a + r * lda;
+  const std::ptrdiff_t end = seg.count * seg.step;
+  for (std::ptrdiff_t at = 0; at < end; at += seg.step) {
+    for (std::ptrdiff_t q = at; q < at + seg.n; q += L) {
       Packet av[R];
-      for (int r = 0; r < R; ++r) av[r] = ploadu<Packet>(aj + r * lda + q);
+      for (int r = 0; r < R; ++r) av[r] = ploadu<Packet>(ar[r] + q);
       for (int p = 0; p < P; ++p) {
-        Packet bv = ploadu<Packet>(b[p] + bj + q);
+        Packet bv = ploadu<Packet>(b[p] + q);
         in_register(bv);
         for (int r = 0; r < R; ++r) acc[r][p] = pmadd(av[r], bv, acc[r][p]);
       }
