@@ -18,6 +18,16 @@ using detail::with_write_mode;
 struct Moments {
   double mean, m2;
 };
+// A channel's values are runs of hw a whole sample apart: too short for the hardware prefetcher to
+// get going on each, so the next run is asked for while this one is summed.
+template <class T> void prefetch_run(const T* a, const T* b, int len) {
+  constexpr int kLine = 64 / sizeof(T);
+  for (int i = 0; i < len; i += kLine) {
+    __builtin_prefetch(a + i);
+    __builtin_prefetch(b + i);
+  }
+}
+
 // Runs shorter than this (a ResNet's 4x4 to 1x1 maps) are summed by plain loops: a vectorised
 // reduction's set-up and lane sum per run would cost more than the run.
 constexpr int kShortRun = 16;
@@ -160,6 +170,7 @@ void batch_norm_backward(T* dw, T* db, T* dx, const T* dy, const T* x, const T* 
         for (int r = 0; r < samples; ++r) {
           const T* pdy = dy + at + r * stride;
           const T* px = x + at + r * stride;
+          if (r + 1 < samples) prefetch_run(pdy + stride, px + stride, s.hw);
 #pragma omp simd reduction(+ : sdy, sdyx)
           for (int i = 0; i < s.hw; ++i) {
             sdy += pdy[i];
