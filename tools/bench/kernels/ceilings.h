@@ -1,6 +1,7 @@
 // This machine's measured CPU ceilings, the denominators of the CPU benchmarks' "% of peak": the best
-// GEMM rate through the kernels' own GEMM path and the best streaming bandwidth, measured by the same
-// binary in the same run (so load, clocks and thread count are those the kernels see).
+// GEMM rate through the kernels' own GEMM paths (Eigen's large GEMM, the direct convolutions' register
+// tile) and the best streaming bandwidth, measured by the same binary in the same run (so load, clocks
+// and thread count are those the kernels see).
 #pragma once
 #include <cstdint>
 
@@ -12,6 +13,8 @@ struct CpuCeilings {
   Peak peak;
   int gemm_n;              // the square GEMM's size
   int64_t stream_elements; // elements of each of the triad's three arrays
+  double eigen_flops;      // the two GEMM figures; peak.flops is the better
+  double tile_flops;
 };
 
 // Each ceiling is the best of repeated runs for at least `seconds` after a warm-up run; 0: one run of
