@@ -71,56 +71,60 @@ std::ptrdiff_t small_slice_len(const Conv2dShape& s) {
   return (g.x_len + g.y_len) * g.cols + s.c_out * s.c_in * g.taps;
 }
 
-// y[:, co, p] = b + sum over the taps of p inside the image: W[co, :, tap] . x[:, :, pixel]; one
-// ordered GEMM per output pixel over the transposed chunk.
-template <class T>
-void small_forward(T* y, const T* x, const T* w, const T* b, const Conv2dShape& s, int i0, int i1, T* ws) {
-  const Geom g(s);
-  T* xt = ws;
-  T* yt = ws + g.x_len * g.cols;
-  std::array<std::ptrdiff_t, kMaxTaps> w_tap{}, x_row{};
+// One side of a pass: per sample `channels` planes of `pixels` values.
+struct Side {
+  int channels;
+  std::ptrdiff_t pixels;
+  std::ptrdiff_t len() const { return channels * pixels; }
+};
+
+// The forward pass and the data gradient alike: chunks of samples of `in` transposed, one ordered GEMM
+// per pixel of `out` (rows: its channels; depth: in's channels x the pairs taps_of lists for the pixel,
+// lhs column (channel, tap) at channel * lhs_group + tap), transposed back into out (=|+=).
+template <class T, class TapsOf>
+void pixel_gemms(T* out, const Side& out_side, const T* in, const Side& in_side, const T* lhs, std::ptrdiff_t ldl,
+                 std::ptrdiff_t lhs_group, const T* init, const Geom& g, int i0, int i1, T* ws, bool accumulate,
+                 TapsOf&& taps_of) {
+  T* in_t = ws;
+  T* out_t = ws + in_side.len() * g.cols;
+  std::array<std::ptrdiff_t, kMaxTaps> lhs_tap{}, in_row{};
   for (int i = i0; i < i1; i += g.chunk) {
     const int count = std::min(g.chunk, i1 - i);
-    to_columns(xt, x + i * g.x_len, count, g.x_len, g.cols);
-    for (std::ptrdiff_t p = 0; p < g.hw_out; ++p) {
-      int taps = 0;
-      for_each_tap(s, p, [&](int t, std::ptrdiff_t q) {
-        w_tap[taps] = t;
-        x_row[taps++] = q * g.cols;
+    to_columns(in_t, in + i * in_side.len(), count, in_side.len(), g.cols);
+    for (std::ptrdiff_t p = 0; p < out_side.pixels; ++p) {
+      int pairs = 0;
+      taps_of(p, [&](int t, std::ptrdiff_t in_pixel) {
+        lhs_tap[pairs] = t;
+        in_row[pairs++] = in_pixel * g.cols;
       });
-      const LhsCols lhs{g.taps, w_tap.data()};
-      const RhsRows<T> rhs{xt, g.hw_in * g.cols, x_row.data(), taps, s.c_in};
-      ordered_gemm(yt + p * g.cols, g.hw_out * g.cols, w, s.c_in * g.taps, &lhs, rhs, s.c_out, g.cols, b);
+      const LhsCols cols{lhs_group, lhs_tap.data()};
+      const RhsRows<T> rhs{in_t, in_side.pixels * g.cols, in_row.data(), pairs, in_side.channels};
+      ordered_gemm(out_t + p * g.cols, out_side.pixels * g.cols, lhs, ldl, &cols, rhs, out_side.channels, g.cols, init);
     }
-    from_columns(y + i * g.y_len, yt, count, g.y_len, g.cols, false);
+    from_columns(out + i * out_side.len(), out_t, count, out_side.len(), g.cols, accumulate);
   }
 }
 
+// y[:, co, p] = b + sum over the taps of p inside the image: W[co, :, tap] . x[:, :, pixel].
+template <class T>
+void small_forward(T* y, const T* x, const T* w, const T* b, const Conv2dShape& s, int i0, int i1, T* ws) {
+  const Geom g(s);
+  pixel_gemms(y, Side{s.c_out, g.hw_out}, x, Side{s.c_in, g.hw_in}, w, s.c_in * g.taps, g.taps, b, g, i0, i1, ws,
+              false, [&](std::ptrdiff_t p, auto&& add) { for_each_tap(s, p, add); });
+}
+
 // dx[:, ci, q] = sum over the (output pixel p, tap) pairs that read input pixel q: W[:, ci, tap] .
-// dy[:, :, p]; one GEMM per input pixel.
+// dy[:, :, p].
 template <class T>
 void small_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, int i0, int i1, T* ws, bool accumulate) {
   const Geom g(s);
-  T* dyt = ws;
-  T* dxt = ws + g.y_len * g.cols;
-  std::array<std::ptrdiff_t, kMaxTaps> w_tap{}, dy_row{};
-  for (int i = i0; i < i1; i += g.chunk) {
-    const int count = std::min(g.chunk, i1 - i);
-    to_columns(dyt, dy + i * g.y_len, count, g.y_len, g.cols);
-    for (std::ptrdiff_t q = 0; q < g.hw_in; ++q) {
-      int pairs = 0;
-      for (std::ptrdiff_t p = 0; p < g.hw_out; ++p)
-        for_each_tap(s, p, [&](int t, std::ptrdiff_t in) {
-          if (in != q) return;
-          w_tap[pairs] = t;
-          dy_row[pairs++] = p * g.cols;
-        });
-      const LhsCols lhs{s.c_in * g.taps, w_tap.data()};
-      const RhsRows<T> rhs{dyt, g.hw_out * g.cols, dy_row.data(), pairs, s.c_out};
-      ordered_gemm(dxt + q * g.cols, g.hw_in * g.cols, w, g.taps, &lhs, rhs, s.c_in, g.cols, static_cast<const T*>(nullptr));
-    }
-    from_columns(dx + i * g.x_len, dxt, count, g.x_len, g.cols, accumulate);
-  }
+  pixel_gemms(dx, Side{s.c_in, g.hw_in}, dy, Side{s.c_out, g.hw_out}, w, g.taps, s.c_in * g.taps,
+              static_cast<const T*>(nullptr), g, i0, i1, ws, accumulate, [&](std::ptrdiff_t q, auto&& add) {
+                for (std::ptrdiff_t p = 0; p < g.hw_out; ++p)
+                  for_each_tap(s, p, [&](int t, std::ptrdiff_t in) {
+                    if (in == q) add(t, p);
+                  });
+              });
 }
 
 // dW[:, :, tap] += dy[:, :, p] . x[:, :, q]^T over the samples, for every output pixel p and tap inside
