@@ -108,13 +108,24 @@ template <class T> void store_grid(T* dst, const T* grid, int c, int rows, int w
   }
 }
 
-// The implicit GEMM of one sample: grid[m, in.wq() * out_rows] = init + lhs[m, in.c * taps] * columns of
-// the padded image.
+// Samples [i0, i1) of `in` (pass.in's image) each copied into zero-padded planes, then one implicit
+// GEMM: grid[m, in.wq() * out_rows] = init + lhs[m, in.c * taps] * the column matrix read out of them,
+// whose first out_w columns of each row go to `out` (=|+=).
 template <class T>
-void correlate(T* grid, const T* lhs, int m, const T* padded, const Pass& pass, const Conv2dShape& s, const T* init) {
+void correlate(T* out, int out_w, const T* in, const T* lhs, int m, const T* init, const Pass& pass,
+               const Conv2dShape& s, int i0, int i1, T* ws, bool accumulate) {
+  T* padded = ws;
+  T* grid = ws + pass.in.len();
+  std::fill(padded, grid, T(0));
   const auto tap = tap_offsets(s, pass.in);
   const RhsRows<T> rhs{padded, pass.in.channel(), tap.data(), s.kh * s.kw, pass.in.c};
-  ordered_gemm(grid, pass.ld(), lhs, std::ptrdiff_t{pass.in.c} * s.kh * s.kw, nullptr, rhs, m, pass.ld(), init);
+  const std::ptrdiff_t in_len = std::ptrdiff_t{pass.in.c} * pass.in.h * pass.in.w,
+                       out_len = std::ptrdiff_t{m} * pass.out_rows * out_w;
+  for (int i = i0; i < i1; ++i) {
+    fill_interior(padded, in + i * in_len, pass.in);
+    ordered_gemm(grid, pass.ld(), lhs, std::ptrdiff_t{pass.in.c} * s.kh * s.kw, nullptr, rhs, m, pass.ld(), init);
+    store_grid(out + i * out_len, grid, m, pass.out_rows, out_w, pass, accumulate);
+  }
 }
 
 // Samples per chunk of the weight gradient: enough pixels between two reductions of the tiles.
@@ -149,15 +160,7 @@ std::ptrdiff_t direct_shared_len(const Conv2dShape& s) { return std::ptrdiff_t{s
 
 template <class T>
 void direct_forward(T* y, const T* x, const T* w, const T* b, const Conv2dShape& s, int i0, int i1, T* ws) {
-  const Pass pass = over_x(s);
-  T* padded = ws;
-  T* grid = ws + pass.in.len();
-  std::fill(padded, grid, T(0));
-  for (int i = i0; i < i1; ++i) {
-    fill_interior(padded, x + std::ptrdiff_t{i} * s.c_in * s.h * s.w, pass.in);
-    correlate(grid, w, s.c_out, padded, pass, s, b);
-    store_grid(y + std::ptrdiff_t{i} * s.c_out * s.h_out * s.w_out, grid, s.c_out, s.h_out, s.w_out, pass, false);
-  }
+  correlate(y, s.w_out, x, w, s.c_out, b, over_x(s), s, i0, i1, ws, false);
 }
 
 // wf[ci, co, a, b] = w[co, ci, kh - 1 - a, kw - 1 - b]: the data gradient's GEMM has input channels as
@@ -173,15 +176,7 @@ template <class T> void direct_flip_weights(T* wf, const T* w, const Conv2dShape
 template <class T>
 void direct_backward_data(T* dx, const T* dy, const T* wf, const Conv2dShape& s, int i0, int i1, T* ws,
                           bool accumulate) {
-  const Pass pass = over_dy(s);
-  T* padded = ws;
-  T* grid = ws + pass.in.len();
-  std::fill(padded, grid, T(0));
-  for (int i = i0; i < i1; ++i) {
-    fill_interior(padded, dy + std::ptrdiff_t{i} * s.c_out * s.h_out * s.w_out, pass.in);
-    correlate(grid, wf, s.c_in, padded, pass, s, static_cast<const T*>(nullptr));
-    store_grid(dx + std::ptrdiff_t{i} * s.c_in * s.h * s.w, grid, s.c_in, s.h, s.w, pass, accumulate);
-  }
+  correlate(dx, s.w, dy, wf, s.c_in, static_cast<const T*>(nullptr), over_dy(s), s, i0, i1, ws, accumulate);
 }
 
 template <class T>

@@ -33,6 +33,12 @@ template <class Packet> inline void in_register(Packet& v) {
 // R x P packet accumulators, so small maps run on through a chunk of samples between two reductions.
 // Eigen's packets rather than lane loops: GCC keeps an array of packets in registers, an array of
 // floats it spills.
+// Eigen's packet types carry vector attributes that GCC drops (and says so) when they are template
+// arguments, as Eigen's own code has them everywhere; its system headers just do not warn.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wignored-attributes"
+#endif
 template <int R, int P, class T>
 inline void dot_tile(T* dst, std::ptrdiff_t ldd, const T* a, std::ptrdiff_t lda, const T* const* b, const Segments& seg) {
   using namespace Eigen::internal;
@@ -55,9 +61,19 @@ inline void dot_tile(T* dst, std::ptrdiff_t ldd, const T* a, std::ptrdiff_t lda,
       }
     }
   }
+  // Lane sums by hand: Eigen's AVX-512 predux trips GCC 12's -Wuninitialized inside the intrinsics.
   for (int r = 0; r < R; ++r)
-    for (int p = 0; p < P; ++p) dst[r * ldd + p] += predux(acc[r][p]);
+    for (int p = 0; p < P; ++p) {
+      T lanes[L];
+      pstoreu(lanes, acc[r][p]);
+      T sum(0);
+      for (int l = 0; l < L; ++l) sum += lanes[l];
+      dst[r * ldd + p] += sum;
+    }
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 // Columns [p0, k) of R rows in tiles of P, the tail in narrower tiles; row p of b starts at
 // rhs.base + (p / taps) * group_stride + tap[p % taps].
