@@ -55,18 +55,18 @@ struct Geom {
   int block;             // samples per GEMM: 1 unblocked
   std::ptrdiff_t col;    // column buffer elements per slice ([k, block * hw])
   std::ptrdiff_t out;    // gathered y / dy elements per slice ([c_out, block * hw]; 0 unblocked)
-  // data_pass: the geometry of the data gradient, which goes direct only at stride 1.
-  explicit Geom(const Conv2dShape& s, bool data_pass = false)
+  // The data gradient goes direct only at stride 1; each direct pass has its own workspace.
+  Geom(const Conv2dShape& s, detail::ConvPass pass)
       : k(std::ptrdiff_t{s.c_in} * s.kh * s.kw),
         hw(std::ptrdiff_t{s.h_out} * s.w_out),
         x_len(std::ptrdiff_t{s.c_in} * s.h * s.w),
         y_len(std::ptrdiff_t{s.c_out} * hw),
         pointwise(s.kh == 1 && s.kw == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_h == 0 && s.pad_w == 0),
-        direct(data_pass ? detail::conv2d_direct_data(s) : detail::conv2d_direct(s)),
+        direct(pass == detail::ConvPass::Data ? detail::conv2d_direct_data(s) : detail::conv2d_direct(s)),
         small(!direct && detail::conv2d_small(s)),
         blocked(!direct && !small && hw < kBlockColumns),
         block(!blocked ? 1 : static_cast<int>(std::min<std::ptrdiff_t>(s.n, (kBlockColumns + hw - 1) / hw))),
-        col(direct  ? detail::direct_slice_len(s)
+        col(direct  ? detail::direct_slice_len(s, pass)
             : small ? detail::small_slice_len(s)
             : !blocked && pointwise ? 0
                                     : k * block * hw),
@@ -256,24 +256,24 @@ template <class T> void gather(T* block, const T* v, std::ptrdiff_t rows, const 
 }  // namespace
 
 std::size_t conv2d_forward_workspace(const Conv2dShape& s) {
-  return static_cast<std::size_t>(workspace_slices(s) * Geom(s).slice_len());
+  return static_cast<std::size_t>(workspace_slices(s) * Geom(s, detail::ConvPass::Forward).slice_len());
 }
 
 // The direct path's flipped weights go after the slices.
 std::size_t conv2d_backward_data_workspace(const Conv2dShape& s) {
-  const Geom g(s, true);
+  const Geom g(s, detail::ConvPass::Data);
   return static_cast<std::size_t>(workspace_slices(s) * g.slice_len() + (g.direct ? detail::direct_shared_len(s) : 0));
 }
 
 // Slice 0 accumulates straight into dw/db; the others into partial sums folded in at the end.
 std::size_t conv2d_backward_weight_workspace(const Conv2dShape& s) {
-  const Geom g(s);
+  const Geom g(s, detail::ConvPass::Weight);
   const int slices = workspace_slices(s);
   return static_cast<std::size_t>(slices * g.slice_len() + (slices - 1) * (s.c_out * g.k + s.c_out));
 }
 
 template <class T> void conv2d_forward(T* y, const T* x, const T* w, const T* b, const Conv2dShape& s, T* workspace) {
-  const Geom g(s);
+  const Geom g(s, detail::ConvPass::Forward);
   const CMatR<T> W(w, s.c_out, g.k);
   for_each_slice(active_slices(s, g), s.n, [&](int slice, int i0, int i1) {
     T* col = workspace + slice * g.slice_len();
@@ -303,7 +303,7 @@ template <class T> void conv2d_forward(T* y, const T* x, const T* w, const T* b,
 
 template <class T>
 void conv2d_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, T* workspace, bool accumulate) {
-  const Geom g(s, true);
+  const Geom g(s, detail::ConvPass::Data);
   const auto Wt = CMatR<T>(w, s.c_out, g.k).transpose();
   T* flipped = workspace + workspace_slices(s) * g.slice_len();
   if (g.direct) detail::direct_flip_weights(flipped, w, s);
@@ -350,7 +350,7 @@ void conv2d_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, 
 template <class T>
 void conv2d_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dShape& s, T* workspace,
                             bool accumulate) {
-  const Geom g(s);
+  const Geom g(s, detail::ConvPass::Weight);
   const std::ptrdiff_t dw_len = s.c_out * g.k;
   const std::ptrdiff_t partial_len = dw_len + s.c_out;
   T* partials = workspace + workspace_slices(s) * g.slice_len();

@@ -130,7 +130,7 @@ void correlate(T* out, int out_w, const T* in, const T* lhs, int m, const T* ini
 
 // Samples per chunk of the weight gradient: enough pixels between two reductions of the tiles.
 int weight_chunk(const Conv2dShape& s) {
-  constexpr std::ptrdiff_t kChunkPixels = 2048, kMaxChunk = 32;
+  constexpr std::ptrdiff_t kChunkPixels = 1024, kMaxChunk = 32;
   const std::ptrdiff_t n = over_x(s).ld();
   return static_cast<int>(std::clamp<std::ptrdiff_t>(kChunkPixels / n, 1, std::min<std::ptrdiff_t>(kMaxChunk, s.n)));
 }
@@ -148,12 +148,17 @@ bool conv2d_direct(const Conv2dShape& s) {
 
 bool conv2d_direct_data(const Conv2dShape& s) { return conv2d_direct(s) && s.stride_h == 1 && s.stride_w == 1; }
 
-std::ptrdiff_t direct_slice_len(const Conv2dShape& s) {
-  const Pass x = over_x(s), dy = over_dy(s);
-  const std::ptrdiff_t forward = x.in.len() + s.c_out * x.ld();
-  const std::ptrdiff_t data = conv2d_direct_data(s) ? dy.in.len() + s.c_in * dy.ld() : 0;
-  const std::ptrdiff_t weight = weight_chunk(s) * (x.in.len() + s.c_out * x.ld());
-  return std::max({forward, data, weight});
+std::ptrdiff_t direct_slice_len(const Conv2dShape& s, ConvPass pass) {
+  const Pass x = over_x(s);
+  switch (pass) {
+    case ConvPass::Forward: return x.in.len() + s.c_out * x.ld();
+    case ConvPass::Data: {
+      const Pass dy = over_dy(s);
+      return dy.in.len() + s.c_in * dy.ld();
+    }
+    case ConvPass::Weight: break;
+  }
+  return weight_chunk(s) * (x.in.len() + s.c_out * x.ld());
 }
 
 std::ptrdiff_t direct_shared_len(const Conv2dShape& s) { return std::ptrdiff_t{s.c_in} * s.c_out * s.kh * s.kw; }
