@@ -14,6 +14,16 @@
 
 namespace crumb::cpu::detail {
 
+// The widest vector the build targets: tiles are sized in vectors, so that a build for an older CPU
+// (or the sanitizer build, which targets plain x86-64) keeps its accumulators in registers too.
+#if defined(__AVX512F__)
+inline constexpr int kVectorBytes = 64;
+#elif defined(__AVX__)
+inline constexpr int kVectorBytes = 32;
+#else
+inline constexpr int kVectorBytes = 16;
+#endif
+
 template <class T> inline T ordered_fma(T a, T b, T acc) {
 #ifdef __FMA__
   return std::fma(a, b, acc);  // one instruction here, vectorised in the tiles below
@@ -69,11 +79,11 @@ inline void ordered_tile(T* dst, std::ptrdiff_t ldd, const T* lhs, std::ptrdiff_
 }
 
 // Columns [0, n) of R rows in tiles of C, then narrower tiles for the tail (same per-entry sequence):
-// one 64-byte vector narrower at a time down to one vector, then halves.
+// one vector narrower at a time down to one vector, then halves.
 template <int R, int C, class T>
 inline void ordered_rows(T* dst, std::ptrdiff_t ldd, const T* lhs, std::ptrdiff_t ldl, const LhsCols* cols,
                          const RhsRows<T>& rhs, std::ptrdiff_t n, const T* init) {
-  constexpr int kVector = 64 / sizeof(T);
+  constexpr int kVector = kVectorBytes / sizeof(T);
   std::ptrdiff_t j = 0;
   // A last tile of one vector (R accumulators, R broadcasts per vector load) runs at half speed: C + 1
   // vectors left over go as two tiles of (C + 1) / 2 vectors instead (a 7x7 map's 64 columns as 32 + 32).
@@ -90,10 +100,9 @@ inline void ordered_rows(T* dst, std::ptrdiff_t ldd, const T* lhs, std::ptrdiff_
 template <class T>
 void ordered_gemm(T* dst, std::ptrdiff_t ldd, const T* lhs, std::ptrdiff_t ldl, const LhsCols* cols,
                   const RhsRows<T>& rhs, std::ptrdiff_t m, std::ptrdiff_t n, const T* init) {
-  // Three 64-byte vectors of columns by 8 rows: 24 accumulators, with the three right-hand vectors and a
-  // broadcast 28 of AVX-512's 32 registers: 11 loads per 24 fmas (AVX2 spills; still far ahead of a
-  // per-sample GEMM on a 7x7 map).
-  constexpr int kCols = 192 / sizeof(T), kRows = 8;
+  // Three vectors of columns by 8 rows: 24 accumulators, with the three right-hand vectors and a
+  // broadcast 28 of AVX-512's 32 registers: 11 loads per 24 fmas (AVX2 and SSE, with 16, spill some).
+  constexpr int kCols = 3 * kVectorBytes / sizeof(T), kRows = 8;
   std::ptrdiff_t i = 0;
   for (; i + kRows <= m; i += kRows)
     ordered_rows<kRows, kCols>(dst + i * ldd, ldd, lhs + i * ldl, ldl, cols, rhs, n, init ? init + i : nullptr);
