@@ -91,13 +91,15 @@ inline void dot_rows(T* dst, std::ptrdiff_t ldd, const T* a, std::ptrdiff_t lda,
   }
 }
 
-// dst[m, k] += a[m, pixels] * b[k, pixels]^T, both summed over the segments; rows in tiles of R (4 x 6
-// packets: 24 accumulators, 4 + 1 more registers), the tail in narrower ones.
-template <class T, int R = 4>
+// dst[m, k] += a[m, pixels] * b[k, pixels]^T, both summed over the segments; rows in tiles of R, the
+// tail in narrower ones. With 32 vector registers 4 x 6 packets: 24 accumulators, 4 + 1 more registers;
+// with 16, 2 x 5.
+template <class T, int R = kVectorRegisters / 8>
 void dot_gemm(T* dst, const T* a, std::ptrdiff_t lda, const RhsRows<T>& rhs, std::ptrdiff_t m, const Segments& seg) {
+  constexpr int kP = kVectorRegisters == 32 ? 6 : 5;
   const std::ptrdiff_t k = std::ptrdiff_t{rhs.groups} * rhs.taps;
   std::ptrdiff_t i = 0;
-  for (; i + R <= m; i += R) dot_rows<R, 6>(dst + i * k, k, a + i * lda, lda, rhs, 0, k, seg);
+  for (; i + R <= m; i += R) dot_rows<R, kP>(dst + i * k, k, a + i * lda, lda, rhs, 0, k, seg);
   if constexpr (R > 1) {
     if (i < m) dot_gemm<T, R / 2>(dst + i * k, a + i * lda, lda, rhs, m - i, seg);
   }

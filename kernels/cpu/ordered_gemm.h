@@ -14,14 +14,15 @@
 
 namespace crumb::cpu::detail {
 
-// The widest vector the build targets: tiles are sized in vectors, so that a build for an older CPU
-// (or the sanitizer build, which targets plain x86-64) keeps its accumulators in registers too.
+// The widest vector the build targets and how many vector registers it has: tiles are sized by them,
+// so that a build for an older CPU (or the sanitizer build, which targets plain x86-64) keeps its
+// accumulators in registers too.
 #if defined(__AVX512F__)
-inline constexpr int kVectorBytes = 64;
+inline constexpr int kVectorBytes = 64, kVectorRegisters = 32;
 #elif defined(__AVX__)
-inline constexpr int kVectorBytes = 32;
+inline constexpr int kVectorBytes = 32, kVectorRegisters = 16;
 #else
-inline constexpr int kVectorBytes = 16;
+inline constexpr int kVectorBytes = 16, kVectorRegisters = 16;
 #endif
 
 template <class T> inline T ordered_fma(T a, T b, T acc) {
@@ -101,8 +102,8 @@ template <class T>
 void ordered_gemm(T* dst, std::ptrdiff_t ldd, const T* lhs, std::ptrdiff_t ldl, const LhsCols* cols,
                   const RhsRows<T>& rhs, std::ptrdiff_t m, std::ptrdiff_t n, const T* init) {
   // Three vectors of columns by 8 rows: 24 accumulators, with the three right-hand vectors and a
-  // broadcast 28 of AVX-512's 32 registers: 11 loads per 24 fmas (AVX2 and SSE, with 16, spill some).
-  constexpr int kCols = 3 * kVectorBytes / sizeof(T), kRows = 8;
+  // broadcast 28 of AVX-512's 32 registers: 11 loads per 24 fmas. AVX2 and SSE have 16: 4 rows.
+  constexpr int kCols = 3 * kVectorBytes / sizeof(T), kRows = kVectorRegisters / 4;
   std::ptrdiff_t i = 0;
   for (; i + kRows <= m; i += kRows)
     ordered_rows<kRows, kCols>(dst + i * ldd, ldd, lhs + i * ldl, ldl, cols, rhs, n, init ? init + i : nullptr);
