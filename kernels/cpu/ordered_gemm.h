@@ -12,6 +12,8 @@
 #include <cmath>
 #include <cstddef>
 
+#include "kernels/cpu/kernel_util.h"
+
 namespace crumb::cpu::detail {
 
 // The widest vector the build targets and how many vector registers it has: tiles are sized by them,
@@ -54,30 +56,68 @@ struct LhsCols {
   const std::ptrdiff_t* tap;
 };
 
-// Register tile of R rows x C columns: C independent vector lanes, k streamed once per tile.
+// Register tile of R rows x C columns: C independent lanes, k streamed once per tile. Whole packets
+// through Eigen's packet functions (pmadd is the fused multiply-add wherever the build has one, and
+// a * b + acc where ordered_fma is too), so the tile is vector code without relying on the
+// auto-vectoriser, which the sanitizer build's instrumented loads defeat; narrower tails lane by lane.
+// Eigen's packet types lose their vector attributes as template arguments, which GCC says (as Eigen's
+// own code does everywhere, silenced there by being a system header).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wignored-attributes"
+#endif
 template <int R, int C, class T>
 inline void ordered_tile(T* dst, std::ptrdiff_t ldd, const T* lhs, std::ptrdiff_t ldl, const LhsCols* cols,
                          const RhsRows<T>& rhs, const T* init) {
-  T acc[R][C];
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) acc[r][c] = init ? init[r] : T(0);
+  using namespace Eigen::internal;
+  using Packet = typename packet_traits<T>::type;
+  constexpr int L = sizeof(Packet) / sizeof(T);
   const T* group = rhs.base;
   const T* lhs_group = lhs;
   const std::ptrdiff_t lhs_stride = cols ? cols->group_stride : rhs.taps;
-  for (int g = 0; g < rhs.groups; ++g, group += rhs.group_stride, lhs_group += lhs_stride) {
-    for (int t = 0; t < rhs.taps; ++t) {
+  if constexpr (C % L == 0) {
+    constexpr int V = C / L;
+    Packet acc[R][V];
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < V; ++v) acc[r][v] = pset1<Packet>(init ? init[r] : T(0));
+    // One flat loop over the depth: around a nested (group, tap) loop GCC spills the accumulators.
+    const std::ptrdiff_t k = std::ptrdiff_t{rhs.groups} * rhs.taps;
+    for (std::ptrdiff_t p = 0, t = 0; p < k; ++p) {
       const T* b = group + rhs.tap[t];
       const T* a = lhs_group + (cols ? cols->tap[t] : t);
+      Packet bv[V];
+      for (int v = 0; v < V; ++v) bv[v] = ploadu<Packet>(b + v * L);
       for (int r = 0; r < R; ++r) {
-        const T ar = a[r * ldl];
-#pragma omp simd
-        for (int c = 0; c < C; ++c) acc[r][c] = ordered_fma(ar, b[c], acc[r][c]);
+        const Packet ar = pset1<Packet>(a[r * ldl]);
+        for (int v = 0; v < V; ++v) acc[r][v] = pmadd(ar, bv[v], acc[r][v]);
+      }
+      if (++t == rhs.taps) {
+        t = 0;
+        group += rhs.group_stride;
+        lhs_group += lhs_stride;
       }
     }
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < V; ++v) pstoreu(dst + r * ldd + v * L, acc[r][v]);
+  } else {
+    T acc[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) acc[r][c] = init ? init[r] : T(0);
+    for (int g = 0; g < rhs.groups; ++g, group += rhs.group_stride, lhs_group += lhs_stride) {
+      for (int t = 0; t < rhs.taps; ++t) {
+        const T* b = group + rhs.tap[t];
+        const T* a = lhs_group + (cols ? cols->tap[t] : t);
+        for (int r = 0; r < R; ++r)
+          for (int c = 0; c < C; ++c) acc[r][c] = ordered_fma(a[r * ldl], b[c], acc[r][c]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) dst[r * ldd + c] = acc[r][c];
   }
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) dst[r * ldd + c] = acc[r][c];
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 // Columns [0, n) of R rows in tiles of C, then narrower tiles for the tail (same per-entry sequence):
 // one vector narrower at a time down to one vector, then halves.
