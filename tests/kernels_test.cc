@@ -191,7 +191,7 @@ TYPED_TEST(CpuKernelTest, Conv2d) {
            conv_shape(3, 2, 9, 10, 5, 3, 3, 1, 1, 0, 0),    // no padding: dy padded by 2 for dx
            conv_shape(2, 3, 10, 12, 7, 3, 5, 1, 1, 1, 2),   // kh != kw, pads differ
            conv_shape(2, 3, 8, 9, 5, 2, 4, 1, 1, 1, 0),     // even kernel, pad on one axis only
-           conv_shape(70, 2, 7, 7, 3, 3, 3, 1, 1, 1, 1),    // 7x7: weight-gradient chunks plus a ragged one
+           conv_shape(70, 2, 9, 9, 3, 3, 3, 1, 1, 1, 1),    // 9x9: weight-gradient chunks plus a ragged one
            // Strided direct convolutions: phase planes (the data gradient stays with im2col).
            conv_shape(3, 3, 23, 24, 5, 3, 3, 2, 2, 1, 1),   // 3x3 stride 2, odd input height
            conv_shape(2, 2, 36, 34, 3, 2, 2, 3, 3, 0, 0),   // stride > kernel: phases never read
@@ -202,6 +202,10 @@ TYPED_TEST(CpuKernelTest, Conv2d) {
            conv_shape(140, 3, 4, 4, 5, 3, 3, 1, 1, 1, 1),   // 4x4: chunks of 64 samples plus a ragged one
            conv_shape(3, 2, 2, 2, 3, 1, 1, 1, 1, 1, 1),     // 1x1 kernel, pad 1: border outputs see no input
            conv_shape(4, 5, 1, 1, 6, 3, 3, 1, 1, 1, 1),     // 3x3 on 1x1: the centre tap alone
+           conv_shape(70, 3, 7, 7, 4, 3, 3, 1, 1, 1, 1),    // 7x7: every pass, chunks plus a ragged one
+           conv_shape(3, 2, 13, 14, 5, 3, 3, 2, 2, 1, 1),   // strided down to 7x7
+           conv_shape(5, 3, 8, 8, 4, 3, 3, 1, 1, 1, 1),     // 8x8: the weight gradient alone (others direct)
+           conv_shape(3, 4, 7, 7, 5, 1, 1, 1, 1, 0, 0),     // 1x1 on 7x7: not small (plain GEMM)
        }) {
     check_conv<TypeParam>(s);
   }
@@ -226,6 +230,7 @@ TYPED_TEST(CpuKernelTest, Conv2dForwardIsBitwiseIndependentOfTheBatch) {
            conv_shape(11, 32, 4, 4, 64, 3, 3, 2, 2, 1, 1),  // strided down to 2x2: blocks of 32 > n
            conv_shape(9, 24, 7, 7, 20, 1, 1, 1, 1, 0, 0),   // pointwise on 7x7, rows not a tile multiple
            conv_shape(7, 64, 1, 1, 72, 3, 3, 1, 1, 1, 1),   // 3x3 on 1x1: only the centre tap
+           conv_shape(70, 8, 7, 7, 12, 3, 3, 1, 1, 1, 1),   // 3x3 on 7x7: samples as columns, chunks of 64
        }) {
     SCOPED_TRACE(::testing::Message() << "n=" << s.n << " c_in=" << s.c_in << " " << s.h << "x" << s.w);
     const auto x = cast<T>(random_doubles(s.in_count(), 1));

@@ -339,11 +339,12 @@ double Case::bytes() const {
 
 const std::vector<Suite>& suites() {
   // Batches: the CLI's default 64 for the Fashion-MNIST models, 128 for the CIFAR-sized ones (the usual
-  // CIFAR training batch), and 8 at 224x224 (DeepBench's smallest ImageNet batch) so a full run of the
+  // CIFAR training batch; the ResNets also at Fashion-MNIST's 1x28x28, the shapes compare.sh trains), and 8 at 224x224 (DeepBench's smallest ImageNet batch) so a full run of the
   // CPU kernels stays within minutes on a small machine.
   static const std::vector<Suite> all = {
       {"lenet5", "lenet5", 1, 28, 28, 10, 64},          {"cnn", "cnn", 1, 28, 28, 10, 64},
-      {"resnet20", "resnet20", 3, 32, 32, 10, 128},     {"resnet50_224", "resnet50", 3, 224, 224, 1000, 8},
+      {"resnet20", "resnet20", 3, 32, 32, 10, 128},     {"resnet20_28", "resnet20", 1, 28, 28, 10, 128},
+      {"resnet18_28", "resnet18", 1, 28, 28, 10, 128},  {"resnet50_224", "resnet50", 3, 224, 224, 1000, 8},
       {"vgg11_bn_32", "vgg11_bn", 3, 32, 32, 10, 128},  {"vgg11_bn_224", "vgg11_bn", 3, 224, 224, 1000, 8},
       {"deepbench", "", 0, 0, 0, 0, 0},
   };
