@@ -9,7 +9,7 @@
 namespace crumb::cpu::detail {
 namespace {
 
-constexpr std::ptrdiff_t kMaxPixels = 16, kMaxKernelPixels = 49, kMaxWeightPixels = 64;
+constexpr std::ptrdiff_t kMaxPixels = 16, kMaxKernelPixels = 49, kMaxWeightPixels = 64, kMaxCachedWeights = 64 * 1024;
 constexpr int kMaxTaps = 64;
 // Samples per GEMM column block: the weight gradient's GEMMs run this deep.
 constexpr int kChunk = 64;
@@ -72,7 +72,9 @@ bool conv2d_small(const Conv2dShape& s, ConvPass pass) {
   // 3.3 -> 2.2 ms, data 3.6 -> 2.2, weight 4.9 -> 2.7 (kernels_bench --suites=resnet20_28). The
   // weight gradient also wins at 8x8 stride 1 (5.9 -> 5.3 ms, --suites=resnet20); strided 8x8 loses
   // (3.4 -> 4.8: the GEMMs get half as deep). 1x1 kernels skip nothing and keep the plain GEMM.
-  if (s.kh * s.kw == 1) return false;
+  // Every pixel's GEMM streams the whole weight matrix for one chunk of samples, so beyond 4x4 only
+  // while the weights stay in cache (ResNet-50's 7x7x512 layer4 at batch 8 ran 6x slower this way).
+  if (s.kh * s.kw == 1 || std::ptrdiff_t{s.c_out} * s.c_in * s.kh * s.kw > kMaxCachedWeights) return false;
   const bool unit_stride = s.stride_h == 1 && s.stride_w == 1;
   return pixels <= kMaxKernelPixels || (pass == ConvPass::Weight && unit_stride && pixels <= kMaxWeightPixels);
 }

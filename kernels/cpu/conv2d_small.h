@@ -15,7 +15,7 @@
 namespace crumb::cpu::detail {
 
 // Whether pass takes this path (output maps up to 7x7 with kernels over 1x1; up to 8x8 for the
-// weight gradient at stride 1); by the shape of one sample alone.
+// weight gradient at stride 1) while the weights fit in cache; by the shape of one sample alone.
 bool conv2d_small(const Conv2dShape& s, ConvPass pass);
 
 // Workspace elements per slice (one thread's samples) for any of the three passes.
