@@ -1,8 +1,7 @@
 // conv2d on the CPU: three ways, picked per pass by the shape of one sample (never n, so the forward
 // pass stays bitwise the same at every micro-batch size).
-// - Output maps of 4x4 and under, 7x7 and under for kernels over 1x1 (8x8 for the weight gradient at
-//   stride 1) (conv2d_small.h): one GEMM per output pixel over the taps inside the image, samples as
-//   columns.
+// - Output maps of 4x4 and under, 7x7 and under for kernels over 1x1 with cache-sized weights
+//   (conv2d_small.h): one GEMM per output pixel over the taps inside the image, samples as columns.
 // - Larger maps, strided ones from about 12x12 (conv2d_direct.h): implicit GEMMs over zero-padded
 //   copies of each sample.
 // - Everything else, 1x1 stride-1 convolutions and the data gradient of strided ones: im2col + GEMM,
@@ -51,7 +50,7 @@ struct Geom {
   std::ptrdiff_t x_len;  // elements of one input sample
   std::ptrdiff_t y_len;  // elements of one output sample
   bool pointwise;        // 1x1, stride 1, no padding: the input already is the column matrix
-  bool small;            // conv2d_small.h (for this pass): one GEMM per output pixel
+  bool small;            // conv2d_small.h: one GEMM per output pixel
   bool direct;           // conv2d_direct.h (for this pass): no column matrix at all
   bool blocked;          // a map under kBlockColumns pixels: samples in blocks (by the map alone, never n)
   int block;             // samples per GEMM: 1 unblocked
@@ -64,7 +63,7 @@ struct Geom {
         x_len(std::ptrdiff_t{s.c_in} * s.h * s.w),
         y_len(std::ptrdiff_t{s.c_out} * hw),
         pointwise(s.kh == 1 && s.kw == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_h == 0 && s.pad_w == 0),
-        small(detail::conv2d_small(s, pass)),
+        small(detail::conv2d_small(s)),
         direct(!small && (pass == detail::ConvPass::Data ? detail::conv2d_direct_data(s) : detail::conv2d_direct(s))),
         blocked(!direct && !small && hw < kBlockColumns),
         block(!blocked ? 1 : static_cast<int>(std::min<std::ptrdiff_t>(s.n, (kBlockColumns + hw - 1) / hw))),

@@ -128,14 +128,11 @@ void correlate(T* out, int out_w, const T* in, const T* lhs, int m, const T* ini
   }
 }
 
-// Samples per chunk of the weight gradient: as many as stay in a core's L2 cache (every tile streams
-// the chunk's planes again) and so run longest between two reductions of the tiles' accumulators,
-// whose lane sums cost as much as a few dozen pixels of multiply-adds.
+// Samples per chunk of the weight gradient: enough pixels between two reductions of the tiles.
 int weight_chunk(const Conv2dShape& s) {
-  constexpr std::ptrdiff_t kChunkElements = 131072, kMaxChunk = 64;
-  const Pass x = over_x(s);
-  const std::ptrdiff_t step = x.in.len() + s.c_out * x.ld();
-  return static_cast<int>(std::clamp<std::ptrdiff_t>(kChunkElements / step, 1, std::min<std::ptrdiff_t>(kMaxChunk, s.n)));
+  constexpr std::ptrdiff_t kChunkPixels = 1024, kMaxChunk = 32;
+  const std::ptrdiff_t n = over_x(s).ld();
+  return static_cast<int>(std::clamp<std::ptrdiff_t>(kChunkPixels / n, 1, std::min<std::ptrdiff_t>(kMaxChunk, s.n)));
 }
 
 }  // namespace

@@ -20,6 +20,8 @@ namespace crumb::cpu::detail {
 bool conv2d_direct(const Conv2dShape& s);
 bool conv2d_direct_data(const Conv2dShape& s);
 
+enum class ConvPass { Forward, Data, Weight };
+
 // Workspace elements per slice (one thread's samples) for one pass.
 std::ptrdiff_t direct_slice_len(const Conv2dShape& s, ConvPass pass);
 // Workspace elements shared by the slices of the backward-data pass: the flipped, transposed weights.

@@ -1,7 +1,6 @@
 // Convolutions with small output maps (4x4 and under: ResNet-18's late stages on 28x28 inputs; up to
-// 7x7 for kernels over 1x1) as one
-// GEMM per output pixel, with the samples as its columns and only the kernel taps that land inside the
-// image as its depth. On such maps most taps read padding (8 of 9 on a 1x1 map, 5 of 9 on 2x2), which
+// 7x7 for kernels over 1x1) as one GEMM per output pixel, with the samples as its columns and only the
+// kernel taps that land inside the image as its depth. On such maps most taps read padding (8 of 9 on a 1x1 map, 5 of 9 on 2x2), which
 // im2col + GEMM multiplies by anyway. The batch is transposed once to pixel-major rows of samples, so
 // every GEMM reads its operands in place (ordered_gemm's RhsRows and LhsCols).
 //
@@ -14,9 +13,9 @@
 
 namespace crumb::cpu::detail {
 
-// Whether pass takes this path (output maps up to 7x7 with kernels over 1x1; up to 8x8 for the
-// weight gradient at stride 1) while the weights fit in cache; by the shape of one sample alone.
-bool conv2d_small(const Conv2dShape& s, ConvPass pass);
+// Output maps up to 4x4; up to 7x7 for kernels over 1x1 whose weights fit in cache. By the shape of
+// one sample alone.
+bool conv2d_small(const Conv2dShape& s);
 
 // Workspace elements per slice (one thread's samples) for any of the three passes.
 std::ptrdiff_t small_slice_len(const Conv2dShape& s);

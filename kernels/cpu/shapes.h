@@ -16,11 +16,6 @@ struct Conv2dShape {
   long long out_count() const { return 1LL * n * c_out * h_out * w_out; }
 };
 
-namespace detail {
-// The three passes of a convolution, which may each take a different path (kernels/cpu/conv2d.cc).
-enum class ConvPass { Forward, Data, Weight };
-}  // namespace detail
-
 // 2-D pooling on NCHW tensors. x [n, c, h, w], y [n, c, h_out, w_out].
 struct Pool2dShape {
   int n, c, h, w;
