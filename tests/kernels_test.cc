@@ -202,9 +202,11 @@ TYPED_TEST(CpuKernelTest, Conv2d) {
            conv_shape(140, 3, 4, 4, 5, 3, 3, 1, 1, 1, 1),   // 4x4: chunks of 64 samples plus a ragged one
            conv_shape(3, 2, 2, 2, 3, 1, 1, 1, 1, 1, 1),     // 1x1 kernel, pad 1: border outputs see no input
            conv_shape(4, 5, 1, 1, 6, 3, 3, 1, 1, 1, 1),     // 3x3 on 1x1: the centre tap alone
-           conv_shape(70, 3, 7, 7, 4, 3, 3, 1, 1, 1, 1),    // 7x7: every pass, chunks plus a ragged one
-           conv_shape(3, 2, 13, 14, 5, 3, 3, 2, 2, 1, 1),   // strided down to 7x7
-           conv_shape(2, 96, 7, 7, 96, 3, 3, 1, 1, 1, 1),   // 7x7 but weights past cache size: direct
+           // 7x7 backward passes: small in slices of 32 samples or more, else direct / im2col.
+           conv_shape(140, 3, 7, 7, 4, 3, 3, 1, 1, 1, 1),   // 70 a slice on 2 threads: chunks + a ragged one
+           conv_shape(63, 3, 7, 7, 4, 3, 3, 1, 1, 1, 1),    // 31 and 32 on 2 threads: both ways in one call
+           conv_shape(66, 2, 13, 14, 5, 3, 3, 2, 2, 1, 1),  // strided down to 7x7
+           conv_shape(2, 96, 7, 7, 96, 3, 3, 1, 1, 1, 1),   // weights past cache size: direct
            conv_shape(3, 4, 7, 7, 5, 1, 1, 1, 1, 0, 0),     // 1x1 on 7x7: not small (plain GEMM)
        }) {
     check_conv<TypeParam>(s);
@@ -230,7 +232,7 @@ TYPED_TEST(CpuKernelTest, Conv2dForwardIsBitwiseIndependentOfTheBatch) {
            conv_shape(11, 32, 4, 4, 64, 3, 3, 2, 2, 1, 1),  // strided down to 2x2: blocks of 32 > n
            conv_shape(9, 24, 7, 7, 20, 1, 1, 1, 1, 0, 0),   // pointwise on 7x7, rows not a tile multiple
            conv_shape(7, 64, 1, 1, 72, 3, 3, 1, 1, 1, 1),   // 3x3 on 1x1: only the centre tap
-           conv_shape(70, 8, 7, 7, 12, 3, 3, 1, 1, 1, 1),   // 3x3 on 7x7: samples as columns, chunks of 64
+           conv_shape(70, 8, 7, 7, 12, 3, 3, 1, 1, 1, 1),   // 3x3 on 7x7: direct whatever n
        }) {
     SCOPED_TRACE(::testing::Message() << "n=" << s.n << " c_in=" << s.c_in << " " << s.h << "x" << s.w);
     const auto x = cast<T>(random_doubles(s.in_count(), 1));

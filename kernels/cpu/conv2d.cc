@@ -1,7 +1,7 @@
 // conv2d on the CPU: three ways, picked per pass by the shape of one sample (never n, so the forward
 // pass stays bitwise the same at every micro-batch size).
-// - Output maps of 4x4 and under, 7x7 and under for kernels over 1x1 with cache-sized weights
-//   (conv2d_small.h): one GEMM per output pixel over the taps inside the image, samples as columns.
+// - Output maps of 4x4 and under (conv2d_small.h): one GEMM per output pixel over the taps inside the
+//   image, samples as columns; also the backward passes up to 7x7 in slices with enough samples.
 // - Larger maps, strided ones from about 12x12 (conv2d_direct.h): implicit GEMMs over zero-padded
 //   copies of each sample.
 // - Everything else, 1x1 stride-1 convolutions and the data gradient of strided ones: im2col + GEMM,
@@ -51,6 +51,7 @@ struct Geom {
   std::ptrdiff_t y_len;  // elements of one output sample
   bool pointwise;        // 1x1, stride 1, no padding: the input already is the column matrix
   bool small;            // conv2d_small.h: one GEMM per output pixel
+  bool small_backward;   // conv2d_small_backward: so in slices of kSmallBackwardSamples or more
   bool direct;           // conv2d_direct.h (for this pass): no column matrix at all
   bool blocked;          // a map under kBlockColumns pixels: samples in blocks (by the map alone, never n)
   int block;             // samples per GEMM: 1 unblocked
@@ -64,15 +65,20 @@ struct Geom {
         y_len(std::ptrdiff_t{s.c_out} * hw),
         pointwise(s.kh == 1 && s.kw == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_h == 0 && s.pad_w == 0),
         small(detail::conv2d_small(s)),
+        small_backward(!small && pass != detail::ConvPass::Forward && detail::conv2d_small_backward(s)),
         direct(!small && (pass == detail::ConvPass::Data ? detail::conv2d_direct_data(s) : detail::conv2d_direct(s))),
         blocked(!direct && !small && hw < kBlockColumns),
         block(!blocked ? 1 : static_cast<int>(std::min<std::ptrdiff_t>(s.n, (kBlockColumns + hw - 1) / hw))),
-        col(direct  ? detail::direct_slice_len(s, pass)
-            : small ? detail::small_slice_len(s)
-            : !blocked && pointwise ? 0
-                                    : k * block * hw),
+        col(std::max(direct  ? detail::direct_slice_len(s, pass)
+                     : small ? detail::small_slice_len(s)
+                     : !blocked && pointwise ? 0
+                                             : k * block * hw,
+                     small_backward ? detail::small_slice_len(s) : 0)),
         out(!blocked ? 0 : std::ptrdiff_t{s.c_out} * block * hw) {}
   std::ptrdiff_t slice_len() const { return col + out; }
+  bool small_for(int i0, int i1) const {
+    return small || (small_backward && i1 - i0 >= detail::kSmallBackwardSamples);
+  }
 };
 
 int workspace_slices(const Conv2dShape& s) { return std::max(1, std::min(s.n, kMaxSlices)); }
@@ -310,8 +316,8 @@ void conv2d_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, 
   if (g.direct) detail::direct_flip_weights(flipped, w, s);
   for_each_slice(active_slices(s, g), s.n, [&](int slice, int i0, int i1) {
     T* ws = workspace + slice * g.slice_len();
+    if (g.small_for(i0, i1)) return detail::small_backward_data(dx, dy, w, s, i0, i1, ws, accumulate);
     if (g.direct) return detail::direct_backward_data(dx, dy, flipped, s, i0, i1, ws, accumulate);
-    if (g.small) return detail::small_backward_data(dx, dy, w, s, i0, i1, ws, accumulate);
     if (g.blocked) {
       T* dcol = workspace + slice * g.slice_len();
       T* dyb = dcol + g.col;
@@ -361,8 +367,8 @@ void conv2d_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dS
     T* dw_s = slice == 0 ? dw : partials + (slice - 1) * partial_len;
     T* db_s = !db ? nullptr : slice == 0 ? db : dw_s + dw_len;
     bool acc = slice == 0 && accumulate;
+    if (g.small_for(i0, i1)) return detail::small_backward_weight(dw_s, db_s, dy, x, s, i0, i1, col, acc);
     if (g.direct) return detail::direct_backward_weight(dw_s, db_s, dy, x, s, i0, i1, col, acc);
-    if (g.small) return detail::small_backward_weight(dw_s, db_s, dy, x, s, i0, i1, col, acc);
     if (g.blocked) {
       T* dyb = col + g.col;
       for (int i = i0; i < i1; i += g.block, acc = true) {

@@ -9,7 +9,7 @@
 namespace crumb::cpu::detail {
 namespace {
 
-constexpr std::ptrdiff_t kMaxPixels = 16, kMaxKernelPixels = 49, kMaxCachedWeights = 64 * 1024;
+constexpr std::ptrdiff_t kMaxPixels = 16, kMaxBackwardPixels = 49, kMaxCachedWeights = 64 * 1024;
 constexpr int kMaxTaps = 64;
 // Samples per GEMM column block: the weight gradient's GEMMs run this deep.
 constexpr int kChunk = 64;
@@ -63,19 +63,22 @@ void from_columns(T* dst, const T* in, int count, std::ptrdiff_t len, std::ptrdi
 }  // namespace
 
 bool conv2d_small(const Conv2dShape& s) {
-  const std::ptrdiff_t pixels = std::ptrdiff_t{s.h_out} * s.w_out;
-  if (s.kh * s.kw > kMaxTaps) return false;
-  if (pixels <= kMaxPixels) return true;
-  // Up to 7x7 (ResNet-20's last stage, ResNet-18's first, on 28x28 inputs) a 3x3 kernel still skips a
-  // fifth of its taps, and full-width tiles over the samples beat the direct path's padded rows (7 of
-  // 9 columns useful, 64-wide grids in 32-wide tiles): at 7x7x64, batch 128 on 2 threads, forward
-  // 3.3 -> 2.2 ms, data 3.6 -> 2.2, weight 4.9 -> 2.7 (kernels_bench --suites=resnet20_28). At 8x8
-  // (--suites=resnet20) only the weight gradient gained, by less than this machine's noise, for 13 MiB
-  // more workspace. 1x1 kernels skip nothing and keep the plain GEMM. Every pixel's GEMM streams the
-  // whole weight matrix for one chunk of samples, so only while the weights stay in cache (ResNet-50's
-  // 7x7x512 layer4 at batch 8 ran 6x slower this way).
-  return s.kh * s.kw > 1 && std::ptrdiff_t{s.c_out} * s.c_in * s.kh * s.kw <= kMaxCachedWeights &&
-         pixels <= kMaxKernelPixels;
+  return std::ptrdiff_t{s.h_out} * s.w_out <= kMaxPixels && s.kh * s.kw <= kMaxTaps;
+}
+
+// Up to 7x7 (ResNet-20's last stage, ResNet-18's first, on 28x28 inputs) a 3x3 kernel still skips a
+// fifth of its taps, and tiles as wide as the samples beat the direct path's padded rows (7 of 9
+// columns useful, 64-wide grids in 32-wide tiles) once a slice has a few vectors of samples: at
+// 7x7x64, batch 128 on 2 threads, data gradient 3.6 -> 2.2 ms, weight 4.9 -> 2.7, forward 3.3 -> 2.2
+// (kernels_bench --suites=resnet20_28). With a few samples the tiles run mostly empty: with the forward
+// here too, ResNet-20 at micro-batches of 8 trained 10-25% slower, and the forward must not depend on
+// n, so it stays direct. 1x1 kernels skip nothing. Every pixel's GEMM streams the whole weight matrix
+// for one chunk of samples, so only while the weights stay in cache (ResNet-50's 7x7x512 layer4 at
+// batch 8 ran 6x slower this way).
+bool conv2d_small_backward(const Conv2dShape& s) {
+  return s.kh * s.kw > 1 && s.kh * s.kw <= kMaxTaps &&
+         std::ptrdiff_t{s.c_out} * s.c_in * s.kh * s.kw <= kMaxCachedWeights &&
+         std::ptrdiff_t{s.h_out} * s.w_out <= kMaxBackwardPixels;
 }
 
 std::ptrdiff_t small_slice_len(const Conv2dShape& s) {

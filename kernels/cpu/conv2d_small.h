@@ -1,8 +1,9 @@
 // Convolutions with small output maps (4x4 and under: ResNet-18's late stages on 28x28 inputs; up to
-// 7x7 for kernels over 1x1) as one GEMM per output pixel, with the samples as its columns and only the
-// kernel taps that land inside the image as its depth. On such maps most taps read padding (8 of 9 on a 1x1 map, 5 of 9 on 2x2), which
-// im2col + GEMM multiplies by anyway. The batch is transposed once to pixel-major rows of samples, so
-// every GEMM reads its operands in place (ordered_gemm's RhsRows and LhsCols).
+// 7x7 for the backward passes) as one GEMM per output pixel, with the samples as its columns and only
+// the kernel taps that land inside the image as its depth. On such maps most taps read padding (8 of 9
+// on a 1x1 map, 5 of 9 on 2x2), which im2col + GEMM multiplies by anyway. The batch is transposed once
+// to pixel-major rows of samples, so every GEMM reads its operands in place (ordered_gemm's RhsRows and
+// LhsCols).
 //
 // conv2d.cc picks this path by the shape of one sample alone (never n); each forward output is one
 // ordered sequence of fmas, so the forward pass stays bitwise the same at every micro-batch size.
@@ -13,9 +14,13 @@
 
 namespace crumb::cpu::detail {
 
-// Output maps up to 4x4; up to 7x7 for kernels over 1x1 whose weights fit in cache. By the shape of
-// one sample alone.
+// Output maps up to 4x4, every pass; by the shape of one sample alone.
 bool conv2d_small(const Conv2dShape& s);
+// The backward passes of maps up to 7x7 (kernels over 1x1 whose weights fit in cache), in slices of
+// at least kSmallBackwardSamples samples: the caller decides per slice (the backward may round
+// differently at different n; the forward may not).
+bool conv2d_small_backward(const Conv2dShape& s);
+inline constexpr int kSmallBackwardSamples = 32;
 
 // Workspace elements per slice (one thread's samples) for any of the three passes.
 std::ptrdiff_t small_slice_len(const Conv2dShape& s);
