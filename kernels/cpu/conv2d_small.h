@@ -5,8 +5,9 @@
 // to pixel-major rows of samples, so every GEMM reads its operands in place (ordered_gemm's RhsRows and
 // LhsCols).
 //
-// conv2d.cc picks this path by the shape of one sample alone (never n); each forward output is one
-// ordered sequence of fmas, so the forward pass stays bitwise the same at every micro-batch size.
+// conv2d.cc picks this path for the forward by the shape of one sample alone (never n); each forward
+// output is one ordered sequence of fmas, so the forward pass stays bitwise the same at every
+// micro-batch size.
 #pragma once
 #include <cstddef>
 
