@@ -65,7 +65,8 @@ struct Geom {
         y_len(std::ptrdiff_t{s.c_out} * hw),
         pointwise(s.kh == 1 && s.kw == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_h == 0 && s.pad_w == 0),
         small(detail::conv2d_small(s)),
-        small_backward(!small && pass != detail::ConvPass::Forward && detail::conv2d_small_backward(s)),
+        small_backward(!small && pass != detail::ConvPass::Forward && s.n >= detail::kSmallBackwardSamples &&
+                       detail::conv2d_small_backward(s)),
         direct(!small && (pass == detail::ConvPass::Data ? detail::conv2d_direct_data(s) : detail::conv2d_direct(s))),
         blocked(!direct && !small && hw < kBlockColumns),
         block(!blocked ? 1 : static_cast<int>(std::min<std::ptrdiff_t>(s.n, (kBlockColumns + hw - 1) / hw))),
