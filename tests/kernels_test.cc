@@ -207,6 +207,10 @@ TYPED_TEST(CpuKernelTest, Conv2d) {
            conv_shape(63, 3, 7, 7, 4, 3, 3, 1, 1, 1, 1),    // 31 and 32 on 2 threads: both ways in one call
            conv_shape(66, 2, 13, 14, 5, 3, 3, 2, 2, 1, 1),  // strided down to 7x7
            conv_shape(2, 96, 7, 7, 96, 3, 3, 1, 1, 1, 1),   // weights past cache size: direct
+           // Forward of same-size maps past 4x4: pixel ranges over the interior, then the border.
+           conv_shape(5, 2, 6, 7, 3, 3, 5, 1, 1, 1, 2),     // 3x5 kernel keeping a 6x7 map
+           conv_shape(3, 2, 3, 6, 3, 5, 5, 1, 1, 2, 2),     // 5x5 on 3x6: no interior at all
+           conv_shape(130, 3, 7, 7, 2, 5, 5, 1, 1, 2, 2),   // 5x5 on 7x7, 65 a slice: chunks of 64 + 1
            conv_shape(3, 4, 7, 7, 5, 1, 1, 1, 1, 0, 0),     // 1x1 on 7x7: not small (plain GEMM)
        }) {
     check_conv<TypeParam>(s);
@@ -232,7 +236,7 @@ TYPED_TEST(CpuKernelTest, Conv2dForwardIsBitwiseIndependentOfTheBatch) {
            conv_shape(11, 32, 4, 4, 64, 3, 3, 2, 2, 1, 1),  // strided down to 2x2: blocks of 32 > n
            conv_shape(9, 24, 7, 7, 20, 1, 1, 1, 1, 0, 0),   // pointwise on 7x7, rows not a tile multiple
            conv_shape(7, 64, 1, 1, 72, 3, 3, 1, 1, 1, 1),   // 3x3 on 1x1: only the centre tap
-           conv_shape(70, 8, 7, 7, 12, 3, 3, 1, 1, 1, 1),   // 3x3 on 7x7: direct whatever n
+           conv_shape(70, 8, 7, 7, 12, 3, 3, 1, 1, 1, 1),   // 3x3 on 7x7: pixel ranges x chunks of samples
        }) {
     SCOPED_TRACE(::testing::Message() << "n=" << s.n << " c_in=" << s.c_in << " " << s.h << "x" << s.w);
     const auto x = cast<T>(random_doubles(s.in_count(), 1));

@@ -64,7 +64,7 @@ struct Geom {
         x_len(std::ptrdiff_t{s.c_in} * s.h * s.w),
         y_len(std::ptrdiff_t{s.c_out} * hw),
         pointwise(s.kh == 1 && s.kw == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_h == 0 && s.pad_w == 0),
-        small(detail::conv2d_small(s)),
+        small(pass == detail::ConvPass::Forward ? detail::conv2d_small_forward(s) : detail::conv2d_small(s)),
         small_backward(!small && pass != detail::ConvPass::Forward && s.n >= detail::kSmallBackwardSamples &&
                        detail::conv2d_small_backward(s)),
         direct(!small && (pass == detail::ConvPass::Data ? detail::conv2d_direct_data(s) : detail::conv2d_direct(s))),

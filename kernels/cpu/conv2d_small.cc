@@ -14,6 +14,9 @@ constexpr int kMaxTaps = 64;
 // Samples per GEMM column block: the weight gradient's GEMMs run this deep.
 constexpr int kChunk = 64;
 constexpr std::ptrdiff_t kLanes = 16;
+// Columns of one range_forward GEMM at most: wider, its right-hand panel (taps x columns) falls out of
+// cache between the row tiles that stream it again.
+constexpr std::ptrdiff_t kRangeColumns = 128;
 
 struct Geom {
   std::ptrdiff_t taps, hw_in, hw_out, x_len, y_len;
@@ -60,6 +63,10 @@ void from_columns(T* dst, const T* in, int count, std::ptrdiff_t len, std::ptrdi
   });
 }
 
+bool same_size(const Conv2dShape& s) {
+  return s.stride_h == 1 && s.stride_w == 1 && s.h_out == s.h && s.w_out == s.w;
+}
+
 }  // namespace
 
 bool conv2d_small(const Conv2dShape& s) {
@@ -69,16 +76,25 @@ bool conv2d_small(const Conv2dShape& s) {
 // Up to 7x7 (ResNet-20's last stage, ResNet-18's first, on 28x28 inputs) a 3x3 kernel still skips a
 // fifth of its taps, and tiles as wide as the samples beat the direct path's padded rows (7 of 9
 // columns useful, 64-wide grids in 32-wide tiles) once a slice has a few vectors of samples: at
-// 7x7x64, batch 128 on 2 threads, data gradient 3.6 -> 2.2 ms, weight 4.9 -> 2.7, forward 3.3 -> 2.2
-// (kernels_bench --suites=resnet20_28). With a few samples the tiles run mostly empty: with the forward
-// here too, ResNet-20 at micro-batches of 8 trained 10-25% slower, and the forward must not depend on
-// n, so it stays direct. 1x1 kernels skip nothing. Every pixel's GEMM streams the whole weight matrix
-// for one chunk of samples, so only while the weights stay in cache (ResNet-50's 7x7x512 layer4 at
-// batch 8 ran 6x slower this way).
+// 7x7x64, batch 128 on 2 threads, data gradient 3.6 -> 2.2 ms, weight 4.9 -> 2.7 (kernels_bench
+// --suites=resnet20_28). With a few samples the tiles run mostly empty (ResNet-20 at micro-batches of
+// 8 trained 10-25% slower with every pass here), so the backward passes take this path only in slices
+// of kSmallBackwardSamples; the forward must not depend on n, and takes it only where range_forward
+// fills the tiles whatever the count. 1x1 kernels skip nothing. Every pixel's GEMM streams the whole
+// weight matrix for one chunk of samples, so only while the weights stay in cache (ResNet-50's 7x7x512
+// layer4 at batch 8 ran 6x slower this way).
 bool conv2d_small_backward(const Conv2dShape& s) {
   return s.kh * s.kw > 1 && s.kh * s.kw <= kMaxTaps &&
          std::ptrdiff_t{s.c_out} * s.c_in * s.kh * s.kw <= kMaxCachedWeights &&
          std::ptrdiff_t{s.h_out} * s.w_out <= kMaxBackwardPixels;
+}
+
+// The forward of a stride-1 convolution that keeps the map's size reads input pixel p + offset[tap]
+// for output pixel p wherever the tap lands inside: one GEMM covers a whole range of pixels, rows
+// included, with the samples of a chunk as the inner columns (range_forward), so its tiles fill
+// however few samples a thread has.
+bool conv2d_small_forward(const Conv2dShape& s) {
+  return conv2d_small(s) || (same_size(s) && conv2d_small_backward(s));
 }
 
 std::ptrdiff_t small_slice_len(const Conv2dShape& s) {
@@ -120,9 +136,53 @@ void pixel_gemms(T* out, const Side& out_side, const T* in, const Side& in_side,
   }
 }
 
+// The forward of a same-size stride-1 map past 4x4: the chunk transposed with exactly `count` columns
+// per pixel, then the pixels whose every tap lands inside (from the first to the last, with the
+// border pixels between them computed on the way and dropped) as GEMMs of up to kRangeColumns
+// columns, reading input pixel p + offset[tap]; then each border pixel over its own taps, as
+// pixel_gemms does. Every entry is the same fma sequence whatever count or the GEMM it falls in.
+template <class T>
+void range_forward(T* y, const T* x, const T* w, const T* b, const Conv2dShape& s, int i0, int i1, T* ws) {
+  const Geom g(s);
+  T* in_t = ws;
+  T* out_t = ws + g.x_len * g.cols;
+  const int oh0 = s.pad_h, oh1 = s.h - s.kh + s.pad_h, ow0 = s.pad_w, ow1 = s.w - s.kw + s.pad_w;
+  const bool interior = oh0 <= oh1 && ow0 <= ow1;
+  const std::ptrdiff_t p0 = std::ptrdiff_t{oh0} * s.w + ow0, p1 = std::ptrdiff_t{oh1} * s.w + ow1;
+  std::array<std::ptrdiff_t, kMaxTaps> offset{}, tap{}, in_row{};
+  for (int ki = 0; ki < s.kh; ++ki)
+    for (int kj = 0; kj < s.kw; ++kj) offset[ki * s.kw + kj] = std::ptrdiff_t{ki - s.pad_h} * s.w + (kj - s.pad_w);
+  const int taps = static_cast<int>(g.taps);
+  const std::ptrdiff_t ldl = s.c_in * g.taps;
+  for (int i = i0; i < i1; i += g.chunk) {
+    const int count = std::min(g.chunk, i1 - i);
+    const std::ptrdiff_t plane = g.hw_in * count, per = std::max<std::ptrdiff_t>(1, kRangeColumns / count);
+    to_columns(in_t, x + i * g.x_len, count, g.x_len, count);
+    for (std::ptrdiff_t q = p0; interior && q <= p1; q += per) {
+      for (int t = 0; t < taps; ++t) in_row[t] = (q + offset[t]) * count;
+      const RhsRows<T> rhs{in_t, plane, in_row.data(), taps, s.c_in};
+      ordered_gemm(out_t + q * count, plane, w, ldl, nullptr, rhs, s.c_out, std::min(per, p1 + 1 - q) * count, b);
+    }
+    for (std::ptrdiff_t p = 0; p < g.hw_out; ++p) {
+      const int oh = static_cast<int>(p / s.w), ow = static_cast<int>(p % s.w);
+      if (oh >= oh0 && oh <= oh1 && ow >= ow0 && ow <= ow1) continue;
+      int pairs = 0;
+      for_each_tap(s, p, [&](int t, std::ptrdiff_t in_pixel) {
+        tap[pairs] = t;
+        in_row[pairs++] = in_pixel * count;
+      });
+      const LhsCols cols{g.taps, tap.data()};
+      const RhsRows<T> rhs{in_t, plane, in_row.data(), pairs, s.c_in};
+      ordered_gemm(out_t + p * count, plane, w, ldl, &cols, rhs, s.c_out, count, b);
+    }
+    from_columns(y + i * g.y_len, out_t, count, g.y_len, count, false);
+  }
+}
+
 // y[:, co, p] = b + sum over the taps of p inside the image: W[co, :, tap] . x[:, :, pixel].
 template <class T>
 void small_forward(T* y, const T* x, const T* w, const T* b, const Conv2dShape& s, int i0, int i1, T* ws) {
+  if (!conv2d_small(s)) return range_forward(y, x, w, b, s, i0, i1, ws);
   const Geom g(s);
   pixel_gemms(y, Side{s.c_out, g.hw_out}, x, Side{s.c_in, g.hw_in}, w, s.c_in * g.taps, g.taps, b, g, i0, i1, ws,
               false, [&](std::ptrdiff_t p, auto&& add) { for_each_tap(s, p, add); });

@@ -17,6 +17,8 @@ namespace crumb::cpu::detail {
 
 // Output maps up to 4x4, every pass; by the shape of one sample alone.
 bool conv2d_small(const Conv2dShape& s);
+// The forward: those, and the same-size stride-1 maps conv2d_small_backward takes.
+bool conv2d_small_forward(const Conv2dShape& s);
 // The backward passes of maps up to 7x7 (kernels over 1x1 whose weights fit in cache), in slices of
 // at least kSmallBackwardSamples samples: the caller decides per slice (the backward may round
 // differently at different n; the forward may not).
