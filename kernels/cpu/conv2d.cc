@@ -1,7 +1,8 @@
 // conv2d on the CPU: three ways, picked per pass by the shape of one sample (never n, so the forward
 // pass stays bitwise the same at every micro-batch size).
 // - Output maps of 4x4 and under (conv2d_small.h): one GEMM per output pixel over the taps inside the
-//   image, samples as columns; also the backward passes up to 7x7 in slices with enough samples.
+//   image, samples as columns; up to 7x7 the forward of same-size maps, and the backward passes in
+//   slices with enough samples.
 // - Larger maps, strided ones from about 12x12 (conv2d_direct.h): implicit GEMMs over zero-padded
 //   copies of each sample.
 // - Everything else, 1x1 stride-1 convolutions and the data gradient of strided ones: im2col + GEMM,

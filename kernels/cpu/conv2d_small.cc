@@ -109,6 +109,23 @@ struct Side {
   std::ptrdiff_t len() const { return channels * pixels; }
 };
 
+// Output pixel p's GEMM over the (tap, input pixel) pairs taps_of lists for it, on transposed blocks of
+// `cols` columns per pixel: out_t[:, p] = init + lhs[:, (channel, tap) at channel * lhs_group + tap] *
+// in_t[(channel, input pixel)].
+template <class T, class TapsOf>
+void pixel_gemm(T* out_t, const Side& out_side, const T* in_t, const Side& in_side, const T* lhs, std::ptrdiff_t ldl,
+                std::ptrdiff_t lhs_group, const T* init, std::ptrdiff_t cols, std::ptrdiff_t p, TapsOf& taps_of) {
+  std::array<std::ptrdiff_t, kMaxTaps> lhs_tap{}, in_row{};
+  int pairs = 0;
+  taps_of(p, [&](int t, std::ptrdiff_t in_pixel) {
+    lhs_tap[pairs] = t;
+    in_row[pairs++] = in_pixel * cols;
+  });
+  const LhsCols lhs_cols{lhs_group, lhs_tap.data()};
+  const RhsRows<T> rhs{in_t, in_side.pixels * cols, in_row.data(), pairs, in_side.channels};
+  ordered_gemm(out_t + p * cols, out_side.pixels * cols, lhs, ldl, &lhs_cols, rhs, out_side.channels, cols, init);
+}
+
 // The forward pass and the data gradient alike: chunks of samples of `in` transposed, one ordered GEMM
 // per pixel of `out` (rows: its channels; depth: in's channels x the pairs taps_of lists for the pixel,
 // lhs column (channel, tap) at channel * lhs_group + tap), transposed back into out (=|+=).
@@ -118,20 +135,11 @@ void pixel_gemms(T* out, const Side& out_side, const T* in, const Side& in_side,
                  TapsOf&& taps_of) {
   T* in_t = ws;
   T* out_t = ws + in_side.len() * g.cols;
-  std::array<std::ptrdiff_t, kMaxTaps> lhs_tap{}, in_row{};
   for (int i = i0; i < i1; i += g.chunk) {
     const int count = std::min(g.chunk, i1 - i);
     to_columns(in_t, in + i * in_side.len(), count, in_side.len(), g.cols);
-    for (std::ptrdiff_t p = 0; p < out_side.pixels; ++p) {
-      int pairs = 0;
-      taps_of(p, [&](int t, std::ptrdiff_t in_pixel) {
-        lhs_tap[pairs] = t;
-        in_row[pairs++] = in_pixel * g.cols;
-      });
-      const LhsCols cols{lhs_group, lhs_tap.data()};
-      const RhsRows<T> rhs{in_t, in_side.pixels * g.cols, in_row.data(), pairs, in_side.channels};
-      ordered_gemm(out_t + p * g.cols, out_side.pixels * g.cols, lhs, ldl, &cols, rhs, out_side.channels, g.cols, init);
-    }
+    for (std::ptrdiff_t p = 0; p < out_side.pixels; ++p)
+      pixel_gemm(out_t, out_side, in_t, in_side, lhs, ldl, lhs_group, init, g.cols, p, taps_of);
     from_columns(out + i * out_side.len(), out_t, count, out_side.len(), g.cols, accumulate);
   }
 }
@@ -149,11 +157,13 @@ void range_forward(T* y, const T* x, const T* w, const T* b, const Conv2dShape& 
   const int oh0 = s.pad_h, oh1 = s.h - s.kh + s.pad_h, ow0 = s.pad_w, ow1 = s.w - s.kw + s.pad_w;
   const bool interior = oh0 <= oh1 && ow0 <= ow1;
   const std::ptrdiff_t p0 = std::ptrdiff_t{oh0} * s.w + ow0, p1 = std::ptrdiff_t{oh1} * s.w + ow1;
-  std::array<std::ptrdiff_t, kMaxTaps> offset{}, tap{}, in_row{};
+  std::array<std::ptrdiff_t, kMaxTaps> offset{}, in_row{};
   for (int ki = 0; ki < s.kh; ++ki)
     for (int kj = 0; kj < s.kw; ++kj) offset[ki * s.kw + kj] = std::ptrdiff_t{ki - s.pad_h} * s.w + (kj - s.pad_w);
   const int taps = static_cast<int>(g.taps);
   const std::ptrdiff_t ldl = s.c_in * g.taps;
+  const Side out_side{s.c_out, g.hw_out}, in_side{s.c_in, g.hw_in};
+  auto taps_of = [&](std::ptrdiff_t p, auto&& add) { for_each_tap(s, p, add); };
   for (int i = i0; i < i1; i += g.chunk) {
     const int count = std::min(g.chunk, i1 - i);
     const std::ptrdiff_t plane = g.hw_in * count, per = std::max<std::ptrdiff_t>(1, kRangeColumns / count);
@@ -165,15 +175,8 @@ void range_forward(T* y, const T* x, const T* w, const T* b, const Conv2dShape& 
     }
     for (std::ptrdiff_t p = 0; p < g.hw_out; ++p) {
       const int oh = static_cast<int>(p / s.w), ow = static_cast<int>(p % s.w);
-      if (oh >= oh0 && oh <= oh1 && ow >= ow0 && ow <= ow1) continue;
-      int pairs = 0;
-      for_each_tap(s, p, [&](int t, std::ptrdiff_t in_pixel) {
-        tap[pairs] = t;
-        in_row[pairs++] = in_pixel * count;
-      });
-      const LhsCols cols{g.taps, tap.data()};
-      const RhsRows<T> rhs{in_t, plane, in_row.data(), pairs, s.c_in};
-      ordered_gemm(out_t + p * count, plane, w, ldl, &cols, rhs, s.c_out, count, b);
+      if (oh < oh0 || oh > oh1 || ow < ow0 || ow > ow1)
+        pixel_gemm(out_t, out_side, in_t, in_side, w, ldl, g.taps, b, count, p, taps_of);
     }
     from_columns(y + i * g.y_len, out_t, count, g.y_len, count, false);
   }

@@ -1,9 +1,9 @@
 // Convolutions with small output maps (4x4 and under: ResNet-18's late stages on 28x28 inputs; up to
-// 7x7 for the backward passes) as one GEMM per output pixel, with the samples as its columns and only
-// the kernel taps that land inside the image as its depth. On such maps most taps read padding (8 of 9
-// on a 1x1 map, 5 of 9 on 2x2), which im2col + GEMM multiplies by anyway. The batch is transposed once
-// to pixel-major rows of samples, so every GEMM reads its operands in place (ordered_gemm's RhsRows and
-// LhsCols).
+// 7x7 for kernels over 1x1 with cache-sized weights) as one GEMM per output pixel, with the samples as
+// its columns and only the kernel taps that land inside the image as its depth. On such maps most taps
+// read padding (8 of 9 on a 1x1 map, 5 of 9 on 2x2), which im2col + GEMM multiplies by anyway. The
+// batch is transposed once to pixel-major rows of samples, so every GEMM reads its operands in place
+// (ordered_gemm's RhsRows and LhsCols).
 //
 // conv2d.cc picks this path for the forward by the shape of one sample alone (never n); each forward
 // output is one ordered sequence of fmas, so the forward pass stays bitwise the same at every
