@@ -128,11 +128,16 @@ void correlate(T* out, int out_w, const T* in, const T* lhs, int m, const T* ini
   }
 }
 
-// Samples per chunk of the weight gradient: enough pixels between two reductions of the tiles.
+// Samples per chunk of the weight gradient: each chunk ends in a lane sum of every tile's accumulators,
+// which costs about as much as 16 pixels of depth per entry, so chunks run long (up to kChunkPixels);
+// but the tiles re-read the chunk's padded planes and dy grids once per row block, so a chunk should
+// stay in L2 (kChunkBytes: half of a 1 MiB L2, the rest for the tiles' other streams).
 int weight_chunk(const Conv2dShape& s) {
-  constexpr std::ptrdiff_t kChunkPixels = 1024, kMaxChunk = 32;
-  const std::ptrdiff_t n = over_x(s).ld();
-  return static_cast<int>(std::clamp<std::ptrdiff_t>(kChunkPixels / n, 1, std::min<std::ptrdiff_t>(kMaxChunk, s.n)));
+  constexpr std::ptrdiff_t kChunkPixels = 4096, kChunkBytes = 512 << 10, kMaxChunk = 32;
+  const Pass pass = over_x(s);
+  const std::ptrdiff_t n = pass.ld(), bytes = (pass.in.len() + s.c_out * n) * std::ptrdiff_t{sizeof(float)};
+  return static_cast<int>(
+      std::clamp<std::ptrdiff_t>(std::min(kChunkPixels / n, kChunkBytes / bytes), 1, std::min<std::ptrdiff_t>(kMaxChunk, s.n)));
 }
 
 }  // namespace
