@@ -211,7 +211,8 @@ def main():
 
     # Own generator, so shuffling does not depend on how many random numbers
     # the init consumed; kept on the CPU because randperm's stream differs
-    # between devices and the CPU one is what Crumb can reproduce.
+    # between devices. Crumb shuffles with its own generator (splitmix64
+    # Fisher-Yates), so the two sides see the same images in different orders.
     gen = torch.Generator().manual_seed(args.seed)
 
     train_seconds = 0.0
