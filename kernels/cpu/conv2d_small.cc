@@ -45,6 +45,11 @@ template <class F> void for_each_tap(const Conv2dShape& s, std::ptrdiff_t p, F&&
   }
 }
 
+// for_each_tap in the form pixel_gemm(s) take: the taps of output pixel p that land inside the image.
+inline auto taps_inside(const Conv2dShape& s) {
+  return [&s](std::ptrdiff_t p, auto&& add) { for_each_tap(s, p, add); };
+}
+
 // Samples [0, count) of len elements each -> rows of `cols` columns (row k holds element k of every
 // sample); the columns past count are zeroed so that sums over whole rows add nothing for them.
 template <class T> void to_columns(T* out, const T* src, int count, std::ptrdiff_t len, std::ptrdiff_t cols) {
@@ -163,7 +168,7 @@ void range_forward(T* y, const T* x, const T* w, const T* b, const Conv2dShape& 
   const int taps = static_cast<int>(g.taps);
   const std::ptrdiff_t ldl = s.c_in * g.taps;
   const Side out_side{s.c_out, g.hw_out}, in_side{s.c_in, g.hw_in};
-  auto taps_of = [&](std::ptrdiff_t p, auto&& add) { for_each_tap(s, p, add); };
+  auto taps_of = taps_inside(s);
   for (int i = i0; i < i1; i += g.chunk) {
     const int count = std::min(g.chunk, i1 - i);
     const std::ptrdiff_t plane = g.hw_in * count, per = std::max<std::ptrdiff_t>(1, kRangeColumns / count);
@@ -188,7 +193,7 @@ void small_forward(T* y, const T* x, const T* w, const T* b, const Conv2dShape& 
   if (!conv2d_small(s)) return range_forward(y, x, w, b, s, i0, i1, ws);
   const Geom g(s);
   pixel_gemms(y, Side{s.c_out, g.hw_out}, x, Side{s.c_in, g.hw_in}, w, s.c_in * g.taps, g.taps, b, g, i0, i1, ws,
-              false, [&](std::ptrdiff_t p, auto&& add) { for_each_tap(s, p, add); });
+              false, taps_inside(s));
 }
 
 // dx[:, ci, q] = sum over the (output pixel p, tap) pairs that read input pixel q: W[:, ci, tap] .

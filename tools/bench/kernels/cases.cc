@@ -339,8 +339,9 @@ double Case::bytes() const {
 
 const std::vector<Suite>& suites() {
   // Batches: the CLI's default 64 for the Fashion-MNIST models, 128 for the CIFAR-sized ones (the usual
-  // CIFAR training batch; the ResNets also at Fashion-MNIST's 1x28x28, the shapes compare.sh trains), and 8 at 224x224 (DeepBench's smallest ImageNet batch) so a full run of the
-  // CPU kernels stays within minutes on a small machine.
+  // CIFAR training batch; the ResNets also at Fashion-MNIST's 1x28x28, the shapes compare.sh trains),
+  // and 8 at 224x224 (DeepBench's smallest ImageNet batch) so a full run of the CPU kernels stays
+  // within minutes on a small machine.
   static const std::vector<Suite> all = {
       {"lenet5", "lenet5", 1, 28, 28, 10, 64},          {"cnn", "cnn", 1, 28, 28, 10, 64},
       {"resnet20", "resnet20", 3, 32, 32, 10, 128},     {"resnet20_28", "resnet20", 1, 28, 28, 10, 128},
