@@ -28,6 +28,7 @@ inline BatchOutcome run_one_batch(const Graph& g, ParamStore& params, Scheduler&
   const std::vector<int32_t> y = random_labels(batch, classes, 7);
   BatchOutcome out;
   out.loss_sum = sched.train_batch({{"x", x.data()}, {"y", y.data()}}, batch, key).loss_sum;
+  params.to_host();  // a device's gradients and state are read from their host copies
   const float* grads = static_cast<const float*>(params.grad_block());
   out.grads.assign(grads, grads + params.count());
   for (ValueId v : g.states()) {

@@ -18,6 +18,7 @@
 #include "engine/optimizer.h"
 #include "engine/scheduler.h"
 #include "models/registry.h"
+#include "tests/batch_outcome.h"
 #include "tests/test_util.h"
 #include "tests/trained_model.h"
 
@@ -62,6 +63,37 @@ TEST(CudaEngine, TrainingStepMatchesCpu) {
       const BatchResult eg = gpu.sched.evaluate({{"x", one.b.x}, {"y", one.b.y}}, one.b.size);
       EXPECT_NEAR(eg.loss_sum, ec.loss_sum, kTolerance * ec.loss_sum);
       EXPECT_NEAR(double(eg.correct), double(ec.correct), 1.0);  // a near-tie may flip one sample
+    }
+  }
+}
+
+// Normalisation through the scheduler on the device: resnet20 with BatchNorm over groups of 8 (deferred and
+// per-group running statistics) and with GroupNorm, in one micro-batch and in micro-batches of 16 (a
+// ragged last one of 12): the CPU's loss, gradients, running statistics and num_batches_tracked.
+TEST(CudaEngine, NormalisedResnetMatchesCpu) {
+  CRUMB_REQUIRE_GPU();
+  std::vector<models::NormSpec> norms(3);
+  norms[0].bn.group = 8;
+  norms[1].bn.group = 8;
+  norms[1].bn.stats = BnStats::PerGroup;
+  norms[2].kind = models::NormSpec::Kind::Group;
+  for (std::size_t k = 0; k < norms.size(); ++k) {
+    Graph g = models::build("resnet20", {3, 8, 8, 5, norms[k]});
+    build_backward(g);
+    for (int m : {44, 16}) {
+      SCOPED_TRACE("norm " + std::to_string(k) + " m=" + std::to_string(m));
+      auto outcome = [&](Device device) {
+        ParamStore params(g, device);
+        params.init(5);
+        Arena arena(device);
+        Scheduler sched(g, params, arena, m);
+        return test::run_one_batch(g, params, sched, 44, 5);
+      };
+      const test::BatchOutcome cpu = outcome(Device::CPU), gpu = outcome(Device::CUDA);
+      EXPECT_NEAR(gpu.loss_sum, cpu.loss_sum, kTolerance * cpu.loss_sum);
+      EXPECT_LE(relative_error(gpu.grads, cpu.grads), kTolerance) << "parameter gradients";
+      EXPECT_LE(relative_error(gpu.state, cpu.state), kTolerance) << "running statistics";
+      EXPECT_EQ(gpu.tracked, cpu.tracked) << "num_batches_tracked";
     }
   }
 }

@@ -518,6 +518,60 @@ TEST(CudaPoolChecks, RejectBadShapes) {
   EXPECT_NO_THROW(avg_pool2d_forward(nullptr, nullptr, wide, nullptr));
 }
 
+// Adaptive average pooling adds in the CPU's order: equal bit for bit, in both write modes. Overlapping
+// bins, upsampling, 1x1 -> 7x7, and shapes of more than one block of outputs and inputs.
+TEST(CudaKernels, AdaptiveAvgPool2d) {
+  CRUMB_REQUIRE_GPU();
+  for (const cpu::AdaptivePool2dShape& s : std::vector<cpu::AdaptivePool2dShape>{
+           {2, 2, 7, 5, 3, 2}, {2, 2, 2, 3, 5, 4}, {2, 3, 1, 1, 7, 7}, {3, 5, 13, 11, 7, 3}, {2, 7, 9, 9, 4, 6}}) {
+    const std::string at = " n=" + std::to_string(s.n) + " c=" + std::to_string(s.c) + " " + std::to_string(s.h) + "x" +
+                           std::to_string(s.w) + " -> " + std::to_string(s.h_out) + "x" + std::to_string(s.w_out);
+    const std::size_t in = std::size_t(s.n) * s.c * s.h * s.w, out = std::size_t(s.n) * s.c * s.h_out * s.w_out;
+    const Floats x = random_floats(in, 1), dy = random_floats(out, 2);
+    const DeviceArray<float> dev_x(x), dev_dy(dy);
+    check_against_cpu(
+        {out}, false, [&](auto& o, bool) { cpu::adaptive_avg_pool2d_forward(o[0], x.data(), s); },
+        [&](auto& o, bool) { adaptive_avg_pool2d_forward(o[0], dev_x.get(), s, nullptr); },
+        "adaptive_avg_pool2d_forward" + at, /*exact=*/true);
+    check_against_cpu(
+        {in}, true, [&](auto& o, bool acc) { cpu::adaptive_avg_pool2d_backward(o[0], dy.data(), s, acc); },
+        [&](auto& o, bool acc) { adaptive_avg_pool2d_backward(o[0], dev_dy.get(), s, acc, nullptr); },
+        "adaptive_avg_pool2d_backward" + at, /*exact=*/true);
+  }
+}
+
+// Dropout draws the CPU's mask (integer hashing only): equal bit for bit when writing (also in place), for
+// a micro-batch that does not start at the batch's first sample.
+TEST(CudaKernels, DropoutMatchesTheCpuMask) {
+  CRUMB_REQUIRE_GPU();
+  const RandomKey key{0x1234567890abcdefULL, 13};
+  const DeviceArray<RandomKey> dev_key(std::vector<RandomKey>{key});
+  const uint64_t layer = 99;
+  const uint32_t threshold = static_cast<uint32_t>(0.4 * 4294967296.0);
+  const float scale = static_cast<float>(1.0 / 0.6);
+  for (const auto& [n, per_sample] : std::vector<std::pair<int, std::size_t>>{{3, 10}, {5, 77}, {2, 1000}}) {
+    const std::string at = " n=" + std::to_string(n) + " per_sample=" + std::to_string(per_sample);
+    const std::size_t count = std::size_t(n) * per_sample;
+    const Floats x = random_floats(count, 1);
+    const DeviceArray<float> dev_x(x);
+    const auto cpu_run = [&](const std::vector<float*>& o, bool acc) {
+      cpu::dropout<float>(o[0], x.data(), n, per_sample, key, layer, threshold, scale, acc);
+    };
+    const auto gpu_run = [&](const std::vector<float*>& o, bool acc) {
+      dropout(o[0], dev_x.get(), n, per_sample, dev_key.get(), layer, threshold, scale, acc, nullptr);
+    };
+    check_against_cpu({count}, false, cpu_run, gpu_run, "dropout" + at, /*exact=*/true);
+    // += within rounding only: GCC contracts the CPU's y += x * scale into an fma (-march=native), nvcc
+    // does not (the product sits behind the mask's select).
+    check_against_cpu({count}, true, cpu_run, gpu_run, "dropout" + at);
+    Floats y = x;
+    cpu::dropout<float>(y.data(), y.data(), n, per_sample, key, layer, threshold, scale, false);
+    DeviceArray<float> dev_y(x);
+    dropout(dev_y.get(), dev_y.get(), n, per_sample, dev_key.get(), layer, threshold, scale, false, nullptr);
+    expect_bits(dev_y.download(), y, "dropout in place" + at);
+  }
+}
+
 // ---- normalisation
 
 // Inputs offset by channel and by sample, so that statistics taken over the wrong values show.
@@ -567,6 +621,10 @@ TEST(CudaKernels, BatchNormForwardTrain) {
                                  deferred ? nullptr : dev_var.get(), dev_tracked.get(), 0.1, nullptr);
         expect_close(dev_y.download(), y, "batch_norm_forward_train y" + at);
         expect_close(dev_stats.download(), stats, "batch_norm_forward_train stats" + at);
+        // A recomputation (engine/recompute.h) from the stored statistics: the forward's bits.
+        DeviceArray<float> dev_applied(Floats(count, kNaN));
+        batch_norm_apply(dev_applied.get(), dev_x.get(), dev_w.get(), dev_b.get(), dev_stats.get(), s, nullptr);
+        expect_bits(dev_applied.download(), dev_y.download(), "batch_norm_apply y" + at);
       }
       if (deferred) {
         // Both sides add in double: they differ in the last bits of a double only.
@@ -599,6 +657,13 @@ TEST(CudaKernels, BatchNormFrozenAndBackward) {
                                     s, 1e-5, nullptr);
         },
         "batch_norm_forward_frozen" + at);
+    {  // A frozen layer recomputed from the statistics it stored: the forward's bits.
+      DeviceArray<float> dev_y(Floats(count, kNaN)), dev_stats(Floats(stats_count, kNaN)), dev_applied(Floats(count, kNaN));
+      batch_norm_forward_frozen(dev_y.get(), dev_stats.get(), dev_x.get(), dev_w.get(), dev_b.get(), dev_mean.get(),
+                                dev_var.get(), s, 1e-5, nullptr);
+      batch_norm_apply(dev_applied.get(), dev_x.get(), dev_w.get(), dev_b.get(), dev_stats.get(), s, nullptr);
+      expect_bits(dev_applied.download(), dev_y.download(), "batch_norm_apply of a frozen layer" + at);
+    }
     check_against_cpu(
         {count}, false,
         [&](auto& o, bool) {
