@@ -55,7 +55,10 @@ void GradientReducer::start(std::size_t b) {
 
 void GradientReducer::after_step(const Node& n) {
   for (ValueId v : n.out)
-    if (bucket_of_[v] >= 0 && --pending_[bucket_of_[v]] == 0) start(bucket_of_[v]);
+    if (bucket_of_[v] >= 0) --pending_[bucket_of_[v]];
+  // Collectives are matched by their order: start buckets in index order on every rank (a rank with an
+  // empty share starts them all in that order), each once it and all before it are final.
+  while (next_ < buckets_.size() && pending_[next_] == 0) start(next_++);
   // MPI advances a non-blocking sum only inside its calls: one poll per step keeps the sums moving.
   if (first_start_ >= 0 && all_done_ < 0 && comm_.poll_sums()) all_done_ = now_seconds();
 }
@@ -65,8 +68,8 @@ void GradientReducer::after_run() {
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     CRUMB_CHECK(started_[b] || pending_[b] == 0, "gradient bucket ", b, " was never summed: ", pending_[b], " of its ",
                 writers_[b], " writers did not run in the batch's last micro-batch");
-    if (!started_[b]) start(b);
   }
+  while (next_ < buckets_.size()) start(next_++);
   const double wait_start = now_seconds();
   comm_.finish_sums();
   const double end = now_seconds();
@@ -75,6 +78,7 @@ void GradientReducer::after_run() {
   ++timing_.batches;
   pending_ = writers_;
   std::fill(started_.begin(), started_.end(), 0);
+  next_ = 0;
   first_start_ = all_done_ = -1;
 }
 

@@ -67,7 +67,9 @@ std::string tmp(const std::string& name) {
   } while (0)
 
 // A few steps of cnn with a ragged batch (37 over 2 ranks: 19 + 18, micro-batches of 7).
-const std::string kCommon = " --model cnn --batch 37 --micro-batch 7 --limit-test 64 --threads 1 --epochs 1";
+// --device cpu: on a GPU machine the default would be CUDA, and N ranks would share its one device.
+const std::string kCommon =
+    " --device cpu --model cnn --batch 37 --micro-batch 7 --limit-test 64 --threads 1 --epochs 1";
 const std::string kArgs = kCommon + " --limit-train 148";
 
 std::vector<float> weights(const std::string& path) {
@@ -104,8 +106,8 @@ TEST(MpiRun, TwoRanksTrainTheWeightsOfOne) {
 // bias gradients let float rounding grow past any fixed tolerance).
 TEST(MpiRun, TwoRanksKeepTheRunningStatisticsOfOne) {
   if (!kHaveMpi) GTEST_SKIP() << "this build has no MPI";
-  const std::string args = " --model resnet20 --dataset synthetic --input 3x16x16 --classes 4 --limit-train 32 "
-                           "--limit-test 16 --batch 32 --bn-group 8 --micro-batch 8 --threads 1 --epochs 1";
+  const std::string args = " --device cpu --model resnet20 --dataset synthetic --input 3x16x16 --classes 4 "
+                           "--limit-train 32 --limit-test 16 --batch 32 --bn-group 8 --micro-batch 8 --threads 1 --epochs 1";
   const std::string one = tmp("bn_one.safetensors"), two = tmp("bn_two.safetensors");
   const Outcome a = shell(std::string(CRUMB_TRAIN_BIN) + args + " --save " + one, "bn_one");
   ASSERT_EQ(a.code, 0) << a.err;

@@ -21,7 +21,9 @@ class CudaCopyQueue final : public CopyQueue {
     }
   }
   ~CudaCopyQueue() override {
-    cudaStreamSynchronize(copy_);  // no copy may outlive the memory it reads or writes
+    // No copy may outlive the memory it reads or writes; a replayed recording's copies are on compute_.
+    cudaStreamSynchronize(copy_);
+    cudaStreamSynchronize(compute_);
     for (const std::vector<cudaEvent_t>* events : {&ready_, &done_})
       for (cudaEvent_t e : *events)
         if (e) cudaEventDestroy(e);

@@ -152,9 +152,13 @@ std::unique_ptr<Recording> CudaBackend::record(const std::function<void()>& enqu
   try {
     enqueue();
   } catch (...) {
-    cudaGraph_t graph = end_capture(compute_);
-    if (!graph) return nullptr;  // the call that threw refused capture: the caller runs it without
-    cudaGraphDestroy(graph);
+    // Refused (a call invalidated the capture): the caller runs it without. Any other error is the run's own
+    // and propagates, even when EndCapture fails because a swap copy left the copy stream forked.
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    const bool refused = cudaStreamIsCapturing(compute_, &status) != cudaSuccess ||
+                         status == cudaStreamCaptureStatusInvalidated;
+    if (cudaGraph_t graph = end_capture(compute_)) cudaGraphDestroy(graph);
+    if (refused) return nullptr;
     throw;
   }
   cudaGraph_t graph = end_capture(compute_);

@@ -1,6 +1,7 @@
 #include "engine/cuda/nccl_communicator.h"
 
 #include <chrono>
+#include <cstdio>
 #include <thread>
 
 #include "engine/cuda/cuda_backend.h"
@@ -17,16 +18,24 @@ void check_nccl(ncclResult_t r, const char* call) {
 
 NcclCommunicator::NcclCommunicator(std::unique_ptr<MpiCommunicator> mpi, double timeout_s)
     : Communicator(mpi->rank(), mpi->size(), timeout_s), mpi_(std::move(mpi)) {
-  CudaBackend& b = CudaBackend::of(backend(Device::CUDA, 0));
-  b.activate();
-  compute_ = b.compute();
-  ncclUniqueId id;
-  if (rank() == 0) CRUMB_NCCL_CHECK(ncclGetUniqueId(&id));
-  mpi_->broadcast_host(&id, sizeof id);
-  CRUMB_NCCL_CHECK(ncclCommInitRank(&comm_, size(), id, rank()));
-  CRUMB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  CRUMB_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
-  CRUMB_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+  try {
+    CudaBackend& b = CudaBackend::of(backend(Device::CUDA, 0));
+    b.activate();
+    compute_ = b.compute();
+    ncclUniqueId id;
+    if (rank() == 0) CRUMB_NCCL_CHECK(ncclGetUniqueId(&id));
+    mpi_->broadcast_host(&id, sizeof id);
+    CRUMB_NCCL_CHECK(ncclCommInitRank(&comm_, size(), id, rank()));
+    CRUMB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    CRUMB_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+    CRUMB_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+  } catch (const std::exception& e) {
+    // main() cannot stop the others yet (it has no communicator), and unwinding would run MPI_Finalize,
+    // which waits for ranks that wait in ncclCommInitRank without a deadline: end every rank here.
+    std::fprintf(stderr, "train: error: rank %d of %d: %s\n", rank(), size(), e.what());
+    std::fflush(stderr);
+    mpi_->abort(1);
+  }
 }
 
 NcclCommunicator::~NcclCommunicator() {
@@ -49,7 +58,12 @@ void NcclCommunicator::start_sum(void* p, std::size_t count, DType dtype) {
 bool NcclCommunicator::poll_sums() {
   if (!pending_) return true;
   const cudaError_t r = cudaEventQuery(done_);
-  if (r == cudaErrorNotReady) return false;
+  if (r == cudaErrorNotReady) {
+    // "Not ready" is also left in the runtime's last-error slot, where the next CRUMB_CUDA_CHECK_LAUNCH
+    // (cudaGetLastError) would report it as that kernel's failure: clear it.
+    cudaGetLastError();
+    return false;
+  }
   CRUMB_CUDA_CHECK(r);
   return true;
 }
@@ -60,7 +74,13 @@ void NcclCommunicator::finish_sums() {
   while (!poll_sums()) {
     ncclResult_t async = ncclSuccess;
     CRUMB_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
-    CRUMB_NCCL_CHECK(async);
+    if (async != ncclSuccess) {
+      // Its kernels may never finish: abort it, or unwinding (cudaFree synchronises the device) would hang
+      // before main() reaches MPI_Abort.
+      ncclCommAbort(comm_);
+      comm_ = nullptr;
+      CRUMB_NCCL_CHECK(async);
+    }
     if (std::chrono::steady_clock::now() >= until) {
       ncclCommAbort(comm_);
       comm_ = nullptr;

@@ -20,7 +20,7 @@ class CudaStaging final : public InputStaging {
       offset_.push_back(total);
       total += align_up(bytes);
     }
-    for (Buffer& slot : slots_) slot = Buffer(std::max<std::size_t>(total, 1), Memory::Cuda);
+    for (Buffer& slot : slots_) slot = Buffer(std::max<std::size_t>(total, 1), Memory::Cuda, backend.index());
     for (int s = 0; s < 2; ++s) {
       // Timing off: these events only order streams.
       CRUMB_CUDA_CHECK(cudaEventCreateWithFlags(&copied_[s], cudaEventDisableTiming));
@@ -58,6 +58,7 @@ class CudaStaging final : public InputStaging {
 }  // namespace
 
 std::unique_ptr<InputStaging> CudaBackend::make_staging(const std::vector<std::size_t>& part_bytes) {
+  activate();  // its events belong to the current device
   return std::make_unique<CudaStaging>(*this, part_bytes);
 }
 
