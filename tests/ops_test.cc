@@ -76,6 +76,8 @@ class OpRunner {
   }
 
   Device device() const { return params_.device(); }
+  bool recording() const { return exec_->recording(); }
+  void set_recording(bool on) { exec_->set_recording(on); }
 
  private:
   int batch_;
@@ -91,15 +93,22 @@ class OpRunner {
 
 class OpParity : public ::testing::TestWithParam<test::OpCase> {};
 
+// On the device both ways: replaying recorded runs (CUDA graphs; every op must stay capturable, or the
+// executor would quietly fall back) and issuing each step from the host.
 TEST_P(OpParity, CpuVsCuda) {
   CRUMB_REQUIRE_GPU();
-  OpRunner cpu_run(GetParam(), Device::CPU), gpu_run(GetParam(), Device::CUDA);
-  for (bool first : {true, false}) {
-    SCOPED_TRACE(first ? "one run" : "second run accumulates");
-    const OpResult cpu = cpu_run.run(first), gpu = gpu_run.run(first);
-    EXPECT_NEAR(gpu.loss_sum, cpu.loss_sum, test::kParityTolerance * std::max(1.0, std::fabs(cpu.loss_sum)));
-    EXPECT_LE(test::relative_error(gpu.dx, cpu.dx), test::kParityTolerance) << "input gradient";
-    EXPECT_LE(test::relative_error(gpu.grads, cpu.grads), test::kParityTolerance) << "parameter gradients";
+  for (bool record : {true, false}) {
+    SCOPED_TRACE(record ? "recorded runs" : "host-issued runs");
+    OpRunner cpu_run(GetParam(), Device::CPU), gpu_run(GetParam(), Device::CUDA);
+    gpu_run.set_recording(record);
+    for (bool first : {true, false}) {
+      SCOPED_TRACE(first ? "one run" : "second run accumulates");
+      const OpResult cpu = cpu_run.run(first), gpu = gpu_run.run(first);
+      EXPECT_NEAR(gpu.loss_sum, cpu.loss_sum, test::kParityTolerance * std::max(1.0, std::fabs(cpu.loss_sum)));
+      EXPECT_LE(test::relative_error(gpu.dx, cpu.dx), test::kParityTolerance) << "input gradient";
+      EXPECT_LE(test::relative_error(gpu.grads, cpu.grads), test::kParityTolerance) << "parameter gradients";
+    }
+    EXPECT_EQ(gpu_run.recording(), record) << "a step refused capture";
   }
 }
 
