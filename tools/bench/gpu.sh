@@ -1,18 +1,31 @@
 #!/usr/bin/env bash
-# Everything the GPU machine is for, in one call that fits its limits (one command of at most 10 minutes,
-# at most 8 files back): find cuDNN, build with CUDA, run the GPU tests (one process each), the rest of
-# the suite, train on the GPU and the CPU side by side, compare with the machine's PyTorch, then run
+# Everything the GPU machine is for, in calls that fit its limits (one command of at most 10 minutes, at
+# most 8 files back): find cuDNN, NCCL and MPI, build with CUDA, run the GPU tests, the kernel
+# microbenchmarks, the copy bandwidths, the NCCL path under mpirun, ResNet-50 beyond its memory, the rest
+# of the suite, train on the GPU and the CPU side by side, compare with the machine's PyTorch, then run
 # compute-sanitizer. Every phase is bounded against one deadline, so whatever ran comes back; phases that
 # no longer fit are skipped and say so. Files go to $OUT (or ./gpu-out); summary.txt is printed last.
 #
-# usage: tools/bench/gpu.sh [--deadline 560] [--phases build,cuda,cpu,train,graphs,compare,budget,swap,sanitize]
-#          [--models lenet5,cnn] [--batch 256] [--epochs 2] [--repeat 3] [-- extra train flags]
-# Needs gpu-carry/ (tools/bench/gpu_carry.sh) where the machine lacks Eigen, GoogleTest, zlib or the data.
+# usage: tools/bench/gpu.sh [--deadline 560] [--phases LIST] [--models lenet5,cnn] [--batch 256]
+#          [--epochs 2] [--repeat 3] [--kernel-suites a,b] [--kernel-min-time 0.05]
+#          [--sanitize-filter GTEST_FILTER] [-- extra train flags]
+# LIST, comma-separated, run in this order whatever the order given: build (configure + build; configure
+#   alone configures only), cuda, kernels, bandwidth, nccl, beyond, cpu, train, graphs, compare, budget,
+#   swap, sanitize. Default: all of them (more than one call can hold: pick some).
+# Needs gpu-carry/ (tools/bench/gpu_carry.sh) where the machine lacks Eigen, GoogleTest, zlib, Google
+# Benchmark, Open MPI or the data. CRUMB_GPU_BUILD sets the build folder (default build-gpu/).
+# Files back (8 at most): summary.txt, machine.txt, build.log, tests.log (GPU tests, other tests,
+# compute-sanitizer), train.log (every measuring phase), compare.log, kernels.json, kernels.svg.
 set -uo pipefail  # no -e: a failing phase is recorded and the next one still runs
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-deadline=560 phases=build,cuda,cpu,train,graphs,compare,budget,swap,sanitize models=lenet5,cnn batch=256 epochs=2 repeat=3
+all_phases=build,cuda,kernels,bandwidth,nccl,beyond,cpu,train,graphs,compare,budget,swap,sanitize
+deadline=560 phases=$all_phases models=lenet5,cnn batch=256 epochs=2 repeat=3
+kernel_suites=resnet50_224,deepbench,vgg11_bn_224,resnet18_28,resnet20,resnet20_28,vgg11_bn_32,cnn,lenet5
+kernel_min_time=0.05
+sanitize_filter="Cuda*:*OnCuda:OpParity.*:OpAccumulate.Cuda/*:-CudaEngine.TrainingLoopAllocatesNothing"
 extra=()
+usage() { sed -n '/^# usage:/,/^# Needs/p' "$0" | sed '$d' >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --deadline) deadline=$2; shift 2 ;;
@@ -21,17 +34,25 @@ while [[ $# -gt 0 ]]; do
     --batch) batch=$2; shift 2 ;;
     --epochs) epochs=$2; shift 2 ;;
     --repeat) repeat=$2; shift 2 ;;
+    --kernel-suites) kernel_suites=$2; shift 2 ;;
+    --kernel-min-time) kernel_min_time=$2; shift 2 ;;
+    --sanitize-filter) sanitize_filter=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
-    *) sed -n '8,9p' "$0" >&2; exit 2 ;;
+    *) usage ;;
   esac
+done
+for p in ${phases//,/ }; do
+  [[ ",$all_phases,configure," == *",$p,"* ]] || { echo "gpu.sh: unknown phase '$p'" >&2; usage; }
 done
 start=$SECONDS
 out=${OUT:-$repo/gpu-out}
 mkdir -p "$out"
 summary="$out/summary.txt"
 : > "$summary"
+tmpd=$(mktemp -d)  # scratch: never under $out, whose files all come back
+trap 'rm -rf "$tmpd"' EXIT
 carry="$repo/gpu-carry"
-build="$repo/build-gpu"
+build=${CRUMB_GPU_BUILD:-$repo/build-gpu}
 jobs=$(nproc)
 IFS=, read -r -a model_list <<< "$models"
 
@@ -47,61 +68,109 @@ bounded() {
   if (( limit <= 0 )); then echo "(not run: deadline reached) $*"; return 124; fi
   timeout -k 5 "$limit" "$@"
 }
+# json_field NAME LINE: a number from a train JSON summary line.
+json_field() { sed -n "s/.*\"$1\":\([0-9.eE+-]*\).*/\1/p" <<< "$2"; }
 finish() {
   note "gpu.sh: done in $(( SECONDS - start )) s (deadline $deadline s)"
+  local files
+  files=$(find "$out" -type f | wc -l)
+  (( files <= 8 )) || note "gpu.sh: $files files under $out: the device tool brings back 8 at most"
   echo "======== summary"
   cat "$summary"
   exit "${1:-0}"
 }
 
+# ---- MPI: the machine's, else the Open MPI runtime in gpu-carry/mpi, relocated (gpu_carry.sh). Exported
+# here, so that every Crumb binary (linked with libmpi when MPI is found) and mpirun find it.
+mpi_args=() mpi_from=none
+if command -v mpicxx >/dev/null 2>&1 && mpirun --version >/dev/null 2>&1; then
+  mpi_from="the machine's ($(command -v mpirun))"
+elif [[ -f "$carry/mpi/bin/orterun" ]]; then
+  chmod +x "$carry"/mpi/bin/orte* 2>/dev/null  # in case the copy lost the modes
+  mpi_prefix="$carry/mpi"
+  mpi_lib="$mpi_prefix/lib/x86_64-linux-gnu/openmpi/lib"
+  export OPAL_PREFIX="$mpi_prefix" PMIX_MCA_mca_base_component_path="$mpi_prefix/pmix/lib/pmix"
+  export LD_LIBRARY_PATH="$mpi_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" PATH="$mpi_prefix/bin:$PATH"
+  mpi_args=(-DMPI_SKIP_COMPILER_WRAPPER=ON -DMPI_CXX_SKIP_MPICXX=ON -DMPI_CXX_LIB_NAMES=mpi
+            -DMPI_mpi_LIBRARY="$mpi_lib/libmpi.so.40" -DMPI_CXX_HEADER_DIR="$mpi_prefix/lib/x86_64-linux-gnu/openmpi/include"
+            -DMPIEXEC_EXECUTABLE="$mpi_prefix/bin/mpirun")
+  mpi_from="carried ($mpi_prefix)"
+fi
+# Open MPI refuses root without these; the machine runs commands as root.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
 # ---- the machine (nothing here may stop the script: a missing tool is a line in the file)
 {
-  for tool in nvidia-smi nvcc cmake compute-sanitizer python3; do
+  for tool in nvidia-smi nvcc cmake ninja compute-sanitizer python3 mpirun; do
     command -v "$tool" >/dev/null 2>&1 || echo "$tool: not on PATH"
   done
   command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi
+  command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -q | grep -A2 -E 'PCIe Generation|Link Width' | head -12
   command -v nvcc >/dev/null 2>&1 && nvcc --version
   command -v cmake >/dev/null 2>&1 && cmake --version | head -1
+  echo "cores: $jobs; $(free -g | awk '/^Mem/ {print "memory: " $2 " GiB, " $7 " GiB available"}')"
+  echo "MPI: $mpi_from"; mpirun --version 2>&1 | head -1
+  ldconfig -p 2>/dev/null | grep -E 'libmpi\.so|libnccl\.so|libcudnn\.so' | head -6
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn",
-              torch.backends.cudnn.version(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU")' 2>&1
+              torch.backends.cudnn.version(), "nccl", torch.cuda.nccl.version() if torch.cuda.is_available() else "-",
+              torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU")' 2>&1
 } > "$out/machine.txt" 2>&1
-note "machine: $(grep -m1 -o 'NVIDIA [A-Z0-9].*GB[^|]*' "$out/machine.txt" | sed 's/ *$//'), driver $(grep -m1 -o 'Driver Version: [0-9.]*' "$out/machine.txt" | cut -d' ' -f3), nvcc $(grep -m1 -o 'release [0-9.]*' "$out/machine.txt" | cut -d' ' -f2), $(grep -m1 '^torch' "$out/machine.txt")"
+gpu=$(grep -m1 -o 'NVIDIA [A-Z0-9].*GB[^|]*' "$out/machine.txt" | sed 's/ *$//')
+driver=$(grep -m1 -o 'Driver Version: [0-9.]*' "$out/machine.txt" | cut -d' ' -f3)
+nvcc=$(grep -m1 -o 'release [0-9.]*' "$out/machine.txt" | cut -d' ' -f2)
+note "machine: $gpu, driver $driver, nvcc $nvcc, $(grep -m1 '^torch' "$out/machine.txt"); MPI: $mpi_from"
 
-# cuDNN: the toolkit's or the system's, else the one PyTorch's wheels bring. The library is named by its
-# full path, so CMake puts its folder in the binaries' RUNPATH and nothing needs LD_LIBRARY_PATH (which
-# would leak into the PyTorch runs).
-cudnn_args=()
-py_cudnn=$(python3 -c 'import nvidia.cudnn as m; print(list(m.__path__)[0])' 2>/dev/null || true)
-for dir in ${CUDNN_ROOT:-} /usr/local/cuda /usr /usr/local/cuda/targets/x86_64-linux $py_cudnn; do
-  [[ -n "$dir" && -d "$dir" ]] || continue
-  header=$(find "$dir/include" "$dir/include/x86_64-linux-gnu" -maxdepth 1 -name cudnn.h 2>/dev/null | head -1)
-  lib=$(find "$dir/lib" "$dir/lib64" "$dir/lib/x86_64-linux-gnu" -maxdepth 1 -name 'libcudnn.so.9*' 2>/dev/null | sort | head -1)
-  if [[ -n "$header" && -n "$lib" ]]; then
-    cudnn_args=(-DCUDNN_INCLUDE_DIR="$(dirname "$header")" -DCUDNN_LIBRARY="$lib")
-    note "cuDNN: $lib"
-    break
-  fi
-done
-[[ ${#cudnn_args[@]} -gt 0 ]] || note "cuDNN: not found"
+# cuDNN and NCCL: the toolkit's or the system's, else the ones PyTorch's wheels bring. Each library is
+# named by its full path, so CMake puts its folder in the binaries' RUNPATH and nothing needs
+# LD_LIBRARY_PATH (which would leak into the PyTorch runs).
+# find_lib NAME HEADER SONAME-GLOB DIR...: prints "-DNAME_INCLUDE_DIR=... -DNAME_LIBRARY=..." for the first
+# DIR holding both.
+find_lib() {
+  local name=$1 header=$2 glob=$3 dir h l; shift 3
+  for dir in "$@"; do
+    [[ -n "$dir" && -d "$dir" ]] || continue
+    h=$(find "$dir/include" "$dir/include/x86_64-linux-gnu" -maxdepth 1 -name "$header" 2>/dev/null | head -1)
+    l=$(find "$dir/lib" "$dir/lib64" "$dir/lib/x86_64-linux-gnu" -maxdepth 1 -name "$glob" 2>/dev/null | sort | head -1)
+    if [[ -n "$h" && -n "$l" ]]; then
+      echo "-D${name}_INCLUDE_DIR=$(dirname "$h")"
+      echo "-D${name}_LIBRARY=$l"
+      return 0
+    fi
+  done
+  return 1
+}
+wheel() { python3 -c "import nvidia.$1 as m; print(list(m.__path__)[0])" 2>/dev/null || true; }
+mapfile -t cudnn_args < <(find_lib CUDNN cudnn.h 'libcudnn.so.9*' ${CUDNN_ROOT:-} /usr/local/cuda /usr \
+                            /usr/local/cuda/targets/x86_64-linux "$(wheel cudnn)")
+mapfile -t nccl_args < <(find_lib NCCL nccl.h 'libnccl.so.2*' ${NCCL_ROOT:-} /usr/local/cuda /usr \
+                           /usr/local/cuda/targets/x86_64-linux "$(wheel nccl)")
+cudnn_lib=${cudnn_args[1]:-=not found} nccl_lib=${nccl_args[1]:-=not found}
+note "cuDNN: ${cudnn_lib#*=}; NCCL: ${nccl_lib#*=}"
 
 dep_args=()
 [[ -d "$carry" ]] && dep_args=(-DEigen3_DIR="$carry/eigen/share/eigen3/cmake" -DGTEST_ROOT="$carry/gtest"
                                -DZLIB_ROOT="$carry/zlib")
+[[ -d "$carry/benchmark" ]] && dep_args+=(-Dbenchmark_DIR="$carry/benchmark/lib/x86_64-linux-gnu/cmake/benchmark")
 # train's default data folder, and so the data-dependent tests' (engine/data/idx.h).
 [[ -d "$carry/data" ]] && export CRUMB_DATA="$carry/data"
 data=${CRUMB_DATA:-/usr/share/datasets/fashion-mnist}
 
-# ---- build: the whole log is kept (the first compiler error is what matters)
-if want build; then
-  bounded 240 cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCRUMB_BUILD_BENCH=OFF \
-    -DCMAKE_CUDA_ARCHITECTURES=90 "${cudnn_args[@]}" "${dep_args[@]}" > "$out/build.log" 2>&1
+# ---- configure and build: the whole log is kept (the first compiler error is what matters)
+if want build || want configure; then
+  bounded 240 cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCRUMB_BUILD_BENCH=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90 "${cudnn_args[@]}" "${nccl_args[@]}" "${mpi_args[@]}" "${dep_args[@]}" \
+    > "$out/build.log" 2>&1
   configured=$?
+  grep -E '^-- crumb:' "$out/build.log" | sed 's/^-- //' | tr '\n' ';' | sed 's/;$/\n/' | tee -a "$summary"
   if [[ $configured != 0 ]] || ! grep -q 'crumb: CUDA toolkit found: ON' "$out/build.log" \
      || ! grep -q 'crumb: cuDNN found: ON' "$out/build.log"; then
     note "BUILD: configure failed or did not find CUDA and cuDNN (exit $configured); see build.log:"
     grep -E 'crumb:|CMake (Error|Warning)|not found' "$out/build.log" | head -n 10 | tee -a "$summary"
     finish 1
   fi
+  grep -q 'crumb: NCCL found (with MPI): ON' "$out/build.log" || note "build: no NCCL path (the nccl phase needs MPI and NCCL)"
+  grep -q 'kernels_bench is not built' "$out/build.log" && note "build: no kernels_bench (Google Benchmark not found)"
+  want build || finish 0
   t0=$SECONDS
   if ! bounded 300 cmake --build "$build" -j "$jobs" >> "$out/build.log" 2>&1; then
     note "BUILD: FAILED after $(( SECONDS - t0 )) s; first errors:"
@@ -112,52 +181,330 @@ if want build; then
 fi
 tests="$build/crumb_tests"
 [[ -x "$tests" ]] || { note "no $tests: run the build phase"; finish 1; }
+tests_log="$out/tests.log"
+train_log="$out/train.log"
 
-# The GPU tests, one process each (a fault or hang in one cannot take the others down); a failure is run
-# again with cuDNN's logging on.
+# ---- the GPU tests: all in one process first (each process pays for CUDA, cuBLAS and cuDNN start-up,
+# a few seconds); a failure is run again alone with cuDNN's logging on. Where that process did not get to
+# its end (a fault, a hang), every test runs in a process of its own.
 # CudaEngine.*, CudaKernels.*, ..., TrainCli.DeviceCuda, Optimizer.*OnCuda, and the op cases' CUDA modes
+# (OpParity.CpuVsCuda/*: every op, BatchNorm, GroupNorm, dropout and adaptive pooling included).
 gpu_filter='Cuda*:*Cuda:OpParity.*:OpAccumulate.Cuda/*'
 mapfile -t gpu_tests < <("$tests" --gtest_list_tests --gtest_filter="$gpu_filter" 2>/dev/null |
                          awk '/^[^ ]/ { suite = $1 } /^  / { print suite $1 }')
 if want cuda; then
-  : > "$out/cuda_tests.log"
-  passed=0 failed=()
-  for t in "${gpu_tests[@]}"; do
-    if bounded 120 "$tests" --gtest_filter="$t" >> "$out/cuda_tests.log" 2>&1; then
-      passed=$((passed + 1))
+  echo "==== GPU tests ($gpu_filter), one process" >> "$tests_log"
+  bounded 240 "$tests" --gtest_filter="$gpu_filter" > "$tmpd/cuda.log" 2>&1
+  cat "$tmpd/cuda.log" >> "$tests_log"
+  failed=() again=()
+  if grep -qE '^\[  PASSED  \] [0-9]+ test' "$tmpd/cuda.log"; then  # it got to its end: rerun its failures alone
+    passed=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$tmpd/cuda.log")
+    mapfile -t failed < <(awk '/^\[  FAILED  \] [0-9]+ tests?, listed below:/ { f = 1; next }
+                               f && /^\[  FAILED  \] / { sub(/^\[  FAILED  \] /, ""); sub(/,.*/, ""); print }' "$tmpd/cuda.log")
+    each=0 alone=("${failed[@]}")
+  else
+    note "cuda tests: the one process did not finish ($(tail -n 1 "$tmpd/cuda.log")); one process each"
+    passed=0 each=1 alone=("${gpu_tests[@]}")
+  fi
+  for t in "${alone[@]}"; do
+    echo "==== $t alone" >> "$tests_log"
+    if bounded 120 "$tests" --gtest_filter="$t" >> "$tests_log" 2>&1; then
+      if (( each )); then passed=$((passed + 1)); else again+=("$t"); fi
     else
-      failed+=("$t")
-      echo "==== $t again, with CUDNN_LOGLEVEL_DBG=2" >> "$out/cuda_tests.log"
-      CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=stderr bounded 120 "$tests" --gtest_filter="$t" >> "$out/cuda_tests.log" 2>&1
+      (( each )) && failed+=("$t")
+      echo "==== $t again, with CUDNN_LOGLEVEL_DBG=2" >> "$tests_log"
+      CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=stderr bounded 120 "$tests" --gtest_filter="$t" >> "$tests_log" 2>&1
     fi
   done
-  skipped=$(grep -cE '^\[  SKIPPED \] .* \([0-9]+ ms\)$' "$out/cuda_tests.log")
-  note "cuda tests: $passed of ${#gpu_tests[@]} passed ($skipped skipped)${failed:+; FAILED: ${failed[*]}}"
+  skipped=$(grep -cE '^\[  SKIPPED \] .* \([0-9]+ ms\)$' "$tmpd/cuda.log")
+  note "cuda tests: $passed of ${#gpu_tests[@]} passed ($skipped skipped)${failed:+; FAILED: ${failed[*]}}${again:+; of those, passed alone: ${again[*]}}"
+fi
+
+# ---- kernel microbenchmarks on the GPU (issue 11): Crumb's kernels against cuDNN's exhaustive search and
+# cuBLAS, FP32 and TF32, every suite in a process of its own (a suite cut off by the deadline loses only
+# itself: its JSON is salvaged up to its last complete benchmark), merged into kernels.json and plotted.
+if want kernels; then
+  kb="$build/kernels_bench"
+  if [[ ! -x "$kb" ]]; then
+    note "kernels: no $kb (Google Benchmark not found at configure: carry gpu-carry/benchmark)"
+  else
+    for s in ${kernel_suites//,/ }; do
+      t0=$SECONDS
+      echo "==== kernels_bench --device=cuda --suites=$s" >> "$train_log"
+      bounded 240 "$kb" --device=cuda --suites="$s" --benchmark_min_time="$kernel_min_time" \
+        --benchmark_out="$tmpd/kernels_$s.json" --benchmark_out_format=json > "$tmpd/kernels_$s.txt" 2>&1
+      rc=$?
+      grep -vE '^cuda/' "$tmpd/kernels_$s.txt" | tail -n 20 >> "$train_log"  # errors and context, not every row
+      # A benchmark that throws ends its suite's process (kernels_bench: ... names it): the rows before it stay.
+      note "kernels $s: exit $rc in $(( SECONDS - t0 )) s, $(grep -cE '^cuda/' "$tmpd/kernels_$s.txt") rows" \
+           "$(grep -m1 '^kernels_bench: ' "$tmpd/kernels_$s.txt")"
+    done
+    python3 - "$out/kernels.json" "$tmpd"/kernels_*.json <<'PY' 2>&1 | tee -a "$summary"
+import json, statistics, sys
+merged, context = [], None
+for path in sys.argv[2:]:
+    text = open(path).read()
+    try:
+        d = json.loads(text)
+    except ValueError:  # cut off: keep every complete benchmark
+        cut = text.rfind("\n    }")
+        try:
+            d = json.loads(text[:cut + 6] + "\n  ]\n}") if cut > 0 else {}
+        except ValueError:
+            d = {}
+        print(f"kernels: {path.rsplit('/', 1)[-1]} was cut off; {len(d.get('benchmarks', []))} benchmarks kept")
+    context = context or d.get("context")
+    merged += d.get("benchmarks", [])
+json.dump({"context": context or {}, "benchmarks": merged}, open(sys.argv[1], "w"), indent=1)
+# Crumb against the best library implementation of the same work, per kernel: median and worst ratio of
+# times (> 1: Crumb slower), Crumb's median % of the H100 peak, the largest workspace.
+rows = {}
+for b in merged:
+    if b.get("run_type", "iteration") != "iteration" or b.get("error_occurred"):
+        continue
+    parts = [p for p in b["name"].split("/") if p not in ("manual_time", "real_time")]
+    if len(parts) < 5 or parts[0] != "cuda":
+        continue
+    rows.setdefault((parts[1], parts[2], parts[3]), {})[parts[4]] = b
+by_kernel = {}
+for (kernel, suite, layer), impls in rows.items():
+    if "crumb" not in impls:
+        continue
+    c = impls["crumb"]
+    libs = [v for k, v in impls.items() if k in ("cudnn_find", "cublas", "cudnn")]
+    ratio = c["real_time"] / min(v["real_time"] for v in libs) if libs else None
+    by_kernel.setdefault(kernel, []).append((ratio, f"{suite}/{layer}", c.get("pct_peak", 0), c.get("workspace_bytes", 0)))
+print(f"kernels: {len(merged)} benchmarks; crumb vs the best FP32 library call (time ratio), crumb's % of H100 peak")
+print(f"  {'kernel':22} {'n':>4} {'median':>7} {'worst':>7} {'worst at':32} {'% peak':>7} {'max ws MiB':>10}")
+for kernel, v in sorted(by_kernel.items()):
+    r = [x for x in v if x[0] is not None]
+    worst = max(r, key=lambda x: x[0]) if r else (None, "-", 0, 0)
+    print(f"  {kernel:22} {len(v):4d} {statistics.median(x[0] for x in r) if r else float('nan'):7.2f} "
+          f"{worst[0] or float('nan'):7.2f} {worst[1][:32]:32} {statistics.median(x[2] for x in v):7.1f} "
+          f"{max(x[3] for x in v) / 2**20:10.1f}")
+PY
+    python3 "$repo/tools/bench/kernels/plot.py" "$out/kernels.json" -o "$out/kernels.svg" --device cuda >> "$train_log" 2>&1 \
+      && note "kernels: kernels.svg $(stat -c %s "$out/kernels.svg") bytes" || note "kernels: plot.py FAILED (see train.log)"
+  fi
+fi
+
+# ---- host <-> device copy bandwidth (issue 12's cost model swaps over it): PyTorch's pinned and pageable
+# copies each way and both ways at once, median of 20 timed with CUDA events, at 16 MiB (the size Crumb's
+# cost model measures) and 1 GiB.
+if want bandwidth; then
+  bounded 120 python3 - <<'PY' > "$tmpd/bw.txt" 2>&1
+import json, statistics, torch
+assert torch.cuda.is_available(), "no GPU for PyTorch"
+res = {}
+def timed(fn, reps=20):
+    fn(); torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record(); fn(); e.record(); e.synchronize()
+        ts.append(s.elapsed_time(e) / 1e3)
+    return statistics.median(ts)
+for mib in (16, 1024):
+    n = mib << 20
+    d = torch.randint(0, 255, (n,), dtype=torch.uint8, device="cuda")
+    d2 = torch.randint(0, 255, (n,), dtype=torch.uint8, device="cuda")
+    hp = torch.randint(0, 255, (n,), dtype=torch.uint8).pin_memory()
+    hp2 = torch.empty(n, dtype=torch.uint8).pin_memory()
+    hu = torch.randint(0, 255, (n,), dtype=torch.uint8)
+    res[f"h2d_pinned_{mib}MiB_GBps"] = n / timed(lambda: d.copy_(hp, non_blocking=True)) / 1e9
+    res[f"d2h_pinned_{mib}MiB_GBps"] = n / timed(lambda: hp2.copy_(d, non_blocking=True)) / 1e9
+    res[f"h2d_pageable_{mib}MiB_GBps"] = n / timed(lambda: d.copy_(hu)) / 1e9
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    def both():
+        cur = torch.cuda.current_stream()
+        s1.wait_stream(cur); s2.wait_stream(cur)
+        with torch.cuda.stream(s1): d2.copy_(hp, non_blocking=True)
+        with torch.cuda.stream(s2): hp2.copy_(d, non_blocking=True)
+        cur.wait_stream(s1); cur.wait_stream(s2)
+    res[f"both_ways_pinned_{mib}MiB_GBps_total"] = 2 * n / timed(both) / 1e9
+    dd = torch.empty_like(d)
+    res[f"d2d_{mib}MiB_GBps_read_plus_write"] = 2 * n / timed(lambda: dd.copy_(d)) / 1e9
+print(json.dumps({"bandwidth": {k: round(v, 2) for k, v in res.items()}}))
+PY
+  { echo "==== bandwidth"; cat "$tmpd/bw.txt"; } >> "$train_log"
+  note "bandwidth: $(tail -n 1 "$tmpd/bw.txt")"
+fi
+
+# ---- the NCCL path (issue 13) on this one GPU: the same training as one process and as one rank under
+# mpirun (NCCL communicator, gradient buckets summed by ncclAllReduce while the last micro-batch's
+# backward runs); the weights must agree. Then the CPU MPI tests (2 ranks) through the same mpirun.
+if want nccl; then
+  if ! ldd "$build/train" 2>/dev/null | grep -q libnccl; then
+    note "nccl: not run: this build has no NCCL path (configure needs MPI and NCCL; see build.log)"
+  else
+    mpi_run=(mpirun -np 1)
+    mpirun --version 2>&1 | grep -q 'Open MPI' && mpi_run+=(--bind-to none --mca btl self,vader)
+    common=(--model cnn --device cuda --batch 256 --micro-batch 64 --epochs 1 --limit-train 8192 --limit-test 1024
+            --seed 0 --lr 0.05 --momentum 0.9 --threads "$jobs" --data "$data")
+    for run in plain nccl; do
+      launcher=()
+      [[ $run == nccl ]] && launcher=("${mpi_run[@]}")
+      echo "==== nccl phase: $run: ${launcher[*]} train ${common[*]}" >> "$train_log"
+      bounded 150 "${launcher[@]}" "$build/train" "${common[@]}" --save "$tmpd/$run.safetensors" \
+        > "$tmpd/$run.out" 2>> "$train_log"
+      rc=$?
+      echo "$run exit $rc: $(tail -n 1 "$tmpd/$run.out")" >> "$train_log"
+      if [[ $run == nccl && $rc != 0 ]]; then  # NCCL's own account, and its bootstrap on the loopback interface
+        echo "==== nccl phase: again with NCCL_DEBUG=INFO NCCL_SOCKET_IFNAME=lo" >> "$train_log"
+        NCCL_DEBUG=INFO NCCL_SOCKET_IFNAME=lo bounded 150 "${launcher[@]}" \
+          "$build/train" "${common[@]}" --save "$tmpd/$run.safetensors" > "$tmpd/$run.out" 2>> "$train_log"
+        echo "$run (again) exit $?: $(tail -n 1 "$tmpd/$run.out")" >> "$train_log"
+      fi
+    done
+    python3 - "$tmpd"/{plain,nccl}.safetensors "$tmpd/nccl.out" <<'PY' 2>&1 | tee -a "$train_log" | tail -n 1 >> "$summary"
+import array, json, struct, sys
+def load(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header, blob = json.loads(f.read(n)), f.read()
+    out = {}
+    for k, v in header.items():
+        if k != "__metadata__" and v["dtype"] == "F32":
+            a = array.array("f"); a.frombytes(blob[v["data_offsets"][0]:v["data_offsets"][1]]); out[k] = a
+    return out
+try:
+    a, b = load(sys.argv[1]), load(sys.argv[2])
+    last = open(sys.argv[3]).read().strip().splitlines()[-1]
+    j = json.loads(last)
+except Exception as e:  # a run that failed: its error is in train.log
+    print(f"nccl: FAILED ({type(e).__name__}: {e}); see train.log"); sys.exit(0)
+worst, differ = 0.0, 0
+for k in a:
+    scale = max(max(abs(x) for x in a[k]), 1e-30)
+    d = max(abs(x - y) for x, y in zip(a[k], b[k]))
+    differ += sum(x != y for x, y in zip(a[k], b[k]))
+    worst = max(worst, d / scale)
+print(f"nccl: 1 rank under mpirun (ranks {j.get('ranks')}, {j.get('buckets')} buckets, all-reduce "
+      f"{j.get('allreduce_seconds')} s, {j.get('allreduce_wait_seconds')} s waited) against one process: "
+      f"{len(a)} tensors, {differ} values differ, worst relative {worst:.3g}; {j.get('samples_per_s')} samples/s")
+PY
+    echo "==== MpiRun.* (CPU, 2 ranks) through $(command -v mpirun)" >> "$train_log"
+    bounded 180 "$tests" --gtest_filter='MpiRun.*' > "$tmpd/mpirun.log" 2>&1
+    cat "$tmpd/mpirun.log" >> "$train_log"
+    note "nccl: MpiRun tests: $(grep -E '^\[  (PASSED|FAILED)  \] [0-9]+ test' "$tmpd/mpirun.log" | tr '\n' ' ')"
+  fi
+fi
+
+# ---- ResNet-50 (224x224, 1000 classes, synthetic) beyond its memory (issue 12). B = 1.05x what
+# --strategy auto needs at one micro-batch of 256 (train's own error line names each strategy's least):
+# under B, in memory, only a micro-batch of 32 (one BatchNorm group) fits. Batch 256 as one micro-batch
+# (auto; swap alone) under B, against batch 256 in memory with no budget and as micro-batches of 32 in
+# memory under B; then auto under 1.5x and 2.5x auto's least (less to swap, less "beyond"). "x beyond" =
+# 256 over the samples that fit in memory under that budget (linear in the micro-batch: from the in-memory
+# least at 32 and 256). Samples/s and the per-micro-batch step (measured_step_s); best of --repeat for
+# the first four.
+if want beyond; then
+  r50=(--model resnet50 --dataset synthetic --input 3x224x224 --classes 1000 --device cuda --seed 0 --lr 0.01
+       --momentum 0.9 --threads "$jobs" --limit-test 32 --epochs 1 "${extra[@]}")
+  least() {  # least M: train's error line naming each strategy's least budget at one micro-batch of M
+    bounded 120 "$build/train" "${r50[@]}" --batch "$1" --micro-batch "$1" --limit-train "$1" --memory-budget 64KiB \
+      --explain 2>&1 >/dev/null | tail -n 1
+  }
+  l32=$(least 32) l256=$(least 256)
+  printf '==== beyond: least budgets\n%s\n%s\n' "$l32" "$l256" >> "$train_log"
+  read -r in32 in256 auto256 < <(python3 - "$l32" "$l256" <<'PY' 2>> "$train_log"
+import re, sys
+U = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+def least(line):
+    m = re.search(r"the least each needs: (.*) \(raise", line)
+    return {p.rsplit(" ", 2)[0]: float(p.rsplit(" ", 2)[1]) * U[p.rsplit(" ", 2)[2]] for p in m.group(1).split(", ")}
+a, b = least(sys.argv[1]), least(sys.argv[2])
+print(int(a["in memory"]), int(b["in memory"]), int(b["auto"]))
+PY
+  )
+  if [[ -z "${auto256:-}" ]]; then
+    note "beyond: FAILED: no least budgets from train (see train.log)"
+  else
+    budget=$(( auto256 * 105 / 100 ))
+    bounded 120 "$build/train" "${r50[@]}" --batch 256 --micro-batch 256 --limit-train 256 --memory-budget "$budget" \
+      --explain > "$tmpd/explain.txt" 2>&1
+    { echo "==== beyond: --explain at micro-batch 256 under $budget bytes"
+      grep -vE '^ +[0-9]+ +(forward|backward) ' "$tmpd/explain.txt"; } >> "$train_log"
+    runs=("memory256 0 --micro-batch 256 --strategy none"
+          "memory32 $budget --micro-batch 32 --strategy none"
+          "auto256 $budget --micro-batch 256 --strategy auto"
+          "swap256 $budget --micro-batch 256 --strategy swap"
+          "auto256 $(( auto256 * 150 / 100 )) --micro-batch 256 --strategy auto"
+          "auto256 $(( auto256 * 250 / 100 )) --micro-batch 256 --strategy auto")
+    : > "$tmpd/beyond.txt"
+    for ((r = 0; r < repeat; ++r)); do
+      for ((i = 0; i < ${#runs[@]}; ++i)); do
+        (( r > 0 && i >= 3 )) && continue  # once each: swap alone, and the larger budgets
+        read -r name b flags <<< "${runs[i]}"
+        budget_flag=()
+        (( b > 0 )) && budget_flag=(--memory-budget "$b")
+        # shellcheck disable=SC2086
+        line=$(bounded 150 "$build/train" "${r50[@]}" --batch 256 $flags "${budget_flag[@]}" --limit-train 1024 \
+                 2>> "$train_log" | tail -n 1)
+        echo "beyond $name $b: $line" >> "$train_log"
+        echo "$name $b $line" >> "$tmpd/beyond.txt"
+      done
+    done
+    python3 - "$in32" "$in256" "$budget" "$tmpd/beyond.txt" "$(grep -o 'copies at [0-9.]* GB/s' "$tmpd/explain.txt" | head -1)" \
+      <<'PY' 2>&1 | tee -a "$train_log" >> "$summary"
+import json, sys
+in32, in256, budget = (int(x) for x in sys.argv[1:4])
+best = {}
+for row in open(sys.argv[4]):
+    name, b, line = (row.rstrip("\n").split(" ", 2) + [""])[:3]
+    try:
+        j = json.loads(line)
+    except ValueError:
+        j = None
+    key = (name, int(b))
+    if key not in best or (j and (not best[key] or j["samples_per_s"] > best[key]["samples_per_s"])):
+        best[key] = j
+G, per_sample = 2 ** 30, (in256 - in32) / 224  # in-memory bytes per sample; the rest is fixed
+fits = lambda b: int((b - (in32 - 32 * per_sample)) // per_sample)
+print(f"beyond: ResNet-50 224x224 batch 256; in memory m=32 needs {in32 / G:.2f} GiB, m=256 {in256 / G:.2f} GiB; "
+      f"B = {budget / G:.2f} GiB (auto's least at m=256 + 5%), where {fits(budget)} samples fit in memory "
+      f"({fits(budget) // 32 * 32} in whole BatchNorm groups); {sys.argv[5] or 'no copy rate in --explain'}")
+base = best.get(("memory256", 0))
+for (name, b), j in best.items():
+    what = f"{name} under {b / G:.2f} GiB" if b else f"{name}, no budget"
+    if b and name != "memory32":
+        what += f" ({256 / max(fits(b), 1):.1f}x beyond)"
+    if not j:
+        print(f"beyond: {what}: FAILED (see train.log)"); continue
+    rel = ""
+    if base:
+        rel = (f"; {j['samples_per_s'] / base['samples_per_s']:.3f} of in memory by samples/s, "
+               f"{(base['measured_step_s'] / base['micro_batch']) / (j['measured_step_s'] / j['micro_batch']):.3f} by step")
+    print(f"beyond: {what}: {j['samples_per_s']:.1f} samples/s, step {j['measured_step_s'] * 1e3:.1f} ms per "
+          f"micro-batch of {j['micro_batch']} (predicted {j['predicted_step_s'] * 1e3:.1f}), {j['swapped']} swapped, "
+          f"{j['recomputed']} recomputed, host pool {j['host_pool_bytes'] / G:.2f} GiB, used: {j['strategy_used']}{rel}")
+PY
+  fi
 fi
 
 if want cpu; then
+  echo "==== other tests (ctest)" >> "$tests_log"
   bounded 240 ctest --test-dir "$build" -j "$jobs" -E "^Cuda|Cuda$|^OpParity\\.|^OpAccumulate\\.Cuda/" --output-on-failure \
-    > "$out/cpu_tests.log" 2>&1
-  note "other tests: $(grep -E 'tests passed|tests failed' "$out/cpu_tests.log" | tail -1)"
-  grep -A20 'The following tests FAILED' "$out/cpu_tests.log" | tee -a "$summary"
+    > "$tmpd/cpu.log" 2>&1
+  cat "$tmpd/cpu.log" >> "$tests_log"
+  note "other tests: $(grep -E 'tests passed|tests failed' "$tmpd/cpu.log" | tail -1)"
+  grep -A20 'The following tests FAILED' "$tmpd/cpu.log" | tee -a "$summary"
 fi
 
 # ---- the same training on the GPU and on the CPU: test accuracy must agree within 0.5 points. Also on
 # the GPU with TF32 allowed (its accuracy effect) and without CUDA graphs (what replaying them gains).
 if want train; then
-  : > "$out/train.log"
+  echo "==== train" >> "$train_log"
   for m in "${model_list[@]}"; do
     for variant in "cuda" "cuda --tf32" "cuda --cuda-graphs off" "cpu"; do
       line=$(bounded 150 "$build/train" --model "$m" --device $variant --epochs "$epochs" --batch "$batch" \
-               --lr 0.05 --momentum 0.9 --seed 0 --threads "$jobs" --data "$data" "${extra[@]}" 2>> "$out/train.log" | tail -1)
-      echo "$m $variant $line" >> "$out/train.log"
-      acc=$(sed -n 's/.*"test_accuracy":\([0-9.]*\).*/\1/p' <<< "$line")
-      loss=$(sed -n 's/.*"final_loss":\([0-9.]*\).*/\1/p' <<< "$line")
-      sps=$(sed -n 's/.*"samples_per_s":\([0-9.]*\).*/\1/p' <<< "$line")
+               --lr 0.05 --momentum 0.9 --seed 0 --threads "$jobs" --data "$data" "${extra[@]}" 2>> "$train_log" | tail -1)
+      echo "$m $variant $line" >> "$train_log"
+      acc=$(json_field test_accuracy "$line") loss=$(json_field final_loss "$line") sps=$(json_field samples_per_s "$line")
       note "train $m --device $variant: test accuracy ${acc:-FAILED}, loss ${loss:-?}, ${sps:-?} samples/s"
     done
   done
-  note "$(grep -m1 '^device:' "$out/train.log")"
+  note "$(grep -m1 '^device:' "$train_log")"
 fi
 
 # ---- what replaying CUDA graphs gains: Crumb with and without, interleaved, best of --repeat each
@@ -167,8 +514,8 @@ if want graphs; then
     for ((r = 0; r < repeat; ++r)); do
       for g in on off; do
         line=$(bounded 60 "$build/train" --model "$m" --device cuda --cuda-graphs "$g" --epochs "$epochs" \
-                 --batch "$batch" --seed 0 --data "$data" "${extra[@]}" 2>> "$out/train.log" | tail -1)
-        sps=$(sed -n 's/.*"samples_per_s":\([0-9.]*\).*/\1/p' <<< "$line")
+                 --batch "$batch" --seed 0 --data "$data" "${extra[@]}" 2>> "$train_log" | tail -1)
+        sps=$(json_field samples_per_s "$line")
         sps=${sps%.*}
         if [[ $g == on ]]; then (( ${sps:-0} > best_on )) && best_on=$sps; else (( ${sps:-0} > best_off )) && best_off=$sps; fi
       done
@@ -187,56 +534,52 @@ if want compare; then
     for m in "${model_list[@]}"; do
       bounded 200 env CRUMB_BENCH_PYTHON=python3 "$repo/tools/bench/compare.sh" --model "$m" --device cuda \
         --batch "$batch" --epochs "$epochs" --repeat "$repeat" --threads "$jobs" --data "$data" \
-        --crumb "$build/train" --torch-tf32 "$tf32" -- $crumb_flag "${extra[@]}" > "$out/compare.tmp" 2>> "$out/compare.log"
-      cat "$out/compare.tmp" >> "$out/compare.log"
-      row=$(grep -E "^$m " "$out/compare.tmp")
+        --crumb "$build/train" --torch-tf32 "$tf32" -- $crumb_flag "${extra[@]}" > "$tmpd/compare.txt" 2>> "$out/compare.log"
+      cat "$tmpd/compare.txt" >> "$out/compare.log"
+      row=$(grep -E "^$m " "$tmpd/compare.txt")
       note "compare (crumb ${crumb_flag:-fp32}, torch tf32 $tf32): ${row:-FAILED, see compare.log}"
     done
   done
-  rm -f "$out/compare.tmp"
 fi
 
 # ---- a memory budget on the GPU: 8x the batch under a budget that forces micro-batches of about the
 # in-memory run's size, against that in-memory run.
 if want budget; then
-  : > "$out/budget.tmp"
+  : > "$tmpd/budget.txt"
   for spec in "cnn 2048 16384 270MiB" "lenet5 4096 32768 100MiB"; do
     read -r m full big budget <<< "$spec"
     bounded 150 "$repo/tools/bench/microbatch.sh" --model "$m" --device cuda --full-batch "$full" --batch "$big" \
       --budget "$budget" --epochs 3 --repeat "$repeat" --threads "$jobs" --data "$data" --crumb "$build/train" \
-      >> "$out/budget.tmp" 2>> "$out/train.log"
-    note "budget $m: $(grep '"throughput_ratio"' "$out/budget.tmp" | tail -1)"
+      >> "$tmpd/budget.txt" 2>> "$train_log"
+    note "budget $m: $(grep '"throughput_ratio"' "$tmpd/budget.txt" | tail -1)"
   done
-  cat "$out/budget.tmp" >> "$out/train.log"
-  rm -f "$out/budget.tmp"
+  cat "$tmpd/budget.txt" >> "$train_log"
 fi
 
 # ---- swapping (copy stream, pinned host pool) and recomputation on the GPU: each strategy's least budget
 # and step time at one BatchNorm group of ResNet-50 224x224 (tools/bench/strategy_bench.py).
 if want swap; then
   bounded 240 python3 "$repo/tools/bench/strategy_bench.py" --train "$build/train" --models resnet50 --device cuda \
-    --input 3x224x224 --repeat 2 > "$out/swap.tmp" 2>> "$out/train.log"
-  note "swap: $(tail -n 1 "$out/swap.tmp")"
-  cat "$out/swap.tmp" >> "$out/train.log"
-  rm -f "$out/swap.tmp"
+    --input 3x224x224 --repeat 2 > "$tmpd/swap.txt" 2>> "$train_log"
+  note "swap: $(tail -n 1 "$tmpd/swap.txt")"
+  cat "$tmpd/swap.txt" >> "$train_log"
 fi
 
 # ---- compute-sanitizer, last: memcheck over the GPU tests (not the free-memory one: the tool's own
-# allocations move it), racecheck and synccheck over the kernels that use shared memory or shuffles.
+# allocations move it; --sanitize-filter narrows it), racecheck and synccheck over the kernels that use
+# shared memory or shuffles (the kernel tests, and the norm, dropout and adaptive-pool op cases).
 # Judged by each run's ERROR SUMMARY line; API errors that the code handles itself are not reported.
 if want sanitize; then
-  : > "$out/sanitizer.log"
-  memcheck_filter="Cuda*:*OnCuda:OpParity.*:OpAccumulate.Cuda/*:-CudaEngine.TrainingLoopAllocatesNothing"
   for tool in memcheck racecheck synccheck; do
-    filter=$memcheck_filter
-    [[ $tool != memcheck ]] && filter='CudaKernels.*'
+    filter=$sanitize_filter
+    [[ $tool != memcheck ]] &&
+      filter='CudaKernels.*:OpParity.CpuVsCuda/*Norm*:OpParity.CpuVsCuda/Dropout*:OpParity.CpuVsCuda/AdaptiveAvgPool*'
     bounded 240 compute-sanitizer --tool "$tool" --report-api-errors no "$tests" --gtest_filter="$filter" \
-      > "$out/sanitizer.tmp" 2>&1
-    { echo "==== $tool $filter"; cat "$out/sanitizer.tmp"; } >> "$out/sanitizer.log"
-    verdict=$(grep -oE '(ERROR|RACECHECK) SUMMARY.*' "$out/sanitizer.tmp" | tail -1)
+      > "$tmpd/sanitizer.txt" 2>&1
+    { echo "==== compute-sanitizer $tool $filter"; cat "$tmpd/sanitizer.txt"; } >> "$tests_log"
+    verdict=$(grep -oE '(ERROR|RACECHECK) SUMMARY.*' "$tmpd/sanitizer.txt" | tail -1)
     note "compute-sanitizer $tool: ${verdict:-no ERROR SUMMARY line (cut off or failed to start)}"
   done
-  rm -f "$out/sanitizer.tmp"
 fi
 
 finish 0
