@@ -3,6 +3,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -69,6 +70,61 @@ class DeviceOperands {
  private:
   std::vector<void*> owned_;
 };
+
+// This GPU's own ceilings, measured once before the benchmarks (the "% of the measured peak"; the
+// datasheet figures above are an upper bound no kernel reaches): the best of a few square cuBLAS GEMMs,
+// FP32 and TF32, and a device-to-device copy, which reads and writes every byte.
+struct MeasuredPeaks {
+  double fp32 = 0, tf32 = 0, bytes = 0;
+};
+
+// Seconds of the best of `reps` calls, timed between events on the compute stream.
+double best_seconds(cudaStream_t stream, int reps, const std::function<void()>& call) {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  CRUMB_CUDA_CHECK(cudaEventCreate(&start));
+  CRUMB_CUDA_CHECK(cudaEventCreate(&stop));
+  call();  // warm-up: clocks, lazy loading, cuBLAS's heuristics
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    CRUMB_CUDA_CHECK(cudaEventRecord(start, stream));
+    call();
+    CRUMB_CUDA_CHECK(cudaEventRecord(stop, stream));
+    CRUMB_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    CRUMB_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    best = std::min(best, ms / 1e3);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return best;
+}
+
+MeasuredPeaks measure_peaks(CudaBackend& gpu) {
+  constexpr int kN = 8192;                   // 1.1 TFLOP per GEMM: tens of milliseconds on an H100
+  constexpr std::size_t kCopy = 1ull << 30;  // well past the 50 MB L2
+  DeviceOperands ops;
+  const float* a = ops.floats(int64_t{kN} * kN);
+  const float* b = ops.floats(int64_t{kN} * kN);
+  float* c = ops.zeros<float>(int64_t{kN} * kN);
+  const cublasHandle_t h = gpu.blas();
+  const float one = 1, zero = 0;
+  const auto gemm = [&](cublasComputeType_t math) {
+    return [=] {
+      CRUMB_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, kN, kN, kN, &one, a, CUDA_R_32F, kN, b, CUDA_R_32F,
+                                      kN, &zero, c, CUDA_R_32F, kN, math, CUBLAS_GEMM_DEFAULT));
+    };
+  };
+  const double flops = 2.0 * kN * kN * kN;
+  MeasuredPeaks m;
+  m.fp32 = flops / best_seconds(gpu.compute(), 3, gemm(CUBLAS_COMPUTE_32F));
+  m.tf32 = flops / best_seconds(gpu.compute(), 5, gemm(CUBLAS_COMPUTE_32F_FAST_TF32));
+  void* src = ops.bytes(kCopy);
+  void* dst = ops.bytes(kCopy);
+  m.bytes = 2.0 * kCopy / best_seconds(gpu.compute(), 5, [&] {
+              CRUMB_CUDA_CHECK(cudaMemcpyAsync(dst, src, kCopy, cudaMemcpyDeviceToDevice, gpu.compute()));
+            });
+  return m;
+}
 
 // One implementation's call, ready to time, with what it reports besides its time.
 struct Prepared {
@@ -492,7 +548,7 @@ std::vector<Impl> impls(const Case& c) {
 
 // Times each call on the GPU between two events on the compute stream: device time, without the host's
 // launch overhead where launches run ahead.
-void run(benchmark::State& state, const Case& c, Prepare prepare) {
+void run(benchmark::State& state, const Case& c, Prepare prepare, MeasuredPeaks measured) try {
   CudaBackend& gpu = CudaBackend::of(backend(Device::CUDA, 0));
   gpu.activate();
   DeviceOperands ops;
@@ -514,8 +570,15 @@ void run(benchmark::State& state, const Case& c, Prepare prepare) {
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   report(state, c, {p.tf32 ? kH100Tf32 : kH100Fp32, kH100Bytes}, 1e12);
+  const bool gemm = compute_bound(c.kernel);
+  const double work = gemm ? c.flops() : c.bytes(), ceiling = gemm ? (p.tf32 ? measured.tf32 : measured.fp32) : measured.bytes;
+  state.counters["pct_measured"] =
+      benchmark::Counter(100 * work * static_cast<double>(state.iterations()) / ceiling, benchmark::Counter::kIsRate);
   state.counters["workspace_bytes"] = static_cast<double>(p.workspace);
   if (p.algo >= 0) state.counters["algo"] = p.algo;
+} catch (const std::exception& e) {
+  // One case the library refuses (a shape, an algorithm) ends that benchmark, not the suite.
+  state.SkipWithError(e.what());
 }
 
 }  // namespace
@@ -528,9 +591,18 @@ bool register_cuda(const std::vector<Case>& cases) {
   benchmark::AddCustomContext("cuda_device", backend(Device::CUDA, 0).description());
   benchmark::AddCustomContext("cuda_peak_source", "NVIDIA H100 SXM5 datasheet, dense: FP32 67 TFLOP/s, TF32 tensor "
                                                   "cores 494.7 TFLOP/s (989 with sparsity), HBM3 3.35 TB/s");
+  const MeasuredPeaks measured = measure_peaks(CudaBackend::of(backend(Device::CUDA, 0)));
+  benchmark::AddCustomContext("cuda_measured_fp32_TFLOP/s", std::to_string(measured.fp32 / 1e12));
+  benchmark::AddCustomContext("cuda_measured_tf32_TFLOP/s", std::to_string(measured.tf32 / 1e12));
+  benchmark::AddCustomContext("cuda_measured_GB/s", std::to_string(measured.bytes / 1e9));
+  benchmark::AddCustomContext("cuda_measured_source", "best of 3-5: cublasGemmEx 8192^3 FP32 and TF32 "
+                                                      "(CUBLAS_COMPUTE_32F[_FAST_TF32]); a 1 GiB device-to-device "
+                                                      "copy counted as read + write; pct_measured is of these");
+  std::fprintf(stderr, "CUDA ceilings: GEMM FP32 %.1f TFLOP/s, TF32 %.1f TFLOP/s, copy %.0f GB/s\n",
+               measured.fp32 / 1e12, measured.tf32 / 1e12, measured.bytes / 1e9);
   for (const Case& c : cases) {
     for (const Impl& impl : impls(c)) {
-      benchmark::RegisterBenchmark(("cuda/" + c.name() + "/" + impl.name).c_str(), run, c, impl.prepare)
+      benchmark::RegisterBenchmark(("cuda/" + c.name() + "/" + impl.name).c_str(), run, c, impl.prepare, measured)
           ->UseManualTime()
           ->Unit(benchmark::kMicrosecond);
     }
