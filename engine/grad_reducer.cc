@@ -43,12 +43,10 @@ GradientReducer::GradientReducer(Communicator& comm, ParamStore& params, const s
     for (ValueId v : g.node(id).out)
       if (bucket_of_[v] >= 0) ++writers_[bucket_of_[v]];
   pending_ = writers_;
-  started_.assign(buckets_.size(), 0);
 }
 
 void GradientReducer::start(std::size_t b) {
   if (first_start_ < 0) first_start_ = now_seconds();
-  started_[b] = 1;
   char* block = static_cast<char*>(params_.device_grad_block());
   comm_.start_sum(block + buckets_[b].offset, buckets_[b].bytes / dtype_size(params_.dtype()), params_.dtype());
 }
@@ -66,7 +64,7 @@ void GradientReducer::after_step(const Node& n) {
 void GradientReducer::after_run() {
   // Buckets no step writes (parameters without gradients) hold zeros; every rank sums them all the same.
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
-    CRUMB_CHECK(started_[b] || pending_[b] == 0, "gradient bucket ", b, " was never summed: ", pending_[b], " of its ",
+    CRUMB_CHECK(b < next_ || pending_[b] == 0, "gradient bucket ", b, " was never summed: ", pending_[b], " of its ",
                 writers_[b], " writers did not run in the batch's last micro-batch");
   }
   while (next_ < buckets_.size()) start(next_++);
@@ -77,7 +75,6 @@ void GradientReducer::after_run() {
   timing_.waited_seconds += end - wait_start;
   ++timing_.batches;
   pending_ = writers_;
-  std::fill(started_.begin(), started_.end(), 0);
   next_ = 0;
   first_start_ = all_done_ = -1;
 }

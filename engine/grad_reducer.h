@@ -59,8 +59,7 @@ class GradientReducer final : public StepObserver {
   std::vector<int> bucket_of_;  // per value: the bucket of a ParamGrad value, -1 for others
   std::vector<int> writers_;    // per bucket: steps of the plan that write its gradients
   std::vector<int> pending_;    // per bucket: of those, the ones still to run in this batch
-  std::vector<char> started_;   // per bucket: its sum has started in this batch
-  std::size_t next_ = 0;        // the next bucket to start: every rank starts them in index order
+  std::size_t next_ = 0;        // buckets [0, next_) have started this batch: every rank starts them in index order
   double first_start_ = -1, all_done_ = -1;  // this batch's times (seconds on a steady clock)
   Timing timing_;
 };

@@ -107,7 +107,8 @@ TEST(MpiRun, TwoRanksTrainTheWeightsOfOne) {
 TEST(MpiRun, TwoRanksKeepTheRunningStatisticsOfOne) {
   if (!kHaveMpi) GTEST_SKIP() << "this build has no MPI";
   const std::string args = " --device cpu --model resnet20 --dataset synthetic --input 3x16x16 --classes 4 "
-                           "--limit-train 32 --limit-test 16 --batch 32 --bn-group 8 --micro-batch 8 --threads 1 --epochs 1";
+                           "--limit-train 32 --limit-test 16 --batch 32 --bn-group 8 --micro-batch 8 "
+                           "--threads 1 --epochs 1";
   const std::string one = tmp("bn_one.safetensors"), two = tmp("bn_two.safetensors");
   const Outcome a = shell(std::string(CRUMB_TRAIN_BIN) + args + " --save " + one, "bn_one");
   ASSERT_EQ(a.code, 0) << a.err;

@@ -74,16 +74,12 @@ void NcclCommunicator::finish_sums() {
   while (!poll_sums()) {
     ncclResult_t async = ncclSuccess;
     CRUMB_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
-    if (async != ncclSuccess) {
-      // Its kernels may never finish: abort it, or unwinding (cudaFree synchronises the device) would hang
-      // before main() reaches MPI_Abort.
+    if (async != ncclSuccess || std::chrono::steady_clock::now() >= until) {
+      // The sums' kernels may never finish: abort the communicator, or unwinding (cudaFree synchronises the
+      // device) would hang before main() reaches MPI_Abort.
       ncclCommAbort(comm_);
       comm_ = nullptr;
       CRUMB_NCCL_CHECK(async);
-    }
-    if (std::chrono::steady_clock::now() >= until) {
-      ncclCommAbort(comm_);
-      comm_ = nullptr;
       timed_out("the gradient sum");
     }
     std::this_thread::yield();

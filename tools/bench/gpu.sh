@@ -235,7 +235,8 @@ if want kernels; then
         --benchmark_out="$tmpd/kernels_$s.json" --benchmark_out_format=json > "$tmpd/kernels_$s.txt" 2>&1
       rc=$?
       grep -vE '^cuda/' "$tmpd/kernels_$s.txt" | tail -n 20 >> "$train_log"  # errors and context, not every row
-      # A benchmark that throws ends its suite's process (kernels_bench: ... names it): the rows before it stay.
+      # A benchmark that throws is an error row (SkipWithError) and its suite goes on; an error outside the
+      # benchmarks (start-up, the ceilings) ends the process, and kernels_bench's one error line names it.
       note "kernels $s: exit $rc in $(( SECONDS - t0 )) s, $(grep -cE '^cuda/' "$tmpd/kernels_$s.txt") rows" \
            "$(grep -m1 '^kernels_bench: ' "$tmpd/kernels_$s.txt")"
     done

@@ -73,29 +73,45 @@ class DeviceOperands {
 
 // This GPU's own ceilings, measured once before the benchmarks (the "% of the measured peak"; the
 // datasheet figures above are an upper bound no kernel reaches): the best of a few square cuBLAS GEMMs,
-// FP32 and TF32, and a device-to-device copy, which reads and writes every byte.
+// FP32 and TF32, and a device-to-device copy, which reads and writes every byte (both Peaks hold it).
 struct MeasuredPeaks {
-  double fp32 = 0, tf32 = 0, bytes = 0;
+  Peak fp32, tf32;
 };
 
-// Seconds of the best of `reps` calls, timed between events on the compute stream.
-double best_seconds(cudaStream_t stream, int reps, const std::function<void()>& call) {
-  cudaEvent_t start = nullptr, stop = nullptr;
-  CRUMB_CUDA_CHECK(cudaEventCreate(&start));
-  CRUMB_CUDA_CHECK(cudaEventCreate(&stop));
-  call();  // warm-up: clocks, lazy loading, cuBLAS's heuristics
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    CRUMB_CUDA_CHECK(cudaEventRecord(start, stream));
-    call();
-    CRUMB_CUDA_CHECK(cudaEventRecord(stop, stream));
-    CRUMB_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    CRUMB_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    best = std::min(best, ms / 1e3);
+// Device time of one call between two events on `stream`: without the host's launch overhead where
+// launches run ahead.
+class EventTimer {
+ public:
+  EventTimer() {
+    CRUMB_CUDA_CHECK(cudaEventCreate(&start_));
+    CRUMB_CUDA_CHECK(cudaEventCreate(&stop_));
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  ~EventTimer() {
+    if (start_) cudaEventDestroy(start_);
+    if (stop_) cudaEventDestroy(stop_);
+  }
+  EventTimer(const EventTimer&) = delete;
+  EventTimer& operator=(const EventTimer&) = delete;
+  double seconds(cudaStream_t stream, const std::function<void()>& call) {
+    CRUMB_CUDA_CHECK(cudaEventRecord(start_, stream));
+    call();
+    CRUMB_CUDA_CHECK(cudaEventRecord(stop_, stream));
+    CRUMB_CUDA_CHECK(cudaEventSynchronize(stop_));
+    float ms = 0;
+    CRUMB_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+    return ms / 1e3;
+  }
+
+ private:
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+};
+
+// Seconds of the best of `reps` calls, after one to warm up (clocks, lazy loading, cuBLAS's heuristics).
+double best_seconds(cudaStream_t stream, int reps, const std::function<void()>& call) {
+  EventTimer timer;
+  call();
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) best = std::min(best, timer.seconds(stream, call));
   return best;
 }
 
@@ -115,15 +131,14 @@ MeasuredPeaks measure_peaks(CudaBackend& gpu) {
     };
   };
   const double flops = 2.0 * kN * kN * kN;
-  MeasuredPeaks m;
-  m.fp32 = flops / best_seconds(gpu.compute(), 3, gemm(CUBLAS_COMPUTE_32F));
-  m.tf32 = flops / best_seconds(gpu.compute(), 5, gemm(CUBLAS_COMPUTE_32F_FAST_TF32));
+  const double fp32 = flops / best_seconds(gpu.compute(), 3, gemm(CUBLAS_COMPUTE_32F));
+  const double tf32 = flops / best_seconds(gpu.compute(), 5, gemm(CUBLAS_COMPUTE_32F_FAST_TF32));
   void* src = ops.bytes(kCopy);
   void* dst = ops.bytes(kCopy);
-  m.bytes = 2.0 * kCopy / best_seconds(gpu.compute(), 5, [&] {
-              CRUMB_CUDA_CHECK(cudaMemcpyAsync(dst, src, kCopy, cudaMemcpyDeviceToDevice, gpu.compute()));
-            });
-  return m;
+  const double bytes = 2.0 * kCopy / best_seconds(gpu.compute(), 5, [&] {
+                         CRUMB_CUDA_CHECK(cudaMemcpyAsync(dst, src, kCopy, cudaMemcpyDeviceToDevice, gpu.compute()));
+                       });
+  return {{fp32, bytes}, {tf32, bytes}};
 }
 
 // One implementation's call, ready to time, with what it reports besides its time.
@@ -546,34 +561,18 @@ std::vector<Impl> impls(const Case& c) {
   }
 }
 
-// Times each call on the GPU between two events on the compute stream: device time, without the host's
-// launch overhead where launches run ahead.
+// Times each call on the GPU (EventTimer).
 void run(benchmark::State& state, const Case& c, Prepare prepare, MeasuredPeaks measured) try {
   CudaBackend& gpu = CudaBackend::of(backend(Device::CUDA, 0));
   gpu.activate();
   DeviceOperands ops;
   const Prepared p = prepare(c, gpu, ops);
-  cudaEvent_t start = nullptr, stop = nullptr;
-  CRUMB_CUDA_CHECK(cudaEventCreate(&start));
-  CRUMB_CUDA_CHECK(cudaEventCreate(&stop));
+  EventTimer timer;
   p.call();  // warm-up: lazy module loading and library plans are not the kernel's time
   CRUMB_CUDA_CHECK(cudaStreamSynchronize(gpu.compute()));
-  for (auto _ : state) {
-    CRUMB_CUDA_CHECK(cudaEventRecord(start, gpu.compute()));
-    p.call();
-    CRUMB_CUDA_CHECK(cudaEventRecord(stop, gpu.compute()));
-    CRUMB_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    CRUMB_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    state.SetIterationTime(ms / 1e3);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  for (auto _ : state) state.SetIterationTime(timer.seconds(gpu.compute(), p.call));
   report(state, c, {p.tf32 ? kH100Tf32 : kH100Fp32, kH100Bytes}, 1e12);
-  const bool gemm = compute_bound(c.kernel);
-  const double work = gemm ? c.flops() : c.bytes(), ceiling = gemm ? (p.tf32 ? measured.tf32 : measured.fp32) : measured.bytes;
-  state.counters["pct_measured"] =
-      benchmark::Counter(100 * work * static_cast<double>(state.iterations()) / ceiling, benchmark::Counter::kIsRate);
+  state.counters["pct_measured"] = pct_of(state, c, p.tf32 ? measured.tf32 : measured.fp32);
   state.counters["workspace_bytes"] = static_cast<double>(p.workspace);
   if (p.algo >= 0) state.counters["algo"] = p.algo;
 } catch (const std::exception& e) {
@@ -592,14 +591,14 @@ bool register_cuda(const std::vector<Case>& cases) {
   benchmark::AddCustomContext("cuda_peak_source", "NVIDIA H100 SXM5 datasheet, dense: FP32 67 TFLOP/s, TF32 tensor "
                                                   "cores 494.7 TFLOP/s (989 with sparsity), HBM3 3.35 TB/s");
   const MeasuredPeaks measured = measure_peaks(CudaBackend::of(backend(Device::CUDA, 0)));
-  benchmark::AddCustomContext("cuda_measured_fp32_TFLOP/s", std::to_string(measured.fp32 / 1e12));
-  benchmark::AddCustomContext("cuda_measured_tf32_TFLOP/s", std::to_string(measured.tf32 / 1e12));
-  benchmark::AddCustomContext("cuda_measured_GB/s", std::to_string(measured.bytes / 1e9));
+  benchmark::AddCustomContext("cuda_measured_fp32_TFLOP/s", std::to_string(measured.fp32.flops / 1e12));
+  benchmark::AddCustomContext("cuda_measured_tf32_TFLOP/s", std::to_string(measured.tf32.flops / 1e12));
+  benchmark::AddCustomContext("cuda_measured_GB/s", std::to_string(measured.fp32.bytes / 1e9));
   benchmark::AddCustomContext("cuda_measured_source", "best of 3-5: cublasGemmEx 8192^3 FP32 and TF32 "
                                                       "(CUBLAS_COMPUTE_32F[_FAST_TF32]); a 1 GiB device-to-device "
                                                       "copy counted as read + write; pct_measured is of these");
   std::fprintf(stderr, "CUDA ceilings: GEMM FP32 %.1f TFLOP/s, TF32 %.1f TFLOP/s, copy %.0f GB/s\n",
-               measured.fp32 / 1e12, measured.tf32 / 1e12, measured.bytes / 1e9);
+               measured.fp32.flops / 1e12, measured.tf32.flops / 1e12, measured.fp32.bytes / 1e9);
   for (const Case& c : cases) {
     for (const Impl& impl : impls(c)) {
       benchmark::RegisterBenchmark(("cuda/" + c.name() + "/" + impl.name).c_str(), run, c, impl.prepare, measured)

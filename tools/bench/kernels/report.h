@@ -15,6 +15,15 @@ struct Peak {
   double bytes;  // bytes/s of a streaming kernel at its best
 };
 
+// The percentage of `peak` a benchmark reached, as a rate counter: a rate divides by the elapsed seconds,
+// so work / ceiling per call becomes the percentage.
+inline benchmark::Counter pct_of(const benchmark::State& state, const Case& c, const Peak& peak) {
+  const bool gemm = compute_bound(c.kernel);
+  const double work = gemm ? c.flops() : c.bytes(), ceiling = gemm ? peak.flops : peak.bytes;
+  return benchmark::Counter(100 * work * static_cast<double>(state.iterations()) / ceiling,
+                            benchmark::Counter::kIsRate);
+}
+
 // Sets the rate counter ("GFLOP/s" or "TFLOP/s" for GEMM-like kernels, "GB/s" otherwise), "pct_peak"
 // (that rate as a percentage of the matching Peak field), "layers" and the shape as the label.
 // flop_unit is 1e9 (GFLOP/s) or 1e12 (TFLOP/s). Rates are per second of the benchmark's own time, so
@@ -24,11 +33,9 @@ inline void report(benchmark::State& state, const Case& c, const Peak& peak, dou
   const double calls = static_cast<double>(state.iterations());
   const bool gemm = compute_bound(c.kernel);
   const double work = gemm ? c.flops() : c.bytes();
-  const double ceiling = gemm ? peak.flops : peak.bytes;
   const std::string unit = gemm ? (flop_unit == 1e12 ? "TFLOP/s" : "GFLOP/s") : "GB/s";
   state.counters[unit] = Counter(work * calls / (gemm ? flop_unit : 1e9), Counter::kIsRate);
-  // A rate counter divides by the elapsed seconds, so work / ceiling per call becomes the percentage.
-  state.counters["pct_peak"] = Counter(100 * work * calls / ceiling, Counter::kIsRate);
+  state.counters["pct_peak"] = pct_of(state, c, peak);
   state.counters["layers"] = c.layers;
   state.SetLabel(c.describe());
 }
