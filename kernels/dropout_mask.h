@@ -25,7 +25,7 @@ CRUMB_HOST_DEVICE uint64_t mix64(uint64_t z) {
 // What a run's random ops draw from, in the device's memory: Executor::run writes it before each
 // micro-batch (kernels read it there, so a recorded run replays with the next micro-batch's key).
 struct RandomKey {
-  uint64_t batch = 0;        // the batch's key: random_key(seed, optimizer step) (engine/rng.h)
+  uint64_t batch = 0;        // the batch's key: random_key(seed, optimizer step) (engine/graph/rng.h)
   int64_t first_sample = 0;  // index in the batch of the micro-batch's first sample
 };
 

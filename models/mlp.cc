@@ -1,5 +1,5 @@
 // mlp: Flatten, Linear(features, 256), ReLU, Linear(256, 128), ReLU, Linear(128, classes).
-#include "engine/layers.h"
+#include "engine/ops/layers.h"
 #include "models/registry.h"
 
 namespace crumb::models {

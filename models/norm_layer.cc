@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "engine/error.h"
-#include "engine/layers.h"
+#include "engine/base/error.h"
+#include "engine/ops/layers.h"
 
 namespace crumb::models {
 

@@ -1,7 +1,7 @@
 #include "models/registry.h"
 
-#include "engine/error.h"
-#include "engine/rewrite.h"
+#include "engine/base/error.h"
+#include "engine/graph/rewrite.h"
 
 namespace crumb::models {
 namespace {

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/graph.h"
-#include "engine/ops/op.h"
+#include "engine/graph/graph.h"
+#include "engine/graph/op.h"
 
 namespace crumb::models {
 

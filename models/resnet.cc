@@ -13,7 +13,7 @@
 #include <initializer_list>
 #include <string>
 
-#include "engine/layers.h"
+#include "engine/ops/layers.h"
 #include "models/norm_layer.h"
 #include "models/registry.h"
 

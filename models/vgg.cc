@@ -10,7 +10,7 @@
 #include <cmath>
 #include <string>
 
-#include "engine/layers.h"
+#include "engine/ops/layers.h"
 #include "models/norm_layer.h"
 #include "models/registry.h"
 

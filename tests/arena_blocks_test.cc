@@ -1,13 +1,13 @@
 // The arena as the report draws it: one block per stored buffer or step workspace, read from the plan.
-#include "engine/arena_blocks.h"
+#include "engine/plan/arena_blocks.h"
 
 #include <gtest/gtest.h>
 
 #include <set>
 #include <string>
 
-#include "engine/autograd.h"
-#include "engine/compile.h"
+#include "engine/graph/autograd.h"
+#include "engine/plan/compile.h"
 #include "models/registry.h"
 #include "tests/op_cases.h"
 

@@ -6,8 +6,8 @@
 #include <functional>
 #include <vector>
 
-#include "engine/params.h"
-#include "engine/scheduler.h"
+#include "engine/run/params.h"
+#include "engine/train/scheduler.h"
 #include "tests/test_util.h"
 
 namespace crumb::test {

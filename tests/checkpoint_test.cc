@@ -13,11 +13,11 @@
 #include <iterator>
 #include <regex>
 
-#include "engine/autograd.h"
-#include "engine/checkpoint.h"
-#include "engine/error.h"
-#include "engine/json.h"
-#include "engine/rng.h"
+#include "engine/graph/autograd.h"
+#include "engine/io/checkpoint.h"
+#include "engine/base/error.h"
+#include "engine/io/json.h"
+#include "engine/graph/rng.h"
 #include "models/registry.h"
 #include "tests/optimizer_configs.h"
 #include "tests/test_util.h"

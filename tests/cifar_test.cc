@@ -9,7 +9,7 @@
 
 #include "engine/data/cifar.h"
 #include "engine/data/loader.h"
-#include "engine/error.h"
+#include "engine/base/error.h"
 #include "tests/cifar_files.h"
 
 namespace crumb::data {

@@ -8,15 +8,15 @@
 #include <string>
 #include <vector>
 
-#include "engine/autograd.h"
-#include "engine/backend.h"
-#include "engine/buffer.h"
+#include "engine/graph/autograd.h"
+#include "engine/device/backend.h"
+#include "engine/device/buffer.h"
 #include "engine/data/dataset.h"
 #include "engine/data/loader.h"
-#include "engine/error.h"
-#include "engine/executor.h"
-#include "engine/optimizer.h"
-#include "engine/scheduler.h"
+#include "engine/base/error.h"
+#include "engine/run/executor.h"
+#include "engine/optim/optimizer.h"
+#include "engine/train/scheduler.h"
 #include "models/registry.h"
 #include "tests/batch_outcome.h"
 #include "tests/test_util.h"

@@ -19,7 +19,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "engine/error.h"
+#include "engine/base/error.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cuda/blas.h"
 #include "kernels/cuda/check.h"
@@ -621,7 +621,7 @@ TEST(CudaKernels, BatchNormForwardTrain) {
                                  deferred ? nullptr : dev_var.get(), dev_tracked.get(), 0.1, nullptr);
         expect_close(dev_y.download(), y, "batch_norm_forward_train y" + at);
         expect_close(dev_stats.download(), stats, "batch_norm_forward_train stats" + at);
-        // A recomputation (engine/recompute.h) from the stored statistics: the forward's bits.
+        // A recomputation (engine/strategy/recompute.h) from the stored statistics: the forward's bits.
         DeviceArray<float> dev_applied(Floats(count, kNaN));
         batch_norm_apply(dev_applied.get(), dev_x.get(), dev_w.get(), dev_b.get(), dev_stats.get(), s, nullptr);
         expect_bits(dev_applied.download(), dev_y.download(), "batch_norm_apply y" + at);

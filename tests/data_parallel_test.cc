@@ -6,9 +6,9 @@
 #include <cstring>
 #include <vector>
 
-#include "engine/batch_share.h"
+#include "engine/dist/batch_share.h"
 #include "engine/data/loader.h"
-#include "engine/grad_reducer.h"
+#include "engine/dist/grad_reducer.h"
 #include "tests/test_util.h"
 #include "tests/trained_model.h"
 

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/autograd.h"
-#include "engine/layers.h"
-#include "engine/rng.h"
-#include "engine/scheduler.h"
+#include "engine/graph/autograd.h"
+#include "engine/ops/layers.h"
+#include "engine/graph/rng.h"
+#include "engine/train/scheduler.h"
 #include "kernels/cpu/kernels.h"
 #include "tests/test_util.h"
 

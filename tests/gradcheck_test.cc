@@ -5,8 +5,8 @@
 
 #include <cmath>
 
-#include "engine/autograd.h"
-#include "engine/executor.h"
+#include "engine/graph/autograd.h"
+#include "engine/run/executor.h"
 #include "models/registry.h"
 #include "tests/op_cases.h"
 #include "tests/test_util.h"

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/error.h"
+#include "engine/base/error.h"
 
 namespace crumb::data {
 namespace {

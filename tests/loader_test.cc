@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/error.h"
+#include "engine/base/error.h"
 
 namespace crumb::data {
 namespace {

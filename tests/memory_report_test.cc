@@ -3,12 +3,12 @@
 
 #include <sstream>
 
-#include "engine/autograd.h"
-#include "engine/error.h"
-#include "engine/executor.h"
-#include "engine/memory_report.h"
-#include "engine/optimizer.h"
-#include "engine/scheduler.h"
+#include "engine/graph/autograd.h"
+#include "engine/base/error.h"
+#include "engine/run/executor.h"
+#include "engine/strategy/memory_report.h"
+#include "engine/optim/optimizer.h"
+#include "engine/train/scheduler.h"
 #include "models/registry.h"
 #include "tests/optimizer_configs.h"
 

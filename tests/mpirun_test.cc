@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/autograd.h"
-#include "engine/checkpoint.h"
+#include "engine/graph/autograd.h"
+#include "engine/io/checkpoint.h"
 #include "engine/data/idx.h"
 #include "models/registry.h"
 #include "tests/test_util.h"

@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/autograd.h"
-#include "engine/error.h"
-#include "engine/memory_report.h"
-#include "engine/scheduler.h"
+#include "engine/graph/autograd.h"
+#include "engine/base/error.h"
+#include "engine/strategy/memory_report.h"
+#include "engine/train/scheduler.h"
 #include "models/registry.h"
 #include "tests/batch_outcome.h"
 #include "tests/test_util.h"

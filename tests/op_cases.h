@@ -14,13 +14,13 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/autograd.h"
-#include "engine/graph.h"
-#include "engine/layers.h"
-#include "engine/ops/op.h"
-#include "engine/recompute.h"
-#include "engine/saved_values.h"
-#include "engine/swap.h"
+#include "engine/graph/autograd.h"
+#include "engine/graph/graph.h"
+#include "engine/ops/layers.h"
+#include "engine/graph/op.h"
+#include "engine/strategy/recompute.h"
+#include "engine/graph/saved_values.h"
+#include "engine/strategy/swap.h"
 
 namespace crumb::test {
 

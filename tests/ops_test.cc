@@ -9,8 +9,8 @@
 #include <memory>
 #include <vector>
 
-#include "engine/buffer.h"
-#include "engine/executor.h"
+#include "engine/device/buffer.h"
+#include "engine/run/executor.h"
 #include "tests/op_cases.h"
 #include "tests/test_util.h"
 

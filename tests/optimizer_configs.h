@@ -1,6 +1,6 @@
 // Optimizer configurations the tests build often (C++17 has no designated initialisers).
 #pragma once
-#include "engine/optimizer.h"
+#include "engine/optim/optimizer.h"
 
 namespace crumb {
 

@@ -4,7 +4,7 @@
 #pragma once
 #include <array>
 
-#include "engine/lr_schedule.h"
+#include "engine/optim/lr_schedule.h"
 
 namespace crumb::reference {
 

@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/backend.h"
-#include "engine/error.h"
-#include "engine/optimizer.h"
+#include "engine/device/backend.h"
+#include "engine/base/error.h"
+#include "engine/optim/optimizer.h"
 #include "tests/optimizer_configs.h"
 #include "tests/optimizer_reference.h"
 #include "tests/test_util.h"

@@ -6,11 +6,11 @@
 #include <cmath>
 #include <vector>
 
-#include "engine/autograd.h"
-#include "engine/error.h"
-#include "engine/executor.h"
-#include "engine/layers.h"
-#include "engine/ops/op.h"
+#include "engine/graph/autograd.h"
+#include "engine/base/error.h"
+#include "engine/run/executor.h"
+#include "engine/ops/layers.h"
+#include "engine/graph/op.h"
 #include "models/registry.h"
 #include "tests/test_util.h"
 

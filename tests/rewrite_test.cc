@@ -2,11 +2,11 @@
 // the same parameter gradients, and the rewrite leaves branches it cannot prove safe alone.
 #include <gtest/gtest.h>
 
-#include "engine/autograd.h"
-#include "engine/executor.h"
-#include "engine/layers.h"
-#include "engine/rewrite.h"
-#include "engine/rng.h"
+#include "engine/graph/autograd.h"
+#include "engine/run/executor.h"
+#include "engine/ops/layers.h"
+#include "engine/graph/rewrite.h"
+#include "engine/graph/rng.h"
 #include "models/registry.h"
 
 namespace crumb {

@@ -11,13 +11,13 @@
 #include <string>
 #include <vector>
 
-#include "engine/autograd.h"
-#include "engine/checkpoint.h"
-#include "engine/error.h"
-#include "engine/executor.h"
-#include "engine/layers.h"
-#include "engine/memory_report.h"
-#include "engine/optimizer.h"
+#include "engine/graph/autograd.h"
+#include "engine/io/checkpoint.h"
+#include "engine/base/error.h"
+#include "engine/run/executor.h"
+#include "engine/ops/layers.h"
+#include "engine/strategy/memory_report.h"
+#include "engine/optim/optimizer.h"
 #include "tests/optimizer_configs.h"
 
 namespace crumb {

@@ -3,7 +3,7 @@
 #pragma once
 #include <gtest/gtest.h>
 
-#include "engine/error.h"
+#include "engine/base/error.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/backend.h"
+#include "engine/device/backend.h"
 #include "models/registry.h"
 
 // Tests that need a CUDA device skip cleanly without one (a CPU-only build, or no usable GPU).

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/autograd.h"
-#include "engine/scheduler.h"
+#include "engine/graph/autograd.h"
+#include "engine/train/scheduler.h"
 #include "models/registry.h"
 #include "tests/torchvision_reference.h"
 

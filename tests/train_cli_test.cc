@@ -12,7 +12,7 @@
 #include <fstream>
 #include <string>
 
-#include "engine/backend.h"
+#include "engine/device/backend.h"
 #include "engine/data/idx.h"
 #include "tests/cifar_files.h"
 

@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "engine/autograd.h"
+#include "engine/graph/autograd.h"
 #include "engine/data/dataset.h"
-#include "engine/optimizer.h"
+#include "engine/optim/optimizer.h"
 #include "tests/optimizer_configs.h"
-#include "engine/scheduler.h"
+#include "engine/train/scheduler.h"
 #include "models/registry.h"
 
 namespace crumb {

@@ -5,12 +5,12 @@
 #include <cmath>
 #include <string>
 
-#include "engine/autograd.h"
+#include "engine/graph/autograd.h"
 #include "engine/data/dataset.h"
 #include "engine/data/loader.h"
-#include "engine/error.h"
-#include "engine/optimizer.h"
-#include "engine/scheduler.h"
+#include "engine/base/error.h"
+#include "engine/optim/optimizer.h"
+#include "engine/train/scheduler.h"
 #include "models/registry.h"
 #include "tests/alloc_counter.h"
 #include "tests/trained_model.h"

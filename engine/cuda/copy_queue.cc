@@ -1,10 +1,10 @@
-// Swap copies on the copy stream (engine/copy_queue.h), ordered against the compute stream by events, so
+// Swap copies on the copy stream (engine/device/copy_queue.h), ordered against the compute stream by events, so
 // the copies of a run overlap its kernels and a recorded run (a CUDA graph) captures them as a fork and
 // join of the two streams.
 #include <vector>
 
 #include "engine/cuda/cuda_backend.h"
-#include "engine/error.h"
+#include "engine/base/error.h"
 #include "kernels/cuda/check.h"
 
 namespace crumb::cuda {

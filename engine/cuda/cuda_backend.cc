@@ -3,7 +3,8 @@
 #include <cstdio>
 #include <cstring>
 
-#include "engine/error.h"
+#include "engine/base/error.h"
+#include "engine/base/registry.h"
 #include "kernels/cuda/check.h"
 
 namespace crumb::cuda {
@@ -42,7 +43,7 @@ CudaBackend::CudaBackend(int index) : Backend(Device::CUDA, index) {
               "no usable CUDA device ", index, " (no GPU, or its driver is missing or too old); use --device cpu");
   CRUMB_CUDA_CHECK(cudaSetDevice(index));
   // Non-blocking: the engine's streams never wait for work others put on the legacy default stream.
-  // Set-up copies (engine/buffer.cc) synchronise the whole device instead.
+  // Set-up copies (engine/device/buffer.cc) synchronise the whole device instead.
   CRUMB_CUDA_CHECK(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
   CRUMB_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
   CRUMB_CUBLAS_CHECK(cublasCreate(&blas_));
@@ -171,6 +172,12 @@ std::unique_ptr<Recording> CudaBackend::record(const std::function<void()>& enqu
     return nullptr;
   }
   return std::make_unique<GraphRecording>(exec, compute_);
+}
+
+CRUMB_ON_LOAD {
+  register_device(Device::CUDA, {cuda_device_available, [](int index) -> std::unique_ptr<Backend> {
+                                   return std::make_unique<CudaBackend>(index);
+                                 }});
 }
 
 }  // namespace crumb::cuda

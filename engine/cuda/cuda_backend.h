@@ -1,7 +1,7 @@
 // The CUDA backend of one device: its compute stream (every step, optimizer step and readback), its copy
 // stream (input staging), and the cuBLAS and cuDNN handles bound to the compute stream. The engine's
 // memory (arenas, parameters, staging) is not here: Buffers own it, so that device memory appears where
-// the planner and the budget account for it. Made by the factory in engine/backend.cc.
+// the planner and the budget account for it. Made by the factory in engine/device/backend.cc.
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <string>
 
-#include "engine/backend.h"
+#include "engine/device/backend.h"
 
 #if CRUMB_HAVE_CUDNN
 #include <cudnn.h>

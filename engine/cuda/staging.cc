@@ -1,11 +1,11 @@
-// Double-buffered input staging on the copy stream (engine/staging.h), ordered against the compute
+// Double-buffered input staging on the copy stream (engine/device/staging.h), ordered against the compute
 // stream by events.
 #include <algorithm>
 #include <vector>
 
 #include "engine/cuda/cuda_backend.h"
-#include "engine/error.h"
-#include "engine/planner.h"
+#include "engine/base/error.h"
+#include "engine/base/align.h"
 #include "kernels/cuda/check.h"
 
 namespace crumb::cuda {

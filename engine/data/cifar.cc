@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "engine/error.h"
+#include "engine/base/error.h"
 
 namespace crumb::data {
 namespace {

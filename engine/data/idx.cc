@@ -10,7 +10,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "engine/error.h"
+#include "engine/base/error.h"
 
 namespace crumb::data {
 namespace {

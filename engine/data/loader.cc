@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <numeric>
 
-#include "engine/error.h"
-#include "engine/rng.h"
+#include "engine/base/error.h"
+#include "engine/graph/rng.h"
 
 namespace crumb::data {
 

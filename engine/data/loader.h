@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/buffer.h"
+#include "engine/device/buffer.h"
 #include "engine/data/dataset.h"
 
 namespace crumb::data {

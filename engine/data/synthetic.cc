@@ -4,8 +4,8 @@
 #include <algorithm>
 
 #include "engine/data/dataset.h"
-#include "engine/error.h"
-#include "engine/rng.h"
+#include "engine/base/error.h"
+#include "engine/graph/rng.h"
 
 namespace crumb::data {
 namespace {

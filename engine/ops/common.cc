@@ -1,8 +1,13 @@
-#include "engine/autograd.h"
-#include "engine/error.h"
-#include "engine/ops/op.h"
+#include "engine/graph/autograd.h"
+#include "engine/base/error.h"
+#include "engine/graph/op.h"
 
 namespace crumb {
+
+ImplTable& impl_table() {
+  static ImplTable table;
+  return table;
+}
 
 void ImplTable::add(const OpDef& op, Device device, DType dtype, OpImpl impl) {
   CRUMB_CHECK(impl.run && !find(op, device, dtype), "op '", op.name, "': a ", device_name(device), " ",

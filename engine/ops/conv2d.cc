@@ -1,7 +1,8 @@
 // conv2d on NCHW: x [n, c_in, h, w], w [c_out, c_in, kh, kw], optional b [c_out]. The shape rule of the
 // forward computes the kernel geometry (cpu::Conv2dShape per sample); the backward nodes carry it.
 // The declaration and its CPU rows (im2col + GEMM); the CUDA rows (cuDNN) are in conv2d_cuda.cc.
-#include "engine/ops/op.h"
+#include "engine/base/registry.h"
+#include "engine/graph/op.h"
 #include "kernels/cpu/kernels.h"
 
 namespace crumb {
@@ -93,7 +94,8 @@ const OpDef kConv2dBwdData{"conv2d_backward_data", infer_bwd_data, nullptr, {Out
 const OpDef kConv2dBwdWeight{"conv2d_backward_weight", infer_bwd_weight, nullptr, {OutDType::Float, OutDType::Float},
                              false, false, 1};
 
-void bind_conv2d_cpu(ImplTable& t) {
+CRUMB_ON_LOAD {
+  ImplTable& t = impl_table();
   CRUMB_CPU_ROWS(t, kConv2d, fwd_cpu, nullptr, workspace<cpu::conv2d_forward_workspace>);
   CRUMB_CPU_ROWS(t, kConv2dBwdData, bwd_data_cpu, nullptr, workspace<cpu::conv2d_backward_data_workspace>);
   CRUMB_CPU_ROWS(t, kConv2dBwdWeight, bwd_weight_cpu, nullptr, workspace<cpu::conv2d_backward_weight_workspace>);

@@ -2,7 +2,8 @@
 // the largest micro-batch; its workspace is that pass's, planned into the arena; a smaller micro-batch
 // re-targets the plan.
 #include "engine/cuda/cuda_backend.h"
-#include "engine/ops/op.h"
+#include "engine/base/registry.h"
+#include "engine/graph/op.h"
 
 #if CRUMB_HAVE_CUDNN
 #include "kernels/cuda/cudnn_conv.h"
@@ -52,14 +53,14 @@ void bwd_weight(const StepArgs& a) {
 
 }  // namespace
 
-void bind_conv2d_cuda(ImplTable& t) {
+CRUMB_ON_LOAD {
+  ImplTable& t = impl_table();
   t.add(kConv2d, Device::CUDA, DType::F32, {fwd, prepare<cuda::ConvPass::Forward>, workspace});
   t.add(kConv2dBwdData, Device::CUDA, DType::F32, {bwd_data, prepare<cuda::ConvPass::BackwardData>, workspace});
   t.add(kConv2dBwdWeight, Device::CUDA, DType::F32, {bwd_weight, prepare<cuda::ConvPass::BackwardFilter>, workspace});
 }
 #else
 // Without cuDNN the build has no CUDA convolution: no rows, and compiling a conv for CUDA says so.
-void bind_conv2d_cuda(ImplTable&) {}
 #endif
 
 }  // namespace crumb

@@ -9,8 +9,9 @@
 // in every dropout layer, which is the memory the planner exists to save.
 #include <string>
 
-#include "engine/autograd.h"
-#include "engine/ops/op.h"
+#include "engine/graph/autograd.h"
+#include "engine/base/registry.h"
+#include "engine/graph/op.h"
 #include "kernels/cpu/kernels.h"
 
 namespace crumb {
@@ -52,7 +53,8 @@ const OpDef kDropout{"dropout", infer_dropout, dropout_backward, {OutDType::Floa
                      ops::recompute_clone};
 const OpDef kDropoutBwd{"dropout_backward", infer_dropout, nullptr, {OutDType::Float}, true, false, 0, true};
 
-void bind_dropout_cpu(ImplTable& t) {
+CRUMB_ON_LOAD {
+  ImplTable& t = impl_table();
   CRUMB_CPU_ROWS(t, kDropout, dropout_cpu);
   CRUMB_CPU_ROWS(t, kDropoutBwd, dropout_cpu);
 }

@@ -1,7 +1,8 @@
 // Dropout's CUDA rows: the CPU's map and mask (kernels/cuda/dropout.cu), on the compute stream. The key
 // is read from device memory, so recorded runs replay with each micro-batch's own key.
 #include "engine/cuda/cuda_backend.h"
-#include "engine/ops/op.h"
+#include "engine/base/registry.h"
+#include "engine/graph/op.h"
 #include "kernels/cuda/kernels.h"
 
 namespace crumb {
@@ -21,7 +22,8 @@ void dropout(const StepArgs& a) {
 
 }  // namespace
 
-void bind_dropout_cuda(ImplTable& t) {
+CRUMB_ON_LOAD {
+  ImplTable& t = impl_table();
   t.add(kDropout, Device::CUDA, DType::F32, {dropout});
   t.add(kDropoutBwd, Device::CUDA, DType::F32, {dropout});
 }

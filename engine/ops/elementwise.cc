@@ -1,7 +1,8 @@
 // Elementwise ops: ReLU (in place when the planner allows), add (also sums gradients), reshape (a view).
 // The declarations and their CPU rows; the CUDA rows are in elementwise_cuda.cc.
-#include "engine/autograd.h"
-#include "engine/ops/op.h"
+#include "engine/graph/autograd.h"
+#include "engine/base/registry.h"
+#include "engine/graph/op.h"
 #include "kernels/cpu/kernels.h"
 
 namespace crumb {
@@ -65,7 +66,8 @@ const OpDef kReshape{"reshape", infer_reshape, reshape_backward, {OutDType::Floa
                      ops::recompute_clone};
 
 // Reshape is a view: it has no rows on any device.
-void bind_elementwise_cpu(ImplTable& t) {
+CRUMB_ON_LOAD {
+  ImplTable& t = impl_table();
   CRUMB_CPU_ROWS(t, kRelu, relu_fwd_cpu);
   CRUMB_CPU_ROWS(t, kReluBwd, relu_bwd_cpu);
   CRUMB_CPU_ROWS(t, kAdd, add_cpu);

@@ -1,6 +1,7 @@
 // Elementwise ops' CUDA rows: custom kernels (kernels/cuda/elementwise.cu) on the compute stream.
 #include "engine/cuda/cuda_backend.h"
-#include "engine/ops/op.h"
+#include "engine/base/registry.h"
+#include "engine/graph/op.h"
 #include "kernels/cuda/kernels.h"
 
 namespace crumb {
@@ -18,7 +19,8 @@ void add(const StepArgs& a) {
 
 }  // namespace
 
-void bind_elementwise_cuda(ImplTable& t) {
+CRUMB_ON_LOAD {
+  ImplTable& t = impl_table();
   t.add(kRelu, Device::CUDA, DType::F32, {relu_fwd});
   t.add(kReluBwd, Device::CUDA, DType::F32, {relu_bwd});
   t.add(kAdd, Device::CUDA, DType::F32, {add});

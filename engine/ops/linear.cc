@@ -1,6 +1,7 @@
 // linear: y [n, out] = x [n, in] w^T + b, with w [out, in] (PyTorch's layout and parameter names).
 // The declaration and its CPU rows; the CUDA rows are in linear_cuda.cc.
-#include "engine/ops/op.h"
+#include "engine/base/registry.h"
+#include "engine/graph/op.h"
 #include "kernels/cpu/kernels.h"
 
 namespace crumb {
@@ -72,7 +73,8 @@ const OpDef kLinearBwdData{"linear_backward_data", infer_bwd_data, nullptr, {Out
 const OpDef kLinearBwdWeight{"linear_backward_weight", infer_bwd_weight, nullptr, {OutDType::Float, OutDType::Float},
                              false, false, 1};
 
-void bind_linear_cpu(ImplTable& t) {
+CRUMB_ON_LOAD {
+  ImplTable& t = impl_table();
   CRUMB_CPU_ROWS(t, kLinear, fwd_cpu);
   CRUMB_CPU_ROWS(t, kLinearBwdData, bwd_data_cpu);
   CRUMB_CPU_ROWS(t, kLinearBwdWeight, bwd_weight_cpu);

@@ -1,7 +1,8 @@
 // linear's CUDA rows: cuBLAS GEMMs (kernels/cuda/blas.h) on the compute stream, TF32 when the graph
 // allows it.
 #include "engine/cuda/cuda_backend.h"
-#include "engine/ops/op.h"
+#include "engine/base/registry.h"
+#include "engine/graph/op.h"
 #include "kernels/cuda/blas.h"
 
 namespace crumb {
@@ -25,7 +26,8 @@ void bwd_weight(const StepArgs& a) {
 
 }  // namespace
 
-void bind_linear_cuda(ImplTable& t) {
+CRUMB_ON_LOAD {
+  ImplTable& t = impl_table();
   t.add(kLinear, Device::CUDA, DType::F32, {fwd});
   t.add(kLinearBwdData, Device::CUDA, DType::F32, {bwd_data});
   t.add(kLinearBwdWeight, Device::CUDA, DType::F32, {bwd_weight});

@@ -11,8 +11,9 @@
 // gradients and running statistics are the same for every micro-batch size.
 #include <numeric>
 
-#include "engine/autograd.h"
-#include "engine/ops/op.h"
+#include "engine/graph/autograd.h"
+#include "engine/base/registry.h"
+#include "engine/graph/op.h"
 #include "kernels/cpu/kernels.h"
 
 namespace crumb {
@@ -209,7 +210,8 @@ int micro_batch_multiple(const Graph& g) {
   return multiple;
 }
 
-void bind_norm_cpu(ImplTable& t) {
+CRUMB_ON_LOAD {
+  ImplTable& t = impl_table();
   t.add(kBatchNorm, Device::CPU, DType::F32, {bn_fwd_cpu<float>, nullptr, nullptr, bn_commit_cpu<float>});
   t.add(kBatchNorm, Device::CPU, DType::F64, {bn_fwd_cpu<double>, nullptr, nullptr, bn_commit_cpu<double>});
   CRUMB_CPU_ROWS(t, kBatchNormBwd, bn_bwd_cpu);

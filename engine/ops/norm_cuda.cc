@@ -2,7 +2,8 @@
 // logic (engine/ops/norm.cc): the running statistics, num_batches_tracked and the moments stay in device
 // memory and are updated there, so a step never waits for the host.
 #include "engine/cuda/cuda_backend.h"
-#include "engine/ops/op.h"
+#include "engine/base/registry.h"
+#include "engine/graph/op.h"
 #include "kernels/cuda/kernels.h"
 
 namespace crumb {
@@ -66,7 +67,8 @@ void gn_bwd(const StepArgs& a) {
 
 }  // namespace
 
-void bind_norm_cuda(ImplTable& t) {
+CRUMB_ON_LOAD {
+  ImplTable& t = impl_table();
   t.add(kBatchNorm, Device::CUDA, DType::F32, {bn_fwd, nullptr, nullptr, bn_commit});
   t.add(kBatchNormBwd, Device::CUDA, DType::F32, {bn_bwd});
   t.add(kBatchNormApply, Device::CUDA, DType::F32, {bn_apply});

@@ -3,8 +3,9 @@
 // (PyTorch's bins, which also upsample a smaller input). The forward shape rules compute the geometry
 // (cpu::Pool2dShape, GlobalPoolGeometry); the backward nodes carry it. The declarations and their CPU
 // rows; the CUDA rows are in pool_cuda.cc.
-#include "engine/autograd.h"
-#include "engine/ops/op.h"
+#include "engine/graph/autograd.h"
+#include "engine/base/registry.h"
+#include "engine/graph/op.h"
 #include "kernels/cpu/kernels.h"
 
 namespace crumb {
@@ -164,7 +165,8 @@ const OpDef kAdaptiveAvgPool2d{"adaptive_avg_pool2d", infer_adaptive, pool_backw
                      ops::recompute_clone};
 const OpDef kAdaptiveAvgPool2dBwd{"adaptive_avg_pool2d_backward", infer_adaptive_bwd, nullptr, {OutDType::Float}};
 
-void bind_pool_cpu(ImplTable& t) {
+CRUMB_ON_LOAD {
+  ImplTable& t = impl_table();
   CRUMB_CPU_ROWS(t, kMaxPool2d, max_fwd_cpu);
   CRUMB_CPU_ROWS(t, kMaxPool2dBwd, max_bwd_cpu);
   CRUMB_CPU_ROWS(t, kAvgPool2d, avg_fwd_cpu);

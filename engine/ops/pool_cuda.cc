@@ -1,7 +1,8 @@
 // Pooling's CUDA rows: custom kernels (kernels/cuda/pool.cu, reduce.cu) matching the CPU's tie and NaN
 // rules, on the compute stream.
 #include "engine/cuda/cuda_backend.h"
-#include "engine/ops/op.h"
+#include "engine/base/registry.h"
+#include "engine/graph/op.h"
 #include "kernels/cuda/kernels.h"
 
 namespace crumb {
@@ -39,7 +40,8 @@ void adaptive_bwd(const StepArgs& a) {
 
 }  // namespace
 
-void bind_pool_cuda(ImplTable& t) {
+CRUMB_ON_LOAD {
+  ImplTable& t = impl_table();
   t.add(kMaxPool2d, Device::CUDA, DType::F32, {max_fwd});
   t.add(kMaxPool2dBwd, Device::CUDA, DType::F32, {max_bwd});
   t.add(kAvgPool2d, Device::CUDA, DType::F32, {avg_fwd});

@@ -1,8 +1,9 @@
 // Softmax cross-entropy: the loss op. Forward keeps the probabilities for the backward and adds the
 // summed loss and the correct count into its metric outputs; the backward seeds the gradient with the 1/B loss scale of the whole batch. The
 // declarations and their CPU rows; the CUDA rows are in softmax_xent_cuda.cc.
-#include "engine/autograd.h"
-#include "engine/ops/op.h"
+#include "engine/graph/autograd.h"
+#include "engine/base/registry.h"
+#include "engine/graph/op.h"
 #include "kernels/cpu/kernels.h"
 
 namespace crumb {
@@ -60,7 +61,8 @@ const OpDef kSoftmaxXent{
     "softmax_cross_entropy", infer_fwd, backward, {OutDType::Float, {OutDType::F64, true}, {OutDType::I64, true}}};
 const OpDef kSoftmaxXentBwd{"softmax_cross_entropy_backward", infer_bwd, nullptr, {OutDType::Float}};
 
-void bind_softmax_xent_cpu(ImplTable& t) {
+CRUMB_ON_LOAD {
+  ImplTable& t = impl_table();
   CRUMB_CPU_ROWS(t, kSoftmaxXent, fwd_cpu);
   CRUMB_CPU_ROWS(t, kSoftmaxXentBwd, bwd_cpu);
 }

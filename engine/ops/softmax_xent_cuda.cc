@@ -1,7 +1,8 @@
 // Softmax cross-entropy's CUDA rows (kernels/cuda/softmax_xent.cu): the forward adds the loss sum and
 // correct count into its metric outputs, in device memory.
 #include "engine/cuda/cuda_backend.h"
-#include "engine/ops/op.h"
+#include "engine/base/registry.h"
+#include "engine/graph/op.h"
 #include "kernels/cuda/kernels.h"
 
 namespace crumb {
@@ -21,7 +22,8 @@ void bwd(const StepArgs& a) {
 
 }  // namespace
 
-void bind_softmax_xent_cuda(ImplTable& t) {
+CRUMB_ON_LOAD {
+  ImplTable& t = impl_table();
   t.add(kSoftmaxXent, Device::CUDA, DType::F32, {fwd});
   t.add(kSoftmaxXentBwd, Device::CUDA, DType::F32, {bwd});
 }

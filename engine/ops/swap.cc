@@ -1,10 +1,11 @@
-// The ops a swap schedule adds (engine/swap.h): swap_copy starts an asynchronous copy of its input into its
+// The ops a swap schedule adds (engine/strategy/swap.h): swap_copy starts an asynchronous copy of its input into its
 // output (arena to host pool, or back) under a ticket of the executor's CopyQueue; swap_wait reads the value
 // a copy is moving, so the planner keeps it live until then, and holds later work until that copy is done.
-// The copy itself is the device's (engine/copy_queue.h), so every device binds the same rows.
-#include "engine/copy_queue.h"
-#include "engine/error.h"
-#include "engine/ops/op.h"
+// The copy itself is the device's (engine/device/copy_queue.h), so every device binds the same rows.
+#include "engine/device/copy_queue.h"
+#include "engine/base/error.h"
+#include "engine/base/registry.h"
+#include "engine/graph/op.h"
 
 namespace crumb {
 namespace {
@@ -39,7 +40,8 @@ void wait_run(const StepArgs& a) { queue(a).wait(ops::attrs<SwapAttrs>(*a.node).
 const OpDef kSwapCopy{"swap_copy", infer_copy, nullptr, {OutDType::Float}};
 const OpDef kSwapWait{"swap_wait", infer_wait, nullptr, {}};
 
-void bind_swap(ImplTable& t) {
+CRUMB_ON_LOAD {
+  ImplTable& t = impl_table();
   for (Device d : {Device::CPU, Device::CUDA})
     for (DType dt : {DType::F32, DType::F64}) {
       t.add(kSwapCopy, d, dt, {copy_run});

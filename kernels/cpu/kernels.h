@@ -90,7 +90,7 @@ template <class T>
 void batch_norm_forward_train(T* y, T* stats, const T* x, const T* w, const T* b, const BatchNormShape& s, double eps,
                               double* moments, T* running_mean, T* running_var, int64_t* tracked, double momentum);
 // The training forward's output again from the statistics it wrote (identical bits): what a recomputation
-// of a BatchNorm layer in the backward pass runs (engine/recompute.h).
+// of a BatchNorm layer in the backward pass runs (engine/strategy/recompute.h).
 template <class T>
 void batch_norm_apply(T* y, const T* x, const T* w, const T* b, const T* stats, const BatchNormShape& s);
 // One momentum update of the running statistics from the merged moments of a batch (unbiased variance

@@ -1,6 +1,6 @@
 #include "kernels/cuda/blas.h"
 
-#include "engine/error.h"
+#include "engine/base/error.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/kernels.h"
 

@@ -1,6 +1,6 @@
 #include "kernels/cuda/check.h"
 
-#include "engine/error.h"
+#include "engine/base/error.h"
 
 namespace crumb::cuda {
 namespace {

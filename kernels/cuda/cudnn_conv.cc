@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "engine/error.h"
+#include "engine/base/error.h"
 #include "kernels/cuda/check.h"
 
 namespace crumb::cuda {

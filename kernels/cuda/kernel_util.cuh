@@ -3,7 +3,7 @@
 #include <climits>
 #include <cstddef>
 
-#include "engine/error.h"
+#include "engine/base/error.h"
 
 namespace crumb::cuda::detail {
 

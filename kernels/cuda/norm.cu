@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "engine/error.h"
+#include "engine/base/error.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/kernel_util.cuh"
 #include "kernels/cuda/kernels.h"

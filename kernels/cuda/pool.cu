@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/error.h"
+#include "engine/base/error.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/kernel_util.cuh"
 #include "kernels/cuda/kernels.h"

@@ -10,11 +10,11 @@
 #include <memory>
 #include <vector>
 
-#include "engine/autograd.h"
-#include "engine/checkpoint.h"
-#include "engine/error.h"
-#include "engine/layers.h"
-#include "engine/optimizer.h"
+#include "engine/graph/autograd.h"
+#include "engine/io/checkpoint.h"
+#include "engine/base/error.h"
+#include "engine/ops/layers.h"
+#include "engine/optim/optimizer.h"
 #include "tests/fuzz/mem_file.h"
 
 namespace {

@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "engine/data/idx.h"
-#include "engine/error.h"
+#include "engine/base/error.h"
 #include "tests/fuzz/mem_file.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {

@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/error.h"
-#include "engine/json.h"
+#include "engine/base/error.h"
+#include "engine/io/json.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   try {

@@ -98,7 +98,7 @@ def main():
 #pragma once
 #include <array>
 
-#include "engine/lr_schedule.h"
+#include "engine/optim/lr_schedule.h"
 
 namespace crumb::reference {{
 

@@ -11,10 +11,10 @@
 #include <functional>
 #include <string>
 
-#include "engine/autograd.h"
-#include "engine/compile.h"
-#include "engine/layers.h"
-#include "engine/memory_report.h"
+#include "engine/graph/autograd.h"
+#include "engine/plan/compile.h"
+#include "engine/ops/layers.h"
+#include "engine/strategy/memory_report.h"
 
 using namespace crumb;
 

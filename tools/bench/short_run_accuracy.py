@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_reference as ref  # noqa: E402
 
 MASK = (1 << 64) - 1
-GOLDEN = 0x9E3779B97F4A7C15  # engine/rng.h, kernels/dropout_mask.h
+GOLDEN = 0x9E3779B97F4A7C15  # engine/graph/rng.h, kernels/dropout_mask.h
 
 
 def mix64(z):

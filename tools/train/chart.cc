@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "engine/memory_report.h"
+#include "engine/strategy/memory_report.h"
 
 namespace crumb::train {
 

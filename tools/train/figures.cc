@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "engine/ops/op.h"
+#include "engine/graph/op.h"
 #include "tools/train/chart.h"
 
 namespace crumb::train {

@@ -8,8 +8,8 @@
 #include <cstring>
 #include <set>
 
-#include "engine/error.h"
-#include "engine/memory_report.h"
+#include "engine/base/error.h"
+#include "engine/strategy/memory_report.h"
 
 namespace crumb::train {
 namespace {

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/optimizer.h"
-#include "engine/memory_strategy.h"
+#include "engine/optim/optimizer.h"
+#include "engine/strategy/memory_strategy.h"
 #include "models/registry.h"
 
 namespace crumb::train {
@@ -40,7 +40,7 @@ struct Options {
   int limit_train = 0;  // 0: all training samples
   int limit_test = 0;   // 0: all test samples
   std::size_t memory_budget = 0;  // bytes; 0: kDefaultCpuBudget
-  Strategy strategy = Strategy::Auto;  // --strategy: micro-batching, swapping, recomputation (engine/memory_strategy.h)
+  Strategy strategy = Strategy::Auto;  // --strategy: micro-batching, swapping, recomputation (engine/strategy/memory_strategy.h)
   std::string save, load;  // checkpoint paths (safetensors)
   long long save_every = 0;  // --save-every N optimizer steps (0: at epoch ends only)
   std::string log;         // --log FILE.jsonl: a line per step and per epoch

@@ -8,8 +8,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "engine/error.h"
-#include "engine/ops/op.h"
+#include "engine/base/error.h"
+#include "engine/graph/op.h"
 #include "tools/train/chart.h"
 #include "tools/train/figures.h"
 #include "tools/train/svg.h"

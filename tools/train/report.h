@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/memory_report.h"
+#include "engine/strategy/memory_report.h"
 #include "tools/train/report_data.h"
 
 namespace crumb::train {

@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/arena_blocks.h"
-#include "engine/graph.h"
-#include "engine/memory_report.h"
-#include "engine/planner.h"
+#include "engine/plan/arena_blocks.h"
+#include "engine/graph/graph.h"
+#include "engine/strategy/memory_report.h"
+#include "engine/plan/planner.h"
 
 namespace crumb::train {
 

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "engine/error.h"
+#include "engine/base/error.h"
 
 namespace crumb::train {
 namespace {

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "engine/error.h"
+#include "engine/base/error.h"
 
 namespace crumb::train {
 

@@ -3,10 +3,10 @@
 #include <chrono>
 #include <cstdio>
 
-#include "engine/arena.h"
-#include "engine/memory_report.h"
-#include "engine/params.h"
-#include "engine/scheduler.h"
+#include "engine/device/arena.h"
+#include "engine/strategy/memory_report.h"
+#include "engine/run/params.h"
+#include "engine/train/scheduler.h"
 #include "tools/train/rss.h"
 
 namespace crumb::train {

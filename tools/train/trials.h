@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "engine/data/loader.h"
-#include "engine/graph.h"
-#include "engine/optimizer.h"
+#include "engine/graph/graph.h"
+#include "engine/optim/optimizer.h"
 #include "tools/train/report_data.h"
 
 namespace crumb::train {

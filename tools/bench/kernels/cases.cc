@@ -3,9 +3,9 @@
 #include <map>
 #include <sstream>
 
-#include "engine/autograd.h"
-#include "engine/error.h"
-#include "engine/ops/op.h"
+#include "engine/graph/autograd.h"
+#include "engine/base/error.h"
+#include "engine/graph/op.h"
 #include "models/registry.h"
 
 namespace crumb::bench {

@@ -3,7 +3,7 @@
 #include <functional>
 #include <vector>
 
-#include "engine/error.h"
+#include "engine/base/error.h"
 #include "kernels/cpu/kernels.h"
 
 namespace crumb::bench {

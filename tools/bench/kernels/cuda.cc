@@ -12,9 +12,9 @@
 
 #include <benchmark/benchmark.h>
 
-#include "engine/backend.h"
+#include "engine/device/backend.h"
 #include "engine/cuda/cuda_backend.h"
-#include "engine/error.h"
+#include "engine/base/error.h"
 #include "kernels/cuda/blas.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/kernels.h"

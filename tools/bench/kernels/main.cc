@@ -15,7 +15,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include "engine/error.h"
+#include "engine/base/error.h"
 #include "tools/bench/kernels/cases.h"
 #include "tools/bench/kernels/ceilings.h"
 #include "tools/bench/kernels/cpu.h"

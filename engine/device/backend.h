@@ -1,0 +1,111 @@
+// A device the engine runs on: the CPU, or CUDA device `index` with its compute and copy streams and its
+// library handles (engine/cuda/cuda_backend.h, which registers itself). backend() hands out the devices
+// the build registered; everything device-specific outside the op rows (recording runs,
+// zeroing, reading results back, input staging) goes through a Backend, and op rows reach theirs through
+// StepArgs::backend. On the CPU everything happens on the calling thread; on CUDA work is enqueued on the
+// compute stream and read_back() is where the host waits.
+#pragma once
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/device/buffer.h"
+#include "engine/device/copy_queue.h"
+#include "engine/graph/graph.h"
+#include "engine/graph/op.h"
+#include "engine/device/staging.h"
+
+namespace crumb {
+
+// One node compiled for a device and a largest micro-batch.
+struct CompiledStep {
+  StepFn fn = nullptr;            // null for views (no computation)
+  std::unique_ptr<OpState> state;  // per-node state, if the implementation needs one
+  std::size_t workspace = 0;       // scratch bytes at the largest micro-batch
+  StepFn commit = nullptr;         // the implementation's commit of per-batch totals, if any
+};
+
+// Device work recorded once and replayed as a whole (on CUDA, a graph of everything one executor run
+// enqueues on the compute stream, launched with one call instead of one per kernel).
+class Recording {
+ public:
+  virtual ~Recording() = default;
+  // Enqueues the recorded work on the device's compute stream, as `enqueue` would have.
+  virtual void replay() = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+  Device device() const { return device_; }
+  int index() const { return index_; }
+
+  // One line naming the device and the libraries that serve it, for logs (CUDA: the GPU, its compute
+  // capability and memory, the driver's CUDA version, cuBLAS and cuDNN as loaded at run time).
+  virtual std::string description() const = 0;
+  // Bytes of device memory free now (CUDA); 0 for the CPU, whose budget has no natural default.
+  virtual std::size_t free_bytes() const = 0;
+  // Persistent device memory the runtime holds besides the model (cuBLAS's workspace on CUDA).
+  virtual std::size_t runtime_bytes() const = 0;
+  // Makes this device the calling thread's current one (CUDA: cudaSetDevice), before it enqueues work.
+  virtual void activate() = 0;
+  // Zero `bytes` at p (in the device's memory), in order with the work that follows.
+  virtual void zero(void* p, std::size_t bytes) = 0;
+  // Copies `bytes` of host memory to p (in the device's memory), in order with the work enqueued before
+  // and after; the host bytes may be reused as soon as it returns (CUDA: an asynchronous copy from
+  // pageable memory, which stages them before returning).
+  virtual void upload(void* p, const void* host_src, std::size_t bytes) = 0;
+  // Waits for all work enqueued so far (on the CPU, none is pending).
+  virtual void synchronize() = 0;
+  // Waits for all work enqueued so far, then copies `bytes` from the device's memory to host memory.
+  virtual void read_back(void* host_dst, const void* src, std::size_t bytes) = 0;
+  // Records what `enqueue` puts on the compute stream without running any of it. Null where the device
+  // cannot record (the CPU) or the work could not be captured (a library call that refuses capture):
+  // then nothing ran, and the caller runs `enqueue` itself. An error thrown by `enqueue` ends the
+  // recording and propagates.
+  virtual std::unique_ptr<Recording> record(const std::function<void()>& enqueue) = 0;
+  // Device slots for micro-batch inputs of these byte sizes (engine/device/staging.h); null where kernels read
+  // the host's batch buffers in place (the CPU).
+  virtual std::unique_ptr<InputStaging> make_staging(const std::vector<std::size_t>& part_bytes) = 0;
+  // Copies between device memory and the host pool with `tickets` tickets (engine/device/copy_queue.h): the
+  // CUDA copy stream, or a copy thread on the CPU.
+  virtual std::unique_ptr<CopyQueue> make_copy_queue(int tickets) = 0;
+  // Zero-filled memory of a kind this device serves (CUDA: Pinned and Cuda; engine/device/buffer.h allocates
+  // Host memory itself), freed by release(). Running out is one crumb::Error naming what to lower.
+  virtual void* allocate(Memory kind, std::size_t bytes) = 0;
+  virtual void release(Memory kind, void* p) noexcept = 0;
+  // Synchronous copy between any two kinds of memory, after all work enqueued on the device.
+  virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
+
+ protected:
+  Backend(Device device, int index) : device_(device), index_(index) {}
+
+ private:
+  Device device_;
+  int index_;
+};
+
+// A device other than the CPU, as its implementation registers it at load time (CRUMB_ON_LOAD in
+// engine/cuda/cuda_backend.cc): whether the machine has a usable one, and how to set one up.
+struct DeviceFactory {
+  bool (*available)() = nullptr;
+  std::unique_ptr<Backend> (*create)(int index) = nullptr;
+};
+void register_device(Device device, DeviceFactory factory);
+
+// Whether the device can run: always for the CPU; for CUDA, a CUDA build on a machine with a usable GPU.
+bool device_available(Device device);
+// The backend of device `index` of this kind, set up on first use (streams, handles) and kept for the
+// process (never destroyed: buffers released during static destruction still reach their backend).
+// Throws crumb::Error, ending in "use --device cpu", when the build or the machine has none.
+Backend& backend(Device device, int index = 0);
+
+// Compiles node n for backend b at its largest micro-batch: the implementation row for the graph's
+// dtype, its per-node state (built on b) and its workspace. Throws crumb::Error when there is no such row.
+CompiledStep compile_step(Backend& b, const Graph& g, const Node& n, int max_batch);
+
+}  // namespace crumb

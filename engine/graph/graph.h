@@ -1,0 +1,137 @@
+// The IR: values and nodes of a static graph with a symbolic batch dimension. A model is built into a
+// Graph (forward), autograd appends the backward nodes to the same Graph, the planner and executor
+// consume it. Batched values store their per-sample dims; the batch size is bound at compile/run time.
+#pragma once
+#include <any>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/base/tensor.h"
+
+namespace crumb {
+
+struct OpDef;
+enum class OutDType : uint8_t;
+using ValueId = int;
+using NodeId = int;
+
+enum class ValueKind : uint8_t {
+  Input,       // fed from outside per micro-batch (images, labels): lives in input staging
+  Param,       // persistent, trained
+  ParamGrad,   // persistent, accumulated over the micro-batches of a batch
+  State,       // persistent, not trained (BatchNorm running statistics, counters): in the parameter store,
+               // saved in checkpoints, never touched by the optimizer
+  Activation,  // everything else: lives in the arena for its lifetime only
+  Metric,      // a per-batch total a loss op adds into (loss sum, correct count): an unbatched scalar,
+               // zeroed by a batch's first micro-batch, read after its last
+};
+
+// How a parameter starts. Uniform is PyTorch's default for Linear/Conv2d (both weight and bias uniform in
+// +-1/sqrt(fan_in), i.e. kaiming_uniform_(a=sqrt(5)) for the weight); Normal is N(0, std^2) (torchvision's
+// kaiming_normal_(mode="fan_out") for ResNet convolutions); Constant fills (BatchNorm's weight 1, bias 0).
+struct ParamInit {
+  enum class Kind : uint8_t { Uniform, Normal, Constant };
+  int64_t fan_in = 1;
+  double fill = 0;  // Constant, and State values: every element starts at this value (running_var 1)
+  Kind kind = Kind::Uniform;
+  double std = 0;  // Normal
+  static ParamInit constant(double v) { return {1, v, Kind::Constant, 0}; }
+  static ParamInit normal(double std) { return {1, 0, Kind::Normal, std}; }
+};
+
+struct Value {
+  std::string name;
+  ValueKind kind = ValueKind::Activation;
+  DType dtype = DType::F32;
+  Dims dims;             // per-sample dims if batched, full dims otherwise
+  bool batched = false;  // has a leading symbolic batch dimension
+  NodeId producer = -1;
+  ValueId view_of = -1;  // shares the storage of this value (reshape views)
+  bool requires_grad = false;
+  bool host = false;     // lives in the host pool, not the arena (swapped-out copies, engine/strategy/swap.h)
+  ValueId grad = -1;     // Param: its ParamGrad value; Input with requires_grad: its gradient
+  ParamInit init;
+
+  int64_t count(int64_t batch) const { return dims_count(dims) * (batched ? batch : 1); }
+};
+
+// How an op writes its parameter-gradient outputs across the micro-batches of one batch.
+enum class GradWrite : uint8_t {
+  None,              // outputs are activations: always written (=)
+  FirstMicroBatch,   // first writer of a parameter gradient: = on the first micro-batch, += after
+  Accumulate,        // a later writer of the same gradient (shared weights): always +=
+};
+
+struct Node {
+  const OpDef* def = nullptr;
+  std::string name;  // layer name, used in error messages and reports
+  std::vector<ValueId> in, out;
+  std::any attrs;     // the op's own attribute struct (engine/graph/op.h), if it has one
+  std::any geometry;  // the kernel shape the op's shape rule computed once (per sample), if any
+  bool backward = false;  // part of the derived backward graph
+  // Added by a memory strategy (engine/strategy/swap.h, engine/strategy/recompute.h): a copy to or from the host pool, or a
+  // forward node cloned into the backward pass. Runs in training passes only.
+  bool train_only = false;
+  GradWrite grad_write = GradWrite::None;
+};
+
+class Graph {
+ public:
+  ValueId add_value(Value v);
+  // Adds a node whose output values already exist; runs the op's shape rule (throws on mismatch).
+  NodeId add_node(Node n);
+  // Convenience: new Activation outputs of the dtypes the op declares, shaped by its shape rule
+  // (out[0] named `name`, further ones "<name>:1", ...); returns out[0].
+  ValueId apply(const OpDef& def, std::vector<ValueId> in, const std::string& name, std::any attrs = {});
+
+  // A new activation shaped like v (dtype, dims, batching), named `name`, not yet produced: a gradient of v,
+  // or a copy of it that a rewrite recomputes or swaps.
+  ValueId add_like(ValueId v, std::string name);
+
+  ValueId input(const std::string& name, Dims per_sample, DType dtype = DType::F32, bool requires_grad = false);
+  ValueId param(const std::string& name, Dims dims, ParamInit init, DType dtype = DType::F32);
+  // Persistent, non-trained state (unbatched), every element starting at `fill`; its dtype is the float
+  // dtype unless given (I64 for counters such as num_batches_tracked).
+  ValueId state(const std::string& name, Dims dims, double fill, DType dtype = DType::F32);
+  // Marks the training loss (the output of a loss op). The forward ends there.
+  void set_loss(ValueId v) { loss_ = v; }
+
+  const Value& value(ValueId v) const { return values_.at(v); }
+  Value& value(ValueId v) { return values_.at(v); }
+  const Node& node(NodeId n) const { return nodes_.at(n); }
+  Node& node(NodeId n) { return nodes_.at(n); }
+  int num_values() const { return static_cast<int>(values_.size()); }
+  int num_nodes() const { return static_cast<int>(nodes_.size()); }
+  // Puts the nodes in this execution order (a permutation of all node ids); node ids change accordingly.
+  // Every node must still come after the producers of its inputs.
+  void reorder(const std::vector<NodeId>& order);
+
+  const std::vector<ValueId>& params() const { return params_; }
+  const std::vector<ValueId>& states() const { return states_; }
+  const std::vector<ValueId>& inputs() const { return inputs_; }
+  ValueId loss() const { return loss_; }
+  ValueId find_value(const std::string& name) const;  // -1 if absent
+  // Follows view_of to the value that owns the storage.
+  ValueId storage_root(ValueId v) const;
+  // The dtype every floating-point value of this graph uses (F32 for training, F64 for checks).
+  DType float_dtype() const { return float_dtype_; }
+  // The dtype an op output of this dtype rule has in this graph.
+  DType dtype_of(OutDType t) const;
+  void set_float_dtype(DType t) { float_dtype_ = t; }
+  // Whether float32 matrix products and convolutions may round their operands to TF32 on devices with
+  // tensor cores (CUDA: cuBLAS and cuDNN tensor-op math). Faster, about 1e-3 relative error per product;
+  // off by default, so every device computes the same float32 function. The CPU has no TF32 and ignores it.
+  bool tf32() const { return tf32_; }
+  void set_tf32(bool on) { tf32_ = on; }
+
+ private:
+  std::vector<Value> values_;
+  std::vector<Node> nodes_;
+  std::vector<ValueId> params_, states_, inputs_;
+  ValueId loss_ = -1;
+  DType float_dtype_ = DType::F32;
+  bool tf32_ = false;
+};
+
+}  // namespace crumb

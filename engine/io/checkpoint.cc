@@ -1,0 +1,497 @@
+#include "engine/io/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <atomic>
+#include <climits>
+#include <cmath>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/base/error.h"
+#include "engine/io/json.h"
+
+namespace crumb {
+namespace {
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "safetensors data is little-endian and is written straight from memory");
+
+const std::string kStatePrefix = "optimizer.";
+const std::string kMetadata = "__metadata__";
+
+void check_float32(const std::string& path, const ParamStore& params) {
+  CRUMB_CHECK(params.dtype() == DType::F32, path, ": checkpoints support float32 models, this one is ",
+              dtype_name(params.dtype()));
+}
+
+std::size_t value_bytes(const Graph& g, ValueId v) {
+  return static_cast<std::size_t>(g.value(v).count(1)) * dtype_size(g.value(v).dtype);
+}
+std::size_t param_bytes(const ParamStore& params, ValueId p) { return value_bytes(params.graph(), p); }
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  // Closing can report a deferred write error (NFS, quota), so the writer checks it.
+  int close() {
+    const int rc = ::close(fd_);
+    fd_ = -1;
+    return rc;
+  }
+
+ private:
+  int fd_;
+};
+
+struct Chunk {
+  std::string name;
+  DType dtype;
+  const Dims* dims;
+  const char* data;
+  std::size_t bytes;
+};
+
+// The safetensors header: the chunks' entries in order, then __metadata__ from `metadata` (key, value) pairs.
+std::string header_json(const std::vector<Chunk>& chunks, const std::vector<std::pair<std::string, std::string>>& metadata) {
+  std::string h = "{";
+  std::size_t offset = 0;
+  for (const Chunk& c : chunks) {
+    h += json::quote(c.name) + ":{\"dtype\":\"" + dtype_name(c.dtype) + "\",\"shape\":[";
+    for (std::size_t i = 0; i < c.dims->size(); ++i) h += (i ? "," : "") + std::to_string((*c.dims)[i]);
+    h += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + c.bytes) + "]},";
+    offset += c.bytes;
+  }
+  h += json::quote(kMetadata) + ":{";
+  for (std::size_t i = 0; i < metadata.size(); ++i)
+    h += (i ? "," : "") + json::quote(metadata[i].first) + ":" + json::quote(metadata[i].second);
+  h += "}}";
+  // Spaces, as the reference implementation pads, so the data section starts 8-byte aligned.
+  h.append((8 - h.size() % 8) % 8, ' ');
+  return h;
+}
+
+void write_all(int fd, const char* p, std::size_t n, const std::string& path) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    CRUMB_CHECK(w > 0, "cannot write checkpoint ", path, ": ", std::strerror(errno));
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+}
+
+struct FileTensor {
+  std::string name;
+  DType dtype = DType::F32;
+  Dims dims;
+  uint64_t begin = 0, end = 0;
+};
+
+void read_at(int fd, char* p, std::size_t n, uint64_t offset, const std::string& path) {
+  while (n > 0) {
+    const ssize_t r = ::pread(fd, p, n, static_cast<off_t>(offset));
+    if (r < 0 && errno == EINTR) continue;
+    CRUMB_CHECK(r >= 0, "cannot read checkpoint ", path, ": ", std::strerror(errno));
+    CRUMB_CHECK(r > 0, path, ": unexpected end of file (was it truncated while loading?)");
+    p += r;
+    n -= static_cast<std::size_t>(r);
+    offset += static_cast<uint64_t>(r);
+  }
+}
+
+const json::Value& field(const json::Value& entry, const char* key, json::Value::Kind kind, const std::string& path,
+                         const std::string& tensor) {
+  const json::Value* v = entry.find(key);
+  CRUMB_CHECK(v, path, ": tensor '", tensor, "' has no \"", key, "\" in the header");
+  CRUMB_CHECK(v->kind == kind, path, ": tensor '", tensor, "': \"", key, "\" must be ", json::kind_name(kind),
+              ", found ", json::kind_name(v->kind));
+  return *v;
+}
+
+FileTensor parse_tensor(const std::string& name, const json::Value& entry, uint64_t data_size, const std::string& path) {
+  CRUMB_CHECK(entry.kind == json::Value::Kind::Object, path, ": header entry '", name, "' must be an object, found ",
+              json::kind_name(entry.kind));
+  FileTensor t;
+  t.name = name;
+  const std::string& dtype = field(entry, "dtype", json::Value::Kind::String, path, name).string;
+  CRUMB_CHECK(dtype == "F32" || dtype == "I64", path, ": tensor '", name, "' has dtype ", dtype,
+              ", only F32 (and I64 for counters) is supported");
+  t.dtype = dtype == "I64" ? DType::I64 : DType::F32;
+  uint64_t count = 1;
+  for (uint64_t d : field(entry, "shape", json::Value::Kind::Array, path, name).array) {
+    // Bounded by the file size: only a tensor that fits in the data section can be valid.
+    CRUMB_CHECK(d == 0 || count <= data_size / d, path, ": tensor '", name, "' has a shape larger than the file");
+    count *= d;
+    t.dims.push_back(static_cast<int64_t>(d));
+  }
+  const std::vector<uint64_t>& off = field(entry, "data_offsets", json::Value::Kind::Array, path, name).array;
+  CRUMB_CHECK(off.size() == 2, path, ": tensor '", name, "': data_offsets must be [begin, end]");
+  t.begin = off[0];
+  t.end = off[1];
+  CRUMB_CHECK(t.begin <= t.end && t.end <= data_size, path, ": tensor '", name, "': data_offsets [", t.begin, ", ",
+              t.end, "] lie outside the data section of ", data_size, " bytes (truncated file?)");
+  CRUMB_CHECK(t.end - t.begin == count * dtype_size(t.dtype), path, ": tensor '", name, "' of shape ",
+              dims_str(t.dims), " needs ", count * dtype_size(t.dtype), " bytes but its data_offsets span ",
+              t.end - t.begin);
+  return t;
+}
+
+// The tensors must tile the data section exactly: no overlap, no gap, nothing left over.
+void check_coverage(std::vector<const FileTensor*> ts, uint64_t data_size, const std::string& path) {
+  std::sort(ts.begin(), ts.end(), [](const FileTensor* a, const FileTensor* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  uint64_t covered = 0;
+  const FileTensor* prev = nullptr;
+  for (const FileTensor* t : ts) {
+    CRUMB_CHECK(t->begin >= covered, path, ": tensors '", prev ? prev->name : "", "' and '", t->name,
+                "' overlap in the data section");
+    CRUMB_CHECK(t->begin == covered, path, ": ", t->begin - covered, " unused bytes before tensor '", t->name,
+                "' in the data section");
+    covered = t->end;
+    prev = t;
+  }
+  CRUMB_CHECK(covered == data_size, path, ": data section has ", data_size, " bytes but the tensors cover ", covered);
+}
+
+struct Metadata {
+  std::vector<std::pair<std::string, std::string>> all;  // every entry, in file order
+  std::string model;
+  long long steps = 0;
+  // Files without an "optimizer" entry (written before AdamW, or by other writers) hold SGD state.
+  OptimizerKind optimizer = OptimizerKind::Sgd;
+  bool names_optimizer = false;  // "optimizer" or "optimizer_steps" present
+};
+
+Metadata parse_metadata(const json::Value& meta, const std::string& path) {
+  CRUMB_CHECK(meta.kind == json::Value::Kind::Object, path, ": ", kMetadata, " must be an object");
+  for (const auto& [k, v] : meta.members)
+    CRUMB_CHECK(v.kind == json::Value::Kind::String, path, ": ", kMetadata, " value '", k, "' must be a string, found ",
+                json::kind_name(v.kind));
+  Metadata m;
+  for (const auto& [k, v] : meta.members) m.all.push_back({k, v.string});
+  if (const json::Value* model = meta.find("model")) m.model = model->string;
+  if (const json::Value* kind = meta.find("optimizer")) {
+    const std::string& k = kind->string;
+    CRUMB_CHECK(k == "sgd" || k == "adamw", path, ": unknown optimizer \"", k, "\" in ", kMetadata,
+                " (expected sgd or adamw)");
+    m.optimizer = k == "sgd" ? OptimizerKind::Sgd : OptimizerKind::AdamW;
+    m.names_optimizer = true;
+  }
+  if (const json::Value* steps = meta.find("optimizer_steps")) {
+    const std::string& s = steps->string;
+    const bool digits = !s.empty() && s.size() <= 18 && std::all_of(s.begin(), s.end(), [](char c) {
+      return c >= '0' && c <= '9';
+    });
+    CRUMB_CHECK(digits, path, ": optimizer_steps \"", s, "\" is not a non-negative integer");
+    m.steps = std::stoll(s);
+    m.names_optimizer = true;
+  }
+  return m;
+}
+
+// A whole safetensors file, validated: header, metadata, tensors tiling the data section, data read.
+struct TensorFile {
+  std::string path;
+  Metadata meta;
+  std::vector<FileTensor> tensors;
+  std::vector<char> data;
+  const char* bytes(const FileTensor& t) const { return data.data() + t.begin; }
+};
+
+// with_data = false validates the layout and reads the header only (metadata lookups).
+TensorFile read_tensor_file(const std::string& path, bool with_data = true) {
+  TensorFile f;
+  f.path = path;
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below as no regular file).
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  CRUMB_CHECK(fd.get() >= 0, "cannot open checkpoint ", path, ": ", std::strerror(errno));
+  struct stat st;
+  CRUMB_CHECK(::fstat(fd.get(), &st) == 0, "cannot read checkpoint ", path, ": ", std::strerror(errno));
+  CRUMB_CHECK(S_ISREG(st.st_mode), "cannot read checkpoint ", path, ": not a regular file");
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  CRUMB_CHECK(size >= 8, path, ": not a safetensors file: ", size, " bytes, shorter than the 8-byte header length");
+  unsigned char len[8];
+  read_at(fd.get(), reinterpret_cast<char*>(len), 8, 0, path);
+  uint64_t header_size = 0;
+  for (int i = 0; i < 8; ++i) header_size |= static_cast<uint64_t>(len[i]) << (8 * i);
+  CRUMB_CHECK(header_size <= size - 8, path, ": header length ", header_size, " exceeds the file size of ", size,
+              " bytes (truncated or not a safetensors file)");
+  std::string header(header_size, '\0');
+  read_at(fd.get(), header.data(), header.size(), 8, path);
+  const json::Value root = json::parse(header, path + " header");
+  CRUMB_CHECK(root.kind == json::Value::Kind::Object, path, ": header must be a JSON object, found ",
+              json::kind_name(root.kind));
+  const uint64_t data_start = 8 + header_size, data_size = size - data_start;
+  for (const auto& [name, entry] : root.members) {
+    if (name == kMetadata)
+      f.meta = parse_metadata(entry, path);
+    else
+      f.tensors.push_back(parse_tensor(name, entry, data_size, path));
+  }
+  std::vector<const FileTensor*> all;
+  for (const FileTensor& t : f.tensors) all.push_back(&t);
+  check_coverage(all, data_size, path);
+  if (with_data) {
+    f.data.resize(data_size);
+    read_at(fd.get(), f.data.data(), f.data.size(), data_start, path);
+  }
+  return f;
+}
+
+// The first non-finite element of float32 data, or -1: a checkpoint never holds NaN or infinity.
+int64_t first_nonfinite(const char* data, std::size_t bytes) {
+  for (std::size_t i = 0; i < bytes / sizeof(float); ++i) {
+    float v;
+    std::memcpy(&v, data + i * sizeof(float), sizeof v);
+    if (!std::isfinite(v)) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+void check_finite(const Chunk& c, const std::string& path) {
+  if (c.dtype != DType::F32) return;
+  const int64_t i = first_nonfinite(c.data, c.bytes);
+  CRUMB_CHECK(i < 0, "refusing to write checkpoint ", path, ": '", c.name, "' holds a non-finite value at element ", i,
+              " (the run diverged; the previous checkpoint, if any, is left as it was)");
+}
+
+// Writes header and chunks to path through a temporary file, fsync and rename, so a crash or a full disk
+// never leaves a half-written file at path.
+void write_tensor_file(const std::string& path, const std::vector<Chunk>& chunks,
+                       const std::vector<std::pair<std::string, std::string>>& metadata) {
+  const std::string header = header_json(chunks, metadata);
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(static_cast<uint64_t>(header.size()) >> (8 * i));
+  // A name of its own (two writers never share one), created exclusively and never through a link: a
+  // file or link planted at the temporary name is refused instead of being written through.
+  static std::atomic<unsigned> counter{0};
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+  CRUMB_CHECK(fd.get() >= 0, "cannot write checkpoint ", path, ": creating ", tmp, ": ", std::strerror(errno));
+  try {
+    write_all(fd.get(), reinterpret_cast<const char*>(len), sizeof len, path);
+    write_all(fd.get(), header.data(), header.size(), path);
+    for (const Chunk& c : chunks) write_all(fd.get(), c.data, c.bytes, path);
+    // Data on disk before the rename makes it visible: otherwise a crash can leave an empty file at path.
+    CRUMB_CHECK(::fsync(fd.get()) == 0, "cannot write checkpoint ", path, ": fsync: ", std::strerror(errno));
+    CRUMB_CHECK(fd.close() == 0, "cannot write checkpoint ", path, ": close: ", std::strerror(errno));
+    CRUMB_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "cannot write checkpoint ", path, ": renaming ", tmp, ": ",
+                std::strerror(errno));
+    // The rename itself on disk: without it a crash can bring the old file back (or none).
+    const std::string dir = std::filesystem::path(path).parent_path().string();
+    Fd d(::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    CRUMB_CHECK(d.get() >= 0 && ::fsync(d.get()) == 0, "cannot write checkpoint ", path, ": fsync of its folder: ",
+                std::strerror(errno));
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+}
+
+bool exists(const std::string& path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+}  // namespace
+
+std::string optimizer_path(const std::string& path) { return path + ".optimizer"; }
+
+void check_checkpoint_path(const std::string& path) {
+  CRUMB_CHECK(!path.empty(), "checkpoint path is empty");
+  const std::filesystem::path p(path);
+  const std::string name = p.filename().string();
+  CRUMB_CHECK(!name.empty() && name != "." && name != "..", "cannot write checkpoint ", path,
+              ": it names a folder, not a file");
+  // The longest name written beside it: "<name>.optimizer.tmp.<pid>.<n>".
+  CRUMB_CHECK(name.size() + 40 <= NAME_MAX, "cannot write checkpoint ", path, ": the file name is too long (",
+              name.size(), " characters; at most ", NAME_MAX - 40, ")");
+  const std::string dir = p.parent_path().empty() ? "." : p.parent_path().string();
+  struct stat st;
+  CRUMB_CHECK(::stat(dir.c_str(), &st) == 0, "cannot write checkpoint ", path, ": folder ", dir, ": ",
+              std::strerror(errno));
+  CRUMB_CHECK(S_ISDIR(st.st_mode), "cannot write checkpoint ", path, ": ", dir, " is not a folder");
+  CRUMB_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, "cannot write checkpoint ", path, ": folder ", dir,
+              " is not writable");
+  for (const std::string& f : {path, optimizer_path(path)}) {
+    if (::lstat(f.c_str(), &st) != 0) continue;
+    CRUMB_CHECK(S_ISREG(st.st_mode) || S_ISLNK(st.st_mode), "cannot write checkpoint ", path, ": ", f,
+                S_ISDIR(st.st_mode) ? " is a folder" : " is not a regular file", "; it is never replaced");
+  }
+}
+
+void save_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt, const std::string& model_name,
+                     const CheckpointMetadata& run) {
+  check_float32(path, params);
+  check_checkpoint_path(path);
+  params.to_host();
+  if (opt) opt->to_host();
+  const Graph& g = params.graph();
+  std::vector<Chunk> chunks;
+  for (ValueId p : params.params())
+    chunks.push_back({g.value(p).name, DType::F32, &g.value(p).dims, static_cast<const char*>(params.data(p)),
+                      param_bytes(params, p)});
+  for (ValueId v : g.states())
+    chunks.push_back({g.value(v).name, g.value(v).dtype, &g.value(v).dims, static_cast<const char*>(params.state(v)),
+                      value_bytes(g, v)});
+  // Before either file is touched: a diverged model must not replace its optimizer's file either.
+  for (const Chunk& c : chunks) check_finite(c, path);
+  std::vector<std::pair<std::string, std::string>> meta{{"format", "crumb"}, {"model", model_name}};
+  if (opt) {
+    meta.push_back({"optimizer", optimizer_name(opt->kind())});
+    meta.push_back({"optimizer_steps", std::to_string(opt->steps())});
+  }
+  meta.insert(meta.end(), run.begin(), run.end());
+  if (opt) {
+    std::vector<Chunk> state;
+    for (const StateBlock& s : opt->state())
+      for (ValueId p : params.params())
+        state.push_back({kStatePrefix + s.name + "." + g.value(p).name, DType::F32, &g.value(p).dims,
+                         reinterpret_cast<const char*>(s.host()) + params.byte_offset(p), param_bytes(params, p)});
+    for (const Chunk& c : state) check_finite(c, optimizer_path(path));
+    // The optimizer's file first: a crash between the two renames leaves files whose step counts differ,
+    // which loading refuses, never a model paired with another run's optimizer state.
+    write_tensor_file(optimizer_path(path), state, meta);
+  } else if (exists(optimizer_path(path))) {
+    CRUMB_CHECK(::unlink(optimizer_path(path).c_str()) == 0, "cannot remove the stale ", optimizer_path(path), ": ",
+                std::strerror(errno));
+  }
+  write_tensor_file(path, chunks, meta);
+}
+
+CheckpointMetadata checkpoint_metadata(const std::string& path) { return read_tensor_file(path, false).meta.all; }
+
+void load_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt) {
+  check_float32(path, params);
+  const TensorFile model = read_tensor_file(path);
+  TensorFile optimizer;
+  const bool sidecar = opt && exists(optimizer_path(path));
+  if (sidecar) {
+    optimizer = read_tensor_file(optimizer_path(path));
+    CRUMB_CHECK(optimizer.meta.names_optimizer && model.meta.names_optimizer &&
+                    optimizer.meta.steps == model.meta.steps && optimizer.meta.optimizer == model.meta.optimizer,
+                optimizer.path, " does not belong to ", path, ": it holds ", optimizer_name(optimizer.meta.optimizer),
+                " state after ", optimizer.meta.steps, " steps, the model file was saved after ", model.meta.steps,
+                " (a save was interrupted; delete ", optimizer.path, " to restart the optimizer)");
+    for (const FileTensor& t : optimizer.tensors)
+      CRUMB_CHECK(t.name.compare(0, kStatePrefix.size(), kStatePrefix) == 0, optimizer.path, ": tensor '", t.name,
+                  "' is not optimizer state");
+  }
+  const Metadata& meta = sidecar ? optimizer.meta : model.meta;
+  std::unordered_map<std::string, std::pair<const FileTensor*, const char*>> by_name;
+  for (const TensorFile* f : {&model, static_cast<const TensorFile*>(&optimizer)})
+    for (const FileTensor& t : f->tensors) {
+      CRUMB_CHECK(by_name.emplace(t.name, std::make_pair(&t, f->bytes(t))).second, f->path, ": tensor '", t.name,
+                  "' is also in ", model.path);
+    }
+
+  const std::string from = meta.model.empty() ? "" : " (checkpoint of model '" + meta.model + "')";
+  const Graph& g = params.graph();
+  std::unordered_map<std::string, ValueId> param_named;
+  for (ValueId p : params.params()) param_named[g.value(p).name] = p;
+  auto check_shape = [&](const FileTensor& t, ValueId p) {
+    CRUMB_CHECK(t.dims == g.value(p).dims, path, ": tensor '", t.name, "' has shape ", dims_str(t.dims),
+                " but the model expects ", dims_str(g.value(p).dims), from);
+  };
+  // Parameters (F32) and non-trained state (its own dtype), by name, every one present.
+  std::unordered_map<std::string, ValueId> state_named;
+  for (ValueId v : g.states()) state_named[g.value(v).name] = v;
+  for (const std::vector<ValueId>* values : {&params.params(), &g.states()})
+    for (ValueId v : *values) {
+      const auto it = by_name.find(g.value(v).name);
+      CRUMB_CHECK(it != by_name.end(), path, ": ", g.value(v).kind == ValueKind::State ? "state" : "parameter", " '",
+                  g.value(v).name, "' ", dims_str(g.value(v).dims), " is missing", from);
+      const FileTensor& t = *it->second.first;
+      check_shape(t, v);
+      const DType want = g.value(v).kind == ValueKind::State ? g.value(v).dtype : DType::F32;
+      CRUMB_CHECK(t.dtype == want, path, ": tensor '", t.name, "' is ", dtype_name(t.dtype), " but the model's is ",
+                  dtype_name(want), from);
+    }
+  // Optimizer state: "optimizer.<state>.<param>", every parameter or none for each state name.
+  const std::vector<std::string>& known_state = state_names(meta.optimizer);
+  std::unordered_map<std::string, std::size_t> state_found;
+  for (const TensorFile* f : {&model, static_cast<const TensorFile*>(&optimizer)})
+    for (const FileTensor& t : f->tensors) {  // in file order, so the first problem is always the one named
+    const std::string& name = t.name;
+    const bool is_state = name.compare(0, kStatePrefix.size(), kStatePrefix) == 0;
+    std::string param_name = name;
+    if (is_state) {
+      const std::size_t dot = name.find('.', kStatePrefix.size());
+      const std::string state = name.substr(kStatePrefix.size(), dot - kStatePrefix.size());
+      CRUMB_CHECK(dot != std::string::npos &&
+                      std::find(known_state.begin(), known_state.end(), state) != known_state.end(),
+                  path, ": unknown tensor '", name, "' ", dims_str(t.dims), " is no state of optimizer ",
+                  optimizer_name(meta.optimizer), from);
+      param_name = name.substr(dot + 1);
+      ++state_found[state];
+    }
+    if (!is_state && state_named.count(name)) continue;
+    const auto it = param_named.find(param_name);
+    CRUMB_CHECK(it != param_named.end(), path, ": unknown tensor '", name, "' ", dims_str(t.dims),
+                " is not a parameter or state of this model", from);
+    if (is_state) {
+      check_shape(t, it->second);
+      CRUMB_CHECK(t.dtype == DType::F32, path, ": optimizer state '", name, "' must be F32", from);
+    }
+    }
+  for (const auto& [state, found] : state_found)
+    for (ValueId p : params.params())
+      CRUMB_CHECK(by_name.count(kStatePrefix + state + "." + g.value(p).name), path, ": optimizer ", state,
+                  " of parameter '", g.value(p).name, "' is missing while others are present");
+  const bool has_state = !state_found.empty();
+  // The optimizer is restored from its own file, or from the tensors of a file written before that
+  // file existed; otherwise it starts afresh (a weights-only file, such as one saved by PyTorch).
+  const bool restore = opt && (sidecar || has_state);
+  if (restore) {
+    CRUMB_CHECK(opt->kind() == meta.optimizer, path, ": holds the state of optimizer ", optimizer_name(meta.optimizer),
+                " but this run uses ", optimizer_name(opt->kind()), " (pass --optimizer ",
+                optimizer_name(meta.optimizer), " to resume it)");
+    if (has_state)
+      for (const StateBlock& s : opt->state())
+        CRUMB_CHECK(state_found.count(s.name), path, ": optimizer state '", s.name, "' is missing while ",
+                    state_found.begin()->first, " is present");
+  }
+
+  for (const auto& [name, entry] : by_name) {
+    if (entry.first->dtype != DType::F32) continue;
+    const int64_t i = first_nonfinite(entry.second, entry.first->end - entry.first->begin);
+    CRUMB_CHECK(i < 0, path, ": tensor '", name, "' holds a non-finite value at element ", i,
+                " (saved from a diverged run?)", from);
+  }
+  // Everything was read and checked before anything is written, so a failed load leaves the model as it was.
+  for (ValueId p : params.params()) std::memcpy(params.data(p), by_name[g.value(p).name].second, param_bytes(params, p));
+  for (ValueId v : g.states()) std::memcpy(params.state(v), by_name[g.value(v).name].second, value_bytes(g, v));
+  params.to_device();
+  if (!opt) return;
+  // State without a step count (a file from another writer) is still a started optimizer: with 0 steps
+  // SGD's first step would overwrite the loaded momentum with the gradient.
+  opt->set_steps(!restore ? 0 : has_state ? std::max(meta.steps, 1LL) : meta.steps);
+  for (const StateBlock& s : opt->state()) {
+    char* block = reinterpret_cast<char*>(s.host());
+    if (!has_state) {
+      std::memset(block, 0, s.block.size());
+      continue;
+    }
+    for (ValueId p : params.params())
+      std::memcpy(block + params.byte_offset(p), by_name[kStatePrefix + s.name + "." + g.value(p).name].second,
+                  param_bytes(params, p));
+  }
+  opt->to_device();
+}
+
+}  // namespace crumb

@@ -1,0 +1,184 @@
+#include "engine/io/json.h"
+
+#include <cstdio>
+#include <unordered_set>
+
+#include "engine/base/error.h"
+
+namespace crumb::json {
+namespace {
+
+// Nesting bound, so a hostile header of "{"a":{"a":{... cannot overflow the stack.
+constexpr int kMaxDepth = 16;
+
+// A byte as it may appear in a one-line message: garbage headers hold newlines and binary.
+std::string shown(char c) {
+  if (c >= 0x20 && c < 0x7f) return std::string("'") + c + "'";
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "byte 0x%02x", static_cast<unsigned char>(c));
+  return buf;
+}
+
+class Parser {
+ public:
+  Parser(const std::string& text, const std::string& source) : s_(text), source_(source) {}
+
+  Value document() {
+    Value v = value(0);
+    skip_ws();
+    if (i_ != s_.size()) fail("unexpected ", shown(s_[i_]), " after the end of the JSON value");
+    return v;
+  }
+
+ private:
+  template <class... A>
+  [[noreturn]] void fail(const A&... a) const {
+    CRUMB_FAIL(source_, ": invalid JSON at byte ", i_, ": ", a...);
+  }
+
+  void skip_ws() {
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r')) ++i_;
+  }
+
+  char peek() {
+    skip_ws();
+    if (i_ == s_.size()) fail("unexpected end of input");
+    return s_[i_];
+  }
+
+  void expect(char c) {
+    if (peek() != c) fail("expected '", c, "', found ", shown(s_[i_]));
+    ++i_;
+  }
+
+  Value value(int depth) {
+    const char c = peek();
+    Value v;
+    if (c == '{') {
+      if (depth >= kMaxDepth) fail("objects nested deeper than ", kMaxDepth);
+      object(v, depth);
+    } else if (c == '"') {
+      v.kind = Value::Kind::String;
+      v.string = string();
+    } else if (c == '[') {
+      v.kind = Value::Kind::Array;
+      array(v.array);
+    } else if (c >= '0' && c <= '9') {
+      v.kind = Value::Kind::Integer;
+      v.integer = integer();
+    } else {
+      fail("unsupported value starting with ", shown(c), " (only objects, strings, non-negative integers and arrays of them)");
+    }
+    return v;
+  }
+
+  void object(Value& v, int depth) {
+    v.kind = Value::Kind::Object;
+    expect('{');
+    if (peek() == '}') {
+      ++i_;
+      return;
+    }
+    std::unordered_set<std::string> seen;
+    while (true) {
+      if (peek() != '"') fail("expected a string key");
+      std::string key = string();
+      if (!seen.insert(key).second) fail("duplicate key \"", key, "\"");
+      expect(':');
+      v.members.emplace_back(std::move(key), value(depth + 1));
+      if (peek() == '}') {
+        ++i_;
+        return;
+      }
+      expect(',');
+    }
+  }
+
+  void array(std::vector<uint64_t>& out) {
+    expect('[');
+    if (peek() == ']') {
+      ++i_;
+      return;
+    }
+    while (true) {
+      const char c = peek();
+      if (c < '0' || c > '9') fail("arrays may only hold non-negative integers, found ", shown(c));
+      out.push_back(integer());
+      if (peek() == ']') {
+        ++i_;
+        return;
+      }
+      expect(',');
+    }
+  }
+
+  uint64_t integer() {
+    const std::size_t start = i_;
+    uint64_t n = 0;
+    while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') {
+      const uint64_t d = static_cast<uint64_t>(s_[i_] - '0');
+      if (n > (UINT64_MAX - d) / 10) fail("integer does not fit in 64 bits");
+      n = n * 10 + d;
+      ++i_;
+    }
+    if (i_ - start > 1 && s_[start] == '0') fail("integer with a leading zero");
+    if (i_ < s_.size() && (s_[i_] == '.' || s_[i_] == 'e' || s_[i_] == 'E')) fail("only integers are supported");
+    return n;
+  }
+
+  std::string string() {
+    ++i_;  // opening quote
+    std::string out;
+    while (true) {
+      if (i_ == s_.size()) fail("unterminated string");
+      const char c = s_[i_++];
+      if (c == '"') return out;
+      if (static_cast<unsigned char>(c) < 0x20) fail("control character in a string");
+      if (c != '\\') {
+        out += c;
+        continue;
+      }
+      if (i_ == s_.size()) fail("unterminated string");
+      const char e = s_[i_++];
+      if (e != '"' && e != '\\') fail("unsupported escape \\ followed by ", shown(e), " (only \\\" and \\\\)");
+      out += e;
+    }
+  }
+
+  const std::string& s_;
+  const std::string& source_;
+  std::size_t i_ = 0;
+};
+
+}  // namespace
+
+const Value* Value::find(const std::string& key) const {
+  if (kind != Kind::Object) return nullptr;
+  for (const auto& [k, v] : members)
+    if (k == key) return &v;
+  return nullptr;
+}
+
+const char* kind_name(Value::Kind k) {
+  switch (k) {
+    case Value::Kind::Object: return "an object";
+    case Value::Kind::String: return "a string";
+    case Value::Kind::Integer: return "an integer";
+    case Value::Kind::Array: return "an array";
+  }
+  return "?";
+}
+
+Value parse(const std::string& text, const std::string& source) { return Parser(text, source).document(); }
+
+std::string quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    CRUMB_CHECK(static_cast<unsigned char>(c) >= 0x20, "cannot write control characters in JSON string \"", s, "\"");
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+}  // namespace crumb::json

@@ -1,0 +1,124 @@
+#include "engine/optim/optimizer.h"
+
+#include <utility>
+#include <vector>
+
+#include "engine/base/registry.h"
+#include "engine/optim/adamw.h"
+#include "engine/device/backend.h"
+#include "engine/base/error.h"
+#include "engine/optim/sgd.h"
+#include "kernels/cpu/kernels.h"
+
+namespace crumb {
+
+const char* optimizer_name(OptimizerKind kind) { return kind == OptimizerKind::Sgd ? "sgd" : "adamw"; }
+
+void OptimizerConfig::validate() const {
+  CRUMB_CHECK(lr > 0, "learning rate must be > 0, got ", lr);
+  CRUMB_CHECK(weight_decay >= 0, "weight decay must be >= 0, got ", weight_decay);
+  if (kind == OptimizerKind::Sgd) {
+    CRUMB_CHECK(momentum >= 0 && momentum < 1, "momentum must be in [0, 1), got ", momentum);
+    CRUMB_CHECK(!nesterov || momentum > 0, "Nesterov momentum needs a momentum > 0");
+  } else {
+    CRUMB_CHECK(beta1 >= 0 && beta1 < 1, "beta1 must be in [0, 1), got ", beta1);
+    CRUMB_CHECK(beta2 >= 0 && beta2 < 1, "beta2 must be in [0, 1), got ", beta2);
+    CRUMB_CHECK(eps > 0, "eps must be > 0, got ", eps);
+  }
+  schedule.validate();
+}
+
+const std::vector<std::string>& state_names(OptimizerKind kind) {
+  static const std::vector<std::string> sgd{"momentum"}, adamw{"exp_avg", "exp_avg_sq"};
+  return kind == OptimizerKind::Sgd ? sgd : adamw;
+}
+
+std::vector<std::string> state_names(const OptimizerConfig& cfg) {
+  if (cfg.kind == OptimizerKind::Sgd && cfg.momentum == 0) return {};
+  return state_names(cfg.kind);
+}
+
+Optimizer::Optimizer(ParamStore& params, const OptimizerConfig& cfg) : params_(params), cfg_(cfg) {
+  CRUMB_CHECK(params.dtype() == DType::F32, optimizer_name(cfg.kind), " runs on float32 parameters");
+  cfg.validate();
+  for (const std::string& name : state_names(cfg)) state_.push_back({name, MirroredBuffer(params.bytes(), params.device(), params.index())});
+  nonfinite_ = Buffer(sizeof(uint64_t), memory_of(params.device()), params.index());
+}
+
+void Optimizer::step() {
+  Backend& b = backend(params_.device(), params_.index());
+  b.activate();
+  update(lr(steps_));
+  ++steps_;
+  optimizer_kernels(params_.device())
+      .count_nonfinite(b, reinterpret_cast<uint64_t*>(nonfinite_.data()),
+                       static_cast<const float*>(params_.device_data_block()), params_.count());
+}
+
+uint64_t Optimizer::nonfinite_parameters() {
+  uint64_t count = 0;
+  backend(params_.device(), params_.index()).read_back(&count, nonfinite_.data(), sizeof count);
+  return count;
+}
+
+void Optimizer::set_total_steps(long long total) {
+  LrSchedule s = cfg_.schedule;
+  s.total_steps = total;
+  s.validate();
+  cfg_.schedule = s;
+}
+
+std::size_t Optimizer::state_bytes() const {
+  std::size_t bytes = 0;
+  for (const StateBlock& s : state_) bytes += s.block.size();
+  return bytes;
+}
+
+void Optimizer::to_host() {
+  for (StateBlock& s : state_) s.block.to_host();
+}
+
+void Optimizer::to_device() {
+  for (StateBlock& s : state_) s.block.to_device();
+}
+
+void Optimizer::set_steps(long long steps) {
+  CRUMB_CHECK(steps >= 0, "optimizer step count must be >= 0, got ", steps);
+  steps_ = steps;
+}
+
+std::unique_ptr<Optimizer> make_optimizer(ParamStore& params, const OptimizerConfig& cfg) {
+  if (cfg.kind == OptimizerKind::Sgd) return std::make_unique<Sgd>(params, cfg);
+  return std::make_unique<AdamW>(params, cfg);
+}
+
+namespace {
+std::vector<std::pair<Device, const OptimizerKernels*>>& kernel_table() {
+  static std::vector<std::pair<Device, const OptimizerKernels*>> table;
+  return table;
+}
+
+const OptimizerKernels kCpuKernels = {
+    [](Backend&, float* p, const float* g, float* m, std::size_t n, float lr, float momentum, float wd, bool nesterov,
+       bool first) { cpu::sgd_momentum_step(p, g, m, n, lr, momentum, wd, nesterov, first); },
+    [](Backend&, float* p, const float* g, float* m, float* v, std::size_t n, const AdamWScalars& s) {
+      cpu::adamw_step(p, g, m, v, n, s);
+    },
+    [](Backend&, uint64_t* out, const float* x, std::size_t n) { *out = cpu::count_nonfinite(x, n); },
+};
+}  // namespace
+
+CRUMB_ON_LOAD { register_optimizer_kernels(Device::CPU, kCpuKernels); }
+
+void register_optimizer_kernels(Device device, const OptimizerKernels& kernels) {
+  kernel_table().emplace_back(device, &kernels);
+}
+
+const OptimizerKernels& optimizer_kernels(Device device) {
+  for (const auto& [d, k] : kernel_table())
+    if (d == device) return *k;
+  backend(device);  // throws, ending in "use --device cpu", where the build has no such device
+  CRUMB_FAIL("the ", device_name(device), " backend has no optimizer kernels");
+}
+
+}  // namespace crumb

@@ -1,0 +1,118 @@
+// Optimizers behind one interface, applied once per batch in one pass over the whole parameter block
+// (one kernel launch on CUDA, on the compute stream). Each keeps its persistent state in blocks of the
+// parameter block's layout, on the parameters' device, named by PyTorch's state keys ("momentum_buffer"
+// is "momentum" here, as in Crumb's checkpoints; AdamW: "exp_avg", "exp_avg_sq"), and counts its steps;
+// the learning rate of each step comes from the schedule (engine/optim/lr_schedule.h).
+//   sgd:   torch.optim.SGD (dampening 0), momentum, Nesterov, weight decay added to the gradient (L2)
+//   adamw: torch.optim.AdamW (bias correction, decoupled weight decay), op for op in float32
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/device/buffer.h"
+#include "engine/optim/lr_schedule.h"
+#include "kernels/adamw_scalars.h"
+#include "engine/run/params.h"
+
+namespace crumb {
+
+enum class OptimizerKind { Sgd, AdamW };
+const char* optimizer_name(OptimizerKind kind);  // "sgd" | "adamw"
+
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::Sgd;
+  // Doubles, as PyTorch's hyper-parameters are Python floats: the host arithmetic (bias corrections,
+  // schedules) runs in double and each value is rounded to float only where a float32 op takes it.
+  double lr = 0.01;
+  double weight_decay = 0;  // sgd: L2 term added to the gradient; adamw: decoupled, p *= 1 - lr * wd
+  double momentum = 0;      // sgd
+  bool nesterov = false;    // sgd; needs momentum
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adamw
+  LrSchedule schedule;
+  // Throws crumb::Error naming the bad field.
+  void validate() const;
+};
+
+// The state blocks an optimizer of this kind can keep, by name.
+const std::vector<std::string>& state_names(OptimizerKind kind);
+// The state blocks this configuration keeps (SGD without momentum keeps none).
+std::vector<std::string> state_names(const OptimizerConfig& cfg);
+
+class Backend;
+
+// One device's optimizer kernels, each one pass over the flat parameter block, in order with the
+// device's other work. Registered per device like the op rows: the CPU's in engine/optim/optimizer.cc,
+// CUDA's in engine/optim/optimizer_cuda.cc.
+struct OptimizerKernels {
+  void (*sgd)(Backend& b, float* params, const float* grads, float* momentum_buf, std::size_t count, float lr,
+              float momentum, float weight_decay, bool nesterov, bool first_step);
+  void (*adamw)(Backend& b, float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
+                std::size_t count, const AdamWScalars& s);
+  // *out (the device's memory) = elements of x that are NaN or infinite.
+  void (*count_nonfinite)(Backend& b, uint64_t* out, const float* x, std::size_t count);
+};
+// Adds a device's kernels, at load time (CRUMB_ON_LOAD).
+void register_optimizer_kernels(Device device, const OptimizerKernels& kernels);
+// Throws crumb::Error (ending in "use --device cpu") for a device this build has not.
+const OptimizerKernels& optimizer_kernels(Device device);
+
+// One persistent block of optimizer state, element i belonging to element i of the parameter block.
+struct StateBlock {
+  std::string name;
+  MirroredBuffer block;
+  // The host copy; on CUDA current after Optimizer::to_host().
+  float* host() const { return reinterpret_cast<float*>(block.host()); }
+  float* device() const { return reinterpret_cast<float*>(block.device()); }
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  OptimizerKind kind() const { return cfg_.kind; }
+  const OptimizerConfig& config() const { return cfg_; }
+  // Updates every parameter from the gradients at lr(steps()), then counts the step. Also counts, on the
+  // device and in order with the update, the parameters the step left NaN or infinite.
+  void step();
+  // How many parameters the last step left NaN or infinite (0 before any step): a diverged run, which
+  // the ReLU can hide from the loss (it maps NaN to 0). Waits for the step (cheap right after the next
+  // batch, which waits for it anyway).
+  uint64_t nonfinite_parameters();
+  // The learning rate of optimizer step `step` (0-based).
+  double lr(long long step) const { return cfg_.schedule.lr(cfg_.lr, step); }
+  // The cosine schedule's horizon: a run resumed at step s of n more steps anneals to 0 at s + n.
+  void set_total_steps(long long total);
+
+  // Zero-filled at construction, as PyTorch's lazily created state.
+  const std::vector<StateBlock>& state() const { return state_; }
+  std::size_t state_bytes() const;
+  void to_host();
+  void to_device();
+  long long steps() const { return steps_; }
+  // Resuming from a checkpoint: the count decides whether SGD starts its momentum afresh and the size
+  // of AdamW's bias corrections, and where the schedule stands.
+  void set_steps(long long steps);
+
+ protected:
+  Optimizer(ParamStore& params, const OptimizerConfig& cfg);
+  // The update of step steps() (0-based) at learning rate lr, enqueued on the parameters' device.
+  virtual void update(double lr) = 0;
+  float* device_state(std::size_t i) const { return state_[i].device(); }
+
+  ParamStore& params_;
+  OptimizerConfig cfg_;
+
+ private:
+  std::vector<StateBlock> state_;
+  long long steps_ = 0;
+  Buffer nonfinite_;  // 8 bytes in the device's memory: the last step's count
+};
+
+// The optimizer of cfg.kind over params (float32), state allocated on params' device. Throws
+// crumb::Error on an invalid configuration.
+std::unique_ptr<Optimizer> make_optimizer(ParamStore& params, const OptimizerConfig& cfg);
+
+}  // namespace crumb

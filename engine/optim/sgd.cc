@@ -1,0 +1,24 @@
+#include "engine/optim/sgd.h"
+
+#include "engine/device/backend.h"
+#include "engine/base/error.h"
+
+namespace crumb {
+
+Sgd::Sgd(ParamStore& params, const OptimizerConfig& cfg) : Optimizer(params, cfg) {
+  CRUMB_CHECK(cfg.kind == OptimizerKind::Sgd, "Sgd built from a ", optimizer_name(cfg.kind), " configuration");
+}
+
+void Sgd::update(double lr) {
+  float* p = static_cast<float*>(params_.device_data_block());
+  const float* g = static_cast<const float*>(params_.device_grad_block());
+  float* m = state().empty() ? nullptr : device_state(0);
+  // On the first step the buffer starts as the gradient (PyTorch clones it), whatever it holds.
+  const bool first = steps() == 0;
+  const auto flr = static_cast<float>(lr), momentum = static_cast<float>(cfg_.momentum),
+             wd = static_cast<float>(cfg_.weight_decay);
+  optimizer_kernels(params_.device())
+      .sgd(backend(params_.device(), params_.index()), p, g, m, params_.count(), flr, momentum, wd, cfg_.nesterov, first);
+}
+
+}  // namespace crumb

@@ -1,0 +1,35 @@
+// What the memory strategy (engine/strategy/memory_strategy.h) predicts step times from: each node's kernel time,
+// measured on this machine by running the training pass once at a small micro-batch, and the bandwidth of
+// copies between the device and the host pool, measured with the same copy queue swapping uses. Kernel
+// times scale linearly with the micro-batch size (per-sample work; on the CPU, measured to hold within a
+// few percent past a handful of samples, docs/memory.md), and a recomputed node costs what its original did.
+#pragma once
+#include <string>
+#include <unordered_map>
+
+#include "engine/graph/graph.h"
+
+namespace crumb {
+
+struct CostModel {
+  int measured_batch = 0;
+  std::unordered_map<std::string, double> node_seconds;  // by node name, at measured_batch samples
+  double seconds_per_byte = 0;                           // a copy to or from the host pool
+  // Whether copies overlap the kernels: on a GPU the copy engines run beside the SMs; on the CPU the copy
+  // thread takes a core and memory bandwidth from the kernels' threads, so a copy's time adds to the step.
+  bool copies_overlap = true;
+
+  // Seconds of node n at a micro-batch of m samples: its own measured time, or for a node a memory
+  // strategy added, the time of the node it recomputes (a copy or a wait: 0; they are simulated).
+  double seconds(const Node& n, int m) const;
+  // The training pass of g at m samples, simulated: nodes one after another, copies one after another
+  // on their own queue (or, where copies do not overlap, in line with the nodes), a wait holding the nodes
+  // until its copy is done. Returns the seconds of a step.
+  double simulate(const Graph& g, int m) const;
+};
+
+// Runs g's training pass (g must have its backward) at min(m, 4) samples on the CPU, min(m, 32) on a GPU:
+// once to warm up, then two timed runs, keeping each node's fastest; then copies of 16 MiB each way, fastest of three.
+CostModel measure_costs(const Graph& g, int m, Device device, int index = 0);
+
+}  // namespace crumb

@@ -1,0 +1,355 @@
+#include "engine/strategy/memory_strategy.h"
+
+#include <algorithm>
+#include <iomanip>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <unordered_map>
+
+#include "engine/base/error.h"
+#include "engine/graph/op.h"
+#include "engine/strategy/recompute.h"
+#include "engine/graph/saved_values.h"
+#include "engine/strategy/swap.h"
+
+namespace crumb {
+
+Strategy parse_strategy(const std::string& name) {
+  for (Strategy s : {Strategy::Auto, Strategy::MicroBatch, Strategy::Swap, Strategy::Recompute, Strategy::None})
+    if (name == strategy_name(s)) return s;
+  CRUMB_FAIL("unknown --strategy '", name, "' (use auto, micro-batch, swap, recompute or none)");
+}
+
+const char* strategy_name(Strategy s) {
+  switch (s) {
+    case Strategy::Auto: return "auto";
+    case Strategy::MicroBatch: return "micro-batch";
+    case Strategy::Swap: return "swap";
+    case Strategy::Recompute: return "recompute";
+    case Strategy::None: return "none";
+  }
+  return "auto";
+}
+
+namespace {
+
+std::size_t bytes_at(const Graph& g, ValueId v, int m) {
+  return align_up(static_cast<std::size_t>(g.value(v).count(m)) * dtype_size(g.value(v).dtype));
+}
+
+// A rewrite of the base graph tried at one micro-batch size, planned (not compiled: the base graph's
+// kernels and workspace sizes stand for the rewritten one's, whose added nodes need no workspace).
+struct Trial {
+  Graph graph;
+  std::vector<ValueId> swapped, recomputed;
+  MemoryPlan plan;
+  std::size_t total = 0;
+};
+
+class Search {
+ public:
+  Search(const Graph& g, const StrategyRequest& r, int m, const CostModel* costs)
+      : g_(g), m_(m), costs_(costs), base_(plan_micro_batch(g, m, r.optimizer, r.device, r.index)) {
+    count_loader(g, r.batch, base_);
+    fixed_ = base_.memory.total() - base_.memory.arena;
+    const std::vector<NodeId>& order = base_.train.plan.order;
+    for (std::size_t s = 0; s < order.size(); ++s) workspace_[g.node(order[s]).name] = base_.train.steps[s].workspace;
+    saved_ = saved_values(g);
+    is_saved_.assign(g.num_values(), false);
+    for (const SavedValue& s : saved_) is_saved_[s.value] = true;
+  }
+
+  std::size_t in_memory_total() const { return base_.memory.total(); }
+
+  Trial trial(const std::vector<ValueId>& recomputed, const std::vector<ValueId>& swapped) const {
+    Trial t{g_, {}, recomputed, {}, 0};
+    if (!recomputed.empty()) recompute(t.graph, recomputed);
+    if (!swapped.empty()) {
+      SwapTiming timing;
+      if (costs_) {
+        for (NodeId i = 0; i < t.graph.num_nodes(); ++i) timing.node_seconds.push_back(costs_->seconds(t.graph.node(i), m_));
+        timing.seconds_per_byte = costs_->seconds_per_byte;
+      }
+      // Room to prefetch the next two values back while the current one is read.
+      for (ValueId v : swapped) timing.window_bytes = std::max(timing.window_bytes, 2 * bytes_at(g_, v, m_));
+      t.swapped = swap(t.graph, swapped, m_, timing).swapped;
+    }
+    std::vector<std::size_t> workspace;
+    for (NodeId id : pass_order(t.graph, Pass::Train)) {
+      const auto it = workspace_.find(t.graph.node(id).name);
+      workspace.push_back(it == workspace_.end() ? 0 : it->second);
+    }
+    t.plan = plan_pass(t.graph, Pass::Train, m_, workspace);
+    t.total = fixed_ + std::max(t.plan.arena_bytes, base_.eval.plan.arena_bytes);
+    return t;
+  }
+
+  // Adds values to swap or recompute, those live at the plan's peak first, until the plan fits `budget`
+  // or nothing live at the peak can go. A step that does not lower the total is undone and its first
+  // value set aside (recomputed values still take memory in the backward pass, so a value does not
+  // always save what it weighs). Returns the trial that fits, else the smallest one seen.
+  Trial greedy(bool allow_swap, bool allow_recompute, std::size_t budget) const {
+    std::vector<ValueId> recomputed, swapped;
+    std::vector<bool> taken(g_.num_values(), false);
+    Trial best = trial(recomputed, swapped);
+    bool one_at_a_time = false;
+    while (best.total > budget) {
+      const std::vector<Option> options = live_at_peak(best, taken, allow_swap, allow_recompute);
+      if (options.empty()) break;
+      // Enough of the best options to cover half the excess in one step (a trial per value would be slow
+      // on deep graphs), or one after a step that did not pay.
+      const double goal = double(best.total - budget) / 2;
+      std::vector<ValueId> try_recomputed = recomputed, try_swapped = swapped;
+      double covered = 0;
+      for (const Option& o : options) {
+        if (covered > 0 && (one_at_a_time || covered >= goal)) break;
+        covered += double(bytes_at(g_, o.value, m_));
+        if (o.swap) try_swapped.push_back(o.value);
+        else try_recomputed.insert(try_recomputed.end(), o.closure.begin(), o.closure.end());
+      }
+      std::sort(try_recomputed.begin(), try_recomputed.end());
+      try_recomputed.erase(std::unique(try_recomputed.begin(), try_recomputed.end()), try_recomputed.end());
+      Trial t = trial(try_recomputed, try_swapped);
+      if (t.total < best.total) {
+        for (const Option& o : options) {
+          if (std::find(try_swapped.begin(), try_swapped.end(), o.value) == try_swapped.end() &&
+              !std::binary_search(try_recomputed.begin(), try_recomputed.end(), o.value))
+            continue;
+          taken[o.value] = true;
+          for (ValueId u : o.closure) taken[u] = true;
+        }
+        recomputed = std::move(try_recomputed);
+        swapped = std::move(try_swapped);
+        best = std::move(t);
+        one_at_a_time = false;
+      } else {
+        taken[options.front().value] = true;  // set aside: it did not pay at this point
+        one_at_a_time = true;
+      }
+    }
+    return best;
+  }
+
+ private:
+  struct Option {
+    double score;  // bytes saved per predicted second added
+    ValueId value;
+    bool swap;
+    std::vector<ValueId> closure;  // recomputed along with value
+  };
+
+  // The saved values not yet taken whose storage is live at the plan's peak, each with its cheaper way out
+  // of the arena, best first.
+  std::vector<Option> live_at_peak(const Trial& t, const std::vector<bool>& taken, bool allow_swap,
+                                   bool allow_recompute) const {
+    std::size_t peak = 0;
+    for (std::size_t s = 0; s < t.plan.live_bytes.size(); ++s)
+      if (t.plan.live_bytes[s] + t.plan.step_workspace[s] > t.plan.live_bytes[peak] + t.plan.step_workspace[peak])
+        peak = s;
+    // A value is live at the peak when its storage block is: its own lifetime, or that of the values it
+    // shares storage with (an in-place ReLU's output keeps its input's block).
+    std::unordered_map<ValueId, std::pair<int, int>> block_life;
+    for (ValueId v = 0; v < t.graph.num_values(); ++v) {
+      const ValueId b = t.plan.block_of[v];
+      if (b < 0) continue;
+      auto [it, fresh] = block_life.try_emplace(b, t.plan.first[v], t.plan.last[v]);
+      if (!fresh) it->second = {std::min(it->second.first, t.plan.first[v]), std::max(it->second.second, t.plan.last[v])};
+    }
+    std::vector<Option> options;
+    for (const SavedValue& s : saved_) {
+      const ValueId v = s.value;
+      if (taken[v] || t.plan.block_of[v] < 0) continue;
+      const auto [first, last] = block_life.at(t.plan.block_of[v]);
+      if (first > static_cast<int>(peak) || last < static_cast<int>(peak)) continue;
+      const double bytes = double(bytes_at(g_, v, m_));
+      std::optional<Option> best;
+      if (allow_recompute) {
+        std::vector<ValueId> closure = recompute_closure(g_, v, is_saved_);
+        if (!closure.empty()) {
+          double extra = 0;
+          for (ValueId u : closure) extra += cost(g_.value(u).producer);
+          best = Option{bytes / (extra + kTiny), v, false, std::move(closure)};
+        }
+      }
+      if (allow_swap) {
+        double gap = 0;
+        for (int i = s.last_forward + 1; i < s.first_backward; ++i) gap += cost(i);
+        const double copies = costs_ ? 2 * bytes * costs_->seconds_per_byte : 1.0;
+        const double hidden = costs_ && !costs_->copies_overlap ? 0.0 : gap;
+        const double score = bytes / (std::max(0.0, copies - hidden) + kTiny);
+        if (!best || score > best->score) best = Option{score, v, true, {}};
+      }
+      if (best) options.push_back(std::move(*best));
+    }
+    // Stable: among equals (on the CPU every swap costs the same per byte) the earliest computed goes first.
+    std::stable_sort(options.begin(), options.end(), [](const Option& a, const Option& b) { return a.score > b.score; });
+    return options;
+  }
+
+  static constexpr double kTiny = 1e-9;
+  // Seconds of base-graph node i at m (one unit per node without a cost model).
+  double cost(NodeId i) const { return costs_ ? costs_->seconds(g_.node(i), m_) : 1.0; }
+
+  const Graph& g_;
+  int m_;
+  const CostModel* costs_;
+  MicroBatchPlan base_;
+  std::size_t fixed_ = 0;  // everything but the arena
+  std::unordered_map<std::string, std::size_t> workspace_;
+  std::vector<SavedValue> saved_;
+  std::vector<bool> is_saved_;
+};
+
+// The techniques a strategy may use, and in what combinations: auto tries both together, then each alone.
+struct Technique {
+  bool swap, recompute;
+};
+std::vector<Technique> techniques(Strategy s) {
+  if (s == Strategy::Swap) return {{true, false}};
+  if (s == Strategy::Recompute) return {{false, true}};
+  return {{true, true}, {true, false}, {false, true}};
+}
+
+// The trial that fits the budget at this search's micro-batch with the least predicted step time, if any.
+std::optional<Trial> best_fit(const Search& s, Strategy strategy, std::size_t budget, const CostModel& costs, int m) {
+  std::optional<Trial> best;
+  double best_seconds = 0;
+  for (const Technique& t : techniques(strategy)) {
+    Trial trial = s.greedy(t.swap, t.recompute, budget);
+    // The greedy's path depends on the budget (each step covers half the excess), so where it stops
+    // short, the path to the least it can reach may still fit: it takes more out than needed, but fits.
+    if (trial.total > budget) trial = s.greedy(t.swap, t.recompute, 0);
+    if (trial.total > budget) continue;
+    const double seconds = costs.simulate(trial.graph, m);
+    if (!best || seconds < best_seconds) best = std::move(trial), best_seconds = seconds;
+  }
+  return best;
+}
+
+// what_m: the micro-batch and why it is that size ("--micro-batch 32", "micro-batch 32 (one BatchNorm group)").
+[[noreturn]] void fail_budget(const Search& s, Strategy strategy, const std::string& what_m, std::size_t budget) {
+  // auto's least is the best of the three ways it tries (both together can end above swapping alone).
+  const std::size_t both = s.greedy(true, true, 0).total, swap = s.greedy(true, false, 0).total,
+                    recompute = s.greedy(false, true, 0).total;
+  const std::string least = detail::concat(", swap ", format_bytes(swap), ", recompute ", format_bytes(recompute),
+                                           ", auto ", format_bytes(std::min({both, swap, recompute})));
+  CRUMB_FAIL("memory budget ", format_bytes(budget), " cannot hold ", what_m, " with ",
+             strategy == Strategy::Auto ? "any strategy" : "--strategy " + std::string(strategy_name(strategy)),
+             "; the least each needs: in memory ", format_bytes(s.in_memory_total()), least,
+             " (raise --memory-budget, or lower --micro-batch / --bn-group)");
+}
+
+}  // namespace
+
+StrategyPlan plan_strategy(Graph& g, const StrategyRequest& r) {
+  CRUMB_CHECK(r.batch >= 1, "batch must be >= 1, got ", r.batch);
+  StrategyPlan out;
+  out.choice.requested = r.strategy;
+  const bool forced = r.micro_batch > 0;
+  if (forced) check_micro_batch(g, r.micro_batch, r.batch);
+  auto in_memory = [&](int m) {
+    out.plan = plan_micro_batch(g, m, r.optimizer, r.device, r.index);
+    count_loader(g, r.batch, out.plan);
+    out.choice.used = "in memory";
+    out.choice.in_memory_total = out.plan.memory.total();
+    return out.plan.memory.total() <= r.budget;
+  };
+  if (r.strategy == Strategy::None || (r.strategy == Strategy::MicroBatch && forced)) {
+    const int m = std::min(forced ? r.micro_batch : r.batch, r.batch);
+    CRUMB_CHECK(in_memory(m), forced ? "--micro-batch " : "the whole batch of ", m, " needs ",
+                format_bytes(out.plan.memory.total()), " which exceeds --memory-budget ", format_bytes(r.budget),
+                forced ? " (raise --memory-budget, drop --micro-batch to pick the largest that fits, or use --strategy "
+                         "auto to swap and recompute)"
+                       : " (--strategy none runs the batch as one micro-batch in memory: use --strategy auto)");
+    return out;
+  }
+  // Micro-batching alone, where it can do it.
+  if (!forced && (r.strategy == Strategy::MicroBatch || r.strategy == Strategy::Auto)) {
+    try {
+      out.plan = choose_micro_batch(g, r.batch, r.budget, r.optimizer, r.device, r.index);
+      out.choice.used = "micro-batch";
+      out.choice.in_memory_total = out.plan.memory.total();
+      return out;
+    } catch (const Error&) {
+      if (r.strategy == Strategy::MicroBatch) throw;
+    }
+  }
+  if (forced && r.strategy == Strategy::Auto && in_memory(std::min(r.micro_batch, r.batch))) return out;
+
+  const int multiple = micro_batch_multiple(g);
+  const int q = multiple == 0 ? r.batch : multiple;
+  auto m_of = [&](int k) { return static_cast<int>(std::min<int64_t>(int64_t{k} * q, r.batch)); };
+  int m = forced ? std::min(r.micro_batch, r.batch) : m_of(1);
+  CostModel costs = measure_costs(g, m, r.device, r.index);
+  auto search = std::make_unique<Search>(g, r, m, &costs);
+  std::optional<Trial> chosen = best_fit(*search, r.strategy, r.budget, costs, m);
+  if (!chosen)
+    fail_budget(*search, r.strategy,
+                forced          ? "--micro-batch " + std::to_string(m)
+                : multiple == 0 ? "the whole batch of " + std::to_string(m) +
+                                      " as one micro-batch (BatchNorm over the batch: --bn-group batch; a smaller "
+                                      "--bn-group or --norm gn lifts this)"
+                : q > 1         ? "micro-batch " + std::to_string(m) + " (one BatchNorm group, --bn-group)"
+                                : "micro-batch 1",
+                r.budget);
+  // --strategy swap or recompute with m free: the largest m they fit (memory grows with m).
+  if (!forced && r.strategy != Strategy::Auto) {
+    int lo = 1, hi = (r.batch + q - 1) / q;
+    while (lo < hi) {
+      const int mid = lo + (hi - lo + 1) / 2;
+      auto candidate = std::make_unique<Search>(g, r, m_of(mid), &costs);
+      std::optional<Trial> t = best_fit(*candidate, r.strategy, r.budget, costs, m_of(mid));
+      if (t) {
+        lo = mid;
+        chosen = std::move(t);
+        search = std::move(candidate);
+        m = m_of(mid);
+      } else {
+        hi = mid - 1;
+      }
+    }
+  }
+  out.choice.in_memory_total = search->in_memory_total();
+  out.choice.in_memory_seconds = costs.simulate(g, m);
+  out.choice.swapped = chosen->swapped;
+  out.choice.recomputed = chosen->recomputed;
+  out.choice.used = chosen->swapped.empty() ? (chosen->recomputed.empty() ? "in memory" : "recompute")
+                                            : (chosen->recomputed.empty() ? "swap" : "swap+recompute");
+  g = std::move(chosen->graph);
+  out.choice.predicted_seconds = costs.simulate(g, m);
+  out.choice.costs = std::move(costs);
+  out.plan = plan_micro_batch(g, m, r.optimizer, r.device, r.index);
+  count_loader(g, r.batch, out.plan);
+  return out;
+}
+
+void write_strategy_report(std::ostream& os, const Graph& g, const StrategyPlan& p) {
+  const StrategyChoice& c = p.choice;
+  if (c.swapped.empty() && c.recomputed.empty()) return;
+  const int m = p.plan.micro_batch;
+  std::size_t swapped = 0, recomputed = 0;
+  for (ValueId v : c.swapped) swapped += bytes_at(g, v, m);
+  for (ValueId v : c.recomputed) recomputed += bytes_at(g, v, m);
+  os << "strategy " << strategy_name(c.requested) << ": " << c.used << " at micro-batch " << m << ": "
+     << c.recomputed.size() << " values recomputed (" << format_bytes(recomputed) << "), " << c.swapped.size()
+     << " swapped to the host pool (" << format_bytes(swapped) << ")\n"
+     << "  memory " << format_bytes(p.plan.memory.total()) << " against " << format_bytes(c.in_memory_total)
+     << " in memory; host pool " << format_bytes(p.plan.memory.host_pool) << "\n"
+     << std::fixed << std::setprecision(2) << "  predicted step " << c.predicted_seconds * 1e3 << " ms against "
+     << c.in_memory_seconds * 1e3 << " ms in memory ("
+     << (c.in_memory_seconds > 0 ? 100.0 * (c.predicted_seconds / c.in_memory_seconds - 1) : 0.0)
+     << "%); kernel times measured at " << c.costs.measured_batch << " samples, copies at "
+     << (c.costs.seconds_per_byte > 0 ? 1e-9 / c.costs.seconds_per_byte : 0.0) << " GB/s"
+     << (c.costs.copies_overlap ? ", beside the kernels" : ", in line with the kernels (a CPU copy thread)") << "\n";
+  os.unsetf(std::ios::floatfield);
+  auto line = [&](const char* what, ValueId v) {
+    const Node& n = g.node(g.value(v).producer);
+    os << "  " << std::left << std::setw(10) << what << std::setw(34) << g.value(v).name << std::setw(22) << n.def->name
+       << std::right << std::setw(12) << format_bytes(bytes_at(g, v, m)) << "\n";
+  };
+  for (ValueId v : c.recomputed) line("recompute", v);
+  for (ValueId v : c.swapped) line("swap", v);
+}
+
+}  // namespace crumb

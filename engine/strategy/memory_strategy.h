@@ -1,0 +1,65 @@
+// The memory strategy: for a batch of B samples and a memory budget, the micro-batch size m and, per saved
+// value, whether it stays in the arena, is swapped to the host pool (engine/strategy/swap.h) or is recomputed in the
+// backward pass (engine/strategy/recompute.h). Micro-batching first: it costs nothing per sample (each sample's
+// arithmetic is the same at any m, and the cost model scales kernel times linearly in m), so `auto` takes
+// the largest m whose in-memory plan fits, as the budget search always did. Only where the smallest
+// allowed m (one BatchNorm group) or a forced --micro-batch does not fit does it swap and recompute:
+// greedily, values live at the plan's peak first, each taking the cheaper of the two by predicted cost
+// per byte saved (a recomputation costs its nodes' measured kernel times; a swap costs the part of its two
+// copies, at the measured bandwidth, that the compute between its last forward and first backward use
+// cannot hide), until the plan fits.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "engine/strategy/cost_model.h"
+#include "engine/strategy/memory_report.h"
+
+namespace crumb {
+
+enum class Strategy : uint8_t { Auto, MicroBatch, Swap, Recompute, None };
+// "auto", "micro-batch", "swap", "recompute", "none"; anything else is an error listing them.
+Strategy parse_strategy(const std::string& name);
+const char* strategy_name(Strategy s);
+
+struct StrategyRequest {
+  Strategy strategy = Strategy::Auto;
+  int batch = 1;
+  std::size_t budget = 0;
+  int micro_batch = 0;  // forced (--micro-batch), or 0 to choose
+  OptimizerConfig optimizer;
+  Device device = Device::CPU;
+  int index = 0;
+};
+
+struct StrategyChoice {
+  Strategy requested = Strategy::Auto;
+  // What was done: "micro-batch" (in memory, micro-batches chosen by the budget), "in memory" (m given or
+  // the whole batch), "recompute", "swap" or "swap+recompute".
+  std::string used;
+  std::vector<ValueId> swapped, recomputed;  // values of the graph (as built) that left the arena
+  std::size_t in_memory_total = 0;           // the same micro-batch without swapping or recomputing
+  // One micro-batch's step, predicted by the cost model, and the same in memory; 0 when nothing was
+  // swapped or recomputed (no cost model was needed).
+  double predicted_seconds = 0, in_memory_seconds = 0;
+  CostModel costs;  // what the prediction used (empty when none was made)
+};
+
+struct StrategyPlan {
+  MicroBatchPlan plan;
+  StrategyChoice choice;
+};
+
+// Chooses, rewrites g for the choice (swap and recompute nodes) and compiles both passes once. g must have
+// its backward graph. Throws crumb::Error when the budget cannot be met: at the smallest (or forced)
+// micro-batch, it names the memory each strategy would need at least.
+StrategyPlan plan_strategy(Graph& g, const StrategyRequest& request);
+
+// --explain's account of the choice: the strategy, predicted step time against in memory, and one line
+// per value swapped or recomputed (layer, op, bytes). Nothing when micro-batching alone did it.
+void write_strategy_report(std::ostream& os, const Graph& g, const StrategyPlan& p);
+
+}  // namespace crumb

@@ -1,0 +1,113 @@
+#include "engine/train/scheduler.h"
+
+#include <algorithm>
+
+#include "engine/dist/batch_share.h"
+#include "engine/base/error.h"
+#include "engine/strategy/memory_report.h"
+
+namespace crumb {
+namespace {
+// Sizes the arena for the larger pass before either executor resolves pointers into it; returns train.
+CompiledPass reserve_for(Arena& arena, CompiledPass&& train, const CompiledPass& eval) {
+  CRUMB_CHECK(train.pass == Pass::Train && eval.pass == Pass::Eval && train.max_batch == eval.max_batch,
+              "scheduler: needs a training and an evaluation pass compiled for the same micro-batch size");
+  arena.reserve(std::max(train.plan.arena_bytes, eval.plan.arena_bytes));
+  return std::move(train);
+}
+}  // namespace
+
+Scheduler::Scheduler(const Graph& g, ParamStore& params, Arena& arena, int micro_batch)
+    : Scheduler(g, params, arena, compile_pass(g, Pass::Train, micro_batch, arena.device(), arena.index()),
+                compile_pass(g, Pass::Eval, micro_batch, arena.device(), arena.index())) {}
+
+Scheduler::Scheduler(const Graph& g, ParamStore& params, Arena& arena, CompiledPass train, CompiledPass eval)
+    : g_(g),
+      inputs_(g.inputs()),
+      train_(g, params, arena, reserve_for(arena, std::move(train), eval)),
+      eval_(g, params, arena, std::move(eval)) {
+  CRUMB_CHECK(!inputs_.empty(), "scheduler: the graph has no inputs");
+  std::vector<std::size_t> slot_bytes;
+  for (ValueId x : inputs_) {
+    sample_bytes_.push_back(static_cast<std::size_t>(g.value(x).count(1)) * dtype_size(g.value(x).dtype));
+    slot_bytes.push_back(train_.max_batch() * sample_bytes_.back());
+  }
+  data_.assign(inputs_.size(), nullptr);
+  staging_ = backend(arena.device(), arena.index()).make_staging(slot_bytes);
+}
+
+template <class Fn>
+BatchResult Scheduler::for_each_micro_batch(Executor& e, InputBatches inputs, int first, int batch, Fn&& run) {
+  CRUMB_CHECK(batch >= 1, "batch must be >= 1, got ", batch);
+  // Bind by name: every graph input exactly once, nothing else.
+  std::fill(data_.begin(), data_.end(), nullptr);
+  for (const InputBatch& in : inputs) {
+    std::size_t k = 0;
+    while (k < inputs_.size() && g_.value(inputs_[k]).name != in.name) ++k;
+    CRUMB_CHECK(k < inputs_.size(), "the model has no input named '", in.name, "'");
+    CRUMB_CHECK(!data_[k], "input '", in.name, "' is given twice");
+    CRUMB_CHECK(in.data, "input '", in.name, "' has no data");
+    data_[k] = static_cast<const char*>(in.data);
+  }
+  for (std::size_t k = 0; k < inputs_.size(); ++k)
+    CRUMB_CHECK(data_[k], "the model's input '", g_.value(inputs_[k]).name, "' was not given");
+
+  const int m = e.max_batch();
+  const int count = (batch + m - 1) / m;
+  auto size = [&](int i) { return std::min(m, batch - i * m); };
+  auto at = [&](std::size_t k, int i) {
+    return data_[k] + static_cast<std::size_t>(first + i * m) * sample_bytes_[k];
+  };
+  auto copy_in = [&](int i) {
+    for (std::size_t k = 0; k < inputs_.size(); ++k) staging_->copy_in(i, k, at(k, i), size(i) * sample_bytes_[k]);
+    staging_->copied(i);
+  };
+  if (staging_) copy_in(0);
+  for (int i = 0; i < count; ++i) {
+    if (staging_) {
+      if (i + 1 < count) copy_in(i + 1);  // overlaps the compute of micro-batch i
+      staging_->await(i);
+      for (std::size_t k = 0; k < inputs_.size(); ++k) e.bind(inputs_[k], staging_->slot(i, k));
+    } else {
+      for (std::size_t k = 0; k < inputs_.size(); ++k) e.bind(inputs_[k], at(k, i));
+    }
+    run(size(i), i == 0, i == count - 1, first + i * m);
+    if (staging_) staging_->release(i);
+  }
+  const Executor::Results r = e.results();
+  return {r.loss_sum, r.correct, count};
+}
+
+BatchResult Scheduler::train_batch(InputBatches inputs, int batch, uint64_t random_key) {
+  CRUMB_CHECK(batch >= 1, "batch must be >= 1, got ", batch);
+  const Communicator* comm = reducer_ ? &reducer_->communicator() : nullptr;
+  const BatchShare share = comm ? batch_share(batch, comm->size(), comm->rank()) : BatchShare{0, batch};
+  if (share.size == 0) {
+    reducer_->sum_zero();
+    moments_->merge_and_commit(false);
+    return {};
+  }
+  check_micro_batch(g_, train_.max_batch(), share.size);
+  const double scale = 1.0 / batch;
+  const BatchResult r =
+      for_each_micro_batch(train_, inputs, share.offset, share.size, [&](int n, bool first, bool last, int first_sample) {
+        train_.run(n, first, last, scale, RandomKey{random_key, first_sample});
+      });
+  if (moments_) moments_->merge_and_commit(true);
+  return r;
+}
+
+void Scheduler::set_data_parallel(GradientReducer* reducer) {
+  reducer_ = reducer;
+  train_.set_observer(reducer);
+  moments_ = reducer ? std::make_unique<MomentsMerge>(train_, reducer->communicator()) : nullptr;
+  train_.set_deferred_commit(reducer != nullptr);
+}
+
+BatchResult Scheduler::evaluate(InputBatches inputs, int batch) {
+  return for_each_micro_batch(eval_, inputs, 0, batch, [&](int n, bool first, bool last, int) {
+    eval_.run(n, first, last, 1.0 / batch);
+  });
+}
+
+}  // namespace crumb
