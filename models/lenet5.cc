@@ -2,11 +2,12 @@
 // Conv2d(6, 16, 5), ReLU, MaxPool2d(2), Flatten, Linear(400, 120), ReLU, Linear(120, 84), ReLU,
 // Linear(84, classes).
 #include "engine/ops/layers.h"
-#include "models/registry.h"
+#include "engine/base/registry.h"
+#include "engine/train/model_registry.h"
 
 namespace crumb::models {
 
-void build_lenet5(Graph& g, ValueId x, ValueId y, const ModelSpec& in) {
+static void build_lenet5(Graph& g, ValueId x, ValueId y, const ModelSpec& in) {
   ValueId h = nn::relu(g, nn::conv2d(g, x, 6, 5, 1, 2, "0"), "1");
   h = nn::max_pool2d(g, h, 2, 2, "2");
   h = nn::relu(g, nn::conv2d(g, h, 16, 5, 1, 0, "3"), "4");
@@ -14,6 +15,10 @@ void build_lenet5(Graph& g, ValueId x, ValueId y, const ModelSpec& in) {
   h = nn::relu(g, nn::linear(g, h, 120, "7"), "8");
   h = nn::relu(g, nn::linear(g, h, 84, "9"), "10");
   nn::softmax_cross_entropy(g, nn::linear(g, h, in.classes, "11"), y, "loss");
+}
+
+CRUMB_ON_LOAD {
+  register_model({"lenet5", build_lenet5});
 }
 
 }  // namespace crumb::models

@@ -2,7 +2,7 @@
 #pragma once
 #include <string>
 
-#include "models/registry.h"
+#include "engine/train/model_registry.h"
 
 namespace crumb::models {
 

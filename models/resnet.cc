@@ -15,7 +15,8 @@
 
 #include "engine/ops/layers.h"
 #include "models/norm_layer.h"
-#include "models/registry.h"
+#include "engine/base/registry.h"
+#include "engine/train/model_registry.h"
 
 namespace crumb::models {
 namespace {
@@ -78,17 +79,25 @@ ValueId imagenet_stem(Graph& g, ValueId x, const ModelSpec& spec) {
 
 }  // namespace
 
-void build_resnet20(Graph& g, ValueId x, ValueId y, const ModelSpec& spec) {
+static void build_resnet20(Graph& g, ValueId x, ValueId y, const ModelSpec& spec) {
   ValueId h = nn::relu(g, norm_layer(g, conv(g, x, 16, 3, 1, "conv1"), "bn1", spec.norm), "relu");
   head(g, stages(g, h, basic_block, {3, 3, 3}, {16, 32, 64}, spec), y, spec);
 }
 
-void build_resnet18(Graph& g, ValueId x, ValueId y, const ModelSpec& spec) {
+static void build_resnet18(Graph& g, ValueId x, ValueId y, const ModelSpec& spec) {
   head(g, stages(g, imagenet_stem(g, x, spec), basic_block, {2, 2, 2, 2}, {64, 128, 256, 512}, spec), y, spec);
 }
 
-void build_resnet50(Graph& g, ValueId x, ValueId y, const ModelSpec& spec) {
+static void build_resnet50(Graph& g, ValueId x, ValueId y, const ModelSpec& spec) {
   head(g, stages(g, imagenet_stem(g, x, spec), bottleneck, {3, 4, 6, 3}, {64, 128, 256, 512}, spec), y, spec);
+}
+
+CRUMB_ON_LOAD {
+  for (ModelEntry e : {ModelEntry{"resnet20", build_resnet20}, ModelEntry{"resnet18", build_resnet18},
+                       ModelEntry{"resnet50", build_resnet50}}) {
+    e.has_norm = true;
+    register_model(e);
+  }
 }
 
 }  // namespace crumb::models

@@ -12,7 +12,8 @@
 
 #include "engine/ops/layers.h"
 #include "models/norm_layer.h"
-#include "models/registry.h"
+#include "engine/base/registry.h"
+#include "engine/train/model_registry.h"
 
 namespace crumb::models {
 namespace {
@@ -33,7 +34,7 @@ ValueId linear(Graph& g, ValueId x, int out, const std::string& name) {
 
 }  // namespace
 
-void build_vgg11_bn(Graph& g, ValueId x, ValueId y, const ModelSpec& spec) {
+static void build_vgg11_bn(Graph& g, ValueId x, ValueId y, const ModelSpec& spec) {
   ValueId h = x;
   int index = 0;
   for (int v : kConfigA) {
@@ -52,6 +53,13 @@ void build_vgg11_bn(Graph& g, ValueId x, ValueId y, const ModelSpec& spec) {
   h = nn::dropout(g, nn::relu(g, linear(g, h, 4096, "classifier.0"), "classifier.1"), spec.dropout, "classifier.2");
   h = nn::dropout(g, nn::relu(g, linear(g, h, 4096, "classifier.3"), "classifier.4"), spec.dropout, "classifier.5");
   nn::softmax_cross_entropy(g, linear(g, h, spec.classes, "classifier.6"), y, "loss");
+}
+
+CRUMB_ON_LOAD {
+  ModelEntry e{"vgg11_bn", build_vgg11_bn};
+  e.min_size = 32;  // five 2x2 max pools floor the size five times: below 32 pixels nothing is left
+  e.has_norm = e.has_dropout = true;
+  register_model(e);
 }
 
 }  // namespace crumb::models

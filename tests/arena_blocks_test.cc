@@ -8,7 +8,7 @@
 
 #include "engine/graph/autograd.h"
 #include "engine/plan/compile.h"
-#include "models/registry.h"
+#include "engine/train/model_registry.h"
 #include "tests/op_cases.h"
 
 namespace crumb {

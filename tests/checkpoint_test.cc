@@ -18,7 +18,7 @@
 #include "engine/base/error.h"
 #include "engine/io/json.h"
 #include "engine/graph/rng.h"
-#include "models/registry.h"
+#include "engine/train/model_registry.h"
 #include "tests/optimizer_configs.h"
 #include "tests/test_util.h"
 

@@ -7,7 +7,7 @@
 
 #include "engine/graph/autograd.h"
 #include "engine/run/executor.h"
-#include "models/registry.h"
+#include "engine/train/model_registry.h"
 #include "tests/op_cases.h"
 #include "tests/test_util.h"
 

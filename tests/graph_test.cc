@@ -8,7 +8,7 @@
 #include "engine/base/error.h"
 #include "engine/ops/layers.h"
 #include "engine/graph/op.h"
-#include "models/registry.h"
+#include "engine/train/model_registry.h"
 #include "tests/test_util.h"
 
 namespace crumb {

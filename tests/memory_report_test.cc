@@ -9,7 +9,7 @@
 #include "engine/strategy/memory_report.h"
 #include "engine/optim/optimizer.h"
 #include "engine/train/scheduler.h"
-#include "models/registry.h"
+#include "engine/train/model_registry.h"
 #include "tests/optimizer_configs.h"
 
 namespace crumb {

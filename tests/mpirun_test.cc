@@ -15,7 +15,7 @@
 #include "engine/graph/autograd.h"
 #include "engine/io/checkpoint.h"
 #include "engine/data/idx.h"
-#include "models/registry.h"
+#include "engine/train/model_registry.h"
 #include "tests/test_util.h"
 
 namespace crumb {

@@ -12,7 +12,7 @@
 #include "engine/base/error.h"
 #include "engine/strategy/memory_report.h"
 #include "engine/train/scheduler.h"
-#include "models/registry.h"
+#include "engine/train/model_registry.h"
 #include "tests/batch_outcome.h"
 #include "tests/test_util.h"
 

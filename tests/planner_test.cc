@@ -11,7 +11,7 @@
 #include "engine/run/executor.h"
 #include "engine/ops/layers.h"
 #include "engine/graph/op.h"
-#include "models/registry.h"
+#include "engine/train/model_registry.h"
 #include "tests/test_util.h"
 
 namespace crumb {

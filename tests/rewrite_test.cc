@@ -7,7 +7,7 @@
 #include "engine/ops/layers.h"
 #include "engine/graph/rewrite.h"
 #include "engine/graph/rng.h"
-#include "models/registry.h"
+#include "engine/train/model_registry.h"
 
 namespace crumb {
 namespace {

@@ -19,7 +19,7 @@
 #include "engine/graph/saved_values.h"
 #include "engine/train/scheduler.h"
 #include "engine/strategy/swap.h"
-#include "models/registry.h"
+#include "engine/train/model_registry.h"
 #include "tests/batch_outcome.h"
 #include "tests/op_cases.h"
 #include "tests/test_util.h"

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "engine/device/backend.h"
-#include "models/registry.h"
+#include "engine/train/model_registry.h"
 
 // Tests that need a CUDA device skip cleanly without one (a CPU-only build, or no usable GPU).
 #define CRUMB_REQUIRE_GPU()                                                                             \

@@ -13,7 +13,7 @@
 
 #include "engine/graph/autograd.h"
 #include "engine/train/scheduler.h"
-#include "models/registry.h"
+#include "engine/train/model_registry.h"
 #include "tests/torchvision_reference.h"
 
 namespace crumb {

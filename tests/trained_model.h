@@ -12,7 +12,7 @@
 #include "engine/optim/optimizer.h"
 #include "tests/optimizer_configs.h"
 #include "engine/train/scheduler.h"
-#include "models/registry.h"
+#include "engine/train/model_registry.h"
 
 namespace crumb {
 

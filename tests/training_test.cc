@@ -11,7 +11,7 @@
 #include "engine/base/error.h"
 #include "engine/optim/optimizer.h"
 #include "engine/train/scheduler.h"
-#include "models/registry.h"
+#include "engine/train/model_registry.h"
 #include "tests/alloc_counter.h"
 #include "tests/trained_model.h"
 

@@ -8,7 +8,7 @@
 
 #include "engine/optim/optimizer.h"
 #include "engine/strategy/memory_strategy.h"
-#include "models/registry.h"
+#include "engine/train/model_registry.h"
 
 namespace crumb::train {
 

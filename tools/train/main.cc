@@ -33,7 +33,7 @@
 #include "engine/graph/rng.h"
 #include "engine/train/scheduler.h"
 #include "engine/base/threads.h"
-#include "models/registry.h"
+#include "engine/train/model_registry.h"
 #include "tools/train/flags.h"
 #include "tools/train/interrupt.h"
 #include "tools/train/progress.h"

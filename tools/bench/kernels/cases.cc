@@ -6,7 +6,7 @@
 #include "engine/graph/autograd.h"
 #include "engine/base/error.h"
 #include "engine/graph/op.h"
-#include "models/registry.h"
+#include "engine/train/model_registry.h"
 
 namespace crumb::bench {
 namespace {

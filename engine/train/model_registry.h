@@ -1,6 +1,7 @@
-// Reference models, built through the public graph API, and a registry from name to builder.
-// Layer names follow nn.Sequential indices of the same PyTorch model, so parameter names equal the
-// PyTorch state_dict keys ("0.weight", "0.bias", ...).
+// Models by name: each model registers its builder where it is defined (models/*.cc, CRUMB_ON_LOAD), and
+// the Trainer, train and the tests build them by name. The reference models' layer names follow
+// nn.Sequential indices of the same PyTorch model, so parameter names equal the PyTorch state_dict keys
+// ("0.weight", "0.bias", ...).
 #pragma once
 #include <string>
 #include <vector>
@@ -34,18 +35,23 @@ struct ModelSpec {
 // with the exact rewrites of optimize_graph applied.
 // dtype F64 builds the same model in double precision (gradient checks).
 Graph build(const std::string& name, ModelSpec in = {}, DType dtype = DType::F32);
+// Registered names, sorted.
 std::vector<std::string> names();
 // The smallest image height and width the model takes (build refuses smaller ones with an error naming
 // the size and what to use instead): 32 for vgg11_bn, 1 for the others.
 int min_image_size(const std::string& name);
 
-void build_mlp(Graph& g, ValueId x, ValueId y, const ModelSpec& in);
-void build_lenet5(Graph& g, ValueId x, ValueId y, const ModelSpec& in);
-void build_cnn(Graph& g, ValueId x, ValueId y, const ModelSpec& in);
-void build_resnet20(Graph& g, ValueId x, ValueId y, const ModelSpec& in);
-void build_resnet18(Graph& g, ValueId x, ValueId y, const ModelSpec& in);
-void build_resnet50(Graph& g, ValueId x, ValueId y, const ModelSpec& in);
-void build_vgg11_bn(Graph& g, ValueId x, ValueId y, const ModelSpec& in);
+// A model's builder: adds the layers from input x [batch, c, h, w] to the loss on labels y [batch].
+using ModelBuilder = void (*)(Graph& g, ValueId x, ValueId y, const ModelSpec& in);
+struct ModelEntry {
+  const char* name;
+  ModelBuilder build;
+  int min_size = 1;          // the smallest image height and width it can take
+  bool has_norm = false;     // takes --norm and --bn-group
+  bool has_dropout = false;  // takes --dropout
+};
+// At load time (CRUMB_ON_LOAD); a name registered twice is an error.
+void register_model(const ModelEntry& entry);
 
 // Whether the model has normalisation layers (and so takes --norm and --bn-group).
 bool has_norm(const std::string& name);
