@@ -1,5 +1,6 @@
 #include "engine/io/json.h"
 
+#include <cmath>
 #include <cstdio>
 #include <unordered_set>
 
@@ -179,6 +180,44 @@ std::string quote(const std::string& s) {
     out += c;
   }
   return out + "\"";
+}
+
+void ObjectWriter::key(const std::string& k) {
+  if (text_.size() > 1) text_ += ',';
+  text_ += quote(k) + ':';
+}
+
+ObjectWriter& ObjectWriter::string(const std::string& k, const std::string& value) {
+  key(k);
+  text_ += quote(value);
+  return *this;
+}
+
+ObjectWriter& ObjectWriter::integer(const std::string& k, long long value) {
+  key(k);
+  text_ += std::to_string(value);
+  return *this;
+}
+
+ObjectWriter& ObjectWriter::boolean(const std::string& k, bool value) {
+  key(k);
+  text_ += value ? "true" : "false";
+  return *this;
+}
+
+ObjectWriter& ObjectWriter::number(const std::string& k, double value, int decimals) {
+  key(k);
+  if (!std::isfinite(value)) {
+    text_ += "null";
+    return *this;
+  }
+  char buf[64];
+  if (decimals < 0)
+    std::snprintf(buf, sizeof buf, "%.9g", value);
+  else
+    std::snprintf(buf, sizeof buf, "%.*f", decimals, value);
+  text_ += buf;
+  return *this;
 }
 
 }  // namespace crumb::json

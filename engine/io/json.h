@@ -1,4 +1,5 @@
-// The small JSON subset that safetensors headers use: objects, strings, non-negative integers and
+// Writing: JSON objects of strings, numbers and booleans (ObjectWriter). Reading: the small JSON subset
+// that safetensors headers use: objects, strings, non-negative integers and
 // arrays of them. Anything else is rejected, so a corrupt header fails with a clear message instead of
 // being half-understood. Only \" and \\ escapes are supported (parameter names never need others).
 #pragma once
@@ -21,6 +22,22 @@ struct Value {
 };
 
 const char* kind_name(Value::Kind k);
+
+// A JSON object written member by member, in order (train's summary, the run log's lines). A number
+// that is not finite is written as null: JSON has no NaN or infinity.
+class ObjectWriter {
+ public:
+  ObjectWriter& string(const std::string& key, const std::string& value);
+  ObjectWriter& integer(const std::string& key, long long value);
+  ObjectWriter& boolean(const std::string& key, bool value);
+  // decimals < 0: the shortest form that round-trips a float ("%.9g"); else fixed with that many.
+  ObjectWriter& number(const std::string& key, double value, int decimals = -1);
+  std::string str() const { return text_ + "}"; }
+
+ private:
+  void key(const std::string& k);
+  std::string text_ = "{";
+};
 
 // Parses one value followed only by whitespace. Errors name `source` and the byte offset.
 Value parse(const std::string& text, const std::string& source);

@@ -8,13 +8,9 @@
 
 #include "engine/optim/optimizer.h"
 #include "engine/strategy/memory_strategy.h"
-#include "engine/train/model_registry.h"
+#include "engine/train/trainer.h"
 
 namespace crumb::train {
-
-// The CPU budget when --memory-budget is not given: the batch is micro-batched only when a whole batch
-// would not fit in it.
-inline constexpr std::size_t kDefaultCpuBudget = std::size_t{4} << 30;
 
 // train's defaults: SGD at lr 0.05 with momentum 0.9; AdamW with PyTorch's (lr 1e-3, weight decay 0.01).
 OptimizerConfig default_optimizer(OptimizerKind kind);

@@ -1,13 +1,11 @@
 #include "tools/train/trials.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
-#include "engine/device/arena.h"
-#include "engine/strategy/memory_report.h"
-#include "engine/run/params.h"
-#include "engine/train/scheduler.h"
-#include "tools/train/rss.h"
+#include "engine/base/error.h"
+#include "engine/base/rss.h"
 
 namespace crumb::train {
 namespace {
@@ -17,50 +15,65 @@ namespace {
 constexpr int kMinSteps = 3, kMaxSteps = 50;
 constexpr double kMinSeconds = 1.0;
 
-Trial run_trial(const Graph& g, int m, const TrialSetup& s) {
+void check_size(const RunPlan& plan, const TrainConfig& run, int m) {
+  const int batch = plan.batch;
+  CRUMB_CHECK(m <= batch, "--sweep: micro-batch ", m, " is larger than the batch of ", batch,
+              " samples (the training set holds only ", batch, ")");
+  try {
+    check_micro_batch(plan.graph, m, batch);
+  } catch (const Error& e) {
+    CRUMB_FAIL("--sweep: ", e.what());
+  }
+  const std::size_t need = measure_memory(plan.graph, m, run.optimizer, plan.device, 0, batch).total();
+  CRUMB_CHECK(need <= plan.budget, "--sweep: micro-batch ", m, " needs ", format_bytes(need),
+              ", which exceeds --memory-budget ", format_bytes(plan.budget));
+}
+
+Trial run_trial(const TrainConfig& run, const std::shared_ptr<const data::DataSplit>& data, int m) {
   // What the trial allocates and touches, over what the process already holds (the program, the dataset).
   const RssGrowth rss;
-  MicroBatchPlan plan = plan_micro_batch(g, m, s.optimizer, s.device);
-  ParamStore params(g, s.device);
-  params.init(s.seed);
-  const std::unique_ptr<Optimizer> opt = make_optimizer(params, s.optimizer);
-  opt->set_total_steps(kMaxSteps + 1);
-  Arena arena(s.device);
-  Scheduler sched(g, params, arena, std::move(plan.train), std::move(plan.eval));
-  // Full batches only (drop_last), restarting epochs as needed: every timed step trains s.batch samples.
-  data::Loader loader(*s.train, s.batch, s.norm, /*shuffle=*/true, s.seed, /*drop_last=*/true,
-                      s.device == Device::CPU ? Memory::Host : Memory::Pinned);
+  TrainConfig cfg = run;
+  cfg.micro_batch = m;
+  cfg.strategy = Strategy::None;
+  cfg.drop_last = true;  // every timed step trains a full batch
+  cfg.epochs = 1 << 20;
+  cfg.save.clear();
+  cfg.load.clear();
+  cfg.resume.clear();
+  Trainer t(cfg, data);
   int epoch = 0;
-  loader.start_epoch(epoch);
+  t.start_epoch(epoch);
   auto step = [&] {
-    data::Batch b;
-    while (!loader.next(b)) loader.start_epoch(++epoch);
-    sched.train_batch({{"x", b.x}, {"y", b.y}}, b.size);
-    opt->step();
+    StepInfo info;
+    while (!t.train_batch(info)) t.start_epoch(++epoch);
   };
   step();  // warm-up: first touches of the arena and parameters, lazily built kernel state
   using Clock = std::chrono::steady_clock;
   const Clock::time_point t0 = Clock::now();
-  Trial t;
-  t.micro_batch = m;
+  Trial trial;
+  trial.micro_batch = m;
   double seconds = 0;
-  while (t.steps < kMinSteps || (seconds < kMinSeconds && t.steps < kMaxSteps)) {
+  while (trial.steps < kMinSteps || (seconds < kMinSeconds && trial.steps < kMaxSteps)) {
     step();
-    ++t.steps;
+    ++trial.steps;
     seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   }
-  t.step_seconds = seconds / t.steps;
-  t.samples_per_s = s.batch / t.step_seconds;
-  t.rss_bytes = rss.peak_bytes();
-  return t;
+  trial.step_seconds = seconds / trial.steps;
+  trial.samples_per_s = t.batch() / trial.step_seconds;
+  trial.rss_bytes = rss.peak_bytes();
+  return trial;
 }
 
 }  // namespace
 
-std::vector<Trial> run_trials(const Graph& g, const std::vector<int>& sizes, const TrialSetup& setup) {
+std::vector<Trial> run_trials(const TrainConfig& run, std::shared_ptr<const data::DataSplit> data,
+                              const RunPlan& plan, std::vector<int> sizes) {
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  for (int m : sizes) check_size(plan, run, m);
   std::vector<Trial> trials;
   for (int m : sizes) {
-    trials.push_back(run_trial(g, m, setup));
+    trials.push_back(run_trial(run, data, m));
     const Trial& t = trials.back();
     std::fprintf(stderr, "sweep: micro-batch %d: %.0f samples/s (%d steps of %.1f ms), RSS grew by %s\n", m,
                  t.samples_per_s, t.steps, t.step_seconds * 1e3, format_bytes(t.rss_bytes).c_str());

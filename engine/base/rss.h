@@ -2,7 +2,7 @@
 #pragma once
 #include <cstddef>
 
-namespace crumb::train {
+namespace crumb {
 
 // The peak resident memory over the whole process lifetime, in bytes (getrusage).
 std::size_t max_rss_bytes();
@@ -21,4 +21,4 @@ class RssGrowth {
   std::size_t start_ = 0;
 };
 
-}  // namespace crumb::train
+}  // namespace crumb

@@ -3,11 +3,11 @@
 // signal's default action would have.
 #pragma once
 
-namespace crumb::train {
+namespace crumb {
 
 // Installs the handlers (for the rest of the process).
 void catch_interrupts();
 // The signal received since catch_interrupts(), or 0.
 int interrupted();
 
-}  // namespace crumb::train
+}  // namespace crumb

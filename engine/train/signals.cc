@@ -1,8 +1,8 @@
-#include "tools/train/interrupt.h"
+#include "engine/train/signals.h"
 
 #include <csignal>
 
-namespace crumb::train {
+namespace crumb {
 namespace {
 volatile std::sig_atomic_t g_signal = 0;
 
@@ -20,4 +20,4 @@ void catch_interrupts() {
 
 int interrupted() { return g_signal; }
 
-}  // namespace crumb::train
+}  // namespace crumb

@@ -1,4 +1,4 @@
-#include "tools/train/rss.h"
+#include "engine/base/rss.h"
 
 #include <malloc.h>
 #include <sys/resource.h>
@@ -6,7 +6,7 @@
 #include <fstream>
 #include <string>
 
-namespace crumb::train {
+namespace crumb {
 namespace {
 
 // A "Vm...:" line of /proc/self/status, in bytes (0 where there is none).
@@ -37,4 +37,4 @@ std::size_t RssGrowth::peak_bytes() const {
   return peak > start_ ? peak - start_ : 0;
 }
 
-}  // namespace crumb::train
+}  // namespace crumb

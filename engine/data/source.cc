@@ -1,0 +1,72 @@
+#include "engine/data/source.h"
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "engine/base/error.h"
+#include "engine/data/cifar.h"
+#include "engine/data/idx.h"
+
+namespace crumb::data {
+namespace {
+
+// One generated set (so train and test share the class prototypes) cut into the two splits.
+void split_synthetic(const DataSpec& s, Dataset& train, Dataset& test) {
+  const int n_train = s.limit_train ? s.limit_train : 4096, n_test = s.limit_test ? s.limit_test : 1024;
+  CRUMB_CHECK(int64_t{n_train} + n_test <= (1 << 30), "--limit-train + --limit-test is too large for synthetic data");
+  Dataset all = make_synthetic(n_train + n_test, s.channels, s.height, s.width, s.classes, s.seed + 0x5eed);
+  // The test set takes only the shape and its own samples: copying `all` whole would double the peak.
+  test.channels = all.channels;
+  test.height = all.height;
+  test.width = all.width;
+  test.num_classes = all.num_classes;
+  const std::size_t sample = static_cast<std::size_t>(all.sample_size());
+  test.count = n_test;
+  test.pixels.assign(all.pixels.begin() + n_train * sample, all.pixels.end());
+  test.labels.assign(all.labels.begin() + n_train, all.labels.end());
+  train = std::move(all);
+  train.count = n_train;
+  train.pixels.resize(n_train * sample);
+  train.labels.resize(n_train);
+}
+
+void truncate(Dataset& ds, int limit) {
+  if (limit <= 0 || limit >= ds.count) return;
+  ds.count = limit;
+  ds.pixels.resize(static_cast<size_t>(limit) * ds.sample_size());
+  ds.labels.resize(limit);
+}
+
+}  // namespace
+
+DataSplit load_data(const DataSpec& s) {
+  const bool cifar = s.dataset == "cifar10", synthetic = s.dataset == "synthetic";
+  DataSplit d;
+  d.source = synthetic ? "synthetic data" : s.dir.empty() ? default_data_dir() : s.dir;
+  if (synthetic) {
+    split_synthetic(s, d.train, d.test);
+  } else {
+    d.train = cifar ? load_cifar10_split(d.source, "train") : load_mnist_split(d.source, "train");
+    d.test = cifar ? load_cifar10_split(d.source, "test") : load_mnist_split(d.source, "t10k");
+  }
+  d.norm = cifar ? kCifar10Norm : synthetic ? kSyntheticNorm : kFashionMnistNorm;
+  truncate(d.train, s.limit_train);
+  truncate(d.test, s.limit_test);
+  const Dataset &tr = d.train, &te = d.test;
+  CRUMB_CHECK(te.channels == tr.channels && te.height == tr.height && te.width == tr.width, d.source,
+              ": test images are ", te.channels, "x", te.height, "x", te.width, " but training images are ",
+              tr.channels, "x", tr.height, "x", tr.width);
+  return d;
+}
+
+DataShape data_shape(const DataSpec& s) {
+  if (s.dataset == "cifar10") return {3, 32, 32, 10};
+  if (s.dataset == "synthetic") return {s.channels, s.height, s.width, s.classes};
+  const std::string dir = s.dir.empty() ? default_data_dir() : s.dir;
+  if (!mnist_split_exists(dir, "train")) return {1, 28, 28, 10};
+  const std::vector<int> dims = mnist_image_dims(dir, "train");
+  return {1, dims[1], dims[2], 10};
+}
+
+}  // namespace crumb::data

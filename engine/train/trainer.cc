@@ -1,0 +1,345 @@
+#include "engine/train/trainer.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <filesystem>
+
+#include "engine/base/error.h"
+#include "engine/base/threads.h"
+#include "engine/dist/batch_share.h"
+#include "engine/graph/autograd.h"
+#include "engine/graph/rng.h"
+#include "engine/train/signals.h"
+
+namespace crumb {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// PyTorch DDP's first bucket (dist._DEFAULT_FIRST_BUCKET_BYTES): small, so the first sum starts early.
+constexpr std::size_t kFirstBucketBytes = std::size_t{1} << 20;
+
+// A BatchNorm group must fit in the batch it normalises.
+void check_bn_group(const TrainConfig& c, int batch) {
+  CRUMB_CHECK(!models::has_norm(c.model) || c.norm.kind != models::NormSpec::Kind::Batch || c.norm.bn.group <= batch,
+              "--bn-group ", c.norm.bn.group, " is larger than the batch of ", batch,
+              " samples (use a smaller --bn-group, --bn-group batch, or a larger --batch)");
+}
+
+std::string describe_split(const TrainConfig& c, int batch, const StrategyPlan& p) {
+  const int m = p.plan.micro_batch;
+  const std::string how = c.micro_batch                      ? " (--micro-batch"
+                          : p.choice.used == "micro-batch"    ? " (largest that fits the budget"
+                          : c.strategy == Strategy::None      ? " (--strategy none"
+                          : c.strategy == Strategy::Auto      ? " (the smallest allowed does not fit in memory"
+                                                              : " (largest that fits with --strategy " +
+                                                                    std::string(strategy_name(c.strategy));
+  const bool rewritten = !p.choice.swapped.empty() || !p.choice.recomputed.empty();
+  return "batch " + std::to_string(batch) + " in " + std::to_string((batch + m - 1) / m) + " micro-batch(es) of " +
+         std::to_string(m) + how + (rewritten ? "; " + p.choice.used + " to fit)" : ")");
+}
+
+int metadata_int(const CheckpointMetadata& meta, const std::string& key, const std::string& path) {
+  const std::string v = recorded_value(meta, key, path);
+  CRUMB_CHECK(!v.empty() && v.size() <= 9 && v.find_first_not_of("0123456789") == std::string::npos, path, ": \"",
+              key, "\" is \"", v, "\", not a count");
+  return std::stoi(v);
+}
+
+// Every rank starts from rank 0's weights and state (its load or resume, or its initialisation).
+void broadcast_weights(Communicator& comm, ParamStore& params) {
+  comm.broadcast_host(params.data_block(), params.bytes());
+  const Graph& g = params.graph();
+  for (ValueId v : g.states())
+    comm.broadcast_host(params.state(v), static_cast<std::size_t>(g.value(v).count(1)) * dtype_size(g.value(v).dtype));
+  params.to_device();
+}
+
+// Sums the ranks' shares of a batch's loss and accuracy, and whether any rank was asked to stop, so that
+// all ranks stop after the same step.
+bool sum_over_ranks(Communicator& comm, BatchResult& r, bool stop) {
+  double totals[3] = {r.loss_sum, static_cast<double>(r.correct), stop ? 1.0 : 0.0};
+  comm.sum_host(totals, 3);
+  r.loss_sum = totals[0];
+  r.correct = static_cast<int64_t>(totals[1]);
+  return totals[2] > 0;
+}
+
+}  // namespace
+
+std::string recorded_value(const CheckpointMetadata& meta, const std::string& key, const std::string& path) {
+  for (const auto& [k, v] : meta)
+    if (k == key) return v;
+  CRUMB_FAIL(path, " records no run (no \"", key, "\" in its metadata): it was not saved by train --save; use --load ",
+             path, " to start a new run from its weights");
+}
+
+Device pick_device(const TrainConfig& c) {
+  if (!c.device) return device_available(Device::CUDA) ? Device::CUDA : Device::CPU;
+  if (*c.device != Device::CPU) backend(*c.device);
+  return *c.device;
+}
+
+// The rest of a GPU's free memory is left to what cuDNN and the driver allocate for themselves.
+std::size_t budget_of(const TrainConfig& c, Device device) {
+  if (c.memory_budget) return c.memory_budget;
+  return device == Device::CPU ? kDefaultCpuBudget : backend(device).free_bytes() / 20 * 19;
+}
+
+RunPlan plan_run(const TrainConfig& c, const data::DataShape& shape, int batch, Device device) {
+  RunPlan p;
+  p.graph = models::build(c.model, {shape.channels, shape.height, shape.width, shape.classes, c.norm, c.dropout});
+  p.graph.set_tf32(c.tf32);
+  build_backward(p.graph);
+  check_bn_group(c, batch);
+  p.device = device;
+  p.budget = budget_of(c, device);
+  p.batch = batch;
+  StrategyRequest r;
+  r.strategy = c.strategy;
+  r.batch = batch;
+  r.budget = p.budget;
+  r.micro_batch = c.micro_batch;
+  r.optimizer = c.optimizer;
+  r.device = device;
+  p.strategy = plan_strategy(p.graph, r);
+  p.split = describe_split(c, batch, p.strategy);
+  return p;
+}
+
+Trainer::Trainer(TrainConfig cfg, std::shared_ptr<const data::DataSplit> data, std::shared_ptr<Communicator> comm)
+    : cfg_(std::move(cfg)), comm_(std::move(comm)) {
+  set_num_threads(cfg_.threads);
+  const Device device = pick_device(cfg_);
+  if (!comm_) comm_ = connect_ranks(device, cfg_.dist_timeout);
+  data_ = data ? std::move(data) : std::make_shared<const data::DataSplit>(data::load_data(cfg_.data));
+  const data::Dataset& train = data_->train;
+  // A batch larger than the dataset is the whole dataset: buffers are sized by what can be filled.
+  batch_ = std::min(cfg_.batch, train.count);
+  // Each rank plans for the largest share, rank 0's.
+  plan_ = plan_run(cfg_, {train.channels, train.height, train.width, train.num_classes},
+                   batch_share(batch_, ranks(), 0).size, device);
+}
+
+Trainer::~Trainer() = default;
+
+int Trainer::batches_per_epoch() const {
+  const int full = data_->train.count / batch_;
+  return cfg_.drop_last || data_->train.count % batch_ == 0 ? full : full + 1;
+}
+
+std::size_t Trainer::arena_bytes() const { return arena_->size(); }
+
+void Trainer::prepare() {
+  if (sched_) return;
+  const Device device = plan_.device;
+  const int m = micro_batch();
+  params_ = std::make_unique<ParamStore>(plan_.graph, device);
+  params_->init(cfg_.seed);
+  // A GPU copies micro-batches straight out of the loader's buffers, asynchronously when they are pinned.
+  const Memory batch_memory = device == Device::CPU ? Memory::Host : Memory::Pinned;
+  train_loader_ = std::make_unique<data::Loader>(data_->train, batch_, data_->norm, /*shuffle=*/true, cfg_.seed,
+                                                 cfg_.drop_last, batch_memory);
+  if (cfg_.augment) train_loader_->set_augment({4, true});
+  // Evaluation runs in chunks of the micro-batch size: a sum over samples needs no batch.
+  test_loader_ = std::make_unique<data::Loader>(data_->test, std::min(m, data_->test.count), data_->norm,
+                                                /*shuffle=*/false, 0, false, batch_memory);
+  // The schedule counts optimizer steps (batches, never micro-batches); cosine anneals to 0 at the end
+  // of this run, which continues the step count of a loaded checkpoint.
+  const long long run_steps = static_cast<long long>(cfg_.epochs) * batches_per_epoch();
+  OptimizerConfig opt_cfg = cfg_.optimizer;
+  opt_cfg.schedule.total_steps = run_steps;
+  opt_ = make_optimizer(*params_, opt_cfg);
+  if (!cfg_.load.empty()) {
+    load_checkpoint(cfg_.load, *params_, opt_.get());
+    // The tensors fit this model exactly (or loading failed); a file recorded for another model name is
+    // worth a word, as the weights may mean something else here.
+    for (const auto& [key, value] : checkpoint_metadata(cfg_.load))
+      if (key == "model" && !value.empty() && value != cfg_.model)
+        warnings_.push_back(cfg_.load + " was saved from model '" + value + "', loading it into '" + cfg_.model + "'");
+  }
+  // A resumed run continues the same run: its schedule ends where the uninterrupted one would.
+  if (!cfg_.resume.empty()) {
+    load_checkpoint(cfg_.resume, *params_, opt_.get());
+    const CheckpointMetadata meta = checkpoint_metadata(cfg_.resume);
+    start_epoch_ = metadata_int(meta, "train.epoch", cfg_.resume);
+    start_batch_ = metadata_int(meta, "train.batch", cfg_.resume);
+    CRUMB_CHECK(start_batch_ <= batches_per_epoch(), cfg_.resume, " stopped at batch ", start_batch_,
+                " of an epoch, but this data has ", batches_per_epoch(), " batches per epoch");
+    const int threads = metadata_int(meta, "train.threads", cfg_.resume);
+    const int saved_m = metadata_int(meta, "train.micro_batch", cfg_.resume);
+    if (threads != cfg_.threads || saved_m != m)
+      warnings_.push_back("the run used " + std::to_string(threads) + " threads and micro-batches of " +
+                          std::to_string(saved_m) + ", this one " + std::to_string(cfg_.threads) + " and " +
+                          std::to_string(m) +
+                          ": it continues exactly, but float rounding will differ from an uninterrupted run");
+    opt_->set_total_steps(run_steps);
+  } else {
+    opt_->set_total_steps(opt_->steps() + run_steps);
+  }
+  if (comm_) broadcast_weights(*comm_, *params_);
+  if (lead() && !cfg_.save.empty()) check_checkpoint_path(cfg_.save);
+  arena_ = std::make_unique<Arena>(device);
+  sched_ = std::make_unique<Scheduler>(plan_.graph, *params_, *arena_, std::move(plan_.strategy.plan.train),
+                                       std::move(plan_.strategy.plan.eval));
+  sched_->set_recording(cfg_.cuda_graphs);
+  if (comm_) {
+    reducer_ = std::make_unique<GradientReducer>(
+        *comm_, *params_, sched_->train_executor().plan().order,
+        plan_buckets(*params_, cfg_.bucket_cap, std::min(cfg_.bucket_cap, kFirstBucketBytes)));
+    sched_->set_data_parallel(reducer_.get());
+  }
+  epoch_ = start_epoch_;
+}
+
+void Trainer::start_epoch(int epoch, int first_batch) {
+  prepare();
+  epoch_ = epoch;
+  train_loader_->start_epoch(epoch, first_batch);
+}
+
+// The last optimizer step (the one before batch `batch` of `epoch`, 0-based) left every parameter finite.
+// Checked once the next batch has run, when waiting for that step costs nothing: a ReLU maps NaN to 0,
+// so a network whose weights went NaN can still report a finite loss.
+void Trainer::check_finite(int epoch, int batch) {
+  const uint64_t bad = opt_->nonfinite_parameters();
+  CRUMB_CHECK(bad == 0, "training diverged: ", bad, " parameters became NaN or infinite at optimizer step ",
+              opt_->steps(), " (epoch ", epoch + 1, ", before batch ", batch + 1,
+              "); nothing was saved (lower --lr, or add --warmup-steps)");
+}
+
+bool Trainer::train_batch(StepInfo& info) {
+  data::Batch b;
+  if (!train_loader_->next(b)) return false;
+  const Clock::time_point start = Clock::now();
+  BatchResult r = sched_->train_batch({{"x", b.x}, {"y", b.y}}, b.size, random_key(cfg_.seed, opt_->steps()));
+  batch_seconds_ += seconds_since(start);
+  micro_batches_ += r.micro_batches;
+  const bool stop = interrupted() != 0 || stop_requested_;
+  stop_requested_ = comm_ ? sum_over_ranks(*comm_, r, stop) : stop;
+  CRUMB_CHECK(std::isfinite(r.loss_sum), "loss became ", r.loss_sum, " at epoch ", epoch_ + 1, " batch ", b.index + 1,
+              ": training diverged (lower --lr)");
+  check_finite(epoch_, b.index);
+  opt_->step();
+  info.epoch = epoch_;
+  info.batch = b.index;
+  info.batches = batches_per_epoch();
+  info.samples = b.size;
+  info.loss = r.loss_sum / b.size;
+  info.step = opt_->steps();
+  info.lr = opt_->lr(opt_->steps() - 1);
+  return true;
+}
+
+Evaluation Trainer::evaluate() {
+  prepare();
+  test_loader_->start_epoch(0);
+  data::Batch b;
+  int64_t correct = 0;
+  double loss_sum = 0;
+  while (test_loader_->next(b)) {
+    const BatchResult r = sched_->evaluate({{"x", b.x}, {"y", b.y}}, b.size);
+    correct += r.correct;
+    loss_sum += r.loss_sum;
+  }
+  const int count = data_->test.count;
+  return {static_cast<double>(correct) / count, loss_sum / count};
+}
+
+void Trainer::save(int epoch, int batch, const std::string& path) {
+  const std::string target = path.empty() ? cfg_.save : path;
+  CheckpointMetadata meta = cfg_.record;
+  meta.insert(meta.end(), {{"train.epoch", std::to_string(epoch)},
+                           {"train.batch", std::to_string(batch)},
+                           {"train.threads", std::to_string(cfg_.threads)},
+                           {"train.micro_batch", std::to_string(micro_batch())}});
+  try {
+    save_checkpoint(target, *params_, opt_.get(), cfg_.model, meta);
+  } catch (const Error& e) {
+    // A failed save (disk full, folder gone) never loses the run's weights.
+    const std::string rescue = (std::filesystem::temp_directory_path() /
+                                ("crumb-rescue-" + std::to_string(::getpid()) + ".safetensors")).string();
+    try {
+      save_checkpoint(rescue, *params_, opt_.get(), cfg_.model, meta);
+    } catch (const Error&) {
+      CRUMB_FAIL(e.what(), "; saving to ", rescue, " failed too: the weights are lost");
+    }
+    CRUMB_FAIL(e.what(), "; the weights were saved to ", rescue, " instead (--load it to continue)");
+  }
+}
+
+FitResult Trainer::fit(const std::vector<Callback*>& callbacks) {
+  prepare();
+  const bool saving = lead() && !cfg_.save.empty();
+  FitResult result;
+  const long long steps_before = opt_->steps();
+  if (lead())
+    for (Callback* c : callbacks) c->on_fit_begin(*this);
+  for (int epoch = start_epoch_; epoch < cfg_.epochs; ++epoch) {
+    if (lead())
+      for (Callback* c : callbacks) c->on_epoch_begin(*this, epoch);
+    start_epoch(epoch, epoch == start_epoch_ ? start_batch_ : 0);
+    const Clock::time_point t0 = Clock::now();
+    double loss_sum = 0;
+    long long epoch_samples = 0;
+    StepInfo info;
+    while (train_batch(info)) {
+      loss_sum += info.loss * info.samples;
+      epoch_samples += info.samples;
+      info.epoch_loss = loss_sum / epoch_samples;
+      info.samples_per_s = (result.samples + epoch_samples) / (result.train_seconds + seconds_since(t0));
+      if (lead())
+        for (Callback* c : callbacks) c->on_step(*this, info);
+      const bool stop = stop_requested_;
+      if (saving && (stop || (cfg_.save_every && opt_->steps() % cfg_.save_every == 0))) {
+        check_finite(epoch, info.batch + 1);
+        const bool epoch_done = info.batch + 1 == info.batches;
+        save(epoch + epoch_done, epoch_done ? 0 : info.batch + 1);
+      }
+      if (stop) {
+        result.stopped = true;
+        // Under mpirun a rank may stop because another one was signalled.
+        result.signal = interrupted();
+        result.train_seconds += seconds_since(t0);
+        result.samples += epoch_samples;
+        result.steps = opt_->steps() - steps_before;
+        result.micro_batches = micro_batches_;
+        result.batch_seconds = batch_seconds_;
+        if (lead())
+          for (Callback* c : callbacks) c->on_fit_end(*this, true, result.signal);
+        return result;
+      }
+    }
+    check_finite(epoch, batches_per_epoch());
+    if (saving && epoch + 1 < cfg_.epochs) save(epoch + 1, 0);
+    result.train_seconds += seconds_since(t0);
+    result.samples += epoch_samples;
+    result.last_loss = loss_sum / epoch_samples;
+    if (!lead()) continue;
+    EpochInfo e;
+    e.epoch = epoch;
+    e.train_loss = result.last_loss;
+    e.test = result.test = evaluate();
+    e.seconds = seconds_since(t0);
+    e.samples_per_s = result.samples / result.train_seconds;
+    for (Callback* c : callbacks) c->on_epoch_end(*this, e);
+  }
+  if (lead()) {
+    if (cfg_.epochs == 0) result.test = evaluate();
+    if (saving) save(cfg_.epochs, 0);
+  }
+  result.steps = opt_->steps() - steps_before;
+  result.micro_batches = micro_batches_;
+  result.batch_seconds = batch_seconds_;
+  if (lead())
+    for (Callback* c : callbacks) c->on_fit_end(*this, false, 0);
+  return result;
+}
+
+}  // namespace crumb

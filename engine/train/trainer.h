@@ -1,0 +1,218 @@
+// A training run assembled in one place: the data, the model, its memory plan for the budget, the
+// parameters, the optimizer and its schedule, the scheduler, checkpoints and data parallelism. train, the
+// benchmarks, the tests and the examples drive it; none of them holds engine logic.
+//
+//   TrainConfig cfg;               // model, data, optimizer, schedule, budget, checkpoints, ranks
+//   cfg.model = "lenet5";
+//   Trainer t(cfg);                // reads the data, builds and plans the model (no allocation yet)
+//   Progress progress;             // callbacks: progress on stderr, a JSONL log, your own
+//   FitResult r = t.fit({&progress});
+//
+// fit() runs epochs of batches (as ggml-opt's fit over epochs); train_batch() is one optimizer step, for
+// callers that drive the loop themselves. Between batches fit checks that the run has not diverged,
+// saves on the checkpoint policy, and stops at a signal (engine/train/signals.h) or at a callback's
+// request, after the optimizer step in progress and a save: no work is lost.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/base/tensor.h"
+#include "engine/data/loader.h"
+#include "engine/data/source.h"
+#include "engine/dist/communicator.h"
+#include "engine/dist/grad_reducer.h"
+#include "engine/io/checkpoint.h"
+#include "engine/optim/optimizer.h"
+#include "engine/run/params.h"
+#include "engine/strategy/memory_strategy.h"
+#include "engine/train/model_registry.h"
+#include "engine/train/scheduler.h"
+
+namespace crumb {
+
+// The CPU budget when none is given: a batch is micro-batched only when it would not fit in it.
+inline constexpr std::size_t kDefaultCpuBudget = std::size_t{4} << 30;
+
+struct TrainConfig {
+  // The model: a registered name (engine/train/model_registry.h), its normalisation and dropout.
+  std::string model = "lenet5";
+  models::NormSpec norm;
+  double dropout = 0.5;
+  data::DataSpec data;
+  bool augment = false;  // random crop (pad 4) and horizontal flip of training images
+  int epochs = 1;
+  int batch = 64;        // a batch larger than the training set is the whole set
+  int micro_batch = 0;   // 0: the largest that fits the budget
+  bool drop_last = false;  // skip each epoch's short last batch
+  OptimizerConfig optimizer;  // its schedule's horizon is set by the run
+  std::optional<Device> device;  // none: CUDA where a GPU is usable, else the CPU
+  int threads = 2;
+  uint64_t seed = 0;
+  std::size_t memory_budget = 0;  // 0: kDefaultCpuBudget on the CPU, 95% of the free memory on a GPU
+  Strategy strategy = Strategy::Auto;
+  bool tf32 = false;         // float32 products and convolutions may use TF32 tensor cores (CUDA)
+  bool cuda_graphs = true;   // replay each micro-batch's work as a recorded CUDA graph
+  // Checkpoints: where to save (at every epoch's end, every save_every optimizer steps, when stopped and
+  // at the end), which weights to start from, which run to continue.
+  std::string save, load, resume;
+  long long save_every = 0;
+  // What the caller records in every checkpoint beside where the run stands (train: its flags).
+  CheckpointMetadata record;
+  // Data parallel, when launched by MPI: bytes per gradient bucket, seconds a collective may take.
+  std::size_t bucket_cap = std::size_t{25} << 20;
+  double dist_timeout = 300;
+};
+
+// The model planned for a batch and a budget, before anything is allocated.
+struct RunPlan {
+  Graph graph;  // with its backward graph, rewritten for swapping and recomputation
+  StrategyPlan strategy;
+  Device device = Device::CPU;
+  std::size_t budget = 0;
+  int batch = 0;  // samples per batch (a data-parallel rank plans for the largest share, rank 0's)
+  // "batch 64 in 1 micro-batch(es) of 64 (largest that fits the budget)".
+  std::string split;
+};
+// The device a config runs on (building the CUDA context where it asks for one, which reports exactly
+// why there is none), and its budget.
+Device pick_device(const TrainConfig& cfg);
+std::size_t budget_of(const TrainConfig& cfg, Device device);
+// Plans cfg's model for inputs of `shape` and batches of `batch` samples on `device`.
+RunPlan plan_run(const TrainConfig& cfg, const data::DataShape& shape, int batch, Device device);
+
+// The value `key` recorded in the metadata of the checkpoint at `path` (an error where it records no run).
+std::string recorded_value(const CheckpointMetadata& meta, const std::string& key, const std::string& path);
+
+// Accuracy and mean loss over the test set.
+struct Evaluation {
+  double accuracy = 0, loss = 0;
+};
+
+// One optimizer step, as the callbacks see it.
+struct StepInfo {
+  int epoch = 0;           // 0-based
+  int batch = 0;           // 0-based index within the epoch
+  int batches = 0;         // per epoch
+  int samples = 0;         // in this batch (over every rank)
+  double loss = 0;         // mean over the batch
+  long long step = 0;      // optimizer steps taken, this one included (resumed runs count on)
+  double lr = 0;           // the step's learning rate
+  double epoch_loss = 0;   // mean over the epoch so far
+  double samples_per_s = 0;  // over the run so far
+};
+
+struct EpochInfo {
+  int epoch = 0;  // 0-based
+  double train_loss = 0;
+  Evaluation test;
+  double seconds = 0;  // the epoch's training and evaluation
+  double samples_per_s = 0;  // over the run so far
+};
+
+class Trainer;
+
+// What fit() calls back, on the lead rank only (rank 0; the only rank without MPI). Any may throw to end
+// the run; request_stop() ends it after the current step, with a save.
+class Callback {
+ public:
+  virtual ~Callback() = default;
+  virtual void on_fit_begin(Trainer&) {}
+  virtual void on_epoch_begin(Trainer&, int /*epoch*/) {}
+  virtual void on_step(Trainer&, const StepInfo&) {}
+  virtual void on_epoch_end(Trainer&, const EpochInfo&) {}
+  // After the last epoch, or when stopped (stopped_by: the signal, or 0 for a callback's request).
+  virtual void on_fit_end(Trainer&, bool stopped, int stopped_by) {}
+};
+
+struct FitResult {
+  long long steps = 0;           // optimizer steps of this fit
+  long long samples = 0;         // trained by this fit
+  long long micro_batches = 0;
+  double train_seconds = 0;
+  double batch_seconds = 0;      // forward + backward of every micro-batch, without the optimizer
+  double last_loss = 0;          // the last epoch's mean training loss
+  Evaluation test;               // after the last epoch
+  bool stopped = false;          // by a signal or a callback, after a save
+  int signal = 0;                // the signal that stopped it (SIGINT, SIGTERM), 0 for a callback's request
+  double samples_per_s() const { return train_seconds > 0 ? samples / train_seconds : 0.0; }
+};
+
+class Trainer {
+ public:
+  // Reads the data (or takes `data`, shared with other trainers), connects the ranks when launched by
+  // MPI (or takes `comm`, connected by the caller: connect_ranks(pick_device(cfg), cfg.dist_timeout)),
+  // builds the model and plans it for the budget. Nothing is allocated for training yet: the plan can be
+  // inspected (plan()) before prepare() or fit() allocate.
+  explicit Trainer(TrainConfig cfg, std::shared_ptr<const data::DataSplit> data = nullptr,
+                   std::shared_ptr<Communicator> comm = nullptr);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Allocates and initialises the parameters, the optimizer and the arena, loads cfg.load and resumes
+  // cfg.resume, gives every rank rank 0's weights. Once; fit() calls it.
+  void prepare();
+  // Trains from where the run stands to cfg.epochs, evaluating after each epoch.
+  FitResult fit(const std::vector<Callback*>& callbacks = {});
+  // Starts an epoch (0-based) at batch first_batch; then train_batch() trains its batches one by one and
+  // returns false at its end. The building blocks of fit, for callers that drive the loop themselves.
+  void start_epoch(int epoch, int first_batch = 0);
+  bool train_batch(StepInfo& info);
+  Evaluation evaluate();
+  // Writes a checkpoint of the weights, the optimizer and where the run stands (after `epoch` whole
+  // epochs and `batch` batches of the next), to cfg.save unless a path is given; a failed save writes
+  // the same checkpoint under the system's temporary folder and throws, saying where.
+  void save(int epoch, int batch, const std::string& path = "");
+  void request_stop() { stop_requested_ = true; }
+
+  const TrainConfig& config() const { return cfg_; }
+  const RunPlan& plan() const { return plan_; }
+  const Graph& graph() const { return plan_.graph; }
+  const data::DataSplit& data() const { return *data_; }
+  Device device() const { return plan_.device; }
+  int batch() const { return batch_; }  // samples per batch over every rank
+  int micro_batch() const { return plan_.strategy.plan.micro_batch; }
+  int batches_per_epoch() const;
+  int ranks() const { return comm_ ? comm_->size() : 1; }
+  bool lead() const { return !comm_ || comm_->rank() == 0; }
+  Communicator* communicator() { return comm_.get(); }
+  // After prepare():
+  ParamStore& params() { return *params_; }
+  Optimizer& optimizer() { return *opt_; }
+  const Scheduler& scheduler() const { return *sched_; }
+  std::size_t arena_bytes() const;
+  const GradientReducer* reducer() const { return reducer_.get(); }
+  int start_epoch_index() const { return start_epoch_; }  // where prepare() found the run (resume)
+  int start_batch_index() const { return start_batch_; }
+  // Messages for the user (a resumed run's float rounding, a checkpoint of another model), in order.
+  const std::vector<std::string>& warnings() const { return warnings_; }
+
+ private:
+  void check_finite(int epoch, int batch);
+
+  TrainConfig cfg_;
+  std::shared_ptr<Communicator> comm_;
+  std::shared_ptr<const data::DataSplit> data_;
+  int batch_ = 0;
+  RunPlan plan_;
+  std::unique_ptr<ParamStore> params_;
+  std::unique_ptr<Optimizer> opt_;
+  std::unique_ptr<data::Loader> train_loader_, test_loader_;
+  std::unique_ptr<Arena> arena_;
+  std::unique_ptr<Scheduler> sched_;
+  std::unique_ptr<GradientReducer> reducer_;
+  int start_epoch_ = 0, start_batch_ = 0;
+  int epoch_ = 0;
+  bool stop_requested_ = false;
+  std::vector<std::string> warnings_;
+  // fit's running totals, for StepInfo::samples_per_s.
+  long long samples_ = 0;
+  double seconds_ = 0, batch_seconds_ = 0;
+  long long micro_batches_ = 0;
+};
+
+}  // namespace crumb
