@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -344,6 +345,87 @@ OptimizerConfig default_optimizer(OptimizerKind kind) {
   c.momentum = kind == OptimizerKind::Sgd ? 0.9 : 0.0;
   c.schedule.step_size = 1000;
   return c;
+}
+
+namespace {
+// The flags as one printable string (what a checkpoint records): space-separated, with '%', spaces and
+// control characters inside a flag percent-encoded.
+std::string encode_args(const std::vector<std::string>& args) {
+  std::string out;
+  for (const std::string& a : args) {
+    if (!out.empty()) out += ' ';
+    for (unsigned char c : a) {
+      if (c == '%' || c == ' ' || c < 0x20 || c == 0x7f) {
+        char hex[4];
+        std::snprintf(hex, sizeof hex, "%%%02X", c);
+        out += hex;
+      } else {
+        out += static_cast<char>(c);
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TrainConfig config_of(const Options& o) {
+  TrainConfig c;
+  c.model = o.model;
+  c.norm = o.norm;
+  c.dropout = o.dropout;
+  c.data.dataset = o.dataset;
+  c.data.dir = o.data;
+  c.data.channels = o.input[0];
+  c.data.height = o.input[1];
+  c.data.width = o.input[2];
+  c.data.classes = o.classes;
+  c.data.limit_train = o.limit_train;
+  c.data.limit_test = o.limit_test;
+  c.data.seed = o.seed;
+  c.augment = o.augment;
+  c.epochs = o.epochs;
+  c.batch = o.batch;
+  c.micro_batch = o.micro_batch;
+  c.optimizer = o.optimizer;
+  if (!o.device.empty()) c.device = o.device == "cuda" ? Device::CUDA : Device::CPU;
+  c.threads = o.threads;
+  c.seed = o.seed;
+  c.memory_budget = o.memory_budget;
+  c.strategy = o.strategy;
+  c.tf32 = o.tf32;
+  c.cuda_graphs = o.cuda_graphs;
+  c.save = o.save;
+  c.load = o.load;
+  c.resume = o.resume;
+  c.save_every = o.save_every;
+  c.record = {{"train.args", encode_args(o.args)}};
+  c.bucket_cap = o.bucket_cap;
+  c.dist_timeout = o.dist_timeout;
+  return c;
+}
+
+std::vector<std::string> recorded_args(const std::string& path) {
+  const std::string text = recorded_value(checkpoint_metadata(path), "train.args", path);
+  std::vector<std::string> args;
+  std::string arg;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == ' ') {
+      args.push_back(arg);
+      arg.clear();
+    } else if (text[i] == '%') {
+      const std::string hex = text.substr(i + 1, 2);
+      CRUMB_CHECK(hex.size() == 2 && std::isxdigit(static_cast<unsigned char>(hex[0])) &&
+                      std::isxdigit(static_cast<unsigned char>(hex[1])),
+                  path, ": damaged \"train.args\" in its metadata");
+      arg += static_cast<char>(std::stoi(hex, nullptr, 16));
+      i += 2;
+    } else {
+      arg += text[i];
+    }
+  }
+  if (!arg.empty()) args.push_back(arg);
+  return args;
 }
 
 }  // namespace crumb::train

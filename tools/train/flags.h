@@ -66,5 +66,9 @@ Options parse_flags(const std::vector<std::string>& args);
 // Any other flag in `given` is an error: the run continues with its own settings.
 Options resume_flags(const std::vector<std::string>& recorded, const Options& given);
 const char* usage();
+// The Trainer's config for the options; it records the flags in every checkpoint ("train.args").
+TrainConfig config_of(const Options& o);
+// The flags recorded in the checkpoint at path (what --resume continues).
+std::vector<std::string> recorded_args(const std::string& path);
 
 }  // namespace crumb::train

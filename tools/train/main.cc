@@ -1,5 +1,4 @@
 // train: the command line over the Trainer (engine/train/trainer.h): flags -> config -> fit -> summary.
-#include <cctype>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -12,10 +11,10 @@
 
 #include "engine/base/error.h"
 #include "engine/base/rss.h"
-#include "engine/io/json.h"
 #include "engine/train/progress.h"
 #include "engine/train/run_log.h"
 #include "engine/train/signals.h"
+#include "engine/train/summary.h"
 #include "engine/train/trainer.h"
 #include "tools/train/flags.h"
 #include "tools/train/report.h"
@@ -23,61 +22,6 @@
 
 namespace crumb::train {
 namespace {
-
-// The flags as one printable string (what a checkpoint records): space-separated, with '%', spaces and
-// control characters inside a flag percent-encoded.
-std::string encode_args(const std::vector<std::string>& args) {
-  std::string out;
-  for (const std::string& a : args) {
-    if (!out.empty()) out += ' ';
-    for (unsigned char c : a) {
-      if (c == '%' || c == ' ' || c < 0x20 || c == 0x7f) {
-        char hex[4];
-        std::snprintf(hex, sizeof hex, "%%%02X", c);
-        out += hex;
-      } else {
-        out += static_cast<char>(c);
-      }
-    }
-  }
-  return out;
-}
-
-TrainConfig to_config(const Options& o) {
-  TrainConfig c;
-  c.model = o.model;
-  c.norm = o.norm;
-  c.dropout = o.dropout;
-  c.data.dataset = o.dataset;
-  c.data.dir = o.data;
-  c.data.channels = o.input[0];
-  c.data.height = o.input[1];
-  c.data.width = o.input[2];
-  c.data.classes = o.classes;
-  c.data.limit_train = o.limit_train;
-  c.data.limit_test = o.limit_test;
-  c.data.seed = o.seed;
-  c.augment = o.augment;
-  c.epochs = o.epochs;
-  c.batch = o.batch;
-  c.micro_batch = o.micro_batch;
-  c.optimizer = o.optimizer;
-  if (!o.device.empty()) c.device = o.device == "cuda" ? Device::CUDA : Device::CPU;
-  c.threads = o.threads;
-  c.seed = o.seed;
-  c.memory_budget = o.memory_budget;
-  c.strategy = o.strategy;
-  c.tf32 = o.tf32;
-  c.cuda_graphs = o.cuda_graphs;
-  c.save = o.save;
-  c.load = o.load;
-  c.resume = o.resume;
-  c.save_every = o.save_every;
-  c.record = {{"train.args", encode_args(o.args)}};
-  c.bucket_cap = o.bucket_cap;
-  c.dist_timeout = o.dist_timeout;
-  return c;
-}
 
 // The report's data for the chosen plan, titled by model, input shape and device.
 ReportData report_data(const TrainConfig& c, const RunPlan& p, const std::vector<int>& trial_sizes) {
@@ -92,7 +36,7 @@ ReportData report_data(const TrainConfig& c, const RunPlan& p, const std::vector
 // --explain: the plan of the run, from the data's shape alone (its files are not read).
 int explain(const Options& o) {
   ReportOutput report(o.report, o.report_dir);
-  const TrainConfig c = to_config(o);
+  const TrainConfig c = config_of(o);
   const RunPlan p = plan_run(c, data::data_shape(c.data), c.batch, pick_device(c));
   std::cout << c.model << " on " << device_name(p.device) << ", " << p.split << "\n";
   write_strategy_report(std::cout, p.graph, p.strategy);
@@ -107,53 +51,6 @@ int explain(const Options& o) {
   return 0;
 }
 
-// The last line on stdout: what the run was and measured.
-std::string summary(const Options& o, Trainer& t, const FitResult& r) {
-  const StrategyChoice& choice = t.plan().strategy.choice;
-  const MemoryPlan& plan = t.scheduler().train_executor().plan();
-  Optimizer& opt = t.optimizer();
-  json::ObjectWriter w;
-  w.string("model", o.model)
-      .string("dataset", o.dataset)
-      .integer("epochs", o.epochs)
-      .integer("batch", t.batch())
-      .integer("micro_batch", t.micro_batch())
-      .integer("threads", o.threads)
-      .integer("seed", static_cast<long long>(o.seed))
-      .number("samples_per_s", r.samples_per_s(), 1)
-      .number("train_seconds", r.train_seconds, 3)
-      .number("test_accuracy", r.test.accuracy, 4)
-      .number("test_loss", r.test.loss, 6)
-      .number("final_loss", r.last_loss, 6)
-      .integer("parameters", static_cast<long long>(t.params().num_parameters()))
-      .integer("arena_bytes", static_cast<long long>(t.arena_bytes()))
-      .integer("arena_lower_bound", static_cast<long long>(plan.lower_bound))
-      .string("device", device_name(t.device()))
-      .boolean("tf32", o.tf32 && t.device() == Device::CUDA)
-      .boolean("cuda_graphs", t.scheduler().train_executor().recording())
-      .string("optimizer", optimizer_name(opt.kind()))
-      .string("lr_schedule", lr_schedule_name(o.optimizer.schedule.kind))
-      .number("final_lr", opt.lr(std::max(opt.steps() - 1, 0LL)))
-      .integer("memory_budget", static_cast<long long>(t.plan().budget))
-      .integer("max_rss_bytes", static_cast<long long>(max_rss_bytes()))
-      .string("strategy", strategy_name(o.strategy))
-      .string("strategy_used", choice.used)
-      .integer("swapped", static_cast<long long>(choice.swapped.size()))
-      .integer("recomputed", static_cast<long long>(choice.recomputed.size()))
-      .integer("host_pool_bytes", static_cast<long long>(plan.host_pool_bytes))
-      .number("predicted_step_s", choice.predicted_seconds, 6)
-      .number("in_memory_step_s", choice.in_memory_seconds, 6)
-      .number("measured_step_s", r.micro_batches ? r.batch_seconds / r.micro_batches : 0.0, 6);
-  if (const GradientReducer* reducer = t.reducer()) {
-    const GradientReducer::Timing& tm = reducer->timing();
-    w.integer("ranks", t.ranks())
-        .integer("buckets", static_cast<long long>(reducer->buckets().size()))
-        .number("allreduce_seconds", tm.span_seconds, 4)
-        .number("allreduce_wait_seconds", tm.waited_seconds, 4);
-  }
-  return w.str();
-}
-
 // comm: set to the ranks this process was launched among (mpirun), for main() to stop them on an error.
 int run(const Options& o, std::shared_ptr<Communicator>& comm) {
   // From the start: a signal while the data loads stops the run after its first step, with a checkpoint.
@@ -161,7 +58,7 @@ int run(const Options& o, std::shared_ptr<Communicator>& comm) {
   if (o.explain) return explain(o);
   // Checked before the data loads, so a bad path fails at once.
   ReportOutput report(o.report, o.report_dir);
-  const TrainConfig cfg = to_config(o);
+  const TrainConfig cfg = config_of(o);
   comm = connect_ranks(pick_device(cfg), cfg.dist_timeout);
   auto data = std::make_shared<const data::DataSplit>(data::load_data(cfg.data));
   Trainer t(cfg, data, comm);
@@ -202,35 +99,11 @@ int run(const Options& o, std::shared_ptr<Communicator>& comm) {
                                      r.test.accuracy};
     report.write(*report_plan);
   }
-  std::printf("%s\n", summary(o, t, r).c_str());
+  std::printf("%s\n", to_json(summarize(t, r)).c_str());
   return 0;
 }
 
 }  // namespace
-
-std::vector<std::string> recorded_args(const std::string& path) {
-  const std::string text = recorded_value(checkpoint_metadata(path), "train.args", path);
-  std::vector<std::string> args;
-  std::string arg;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == ' ') {
-      args.push_back(arg);
-      arg.clear();
-    } else if (text[i] == '%') {
-      const std::string hex = text.substr(i + 1, 2);
-      CRUMB_CHECK(hex.size() == 2 && std::isxdigit(static_cast<unsigned char>(hex[0])) &&
-                      std::isxdigit(static_cast<unsigned char>(hex[1])),
-                  path, ": damaged \"train.args\" in its metadata");
-      arg += static_cast<char>(std::stoi(hex, nullptr, 16));
-      i += 2;
-    } else {
-      arg += text[i];
-    }
-  }
-  if (!arg.empty()) args.push_back(arg);
-  return args;
-}
-
 }  // namespace crumb::train
 
 int main(int argc, char** argv) {
