@@ -271,7 +271,8 @@ Result run_interrupted(const std::string& args, double seconds) {
 
 // --resume continues a run exactly: 2 epochs in one run, and 1 epoch + --resume for the second, give
 // byte-identical weights and optimizer state (augmented data, a step schedule); so does a run stopped
-// by SIGINT in the middle of an epoch and resumed (cosine schedule). Settings cannot change on resume.
+// by SIGINT in the middle of an epoch and resumed with its original command line (cosine schedule).
+// Settings that change the result cannot change on resume.
 TEST(TrainCli, ResumeIsExact) {
   if (!std::filesystem::exists(kData)) GTEST_SKIP() << "dataset-fashion-mnist not installed";
   const auto dir = std::filesystem::temp_directory_path() / ("crumb_resume_" + std::to_string(getpid()));
@@ -293,12 +294,18 @@ TEST(TrainCli, ResumeIsExact) {
   const Result stopped = run_interrupted(mid + "--save " + b, 0.7);
   ASSERT_TRUE(stopped.code == 130 || stopped.code == 0) << stopped.err;  // 0: it finished before the signal
   if (stopped.code == 130) {
-    const Result rest = run_train("--resume " + b + " --save " + b);
+    // The original command line with --resume added.
+    const Result rest = run_train(mid + "--save " + b + " --resume " + b);
     ASSERT_EQ(rest.code, 0) << rest.err;
   }
   EXPECT_EQ(tensor_bytes(a), tensor_bytes(b)) << stopped.err;
 
-  expect_one_error_line(run_train("--resume " + b + " --lr 0.1"), "--lr cannot change when resuming");
+  expect_one_error_line(run_train("--resume " + b + " --lr 0.1"),
+                        "--lr cannot change when resuming: the run recorded its default, given 0.1");
+  std::string other_batch = mid;
+  other_batch.replace(other_batch.find("--batch 64"), 10, "--batch 32");
+  expect_one_error_line(run_train(other_batch + "--resume " + b),
+                        "--batch cannot change when resuming: the run recorded 64, given 32");
   expect_one_error_line(run_train("--resume " + b + " --load " + a), "drop --load");
   std::filesystem::remove_all(dir);
 }

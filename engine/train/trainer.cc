@@ -13,6 +13,7 @@
 #include "engine/dist/batch_share.h"
 #include "engine/graph/autograd.h"
 #include "engine/graph/rng.h"
+#include "engine/io/json.h"
 #include "engine/train/signals.h"
 
 namespace crumb {
@@ -78,6 +79,42 @@ std::string recorded_value(const CheckpointMetadata& meta, const std::string& ke
     if (k == key) return v;
   CRUMB_FAIL(path, " records no run (no \"", key, "\" in its metadata): it was not saved by train --save; use --load ",
              path, " to start a new run from its weights");
+}
+
+std::string result_settings(const TrainConfig& c) {
+  const OptimizerConfig& o = c.optimizer;
+  const models::NormSpec& n = c.norm;
+  return json::ObjectWriter()
+      .string("model", c.model)
+      .integer("norm", static_cast<int>(n.kind))
+      .integer("bn_group", n.bn.group)
+      .integer("bn_stats", static_cast<int>(n.bn.stats))
+      .integer("gn_groups", n.gn_groups)
+      .number("dropout", c.dropout)
+      .string("dataset", c.data.dataset)
+      .integer("channels", c.data.channels)
+      .integer("height", c.data.height)
+      .integer("width", c.data.width)
+      .integer("classes", c.data.classes)
+      .integer("limit_train", c.data.limit_train)
+      .boolean("augment", c.augment)
+      .integer("batch", c.batch)
+      .boolean("drop_last", c.drop_last)
+      .integer("optimizer", static_cast<int>(o.kind))
+      .number("lr", o.lr)
+      .number("weight_decay", o.weight_decay)
+      .number("momentum", o.momentum)
+      .boolean("nesterov", o.nesterov)
+      .number("beta1", o.beta1)
+      .number("beta2", o.beta2)
+      .number("eps", o.eps)
+      .integer("lr_schedule", static_cast<int>(o.schedule.kind))
+      .integer("warmup_steps", o.schedule.warmup_steps)
+      .integer("step_size", o.schedule.step_size)
+      .number("gamma", o.schedule.gamma)
+      .integer("seed", static_cast<long long>(c.seed))
+      .boolean("tf32", c.tf32)
+      .str();
 }
 
 Device pick_device(const TrainConfig& c) {

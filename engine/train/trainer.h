@@ -67,6 +67,11 @@ struct TrainConfig {
   double dist_timeout = 300;
 };
 
+// The settings of cfg that change a run's result (model, data, batch, optimizer, seed, ...), as one JSON
+// object, without those that do not (threads, budget, micro-batch, paths, epochs): equal strings, the
+// same run. A resumed run and the ranks of a data-parallel one must agree on it.
+std::string result_settings(const TrainConfig& cfg);
+
 // The model planned for a batch and a budget, before anything is allocated.
 struct RunPlan {
   Graph graph;  // with its backward graph, rewritten for swapping and recomputation

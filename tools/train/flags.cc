@@ -299,7 +299,6 @@ Options parse_flags(const std::vector<std::string>& argv) {
   check_applies(given, {"bn-group", "bn-stats"}, o.norm.kind == models::NormSpec::Kind::Batch, "--norm bn");
   CRUMB_CHECK(o.epochs > 0 || !o.load.empty() || o.explain || o.help, "--epochs 0 evaluates a checkpoint: it needs --load");
   check_applies(given, {"save-every"}, !o.save.empty(), "--save");
-  CRUMB_CHECK(o.resume.empty() || o.load.empty(), "--resume continues a run from its checkpoint: drop --load");
   const bool sgd = opt.kind == OptimizerKind::Sgd;
   check_applies(given, {"momentum", "nesterov"}, sgd, "--optimizer sgd");
   check_applies(given, {"beta1", "beta2", "eps"}, !sgd, "--optimizer adamw");
@@ -318,20 +317,50 @@ Options resume_flags(const std::vector<std::string>& recorded, const Options& gi
                                                    "limit-test", "resume", "report", "report-dir", "sweep",
                                                    "strategy", "bucket-cap", "dist-timeout"};
   auto name_of = [](const std::string& arg) { return arg.substr(2, arg.find('=') - 2); };
+  auto value_of = [](const std::string& arg) {
+    const std::size_t eq = arg.find('=');
+    return eq == std::string::npos ? std::string("(set)") : arg.substr(eq + 1);
+  };
+  // The starting weights came from --load; they now come from --resume.
+  std::vector<std::string> run;
+  for (const std::string& arg : recorded)
+    if (name_of(arg) != "load" && name_of(arg) != "resume") run.push_back(arg);
+  auto recorded_arg = [&](const std::string& name) -> const std::string* {
+    const std::string* found = nullptr;
+    for (const std::string& arg : recorded)
+      if (name_of(arg) == name) found = &arg;
+    return found;
+  };
+  // The original command line with --resume added is fine: a flag that leaves the run's result as
+  // recorded is accepted; one that would change it is an error naming both values.
+  const std::string settings = result_settings(config_of(parse_flags(run)));
   std::set<std::string> overridden;
   for (const std::string& arg : given.args) {
     const std::string name = name_of(arg);
-    CRUMB_CHECK(changeable.count(name), "--", name, " cannot change when resuming: the run continues with the settings "
-                "its checkpoint recorded (a resumed run may set --epochs, --save, --save-every, --log, --data, "
-                "--threads, --device, --memory-budget, --micro-batch, --cuda-graphs, --limit-test, --report, "
-                "--report-dir, --sweep, --strategy, --bucket-cap, --dist-timeout)");
-    overridden.insert(name);
+    if (changeable.count(name)) {
+      overridden.insert(name);
+      continue;
+    }
+    const std::string* was = recorded_arg(name);
+    if (name == "load") {
+      CRUMB_CHECK(was && *was == arg, "--resume continues a run from its checkpoint: drop --load");
+      continue;
+    }
+    std::vector<std::string> with;
+    for (const std::string& r : run)
+      if (name_of(r) != name) with.push_back(r);
+    with.push_back(arg);
+    CRUMB_CHECK(result_settings(config_of(parse_flags(with))) == settings, "--", name,
+                " cannot change when resuming: the run recorded ", was ? value_of(*was) : "its default", ", given ",
+                value_of(arg), " (a resumed run continues with its recorded settings; it may set --epochs, --save, "
+                "--save-every, --log, --data, --threads, --device, --memory-budget, --micro-batch, --cuda-graphs, "
+                "--limit-test, --report, --report-dir, --sweep, --strategy, --bucket-cap, --dist-timeout)");
   }
   std::vector<std::string> args;
-  for (const std::string& arg : recorded)  // the starting weights came from --load; they now come from --resume
-    if (!overridden.count(name_of(arg)) && name_of(arg) != "load" && name_of(arg) != "resume") args.push_back(arg);
+  for (const std::string& arg : run)
+    if (!overridden.count(name_of(arg))) args.push_back(arg);
   for (const std::string& arg : given.args)
-    if (name_of(arg) != "resume") args.push_back(arg);
+    if (changeable.count(name_of(arg)) && name_of(arg) != "resume") args.push_back(arg);
   Options o = parse_flags(args);
   o.resume = given.resume;
   return o;

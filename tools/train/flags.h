@@ -62,8 +62,9 @@ Options parse_flags(const std::vector<std::string>& args);
 // The flags of the run that --resume continues: the ones recorded in its checkpoint (`recorded`, as
 // Options::args), with those a resumed run may change (--epochs, --save, --save-every, --log, --data,
 // --threads, --device, --memory-budget, --micro-batch, --cuda-graphs, --limit-test, --report, --report-dir,
-// --sweep, --strategy, --bucket-cap, --dist-timeout) taken from `given`.
-// Any other flag in `given` is an error: the run continues with its own settings.
+// --sweep, --strategy, --bucket-cap, --dist-timeout) taken from `given`. Any other flag in `given` must
+// leave the run's result as recorded (result_settings), so the original command line with --resume
+// added is accepted; one that would change it is an error naming the flag and both values.
 Options resume_flags(const std::vector<std::string>& recorded, const Options& given);
 const char* usage();
 // The Trainer's config for the options; it records the flags in every checkpoint ("train.args").
