@@ -1,0 +1,234 @@
+// The Trainer in-process: fit with callbacks, exact resume (at an epoch's end and from a stop in the middle
+// of one), and data parallelism over ranks that are threads of this process (a communicator over shared
+// memory stands in for MPI; tests/mpirun_test.cc runs the real thing end to end).
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include "engine/train/trainer.h"
+#include "tests/test_util.h"
+
+namespace crumb {
+namespace {
+
+std::shared_ptr<const data::DataSplit> synthetic_data(const TrainConfig& c) {
+  return std::make_shared<const data::DataSplit>(data::load_data(c.data));
+}
+
+// A small run that still covers what resume must restore: shuffled and augmented batches, a short last
+// batch, a step schedule, momentum.
+TrainConfig small_run() {
+  TrainConfig c;
+  c.model = "cnn";
+  c.data.dataset = "synthetic";
+  c.data.channels = 1;
+  c.data.height = c.data.width = 12;
+  c.data.classes = 4;
+  c.data.limit_train = 90;
+  c.data.limit_test = 20;
+  c.augment = true;
+  c.batch = 16;
+  c.epochs = 2;
+  c.optimizer.lr = 0.05;
+  c.optimizer.momentum = 0.9;
+  c.optimizer.schedule.kind = LrSchedule::Kind::Step;
+  c.optimizer.schedule.step_size = 5;
+  c.threads = 1;
+  c.device = Device::CPU;
+  return c;
+}
+
+std::vector<char> weights(Trainer& t) {
+  const char* p = static_cast<const char*>(t.params().data_block());
+  return {p, p + t.params().bytes()};
+}
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("crumb_trainer_" + std::to_string(getpid()) + "_" + name)).string();
+}
+
+// Counts what fit calls back, and asks for a stop after `stop_after` steps (0: never).
+class Counter : public Callback {
+ public:
+  explicit Counter(int stop_after = 0) : stop_after_(stop_after) {}
+  void on_fit_begin(Trainer&) override { ++begins; }
+  void on_step(Trainer& t, const StepInfo& s) override {
+    ++steps;
+    last = s;
+    if (stop_after_ && steps == stop_after_) t.request_stop();
+  }
+  void on_epoch_end(Trainer&, const EpochInfo& e) override { epochs.push_back(e); }
+  void on_fit_end(Trainer&, bool s, int) override { stopped = s; }
+  int begins = 0, steps = 0;
+  bool stopped = false;
+  StepInfo last;
+  std::vector<EpochInfo> epochs;
+
+ private:
+  int stop_after_;
+};
+
+TEST(Trainer, FitCallsBackPerStepAndEpoch) {
+  const TrainConfig c = small_run();
+  Trainer t(c, synthetic_data(c));
+  Counter counter;
+  const FitResult r = t.fit({&counter});
+  EXPECT_EQ(t.batches_per_epoch(), 6);  // 90 samples in batches of 16: the last one holds 10
+  EXPECT_EQ(counter.begins, 1);
+  EXPECT_EQ(counter.steps, 12);
+  EXPECT_EQ(r.steps, 12);
+  EXPECT_EQ(r.samples, 180);
+  EXPECT_EQ(counter.last.samples, 10);
+  EXPECT_EQ(counter.last.step, 12);
+  ASSERT_EQ(counter.epochs.size(), 2u);
+  EXPECT_EQ(counter.epochs[1].test.accuracy, r.test.accuracy);
+  EXPECT_FALSE(counter.stopped);
+  EXPECT_TRUE(std::isfinite(r.last_loss));
+}
+
+// Two epochs in one fit, and one epoch saved then resumed for the second, give the same bytes; so does a
+// run stopped in the middle of an epoch (it saves) and resumed.
+TEST(Trainer, ResumeIsExact) {
+  TrainConfig c = small_run();
+  const auto data = synthetic_data(c);
+  Trainer whole(c, data);
+  whole.fit();
+
+  const std::string path = temp_path("resume.safetensors");
+  TrainConfig first = c;
+  first.epochs = 1;
+  first.save = path;
+  Trainer(first, data).fit();
+  TrainConfig rest = c;
+  rest.resume = path;
+  Trainer resumed(rest, data);
+  resumed.fit();
+  EXPECT_EQ(resumed.start_epoch_index(), 1);
+  EXPECT_EQ(weights(resumed), weights(whole));
+
+  TrainConfig stopping = c;
+  stopping.save = path;
+  Trainer stopped(stopping, data);
+  Counter stop_at(3);
+  const FitResult r = stopped.fit({&stop_at});
+  ASSERT_TRUE(r.stopped);
+  EXPECT_EQ(r.steps, 3);
+  Trainer continued(rest, data);
+  continued.fit();
+  EXPECT_EQ(continued.start_batch_index(), 3);
+  EXPECT_EQ(weights(continued), weights(whole));
+  std::filesystem::remove(path);
+  std::filesystem::remove(optimizer_path(path));
+}
+
+// Ranks as threads: every collective waits for all ranks at a barrier, then rank 0 does the work in
+// shared memory.
+class ThreadGroup {
+ public:
+  explicit ThreadGroup(int size) : size_(size), at_(size) {}
+  int size() const { return size_; }
+  // Publishes p as this rank's, waits for every rank, runs work on rank 0, waits again.
+  template <class Fn> void collective(int rank, void* p, Fn&& work) {
+    at_[rank] = p;
+    barrier();
+    if (rank == 0) work(at_);
+    barrier();
+  }
+
+ private:
+  void barrier() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const long long gen = generation_;
+    if (++waiting_ == size_) {
+      waiting_ = 0;
+      ++generation_;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock, [&] { return generation_ != gen; });
+    }
+  }
+  int size_;
+  std::vector<void*> at_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int waiting_ = 0;
+  long long generation_ = 0;
+};
+
+template <class T> void sum_into_all(const std::vector<void*>& at, std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i) {
+    T s = 0;
+    for (void* p : at) s += static_cast<T*>(p)[i];
+    for (void* p : at) static_cast<T*>(p)[i] = s;
+  }
+}
+
+class ThreadCommunicator final : public Communicator {
+ public:
+  ThreadCommunicator(ThreadGroup& group, int rank) : Communicator(rank, group.size(), 60), group_(group) {}
+  void start_sum(void* p, std::size_t count, DType dtype) override {
+    group_.collective(rank(), p, [&](const std::vector<void*>& at) {
+      if (dtype == DType::F64)
+        sum_into_all<double>(at, count);
+      else
+        sum_into_all<float>(at, count);
+    });
+  }
+  bool poll_sums() override { return true; }
+  void finish_sums() override {}
+  void sum_host(double* p, std::size_t count) override {
+    group_.collective(rank(), p, [&](const std::vector<void*>& at) { sum_into_all<double>(at, count); });
+  }
+  void broadcast_host(void* p, std::size_t bytes) override {
+    group_.collective(rank(), p, [&](const std::vector<void*>& at) {
+      for (std::size_t r = 1; r < at.size(); ++r) std::memcpy(at[r], at[0], bytes);
+    });
+  }
+  [[noreturn]] void abort(int) override { std::abort(); }
+
+ private:
+  ThreadGroup& group_;
+};
+
+// Two ranks train the weights of one process: each its share of every batch, gradients summed over the
+// ranks; rank 0 alone evaluates.
+TEST(Trainer, DataParallelRanksTrainTheWeightsOfOne) {
+  TrainConfig c = small_run();
+  c.augment = false;
+  const auto data = synthetic_data(c);
+  Trainer one(c, data);
+  one.fit();
+
+  ThreadGroup group(2);
+  std::vector<std::vector<char>> ranks(2);
+  std::vector<FitResult> results(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      Trainer t(c, data, std::make_shared<ThreadCommunicator>(group, r));
+      EXPECT_EQ(t.ranks(), 2);
+      EXPECT_EQ(t.lead(), r == 0);
+      results[r] = t.fit();
+      ranks[r] = weights(t);
+    });
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(ranks[0], ranks[1]);
+  const auto as_floats = [](const std::vector<char>& b) {
+    std::vector<float> f(b.size() / sizeof(float));
+    std::memcpy(f.data(), b.data(), b.size());
+    return f;
+  };
+  const std::vector<float> w1 = as_floats(weights(one)), w2 = as_floats(ranks[0]);
+  EXPECT_LE(test::relative_error(w2, w1), 1e-5);
+  EXPECT_GT(results[0].test.accuracy, 0.0);
+  EXPECT_EQ(results[1].test.accuracy, 0.0);  // rank 1 does not evaluate
+}
+
+}  // namespace
+}  // namespace crumb
