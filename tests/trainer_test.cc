@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/train/trainer.h"
+#include "tests/alloc_counter.h"
 #include "tests/test_util.h"
 
 namespace crumb {
@@ -125,6 +126,25 @@ TEST(Trainer, ResumeIsExact) {
   EXPECT_EQ(weights(continued), weights(whole));
   std::filesystem::remove(path);
   std::filesystem::remove(optimizer_path(path));
+}
+
+// After the first, a Trainer's steps allocate nothing: loader, scheduler, optimizer and the step's bookkeeping
+// (ragged micro-batches and a short last batch included).
+TEST(Trainer, StepsDoNotAllocate) {
+  if (!alloc_counter_enabled()) GTEST_SKIP() << "allocation counting is unavailable under sanitizers";
+  TrainConfig c = small_run();
+  c.micro_batch = 6;  // 16 = 6 + 6 + 4
+  Trainer t(c, synthetic_data(c));
+  t.start_epoch(0);
+  StepInfo info;
+  ASSERT_TRUE(t.train_batch(info));  // warm-up: lazy pointer resolution, thread pools
+  const AllocCount before = alloc_count();
+  int steps = 0;
+  while (t.train_batch(info)) ++steps;
+  const AllocCount after = alloc_count();
+  EXPECT_EQ(steps, 5);
+  EXPECT_EQ(after.news, before.news) << "operator new called during training steps";
+  EXPECT_EQ(after.mallocs, before.mallocs) << "malloc called during training steps";
 }
 
 // Ranks as threads: every collective waits for all ranks at a barrier, then rank 0 does the work in
