@@ -1,6 +1,6 @@
-// Trains lenet5 on Fashion-MNIST (synthetic images where the data set is missing) with Crumb as an
-// installed library: find_package(Crumb) and the target Crumb::crumb (CMakeLists.txt next to this file).
-//   train_lenet5 [steps] [data dir]
+// Trains lenet5 on Fashion-MNIST with Crumb as an installed library: find_package(Crumb) and the target
+// Crumb::crumb (CMakeLists.txt next to this file).
+//   train_lenet5 [steps, default 300] [Fashion-MNIST folder, default data::default_data_dir()]
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -22,15 +22,13 @@ int main(int argc, char** argv) try {
   const int batch = 64;
   const uint64_t seed = 1;
 
-  const bool real = data::mnist_split_exists(dir, "train") && data::mnist_split_exists(dir, "t10k");
-  const data::Dataset train = real ? data::load_mnist_split(dir, "train") : data::make_synthetic(4096, 1, 28, 28, 10, seed);
-  const data::Dataset test = real ? data::load_mnist_split(dir, "t10k") : data::make_synthetic(1024, 1, 28, 28, 10, seed + 1);
-  const data::Normalization norm = real ? data::kFashionMnistNorm : data::kSyntheticNorm;
-  std::printf("data: %s, %d training and %d test images\n", real ? dir.c_str() : "synthetic", train.count, test.count);
+  const data::Dataset train_set = data::load_mnist_split(dir, "train");
+  const data::Dataset test_set = data::load_mnist_split(dir, "t10k");
+  std::printf("data: %s, %d training and %d test images\n", dir.c_str(), train_set.count, test_set.count);
 
   // The model's forward graph and loss, its backward, the parameters and the passes compiled for
   // micro-batches of the whole batch.
-  Graph g = models::build("lenet5", {train.channels, train.height, train.width, train.num_classes});
+  Graph g = models::build("lenet5");  // ModelSpec's default: 1x28x28 images, 10 classes, as Fashion-MNIST
   build_backward(g);
   ParamStore params(g);
   params.init(seed);
@@ -41,7 +39,7 @@ int main(int argc, char** argv) try {
   sgd.momentum = 0.9;
   const std::unique_ptr<Optimizer> opt = make_optimizer(params, sgd);
 
-  data::Loader loader(train, batch, norm, /*shuffle=*/true, seed, /*drop_last=*/true);
+  data::Loader loader(train_set, batch, data::kFashionMnistNorm, /*shuffle=*/true, seed, /*drop_last=*/true);
   int epoch = 0;
   loader.start_epoch(epoch);
   double loss_sum = 0;
@@ -55,13 +53,13 @@ int main(int argc, char** argv) try {
     correct += r.correct;
     seen += b.size;
     if (step % 100 == 0 || step == steps) {
-      std::printf("step %d: loss %.4f, accuracy %.3f\n", step, loss_sum / seen, double(correct) / seen);
+      std::printf("step %d: train loss %.4f, accuracy %.3f\n", step, loss_sum / seen, double(correct) / seen);
       loss_sum = 0;
       correct = seen = 0;
     }
   }
 
-  data::Loader test_loader(test, batch, norm, /*shuffle=*/false, seed);
+  data::Loader test_loader(test_set, batch, data::kFashionMnistNorm, /*shuffle=*/false, seed);
   test_loader.start_epoch(0);
   double test_loss = 0;
   long long test_correct = 0;
@@ -70,7 +68,7 @@ int main(int argc, char** argv) try {
     test_loss += r.loss_sum;
     test_correct += r.correct;
   }
-  std::printf("test: loss %.4f, accuracy %.3f\n", test_loss / test.count, double(test_correct) / test.count);
+  std::printf("test: loss %.4f, accuracy %.3f\n", test_loss / test_set.count, double(test_correct) / test_set.count);
   return 0;
 } catch (const Error& e) {
   std::fprintf(stderr, "train_lenet5: %s\n", e.what());
