@@ -199,15 +199,9 @@ std::vector<Case> deepbench_cases() {
   for (const DeepBenchConv& d : kDeepBenchConvs) {
     const std::string name = "conv_" + std::to_string(d.w) + "x" + std::to_string(d.h) + "x" + std::to_string(d.c) +
                              "_k" + std::to_string(d.k) + "_n" + std::to_string(d.n);
+    const WindowAttrs window{d.r, d.s, d.stride_h, d.stride_w, d.pad_h, d.pad_w};  // kernel, strides, pads: h, w
     add_deepbench(name, {d.c, d.h, d.w}, d.n, [&](Graph& g, ValueId x) {
-      WindowAttrs a;
-      a.kh = d.r;
-      a.kw = d.s;
-      a.stride_h = d.stride_h;
-      a.stride_w = d.stride_w;
-      a.pad_h = d.pad_h;
-      a.pad_w = d.pad_w;
-      return g.apply(kConv2d, {x, g.param(name + ".weight", {d.k, d.c, d.r, d.s}, ParamInit{})}, name, a);
+      return g.apply(kConv2d, {x, g.param(name + ".weight", {d.k, d.c, d.r, d.s}, ParamInit{})}, name, window);
     }, &out, &index);
   }
   // A GEMM of DeepBench's as a linear layer: the batch is n, in = k and out = m; the two backward passes
