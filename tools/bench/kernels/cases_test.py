@@ -2,7 +2,10 @@
 """CTest KernelsBenchCases: the benchmark list (kernels_bench at argv[1], --benchmark_list_tests) covers
 every op a training step runs and every suite, and follows the graphs: a first convolution has no data
 gradient, ResNet-50's repeated bottleneck shapes are listed once, vgg11_bn's norm layers, adaptive pool
-and dropout are taken from the registry's model, average pooling stands in at the max pools."""
+and dropout are taken from the registry's model, average pooling stands in at the max pools; the work
+model counts a convolution's FLOPs and a ReLU's bytes."""
+import json
+import os
 import re
 import subprocess
 import sys
@@ -57,7 +60,26 @@ def main():
             assert f"cpu/{op}{suffix}/deepbench/{layer}{tail}" in names, (op, suffix, layer)
     assert {p[1] for p in parts if p[2] == "deepbench"} == {
         f"{op}{s}" for op in ("conv2d", "linear") for s in ("", "_backward_data", "_backward_weight")}
+    check_work(sys.argv[1])
     print(f"cases_test: {len(names)} benchmarks, {len(OPS)} ops, {len(SUITES)} suites")
+
+
+def check_work(binary):
+    """The work model: a convolution's FLOPs (OpDef::flops) and a ReLU's bytes (its input and output), read
+    back from the rate counters of one short run (rate x time per call = work per call)."""
+    run = subprocess.run([binary, "--device=cpu", "--ceiling_seconds=0", "--suites=lenet5", "--benchmark_min_time=0.001",
+                          "--benchmark_filter=^cpu/(conv2d|relu)/lenet5/(0|1)/", "--benchmark_format=json"],
+                         check=True, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    rows = {b["name"]: b for b in json.loads(run.stdout)["benchmarks"]}
+    conv, relu = rows["cpu/conv2d/lenet5/0/real_time"], rows["cpu/relu/lenet5/1/real_time"]
+    assert conv["time_unit"] == relu["time_unit"] == "us"
+    # lenet5's first layer: x [64, 1, 28, 28], w [6, 1, 5, 5], padding 2: 64 x 6 x 28 x 28 outputs of 25 taps.
+    flops = conv["GFLOP/s"] * 1e9 * conv["real_time"] * 1e-6
+    assert abs(flops / (2 * 64 * 6 * 28 * 28 * 25) - 1) < 1e-3, flops
+    # The ReLU after the first pool: [64, 6, 14, 14] float32 in, the same out.
+    moved = relu["GB/s"] * 1e9 * relu["real_time"] * 1e-6
+    assert abs(moved / (2 * 4 * 64 * 6 * 14 * 14) - 1) < 1e-3, moved
+    assert "GB/s" not in conv and "GFLOP/s" not in relu
 
 
 if __name__ == "__main__":

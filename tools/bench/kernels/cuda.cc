@@ -159,7 +159,7 @@ Prepared crumb(const Case& c, CudaBackend& gpu, DeviceOperands&) {
 // [r, c] is column-major [c, r], so y = x w^T is y^T = w x^T in cuBLAS's terms.
 template <bool Tf32> Prepared cublas(const Case& c, CudaBackend& gpu, DeviceOperands& ops) {
   const Node& node = node_of(c);
-  const LinearGeometry& g = ops::geometry<LinearGeometry>(node);
+  const LinearGeometry& g = crumb::ops::geometry<LinearGeometry>(node);
   const struct {
     int n, in, out;
   } s{c.batch, g.in, g.out};
@@ -198,7 +198,7 @@ TensorDesc nchw(int n, int c, int h, int w) {
 // runs each candidate), within the engine's workspace limit; FMA math only, or tensor-op (TF32) allowed.
 template <bool Tf32> Prepared cudnn_find(const Case& c, CudaBackend& gpu, DeviceOperands& ops) {
   const Node& node = node_of(c);
-  const cpu::Conv2dShape s = ops::at_batch<cpu::Conv2dShape>(node, c.batch);
+  const cpu::Conv2dShape s = crumb::ops::at_batch<cpu::Conv2dShape>(node, c.batch);
   // The bias of the layer: the forward adds it, the weight pass sums its gradient.
   const bool bias = node.def == &kConv2d ? node.in.size() == 3 : node.def == &kConv2dBwdWeight && node.out.size() == 2;
   const cudnnHandle_t dnn = gpu.dnn();
@@ -277,7 +277,7 @@ using ActivationDesc = cuda::detail::Descriptor<cudnnActivationDescriptor_t, cud
 // ---- cuDNN's pooling, the same windows (average counting the padding, as Crumb's does).
 Prepared cudnn_pool(const Case& c, CudaBackend& gpu, DeviceOperands& ops) {
   const Node& node = node_of(c);
-  const cpu::Pool2dShape s = ops::at_batch<cpu::Pool2dShape>(node, c.batch);
+  const cpu::Pool2dShape s = crumb::ops::at_batch<cpu::Pool2dShape>(node, c.batch);
   const bool max = node.def == &kMaxPool2d || node.def == &kMaxPool2dBwd;
   auto pd = std::make_shared<PoolingDesc>();
   CRUMB_CUDNN_CHECK(cudnnSetPooling2dDescriptor(
@@ -327,7 +327,7 @@ Prepared cudnn_relu(const Case& c, CudaBackend& gpu, DeviceOperands& ops) {
 // ---- cuDNN's spatial BatchNorm (statistics over the whole batch: the same work as Crumb's when one
 // group holds the batch, which is when it is registered).
 cpu::BatchNormShape batch_norm_shape(const Case& c) {
-  cpu::BatchNormShape s = ops::at_batch<cpu::BatchNormShape>(node_of(c), c.batch);
+  cpu::BatchNormShape s = crumb::ops::at_batch<cpu::BatchNormShape>(node_of(c), c.batch);
   if (s.group == 0) s.group = c.batch;  // the whole micro-batch is one group
   return s;
 }
