@@ -95,7 +95,8 @@ double flops(const Graph&, const Node& n, int batch) {
 
 }  // namespace
 
-const OpDef kConv2d{"conv2d", infer_fwd, backward, {OutDType::Float}, false, false, 0, false, ops::recompute_clone, flops};
+const OpDef kConv2d{"conv2d", infer_fwd, backward, {OutDType::Float}, false, false, 0, false, ops::recompute_clone,
+                    flops};
 const OpDef kConv2dBwdData{"conv2d_backward_data", infer_bwd_data, nullptr, {OutDType::Float}, false, false, 0, false,
                            nullptr, flops};
 const OpDef kConv2dBwdWeight{"conv2d_backward_weight", infer_bwd_weight, nullptr, {OutDType::Float, OutDType::Float},

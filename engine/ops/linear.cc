@@ -74,7 +74,8 @@ double flops(const Graph&, const Node& n, int batch) {
 
 }  // namespace
 
-const OpDef kLinear{"linear", infer_fwd, backward, {OutDType::Float}, false, false, 0, false, ops::recompute_clone, flops};
+const OpDef kLinear{"linear", infer_fwd, backward, {OutDType::Float}, false, false, 0, false, ops::recompute_clone,
+                    flops};
 const OpDef kLinearBwdData{"linear_backward_data", infer_bwd_data, nullptr, {OutDType::Float}, false, false, 0, false,
                            nullptr, flops};
 const OpDef kLinearBwdWeight{"linear_backward_weight", infer_bwd_weight, nullptr, {OutDType::Float, OutDType::Float},

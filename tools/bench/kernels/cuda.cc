@@ -378,7 +378,9 @@ bool always(const Case&) { return true; }
 
 const std::vector<Library>& libraries() {
   static const std::vector<Library> all = {
-      {{&kLinear, &kLinearBwdData, &kLinearBwdWeight}, {{"cublas", cublas<false>}, {"cublas_tf32", cublas<true>}}, always},
+      {{&kLinear, &kLinearBwdData, &kLinearBwdWeight},
+       {{"cublas", cublas<false>}, {"cublas_tf32", cublas<true>}},
+       always},
 #if CRUMB_HAVE_CUDNN
       {{&kConv2d, &kConv2dBwdData, &kConv2dBwdWeight},
        {{"cudnn_find", cudnn_find<false>}, {"cudnn_find_tf32", cudnn_find<true>}},
