@@ -68,7 +68,8 @@ def check_work(binary):
     """The work model: a convolution's FLOPs (OpDef::flops) and a ReLU's bytes (its input and output), read
     back from the rate counters of one short run (rate x time per call = work per call)."""
     run = subprocess.run([binary, "--device=cpu", "--ceiling_seconds=0", "--suites=lenet5",
-                          "--benchmark_min_time=0.001", "--benchmark_filter=^cpu/(conv2d|relu)/lenet5/(0|1)/", "--benchmark_format=json"],
+                          "--benchmark_min_time=0.001", "--benchmark_filter=^cpu/(conv2d|relu)/lenet5/(0|1)/",
+                          "--benchmark_format=json"],
                          check=True, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     rows = {b["name"]: b for b in json.loads(run.stdout)["benchmarks"]}
     conv, relu = rows["cpu/conv2d/lenet5/0/real_time"], rows["cpu/relu/lenet5/1/real_time"]
