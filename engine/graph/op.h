@@ -92,6 +92,9 @@ struct OpDef {
   // holds it again (-1 for one it does not recompute). Null: the op cannot be recomputed (a loss op adds
   // into its metrics). Whether recomputing is worth it is the memory strategy's call, by measured cost.
   std::vector<ValueId> (*recompute)(Graph& g, const Node& n, const std::vector<ValueId>& in) = nullptr;
+  // Floating-point operations of one run at `batch` samples (a multiply-add counts as two), for GEMM-like
+  // ops, which are judged by the rate they compute at (tools/bench/kernels); null: the op streams memory.
+  double (*flops)(const Graph& g, const Node& n, int batch) = nullptr;
 };
 
 // One implementation of an op for one (device, dtype).

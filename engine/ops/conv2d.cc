@@ -87,12 +87,20 @@ void bwd_weight_cpu(const StepArgs& a) {
                                  shape(a), static_cast<T*>(a.workspace), a.accumulate);
 }
 
+// Direct-convolution FLOPs, the same for all three passes, whatever algorithm runs.
+double flops(const Graph&, const Node& n, int batch) {
+  const cpu::Conv2dShape s = ops::at_batch<cpu::Conv2dShape>(n, batch);
+  return 2.0 * s.out_count() * s.c_in * s.kh * s.kw;
+}
+
 }  // namespace
 
-const OpDef kConv2d{"conv2d", infer_fwd, backward, {OutDType::Float}, false, false, 0, false, ops::recompute_clone};
-const OpDef kConv2dBwdData{"conv2d_backward_data", infer_bwd_data, nullptr, {OutDType::Float}};
+const OpDef kConv2d{"conv2d", infer_fwd, backward, {OutDType::Float}, false, false, 0, false, ops::recompute_clone,
+                    flops};
+const OpDef kConv2dBwdData{"conv2d_backward_data", infer_bwd_data, nullptr, {OutDType::Float}, false, false, 0, false,
+                           nullptr, flops};
 const OpDef kConv2dBwdWeight{"conv2d_backward_weight", infer_bwd_weight, nullptr, {OutDType::Float, OutDType::Float},
-                             false, false, 1};
+                             false, false, 1, false, nullptr, flops};
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();

@@ -66,12 +66,20 @@ void bwd_weight_cpu(const StepArgs& a) {
                                  a.in<T>(1), a.n, s.in, s.out, a.accumulate);
 }
 
+// One [batch, in] x [in, out] product in every pass.
+double flops(const Graph&, const Node& n, int batch) {
+  const LinearGeometry& s = ops::geometry<LinearGeometry>(n);
+  return 2.0 * batch * s.in * s.out;
+}
+
 }  // namespace
 
-const OpDef kLinear{"linear", infer_fwd, backward, {OutDType::Float}, false, false, 0, false, ops::recompute_clone};
-const OpDef kLinearBwdData{"linear_backward_data", infer_bwd_data, nullptr, {OutDType::Float}};
+const OpDef kLinear{"linear", infer_fwd, backward, {OutDType::Float}, false, false, 0, false, ops::recompute_clone,
+                    flops};
+const OpDef kLinearBwdData{"linear_backward_data", infer_bwd_data, nullptr, {OutDType::Float}, false, false, 0, false,
+                           nullptr, flops};
 const OpDef kLinearBwdWeight{"linear_backward_weight", infer_bwd_weight, nullptr, {OutDType::Float, OutDType::Float},
-                             false, false, 1};
+                             false, false, 1, false, nullptr, flops};
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();

@@ -276,11 +276,11 @@ for (kernel, suite, layer), impls in rows.items():
     ratio = c["real_time"] / min(v["real_time"] for v in libs) if libs else None
     by_kernel.setdefault(kernel, []).append((ratio, f"{suite}/{layer}", c.get("pct_peak", 0), c.get("workspace_bytes", 0)))
 print(f"kernels: {len(merged)} benchmarks; crumb vs the best FP32 library call (time ratio), crumb's % of H100 peak")
-print(f"  {'kernel':22} {'n':>4} {'median':>7} {'worst':>7} {'worst at':32} {'% peak':>7} {'max ws MiB':>10}")
+print(f"  {'op':30} {'n':>4} {'median':>7} {'worst':>7} {'worst at':32} {'% peak':>7} {'max ws MiB':>10}")
 for kernel, v in sorted(by_kernel.items()):
     r = [x for x in v if x[0] is not None]
     worst = max(r, key=lambda x: x[0]) if r else (None, "-", 0, 0)
-    print(f"  {kernel:22} {len(v):4d} {statistics.median(x[0] for x in r) if r else float('nan'):7.2f} "
+    print(f"  {kernel:30} {len(v):4d} {statistics.median(x[0] for x in r) if r else float('nan'):7.2f} "
           f"{worst[0] or float('nan'):7.2f} {worst[1][:32]:32} {statistics.median(x[2] for x in v):7.1f} "
           f"{max(x[3] for x in v) / 2**20:10.1f}")
 PY

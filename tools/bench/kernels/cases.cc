@@ -1,143 +1,161 @@
 #include "tools/bench/kernels/cases.h"
 
+#include <cmath>
 #include <map>
 #include <sstream>
 
+#include "engine/device/backend.h"
+#include "engine/device/buffer.h"
 #include "engine/graph/autograd.h"
 #include "engine/base/error.h"
 #include "engine/graph/op.h"
+#include "engine/ops/layers.h"
+#include "engine/optim/optimizer.h"
 #include "engine/train/model_registry.h"
 
 namespace crumb::bench {
 namespace {
 
-constexpr double kFloat = sizeof(float);
-
-// The graph ops that run a kernel, and which. Views (reshape) run none.
-const std::pair<const OpDef*, Kernel> kOpKernels[] = {
-    {&kConv2d, Kernel::Conv2dFwd},           {&kConv2dBwdData, Kernel::Conv2dBwdData},
-    {&kConv2dBwdWeight, Kernel::Conv2dBwdWeight}, {&kLinear, Kernel::LinearFwd},
-    {&kLinearBwdData, Kernel::LinearBwdData}, {&kLinearBwdWeight, Kernel::LinearBwdWeight},
-    {&kMaxPool2d, Kernel::MaxPoolFwd},       {&kMaxPool2dBwd, Kernel::MaxPoolBwd},
-    {&kAvgPool2d, Kernel::AvgPoolFwd},       {&kAvgPool2dBwd, Kernel::AvgPoolBwd},
-    {&kGlobalAvgPool, Kernel::GlobalAvgPoolFwd}, {&kGlobalAvgPoolBwd, Kernel::GlobalAvgPoolBwd},
-    {&kAdaptiveAvgPool2d, Kernel::AdaptiveAvgPoolFwd}, {&kAdaptiveAvgPool2dBwd, Kernel::AdaptiveAvgPoolBwd},
-    {&kBatchNorm, Kernel::BatchNormFwd},     {&kBatchNormBwd, Kernel::BatchNormBwd},
-    {&kGroupNorm, Kernel::GroupNormFwd},     {&kGroupNormBwd, Kernel::GroupNormBwd},
-    {&kRelu, Kernel::ReluFwd},               {&kReluBwd, Kernel::ReluBwd},
-    {&kDropout, Kernel::DropoutFwd},         {&kDropoutBwd, Kernel::DropoutBwd},
-    {&kAdd, Kernel::Add},                    {&kSoftmaxXent, Kernel::SoftmaxXentFwd},
-    {&kSoftmaxXentBwd, Kernel::SoftmaxXentBwd},
+// The passes Optimizer::step makes over the parameter block, with fixed hyper-parameters (the work does
+// not depend on them); SGD with momentum past its first step, as almost every step runs it.
+const OptimizerPass kOptimizerPasses[] = {
+    {"sgd_momentum_step", 3, 2,
+     [](const OptimizerKernels& k, Backend& b, float* const* a, std::size_t n, uint64_t*) {
+       k.sgd(b, a[0], a[1], a[2], n, 1e-3f, 0.9f, 5e-4f, false, false);
+     }},
+    {"adamw_step", 4, 3,
+     [](const OptimizerKernels& k, Backend& b, float* const* a, std::size_t n, uint64_t*) {
+       k.adamw(b, a[0], a[1], a[2], a[3], n, adamw_scalars(1e-3, 0.9, 0.999, 1e-8, 1e-2, 10));
+     }},
+    {"count_nonfinite", 1, 0,
+     [](const OptimizerKernels& k, Backend& b, float* const* a, std::size_t n, uint64_t* out) {
+       k.count_nonfinite(b, out, a[0], n);
+     }},
 };
 
-// A graph op with no row above is an error rather than a silent gap in the coverage.
-Kernel kernel_of(const Node& n) {
-  for (const auto& [op, kernel] : kOpKernels)
-    if (op == n.def) return kernel;
-  CRUMB_FAIL("kernel benchmarks: op '", n.def->name, "' (layer '", n.name, "') has no benchmark; add it to ",
-             "tools/bench/kernels/cases.cc");
+bool is_float(DType t) { return t == DType::F32 || t == DType::F64; }
+
+std::size_t bytes_at(const Value& v, int batch) {
+  return static_cast<std::size_t>(v.count(batch)) * dtype_size(v.dtype);
 }
 
-// The kernel's shape at `batch` from the node's per-sample geometry and values.
-Shape shape_of(const Graph& g, const Node& n, Kernel k, int batch) {
-  switch (k) {
-    case Kernel::Conv2dFwd:
-    case Kernel::Conv2dBwdData:
-    case Kernel::Conv2dBwdWeight: return ops::at_batch<cpu::Conv2dShape>(n, batch);
-    case Kernel::LinearFwd:
-    case Kernel::LinearBwdData:
-    case Kernel::LinearBwdWeight: {
-      const LinearGeometry& s = ops::geometry<LinearGeometry>(n);
-      return LinearShape{batch, s.in, s.out};
+// "[8,64,56,56]", with the dtype in front where it is not the float dtype ("U8[8,64,28,28]").
+std::string value_str(const Graph& g, ValueId id, int batch) {
+  const Value& v = g.value(id);
+  std::ostringstream o;
+  if (v.dtype != g.float_dtype()) o << dtype_name(v.dtype);
+  o << "[";
+  if (v.batched) o << batch << (v.dims.empty() ? "" : ",");
+  for (std::size_t i = 0; i < v.dims.size(); ++i) o << (i ? "," : "") << v.dims[i];
+  o << "]";
+  return o.str();
+}
+
+// The node's values at the batch, inputs -> outputs, and its window where it has one:
+// "[8,64,56,56] [64,64,3,3] -> [8,64,56,56] k3x3 s1x1 p1x1". Two nodes of one op with the same label do
+// the same work (the models' other attributes are the same in every layer of a graph).
+std::string describe(const Graph& g, const Node& n, int batch) {
+  std::string s;
+  for (ValueId v : n.in) s += value_str(g, v, batch) + " ";
+  s += "->";
+  for (ValueId v : n.out) s += " " + value_str(g, v, batch);
+  if (const auto* w = std::any_cast<WindowAttrs>(&n.attrs)) {
+    std::ostringstream o;
+    o << " k" << w->kh << "x" << w->kw << " s" << w->stride_h << "x" << w->stride_w << " p" << w->pad_h << "x"
+      << w->pad_w;
+    s += o.str();
+  }
+  return s;
+}
+
+Case node_case(const std::string& suite, std::shared_ptr<const Graph> g, NodeId id, int batch) {
+  const Node& n = g->node(id);
+  Case c;
+  c.suite = suite;
+  c.op = n.def->name;
+  c.layer = n.name;
+  c.label = describe(*g, n, batch);
+  c.batch = batch;
+  c.compute_bound = n.def->flops != nullptr;
+  c.flops = c.compute_bound ? n.def->flops(*g, n, batch) : 0;
+  for (ValueId v : n.in) c.bytes += bytes_at(g->value(v), batch);
+  for (ValueId v : n.out) c.bytes += bytes_at(g->value(v), batch);
+  c.graph = std::move(g);
+  c.node = id;
+  return c;
+}
+
+// Adds the nodes of g that keep() selects to out, merging repeats of an op and shape into `layers`. Nodes
+// whose op and shape a graph added before this one are skipped: another build of the same model adds
+// only what it does differently.
+template <class Keep>
+void add_graph(const std::string& suite, const std::shared_ptr<const Graph>& g, int batch, Keep keep,
+               std::vector<Case>* out, std::map<std::string, int>* index) {
+  const std::size_t before = out->size();
+  for (NodeId i = 0; i < g->num_nodes(); ++i) {
+    const Node& n = g->node(i);
+    if (n.def->view || !keep(n)) continue;
+    Case c = node_case(suite, g, i, batch);
+    const auto [it, fresh] = index->emplace(c.op + " " + c.label, static_cast<int>(out->size()));
+    if (fresh) {
+      out->push_back(std::move(c));
+    } else if (static_cast<std::size_t>(it->second) >= before) {
+      ++(*out)[it->second].layers;
     }
-    case Kernel::MaxPoolFwd:
-    case Kernel::MaxPoolBwd:
-    case Kernel::AvgPoolFwd:
-    case Kernel::AvgPoolBwd: return ops::at_batch<cpu::Pool2dShape>(n, batch);
-    case Kernel::GlobalAvgPoolFwd:
-    case Kernel::GlobalAvgPoolBwd: {
-      const GlobalPoolGeometry& s = ops::geometry<GlobalPoolGeometry>(n);
-      return GlobalPoolShape{batch, s.c, s.hw};
-    }
-    case Kernel::AdaptiveAvgPoolFwd:
-    case Kernel::AdaptiveAvgPoolBwd: return ops::at_batch<cpu::AdaptivePool2dShape>(n, batch);
-    case Kernel::BatchNormFwd:
-    case Kernel::BatchNormBwd: {
-      cpu::BatchNormShape s = ops::at_batch<cpu::BatchNormShape>(n, batch);
-      if (s.group == 0) s.group = batch;  // group 0: the whole micro-batch is one group
-      return s;
-    }
-    case Kernel::GroupNormFwd:
-    case Kernel::GroupNormBwd: return ops::at_batch<cpu::GroupNormShape>(n, batch);
-    case Kernel::DropoutFwd:
-    case Kernel::DropoutBwd: return SamplesShape{batch, g.value(n.out[0]).count(1)};
-    case Kernel::SoftmaxXentFwd:
-    case Kernel::SoftmaxXentBwd: return ClassesShape{batch, ops::geometry<ClassesGeometry>(n).k};
-    default: return Elements{g.value(n.out[0]).count(batch)};
   }
 }
 
-bool has_bias(const Node& n, Kernel k) {
-  switch (k) {
-    case Kernel::Conv2dFwd:
-    case Kernel::LinearFwd: return n.in.size() == 3;
-    case Kernel::Conv2dBwdWeight:
-    case Kernel::LinearBwdWeight: return n.out.size() == 2;
-    default: return false;
-  }
-}
+bool every_node(const Node&) { return true; }
 
-Graph build_graph(const Suite& s, const models::NormSpec& norm) {
+std::shared_ptr<Graph> build_graph(const Suite& s, const models::NormSpec& norm) {
   const models::ModelSpec spec(s.channels, s.height, s.width, s.classes, norm);
-  Graph g = models::build(s.model, spec);
-  build_backward(g);
+  auto g = std::make_shared<Graph>(models::build(s.model, spec));
+  build_backward(*g);
   return g;
 }
 
-// Adds the kernel calls of g's training step to out, merging repeats of a shape into `layers`.
-// keep(kernel) selects which kernels to take from this graph.
-template <class Keep>
-void add_graph(const Suite& s, const Graph& g, Keep keep, std::vector<Case>* out, std::map<std::string, int>* index) {
-  for (NodeId i = 0; i < g.num_nodes(); ++i) {
-    const Node& n = g.node(i);
-    if (n.def->view) continue;
-    const Kernel k = kernel_of(n);
-    if (!keep(k)) continue;
-    Case c{k, s.name, n.name, shape_of(g, n, k, s.batch), has_bias(n, k)};
-    const std::string key = std::string(kernel_name(k)) + " " + c.describe() + (c.bias ? " bias" : "");
-    const auto [it, fresh] = index->emplace(key, static_cast<int>(out->size()));
-    if (fresh) {
-      out->push_back(std::move(c));
-    } else {
-      ++(*out)[it->second].layers;
-    }
+// No reference model average-pools, so average pooling runs at the shapes of the model's max pools:
+// adds to g an avg_pool2d beside each max_pool2d, on the same input with the same window, and its
+// backward where the max pool has one (the pooling's own gradient rule, given a gradient to start from).
+void add_avg_pool_stand_ins(Graph& g) {
+  const int nodes = g.num_nodes();
+  for (NodeId i = 0; i < nodes; ++i) {
+    if (g.node(i).def != &kMaxPool2d) continue;
+    const Node max = g.node(i);  // a copy: adding nodes may reallocate the node array
+    const ValueId y = g.apply(kAvgPool2d, {max.in[0]}, max.name, max.attrs);
+    GradBuilder gb(g);
+    gb.add_grad(y, gb.new_grad_value(y, "grad(" + max.name + ")"));
+    const Node avg = g.node(g.value(y).producer);
+    if (gb.needs_grad(avg.in[0])) avg.def->backward(gb, avg);
   }
 }
 
 std::vector<Case> model_cases(const Suite& s) {
   std::vector<Case> out;
   std::map<std::string, int> index;
-  const Graph g = build_graph(s, {});
-  add_graph(s, g, [](Kernel) { return true; }, &out, &index);
-  // No reference model average-pools, so avg_pool runs at the shapes of the model's max pools.
-  for (std::size_t i = 0, end = out.size(); i < end; ++i) {
-    if (out[i].kernel != Kernel::MaxPoolFwd && out[i].kernel != Kernel::MaxPoolBwd) continue;
-    Case avg = out[i];
-    avg.kernel = out[i].kernel == Kernel::MaxPoolFwd ? Kernel::AvgPoolFwd : Kernel::AvgPoolBwd;
-    out.push_back(std::move(avg));
-  }
+  const std::shared_ptr<Graph> g = build_graph(s, {});
+  add_avg_pool_stand_ins(*g);
+  add_graph(s.name, g, s.batch, every_node, &out, &index);
   // Models with normalisation train with BatchNorm by default and GroupNorm under --norm gn: the same
-  // graph but for the norm layers, so only those are taken from the GroupNorm build.
+  // graph but for the norm layers, which are what the GroupNorm build adds.
   if (models::has_norm(s.model)) {
     models::NormSpec gn;
     gn.kind = models::NormSpec::Kind::Group;
-    add_graph(s, build_graph(s, gn), [](Kernel k) { return k == Kernel::GroupNormFwd || k == Kernel::GroupNormBwd; },
-              &out, &index);
+    add_graph(s.name, build_graph(s, gn), s.batch, every_node, &out, &index);
   }
   int64_t params = 0;
-  for (ValueId p : g.params()) params += g.value(p).count(1);
-  for (Kernel k : {Kernel::SgdStep, Kernel::AdamWStep, Kernel::CountNonfinite, Kernel::CopyAccumulate})
-    out.push_back(Case{k, s.name, "parameters", Elements{params}});
+  for (ValueId p : g->params()) params += g->value(p).count(1);
+  for (const OptimizerPass& pass : kOptimizerPasses) {
+    Case c;
+    c.suite = s.name;
+    c.op = pass.name;
+    c.layer = "parameters";
+    c.label = "count " + std::to_string(params);
+    c.bytes = static_cast<double>(sizeof(float)) * (pass.arrays + pass.written) * params;
+    c.pass = &pass;
+    c.count = params;
+    out.push_back(std::move(c));
+  }
   return out;
 }
 
@@ -159,183 +177,67 @@ const DeepBenchGemm kDeepBenchGemms[] = {
     {1760, 128, 1760}, {2560, 64, 2560}, {4096, 128, 4096}, {3072, 128, 1024}, {35, 8457, 2560}, {1024, 700, 512},
 };
 
+// A DeepBench row as a graph: `layer(x)` on an input that needs a gradient (so all three passes run),
+// flattened into a loss, after autograd; the cases are the layer's own nodes.
+template <class Layer>
+void add_deepbench(const std::string& name, Dims x_dims, int batch, Layer layer, std::vector<Case>* out,
+                   std::map<std::string, int>* index) {
+  auto g = std::make_shared<Graph>();
+  const ValueId x = g->input("x", std::move(x_dims), DType::F32, true);
+  const ValueId y = nn::flatten(*g, layer(*g, x), "flatten");
+  nn::softmax_cross_entropy(*g, y, g->input("labels", {}, DType::I32), "loss");
+  build_backward(*g);
+  const std::string prefix = name + ".";
+  add_graph("deepbench", g, batch,
+            [&](const Node& n) { return n.name == name || n.name.compare(0, prefix.size(), prefix) == 0; }, out,
+            index);
+}
+
 std::vector<Case> deepbench_cases() {
   std::vector<Case> out;
+  std::map<std::string, int> index;
   for (const DeepBenchConv& d : kDeepBenchConvs) {
-    const cpu::Conv2dShape s{d.n, d.c, d.h, d.w, d.k, d.r, d.s, d.stride_h, d.stride_w, d.pad_h, d.pad_w,
-                             (d.h + 2 * d.pad_h - d.r) / d.stride_h + 1, (d.w + 2 * d.pad_w - d.s) / d.stride_w + 1};
-    const std::string layer = "conv_" + std::to_string(d.w) + "x" + std::to_string(d.h) + "x" + std::to_string(d.c) +
-                              "_k" + std::to_string(d.k) + "_n" + std::to_string(d.n);
-    for (Kernel k : {Kernel::Conv2dFwd, Kernel::Conv2dBwdData, Kernel::Conv2dBwdWeight})
-      out.push_back(Case{k, "deepbench", layer, s});
+    const std::string name = "conv_" + std::to_string(d.w) + "x" + std::to_string(d.h) + "x" + std::to_string(d.c) +
+                             "_k" + std::to_string(d.k) + "_n" + std::to_string(d.n);
+    const WindowAttrs window{d.r, d.s, d.stride_h, d.stride_w, d.pad_h, d.pad_w};  // kernel, strides, pads: h, w
+    add_deepbench(name, {d.c, d.h, d.w}, d.n, [&](Graph& g, ValueId x) {
+      return g.apply(kConv2d, {x, g.param(name + ".weight", {d.k, d.c, d.r, d.s}, ParamInit{})}, name, window);
+    }, &out, &index);
   }
   // A GEMM of DeepBench's as a linear layer: the batch is n, in = k and out = m; the two backward passes
   // are the transposed products DeepBench lists separately.
   for (const DeepBenchGemm& d : kDeepBenchGemms) {
-    const std::string layer =
-        "gemm_" + std::to_string(d.m) + "x" + std::to_string(d.n) + "x" + std::to_string(d.k);
-    for (Kernel k : {Kernel::LinearFwd, Kernel::LinearBwdData, Kernel::LinearBwdWeight})
-      out.push_back(Case{k, "deepbench", layer, LinearShape{d.n, d.k, d.m}});
+    const std::string name = "gemm_" + std::to_string(d.m) + "x" + std::to_string(d.n) + "x" + std::to_string(d.k);
+    add_deepbench(name, {d.k}, d.n, [&](Graph& g, ValueId x) { return nn::linear(g, x, d.m, name, false); }, &out,
+                  &index);
   }
   return out;
 }
 
-template <class... Ts> struct Overload : Ts... { using Ts::operator()...; };
-template <class... Ts> Overload(Ts...) -> Overload<Ts...>;
+// Device memory filled from the host: operand values, their magnitudes, or zeros.
+enum class Fill { Operands, Magnitudes, Zeros };
 
-double conv_flops(const cpu::Conv2dShape& s) { return 2.0 * s.out_count() * s.c_in * s.kh * s.kw; }
-double pool_in(const cpu::Pool2dShape& s) { return 1.0 * s.n * s.c * s.h * s.w; }
-double pool_out(const cpu::Pool2dShape& s) { return 1.0 * s.n * s.c * s.h_out * s.w_out; }
-double adaptive_in(const cpu::AdaptivePool2dShape& s) { return 1.0 * s.n * s.c * s.h * s.w; }
-double adaptive_out(const cpu::AdaptivePool2dShape& s) { return 1.0 * s.n * s.c * s.h_out * s.w_out; }
+Buffer filled(Backend& b, std::size_t bytes, DType dtype, Fill fill) {
+  Buffer buf(bytes == 0 ? 1 : bytes, memory_of(b.device()), b.index());
+  if (fill == Fill::Zeros || !is_float(dtype)) return buf;  // Buffers start zero-filled
+  const std::size_t count = bytes / dtype_size(dtype);
+  const auto value = [&](std::size_t i) {
+    const float v = operand_value(i);
+    return fill == Fill::Magnitudes ? std::fabs(v) : v;
+  };
+  if (dtype == DType::F32) {
+    std::vector<float> host(count);
+    for (std::size_t i = 0; i < count; ++i) host[i] = value(i);
+    b.upload(buf.data(), host.data(), bytes);
+  } else {
+    std::vector<double> host(count);
+    for (std::size_t i = 0; i < count; ++i) host[i] = value(i);
+    b.upload(buf.data(), host.data(), bytes);
+  }
+  return buf;
+}
 
 }  // namespace
-
-const char* kernel_name(Kernel k) {
-  switch (k) {
-    case Kernel::Conv2dFwd: return "conv2d_fwd";
-    case Kernel::Conv2dBwdData: return "conv2d_bwd_data";
-    case Kernel::Conv2dBwdWeight: return "conv2d_bwd_weight";
-    case Kernel::LinearFwd: return "linear_fwd";
-    case Kernel::LinearBwdData: return "linear_bwd_data";
-    case Kernel::LinearBwdWeight: return "linear_bwd_weight";
-    case Kernel::MaxPoolFwd: return "max_pool_fwd";
-    case Kernel::MaxPoolBwd: return "max_pool_bwd";
-    case Kernel::AvgPoolFwd: return "avg_pool_fwd";
-    case Kernel::AvgPoolBwd: return "avg_pool_bwd";
-    case Kernel::GlobalAvgPoolFwd: return "global_avg_pool_fwd";
-    case Kernel::GlobalAvgPoolBwd: return "global_avg_pool_bwd";
-    case Kernel::AdaptiveAvgPoolFwd: return "adaptive_avg_pool_fwd";
-    case Kernel::AdaptiveAvgPoolBwd: return "adaptive_avg_pool_bwd";
-    case Kernel::BatchNormFwd: return "batch_norm_fwd";
-    case Kernel::BatchNormBwd: return "batch_norm_bwd";
-    case Kernel::GroupNormFwd: return "group_norm_fwd";
-    case Kernel::GroupNormBwd: return "group_norm_bwd";
-    case Kernel::ReluFwd: return "relu_fwd";
-    case Kernel::ReluBwd: return "relu_bwd";
-    case Kernel::DropoutFwd: return "dropout_fwd";
-    case Kernel::DropoutBwd: return "dropout_bwd";
-    case Kernel::Add: return "add";
-    case Kernel::SoftmaxXentFwd: return "softmax_xent_fwd";
-    case Kernel::SoftmaxXentBwd: return "softmax_xent_bwd";
-    case Kernel::SgdStep: return "sgd_momentum_step";
-    case Kernel::AdamWStep: return "adamw_step";
-    case Kernel::CountNonfinite: return "count_nonfinite";
-    case Kernel::CopyAccumulate: return "copy_or_accumulate";
-  }
-  return "?";
-}
-
-bool compute_bound(Kernel k) {
-  switch (k) {
-    case Kernel::Conv2dFwd:
-    case Kernel::Conv2dBwdData:
-    case Kernel::Conv2dBwdWeight:
-    case Kernel::LinearFwd:
-    case Kernel::LinearBwdData:
-    case Kernel::LinearBwdWeight: return true;
-    default: return false;
-  }
-}
-
-std::string Case::name() const { return std::string(kernel_name(kernel)) + "/" + suite + "/" + layer; }
-
-std::string Case::describe() const {
-  std::ostringstream o;
-  std::visit(Overload{
-                 [&](const cpu::Conv2dShape& s) {
-                   o << "x[" << s.n << "," << s.c_in << "," << s.h << "," << s.w << "] w[" << s.c_out << "," << s.c_in
-                     << "," << s.kh << "," << s.kw << "] s" << s.stride_h << "x" << s.stride_w << " p" << s.pad_h
-                     << "x" << s.pad_w;
-                 },
-                 [&](const cpu::Pool2dShape& s) {
-                   o << "x[" << s.n << "," << s.c << "," << s.h << "," << s.w << "] k" << s.kh << "x" << s.kw << " s"
-                     << s.stride_h << " p" << s.pad_h;
-                 },
-                 [&](const cpu::AdaptivePool2dShape& s) {
-                   o << "x[" << s.n << "," << s.c << "," << s.h << "," << s.w << "] out " << s.h_out << "x"
-                     << s.w_out;
-                 },
-                 [&](const cpu::BatchNormShape& s) {
-                   o << "x[" << s.n << "," << s.c << "," << s.hw << "] group " << s.group;
-                 },
-                 [&](const cpu::GroupNormShape& s) {
-                   o << "x[" << s.n << "," << s.c << "," << s.hw << "] groups " << s.groups;
-                 },
-                 [&](const LinearShape& s) { o << "x[" << s.n << "," << s.in << "] w[" << s.out << "," << s.in << "]"; },
-                 [&](const GlobalPoolShape& s) { o << "x[" << s.n << "," << s.c << "," << s.hw << "]"; },
-                 [&](const SamplesShape& s) { o << "x[" << s.n << "," << s.per_sample << "]"; },
-                 [&](const ClassesShape& s) { o << "logits[" << s.n << "," << s.k << "]"; },
-                 [&](const Elements& s) { o << "count " << s.count; },
-             },
-             shape);
-  return o.str();
-}
-
-double Case::flops() const {
-  if (const auto* s = std::get_if<cpu::Conv2dShape>(&shape)) return conv_flops(*s);
-  if (const auto* s = std::get_if<LinearShape>(&shape)) return 2.0 * s->n * s->in * s->out;
-  return 0;
-}
-
-double Case::bytes() const {
-  switch (kernel) {
-    case Kernel::MaxPoolFwd:
-    case Kernel::MaxPoolBwd: {  // x or dx; y or dy; the 1-byte argmax
-      const auto& s = std::get<cpu::Pool2dShape>(shape);
-      return kFloat * (pool_in(s) + pool_out(s)) + pool_out(s);
-    }
-    case Kernel::AvgPoolFwd:
-    case Kernel::AvgPoolBwd: {
-      const auto& s = std::get<cpu::Pool2dShape>(shape);
-      return kFloat * (pool_in(s) + pool_out(s));
-    }
-    case Kernel::GlobalAvgPoolFwd:
-    case Kernel::GlobalAvgPoolBwd: {
-      const auto& s = std::get<GlobalPoolShape>(shape);
-      return kFloat * (1.0 * s.n * s.c * s.hw + 1.0 * s.n * s.c);
-    }
-    case Kernel::AdaptiveAvgPoolFwd:  // x in, y out; dy in, dx out: each cell once, however bins overlap
-    case Kernel::AdaptiveAvgPoolBwd: {
-      const auto& s = std::get<cpu::AdaptivePool2dShape>(shape);
-      return kFloat * (adaptive_in(s) + adaptive_out(s));
-    }
-    case Kernel::DropoutFwd:  // x in, y out; dy in, dx out. The mask is recomputed, never stored.
-    case Kernel::DropoutBwd: {
-      const auto& s = std::get<SamplesShape>(shape);
-      return kFloat * 2.0 * s.n * s.per_sample;
-    }
-    case Kernel::BatchNormFwd: {  // x in, y out
-      const auto& s = std::get<cpu::BatchNormShape>(shape);
-      return kFloat * 2.0 * s.n * s.c * s.hw;
-    }
-    case Kernel::BatchNormBwd: {  // dy and x in, dx out
-      const auto& s = std::get<cpu::BatchNormShape>(shape);
-      return kFloat * 3.0 * s.n * s.c * s.hw;
-    }
-    case Kernel::GroupNormFwd: {
-      const auto& s = std::get<cpu::GroupNormShape>(shape);
-      return kFloat * 2.0 * s.n * s.c * s.hw;
-    }
-    case Kernel::GroupNormBwd: {
-      const auto& s = std::get<cpu::GroupNormShape>(shape);
-      return kFloat * 3.0 * s.n * s.c * s.hw;
-    }
-    case Kernel::SoftmaxXentFwd:
-    case Kernel::SoftmaxXentBwd: {  // logits in, probs out; probs in, dlogits out
-      const auto& s = std::get<ClassesShape>(shape);
-      return kFloat * 2.0 * s.n * s.k;
-    }
-    case Kernel::ReluFwd: return kFloat * 2.0 * std::get<Elements>(shape).count;            // x, y
-    case Kernel::ReluBwd:                                                                      // dy, y, dx
-    case Kernel::Add:                                                                          // a, b, y
-    case Kernel::CopyAccumulate: return kFloat * 3.0 * std::get<Elements>(shape).count;     // y, x, y
-    case Kernel::SgdStep: return kFloat * 5.0 * std::get<Elements>(shape).count;            // p, g, buf; p, buf
-    case Kernel::AdamWStep: return kFloat * 7.0 * std::get<Elements>(shape).count;          // p, g, m, v; p, m, v
-    case Kernel::CountNonfinite: return kFloat * 1.0 * std::get<Elements>(shape).count;
-    default: return 0;  // GEMM-like: judged by flops()
-  }
-}
 
 const std::vector<Suite>& suites() {
   // Batches: the CLI's default 64 for the Fashion-MNIST models, 128 for the CIFAR-sized ones (the usual
@@ -352,12 +254,112 @@ const std::vector<Suite>& suites() {
   return all;
 }
 
-DropoutArgs dropout_args() {
-  DropoutAttrs a;
-  a.p = 0.5;
-  return {RandomKey{0x5eed, 0}, 1, a.threshold(), static_cast<float>(a.scale())};
+std::vector<Case> cases(const Suite& suite) { return suite.model.empty() ? deepbench_cases() : model_cases(suite); }
+
+struct EngineCall::Impl {
+  Backend& backend;
+  std::vector<Buffer> buffers;
+  // A node case: its compiled row, the value table its StepArgs points into, the workspace and the key.
+  CompiledStep step;
+  std::vector<void*> ptr;
+  Buffer workspace, key;
+  StepArgs args;
+  // An optimizer pass: its arrays and count.
+  const OptimizerPass* pass = nullptr;
+  const OptimizerKernels* kernels = nullptr;
+  std::vector<float*> arrays;
+  std::size_t count = 0;
+  uint64_t* nonfinite = nullptr;
+
+  explicit Impl(Backend& b) : backend(b) {}
+
+  // Compiles node id for the case's batch with its own workspace, pointing into ptr.
+  StepArgs compile(const Case& c, NodeId id, CompiledStep* compiled, Buffer* ws) {
+    const Node& n = c.graph->node(id);
+    *compiled = compile_step(backend, *c.graph, n, c.batch);
+    *ws = Buffer(compiled->workspace == 0 ? 1 : compiled->workspace, memory_of(backend.device()), backend.index());
+    StepArgs a;
+    a.backend = &backend;
+    a.graph = c.graph.get();
+    a.node = &n;
+    a.ptr = ptr.data();
+    a.n = c.batch;
+    a.loss_scale = 1.0 / c.batch;  // the executor's: the batch is one micro-batch
+    a.workspace = ws->data();
+    a.workspace_bytes = compiled->workspace;
+    a.state = compiled->state.get();
+    a.random = n.def->random ? static_cast<const RandomKey*>(static_cast<void*>(key.data())) : nullptr;
+    return a;
+  }
+
+  // A buffer for value v unless it has one; inputs hold operand values, outputs zeros.
+  void give(const Graph& g, ValueId v, int batch, Fill fill) {
+    if (ptr[v]) return;
+    buffers.push_back(filled(backend, bytes_at(g.value(v), batch), g.value(v).dtype, fill));
+    ptr[v] = buffers.back().data();
+  }
+
+  void prepare_node(const Case& c) {
+    const Graph& g = *c.graph;
+    const Node& n = g.node(c.node);
+    ptr.assign(g.num_values(), nullptr);
+    key = Buffer(sizeof(RandomKey), memory_of(backend.device()), backend.index());
+    const RandomKey k{0x5eed, 0};
+    backend.upload(key.data(), &k, sizeof k);
+    for (ValueId v : n.out) give(g, v, c.batch, Fill::Zeros);
+    for (ValueId v : n.in) give(g, v, c.batch, Fill::Operands);
+    // A non-float input another node computes indexes into the other operands (max pooling's argmax):
+    // it is what that node leaves, from one run on operands like these.
+    for (ValueId v : n.in) {
+      const NodeId producer = g.value(v).producer;
+      if (is_float(g.value(v).dtype) || producer < 0) continue;
+      const Node& p = g.node(producer);
+      for (ValueId u : p.in) give(g, u, c.batch, Fill::Operands);
+      for (ValueId u : p.out) give(g, u, c.batch, Fill::Zeros);
+      CompiledStep compiled;
+      Buffer ws;
+      const StepArgs a = compile(c, producer, &compiled, &ws);
+      compiled.fn(a);
+      backend.synchronize();
+    }
+    args = compile(c, c.node, &step, &workspace);
+  }
+
+  // Non-negative operands: AdamW's second moment must be one.
+  void prepare_pass(const Case& c) {
+    pass = c.pass;
+    kernels = &optimizer_kernels(backend.device());
+    count = static_cast<std::size_t>(c.count);
+    for (int i = 0; i < pass->arrays; ++i) {
+      buffers.push_back(filled(backend, count * sizeof(float), DType::F32, Fill::Magnitudes));
+      arrays.push_back(reinterpret_cast<float*>(buffers.back().data()));
+    }
+    buffers.push_back(filled(backend, sizeof(uint64_t), DType::I64, Fill::Zeros));
+    nonfinite = reinterpret_cast<uint64_t*>(buffers.back().data());
+  }
+};
+
+EngineCall::EngineCall(const Case& c, Backend& b) : impl_(std::make_unique<Impl>(b)) {
+  b.activate();
+  if (c.pass) {
+    impl_->prepare_pass(c);
+  } else {
+    impl_->prepare_node(c);
+  }
+  b.synchronize();
 }
 
-std::vector<Case> cases(const Suite& suite) { return suite.model.empty() ? deepbench_cases() : model_cases(suite); }
+EngineCall::~EngineCall() = default;
+
+void EngineCall::run() {
+  Impl& i = *impl_;
+  if (i.pass) {
+    i.pass->run(*i.kernels, i.backend, i.arrays.data(), i.count, i.nonfinite);
+  } else {
+    i.step.fn(i.args);
+  }
+}
+
+std::size_t EngineCall::workspace_bytes() const { return impl_->step.workspace; }
 
 }  // namespace crumb::bench

@@ -1,16 +1,22 @@
-// What the kernel benchmarks run: one Case per distinct kernel call of a reference model's training step
-// (forward, backward and the optimizer), read off the model's real graph after autograd, so the shapes
-// are the engine's own and cannot drift from the models; plus a few of DeepBench's training-set shapes.
-// Shared by the CPU and CUDA benchmarks, which also share the work model (flops / bytes) below.
+// What the kernel benchmarks run: the engine's own op rows, one Case per distinct node of a reference
+// model's training graph (forward and backward, after autograd), read off the model's real graph so the
+// shapes are the engine's own and cannot drift from the models; the optimizer's passes over the
+// parameter block; and a few of DeepBench's training-set shapes as graphs of one layer. Shared by the
+// CPU and CUDA benchmarks, which also share the work model (flops / bytes) below.
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
-#include <variant>
 #include <vector>
 
-#include "kernels/cpu/shapes.h"
-#include "kernels/dropout_mask.h"
+#include "engine/graph/graph.h"
+#include "engine/graph/op.h"
+
+namespace crumb {
+class Backend;
+struct OptimizerKernels;
+}  // namespace crumb
 
 namespace crumb::bench {
 
@@ -18,70 +24,35 @@ namespace crumb::bench {
 // NaN, infinity or denormals and every run does the same work.
 inline float operand_value(std::size_t i) { return static_cast<float>((i * 7919 % 1000) / 1000.0 - 0.5); }
 
-// Every kernel a training step calls. The graph ops map onto the first ones; the last four run over
-// the whole flat parameter block once per batch.
-enum class Kernel {
-  Conv2dFwd, Conv2dBwdData, Conv2dBwdWeight,
-  LinearFwd, LinearBwdData, LinearBwdWeight,
-  MaxPoolFwd, MaxPoolBwd, AvgPoolFwd, AvgPoolBwd, GlobalAvgPoolFwd, GlobalAvgPoolBwd,
-  AdaptiveAvgPoolFwd, AdaptiveAvgPoolBwd,
-  BatchNormFwd, BatchNormBwd, GroupNormFwd, GroupNormBwd,
-  ReluFwd, ReluBwd, DropoutFwd, DropoutBwd, Add,
-  SoftmaxXentFwd, SoftmaxXentBwd,
-  SgdStep, AdamWStep, CountNonfinite, CopyAccumulate,
+// One of the optimizer's per-batch passes over the flat parameter block (engine/optim/optimizer.h).
+struct OptimizerPass {
+  const char* name;
+  int arrays;   // float arrays of the block's size it takes (parameters, gradients, state), each read once
+  int written;  // how many of them it writes back
+  // One pass over `count` elements; `nonfinite` is 8 bytes of the device's memory for the count.
+  void (*run)(const OptimizerKernels& k, Backend& b, float* const* arrays, std::size_t count, uint64_t* nonfinite);
 };
-const char* kernel_name(Kernel k);
-// Conv and linear are GEMM-like (judged in FLOP/s against the GEMM ceiling); everything else streams
-// memory (judged in bytes/s against the bandwidth ceiling).
-bool compute_bound(Kernel k);
-
-struct LinearShape {  // x [n, in], w [out, in]
-  int n, in, out;
-};
-struct GlobalPoolShape {  // x [n, c, hw]
-  int n, c, hw;
-};
-struct SamplesShape {  // x [n, per_sample]: dropout draws each sample's mask from its own stream
-  int n;
-  int64_t per_sample;
-};
-struct ClassesShape {  // logits [n, k]
-  int n, k;
-};
-struct Elements {  // a flat loop over count elements
-  int64_t count;
-};
-// The kernel's shape at the case's batch (n is the batch, never the per-sample 1 of the graph).
-using Shape = std::variant<cpu::Conv2dShape, cpu::Pool2dShape, cpu::AdaptivePool2dShape, cpu::BatchNormShape,
-                           cpu::GroupNormShape, LinearShape, GlobalPoolShape, SamplesShape, ClassesShape, Elements>;
-
-// The dropout kernels' arguments in every benchmark: a fixed batch key and layer (the mask is a hash of
-// them, so any one does the same work) and p = 0.5, torchvision's default and vgg11_bn's.
-struct DropoutArgs {
-  RandomKey key;
-  uint64_t layer;
-  uint32_t threshold;
-  float scale;
-};
-DropoutArgs dropout_args();
 
 struct Case {
-  Kernel kernel;
   std::string suite;  // the model and its input ("resnet50_224"), or "deepbench"
-  std::string layer;  // the first layer of the suite with this shape (its graph name)
-  Shape shape;
-  bool bias = false;  // conv/linear: the layer has a bias (its forward adds it, its weight backward sums it)
-  int layers = 1;     // calls of this exact kernel and shape in one training step of the suite
+  std::string op;     // the node's op (OpDef::name), or the optimizer pass
+  std::string layer;  // the first node of the suite with this shape (its graph name), or "parameters"
+  std::string label;  // the shape in words: the node's values at the batch, and its window
+  int batch = 0;
+  int layers = 1;     // runs of this exact op and shape in one training step of the suite
+  // The work of one run: FLOPs for GEMM-like ops (OpDef::flops), judged against the GEMM ceiling;
+  // otherwise the bytes of every value it reads or writes, once, judged against the bandwidth ceiling.
+  // Ops that take several passes over a value move more, so their % of bandwidth stays below 100.
+  bool compute_bound = false;
+  double flops = 0, bytes = 0;
+  // What runs: node `node` of `graph`, or the optimizer pass `pass` over `count` parameters.
+  std::shared_ptr<const Graph> graph;
+  NodeId node = -1;
+  const OptimizerPass* pass = nullptr;
+  int64_t count = 0;
 
-  // The benchmark's name: kernel/suite/layer.
-  std::string name() const;
-  // The shape in words, e.g. "x[8,64,56,56] w[64,64,3,3] s1 p1": the benchmark's label.
-  std::string describe() const;
-  // Floating-point operations of one call (GEMM-like kernels; multiply and add count as two).
-  double flops() const;
-  // Bytes one call must move at least: every tensor it reads or writes, once (float32, 1-byte argmax).
-  // Kernels that take several passes over a tensor move more, so their % of bandwidth stays below 100.
-  double bytes() const;
+  // The benchmark's name: op/suite/layer.
+  std::string name() const { return op + "/" + suite + "/" + layer; }
 };
 
 struct Suite {
@@ -93,7 +64,26 @@ struct Suite {
 // deepbench.
 const std::vector<Suite>& suites();
 
-// The distinct kernel calls of one training step of a suite, in graph order (the optimizer last).
+// The distinct nodes of one training step of a suite, in graph order, then the optimizer's passes.
 std::vector<Case> cases(const Suite& suite);
+
+// One run of a case on one backend, with operands of its own in the backend's memory: every value the
+// node reads or writes at the case's batch (inputs filled with operand_value, integers and outputs zero;
+// a non-float input another node computes, such as max pooling's argmax, comes from running that node
+// once), the row's per-node state and workspace, and a dropout key.
+class EngineCall {
+ public:
+  EngineCall(const Case& c, Backend& b);
+  ~EngineCall();
+  EngineCall(const EngineCall&) = delete;
+  EngineCall& operator=(const EngineCall&) = delete;
+  // Enqueues one run (on CUDA, on the backend's compute stream).
+  void run();
+  std::size_t workspace_bytes() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace crumb::bench

@@ -1,4 +1,4 @@
-// The CPU kernel benchmarks (kernels/cpu/kernels.h), one per Case, named "cpu/<kernel>/<suite>/<layer>".
+// The CPU benchmarks: the engine's CPU rows, one per Case, named "cpu/<op>/<suite>/<layer>".
 #pragma once
 #include <vector>
 

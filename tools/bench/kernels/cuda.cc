@@ -12,15 +12,13 @@
 
 #include <benchmark/benchmark.h>
 
-#include "engine/device/backend.h"
-#include "engine/cuda/cuda_backend.h"
 #include "engine/base/error.h"
-#include "kernels/cuda/blas.h"
+#include "engine/cuda/cuda_backend.h"
+#include "engine/device/backend.h"
+#include "engine/graph/op.h"
 #include "kernels/cuda/check.h"
-#include "kernels/cuda/kernels.h"
 #include "tools/bench/kernels/report.h"
 #if CRUMB_HAVE_CUDNN
-#include "kernels/cuda/cudnn_conv.h"
 #include "kernels/cuda/cudnn_descriptors.h"
 #endif
 
@@ -57,13 +55,6 @@ class DeviceOperands {
     CRUMB_CUDA_CHECK(cudaMalloc(&p, n == 0 ? 1 : n));
     owned_.push_back(p);
     CRUMB_CUDA_CHECK(cudaMemset(p, 0, n));
-    return p;
-  }
-  int32_t* labels(int n, int k) {
-    std::vector<int32_t> host(static_cast<std::size_t>(n));
-    for (int i = 0; i < n; ++i) host[i] = i % k;
-    int32_t* p = zeros<int32_t>(n);
-    CRUMB_CUDA_CHECK(cudaMemcpy(p, host.data(), host.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
     return p;
   }
 
@@ -146,7 +137,7 @@ struct Prepared {
   std::function<void()> call;
   bool tf32 = false;          // runs on tensor cores: judged against the TF32 peak
   std::size_t workspace = 0;  // bytes of scratch the call uses
-  int algo = -1;              // cuDNN's algorithm enum value, for convolutions
+  int algo = -1;              // cuDNN's algorithm enum value, for the library's convolutions
 };
 
 using Prepare = Prepared (*)(const Case&, CudaBackend&, DeviceOperands&);
@@ -156,191 +147,22 @@ struct Impl {
   Prepare prepare;
 };
 
-int64_t pool_in(const cpu::Pool2dShape& s) { return int64_t(s.n) * s.c * s.h * s.w; }
-int64_t pool_out(const cpu::Pool2dShape& s) { return int64_t(s.n) * s.c * s.h_out * s.w_out; }
+const Node& node_of(const Case& c) { return c.graph->node(c.node); }
 
-constexpr bool kWrite = false;  // a batch's first micro-batch writes its gradients
-
-// ---- Crumb's own CUDA path: the kernels and wrappers the engine's CUDA rows call.
-Prepared crumb(const Case& c, CudaBackend& gpu, DeviceOperands& ops) {
-  const cudaStream_t st = gpu.compute();
-  switch (c.kernel) {
-    case Kernel::Conv2dFwd:
-    case Kernel::Conv2dBwdData:
-    case Kernel::Conv2dBwdWeight: {
-#if CRUMB_HAVE_CUDNN
-      const auto& s = std::get<cpu::Conv2dShape>(c.shape);
-      const cuda::ConvPass pass = c.kernel == Kernel::Conv2dFwd       ? cuda::ConvPass::Forward
-                                  : c.kernel == Kernel::Conv2dBwdData ? cuda::ConvPass::BackwardData
-                                                                      : cuda::ConvPass::BackwardFilter;
-      auto plan = std::make_shared<cuda::ConvPlan>(gpu.dnn(), s, pass, CudaBackend::kConvWorkspaceLimit);
-      const std::size_t ws_bytes = plan->workspace_bytes();
-      void* ws = ops.bytes(ws_bytes);
-      float* x = ops.floats(s.in_count());
-      float* y = ops.floats(s.out_count());
-      float* w = ops.floats(int64_t(s.c_out) * s.c_in * s.kh * s.kw);
-      float* b = c.bias ? ops.floats(s.c_out) : nullptr;
-      const cudnnHandle_t dnn = gpu.dnn();
-      std::function<void()> call;
-      if (pass == cuda::ConvPass::Forward) {
-        call = [=] { cuda::conv_forward(dnn, *plan, y, x, w, b, ws, ws_bytes); };
-      } else if (pass == cuda::ConvPass::BackwardData) {
-        call = [=] { cuda::conv_backward_data(dnn, *plan, x, y, w, ws, ws_bytes, kWrite); };
-      } else {
-        call = [=] { cuda::conv_backward_filter(dnn, *plan, w, b, y, x, ws, ws_bytes, kWrite); };
-      }
-      return {call, false, ws_bytes, plan->algorithm()};
-#else
-      CRUMB_FAIL("built without cuDNN: no CUDA convolution");
-#endif
-    }
-    case Kernel::LinearFwd:
-    case Kernel::LinearBwdData:
-    case Kernel::LinearBwdWeight: {
-      const auto& s = std::get<LinearShape>(c.shape);
-      float* x = ops.floats(int64_t(s.n) * s.in);
-      float* y = ops.floats(int64_t(s.n) * s.out);
-      float* w = ops.floats(int64_t(s.out) * s.in);
-      float* b = c.bias ? ops.floats(s.out) : nullptr;
-      const cublasHandle_t h = gpu.blas();
-      if (c.kernel == Kernel::LinearFwd) return {[=] { cuda::linear_forward(h, y, x, w, b, s.n, s.in, s.out); }};
-      if (c.kernel == Kernel::LinearBwdData)
-        return {[=] { cuda::linear_backward_data(h, x, y, w, s.n, s.in, s.out, kWrite); }};
-      return {[=] { cuda::linear_backward_weight(h, w, b, y, x, s.n, s.in, s.out, kWrite); }};
-    }
-    case Kernel::MaxPoolFwd:
-    case Kernel::MaxPoolBwd: {
-      const auto& s = std::get<cpu::Pool2dShape>(c.shape);
-      float* x = ops.floats(pool_in(s));
-      float* y = ops.floats(pool_out(s));
-      uint8_t* argmax = ops.zeros<uint8_t>(pool_out(s));
-      cuda::max_pool2d_forward(y, argmax, x, s, st);
-      if (c.kernel == Kernel::MaxPoolFwd) return {[=] { cuda::max_pool2d_forward(y, argmax, x, s, st); }};
-      return {[=] { cuda::max_pool2d_backward(x, y, argmax, s, kWrite, st); }};
-    }
-    case Kernel::AvgPoolFwd:
-    case Kernel::AvgPoolBwd: {
-      const auto& s = std::get<cpu::Pool2dShape>(c.shape);
-      float* x = ops.floats(pool_in(s));
-      float* y = ops.floats(pool_out(s));
-      if (c.kernel == Kernel::AvgPoolFwd) return {[=] { cuda::avg_pool2d_forward(y, x, s, st); }};
-      return {[=] { cuda::avg_pool2d_backward(x, y, s, kWrite, st); }};
-    }
-    case Kernel::GlobalAvgPoolFwd:
-    case Kernel::GlobalAvgPoolBwd: {
-      const auto& s = std::get<GlobalPoolShape>(c.shape);
-      float* x = ops.floats(int64_t(s.n) * s.c * s.hw);
-      float* y = ops.floats(int64_t(s.n) * s.c);
-      if (c.kernel == Kernel::GlobalAvgPoolFwd) return {[=] { cuda::global_avg_pool_forward(y, x, s.n, s.c, s.hw, st); }};
-      return {[=] { cuda::global_avg_pool_backward(x, y, s.n, s.c, s.hw, kWrite, st); }};
-    }
-    case Kernel::AdaptiveAvgPoolFwd:
-    case Kernel::AdaptiveAvgPoolBwd: {
-      const auto& s = std::get<cpu::AdaptivePool2dShape>(c.shape);
-      float* x = ops.floats(int64_t(s.n) * s.c * s.h * s.w);
-      float* y = ops.floats(int64_t(s.n) * s.c * s.h_out * s.w_out);
-      if (c.kernel == Kernel::AdaptiveAvgPoolFwd) return {[=] { cuda::adaptive_avg_pool2d_forward(y, x, s, st); }};
-      return {[=] { cuda::adaptive_avg_pool2d_backward(x, y, s, kWrite, st); }};
-    }
-    case Kernel::BatchNormFwd:
-    case Kernel::BatchNormBwd: {
-      const auto& s = std::get<cpu::BatchNormShape>(c.shape);
-      const int64_t count = int64_t(s.n) * s.c * s.hw;
-      float* x = ops.floats(count);
-      float* y = ops.floats(count);
-      float* dx = ops.floats(count);
-      float* w = ops.floats(s.c);
-      float* b = ops.floats(s.c);
-      float* stats = ops.floats(int64_t(s.groups()) * 2 * s.c);
-      double* moments = ops.zeros<double>(3 * int64_t(s.c));
-      auto forward = [=] {
-        cuda::batch_norm_forward_train(y, stats, x, w, b, s, 1e-5, moments, nullptr, nullptr, nullptr, 0.1, st);
-      };
-      forward();
-      if (c.kernel == Kernel::BatchNormFwd) return {forward};
-      return {[=] { cuda::batch_norm_backward(w, b, dx, y, x, w, stats, s, true, kWrite, st); }};
-    }
-    case Kernel::GroupNormFwd:
-    case Kernel::GroupNormBwd: {
-      const auto& s = std::get<cpu::GroupNormShape>(c.shape);
-      const int64_t count = int64_t(s.n) * s.c * s.hw;
-      float* x = ops.floats(count);
-      float* y = ops.floats(count);
-      float* dx = ops.floats(count);
-      float* w = ops.floats(s.c);
-      float* b = ops.floats(s.c);
-      float* stats = ops.floats(int64_t(s.n) * 2 * s.groups);
-      auto forward = [=] { cuda::group_norm_forward(y, stats, x, w, b, s, 1e-5, st); };
-      forward();
-      if (c.kernel == Kernel::GroupNormFwd) return {forward};
-      return {[=] { cuda::group_norm_backward(w, b, dx, y, x, w, stats, s, kWrite, st); }};
-    }
-    case Kernel::ReluFwd:
-    case Kernel::ReluBwd:
-    case Kernel::Add:
-    case Kernel::CopyAccumulate: {
-      const int64_t n = std::get<Elements>(c.shape).count;
-      float* a = ops.floats(n);
-      float* b = ops.floats(n);
-      float* out = ops.floats(n);
-      if (c.kernel == Kernel::ReluFwd) return {[=] { cuda::relu_forward(out, a, n, st); }};
-      if (c.kernel == Kernel::ReluBwd) return {[=] { cuda::relu_backward(out, a, b, n, kWrite, st); }};
-      if (c.kernel == Kernel::Add) return {[=] { cuda::add_forward(out, a, b, n, st); }};
-      return {[=] { cuda::copy_or_accumulate(out, a, n, true, st); }};
-    }
-    case Kernel::DropoutFwd:
-    case Kernel::DropoutBwd: {  // one map, both writing (cpu.cc); the engine keeps the key in device memory
-      const auto& s = std::get<SamplesShape>(c.shape);
-      float* x = ops.floats(s.n * s.per_sample);
-      float* y = ops.floats(s.n * s.per_sample);
-      const DropoutArgs d = dropout_args();
-      auto* key = ops.zeros<RandomKey>(1);
-      CRUMB_CUDA_CHECK(cudaMemcpy(key, &d.key, sizeof(RandomKey), cudaMemcpyHostToDevice));
-      return {[=] { cuda::dropout(y, x, s.n, s.per_sample, key, d.layer, d.threshold, d.scale, kWrite, st); }};
-    }
-    case Kernel::SoftmaxXentFwd:
-    case Kernel::SoftmaxXentBwd: {
-      const auto& s = std::get<ClassesShape>(c.shape);
-      float* logits = ops.floats(int64_t(s.n) * s.k);
-      float* probs = ops.floats(int64_t(s.n) * s.k);
-      const int32_t* labels = ops.labels(s.n, s.k);
-      double* loss = ops.zeros<double>(1);
-      auto* correct = ops.zeros<unsigned long long>(1);
-      auto forward = [=] { cuda::softmax_xent_forward(probs, logits, labels, s.n, s.k, loss, correct, st); };
-      forward();
-      if (c.kernel == Kernel::SoftmaxXentFwd) return {forward};
-      return {[=] { cuda::softmax_xent_backward(logits, probs, labels, s.n, s.k, 1.0f / s.n, kWrite, st); }};
-    }
-    case Kernel::SgdStep: {
-      const int64_t n = std::get<Elements>(c.shape).count;
-      float* p = ops.floats(n);
-      float* g = ops.floats(n);
-      float* buf = ops.floats(n);
-      return {[=] { cuda::sgd_momentum_step(p, g, buf, n, 1e-3f, 0.9f, 5e-4f, false, false, st); }};
-    }
-    case Kernel::AdamWStep: {
-      const int64_t n = std::get<Elements>(c.shape).count;
-      float* p = ops.floats(n);
-      float* g = ops.floats(n);
-      float* m = ops.floats(n);
-      float* v = ops.zeros<float>(n);  // a second moment is never negative
-      const AdamWScalars s = adamw_scalars(1e-3, 0.9, 0.999, 1e-8, 1e-2, 10);
-      return {[=] { cuda::adamw_step(p, g, m, v, n, s, st); }};
-    }
-    case Kernel::CountNonfinite: {
-      const int64_t n = std::get<Elements>(c.shape).count;
-      const float* p = ops.floats(n);
-      auto* count = ops.zeros<unsigned long long>(1);
-      return {[=] { cuda::count_nonfinite(count, p, n, st); }};
-    }
-  }
-  CRUMB_FAIL("kernel benchmarks: no CUDA call for ", kernel_name(c.kernel));
+// ---- Crumb's own CUDA path: the engine's CUDA row (or optimizer pass), as a training step runs it.
+Prepared crumb(const Case& c, CudaBackend& gpu, DeviceOperands&) {
+  auto call = std::make_shared<EngineCall>(c, gpu);
+  return {[call] { call->run(); }, false, call->workspace_bytes()};
 }
 
 // ---- cuBLAS alone: the linear layer's GEMM as one cublasGemmEx (no bias pass), FP32 or TF32. Row-major
 // [r, c] is column-major [c, r], so y = x w^T is y^T = w x^T in cuBLAS's terms.
 template <bool Tf32> Prepared cublas(const Case& c, CudaBackend& gpu, DeviceOperands& ops) {
-  const auto& s = std::get<LinearShape>(c.shape);
+  const Node& node = node_of(c);
+  const LinearGeometry& g = crumb::ops::geometry<LinearGeometry>(node);
+  const struct {
+    int n, in, out;
+  } s{c.batch, g.in, g.out};
   float* x = ops.floats(int64_t(s.n) * s.in);
   float* y = ops.floats(int64_t(s.n) * s.out);
   float* w = ops.floats(int64_t(s.out) * s.in);
@@ -353,9 +175,9 @@ template <bool Tf32> Prepared cublas(const Case& c, CudaBackend& gpu, DeviceOper
                                     CUDA_R_32F, ldc, math, CUBLAS_GEMM_DEFAULT));
   };
   Prepared p{{}, Tf32};
-  if (c.kernel == Kernel::LinearFwd) {  // y^T [out, n] = w [out, in] x^T [in, n]
+  if (node.def == &kLinear) {  // y^T [out, n] = w [out, in] x^T [in, n]
     p.call = [=] { gemm(CUBLAS_OP_T, CUBLAS_OP_N, s.out, s.n, s.in, w, s.in, x, s.in, y, s.out); };
-  } else if (c.kernel == Kernel::LinearBwdData) {  // dx^T [in, n] = w^T [in, out] dy^T [out, n]
+  } else if (node.def == &kLinearBwdData) {  // dx^T [in, n] = w^T [in, out] dy^T [out, n]
     p.call = [=] { gemm(CUBLAS_OP_N, CUBLAS_OP_N, s.in, s.n, s.out, w, s.in, y, s.out, x, s.in); };
   } else {  // dw^T [in, out] = x^T [in, n] dy [n, out]
     p.call = [=] { gemm(CUBLAS_OP_N, CUBLAS_OP_T, s.in, s.out, s.n, x, s.in, y, s.out, w, s.in); };
@@ -375,7 +197,10 @@ TensorDesc nchw(int n, int c, int h, int w) {
 // ---- cuDNN's fastest algorithm for the pass by its own exhaustive search (cudnnFind*AlgorithmEx, which
 // runs each candidate), within the engine's workspace limit; FMA math only, or tensor-op (TF32) allowed.
 template <bool Tf32> Prepared cudnn_find(const Case& c, CudaBackend& gpu, DeviceOperands& ops) {
-  const auto& s = std::get<cpu::Conv2dShape>(c.shape);
+  const Node& node = node_of(c);
+  const cpu::Conv2dShape s = crumb::ops::at_batch<cpu::Conv2dShape>(node, c.batch);
+  // The bias of the layer: the forward adds it, the weight pass sums its gradient.
+  const bool bias = node.def == &kConv2d ? node.in.size() == 3 : node.def == &kConv2dBwdWeight && node.out.size() == 2;
   const cudnnHandle_t dnn = gpu.dnn();
   const TensorDesc xd = nchw(s.n, s.c_in, s.h, s.w), yd = nchw(s.n, s.c_out, s.h_out, s.w_out),
                    bd = nchw(1, s.c_out, 1, 1);
@@ -391,7 +216,7 @@ template <bool Tf32> Prepared cudnn_find(const Case& c, CudaBackend& gpu, Device
   float* x = ops.floats(s.in_count());
   float* y = ops.floats(s.out_count());
   float* w = ops.floats(int64_t(s.c_out) * s.c_in * s.kh * s.kw);
-  float* b = c.bias ? ops.floats(s.c_out) : nullptr;
+  float* b = bias ? ops.floats(s.c_out) : nullptr;
   const float one = 1, zero = 0;
   Prepared p{{}, Tf32};
   // The first result that ran: cuDNN sorts them by its measured time.
@@ -406,7 +231,7 @@ template <bool Tf32> Prepared cudnn_find(const Case& c, CudaBackend& gpu, Device
     CRUMB_FAIL(c.name(), ": cuDNN found no algorithm within ", limit, " bytes of workspace");
   };
   int count = 0;
-  if (c.kernel == Kernel::Conv2dFwd) {
+  if (node.def == &kConv2d) {
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     CRUMB_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(dnn, xd->get(), x, wd->get(), w, cd->get(), yd->get(), y,
                                                              CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf, ws, limit));
@@ -417,7 +242,7 @@ template <bool Tf32> Prepared cudnn_find(const Case& c, CudaBackend& gpu, Device
                                                 &zero, yd->get(), y));
       if (b) CRUMB_CUDNN_CHECK(cudnnAddTensor(dnn, &one, bd->get(), b, &one, yd->get(), y));
     };
-  } else if (c.kernel == Kernel::Conv2dBwdData) {
+  } else if (node.def == &kConv2dBwdData) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     CRUMB_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(dnn, wd->get(), w, yd->get(), y, cd->get(),
                                                                   xd->get(), x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
@@ -451,24 +276,26 @@ using ActivationDesc = cuda::detail::Descriptor<cudnnActivationDescriptor_t, cud
 
 // ---- cuDNN's pooling, the same windows (average counting the padding, as Crumb's does).
 Prepared cudnn_pool(const Case& c, CudaBackend& gpu, DeviceOperands& ops) {
-  const auto& s = std::get<cpu::Pool2dShape>(c.shape);
-  const bool max = c.kernel == Kernel::MaxPoolFwd || c.kernel == Kernel::MaxPoolBwd;
+  const Node& node = node_of(c);
+  const cpu::Pool2dShape s = crumb::ops::at_batch<cpu::Pool2dShape>(node, c.batch);
+  const bool max = node.def == &kMaxPool2d || node.def == &kMaxPool2dBwd;
   auto pd = std::make_shared<PoolingDesc>();
   CRUMB_CUDNN_CHECK(cudnnSetPooling2dDescriptor(
       pd->get(), max ? CUDNN_POOLING_MAX : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING, CUDNN_PROPAGATE_NAN, s.kh,
       s.kw, s.pad_h, s.pad_w, s.stride_h, s.stride_w));
   const TensorDesc xd = nchw(s.n, s.c, s.h, s.w), yd = nchw(s.n, s.c, s.h_out, s.w_out);
-  float* x = ops.floats(pool_in(s));
-  float* dx = ops.floats(pool_in(s));
-  float* y = ops.floats(pool_out(s));
-  float* dy = ops.floats(pool_out(s));
+  const int64_t in = int64_t(s.n) * s.c * s.h * s.w, out = int64_t(s.n) * s.c * s.h_out * s.w_out;
+  float* x = ops.floats(in);
+  float* dx = ops.floats(in);
+  float* y = ops.floats(out);
+  float* dy = ops.floats(out);
   const cudnnHandle_t dnn = gpu.dnn();
   const float one = 1, zero = 0;
   auto forward = [=] {
     CRUMB_CUDNN_CHECK(cudnnPoolingForward(dnn, pd->get(), &one, xd->get(), x, &zero, yd->get(), y));
   };
   forward();
-  if (c.kernel == Kernel::MaxPoolFwd || c.kernel == Kernel::AvgPoolFwd) return {forward};
+  if (node.def == &kMaxPool2d || node.def == &kAvgPool2d) return {forward};
   return {[=] {
     CRUMB_CUDNN_CHECK(cudnnPoolingBackward(dnn, pd->get(), &one, yd->get(), y, yd->get(), dy, xd->get(), x, &zero,
                                            xd->get(), dx));
@@ -477,7 +304,8 @@ Prepared cudnn_pool(const Case& c, CudaBackend& gpu, DeviceOperands& ops) {
 
 // ---- cuDNN's ReLU.
 Prepared cudnn_relu(const Case& c, CudaBackend& gpu, DeviceOperands& ops) {
-  const int64_t n = std::get<Elements>(c.shape).count;
+  const Node& node = node_of(c);
+  const int64_t n = c.graph->value(node.out[0]).count(c.batch);
   CRUMB_CHECK(n <= INT32_MAX, c.name(), ": too many elements for one cuDNN tensor");
   auto ad = std::make_shared<ActivationDesc>();
   CRUMB_CUDNN_CHECK(cudnnSetActivationDescriptor(ad->get(), CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0));
@@ -488,7 +316,7 @@ Prepared cudnn_relu(const Case& c, CudaBackend& gpu, DeviceOperands& ops) {
   float* dx = ops.floats(n);
   const cudnnHandle_t dnn = gpu.dnn();
   const float one = 1, zero = 0;
-  if (c.kernel == Kernel::ReluFwd)
+  if (node.def == &kRelu)
     return {[=] { CRUMB_CUDNN_CHECK(cudnnActivationForward(dnn, ad->get(), &one, d->get(), x, &zero, d->get(), y)); }};
   return {[=] {
     CRUMB_CUDNN_CHECK(cudnnActivationBackward(dnn, ad->get(), &one, d->get(), y, d->get(), dy, d->get(), x, &zero,
@@ -498,8 +326,16 @@ Prepared cudnn_relu(const Case& c, CudaBackend& gpu, DeviceOperands& ops) {
 
 // ---- cuDNN's spatial BatchNorm (statistics over the whole batch: the same work as Crumb's when one
 // group holds the batch, which is when it is registered).
+cpu::BatchNormShape batch_norm_shape(const Case& c) {
+  cpu::BatchNormShape s = crumb::ops::at_batch<cpu::BatchNormShape>(node_of(c), c.batch);
+  if (s.group == 0) s.group = c.batch;  // the whole micro-batch is one group
+  return s;
+}
+
+bool one_group(const Case& c) { return batch_norm_shape(c).groups() == 1; }
+
 Prepared cudnn_batch_norm(const Case& c, CudaBackend& gpu, DeviceOperands& ops) {
-  const auto& s = std::get<cpu::BatchNormShape>(c.shape);
+  const cpu::BatchNormShape s = batch_norm_shape(c);
   const int64_t count = int64_t(s.n) * s.c * s.hw;
   const TensorDesc xd = nchw(s.n, s.c, s.hw, 1), pd = nchw(1, s.c, 1, 1);
   float* x = ops.floats(count);
@@ -522,7 +358,7 @@ Prepared cudnn_batch_norm(const Case& c, CudaBackend& gpu, DeviceOperands& ops) 
                                                              running_var, eps, mean, invstd));
   };
   forward();
-  if (c.kernel == Kernel::BatchNormFwd) return {forward};
+  if (node_of(c).def == &kBatchNorm) return {forward};
   return {[=] {
     CRUMB_CUDNN_CHECK(cudnnBatchNormalizationBackward(dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero,
                                                       xd->get(), x, xd->get(), y, xd->get(), dx, pd->get(), w, dw, db,
@@ -531,34 +367,41 @@ Prepared cudnn_batch_norm(const Case& c, CudaBackend& gpu, DeviceOperands& ops) 
 }
 #endif  // CRUMB_HAVE_CUDNN
 
+// The libraries' implementations of the same work as some engine rows, run beside them where `applies`.
+struct Library {
+  std::vector<const OpDef*> ops;
+  std::vector<Impl> impls;
+  bool (*applies)(const Case&);
+};
+
+bool always(const Case&) { return true; }
+
+const std::vector<Library>& libraries() {
+  static const std::vector<Library> all = {
+      {{&kLinear, &kLinearBwdData, &kLinearBwdWeight},
+       {{"cublas", cublas<false>}, {"cublas_tf32", cublas<true>}},
+       always},
+#if CRUMB_HAVE_CUDNN
+      {{&kConv2d, &kConv2dBwdData, &kConv2dBwdWeight},
+       {{"cudnn_find", cudnn_find<false>}, {"cudnn_find_tf32", cudnn_find<true>}},
+       always},
+      {{&kMaxPool2d, &kMaxPool2dBwd, &kAvgPool2d, &kAvgPool2dBwd}, {{"cudnn", cudnn_pool}}, always},
+      {{&kRelu, &kReluBwd}, {{"cudnn", cudnn_relu}}, always},
+      {{&kBatchNorm, &kBatchNormBwd}, {{"cudnn", cudnn_batch_norm}}, one_group},
+#endif
+  };
+  return all;
+}
+
 // The implementations a case runs on the GPU: Crumb's first, then the libraries' for the same work.
 std::vector<Impl> impls(const Case& c) {
-  switch (c.kernel) {
-    case Kernel::Conv2dFwd:
-    case Kernel::Conv2dBwdData:
-    case Kernel::Conv2dBwdWeight:
-#if CRUMB_HAVE_CUDNN
-      return {{"crumb", crumb}, {"cudnn_find", cudnn_find<false>}, {"cudnn_find_tf32", cudnn_find<true>}};
-#else
-      return {};  // the CUDA backend has no convolution without cuDNN
-#endif
-    case Kernel::LinearFwd:
-    case Kernel::LinearBwdData:
-    case Kernel::LinearBwdWeight: return {{"crumb", crumb}, {"cublas", cublas<false>}, {"cublas_tf32", cublas<true>}};
-#if CRUMB_HAVE_CUDNN
-    case Kernel::MaxPoolFwd:
-    case Kernel::MaxPoolBwd:
-    case Kernel::AvgPoolFwd:
-    case Kernel::AvgPoolBwd: return {{"crumb", crumb}, {"cudnn", cudnn_pool}};
-    case Kernel::ReluFwd:
-    case Kernel::ReluBwd: return {{"crumb", crumb}, {"cudnn", cudnn_relu}};
-    case Kernel::BatchNormFwd:
-    case Kernel::BatchNormBwd:
-      if (std::get<cpu::BatchNormShape>(c.shape).groups() == 1) return {{"crumb", crumb}, {"cudnn", cudnn_batch_norm}};
-      return {{"crumb", crumb}};
-#endif
-    default: return {{"crumb", crumb}};
+  std::vector<Impl> out{{"crumb", crumb}};
+  if (!c.graph) return out;
+  for (const Library& lib : libraries()) {
+    if (std::find(lib.ops.begin(), lib.ops.end(), node_of(c).def) == lib.ops.end() || !lib.applies(c)) continue;
+    out.insert(out.end(), lib.impls.begin(), lib.impls.end());
   }
+  return out;
 }
 
 // Times each call on the GPU (EventTimer).
@@ -600,6 +443,8 @@ bool register_cuda(const std::vector<Case>& cases) {
   std::fprintf(stderr, "CUDA ceilings: GEMM FP32 %.1f TFLOP/s, TF32 %.1f TFLOP/s, copy %.0f GB/s\n",
                measured.fp32.flops / 1e12, measured.tf32.flops / 1e12, measured.fp32.bytes / 1e9);
   for (const Case& c : cases) {
+    // The CUDA backend has no row for some ops in some builds (convolutions without cuDNN).
+    if (c.graph && !impl_table().find(*node_of(c).def, Device::CUDA, c.graph->float_dtype())) continue;
     for (const Impl& impl : impls(c)) {
       benchmark::RegisterBenchmark(("cuda/" + c.name() + "/" + impl.name).c_str(), run, c, impl.prepare, measured)
           ->UseManualTime()

@@ -1,5 +1,6 @@
-// The CUDA kernel benchmarks: the same cases on the GPU, Crumb's kernels next to cuDNN's and cuBLAS's,
-// named "cuda/<kernel>/<suite>/<layer>/<implementation>". Built only with the CUDA backend.
+// The CUDA benchmarks: the same cases on the GPU, the engine's CUDA rows next to cuDNN's and cuBLAS's
+// calls for the same work, named "cuda/<op>/<suite>/<layer>/<implementation>". Built only with the CUDA
+// backend.
 #pragma once
 #include <vector>
 

@@ -1,6 +1,7 @@
-// Kernel microbenchmarks: every kernel of a training step at the layer shapes of the reference models
-// and of DeepBench, on the CPU and (in a CUDA build with a device) the GPU. Google Benchmark's own
-// flags apply (--benchmark_filter, --benchmark_out=FILE --benchmark_out_format=json, ...); ours:
+// Kernel microbenchmarks: the engine's own op rows, every node of a training step at the layer shapes of
+// the reference models and of DeepBench, and the optimizer's passes, on the CPU and (in a CUDA build with
+// a device) the GPU. Google Benchmark's own flags apply (--benchmark_filter, --benchmark_out=FILE
+// --benchmark_out_format=json, ...); ours:
 //   --suites=a,b,...      run only these suites (default: all; see cases.cc)
 //   --device=cpu|cuda|all which kernels to run (default all)
 //   --ceiling_seconds=S   time spent measuring each CPU ceiling (default 1; 0 = one quick rough run each)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Plots kernels_bench's Google Benchmark JSON as an SVG: % of peak per kernel and shape, one panel per
-device and suite (model), bars coloured by what the kernel is judged against (GEMM ceiling or memory
+"""Plots kernels_bench's Google Benchmark JSON as an SVG: % of peak per op and shape, one panel per
+device and suite (model), bars coloured by what the op is judged against (GEMM ceiling or memory
 bandwidth). Standard library only, so it runs wherever the benchmark does.
 
 usage: plot.py RESULTS.json -o OUT.svg [--device cpu|cuda] [--suite NAME ...]
@@ -33,7 +33,7 @@ def load(path):
         # Google Benchmark appends the timer to the name; it says nothing about the kernel.
         parts = [p for p in name.split("/") if p not in ("real_time", "manual_time")]
         if len(parts) < 4:
-            raise SystemExit(f"plot.py: unexpected benchmark name '{name}' (want device/kernel/suite/layer[/impl])")
+            raise SystemExit(f"plot.py: unexpected benchmark name '{name}' (want device/op/suite/layer[/impl])")
         unit = next((u for u in RATE_UNITS if u in reps[0]), None)
         rows.append({
             "device": parts[0], "kernel": parts[1], "suite": parts[2], "layer": parts[3],

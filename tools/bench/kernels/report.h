@@ -18,8 +18,7 @@ struct Peak {
 // The percentage of `peak` a benchmark reached, as a rate counter: a rate divides by the elapsed seconds,
 // so work / ceiling per call becomes the percentage.
 inline benchmark::Counter pct_of(const benchmark::State& state, const Case& c, const Peak& peak) {
-  const bool gemm = compute_bound(c.kernel);
-  const double work = gemm ? c.flops() : c.bytes(), ceiling = gemm ? peak.flops : peak.bytes;
+  const double work = c.compute_bound ? c.flops : c.bytes, ceiling = c.compute_bound ? peak.flops : peak.bytes;
   return benchmark::Counter(100 * work * static_cast<double>(state.iterations()) / ceiling,
                             benchmark::Counter::kIsRate);
 }
@@ -31,13 +30,13 @@ inline benchmark::Counter pct_of(const benchmark::State& state, const Case& c, c
 inline void report(benchmark::State& state, const Case& c, const Peak& peak, double flop_unit = 1e9) {
   using benchmark::Counter;
   const double calls = static_cast<double>(state.iterations());
-  const bool gemm = compute_bound(c.kernel);
-  const double work = gemm ? c.flops() : c.bytes();
+  const bool gemm = c.compute_bound;
+  const double work = gemm ? c.flops : c.bytes;
   const std::string unit = gemm ? (flop_unit == 1e12 ? "TFLOP/s" : "GFLOP/s") : "GB/s";
   state.counters[unit] = Counter(work * calls / (gemm ? flop_unit : 1e9), Counter::kIsRate);
   state.counters["pct_peak"] = pct_of(state, c, peak);
   state.counters["layers"] = c.layers;
-  state.SetLabel(c.describe());
+  state.SetLabel(c.label);
 }
 
 }  // namespace crumb::bench
