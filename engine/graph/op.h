@@ -65,20 +65,33 @@ enum class OutDType : uint8_t { Float, U8, F64, I64 };
 // One declared output. A metric output is an unbatched scalar the op adds into over the micro-batches
 // of a batch (ValueKind::Metric): the executor zeroes it at a batch's first micro-batch.
 struct OutSpec {
-  OutSpec(OutDType d, bool m = false) : dtype(d), metric(m) {}
+  OutSpec(OutDType d) : dtype(d) {}  // a batched output of dtype d
+  static OutSpec metric(OutDType d) {
+    OutSpec s(d);
+    s.is_metric = true;
+    return s;
+  }
   OutDType dtype;
-  bool metric;
+  bool is_metric = false;
 };
 
+// Written with its fields named, as an immediately invoked lambda:
+//   const OpDef kRelu = [] {
+//     OpDef d;
+//     d.name = "relu";
+//     d.infer = infer_same;
+//     d.inplace = true;
+//     return d;
+//   }();
 struct OpDef {
-  const char* name;
+  const char* name = nullptr;
   // Validates the inputs, sets (or checks) the dims of node.out and stores the node's kernel geometry
   // (Node::geometry), computed here once; throws crumb::Error naming the layer.
-  void (*infer)(Graph& g, Node& n);
+  void (*infer)(Graph& g, Node& n) = nullptr;
   // Emits the backward nodes for n given the gradients of its outputs (null: no gradient flows).
-  void (*backward)(GradBuilder& gb, const Node& n);
-  // Its outputs, in order (Graph::apply creates them).
-  std::vector<OutSpec> outputs;
+  void (*backward)(GradBuilder& gb, const Node& n) = nullptr;
+  // Its outputs, in order (Graph::apply creates them); one in the graph's float dtype unless set.
+  std::vector<OutSpec> outputs = {OutDType::Float};
   // out[0] may take over in[0]'s storage when in[0] is not used afterwards (ReLU, ReLU backward).
   bool inplace = false;
   // out[0] is a view of in[0]: no computation, no storage of its own (reshape/flatten).
@@ -94,14 +107,23 @@ struct OpDef {
   std::vector<ValueId> (*recompute)(Graph& g, const Node& n, const std::vector<ValueId>& in) = nullptr;
 };
 
-// One implementation of an op for one (device, dtype).
+// One implementation of an op for one (device, dtype), written with its fields named:
+//   OpImpl(run).with_prepare(prepare).with_workspace(workspace)
 struct OpImpl {
+  using PrepareFn = std::unique_ptr<OpState> (*)(const Graph& g, const Node& n, int max_batch, Backend& backend);
+  using WorkspaceFn = std::size_t (*)(const Graph& g, const Node& n, int batch, const OpState* state);
+
+  explicit OpImpl(StepFn run_fn = nullptr) : run(run_fn) {}
+  OpImpl& with_prepare(PrepareFn f) { prepare = f; return *this; }
+  OpImpl& with_workspace(WorkspaceFn f) { workspace = f; return *this; }
+  OpImpl& with_commit(StepFn f) { commit = f; return *this; }
+
   StepFn run = nullptr;
   // Per-node state built once per compiled plan for its largest micro-batch, on the backend it will
   // run on (null: none).
-  std::unique_ptr<OpState> (*prepare)(const Graph& g, const Node& n, int max_batch, Backend& backend) = nullptr;
+  PrepareFn prepare = nullptr;
   // Scratch bytes a run of up to `batch` samples needs, given prepare()'s state (null: none).
-  std::size_t (*workspace)(const Graph& g, const Node& n, int batch, const OpState* state) = nullptr;
+  WorkspaceFn workspace = nullptr;
   // Commits the per-batch totals a last micro-batch run with StepArgs::commit false left in the node's
   // metric outputs (null: the op keeps none).
   StepFn commit = nullptr;
@@ -251,11 +273,12 @@ std::vector<ValueId> add_recompute(Graph& g, const Node& n, const OpDef& def, st
                                    std::size_t outputs);
 // The recompute rule of a pure op: the same op again on `in`, every output recomputed.
 std::vector<ValueId> recompute_clone(Graph& g, const Node& n, const std::vector<ValueId>& in);
-// Adds the rows of a templated CPU implementation for both float dtypes.
-#define CRUMB_CPU_ROWS(table, op, fn, ...)                                   \
-  do {                                                                       \
-    (table).add(op, Device::CPU, DType::F32, OpImpl{fn<float>, __VA_ARGS__});  \
-    (table).add(op, Device::CPU, DType::F64, OpImpl{fn<double>, __VA_ARGS__}); \
+// Adds the rows of a templated CPU implementation for both float dtypes; the optional last argument
+// names the other fields: CRUMB_CPU_ROWS(t, op, run, .with_workspace(ws)).
+#define CRUMB_CPU_ROWS(table, op, fn, ...)                                     \
+  do {                                                                         \
+    (table).add(op, Device::CPU, DType::F32, OpImpl(fn<float>) __VA_ARGS__);  \
+    (table).add(op, Device::CPU, DType::F64, OpImpl(fn<double>) __VA_ARGS__); \
   } while (0)
 }  // namespace ops
 

@@ -89,16 +89,35 @@ void bwd_weight_cpu(const StepArgs& a) {
 
 }  // namespace
 
-const OpDef kConv2d{"conv2d", infer_fwd, backward, {OutDType::Float}, false, false, 0, false, ops::recompute_clone};
-const OpDef kConv2dBwdData{"conv2d_backward_data", infer_bwd_data, nullptr, {OutDType::Float}};
-const OpDef kConv2dBwdWeight{"conv2d_backward_weight", infer_bwd_weight, nullptr, {OutDType::Float, OutDType::Float},
-                             false, false, 1};
+const OpDef kConv2d = [] {
+  OpDef d;
+  d.name = "conv2d";
+  d.infer = infer_fwd;
+  d.backward = backward;
+  d.recompute = ops::recompute_clone;
+  return d;
+}();
+const OpDef kConv2dBwdData = [] {
+  OpDef d;
+  d.name = "conv2d_backward_data";
+  d.infer = infer_bwd_data;
+  return d;
+}();
+const OpDef kConv2dBwdWeight = [] {
+  OpDef d;
+  d.name = "conv2d_backward_weight";
+  d.infer = infer_bwd_weight;
+  d.outputs = {OutDType::Float, OutDType::Float};
+  d.required_outputs = 1;
+  return d;
+}();
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
-  CRUMB_CPU_ROWS(t, kConv2d, fwd_cpu, nullptr, workspace<cpu::conv2d_forward_workspace>);
-  CRUMB_CPU_ROWS(t, kConv2dBwdData, bwd_data_cpu, nullptr, workspace<cpu::conv2d_backward_data_workspace>);
-  CRUMB_CPU_ROWS(t, kConv2dBwdWeight, bwd_weight_cpu, nullptr, workspace<cpu::conv2d_backward_weight_workspace>);
+  CRUMB_CPU_ROWS(t, kConv2d, fwd_cpu, .with_workspace(workspace<cpu::conv2d_forward_workspace>));
+  CRUMB_CPU_ROWS(t, kConv2dBwdData, bwd_data_cpu, .with_workspace(workspace<cpu::conv2d_backward_data_workspace>));
+  CRUMB_CPU_ROWS(t, kConv2dBwdWeight, bwd_weight_cpu,
+                 .with_workspace(workspace<cpu::conv2d_backward_weight_workspace>));
 }
 
 }  // namespace crumb

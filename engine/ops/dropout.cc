@@ -49,9 +49,24 @@ template <class T> void dropout_cpu(const StepArgs& a) {
 
 }  // namespace
 
-const OpDef kDropout{"dropout", infer_dropout, dropout_backward, {OutDType::Float}, true, false, 0, true,
-                     ops::recompute_clone};
-const OpDef kDropoutBwd{"dropout_backward", infer_dropout, nullptr, {OutDType::Float}, true, false, 0, true};
+const OpDef kDropout = [] {
+  OpDef d;
+  d.name = "dropout";
+  d.infer = infer_dropout;
+  d.backward = dropout_backward;
+  d.inplace = true;
+  d.random = true;
+  d.recompute = ops::recompute_clone;
+  return d;
+}();
+const OpDef kDropoutBwd = [] {
+  OpDef d;
+  d.name = "dropout_backward";
+  d.infer = infer_dropout;
+  d.inplace = true;
+  d.random = true;
+  return d;
+}();
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();

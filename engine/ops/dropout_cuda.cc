@@ -24,8 +24,8 @@ void dropout(const StepArgs& a) {
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
-  t.add(kDropout, Device::CUDA, DType::F32, {dropout});
-  t.add(kDropoutBwd, Device::CUDA, DType::F32, {dropout});
+  t.add(kDropout, Device::CUDA, DType::F32, OpImpl(dropout));
+  t.add(kDropoutBwd, Device::CUDA, DType::F32, OpImpl(dropout));
 }
 
 }  // namespace crumb

@@ -59,11 +59,40 @@ void reshape_backward(GradBuilder& gb, const Node& n) {
 
 }  // namespace
 
-const OpDef kRelu{"relu", infer_same, relu_backward, {OutDType::Float}, true, false, 0, false, ops::recompute_clone};
-const OpDef kReluBwd{"relu_backward", infer_same, nullptr, {OutDType::Float}, true};
-const OpDef kAdd{"add", infer_same, add_backward, {OutDType::Float}, true, false, 0, false, ops::recompute_clone};
-const OpDef kReshape{"reshape", infer_reshape, reshape_backward, {OutDType::Float}, false, true, 0, false,
-                     ops::recompute_clone};
+const OpDef kRelu = [] {
+  OpDef d;
+  d.name = "relu";
+  d.infer = infer_same;
+  d.backward = relu_backward;
+  d.inplace = true;
+  d.recompute = ops::recompute_clone;
+  return d;
+}();
+const OpDef kReluBwd = [] {
+  OpDef d;
+  d.name = "relu_backward";
+  d.infer = infer_same;
+  d.inplace = true;
+  return d;
+}();
+const OpDef kAdd = [] {
+  OpDef d;
+  d.name = "add";
+  d.infer = infer_same;
+  d.backward = add_backward;
+  d.inplace = true;
+  d.recompute = ops::recompute_clone;
+  return d;
+}();
+const OpDef kReshape = [] {
+  OpDef d;
+  d.name = "reshape";
+  d.infer = infer_reshape;
+  d.backward = reshape_backward;
+  d.view = true;
+  d.recompute = ops::recompute_clone;
+  return d;
+}();
 
 // Reshape is a view: it has no rows on any device.
 CRUMB_ON_LOAD {

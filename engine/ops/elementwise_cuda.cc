@@ -21,9 +21,9 @@ void add(const StepArgs& a) {
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
-  t.add(kRelu, Device::CUDA, DType::F32, {relu_fwd});
-  t.add(kReluBwd, Device::CUDA, DType::F32, {relu_bwd});
-  t.add(kAdd, Device::CUDA, DType::F32, {add});
+  t.add(kRelu, Device::CUDA, DType::F32, OpImpl(relu_fwd));
+  t.add(kReluBwd, Device::CUDA, DType::F32, OpImpl(relu_bwd));
+  t.add(kAdd, Device::CUDA, DType::F32, OpImpl(add));
 }
 
 }  // namespace crumb

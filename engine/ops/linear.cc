@@ -68,10 +68,28 @@ void bwd_weight_cpu(const StepArgs& a) {
 
 }  // namespace
 
-const OpDef kLinear{"linear", infer_fwd, backward, {OutDType::Float}, false, false, 0, false, ops::recompute_clone};
-const OpDef kLinearBwdData{"linear_backward_data", infer_bwd_data, nullptr, {OutDType::Float}};
-const OpDef kLinearBwdWeight{"linear_backward_weight", infer_bwd_weight, nullptr, {OutDType::Float, OutDType::Float},
-                             false, false, 1};
+const OpDef kLinear = [] {
+  OpDef d;
+  d.name = "linear";
+  d.infer = infer_fwd;
+  d.backward = backward;
+  d.recompute = ops::recompute_clone;
+  return d;
+}();
+const OpDef kLinearBwdData = [] {
+  OpDef d;
+  d.name = "linear_backward_data";
+  d.infer = infer_bwd_data;
+  return d;
+}();
+const OpDef kLinearBwdWeight = [] {
+  OpDef d;
+  d.name = "linear_backward_weight";
+  d.infer = infer_bwd_weight;
+  d.outputs = {OutDType::Float, OutDType::Float};
+  d.required_outputs = 1;
+  return d;
+}();
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();

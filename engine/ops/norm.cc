@@ -179,15 +179,47 @@ template <class T> void gn_bwd_cpu(const StepArgs& a) {
 
 }  // namespace
 
-const OpDef kBatchNorm{"batch_norm", infer_bn, bn_backward, {OutDType::Float, OutDType::Float, {OutDType::F64, true}},
-                      false, false, 0, false, bn_recompute};
-const OpDef kBatchNormApply{"batch_norm_apply", infer_bn_apply, nullptr, {OutDType::Float}, true};
-const OpDef kBatchNormBwd{"batch_norm_backward", infer_bn_bwd, nullptr,
-                          {OutDType::Float, OutDType::Float, OutDType::Float}, false, false, 2};
-const OpDef kGroupNorm{"group_norm", infer_gn, gn_backward, {OutDType::Float, OutDType::Float}, false, false, 0, false,
-                      ops::recompute_clone};
-const OpDef kGroupNormBwd{"group_norm_backward", infer_gn_bwd, nullptr,
-                          {OutDType::Float, OutDType::Float, OutDType::Float}, false, false, 2};
+const OpDef kBatchNorm = [] {
+  OpDef d;
+  d.name = "batch_norm";
+  d.infer = infer_bn;
+  d.backward = bn_backward;
+  d.outputs = {OutDType::Float, OutDType::Float, OutSpec::metric(OutDType::F64)};
+  d.recompute = bn_recompute;
+  return d;
+}();
+const OpDef kBatchNormApply = [] {
+  OpDef d;
+  d.name = "batch_norm_apply";
+  d.infer = infer_bn_apply;
+  d.inplace = true;
+  return d;
+}();
+const OpDef kBatchNormBwd = [] {
+  OpDef d;
+  d.name = "batch_norm_backward";
+  d.infer = infer_bn_bwd;
+  d.outputs = {OutDType::Float, OutDType::Float, OutDType::Float};
+  d.required_outputs = 2;
+  return d;
+}();
+const OpDef kGroupNorm = [] {
+  OpDef d;
+  d.name = "group_norm";
+  d.infer = infer_gn;
+  d.backward = gn_backward;
+  d.outputs = {OutDType::Float, OutDType::Float};
+  d.recompute = ops::recompute_clone;
+  return d;
+}();
+const OpDef kGroupNormBwd = [] {
+  OpDef d;
+  d.name = "group_norm_backward";
+  d.infer = infer_gn_bwd;
+  d.outputs = {OutDType::Float, OutDType::Float, OutDType::Float};
+  d.required_outputs = 2;
+  return d;
+}();
 
 namespace ops {
 cpu::BatchNormShape batch_norm_shape(const StepArgs& a) {
@@ -212,8 +244,8 @@ int micro_batch_multiple(const Graph& g) {
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
-  t.add(kBatchNorm, Device::CPU, DType::F32, {bn_fwd_cpu<float>, nullptr, nullptr, bn_commit_cpu<float>});
-  t.add(kBatchNorm, Device::CPU, DType::F64, {bn_fwd_cpu<double>, nullptr, nullptr, bn_commit_cpu<double>});
+  t.add(kBatchNorm, Device::CPU, DType::F32, OpImpl(bn_fwd_cpu<float>).with_commit(bn_commit_cpu<float>));
+  t.add(kBatchNorm, Device::CPU, DType::F64, OpImpl(bn_fwd_cpu<double>).with_commit(bn_commit_cpu<double>));
   CRUMB_CPU_ROWS(t, kBatchNormBwd, bn_bwd_cpu);
   CRUMB_CPU_ROWS(t, kBatchNormApply, bn_apply_cpu);
   CRUMB_CPU_ROWS(t, kGroupNorm, gn_fwd_cpu);

@@ -24,8 +24,8 @@ void bwd(const StepArgs& a) {
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
-  t.add(kSoftmaxXent, Device::CUDA, DType::F32, {fwd});
-  t.add(kSoftmaxXentBwd, Device::CUDA, DType::F32, {bwd});
+  t.add(kSoftmaxXent, Device::CUDA, DType::F32, OpImpl(fwd));
+  t.add(kSoftmaxXentBwd, Device::CUDA, DType::F32, OpImpl(bwd));
 }
 
 }  // namespace crumb

@@ -37,15 +37,26 @@ void wait_run(const StepArgs& a) { queue(a).wait(ops::attrs<SwapAttrs>(*a.node).
 
 }  // namespace
 
-const OpDef kSwapCopy{"swap_copy", infer_copy, nullptr, {OutDType::Float}};
-const OpDef kSwapWait{"swap_wait", infer_wait, nullptr, {}};
+const OpDef kSwapCopy = [] {
+  OpDef d;
+  d.name = "swap_copy";
+  d.infer = infer_copy;
+  return d;
+}();
+const OpDef kSwapWait = [] {
+  OpDef d;
+  d.name = "swap_wait";
+  d.infer = infer_wait;
+  d.outputs = {};  // none: it holds later work until its copy is done
+  return d;
+}();
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
   for (Device d : {Device::CPU, Device::CUDA})
     for (DType dt : {DType::F32, DType::F64}) {
-      t.add(kSwapCopy, d, dt, {copy_run});
-      t.add(kSwapWait, d, dt, {wait_run});
+      t.add(kSwapCopy, d, dt, OpImpl(copy_run));
+      t.add(kSwapWait, d, dt, OpImpl(wait_run));
     }
 }
 
