@@ -13,7 +13,7 @@
 #include "engine/ops/layers.h"
 #include "engine/graph/rng.h"
 #include "engine/train/scheduler.h"
-#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/dropout.h"
 #include "tests/test_util.h"
 
 namespace crumb {

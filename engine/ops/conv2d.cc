@@ -3,7 +3,7 @@
 // The declaration and its CPU rows (im2col + GEMM); the CUDA rows (cuDNN) are in conv2d_cuda.cc.
 #include "engine/base/registry.h"
 #include "engine/graph/op.h"
-#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/conv2d.h"
 
 namespace crumb {
 namespace {

@@ -12,7 +12,8 @@
 #include "engine/graph/autograd.h"
 #include "engine/base/registry.h"
 #include "engine/graph/op.h"
-#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/dropout.h"
+#include "kernels/cpu/elementwise.h"
 
 namespace crumb {
 namespace {

@@ -3,7 +3,8 @@
 #include "engine/cuda/cuda_backend.h"
 #include "engine/base/registry.h"
 #include "engine/graph/op.h"
-#include "kernels/cuda/kernels.h"
+#include "kernels/cuda/dropout.h"
+#include "kernels/cuda/elementwise.h"
 
 namespace crumb {
 namespace {

@@ -2,7 +2,7 @@
 // The declaration and its CPU rows; the CUDA rows are in linear_cuda.cc.
 #include "engine/base/registry.h"
 #include "engine/graph/op.h"
-#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/linear.h"
 
 namespace crumb {
 namespace {

@@ -14,7 +14,7 @@
 #include "engine/graph/autograd.h"
 #include "engine/base/registry.h"
 #include "engine/graph/op.h"
-#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/norm.h"
 
 namespace crumb {
 namespace {

@@ -4,7 +4,7 @@
 #include "engine/cuda/cuda_backend.h"
 #include "engine/base/registry.h"
 #include "engine/graph/op.h"
-#include "kernels/cuda/kernels.h"
+#include "kernels/cuda/norm.h"
 
 namespace crumb {
 namespace {

@@ -6,7 +6,7 @@
 #include "engine/graph/autograd.h"
 #include "engine/base/registry.h"
 #include "engine/graph/op.h"
-#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/pool.h"
 
 namespace crumb {
 namespace {

@@ -3,7 +3,9 @@
 #include "engine/cuda/cuda_backend.h"
 #include "engine/base/registry.h"
 #include "engine/graph/op.h"
-#include "kernels/cuda/kernels.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/pool.h"
+#include "kernels/cuda/reduce.h"
 
 namespace crumb {
 namespace {

@@ -4,7 +4,7 @@
 #include "engine/graph/autograd.h"
 #include "engine/base/registry.h"
 #include "engine/graph/op.h"
-#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/softmax_xent.h"
 
 namespace crumb {
 namespace {

@@ -3,7 +3,7 @@
 #include "engine/cuda/cuda_backend.h"
 #include "engine/base/registry.h"
 #include "engine/graph/op.h"
-#include "kernels/cuda/kernels.h"
+#include "kernels/cuda/softmax_xent.h"
 
 namespace crumb {
 namespace {

@@ -4,7 +4,15 @@
 #include <vector>
 
 #include "engine/base/error.h"
-#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/adamw.h"
+#include "kernels/cpu/conv2d.h"
+#include "kernels/cpu/dropout.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/norm.h"
+#include "kernels/cpu/pool.h"
+#include "kernels/cpu/sgd.h"
+#include "kernels/cpu/softmax_xent.h"
 
 namespace crumb::bench {
 namespace {
