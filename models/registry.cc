@@ -1,7 +1,7 @@
 #include "models/registry.h"
 
 #include "engine/base/error.h"
-#include "engine/graph/rewrite.h"
+#include "engine/ops/rewrite.h"
 
 namespace crumb::models {
 namespace {

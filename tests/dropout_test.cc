@@ -10,7 +10,13 @@
 #include <vector>
 
 #include "engine/graph/autograd.h"
-#include "engine/ops/layers.h"
+#include "engine/ops/conv2d.h"
+#include "engine/ops/dropout.h"
+#include "engine/ops/elementwise.h"
+#include "engine/ops/linear.h"
+#include "engine/ops/norm.h"
+#include "engine/ops/pool.h"
+#include "engine/ops/softmax_xent.h"
 #include "engine/graph/rng.h"
 #include "engine/train/scheduler.h"
 #include "kernels/cpu/dropout.h"

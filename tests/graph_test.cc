@@ -6,7 +6,10 @@
 
 #include "engine/graph/autograd.h"
 #include "engine/base/error.h"
-#include "engine/ops/layers.h"
+#include "engine/ops/elementwise.h"
+#include "engine/ops/linear.h"
+#include "engine/ops/pool.h"
+#include "engine/ops/softmax_xent.h"
 #include "engine/graph/op.h"
 #include "models/registry.h"
 #include "tests/test_util.h"

@@ -1,8 +1,10 @@
 // An op is declared once (OpDef): shape rule, output dtypes, typed attributes, backward rule, in-place
 // and view permissions. It is implemented per (device, dtype) as rows of one table (OpImpl: run,
-// workspace, prepare), bound next to the declaration: engine/ops/<op>.cc holds the declaration and its
-// CPU rows, engine/ops/<op>_cuda.cc its CUDA rows. Adding a device or a dtype adds rows, not fields.
-// Nodes point at their OpDef.
+// workspace, prepare), bound next to the declaration: engine/ops/<family>.h declares a family's OpDefs,
+// attributes and graph builders (nn::), engine/ops/<family>.cc defines them and binds the CPU rows,
+// engine/ops/<family>_cuda.cc binds the CUDA rows, each when the library loads. Adding a device or a
+// dtype adds rows, not fields. Nodes point at their OpDef. This header is the op interface only: it
+// names no op.
 #pragma once
 #include <any>
 #include <cstddef>
@@ -14,7 +16,6 @@
 #include <vector>
 
 #include "engine/graph/graph.h"
-#include "kernels/cpu/shapes.h"
 #include "kernels/dropout_mask.h"
 
 namespace crumb {
@@ -147,75 +148,9 @@ class ImplTable {
 };
 ImplTable& impl_table();
 
-// Typed attributes: what a layer's builder sets (Node::attrs) and its backward nodes copy.
-struct WindowAttrs {  // conv2d, max/avg pooling
-  int kh = 0, kw = 0, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
-};
-struct ReshapeAttrs {
-  Dims dims;  // target per-sample dims
-};
-// How BatchNorm updates its running statistics in training (--bn-stats).
-enum class BnStats : uint8_t {
-  Deferred,  // the whole batch's mean and variance, merged exactly over its groups: one update per step
-  PerGroup,  // one update per group, as PyTorch does per forward under gradient accumulation
-};
-struct BatchNormAttrs {
-  int group = 32;  // samples per normalisation group; 0: the whole micro-batch is one group
-  BnStats stats = BnStats::Deferred;
-  bool frozen = false;  // normalise with the running statistics in training too (PyTorch's eval() layer)
-  double eps = 1e-5, momentum = 0.1;
-};
-// Dropout: zero each element with probability p in training, scale the kept ones by 1 / (1 - p) (PyTorch's
-// inverted dropout); the identity in evaluation.
-// A copy between the arena and the host pool (engine/strategy/swap.h): its ticket in the executor's CopyQueue.
-struct SwapAttrs {
-  int ticket = 0;
-};
-struct DropoutAttrs {
-  double p = 0.5;
-  uint64_t layer = 0;  // tells the layers' masks apart: a hash of the layer's name (nn::dropout)
-  // The kernels' form of p (kernels/dropout_mask.h): drop below p * 2^32, scale the rest by 1 / (1 - p).
-  uint32_t threshold() const { return static_cast<uint32_t>(p * 4294967296.0); }
-  double scale() const { return 1.0 / (1.0 - p); }
-};
-// adaptive_avg_pool2d's output size (PyTorch's AdaptiveAvgPool2d((h_out, w_out))).
-struct AdaptivePoolAttrs {
-  int h_out = 1, w_out = 1;
-};
-struct GroupNormAttrs {
-  int groups = 32;  // channel groups; must divide the channels
-  double eps = 1e-5;
-};
-// Kernel geometries a shape rule stores on its node (conv and pooling store cpu::Conv2dShape and
-// cpu::Pool2dShape with n = 1).
-struct LinearGeometry {  // x [n, in], w [out, in]
-  int in = 0, out = 0;
-};
-struct GlobalPoolGeometry {  // x [n, c, h, w] with hw = h * w
-  int c = 0, hw = 0;
-};
-struct ClassesGeometry {  // logits [n, k]
-  int k = 0;
-};
-
-// Forward ops (what models are built from) and the backward ops their rules emit.
-extern const OpDef kLinear, kLinearBwdData, kLinearBwdWeight;
-extern const OpDef kConv2d, kConv2dBwdData, kConv2dBwdWeight;
-extern const OpDef kMaxPool2d, kMaxPool2dBwd, kAvgPool2d, kAvgPool2dBwd, kGlobalAvgPool, kGlobalAvgPoolBwd;
-extern const OpDef kAdaptiveAvgPool2d, kAdaptiveAvgPool2dBwd;
-extern const OpDef kDropout, kDropoutBwd;
-extern const OpDef kBatchNorm, kBatchNormBwd, kBatchNormApply, kGroupNorm, kGroupNormBwd;
-extern const OpDef kSwapCopy, kSwapWait;
-extern const OpDef kRelu, kReluBwd;
-extern const OpDef kReshape;
-extern const OpDef kAdd;
-extern const OpDef kSoftmaxXent, kSoftmaxXentBwd;
-
-// What BatchNorm asks of the micro-batches of a training batch: every one but the batch's last must hold
-// whole normalisation groups, so the result does not depend on the micro-batch size. Returns the sample
-// count micro-batches must be a multiple of (1 without BatchNorm, the least common multiple of the
-// layers' groups), or 0 when a layer normalises a whole micro-batch: the batch must then run as one.
-int micro_batch_multiple(const Graph& g);
+// Typed attributes (Node::attrs: what a layer's builder sets and its backward nodes copy) and kernel
+// geometries (Node::geometry: what a shape rule computes once) are declared by each op family, in
+// engine/ops/<family>.h, with the family's OpDefs and graph builders.
 
 // Helpers shared by the op files.
 namespace ops {
@@ -242,27 +177,10 @@ template <class Shape> Shape at_batch(const Node& node, int n) {
   s.n = n;
   return s;
 }
-// The window fields of a conv/pool kernel shape (spatial extent, kernel, stride, padding, floor-mode
-// output extent) from per-sample [c, h, w] dims and the node's attributes; batch 1.
-template <class Shape> void set_window(Shape& s, const Dims& x, const WindowAttrs& a) {
-  s.n = 1;
-  s.h = static_cast<int>(x[1]);
-  s.w = static_cast<int>(x[2]);
-  s.kh = a.kh;
-  s.kw = a.kw;
-  s.stride_h = a.stride_h;
-  s.stride_w = a.stride_w;
-  s.pad_h = a.pad_h;
-  s.pad_w = a.pad_w;
-  s.h_out = (s.h + 2 * s.pad_h - s.kh) / s.stride_h + 1;
-  s.w_out = (s.w + 2 * s.pad_w - s.kw) / s.stride_w + 1;
-}
 // The backward rule of a weighted layer (linear, conv2d) with in = (x, w[, b]): dx = bwd_data(dy, w)
 // when x needs a gradient, and (dw[, db]) = bwd_weight(dy, x) in the parameters' write mode. The
 // backward nodes carry the forward's attributes and geometry.
 void weighted_backward(GradBuilder& gb, const Node& n, const OpDef& bwd_data, const OpDef& bwd_weight);
-// A BatchNorm step's kernel shape at its batch (group 0, the whole micro-batch, becomes n).
-cpu::BatchNormShape batch_norm_shape(const StepArgs& a);
 // Elements of out[0] at the step's batch (elementwise ops).
 inline std::size_t out_count(const StepArgs& a) { return static_cast<std::size_t>(a.out_value().count(a.n)); }
 // What the name of a node recomputing layer L is: L followed by this (engine/strategy/cost_model.h prices it as L).

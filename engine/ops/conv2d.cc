@@ -1,8 +1,10 @@
 // conv2d on NCHW: x [n, c_in, h, w], w [c_out, c_in, kh, kw], optional b [c_out]. The shape rule of the
 // forward computes the kernel geometry (cpu::Conv2dShape per sample); the backward nodes carry it.
 // The declaration and its CPU rows (im2col + GEMM); the CUDA rows (cuDNN) are in conv2d_cuda.cc.
+#include "engine/ops/conv2d.h"
+
+#include "engine/base/error.h"
 #include "engine/base/registry.h"
-#include "engine/graph/op.h"
 #include "kernels/cpu/conv2d.h"
 
 namespace crumb {
@@ -119,5 +121,21 @@ CRUMB_ON_LOAD {
   CRUMB_CPU_ROWS(t, kConv2dBwdWeight, bwd_weight_cpu,
                  .with_workspace(workspace<cpu::conv2d_backward_weight_workspace>));
 }
+
+namespace nn {
+
+ValueId conv2d(Graph& g, ValueId x, int out_channels, int kernel, int stride, int pad, const std::string& name,
+               bool bias) {
+  const Value& xv = g.value(x);
+  CRUMB_CHECK(xv.dims.size() == 3, "layer '", name, "' (conv2d): input '", xv.name,
+              "' must be [batch, channels, height, width], got per-sample ", dims_str(xv.dims));
+  CRUMB_CHECK(out_channels > 0 && kernel > 0, "layer '", name, "' (conv2d): channels and kernel must be > 0");
+  const int64_t c_in = xv.dims[0], fan_in = c_in * kernel * kernel;
+  std::vector<ValueId> ins{x, g.param(name + ".weight", {out_channels, c_in, kernel, kernel}, {fan_in})};
+  if (bias) ins.push_back(g.param(name + ".bias", {out_channels}, {fan_in}));
+  return g.apply(kConv2d, ins, name, WindowAttrs::square(kernel, stride, pad));
+}
+
+}  // namespace nn
 
 }  // namespace crumb

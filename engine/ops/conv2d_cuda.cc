@@ -3,7 +3,7 @@
 // re-targets the plan.
 #include "engine/cuda/cuda_backend.h"
 #include "engine/base/registry.h"
-#include "engine/graph/op.h"
+#include "engine/ops/conv2d.h"
 
 #if CRUMB_HAVE_CUDNN
 #include "kernels/cuda/cudnn_conv.h"

@@ -7,11 +7,12 @@
 // the micro-batch size. The backward regenerates the mask from the same key instead of saving it: hashing
 // costs a few multiplies per element, while a saved mask would stay live from the forward to the backward
 // in every dropout layer, which is the memory the planner exists to save.
+#include "engine/ops/dropout.h"
+
 #include <string>
 
 #include "engine/graph/autograd.h"
 #include "engine/base/registry.h"
-#include "engine/graph/op.h"
 #include "kernels/cpu/dropout.h"
 #include "kernels/cpu/elementwise.h"
 
@@ -74,5 +75,15 @@ CRUMB_ON_LOAD {
   CRUMB_CPU_ROWS(t, kDropout, dropout_cpu);
   CRUMB_CPU_ROWS(t, kDropoutBwd, dropout_cpu);
 }
+
+namespace nn {
+
+ValueId dropout(Graph& g, ValueId x, double p, const std::string& name) {
+  uint64_t layer = 0xcbf29ce484222325ULL;  // FNV-1a: a stable hash, unlike std::hash
+  for (unsigned char ch : name) layer = (layer ^ ch) * 0x100000001b3ULL;
+  return g.apply(kDropout, {x}, name, DropoutAttrs{p, layer});
+}
+
+}  // namespace nn
 
 }  // namespace crumb

@@ -2,7 +2,7 @@
 // is read from device memory, so recorded runs replay with each micro-batch's own key.
 #include "engine/cuda/cuda_backend.h"
 #include "engine/base/registry.h"
-#include "engine/graph/op.h"
+#include "engine/ops/dropout.h"
 #include "kernels/cuda/dropout.h"
 #include "kernels/cuda/elementwise.h"
 

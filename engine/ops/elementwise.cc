@@ -1,8 +1,9 @@
 // Elementwise ops: ReLU (in place when the planner allows), add (also sums gradients), reshape (a view).
 // The declarations and their CPU rows; the CUDA rows are in elementwise_cuda.cc.
+#include "engine/ops/elementwise.h"
+
 #include "engine/graph/autograd.h"
 #include "engine/base/registry.h"
-#include "engine/graph/op.h"
 #include "kernels/cpu/elementwise.h"
 
 namespace crumb {
@@ -101,5 +102,17 @@ CRUMB_ON_LOAD {
   CRUMB_CPU_ROWS(t, kReluBwd, relu_bwd_cpu);
   CRUMB_CPU_ROWS(t, kAdd, add_cpu);
 }
+
+namespace nn {
+
+ValueId relu(Graph& g, ValueId x, const std::string& name) { return g.apply(kRelu, {x}, name); }
+
+ValueId flatten(Graph& g, ValueId x, const std::string& name) {
+  return g.apply(kReshape, {x}, name, ReshapeAttrs{{dims_count(g.value(x).dims)}});
+}
+
+ValueId add(Graph& g, ValueId a, ValueId b, const std::string& name) { return g.apply(kAdd, {a, b}, name); }
+
+}  // namespace nn
 
 }  // namespace crumb

@@ -1,7 +1,7 @@
 // Elementwise ops' CUDA rows: custom kernels (kernels/cuda/elementwise.cu) on the compute stream.
 #include "engine/cuda/cuda_backend.h"
 #include "engine/base/registry.h"
-#include "engine/graph/op.h"
+#include "engine/ops/elementwise.h"
 #include "kernels/cuda/elementwise.h"
 
 namespace crumb {

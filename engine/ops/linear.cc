@@ -1,7 +1,9 @@
 // linear: y [n, out] = x [n, in] w^T + b, with w [out, in] (PyTorch's layout and parameter names).
 // The declaration and its CPU rows; the CUDA rows are in linear_cuda.cc.
+#include "engine/ops/linear.h"
+
+#include "engine/base/error.h"
 #include "engine/base/registry.h"
-#include "engine/graph/op.h"
 #include "kernels/cpu/linear.h"
 
 namespace crumb {
@@ -97,5 +99,20 @@ CRUMB_ON_LOAD {
   CRUMB_CPU_ROWS(t, kLinearBwdData, bwd_data_cpu);
   CRUMB_CPU_ROWS(t, kLinearBwdWeight, bwd_weight_cpu);
 }
+
+namespace nn {
+
+ValueId linear(Graph& g, ValueId x, int out_features, const std::string& name, bool bias) {
+  const Value& xv = g.value(x);
+  CRUMB_CHECK(xv.dims.size() == 1, "layer '", name, "' (linear): input '", xv.name, "' must be [batch, features], got ",
+              "per-sample ", dims_str(xv.dims), " (insert a flatten)");
+  CRUMB_CHECK(out_features > 0, "layer '", name, "' (linear): out_features must be > 0");
+  const int64_t in = xv.dims[0];
+  std::vector<ValueId> ins{x, g.param(name + ".weight", {out_features, in}, {in})};
+  if (bias) ins.push_back(g.param(name + ".bias", {out_features}, {in}));
+  return g.apply(kLinear, ins, name);
+}
+
+}  // namespace nn
 
 }  // namespace crumb

@@ -2,7 +2,7 @@
 // allows it.
 #include "engine/cuda/cuda_backend.h"
 #include "engine/base/registry.h"
-#include "engine/graph/op.h"
+#include "engine/ops/linear.h"
 #include "kernels/cuda/blas.h"
 
 namespace crumb {

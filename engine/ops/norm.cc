@@ -9,11 +9,13 @@
 // M2, committed to the running statistics by the batch's last micro-batch (BnStats::Deferred). Groups
 // never straddle micro-batches (the scheduler's micro-batch is a multiple of the group), so a batch's
 // gradients and running statistics are the same for every micro-batch size.
+#include "engine/ops/norm.h"
+
 #include <numeric>
 
 #include "engine/graph/autograd.h"
+#include "engine/base/error.h"
 #include "engine/base/registry.h"
-#include "engine/graph/op.h"
 #include "kernels/cpu/norm.h"
 
 namespace crumb {
@@ -251,5 +253,36 @@ CRUMB_ON_LOAD {
   CRUMB_CPU_ROWS(t, kGroupNorm, gn_fwd_cpu);
   CRUMB_CPU_ROWS(t, kGroupNormBwd, gn_bwd_cpu);
 }
+
+namespace nn {
+
+namespace {
+// The channel count of an NCHW input, checked, for a normalisation layer's parameters.
+int64_t channels_of(const Graph& g, ValueId x, const std::string& name, const char* op) {
+  const Value& xv = g.value(x);
+  CRUMB_CHECK(xv.dims.size() == 3, "layer '", name, "' (", op, "): input '", xv.name,
+              "' must be [batch, channels, height, width], got per-sample ", dims_str(xv.dims));
+  return xv.dims[0];
+}
+}  // namespace
+
+ValueId batch_norm2d(Graph& g, ValueId x, const std::string& name, const BatchNormAttrs& attrs) {
+  const int64_t c = channels_of(g, x, name, "batch_norm");
+  const ValueId w = g.param(name + ".weight", {c}, ParamInit::constant(1));
+  const ValueId b = g.param(name + ".bias", {c}, ParamInit::constant(0));
+  const ValueId mean = g.state(name + ".running_mean", {c}, 0.0);
+  const ValueId var = g.state(name + ".running_var", {c}, 1.0);
+  const ValueId tracked = g.state(name + ".num_batches_tracked", {}, 0.0, DType::I64);
+  return g.apply(kBatchNorm, {x, w, b, mean, var, tracked}, name, attrs);
+}
+
+ValueId group_norm(Graph& g, ValueId x, int groups, const std::string& name, double eps) {
+  const int64_t c = channels_of(g, x, name, "group_norm");
+  const ValueId w = g.param(name + ".weight", {c}, ParamInit::constant(1));
+  const ValueId b = g.param(name + ".bias", {c}, ParamInit::constant(0));
+  return g.apply(kGroupNorm, {x, w, b}, name, GroupNormAttrs{groups, eps});
+}
+
+}  // namespace nn
 
 }  // namespace crumb

@@ -3,7 +3,7 @@
 // memory and are updated there, so a step never waits for the host.
 #include "engine/cuda/cuda_backend.h"
 #include "engine/base/registry.h"
-#include "engine/graph/op.h"
+#include "engine/ops/norm.h"
 #include "kernels/cuda/norm.h"
 
 namespace crumb {

@@ -3,9 +3,10 @@
 // (PyTorch's bins, which also upsample a smaller input). The forward shape rules compute the geometry
 // (cpu::Pool2dShape, GlobalPoolGeometry); the backward nodes carry it. The declarations and their CPU
 // rows; the CUDA rows are in pool_cuda.cc.
+#include "engine/ops/pool.h"
+
 #include "engine/graph/autograd.h"
 #include "engine/base/registry.h"
-#include "engine/graph/op.h"
 #include "kernels/cpu/pool.h"
 
 namespace crumb {
@@ -221,5 +222,23 @@ CRUMB_ON_LOAD {
   CRUMB_CPU_ROWS(t, kAdaptiveAvgPool2d, adaptive_fwd_cpu);
   CRUMB_CPU_ROWS(t, kAdaptiveAvgPool2dBwd, adaptive_bwd_cpu);
 }
+
+namespace nn {
+
+ValueId max_pool2d(Graph& g, ValueId x, int kernel, int stride, const std::string& name, int pad) {
+  return g.apply(kMaxPool2d, {x}, name, WindowAttrs::square(kernel, stride, pad));
+}
+
+ValueId avg_pool2d(Graph& g, ValueId x, int kernel, int stride, const std::string& name, int pad) {
+  return g.apply(kAvgPool2d, {x}, name, WindowAttrs::square(kernel, stride, pad));
+}
+
+ValueId global_avg_pool(Graph& g, ValueId x, const std::string& name) { return g.apply(kGlobalAvgPool, {x}, name); }
+
+ValueId adaptive_avg_pool2d(Graph& g, ValueId x, int h_out, int w_out, const std::string& name) {
+  return g.apply(kAdaptiveAvgPool2d, {x}, name, AdaptivePoolAttrs{h_out, w_out});
+}
+
+}  // namespace nn
 
 }  // namespace crumb

@@ -2,7 +2,7 @@
 // rules, on the compute stream.
 #include "engine/cuda/cuda_backend.h"
 #include "engine/base/registry.h"
-#include "engine/graph/op.h"
+#include "engine/ops/pool.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/pool.h"
 #include "kernels/cuda/reduce.h"

@@ -1,9 +1,10 @@
 // Softmax cross-entropy: the loss op. Forward keeps the probabilities for the backward and adds the
 // summed loss and the correct count into its metric outputs; the backward seeds the gradient with the 1/B loss scale of the whole batch. The
 // declarations and their CPU rows; the CUDA rows are in softmax_xent_cuda.cc.
+#include "engine/ops/softmax_xent.h"
+
 #include "engine/graph/autograd.h"
 #include "engine/base/registry.h"
-#include "engine/graph/op.h"
 #include "kernels/cpu/softmax_xent.h"
 
 namespace crumb {
@@ -77,5 +78,15 @@ CRUMB_ON_LOAD {
   CRUMB_CPU_ROWS(t, kSoftmaxXent, fwd_cpu);
   CRUMB_CPU_ROWS(t, kSoftmaxXentBwd, bwd_cpu);
 }
+
+namespace nn {
+
+ValueId softmax_cross_entropy(Graph& g, ValueId logits, ValueId labels, const std::string& name) {
+  const ValueId probs = g.apply(kSoftmaxXent, {logits, labels}, name);
+  g.set_loss(probs);
+  return probs;
+}
+
+}  // namespace nn
 
 }  // namespace crumb

@@ -2,7 +2,7 @@
 // correct count into its metric outputs, in device memory.
 #include "engine/cuda/cuda_backend.h"
 #include "engine/base/registry.h"
-#include "engine/graph/op.h"
+#include "engine/ops/softmax_xent.h"
 #include "kernels/cuda/softmax_xent.h"
 
 namespace crumb {

@@ -2,10 +2,11 @@
 // output (arena to host pool, or back) under a ticket of the executor's CopyQueue; swap_wait reads the value
 // a copy is moving, so the planner keeps it live until then, and holds later work until that copy is done.
 // The copy itself is the device's (engine/device/copy_queue.h), so every device binds the same rows.
+#include "engine/ops/swap.h"
+
 #include "engine/device/copy_queue.h"
 #include "engine/base/error.h"
 #include "engine/base/registry.h"
-#include "engine/graph/op.h"
 
 namespace crumb {
 namespace {

@@ -6,6 +6,13 @@
 #include "engine/graph/autograd.h"
 #include "engine/base/error.h"
 #include "engine/graph/op.h"
+#include "engine/ops/conv2d.h"
+#include "engine/ops/dropout.h"
+#include "engine/ops/elementwise.h"
+#include "engine/ops/linear.h"
+#include "engine/ops/norm.h"
+#include "engine/ops/pool.h"
+#include "engine/ops/softmax_xent.h"
 #include "models/registry.h"
 
 namespace crumb::bench {
