@@ -1,4 +1,4 @@
-// Dropout's promises beyond the op table (tests/op_cases.h, which checks its gradients with a fixed
+// Dropout's promises beyond the op cases (tests/ops/dropout_cases.cc, which checks its gradients with a fixed
 // mask): it keeps 1 - p of the elements and scales them by 1 / (1 - p); its mask depends on a sample's
 // index in the batch, not on the micro-batch that holds it, so a batch's gradients are the same at every
 // micro-batch size (with BatchNorm groups too); another step's key draws another mask; evaluation is the

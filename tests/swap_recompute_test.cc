@@ -28,7 +28,7 @@
 #include "engine/strategy/swap.h"
 #include "models/registry.h"
 #include "tests/batch_outcome.h"
-#include "tests/op_cases.h"
+#include "tests/ops/registry.h"
 #include "tests/test_util.h"
 
 namespace crumb {
