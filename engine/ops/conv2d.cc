@@ -1,6 +1,7 @@
 // conv2d on NCHW: x [n, c_in, h, w], w [c_out, c_in, kh, kw], optional b [c_out]. The shape rule of the
 // forward computes the kernel geometry (cpu::Conv2dShape per sample); the backward nodes carry it.
-// The declaration and its CPU rows (im2col + GEMM); the CUDA rows (cuDNN) are in conv2d_cuda.cc.
+// The declaration, its CPU rows (im2col + GEMM) and its graph builder; the CUDA rows (cuDNN) are in
+// conv2d_cuda.cc.
 #include "engine/ops/conv2d.h"
 
 #include "engine/base/error.h"

@@ -1,6 +1,6 @@
 // Dropout: in training each element is zeroed with probability p and the others are scaled by 1 / (1 - p)
-// (PyTorch's inverted dropout); in evaluation it is the identity. The declaration and its CPU rows; the
-// CUDA rows are in dropout_cuda.cc.
+// (PyTorch's inverted dropout); in evaluation it is the identity. The declaration, its CPU rows and
+// its graph builder; the CUDA rows are in dropout_cuda.cc.
 //
 // The mask is a pure function of (batch key, layer, the sample's index in the whole batch, element)
 // (kernels/dropout_mask.h), never of the micro-batch a sample falls in, so gradients stay independent of

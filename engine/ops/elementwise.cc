@@ -1,5 +1,5 @@
 // Elementwise ops: ReLU (in place when the planner allows), add (also sums gradients), reshape (a view).
-// The declarations and their CPU rows; the CUDA rows are in elementwise_cuda.cc.
+// The declarations, their CPU rows and graph builders; the CUDA rows are in elementwise_cuda.cc.
 #include "engine/ops/elementwise.h"
 
 #include "engine/graph/autograd.h"

@@ -1,5 +1,5 @@
 // linear: y [n, out] = x [n, in] w^T + b, with w [out, in] (PyTorch's layout and parameter names).
-// The declaration and its CPU rows; the CUDA rows are in linear_cuda.cc.
+// The declaration, its CPU rows and its graph builder; the CUDA rows are in linear_cuda.cc.
 #include "engine/ops/linear.h"
 
 #include "engine/base/error.h"

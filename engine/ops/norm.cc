@@ -1,6 +1,6 @@
 // Normalisation on NCHW: BatchNorm over groups of samples and GroupNorm over groups of channels, each with
-// a per-channel affine (weight, bias). The declarations and their CPU rows; the CUDA rows are in
-// norm_cuda.cc.
+// a per-channel affine (weight, bias). The declarations, their CPU rows and graph
+// builders; the CUDA rows are in norm_cuda.cc.
 //
 // BatchNorm's nodes: in = (x, weight, bias, running_mean, running_var, num_batches_tracked); out = (y,
 // stats, moments). stats holds each group's mean and invstd for the backward (batched: a micro-batch of

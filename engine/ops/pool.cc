@@ -1,8 +1,8 @@
 // Pooling on NCHW: max and average over kh x kw windows (floor output size, PyTorch's ceil_mode=False),
 // global average pooling [n, c, h, w] -> [n, c], and adaptive average pooling to a fixed output size
 // (PyTorch's bins, which also upsample a smaller input). The forward shape rules compute the geometry
-// (cpu::Pool2dShape, GlobalPoolGeometry); the backward nodes carry it. The declarations and their CPU
-// rows; the CUDA rows are in pool_cuda.cc.
+// (cpu::Pool2dShape, GlobalPoolGeometry); the backward nodes carry it. The declarations, their CPU
+// rows and graph builders; the CUDA rows are in pool_cuda.cc.
 #include "engine/ops/pool.h"
 
 #include "engine/graph/autograd.h"

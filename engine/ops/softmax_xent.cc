@@ -1,6 +1,6 @@
 // Softmax cross-entropy: the loss op. Forward keeps the probabilities for the backward and adds the
 // summed loss and the correct count into its metric outputs; the backward seeds the gradient with the 1/B loss scale of the whole batch. The
-// declarations and their CPU rows; the CUDA rows are in softmax_xent_cuda.cc.
+// declarations, their CPU rows and graph builder; the CUDA rows are in softmax_xent_cuda.cc.
 #include "engine/ops/softmax_xent.h"
 
 #include "engine/graph/autograd.h"
