@@ -76,21 +76,28 @@ struct OutSpec {
   bool is_metric = false;
 };
 
-// Written with its fields named, as an immediately invoked lambda:
-//   const OpDef kRelu = [] {
-//     OpDef d;
-//     d.name = "relu";
-//     d.infer = infer_same;
-//     d.inplace = true;
-//     return d;
-//   }();
+// Written with its fields named: OpDef(name, infer), then a setter for each other field that is not its
+// default, e.g. OpDef("relu", infer_same).with_backward(relu_backward).with_inplace(true).
 struct OpDef {
-  const char* name = nullptr;
+  using InferFn = void (*)(Graph& g, Node& n);
+  using BackwardFn = void (*)(GradBuilder& gb, const Node& n);
+  using RecomputeFn = std::vector<ValueId> (*)(Graph& g, const Node& n, const std::vector<ValueId>& in);
+
+  OpDef(const char* op_name, InferFn infer_fn) : name(op_name), infer(infer_fn) {}
+  OpDef& with_backward(BackwardFn f) { backward = f; return *this; }
+  OpDef& with_outputs(std::vector<OutSpec> o) { outputs = std::move(o); return *this; }
+  OpDef& with_inplace(bool b) { inplace = b; return *this; }
+  OpDef& with_view(bool b) { view = b; return *this; }
+  OpDef& with_required_outputs(std::size_t n) { required_outputs = n; return *this; }
+  OpDef& with_random(bool b) { random = b; return *this; }
+  OpDef& with_recompute(RecomputeFn f) { recompute = f; return *this; }
+
+  const char* name;
   // Validates the inputs, sets (or checks) the dims of node.out and stores the node's kernel geometry
   // (Node::geometry), computed here once; throws crumb::Error naming the layer.
-  void (*infer)(Graph& g, Node& n) = nullptr;
+  InferFn infer;
   // Emits the backward nodes for n given the gradients of its outputs (null: no gradient flows).
-  void (*backward)(GradBuilder& gb, const Node& n) = nullptr;
+  BackwardFn backward = nullptr;
   // Its outputs, in order (Graph::apply creates them); one in the graph's float dtype unless set.
   std::vector<OutSpec> outputs = {OutDType::Float};
   // out[0] may take over in[0]'s storage when in[0] is not used afterwards (ReLU, ReLU backward).
@@ -105,7 +112,7 @@ struct OpDef {
   // adds the node(s) that do, reading `in` in place of n.in, and returns per output of n the value that
   // holds it again (-1 for one it does not recompute). Null: the op cannot be recomputed (a loss op adds
   // into its metrics). Whether recomputing is worth it is the memory strategy's call, by measured cost.
-  std::vector<ValueId> (*recompute)(Graph& g, const Node& n, const std::vector<ValueId>& in) = nullptr;
+  RecomputeFn recompute = nullptr;
 };
 
 // One implementation of an op for one (device, dtype), written with its fields named:

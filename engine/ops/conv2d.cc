@@ -92,28 +92,10 @@ void bwd_weight_cpu(const StepArgs& a) {
 
 }  // namespace
 
-const OpDef kConv2d = [] {
-  OpDef d;
-  d.name = "conv2d";
-  d.infer = infer_fwd;
-  d.backward = backward;
-  d.recompute = ops::recompute_clone;
-  return d;
-}();
-const OpDef kConv2dBwdData = [] {
-  OpDef d;
-  d.name = "conv2d_backward_data";
-  d.infer = infer_bwd_data;
-  return d;
-}();
-const OpDef kConv2dBwdWeight = [] {
-  OpDef d;
-  d.name = "conv2d_backward_weight";
-  d.infer = infer_bwd_weight;
-  d.outputs = {OutDType::Float, OutDType::Float};
-  d.required_outputs = 1;
-  return d;
-}();
+const OpDef kConv2d = OpDef("conv2d", infer_fwd).with_backward(backward).with_recompute(ops::recompute_clone);
+const OpDef kConv2dBwdData = OpDef("conv2d_backward_data", infer_bwd_data);
+const OpDef kConv2dBwdWeight = OpDef("conv2d_backward_weight", infer_bwd_weight)
+                               .with_outputs({OutDType::Float, OutDType::Float}).with_required_outputs(1);
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();

@@ -51,24 +51,9 @@ template <class T> void dropout_cpu(const StepArgs& a) {
 
 }  // namespace
 
-const OpDef kDropout = [] {
-  OpDef d;
-  d.name = "dropout";
-  d.infer = infer_dropout;
-  d.backward = dropout_backward;
-  d.inplace = true;
-  d.random = true;
-  d.recompute = ops::recompute_clone;
-  return d;
-}();
-const OpDef kDropoutBwd = [] {
-  OpDef d;
-  d.name = "dropout_backward";
-  d.infer = infer_dropout;
-  d.inplace = true;
-  d.random = true;
-  return d;
-}();
+const OpDef kDropout = OpDef("dropout", infer_dropout).with_backward(dropout_backward).with_inplace(true)
+                       .with_random(true).with_recompute(ops::recompute_clone);
+const OpDef kDropoutBwd = OpDef("dropout_backward", infer_dropout).with_inplace(true).with_random(true);
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();

@@ -60,40 +60,13 @@ void reshape_backward(GradBuilder& gb, const Node& n) {
 
 }  // namespace
 
-const OpDef kRelu = [] {
-  OpDef d;
-  d.name = "relu";
-  d.infer = infer_same;
-  d.backward = relu_backward;
-  d.inplace = true;
-  d.recompute = ops::recompute_clone;
-  return d;
-}();
-const OpDef kReluBwd = [] {
-  OpDef d;
-  d.name = "relu_backward";
-  d.infer = infer_same;
-  d.inplace = true;
-  return d;
-}();
-const OpDef kAdd = [] {
-  OpDef d;
-  d.name = "add";
-  d.infer = infer_same;
-  d.backward = add_backward;
-  d.inplace = true;
-  d.recompute = ops::recompute_clone;
-  return d;
-}();
-const OpDef kReshape = [] {
-  OpDef d;
-  d.name = "reshape";
-  d.infer = infer_reshape;
-  d.backward = reshape_backward;
-  d.view = true;
-  d.recompute = ops::recompute_clone;
-  return d;
-}();
+const OpDef kRelu = OpDef("relu", infer_same).with_backward(relu_backward).with_inplace(true)
+                    .with_recompute(ops::recompute_clone);
+const OpDef kReluBwd = OpDef("relu_backward", infer_same).with_inplace(true);
+const OpDef kAdd = OpDef("add", infer_same).with_backward(add_backward).with_inplace(true)
+                   .with_recompute(ops::recompute_clone);
+const OpDef kReshape = OpDef("reshape", infer_reshape).with_backward(reshape_backward).with_view(true)
+                       .with_recompute(ops::recompute_clone);
 
 // Reshape is a view: it has no rows on any device.
 CRUMB_ON_LOAD {

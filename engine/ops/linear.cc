@@ -70,28 +70,10 @@ void bwd_weight_cpu(const StepArgs& a) {
 
 }  // namespace
 
-const OpDef kLinear = [] {
-  OpDef d;
-  d.name = "linear";
-  d.infer = infer_fwd;
-  d.backward = backward;
-  d.recompute = ops::recompute_clone;
-  return d;
-}();
-const OpDef kLinearBwdData = [] {
-  OpDef d;
-  d.name = "linear_backward_data";
-  d.infer = infer_bwd_data;
-  return d;
-}();
-const OpDef kLinearBwdWeight = [] {
-  OpDef d;
-  d.name = "linear_backward_weight";
-  d.infer = infer_bwd_weight;
-  d.outputs = {OutDType::Float, OutDType::Float};
-  d.required_outputs = 1;
-  return d;
-}();
+const OpDef kLinear = OpDef("linear", infer_fwd).with_backward(backward).with_recompute(ops::recompute_clone);
+const OpDef kLinearBwdData = OpDef("linear_backward_data", infer_bwd_data);
+const OpDef kLinearBwdWeight = OpDef("linear_backward_weight", infer_bwd_weight)
+                               .with_outputs({OutDType::Float, OutDType::Float}).with_required_outputs(1);
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();

@@ -181,47 +181,18 @@ template <class T> void gn_bwd_cpu(const StepArgs& a) {
 
 }  // namespace
 
-const OpDef kBatchNorm = [] {
-  OpDef d;
-  d.name = "batch_norm";
-  d.infer = infer_bn;
-  d.backward = bn_backward;
-  d.outputs = {OutDType::Float, OutDType::Float, OutSpec::metric(OutDType::F64)};
-  d.recompute = bn_recompute;
-  return d;
-}();
-const OpDef kBatchNormApply = [] {
-  OpDef d;
-  d.name = "batch_norm_apply";
-  d.infer = infer_bn_apply;
-  d.inplace = true;
-  return d;
-}();
-const OpDef kBatchNormBwd = [] {
-  OpDef d;
-  d.name = "batch_norm_backward";
-  d.infer = infer_bn_bwd;
-  d.outputs = {OutDType::Float, OutDType::Float, OutDType::Float};
-  d.required_outputs = 2;
-  return d;
-}();
-const OpDef kGroupNorm = [] {
-  OpDef d;
-  d.name = "group_norm";
-  d.infer = infer_gn;
-  d.backward = gn_backward;
-  d.outputs = {OutDType::Float, OutDType::Float};
-  d.recompute = ops::recompute_clone;
-  return d;
-}();
-const OpDef kGroupNormBwd = [] {
-  OpDef d;
-  d.name = "group_norm_backward";
-  d.infer = infer_gn_bwd;
-  d.outputs = {OutDType::Float, OutDType::Float, OutDType::Float};
-  d.required_outputs = 2;
-  return d;
-}();
+const OpDef kBatchNorm = OpDef("batch_norm", infer_bn).with_backward(bn_backward)
+                         .with_outputs({OutDType::Float, OutDType::Float, OutSpec::metric(OutDType::F64)})
+                         .with_recompute(bn_recompute);
+const OpDef kBatchNormApply = OpDef("batch_norm_apply", infer_bn_apply).with_inplace(true);
+const OpDef kBatchNormBwd = OpDef("batch_norm_backward", infer_bn_bwd)
+                            .with_outputs({OutDType::Float, OutDType::Float, OutDType::Float})
+                            .with_required_outputs(2);
+const OpDef kGroupNorm = OpDef("group_norm", infer_gn).with_backward(gn_backward)
+                         .with_outputs({OutDType::Float, OutDType::Float}).with_recompute(ops::recompute_clone);
+const OpDef kGroupNormBwd = OpDef("group_norm_backward", infer_gn_bwd)
+                            .with_outputs({OutDType::Float, OutDType::Float, OutDType::Float})
+                            .with_required_outputs(2);
 
 namespace ops {
 cpu::BatchNormShape batch_norm_shape(const StepArgs& a) {

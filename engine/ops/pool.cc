@@ -153,63 +153,18 @@ template <class T> void adaptive_bwd_cpu(const StepArgs& a) {
 
 }  // namespace
 
-const OpDef kMaxPool2d = [] {
-  OpDef d;
-  d.name = "max_pool2d";
-  d.infer = infer_max;
-  d.backward = pool_backward;
-  d.outputs = {OutDType::Float, OutDType::U8};
-  d.recompute = ops::recompute_clone;
-  return d;
-}();
-const OpDef kMaxPool2dBwd = [] {
-  OpDef d;
-  d.name = "max_pool2d_backward";
-  d.infer = infer_bwd;
-  return d;
-}();
-const OpDef kAvgPool2d = [] {
-  OpDef d;
-  d.name = "avg_pool2d";
-  d.infer = infer_avg;
-  d.backward = pool_backward;
-  d.recompute = ops::recompute_clone;
-  return d;
-}();
-const OpDef kAvgPool2dBwd = [] {
-  OpDef d;
-  d.name = "avg_pool2d_backward";
-  d.infer = infer_bwd;
-  return d;
-}();
-const OpDef kGlobalAvgPool = [] {
-  OpDef d;
-  d.name = "global_avg_pool";
-  d.infer = infer_gap;
-  d.backward = gap_backward;
-  d.recompute = ops::recompute_clone;
-  return d;
-}();
-const OpDef kGlobalAvgPoolBwd = [] {
-  OpDef d;
-  d.name = "global_avg_pool_backward";
-  d.infer = infer_gap_bwd;
-  return d;
-}();
-const OpDef kAdaptiveAvgPool2d = [] {
-  OpDef d;
-  d.name = "adaptive_avg_pool2d";
-  d.infer = infer_adaptive;
-  d.backward = pool_backward;
-  d.recompute = ops::recompute_clone;
-  return d;
-}();
-const OpDef kAdaptiveAvgPool2dBwd = [] {
-  OpDef d;
-  d.name = "adaptive_avg_pool2d_backward";
-  d.infer = infer_adaptive_bwd;
-  return d;
-}();
+const OpDef kMaxPool2d = OpDef("max_pool2d", infer_max).with_backward(pool_backward)
+                         .with_outputs({OutDType::Float, OutDType::U8}).with_recompute(ops::recompute_clone);
+const OpDef kMaxPool2dBwd = OpDef("max_pool2d_backward", infer_bwd);
+const OpDef kAvgPool2d = OpDef("avg_pool2d", infer_avg).with_backward(pool_backward)
+                         .with_recompute(ops::recompute_clone);
+const OpDef kAvgPool2dBwd = OpDef("avg_pool2d_backward", infer_bwd);
+const OpDef kGlobalAvgPool = OpDef("global_avg_pool", infer_gap).with_backward(gap_backward)
+                             .with_recompute(ops::recompute_clone);
+const OpDef kGlobalAvgPoolBwd = OpDef("global_avg_pool_backward", infer_gap_bwd);
+const OpDef kAdaptiveAvgPool2d = OpDef("adaptive_avg_pool2d", infer_adaptive).with_backward(pool_backward)
+                                 .with_recompute(ops::recompute_clone);
+const OpDef kAdaptiveAvgPool2dBwd = OpDef("adaptive_avg_pool2d_backward", infer_adaptive_bwd);
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();

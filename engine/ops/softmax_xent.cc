@@ -58,20 +58,11 @@ template <class T> void bwd_cpu(const StepArgs& a) {
 
 // Outputs: the probabilities (kept for the backward), the unscaled loss summed over the batch's samples
 // and how many of them the probabilities classify correctly (metrics: added into over micro-batches).
-const OpDef kSoftmaxXent = [] {
-  OpDef d;
-  d.name = "softmax_cross_entropy";
-  d.infer = infer_fwd;
-  d.backward = backward;
-  d.outputs = {OutDType::Float, OutSpec::metric(OutDType::F64), OutSpec::metric(OutDType::I64)};
-  return d;
-}();
-const OpDef kSoftmaxXentBwd = [] {
-  OpDef d;
-  d.name = "softmax_cross_entropy_backward";
-  d.infer = infer_bwd;
-  return d;
-}();
+const OpDef kSoftmaxXent =
+    OpDef("softmax_cross_entropy", infer_fwd)
+        .with_backward(backward)
+        .with_outputs({OutDType::Float, OutSpec::metric(OutDType::F64), OutSpec::metric(OutDType::I64)});
+const OpDef kSoftmaxXentBwd = OpDef("softmax_cross_entropy_backward", infer_bwd);
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();

@@ -38,19 +38,9 @@ void wait_run(const StepArgs& a) { queue(a).wait(ops::attrs<SwapAttrs>(*a.node).
 
 }  // namespace
 
-const OpDef kSwapCopy = [] {
-  OpDef d;
-  d.name = "swap_copy";
-  d.infer = infer_copy;
-  return d;
-}();
-const OpDef kSwapWait = [] {
-  OpDef d;
-  d.name = "swap_wait";
-  d.infer = infer_wait;
-  d.outputs = {};  // none: it holds later work until its copy is done
-  return d;
-}();
+const OpDef kSwapCopy = OpDef("swap_copy", infer_copy);
+// swap_wait has no outputs: it holds later work until its copy is done.
+const OpDef kSwapWait = OpDef("swap_wait", infer_wait).with_outputs({});
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
