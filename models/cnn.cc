@@ -1,8 +1,12 @@
 // The small CNN of PyTorch's classic MNIST example: Conv2d(c, 32, 3, padding=1), ReLU, MaxPool2d(2),
 // Conv2d(32, 64, 3, padding=1), ReLU, MaxPool2d(2), Flatten, Linear(64*h/4*w/4, 128), ReLU,
 // Linear(128, classes).
-#include "engine/ops/layers.h"
 #include "engine/base/registry.h"
+#include "engine/ops/conv2d.h"
+#include "engine/ops/elementwise.h"
+#include "engine/ops/linear.h"
+#include "engine/ops/pool.h"
+#include "engine/ops/softmax_xent.h"
 #include "engine/train/model_registry.h"
 
 namespace crumb::models {

@@ -1,8 +1,12 @@
 // LeNet-5 as in PyTorch's classic examples: Conv2d(c, 6, 5, padding=2), ReLU, MaxPool2d(2),
 // Conv2d(6, 16, 5), ReLU, MaxPool2d(2), Flatten, Linear(400, 120), ReLU, Linear(120, 84), ReLU,
 // Linear(84, classes).
-#include "engine/ops/layers.h"
 #include "engine/base/registry.h"
+#include "engine/ops/conv2d.h"
+#include "engine/ops/elementwise.h"
+#include "engine/ops/linear.h"
+#include "engine/ops/pool.h"
+#include "engine/ops/softmax_xent.h"
 #include "engine/train/model_registry.h"
 
 namespace crumb::models {

@@ -1,6 +1,8 @@
 // mlp: Flatten, Linear(features, 256), ReLU, Linear(256, 128), ReLU, Linear(128, classes).
-#include "engine/ops/layers.h"
 #include "engine/base/registry.h"
+#include "engine/ops/elementwise.h"
+#include "engine/ops/linear.h"
+#include "engine/ops/softmax_xent.h"
 #include "engine/train/model_registry.h"
 
 namespace crumb::models {

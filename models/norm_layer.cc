@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "engine/base/error.h"
-#include "engine/ops/layers.h"
+#include "engine/ops/norm.h"
 
 namespace crumb::models {
 

@@ -10,7 +10,12 @@
 #include <cmath>
 #include <string>
 
-#include "engine/ops/layers.h"
+#include "engine/ops/conv2d.h"
+#include "engine/ops/dropout.h"
+#include "engine/ops/elementwise.h"
+#include "engine/ops/linear.h"
+#include "engine/ops/pool.h"
+#include "engine/ops/softmax_xent.h"
 #include "models/norm_layer.h"
 #include "engine/base/registry.h"
 #include "engine/train/model_registry.h"

@@ -8,8 +8,10 @@
 
 #include "engine/graph/autograd.h"
 #include "engine/plan/compile.h"
+#include "engine/strategy/recompute.h"
+#include "engine/strategy/swap.h"
 #include "engine/train/model_registry.h"
-#include "tests/op_cases.h"
+#include "tests/ops/registry.h"
 
 namespace crumb {
 namespace {

@@ -17,6 +17,7 @@
 #include "engine/run/executor.h"
 #include "engine/optim/optimizer.h"
 #include "engine/train/scheduler.h"
+#include "engine/ops/norm.h"
 #include "engine/train/model_registry.h"
 #include "tests/batch_outcome.h"
 #include "tests/test_util.h"

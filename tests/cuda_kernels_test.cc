@@ -1,4 +1,4 @@
-// CUDA kernels against their CPU twins (kernels/cpu/kernels.h) on the same random float inputs, in both
+// CUDA kernels against their CPU twins (kernels/cpu/<family>.h) on the same random float inputs, in both
 // write modes, at ragged sizes; bit for bit where the CUDA kernel adds in the CPU's order (pooling). Every
 // test that touches a device skips without one; the status-check tests run everywhere.
 #if CRUMB_HAVE_CUDA
@@ -20,10 +20,23 @@
 #include <vector>
 
 #include "engine/base/error.h"
-#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/conv2d.h"
+#include "kernels/cpu/dropout.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/norm.h"
+#include "kernels/cpu/pool.h"
+#include "kernels/cpu/sgd.h"
+#include "kernels/cpu/softmax_xent.h"
 #include "kernels/cuda/blas.h"
 #include "kernels/cuda/check.h"
-#include "kernels/cuda/kernels.h"
+#include "kernels/cuda/dropout.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/norm.h"
+#include "kernels/cuda/pool.h"
+#include "kernels/cuda/reduce.h"
+#include "kernels/cuda/sgd.h"
+#include "kernels/cuda/softmax_xent.h"
 #include "tests/test_util.h"
 #if CRUMB_HAVE_CUDNN
 #include "kernels/cuda/cudnn_conv.h"

@@ -1,4 +1,4 @@
-// Dropout's promises beyond the op table (tests/op_cases.h, which checks its gradients with a fixed
+// Dropout's promises beyond the op cases (tests/ops/dropout_cases.cc, which checks its gradients with a fixed
 // mask): it keeps 1 - p of the elements and scales them by 1 / (1 - p); its mask depends on a sample's
 // index in the batch, not on the micro-batch that holds it, so a batch's gradients are the same at every
 // micro-batch size (with BatchNorm groups too); another step's key draws another mask; evaluation is the
@@ -10,10 +10,16 @@
 #include <vector>
 
 #include "engine/graph/autograd.h"
-#include "engine/ops/layers.h"
+#include "engine/ops/conv2d.h"
+#include "engine/ops/dropout.h"
+#include "engine/ops/elementwise.h"
+#include "engine/ops/linear.h"
+#include "engine/ops/norm.h"
+#include "engine/ops/pool.h"
+#include "engine/ops/softmax_xent.h"
 #include "engine/graph/rng.h"
 #include "engine/train/scheduler.h"
-#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/dropout.h"
 #include "tests/test_util.h"
 
 namespace crumb {

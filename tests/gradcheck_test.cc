@@ -1,4 +1,4 @@
-// Finite-difference gradient checks in double precision for every op case (tests/op_cases.h) and for
+// Finite-difference gradient checks in double precision for every op case (tests/ops/registry.h) and for
 // whole models, through the real autograd, planner and executor: the gradients of the input and of every
 // parameter are compared to central differences of the loss.
 #include <gtest/gtest.h>

@@ -2,13 +2,19 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <set>
 #include <string>
 
 #include "engine/graph/autograd.h"
 #include "engine/base/error.h"
-#include "engine/ops/layers.h"
+#include "engine/ops/elementwise.h"
+#include "engine/ops/linear.h"
+#include "engine/ops/pool.h"
+#include "engine/ops/softmax_xent.h"
+#include "engine/ops/swap.h"
 #include "engine/graph/op.h"
 #include "engine/train/model_registry.h"
+#include "tests/ops/registry.h"
 #include "tests/test_util.h"
 
 namespace crumb {
@@ -95,23 +101,52 @@ TEST(Ops, BackwardNodesCarryTheForwardGeometry) {
   EXPECT_GE(checked, 5);  // 2 conv layers x 2 backward nodes (the first has no data gradient) + 2 pools
 }
 
-// Every op the reference models use has CPU rows in both float dtypes, and CUDA float32 rows in a CUDA
-// build; views have none anywhere.
+// Every op of g has CPU rows in both float dtypes, and CUDA float32 rows in a CUDA build; views have none
+// anywhere. CUDA has no float64 rows but for the swap ops, byte copies that every device binds for every dtype.
+void expect_rows(const Graph& g, const std::string& what) {
+  for (NodeId i = 0; i < g.num_nodes(); ++i) {
+    const OpDef& op = *g.node(i).def;
+    SCOPED_TRACE(what + ": " + op.name);
+    const bool rows = !op.view;
+    EXPECT_EQ(impl_table().find(op, Device::CPU, DType::F32) != nullptr, rows);
+    EXPECT_EQ(impl_table().find(op, Device::CPU, DType::F64) != nullptr, rows);
+#if CRUMB_HAVE_CUDA && CRUMB_HAVE_CUDNN  // a CUDA build without cuDNN has no convolutions
+    EXPECT_EQ(impl_table().find(op, Device::CUDA, DType::F32) != nullptr, rows);
+#endif
+    const bool copy = &op == &kSwapCopy || &op == &kSwapWait;
+    EXPECT_EQ(impl_table().find(op, Device::CUDA, DType::F64) != nullptr, copy);
+  }
+}
+
+std::set<std::string> op_names(const Graph& g) {
+  std::set<std::string> names;
+  for (NodeId i = 0; i < g.num_nodes(); ++i) names.insert(g.node(i).def->name);
+  return names;
+}
+
 TEST(Ops, ImplementationTableCoversTheReferenceModels) {
   for (const std::string& name : models::names()) {
     Graph g = models::build(name, test::spec_for(name));
     build_backward(g);
-    for (NodeId i = 0; i < g.num_nodes(); ++i) {
-      const OpDef& op = *g.node(i).def;
-      SCOPED_TRACE(name + ": " + op.name);
-      const bool rows = !op.view;
-      EXPECT_EQ(impl_table().find(op, Device::CPU, DType::F32) != nullptr, rows);
-      EXPECT_EQ(impl_table().find(op, Device::CPU, DType::F64) != nullptr, rows);
-#if CRUMB_HAVE_CUDA && CRUMB_HAVE_CUDNN  // a CUDA build without cuDNN has no convolutions
-      EXPECT_EQ(impl_table().find(op, Device::CUDA, DType::F32) != nullptr, rows);
-#endif
-      EXPECT_EQ(impl_table().find(op, Device::CUDA, DType::F64), nullptr);
-    }
+    expect_rows(g, name);
+  }
+}
+
+// The op cases (tests/ops) reach the ops no reference model uses (the swap and recompute ops), and every op
+// a model uses, forward and backward, is one they test.
+TEST(Ops, ImplementationTableCoversTheOpCases) {
+  std::set<std::string> tested;
+  for (const test::OpCase& c : test::op_cases()) {
+    const Graph g = test::op_graph(c, DType::F32);
+    expect_rows(g, c.name);
+    const std::set<std::string> ops = op_names(g);
+    tested.insert(ops.begin(), ops.end());
+  }
+  for (const char* op : {"swap_copy", "swap_wait", "batch_norm_apply"}) EXPECT_EQ(tested.count(op), 1u) << op;
+  for (const std::string& name : models::names()) {
+    Graph g = models::build(name, test::spec_for(name));
+    build_backward(g);
+    for (const std::string& op : op_names(g)) EXPECT_EQ(tested.count(op), 1u) << name << " uses " << op;
   }
 }
 

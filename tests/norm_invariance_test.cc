@@ -12,6 +12,7 @@
 #include "engine/base/error.h"
 #include "engine/strategy/memory_report.h"
 #include "engine/train/scheduler.h"
+#include "engine/ops/norm.h"
 #include "engine/train/model_registry.h"
 #include "tests/batch_outcome.h"
 #include "tests/test_util.h"

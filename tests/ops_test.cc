@@ -1,4 +1,4 @@
-// Every op case (tests/op_cases.h) in float32 through the real autograd, planner and executor, in the
+// Every op case (tests/ops/registry.h) in float32 through the real autograd, planner and executor, in the
 // two modes that run on real devices: the CPU against CUDA (OpParity), and the gradient write modes of a
 // batch's micro-batches on each device (OpAccumulate). The CUDA tests skip without a usable device.
 #include <gtest/gtest.h>

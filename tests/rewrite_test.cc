@@ -4,8 +4,12 @@
 
 #include "engine/graph/autograd.h"
 #include "engine/run/executor.h"
-#include "engine/ops/layers.h"
-#include "engine/graph/rewrite.h"
+#include "engine/ops/conv2d.h"
+#include "engine/ops/elementwise.h"
+#include "engine/ops/linear.h"
+#include "engine/ops/pool.h"
+#include "engine/ops/softmax_xent.h"
+#include "engine/ops/rewrite.h"
 #include "engine/graph/rng.h"
 #include "engine/train/model_registry.h"
 

@@ -13,6 +13,7 @@
 
 #include "engine/graph/autograd.h"
 #include "engine/train/scheduler.h"
+#include "engine/ops/norm.h"
 #include "engine/train/model_registry.h"
 #include "tests/torchvision_reference.h"
 

@@ -11,6 +11,10 @@
 
 namespace crumb {
 
+// The op that sums a value's gradient contributions (defined with the elementwise ops,
+// engine/ops/elementwise.cc).
+extern const OpDef kAdd;
+
 class GradBuilder {
  public:
   explicit GradBuilder(Graph& g);

@@ -102,8 +102,8 @@ ValueId Graph::apply(const OpDef& def, std::vector<ValueId> in, const std::strin
     Value out;
     out.name = i ? name + ":" + std::to_string(i) : name;
     out.dtype = dtype_of(def.outputs[i].dtype);
-    out.batched = value(in[0]).batched && !def.outputs[i].metric;
-    if (def.outputs[i].metric) out.kind = ValueKind::Metric;
+    out.batched = value(in[0]).batched && !def.outputs[i].is_metric;
+    if (def.outputs[i].is_metric) out.kind = ValueKind::Metric;
     for (ValueId v : in) out.requires_grad = out.requires_grad || (i == 0 && value(v).requires_grad);
     n.out.push_back(add_value(std::move(out)));
   }

@@ -1,9 +1,12 @@
 // conv2d on NCHW: x [n, c_in, h, w], w [c_out, c_in, kh, kw], optional b [c_out]. The shape rule of the
 // forward computes the kernel geometry (cpu::Conv2dShape per sample); the backward nodes carry it.
-// The declaration and its CPU rows (im2col + GEMM); the CUDA rows (cuDNN) are in conv2d_cuda.cc.
+// The declaration, its CPU rows (im2col + GEMM) and its graph builder; the CUDA rows (cuDNN) are in
+// conv2d_cuda.cc.
+#include "engine/ops/conv2d.h"
+
+#include "engine/base/error.h"
 #include "engine/base/registry.h"
-#include "engine/graph/op.h"
-#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/conv2d.h"
 
 namespace crumb {
 namespace {
@@ -95,18 +98,34 @@ double flops(const Graph&, const Node& n, int batch) {
 
 }  // namespace
 
-const OpDef kConv2d{"conv2d", infer_fwd, backward, {OutDType::Float}, false, false, 0, false, ops::recompute_clone,
-                    flops};
-const OpDef kConv2dBwdData{"conv2d_backward_data", infer_bwd_data, nullptr, {OutDType::Float}, false, false, 0, false,
-                           nullptr, flops};
-const OpDef kConv2dBwdWeight{"conv2d_backward_weight", infer_bwd_weight, nullptr, {OutDType::Float, OutDType::Float},
-                             false, false, 1, false, nullptr, flops};
+const OpDef kConv2d = OpDef("conv2d", infer_fwd).with_backward(backward).with_recompute(ops::recompute_clone)
+                          .with_flops(flops);
+const OpDef kConv2dBwdData = OpDef("conv2d_backward_data", infer_bwd_data).with_flops(flops);
+const OpDef kConv2dBwdWeight = OpDef("conv2d_backward_weight", infer_bwd_weight)
+                               .with_outputs({OutDType::Float, OutDType::Float}).with_required_outputs(1).with_flops(flops);
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
-  CRUMB_CPU_ROWS(t, kConv2d, fwd_cpu, nullptr, workspace<cpu::conv2d_forward_workspace>);
-  CRUMB_CPU_ROWS(t, kConv2dBwdData, bwd_data_cpu, nullptr, workspace<cpu::conv2d_backward_data_workspace>);
-  CRUMB_CPU_ROWS(t, kConv2dBwdWeight, bwd_weight_cpu, nullptr, workspace<cpu::conv2d_backward_weight_workspace>);
+  CRUMB_CPU_ROWS(t, kConv2d, fwd_cpu, .with_workspace(workspace<cpu::conv2d_forward_workspace>));
+  CRUMB_CPU_ROWS(t, kConv2dBwdData, bwd_data_cpu, .with_workspace(workspace<cpu::conv2d_backward_data_workspace>));
+  CRUMB_CPU_ROWS(t, kConv2dBwdWeight, bwd_weight_cpu,
+                 .with_workspace(workspace<cpu::conv2d_backward_weight_workspace>));
 }
+
+namespace nn {
+
+ValueId conv2d(Graph& g, ValueId x, int out_channels, int kernel, int stride, int pad, const std::string& name,
+               bool bias) {
+  const Value& xv = g.value(x);
+  CRUMB_CHECK(xv.dims.size() == 3, "layer '", name, "' (conv2d): input '", xv.name,
+              "' must be [batch, channels, height, width], got per-sample ", dims_str(xv.dims));
+  CRUMB_CHECK(out_channels > 0 && kernel > 0, "layer '", name, "' (conv2d): channels and kernel must be > 0");
+  const int64_t c_in = xv.dims[0], fan_in = c_in * kernel * kernel;
+  std::vector<ValueId> ins{x, g.param(name + ".weight", {out_channels, c_in, kernel, kernel}, {fan_in})};
+  if (bias) ins.push_back(g.param(name + ".bias", {out_channels}, {fan_in}));
+  return g.apply(kConv2d, ins, name, WindowAttrs::square(kernel, stride, pad));
+}
+
+}  // namespace nn
 
 }  // namespace crumb

@@ -3,7 +3,7 @@
 // re-targets the plan.
 #include "engine/cuda/cuda_backend.h"
 #include "engine/base/registry.h"
-#include "engine/graph/op.h"
+#include "engine/ops/conv2d.h"
 
 #if CRUMB_HAVE_CUDNN
 #include "kernels/cuda/cudnn_conv.h"
@@ -55,9 +55,12 @@ void bwd_weight(const StepArgs& a) {
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
-  t.add(kConv2d, Device::CUDA, DType::F32, {fwd, prepare<cuda::ConvPass::Forward>, workspace});
-  t.add(kConv2dBwdData, Device::CUDA, DType::F32, {bwd_data, prepare<cuda::ConvPass::BackwardData>, workspace});
-  t.add(kConv2dBwdWeight, Device::CUDA, DType::F32, {bwd_weight, prepare<cuda::ConvPass::BackwardFilter>, workspace});
+  t.add(kConv2d, Device::CUDA, DType::F32,
+        OpImpl(fwd).with_prepare(prepare<cuda::ConvPass::Forward>).with_workspace(workspace));
+  t.add(kConv2dBwdData, Device::CUDA, DType::F32,
+        OpImpl(bwd_data).with_prepare(prepare<cuda::ConvPass::BackwardData>).with_workspace(workspace));
+  t.add(kConv2dBwdWeight, Device::CUDA, DType::F32,
+        OpImpl(bwd_weight).with_prepare(prepare<cuda::ConvPass::BackwardFilter>).with_workspace(workspace));
 }
 #else
 // Without cuDNN the build has no CUDA convolution: no rows, and compiling a conv for CUDA says so.

@@ -1,18 +1,20 @@
 // Dropout: in training each element is zeroed with probability p and the others are scaled by 1 / (1 - p)
-// (PyTorch's inverted dropout); in evaluation it is the identity. The declaration and its CPU rows; the
-// CUDA rows are in dropout_cuda.cc.
+// (PyTorch's inverted dropout); in evaluation it is the identity. The declaration, its CPU rows and
+// its graph builder; the CUDA rows are in dropout_cuda.cc.
 //
 // The mask is a pure function of (batch key, layer, the sample's index in the whole batch, element)
 // (kernels/dropout_mask.h), never of the micro-batch a sample falls in, so gradients stay independent of
 // the micro-batch size. The backward regenerates the mask from the same key instead of saving it: hashing
 // costs a few multiplies per element, while a saved mask would stay live from the forward to the backward
 // in every dropout layer, which is the memory the planner exists to save.
+#include "engine/ops/dropout.h"
+
 #include <string>
 
 #include "engine/graph/autograd.h"
 #include "engine/base/registry.h"
-#include "engine/graph/op.h"
-#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/dropout.h"
+#include "kernels/cpu/elementwise.h"
 
 namespace crumb {
 namespace {
@@ -49,14 +51,24 @@ template <class T> void dropout_cpu(const StepArgs& a) {
 
 }  // namespace
 
-const OpDef kDropout{"dropout", infer_dropout, dropout_backward, {OutDType::Float}, true, false, 0, true,
-                     ops::recompute_clone};
-const OpDef kDropoutBwd{"dropout_backward", infer_dropout, nullptr, {OutDType::Float}, true, false, 0, true};
+const OpDef kDropout = OpDef("dropout", infer_dropout).with_backward(dropout_backward).with_inplace(true)
+                       .with_random(true).with_recompute(ops::recompute_clone);
+const OpDef kDropoutBwd = OpDef("dropout_backward", infer_dropout).with_inplace(true).with_random(true);
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
   CRUMB_CPU_ROWS(t, kDropout, dropout_cpu);
   CRUMB_CPU_ROWS(t, kDropoutBwd, dropout_cpu);
 }
+
+namespace nn {
+
+ValueId dropout(Graph& g, ValueId x, double p, const std::string& name) {
+  uint64_t layer = 0xcbf29ce484222325ULL;  // FNV-1a: a stable hash, unlike std::hash
+  for (unsigned char ch : name) layer = (layer ^ ch) * 0x100000001b3ULL;
+  return g.apply(kDropout, {x}, name, DropoutAttrs{p, layer});
+}
+
+}  // namespace nn
 
 }  // namespace crumb

@@ -2,8 +2,9 @@
 // is read from device memory, so recorded runs replay with each micro-batch's own key.
 #include "engine/cuda/cuda_backend.h"
 #include "engine/base/registry.h"
-#include "engine/graph/op.h"
-#include "kernels/cuda/kernels.h"
+#include "engine/ops/dropout.h"
+#include "kernels/cuda/dropout.h"
+#include "kernels/cuda/elementwise.h"
 
 namespace crumb {
 namespace {
@@ -24,8 +25,8 @@ void dropout(const StepArgs& a) {
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
-  t.add(kDropout, Device::CUDA, DType::F32, {dropout});
-  t.add(kDropoutBwd, Device::CUDA, DType::F32, {dropout});
+  t.add(kDropout, Device::CUDA, DType::F32, OpImpl(dropout));
+  t.add(kDropoutBwd, Device::CUDA, DType::F32, OpImpl(dropout));
 }
 
 }  // namespace crumb

@@ -1,9 +1,10 @@
 // Elementwise ops: ReLU (in place when the planner allows), add (also sums gradients), reshape (a view).
-// The declarations and their CPU rows; the CUDA rows are in elementwise_cuda.cc.
+// The declarations, their CPU rows and graph builders; the CUDA rows are in elementwise_cuda.cc.
+#include "engine/ops/elementwise.h"
+
 #include "engine/graph/autograd.h"
 #include "engine/base/registry.h"
-#include "engine/graph/op.h"
-#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/elementwise.h"
 
 namespace crumb {
 namespace {
@@ -59,11 +60,13 @@ void reshape_backward(GradBuilder& gb, const Node& n) {
 
 }  // namespace
 
-const OpDef kRelu{"relu", infer_same, relu_backward, {OutDType::Float}, true, false, 0, false, ops::recompute_clone};
-const OpDef kReluBwd{"relu_backward", infer_same, nullptr, {OutDType::Float}, true};
-const OpDef kAdd{"add", infer_same, add_backward, {OutDType::Float}, true, false, 0, false, ops::recompute_clone};
-const OpDef kReshape{"reshape", infer_reshape, reshape_backward, {OutDType::Float}, false, true, 0, false,
-                     ops::recompute_clone};
+const OpDef kRelu = OpDef("relu", infer_same).with_backward(relu_backward).with_inplace(true)
+                    .with_recompute(ops::recompute_clone);
+const OpDef kReluBwd = OpDef("relu_backward", infer_same).with_inplace(true);
+const OpDef kAdd = OpDef("add", infer_same).with_backward(add_backward).with_inplace(true)
+                   .with_recompute(ops::recompute_clone);
+const OpDef kReshape = OpDef("reshape", infer_reshape).with_backward(reshape_backward).with_view(true)
+                       .with_recompute(ops::recompute_clone);
 
 // Reshape is a view: it has no rows on any device.
 CRUMB_ON_LOAD {
@@ -72,5 +75,17 @@ CRUMB_ON_LOAD {
   CRUMB_CPU_ROWS(t, kReluBwd, relu_bwd_cpu);
   CRUMB_CPU_ROWS(t, kAdd, add_cpu);
 }
+
+namespace nn {
+
+ValueId relu(Graph& g, ValueId x, const std::string& name) { return g.apply(kRelu, {x}, name); }
+
+ValueId flatten(Graph& g, ValueId x, const std::string& name) {
+  return g.apply(kReshape, {x}, name, ReshapeAttrs{{dims_count(g.value(x).dims)}});
+}
+
+ValueId add(Graph& g, ValueId a, ValueId b, const std::string& name) { return g.apply(kAdd, {a, b}, name); }
+
+}  // namespace nn
 
 }  // namespace crumb

@@ -1,8 +1,8 @@
 // Elementwise ops' CUDA rows: custom kernels (kernels/cuda/elementwise.cu) on the compute stream.
 #include "engine/cuda/cuda_backend.h"
 #include "engine/base/registry.h"
-#include "engine/graph/op.h"
-#include "kernels/cuda/kernels.h"
+#include "engine/ops/elementwise.h"
+#include "kernels/cuda/elementwise.h"
 
 namespace crumb {
 namespace {
@@ -21,9 +21,9 @@ void add(const StepArgs& a) {
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
-  t.add(kRelu, Device::CUDA, DType::F32, {relu_fwd});
-  t.add(kReluBwd, Device::CUDA, DType::F32, {relu_bwd});
-  t.add(kAdd, Device::CUDA, DType::F32, {add});
+  t.add(kRelu, Device::CUDA, DType::F32, OpImpl(relu_fwd));
+  t.add(kReluBwd, Device::CUDA, DType::F32, OpImpl(relu_bwd));
+  t.add(kAdd, Device::CUDA, DType::F32, OpImpl(add));
 }
 
 }  // namespace crumb

@@ -1,8 +1,10 @@
 // linear: y [n, out] = x [n, in] w^T + b, with w [out, in] (PyTorch's layout and parameter names).
-// The declaration and its CPU rows; the CUDA rows are in linear_cuda.cc.
+// The declaration, its CPU rows and its graph builder; the CUDA rows are in linear_cuda.cc.
+#include "engine/ops/linear.h"
+
+#include "engine/base/error.h"
 #include "engine/base/registry.h"
-#include "engine/graph/op.h"
-#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/linear.h"
 
 namespace crumb {
 namespace {
@@ -74,12 +76,11 @@ double flops(const Graph&, const Node& n, int batch) {
 
 }  // namespace
 
-const OpDef kLinear{"linear", infer_fwd, backward, {OutDType::Float}, false, false, 0, false, ops::recompute_clone,
-                    flops};
-const OpDef kLinearBwdData{"linear_backward_data", infer_bwd_data, nullptr, {OutDType::Float}, false, false, 0, false,
-                           nullptr, flops};
-const OpDef kLinearBwdWeight{"linear_backward_weight", infer_bwd_weight, nullptr, {OutDType::Float, OutDType::Float},
-                             false, false, 1, false, nullptr, flops};
+const OpDef kLinear = OpDef("linear", infer_fwd).with_backward(backward).with_recompute(ops::recompute_clone)
+                          .with_flops(flops);
+const OpDef kLinearBwdData = OpDef("linear_backward_data", infer_bwd_data).with_flops(flops);
+const OpDef kLinearBwdWeight = OpDef("linear_backward_weight", infer_bwd_weight)
+                               .with_outputs({OutDType::Float, OutDType::Float}).with_required_outputs(1).with_flops(flops);
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
@@ -87,5 +88,20 @@ CRUMB_ON_LOAD {
   CRUMB_CPU_ROWS(t, kLinearBwdData, bwd_data_cpu);
   CRUMB_CPU_ROWS(t, kLinearBwdWeight, bwd_weight_cpu);
 }
+
+namespace nn {
+
+ValueId linear(Graph& g, ValueId x, int out_features, const std::string& name, bool bias) {
+  const Value& xv = g.value(x);
+  CRUMB_CHECK(xv.dims.size() == 1, "layer '", name, "' (linear): input '", xv.name, "' must be [batch, features], got ",
+              "per-sample ", dims_str(xv.dims), " (insert a flatten)");
+  CRUMB_CHECK(out_features > 0, "layer '", name, "' (linear): out_features must be > 0");
+  const int64_t in = xv.dims[0];
+  std::vector<ValueId> ins{x, g.param(name + ".weight", {out_features, in}, {in})};
+  if (bias) ins.push_back(g.param(name + ".bias", {out_features}, {in}));
+  return g.apply(kLinear, ins, name);
+}
+
+}  // namespace nn
 
 }  // namespace crumb

@@ -2,7 +2,7 @@
 // allows it.
 #include "engine/cuda/cuda_backend.h"
 #include "engine/base/registry.h"
-#include "engine/graph/op.h"
+#include "engine/ops/linear.h"
 #include "kernels/cuda/blas.h"
 
 namespace crumb {
@@ -28,9 +28,9 @@ void bwd_weight(const StepArgs& a) {
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
-  t.add(kLinear, Device::CUDA, DType::F32, {fwd});
-  t.add(kLinearBwdData, Device::CUDA, DType::F32, {bwd_data});
-  t.add(kLinearBwdWeight, Device::CUDA, DType::F32, {bwd_weight});
+  t.add(kLinear, Device::CUDA, DType::F32, OpImpl(fwd));
+  t.add(kLinearBwdData, Device::CUDA, DType::F32, OpImpl(bwd_data));
+  t.add(kLinearBwdWeight, Device::CUDA, DType::F32, OpImpl(bwd_weight));
 }
 
 }  // namespace crumb

@@ -1,6 +1,6 @@
 // Normalisation on NCHW: BatchNorm over groups of samples and GroupNorm over groups of channels, each with
-// a per-channel affine (weight, bias). The declarations and their CPU rows; the CUDA rows are in
-// norm_cuda.cc.
+// a per-channel affine (weight, bias). The declarations, their CPU rows and graph
+// builders; the CUDA rows are in norm_cuda.cc.
 //
 // BatchNorm's nodes: in = (x, weight, bias, running_mean, running_var, num_batches_tracked); out = (y,
 // stats, moments). stats holds each group's mean and invstd for the backward (batched: a micro-batch of
@@ -9,12 +9,14 @@
 // M2, committed to the running statistics by the batch's last micro-batch (BnStats::Deferred). Groups
 // never straddle micro-batches (the scheduler's micro-batch is a multiple of the group), so a batch's
 // gradients and running statistics are the same for every micro-batch size.
+#include "engine/ops/norm.h"
+
 #include <numeric>
 
 #include "engine/graph/autograd.h"
+#include "engine/base/error.h"
 #include "engine/base/registry.h"
-#include "engine/graph/op.h"
-#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/norm.h"
 
 namespace crumb {
 namespace {
@@ -179,15 +181,18 @@ template <class T> void gn_bwd_cpu(const StepArgs& a) {
 
 }  // namespace
 
-const OpDef kBatchNorm{"batch_norm", infer_bn, bn_backward, {OutDType::Float, OutDType::Float, {OutDType::F64, true}},
-                      false, false, 0, false, bn_recompute};
-const OpDef kBatchNormApply{"batch_norm_apply", infer_bn_apply, nullptr, {OutDType::Float}, true};
-const OpDef kBatchNormBwd{"batch_norm_backward", infer_bn_bwd, nullptr,
-                          {OutDType::Float, OutDType::Float, OutDType::Float}, false, false, 2};
-const OpDef kGroupNorm{"group_norm", infer_gn, gn_backward, {OutDType::Float, OutDType::Float}, false, false, 0, false,
-                      ops::recompute_clone};
-const OpDef kGroupNormBwd{"group_norm_backward", infer_gn_bwd, nullptr,
-                          {OutDType::Float, OutDType::Float, OutDType::Float}, false, false, 2};
+const OpDef kBatchNorm = OpDef("batch_norm", infer_bn).with_backward(bn_backward)
+                         .with_outputs({OutDType::Float, OutDType::Float, OutSpec::metric(OutDType::F64)})
+                         .with_recompute(bn_recompute);
+const OpDef kBatchNormApply = OpDef("batch_norm_apply", infer_bn_apply).with_inplace(true);
+const OpDef kBatchNormBwd = OpDef("batch_norm_backward", infer_bn_bwd)
+                            .with_outputs({OutDType::Float, OutDType::Float, OutDType::Float})
+                            .with_required_outputs(2);
+const OpDef kGroupNorm = OpDef("group_norm", infer_gn).with_backward(gn_backward)
+                         .with_outputs({OutDType::Float, OutDType::Float}).with_recompute(ops::recompute_clone);
+const OpDef kGroupNormBwd = OpDef("group_norm_backward", infer_gn_bwd)
+                            .with_outputs({OutDType::Float, OutDType::Float, OutDType::Float})
+                            .with_required_outputs(2);
 
 namespace ops {
 cpu::BatchNormShape batch_norm_shape(const StepArgs& a) {
@@ -212,12 +217,43 @@ int micro_batch_multiple(const Graph& g) {
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
-  t.add(kBatchNorm, Device::CPU, DType::F32, {bn_fwd_cpu<float>, nullptr, nullptr, bn_commit_cpu<float>});
-  t.add(kBatchNorm, Device::CPU, DType::F64, {bn_fwd_cpu<double>, nullptr, nullptr, bn_commit_cpu<double>});
+  t.add(kBatchNorm, Device::CPU, DType::F32, OpImpl(bn_fwd_cpu<float>).with_commit(bn_commit_cpu<float>));
+  t.add(kBatchNorm, Device::CPU, DType::F64, OpImpl(bn_fwd_cpu<double>).with_commit(bn_commit_cpu<double>));
   CRUMB_CPU_ROWS(t, kBatchNormBwd, bn_bwd_cpu);
   CRUMB_CPU_ROWS(t, kBatchNormApply, bn_apply_cpu);
   CRUMB_CPU_ROWS(t, kGroupNorm, gn_fwd_cpu);
   CRUMB_CPU_ROWS(t, kGroupNormBwd, gn_bwd_cpu);
 }
+
+namespace nn {
+
+namespace {
+// The channel count of an NCHW input, checked, for a normalisation layer's parameters.
+int64_t channels_of(const Graph& g, ValueId x, const std::string& name, const char* op) {
+  const Value& xv = g.value(x);
+  CRUMB_CHECK(xv.dims.size() == 3, "layer '", name, "' (", op, "): input '", xv.name,
+              "' must be [batch, channels, height, width], got per-sample ", dims_str(xv.dims));
+  return xv.dims[0];
+}
+}  // namespace
+
+ValueId batch_norm2d(Graph& g, ValueId x, const std::string& name, const BatchNormAttrs& attrs) {
+  const int64_t c = channels_of(g, x, name, "batch_norm");
+  const ValueId w = g.param(name + ".weight", {c}, ParamInit::constant(1));
+  const ValueId b = g.param(name + ".bias", {c}, ParamInit::constant(0));
+  const ValueId mean = g.state(name + ".running_mean", {c}, 0.0);
+  const ValueId var = g.state(name + ".running_var", {c}, 1.0);
+  const ValueId tracked = g.state(name + ".num_batches_tracked", {}, 0.0, DType::I64);
+  return g.apply(kBatchNorm, {x, w, b, mean, var, tracked}, name, attrs);
+}
+
+ValueId group_norm(Graph& g, ValueId x, int groups, const std::string& name, double eps) {
+  const int64_t c = channels_of(g, x, name, "group_norm");
+  const ValueId w = g.param(name + ".weight", {c}, ParamInit::constant(1));
+  const ValueId b = g.param(name + ".bias", {c}, ParamInit::constant(0));
+  return g.apply(kGroupNorm, {x, w, b}, name, GroupNormAttrs{groups, eps});
+}
+
+}  // namespace nn
 
 }  // namespace crumb

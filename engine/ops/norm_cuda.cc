@@ -3,8 +3,8 @@
 // memory and are updated there, so a step never waits for the host.
 #include "engine/cuda/cuda_backend.h"
 #include "engine/base/registry.h"
-#include "engine/graph/op.h"
-#include "kernels/cuda/kernels.h"
+#include "engine/ops/norm.h"
+#include "kernels/cuda/norm.h"
 
 namespace crumb {
 namespace {
@@ -69,11 +69,11 @@ void gn_bwd(const StepArgs& a) {
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
-  t.add(kBatchNorm, Device::CUDA, DType::F32, {bn_fwd, nullptr, nullptr, bn_commit});
-  t.add(kBatchNormBwd, Device::CUDA, DType::F32, {bn_bwd});
-  t.add(kBatchNormApply, Device::CUDA, DType::F32, {bn_apply});
-  t.add(kGroupNorm, Device::CUDA, DType::F32, {gn_fwd});
-  t.add(kGroupNormBwd, Device::CUDA, DType::F32, {gn_bwd});
+  t.add(kBatchNorm, Device::CUDA, DType::F32, OpImpl(bn_fwd).with_commit(bn_commit));
+  t.add(kBatchNormBwd, Device::CUDA, DType::F32, OpImpl(bn_bwd));
+  t.add(kBatchNormApply, Device::CUDA, DType::F32, OpImpl(bn_apply));
+  t.add(kGroupNorm, Device::CUDA, DType::F32, OpImpl(gn_fwd));
+  t.add(kGroupNormBwd, Device::CUDA, DType::F32, OpImpl(gn_bwd));
 }
 
 }  // namespace crumb

@@ -1,12 +1,13 @@
 // Pooling on NCHW: max and average over kh x kw windows (floor output size, PyTorch's ceil_mode=False),
 // global average pooling [n, c, h, w] -> [n, c], and adaptive average pooling to a fixed output size
 // (PyTorch's bins, which also upsample a smaller input). The forward shape rules compute the geometry
-// (cpu::Pool2dShape, GlobalPoolGeometry); the backward nodes carry it. The declarations and their CPU
-// rows; the CUDA rows are in pool_cuda.cc.
+// (cpu::Pool2dShape, GlobalPoolGeometry); the backward nodes carry it. The declarations, their CPU
+// rows and graph builders; the CUDA rows are in pool_cuda.cc.
+#include "engine/ops/pool.h"
+
 #include "engine/graph/autograd.h"
 #include "engine/base/registry.h"
-#include "engine/graph/op.h"
-#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/pool.h"
 
 namespace crumb {
 namespace {
@@ -152,18 +153,18 @@ template <class T> void adaptive_bwd_cpu(const StepArgs& a) {
 
 }  // namespace
 
-const OpDef kMaxPool2d{"max_pool2d", infer_max, pool_backward, {OutDType::Float, OutDType::U8}, false, false, 0, false,
-                     ops::recompute_clone};
-const OpDef kMaxPool2dBwd{"max_pool2d_backward", infer_bwd, nullptr, {OutDType::Float}};
-const OpDef kAvgPool2d{"avg_pool2d", infer_avg, pool_backward, {OutDType::Float}, false, false, 0, false,
-                     ops::recompute_clone};
-const OpDef kAvgPool2dBwd{"avg_pool2d_backward", infer_bwd, nullptr, {OutDType::Float}};
-const OpDef kGlobalAvgPool{"global_avg_pool", infer_gap, gap_backward, {OutDType::Float}, false, false, 0, false,
-                     ops::recompute_clone};
-const OpDef kGlobalAvgPoolBwd{"global_avg_pool_backward", infer_gap_bwd, nullptr, {OutDType::Float}};
-const OpDef kAdaptiveAvgPool2d{"adaptive_avg_pool2d", infer_adaptive, pool_backward, {OutDType::Float}, false, false, 0, false,
-                     ops::recompute_clone};
-const OpDef kAdaptiveAvgPool2dBwd{"adaptive_avg_pool2d_backward", infer_adaptive_bwd, nullptr, {OutDType::Float}};
+const OpDef kMaxPool2d = OpDef("max_pool2d", infer_max).with_backward(pool_backward)
+                         .with_outputs({OutDType::Float, OutDType::U8}).with_recompute(ops::recompute_clone);
+const OpDef kMaxPool2dBwd = OpDef("max_pool2d_backward", infer_bwd);
+const OpDef kAvgPool2d = OpDef("avg_pool2d", infer_avg).with_backward(pool_backward)
+                         .with_recompute(ops::recompute_clone);
+const OpDef kAvgPool2dBwd = OpDef("avg_pool2d_backward", infer_bwd);
+const OpDef kGlobalAvgPool = OpDef("global_avg_pool", infer_gap).with_backward(gap_backward)
+                             .with_recompute(ops::recompute_clone);
+const OpDef kGlobalAvgPoolBwd = OpDef("global_avg_pool_backward", infer_gap_bwd);
+const OpDef kAdaptiveAvgPool2d = OpDef("adaptive_avg_pool2d", infer_adaptive).with_backward(pool_backward)
+                                 .with_recompute(ops::recompute_clone);
+const OpDef kAdaptiveAvgPool2dBwd = OpDef("adaptive_avg_pool2d_backward", infer_adaptive_bwd);
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
@@ -176,5 +177,23 @@ CRUMB_ON_LOAD {
   CRUMB_CPU_ROWS(t, kAdaptiveAvgPool2d, adaptive_fwd_cpu);
   CRUMB_CPU_ROWS(t, kAdaptiveAvgPool2dBwd, adaptive_bwd_cpu);
 }
+
+namespace nn {
+
+ValueId max_pool2d(Graph& g, ValueId x, int kernel, int stride, const std::string& name, int pad) {
+  return g.apply(kMaxPool2d, {x}, name, WindowAttrs::square(kernel, stride, pad));
+}
+
+ValueId avg_pool2d(Graph& g, ValueId x, int kernel, int stride, const std::string& name, int pad) {
+  return g.apply(kAvgPool2d, {x}, name, WindowAttrs::square(kernel, stride, pad));
+}
+
+ValueId global_avg_pool(Graph& g, ValueId x, const std::string& name) { return g.apply(kGlobalAvgPool, {x}, name); }
+
+ValueId adaptive_avg_pool2d(Graph& g, ValueId x, int h_out, int w_out, const std::string& name) {
+  return g.apply(kAdaptiveAvgPool2d, {x}, name, AdaptivePoolAttrs{h_out, w_out});
+}
+
+}  // namespace nn
 
 }  // namespace crumb

@@ -2,8 +2,10 @@
 // rules, on the compute stream.
 #include "engine/cuda/cuda_backend.h"
 #include "engine/base/registry.h"
-#include "engine/graph/op.h"
-#include "kernels/cuda/kernels.h"
+#include "engine/ops/pool.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/pool.h"
+#include "kernels/cuda/reduce.h"
 
 namespace crumb {
 namespace {
@@ -42,14 +44,14 @@ void adaptive_bwd(const StepArgs& a) {
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
-  t.add(kMaxPool2d, Device::CUDA, DType::F32, {max_fwd});
-  t.add(kMaxPool2dBwd, Device::CUDA, DType::F32, {max_bwd});
-  t.add(kAvgPool2d, Device::CUDA, DType::F32, {avg_fwd});
-  t.add(kAvgPool2dBwd, Device::CUDA, DType::F32, {avg_bwd});
-  t.add(kGlobalAvgPool, Device::CUDA, DType::F32, {gap_fwd});
-  t.add(kGlobalAvgPoolBwd, Device::CUDA, DType::F32, {gap_bwd});
-  t.add(kAdaptiveAvgPool2d, Device::CUDA, DType::F32, {adaptive_fwd});
-  t.add(kAdaptiveAvgPool2dBwd, Device::CUDA, DType::F32, {adaptive_bwd});
+  t.add(kMaxPool2d, Device::CUDA, DType::F32, OpImpl(max_fwd));
+  t.add(kMaxPool2dBwd, Device::CUDA, DType::F32, OpImpl(max_bwd));
+  t.add(kAvgPool2d, Device::CUDA, DType::F32, OpImpl(avg_fwd));
+  t.add(kAvgPool2dBwd, Device::CUDA, DType::F32, OpImpl(avg_bwd));
+  t.add(kGlobalAvgPool, Device::CUDA, DType::F32, OpImpl(gap_fwd));
+  t.add(kGlobalAvgPoolBwd, Device::CUDA, DType::F32, OpImpl(gap_bwd));
+  t.add(kAdaptiveAvgPool2d, Device::CUDA, DType::F32, OpImpl(adaptive_fwd));
+  t.add(kAdaptiveAvgPool2dBwd, Device::CUDA, DType::F32, OpImpl(adaptive_bwd));
 }
 
 }  // namespace crumb

@@ -1,10 +1,11 @@
 // Softmax cross-entropy: the loss op. Forward keeps the probabilities for the backward and adds the
 // summed loss and the correct count into its metric outputs; the backward seeds the gradient with the 1/B loss scale of the whole batch. The
-// declarations and their CPU rows; the CUDA rows are in softmax_xent_cuda.cc.
+// declarations, their CPU rows and graph builder; the CUDA rows are in softmax_xent_cuda.cc.
+#include "engine/ops/softmax_xent.h"
+
 #include "engine/graph/autograd.h"
 #include "engine/base/registry.h"
-#include "engine/graph/op.h"
-#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/softmax_xent.h"
 
 namespace crumb {
 namespace {
@@ -57,14 +58,26 @@ template <class T> void bwd_cpu(const StepArgs& a) {
 
 // Outputs: the probabilities (kept for the backward), the unscaled loss summed over the batch's samples
 // and how many of them the probabilities classify correctly (metrics: added into over micro-batches).
-const OpDef kSoftmaxXent{
-    "softmax_cross_entropy", infer_fwd, backward, {OutDType::Float, {OutDType::F64, true}, {OutDType::I64, true}}};
-const OpDef kSoftmaxXentBwd{"softmax_cross_entropy_backward", infer_bwd, nullptr, {OutDType::Float}};
+const OpDef kSoftmaxXent =
+    OpDef("softmax_cross_entropy", infer_fwd)
+        .with_backward(backward)
+        .with_outputs({OutDType::Float, OutSpec::metric(OutDType::F64), OutSpec::metric(OutDType::I64)});
+const OpDef kSoftmaxXentBwd = OpDef("softmax_cross_entropy_backward", infer_bwd);
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
   CRUMB_CPU_ROWS(t, kSoftmaxXent, fwd_cpu);
   CRUMB_CPU_ROWS(t, kSoftmaxXentBwd, bwd_cpu);
 }
+
+namespace nn {
+
+ValueId softmax_cross_entropy(Graph& g, ValueId logits, ValueId labels, const std::string& name) {
+  const ValueId probs = g.apply(kSoftmaxXent, {logits, labels}, name);
+  g.set_loss(probs);
+  return probs;
+}
+
+}  // namespace nn
 
 }  // namespace crumb

@@ -2,8 +2,8 @@
 // correct count into its metric outputs, in device memory.
 #include "engine/cuda/cuda_backend.h"
 #include "engine/base/registry.h"
-#include "engine/graph/op.h"
-#include "kernels/cuda/kernels.h"
+#include "engine/ops/softmax_xent.h"
+#include "kernels/cuda/softmax_xent.h"
 
 namespace crumb {
 namespace {
@@ -24,8 +24,8 @@ void bwd(const StepArgs& a) {
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
-  t.add(kSoftmaxXent, Device::CUDA, DType::F32, {fwd});
-  t.add(kSoftmaxXentBwd, Device::CUDA, DType::F32, {bwd});
+  t.add(kSoftmaxXent, Device::CUDA, DType::F32, OpImpl(fwd));
+  t.add(kSoftmaxXentBwd, Device::CUDA, DType::F32, OpImpl(bwd));
 }
 
 }  // namespace crumb

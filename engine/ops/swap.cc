@@ -2,10 +2,11 @@
 // output (arena to host pool, or back) under a ticket of the executor's CopyQueue; swap_wait reads the value
 // a copy is moving, so the planner keeps it live until then, and holds later work until that copy is done.
 // The copy itself is the device's (engine/device/copy_queue.h), so every device binds the same rows.
+#include "engine/ops/swap.h"
+
 #include "engine/device/copy_queue.h"
 #include "engine/base/error.h"
 #include "engine/base/registry.h"
-#include "engine/graph/op.h"
 
 namespace crumb {
 namespace {
@@ -37,15 +38,16 @@ void wait_run(const StepArgs& a) { queue(a).wait(ops::attrs<SwapAttrs>(*a.node).
 
 }  // namespace
 
-const OpDef kSwapCopy{"swap_copy", infer_copy, nullptr, {OutDType::Float}};
-const OpDef kSwapWait{"swap_wait", infer_wait, nullptr, {}};
+const OpDef kSwapCopy = OpDef("swap_copy", infer_copy);
+// swap_wait has no outputs: it holds later work until its copy is done.
+const OpDef kSwapWait = OpDef("swap_wait", infer_wait).with_outputs({});
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
   for (Device d : {Device::CPU, Device::CUDA})
     for (DType dt : {DType::F32, DType::F64}) {
-      t.add(kSwapCopy, d, dt, {copy_run});
-      t.add(kSwapWait, d, dt, {wait_run});
+      t.add(kSwapCopy, d, dt, OpImpl(copy_run));
+      t.add(kSwapWait, d, dt, OpImpl(wait_run));
     }
 }
 

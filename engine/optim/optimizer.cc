@@ -8,7 +8,9 @@
 #include "engine/device/backend.h"
 #include "engine/base/error.h"
 #include "engine/optim/sgd.h"
-#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/adamw.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/sgd.h"
 
 namespace crumb {
 

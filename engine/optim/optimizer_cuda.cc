@@ -3,7 +3,9 @@
 #include "engine/base/registry.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/optim/optimizer.h"
-#include "kernels/cuda/kernels.h"
+#include "kernels/cuda/adamw.h"
+#include "kernels/cuda/reduce.h"
+#include "kernels/cuda/sgd.h"
 
 namespace crumb {
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "engine/graph/op.h"
+#include "engine/ops/swap.h"
 
 namespace crumb {
 

@@ -7,6 +7,7 @@
 
 #include "engine/device/backend.h"
 #include "engine/base/error.h"
+#include "engine/ops/swap.h"
 
 namespace crumb {
 

@@ -9,6 +9,7 @@
 #include "engine/run/executor.h"
 #include "engine/graph/op.h"
 #include "engine/run/params.h"
+#include "engine/ops/swap.h"
 
 namespace crumb {
 

@@ -12,6 +12,7 @@
 #include "engine/run/executor.h"
 #include "engine/graph/op.h"
 #include "engine/run/params.h"
+#include "engine/ops/norm.h"
 
 namespace crumb {
 

@@ -12,6 +12,7 @@
 #include "engine/strategy/recompute.h"
 #include "engine/graph/saved_values.h"
 #include "engine/strategy/swap.h"
+#include "engine/ops/norm.h"
 
 namespace crumb {
 

@@ -4,6 +4,7 @@
 
 #include "engine/base/error.h"
 #include "engine/graph/op.h"
+#include "engine/ops/norm.h"
 
 namespace crumb {
 

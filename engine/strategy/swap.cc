@@ -5,6 +5,7 @@
 #include "engine/base/error.h"
 #include "engine/graph/op.h"
 #include "engine/graph/saved_values.h"
+#include "engine/ops/swap.h"
 
 namespace crumb {
 namespace {

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "engine/base/error.h"
-#include "engine/graph/rewrite.h"
+#include "engine/ops/rewrite.h"
 
 namespace crumb::models {
 namespace {

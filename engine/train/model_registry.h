@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "engine/graph/graph.h"
-#include "engine/graph/op.h"
+#include "engine/ops/norm.h"
 
 namespace crumb::models {
 

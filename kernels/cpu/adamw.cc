@@ -2,7 +2,7 @@
 #include <cmath>
 
 #include "kernels/cpu/kernel_util.h"
-#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/adamw.h"
 
 namespace crumb::cpu {
 

@@ -5,7 +5,7 @@
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/kernel_util.cuh"
-#include "kernels/cuda/kernels.h"
+#include "kernels/cuda/reduce.h"
 
 namespace crumb::cuda {
 namespace {

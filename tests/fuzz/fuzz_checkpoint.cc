@@ -13,7 +13,11 @@
 #include "engine/graph/autograd.h"
 #include "engine/io/checkpoint.h"
 #include "engine/base/error.h"
-#include "engine/ops/layers.h"
+#include "engine/ops/conv2d.h"
+#include "engine/ops/elementwise.h"
+#include "engine/ops/linear.h"
+#include "engine/ops/norm.h"
+#include "engine/ops/softmax_xent.h"
 #include "engine/optim/optimizer.h"
 #include "tests/fuzz/mem_file.h"
 

@@ -13,7 +13,11 @@
 
 #include "engine/graph/autograd.h"
 #include "engine/plan/compile.h"
-#include "engine/ops/layers.h"
+#include "engine/ops/conv2d.h"
+#include "engine/ops/elementwise.h"
+#include "engine/ops/linear.h"
+#include "engine/ops/pool.h"
+#include "engine/ops/softmax_xent.h"
 #include "engine/strategy/memory_report.h"
 
 using namespace crumb;

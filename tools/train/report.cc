@@ -10,6 +10,7 @@
 
 #include "engine/base/error.h"
 #include "engine/graph/op.h"
+#include "engine/ops/norm.h"
 #include "tools/train/chart.h"
 #include "tools/train/figures.h"
 #include "tools/train/svg.h"

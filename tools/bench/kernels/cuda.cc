@@ -16,6 +16,11 @@
 #include "engine/cuda/cuda_backend.h"
 #include "engine/device/backend.h"
 #include "engine/graph/op.h"
+#include "engine/ops/conv2d.h"
+#include "engine/ops/elementwise.h"
+#include "engine/ops/linear.h"
+#include "engine/ops/norm.h"
+#include "engine/ops/pool.h"
 #include "kernels/cuda/check.h"
 #include "tools/bench/kernels/report.h"
 #if CRUMB_HAVE_CUDNN

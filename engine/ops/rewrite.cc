@@ -1,10 +1,11 @@
-#include "engine/graph/rewrite.h"
+#include "engine/ops/rewrite.h"
 
 #include <utility>
 #include <vector>
 
 #include "engine/base/error.h"
-#include "engine/graph/op.h"
+#include "engine/ops/elementwise.h"
+#include "engine/ops/pool.h"
 
 namespace crumb {
 

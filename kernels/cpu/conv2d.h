@@ -1,0 +1,24 @@
+// CPU convolution kernels. The conventions of every CPU kernel (raw pointers, explicit shapes, no allocation, write
+// modes, float and double) are in docs/architecture.md, Kernels.
+#pragma once
+#include <cstddef>
+
+#include "kernels/cpu/shapes.h"
+
+namespace crumb::cpu {
+
+// ---- conv2d (NCHW), w [c_out, c_in, kh, kw], b [c_out] (may be null)
+// Workspace sizes are in elements of T.
+std::size_t conv2d_forward_workspace(const Conv2dShape& s);
+std::size_t conv2d_backward_data_workspace(const Conv2dShape& s);
+std::size_t conv2d_backward_weight_workspace(const Conv2dShape& s);
+template <class T> void conv2d_forward(T* y, const T* x, const T* w, const T* b, const Conv2dShape& s, T* workspace);
+// dx (=|+=) conv-transpose of dy with w
+template <class T>
+void conv2d_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, T* workspace, bool accumulate);
+// dw (=|+=) correlation of x with dy; db (=|+=) sum of dy over n, h, w (db may be null)
+template <class T>
+void conv2d_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dShape& s, T* workspace,
+                            bool accumulate);
+
+}  // namespace crumb::cpu

@@ -1,0 +1,17 @@
+// CPU linear-layer kernels. The conventions of every CPU kernel (raw pointers, explicit shapes, no allocation, write
+// modes, float and double) are in docs/architecture.md, Kernels.
+#pragma once
+#include <cstddef>
+
+namespace crumb::cpu {
+
+// ---- linear: x [n, in], w [out, in] (PyTorch layout), b [out] (may be null), y [n, out]
+template <class T> void linear_forward(T* y, const T* x, const T* w, const T* b, int n, int in, int out);
+// dx [n, in] (=|+=) dy [n, out] * w [out, in]
+template <class T>
+void linear_backward_data(T* dx, const T* dy, const T* w, int n, int in, int out, bool accumulate);
+// dw [out, in] (=|+=) dy^T x; db [out] (=|+=) sum over n of dy (db may be null)
+template <class T>
+void linear_backward_weight(T* dw, T* db, const T* dy, const T* x, int n, int in, int out, bool accumulate);
+
+}  // namespace crumb::cpu

@@ -1,0 +1,26 @@
+// CUDA elementwise kernels (defined in elementwise.cu). The conventions of every CUDA launcher (device pointers, the
+// CPU twin's semantics, checked preconditions, asynchronous on `stream`, no allocation) are in docs/cuda.md.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace crumb::cuda {
+
+// ---- elementwise over `count` elements. y may alias x (in place), dx may alias dy.
+void relu_forward(float* y, const float* x, std::size_t count, cudaStream_t stream);
+// dx (=|+=) dy where y > 0 else 0 (the forward *output*, so the forward may run in place)
+void relu_backward(float* dx, const float* dy, const float* y, std::size_t count, bool accumulate, cudaStream_t stream);
+// y = a + b (y may alias a or b)
+void add_forward(float* y, const float* a, const float* b, std::size_t count, cudaStream_t stream);
+// y (=|+=) x
+void copy_or_accumulate(float* y, const float* x, std::size_t count, bool accumulate, cudaStream_t stream);
+
+// ---- per-channel broadcasts on [n, c, hw] tensors (hw = 1 for a linear layer's [n, c])
+// y [n, c, hw] += b [c], in place
+void bias_add_nchw(float* y, const float* b, int n, int c, int hw, cudaStream_t stream);
+// dx [n, c, hw] (=|+=) dy [n, c] / hw: the global average pool's backward
+void global_avg_pool_backward(float* dx, const float* dy, int n, int c, int hw, bool accumulate, cudaStream_t stream);
+
+}  // namespace crumb::cuda

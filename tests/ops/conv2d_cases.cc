@@ -1,0 +1,31 @@
+// The convolution's op cases (tests/ops/registry.h).
+#include "engine/base/registry.h"
+#include "engine/ops/conv2d.h"
+#include "tests/ops/registry.h"
+
+namespace crumb::test {
+
+CRUMB_ON_LOAD {
+  add_op_cases({
+      {"Conv2dStridePad", {2, 7, 6}, 3, [](Graph& g, ValueId x) { return nn::conv2d(g, x, 3, 3, 2, 1, "conv"); }},
+      {"Conv2dNoBias5x5", {3, 8, 8}, 2,
+       [](Graph& g, ValueId x) { return nn::conv2d(g, x, 2, 5, 1, 2, "conv", false); }},
+      {"Conv2d1x1", {4, 3, 5}, 2, [](Graph& g, ValueId x) { return nn::conv2d(g, x, 3, 1, 1, 0, "conv"); }},
+      // Feature maps smaller than the kernel's reach (ResNet-18's last stage on 28x28 images): most
+      // kernel taps see only padding.
+      {"Conv2d3x3On1x1", {3, 1, 1}, 2, [](Graph& g, ValueId x) { return nn::conv2d(g, x, 2, 3, 1, 1, "conv"); }},
+      {"Conv2d3x3On2x1", {2, 2, 1}, 2, [](Graph& g, ValueId x) { return nn::conv2d(g, x, 2, 3, 1, 1, "conv"); }},
+      // Maps under 128 pixels run blocks of samples through one GEMM: several blocks and a ragged one
+      // (4x4: blocks of 8), pointwise (3x3: blocks of 15), strided (3x3 output: blocks of 15).
+      {"Conv2dBlockedSmallMaps", {3, 4, 4}, 11,
+       [](Graph& g, ValueId x) { return nn::conv2d(g, x, 5, 3, 1, 1, "conv"); }},
+      {"Conv2dBlockedPointwise", {4, 3, 3}, 17, [](Graph& g, ValueId x) { return nn::conv2d(g, x, 3, 1, 1, 0, "conv"); }},
+      {"Conv2dBlockedStrided", {2, 5, 5}, 18,
+       [](Graph& g, ValueId x) { return nn::conv2d(g, x, 3, 3, 2, 1, "conv", false); }},
+      // Enough work for two threads: blocks inside each thread's slice of samples.
+      {"Conv2dBlockedThreaded", {16, 8, 8}, 8,
+       [](Graph& g, ValueId x) { return nn::conv2d(g, x, 16, 3, 1, 1, "conv"); }}
+  });
+}
+
+}  // namespace crumb::test
