@@ -12,10 +12,6 @@
 
 namespace crumb::train {
 
-// The CPU budget when --memory-budget is not given: the batch is micro-batched only when a whole batch
-// would not fit in it.
-inline constexpr std::size_t kDefaultCpuBudget = std::size_t{4} << 30;
-
 // train's defaults: SGD at lr 0.05 with momentum 0.9; AdamW with PyTorch's (lr 1e-3, weight decay 0.01).
 OptimizerConfig default_optimizer(OptimizerKind kind);
 
@@ -39,7 +35,7 @@ struct Options {
   std::string data;     // empty: $CRUMB_DATA or Debian's dataset-fashion-mnist (Fashion-MNIST only)
   int limit_train = 0;  // 0: all training samples
   int limit_test = 0;   // 0: all test samples
-  std::size_t memory_budget = 0;  // bytes; 0: kDefaultCpuBudget
+  std::size_t memory_budget = 0;  // bytes; 0: the device's default (Backend::default_budget)
   Strategy strategy = Strategy::Auto;  // --strategy: micro-batching, swapping, recomputation (engine/strategy/memory_strategy.h)
   std::string save, load;  // checkpoint paths (safetensors)
   long long save_every = 0;  // --save-every N optimizer steps (0: at epoch ends only)

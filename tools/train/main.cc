@@ -120,18 +120,16 @@ Evaluation evaluate(Scheduler& sched, data::Loader& loader, int count) {
 
 // --device, or cuda when a GPU is usable.
 Device pick_device(const Options& o) {
-  if (o.device.empty()) return device_available(Device::CUDA) ? Device::CUDA : Device::CPU;
+  if (o.device.empty()) return preferred_device();
   const Device d = o.device == "cuda" ? Device::CUDA : Device::CPU;
-  // Builds the CUDA context, which reports exactly why there is no usable device (or no CUDA build).
-  if (d == Device::CUDA) backend(d);
+  // Sets the device up now, which reports exactly why there is no usable one (no GPU, or no CUDA build).
+  backend(d);
   return d;
 }
 
-// --memory-budget, else 4 GiB on the CPU and 95% of the free device memory on CUDA (the rest is left
-// to what cuDNN and the driver allocate for themselves, such as loaded kernels).
+// --memory-budget, else the device's default (4 GiB on the CPU, 95% of the free device memory on CUDA).
 std::size_t budget_of(const Options& o, Device device) {
-  if (o.memory_budget) return o.memory_budget;
-  return device == Device::CPU ? kDefaultCpuBudget : backend(device).free_bytes() / 20 * 19;
+  return o.memory_budget ? o.memory_budget : backend(device).default_budget();
 }
 
 // The micro-batch size (--micro-batch, or chosen for the budget) and what --strategy does to fit it, with
@@ -380,7 +378,7 @@ int run(const Options& o, std::unique_ptr<Communicator>& comm) {
     write_strategy_report(os, g, strategy);
     std::fputs(os.str().c_str(), stderr);
   }
-  const Memory batch_memory = device == Device::CPU ? Memory::Host : Memory::Pinned;
+  const Memory batch_memory = backend(device).host_memory();
   std::vector<Trial> trials;
   if (!o.sweep.empty())
     trials = run_trials(g, sweep_sizes(o, g, batch, device), {&train, norm, batch, o.optimizer, device, o.seed});
@@ -450,7 +448,7 @@ int run(const Options& o, std::unique_ptr<Communicator>& comm) {
                                                 plan_buckets(params, o.bucket_cap, std::min(o.bucket_cap, kFirstBucketBytes)));
     sched.set_data_parallel(reducer.get());
   }
-  if (lead && device != Device::CPU) std::fprintf(stderr, "device: %s\n", backend(device).description().c_str());
+  if (lead) std::fprintf(stderr, "device: %s\n", backend(device).description().c_str());
   if (lead)
     std::fprintf(stderr,
                  "%s on %s: %lld parameters, batch %d in micro-batches of %d, arena %s (training plan %s, lower bound "
@@ -553,7 +551,7 @@ int run(const Options& o, std::unique_ptr<Communicator>& comm) {
       "\"host_pool_bytes\":%zu,\"predicted_step_s\":%.6f,\"in_memory_step_s\":%.6f,\"measured_step_s\":%.6f%s}\n",
       o.model.c_str(), o.dataset.c_str(), o.epochs, batch, m, o.threads, static_cast<unsigned long long>(o.seed), samples_per_s,
       train_seconds, test_result.accuracy, test_result.loss, last_loss, static_cast<long long>(params.num_parameters()), arena.size(),
-      plan.lower_bound, device_name(device), o.tf32 && device == Device::CUDA ? "true" : "false",
+      plan.lower_bound, device_name(device), o.tf32 && backend(device).has_tf32() ? "true" : "false",
       sched.train_executor().recording() ? "true" : "false", optimizer_name(opt->kind()),
       lr_schedule_name(o.optimizer.schedule.kind), opt->lr(std::max(opt->steps() - 1, 0LL)), budget_of(o, device),
       max_rss_bytes(), strategy_name(o.strategy), strategy.choice.used.c_str(), strategy.choice.swapped.size(),

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "engine/device/arena.h"
+#include "engine/device/backend.h"
 #include "engine/strategy/memory_report.h"
 #include "engine/run/params.h"
 #include "engine/train/scheduler.h"
@@ -29,7 +30,7 @@ Trial run_trial(const Graph& g, int m, const TrialSetup& s) {
   Scheduler sched(g, params, arena, std::move(plan.train), std::move(plan.eval));
   // Full batches only (drop_last), restarting epochs as needed: every timed step trains s.batch samples.
   data::Loader loader(*s.train, s.batch, s.norm, /*shuffle=*/true, s.seed, /*drop_last=*/true,
-                      s.device == Device::CPU ? Memory::Host : Memory::Pinned);
+                      backend(s.device).host_memory());
   int epoch = 0;
   loader.start_epoch(epoch);
   auto step = [&] {
