@@ -13,18 +13,32 @@
 namespace crumb {
 namespace {
 
+// What the removed branches gave, device by device.
+struct Answers {
+  Memory memory, host_memory;
+  bool copies_overlap, can_record;
+  std::vector<DType> float_dtypes;
+  bool has_tf32;
+  int timing_batch;
+  const char* communicator;
+};
+
+void expect_answers(Device device, const Answers& want) {
+  Backend& b = backend(device);
+  EXPECT_EQ(b.memory(), want.memory);
+  EXPECT_EQ(memory_of(device), want.memory);
+  EXPECT_EQ(b.host_memory(), want.host_memory);
+  EXPECT_EQ(b.copies_overlap(), want.copies_overlap);
+  EXPECT_EQ(b.can_record(), want.can_record);
+  EXPECT_EQ(b.float_dtypes(), want.float_dtypes);
+  EXPECT_EQ(b.has_tf32(), want.has_tf32);
+  EXPECT_EQ(b.timing_batch(), want.timing_batch);
+  EXPECT_STREQ(b.communicator(), want.communicator);
+}
+
 TEST(Backend, CpuComputesAndStagesInHostMemory) {
-  Backend& cpu = backend(Device::CPU);
-  EXPECT_EQ(cpu.memory(), Memory::Host);
-  EXPECT_EQ(cpu.host_memory(), Memory::Host);
-  EXPECT_EQ(memory_of(Device::CPU), Memory::Host);
-  EXPECT_FALSE(cpu.copies_overlap());
-  EXPECT_FALSE(cpu.can_record());
-  EXPECT_EQ(cpu.default_budget(), std::size_t{4} << 30);
-  EXPECT_EQ(cpu.float_dtypes(), (std::vector<DType>{DType::F32, DType::F64}));
-  EXPECT_FALSE(cpu.has_tf32());
-  EXPECT_EQ(cpu.timing_batch(), 4);
-  EXPECT_STREQ(cpu.communicator(), "mpi");
+  expect_answers(Device::CPU, {Memory::Host, Memory::Host, false, false, {DType::F32, DType::F64}, false, 4, "mpi"});
+  EXPECT_EQ(backend(Device::CPU).default_budget(), std::size_t{4} << 30);
   MirroredBuffer block(64, Device::CPU);
   EXPECT_EQ(block.host(), block.device()) << "the CPU computes on the host copy itself";
 }
@@ -36,19 +50,11 @@ TEST(Backend, PreferredDeviceIsAUsableGpu) {
 
 TEST(Backend, CudaComputesInDeviceMemoryAndStagesFromPinnedMemory) {
   CRUMB_REQUIRE_GPU();
+  expect_answers(Device::CUDA, {Memory::Cuda, Memory::Pinned, true, true, {DType::F32}, true, 32, "nccl"});
   Backend& gpu = backend(Device::CUDA);
-  EXPECT_EQ(gpu.memory(), Memory::Cuda);
-  EXPECT_EQ(gpu.host_memory(), Memory::Pinned);
-  EXPECT_EQ(memory_of(Device::CUDA), Memory::Cuda);
-  EXPECT_TRUE(gpu.copies_overlap());
-  EXPECT_TRUE(gpu.can_record());
   const std::size_t free_bytes = gpu.free_bytes();
   EXPECT_LE(gpu.default_budget(), free_bytes);
   EXPECT_GE(gpu.default_budget(), free_bytes / 10 * 9);  // 95% of what is free, give or take other processes
-  EXPECT_EQ(gpu.float_dtypes(), std::vector<DType>{DType::F32});
-  EXPECT_TRUE(gpu.has_tf32());
-  EXPECT_EQ(gpu.timing_batch(), 32);
-  EXPECT_STREQ(gpu.communicator(), "nccl");
   // Buffers find the backend of their memory kind.
   EXPECT_EQ(&backend_serving(Memory::Pinned, 0), &gpu);
   EXPECT_EQ(&backend_serving(Memory::Cuda, 0), &gpu);
