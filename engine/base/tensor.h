@@ -16,6 +16,15 @@ inline const char* dtype_name(DType t) {
   return t == DType::F32 ? "F32" : t == DType::F64 ? "F64" : t == DType::I32 ? "I32" : t == DType::I64 ? "I64" : "U8";
 }
 inline const char* device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
+// The device device_name() calls `name`; false for any other name.
+inline bool device_named(const std::string& name, Device& out) {
+  for (Device d : {Device::CPU, Device::CUDA})
+    if (name == device_name(d)) {
+      out = d;
+      return true;
+    }
+  return false;
+}
 
 using Dims = std::vector<int64_t>;
 

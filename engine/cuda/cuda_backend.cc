@@ -175,9 +175,9 @@ std::unique_ptr<Recording> CudaBackend::record(const std::function<void()>& enqu
 }
 
 CRUMB_ON_LOAD {
-  register_device(Device::CUDA, {cuda_device_available, [](int index) -> std::unique_ptr<Backend> {
-                                   return std::make_unique<CudaBackend>(index);
-                                 }});
+  register_device(Device::CUDA, {cuda_device_available,
+                                 [](int index) -> std::unique_ptr<Backend> { return std::make_unique<CudaBackend>(index); },
+                                 Memory::Cuda, Memory::Pinned});
 }
 
 }  // namespace crumb::cuda

@@ -46,6 +46,18 @@ class CudaBackend final : public Backend {
   std::string description() const override;
   std::size_t free_bytes() const override;
   std::size_t runtime_bytes() const override { return kBlasWorkspaceBytes; }
+  bool copies_overlap() const override { return true; }
+  bool can_record() const override { return true; }
+  // 95% of the free device memory: the rest is left to what cuDNN and the driver allocate for themselves,
+  // such as loaded kernels.
+  std::size_t default_budget() const override { return free_bytes() / 20 * 19; }
+  // The kernels are float32 only (the op rows' dtype).
+  std::vector<DType> float_dtypes() const override { return {DType::F32}; }
+  bool has_tf32() const override { return true; }
+  // Enough samples to fill the SMs.
+  int timing_batch() const override { return 32; }
+  // NCCL, bootstrapped over MPI (engine/dist/nccl_communicator.h).
+  const char* communicator() const override { return "nccl"; }
   void activate() override;
   void zero(void* p, std::size_t bytes) override;
   void synchronize() override;

@@ -1,6 +1,7 @@
 #include "engine/device/arena.h"
 
 #include "engine/base/error.h"
+#include "engine/device/backend.h"
 
 namespace crumb {
 

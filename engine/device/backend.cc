@@ -14,6 +14,17 @@ class CpuBackend final : public Backend {
  public:
   CpuBackend() : Backend(Device::CPU, 0) {}
   std::string description() const override { return "cpu"; }
+  bool copies_overlap() const override { return false; }
+  bool can_record() const override { return false; }
+  // Host memory has no natural budget: 4 GiB, so that a batch is micro-batched only when a whole batch
+  // would not fit in that.
+  std::size_t default_budget() const override { return std::size_t{4} << 30; }
+  std::vector<DType> float_dtypes() const override { return {DType::F32, DType::F64}; }
+  bool has_tf32() const override { return false; }
+  // A handful of samples: enough for times to scale linearly (docs/memory.md), few enough that ResNet-50
+  // at 224x224 takes seconds.
+  int timing_batch() const override { return 4; }
+  const char* communicator() const override { return "mpi"; }
   void activate() override {}
   std::size_t free_bytes() const override { return 0; }
   std::size_t runtime_bytes() const override { return 0; }
@@ -25,7 +36,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<InputStaging> make_staging(const std::vector<std::size_t>&) override { return nullptr; }
   std::unique_ptr<CopyQueue> make_copy_queue(int tickets) override { return std::make_unique<ThreadCopyQueue>(tickets); }
   void* allocate(Memory kind, std::size_t) override {
-    CRUMB_FAIL("the CPU backend has no ", kind == Memory::Pinned ? "pinned" : "device", " memory; use --device cpu");
+    CRUMB_FAIL("the CPU backend has no ", memory_name(kind), " memory; use --device cpu");
   }
   void release(Memory, void*) noexcept override {}
   void copy(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }
@@ -39,10 +50,19 @@ struct Registered {
   DeviceFactory factory;
   std::vector<std::unique_ptr<Backend>> made;  // by device index, created on first use
 };
+bool always() { return true; }
+std::unique_ptr<Backend> make_cpu(int index) {
+  CRUMB_CHECK(index == 0, "the CPU is device 0, not ", index);
+  return std::make_unique<CpuBackend>();
+}
 // Never destroyed, nor are the backends in it: buffers released during static destruction still reach
-// their backend.
+// their backend. The CPU comes first, so the others can be looked for past it.
 std::vector<Registered>& devices() {
-  static auto* table = new std::vector<Registered>();
+  static auto* table = [] {
+    auto* t = new std::vector<Registered>();
+    t->push_back({Device::CPU, {always, make_cpu, Memory::Host, Memory::Host}, {}});
+    return t;
+  }();
   return *table;
 }
 Registered* find_device(Device device) {
@@ -50,32 +70,48 @@ Registered* find_device(Device device) {
     if (r.device == device) return &r;
   return nullptr;
 }
+Registered& registered(Device device) {
+  Registered* r = find_device(device);
+  CRUMB_CHECK(r, "this build of Crumb has no ", device_name(device),
+              " backend (build it where nvcc and the CUDA toolkit are found); use --device cpu");
+  return *r;
+}
 }  // namespace
+
+Memory Backend::memory() const { return memory_of(device_); }
+Memory Backend::host_memory() const { return registered(device_).factory.host_memory; }
 
 void register_device(Device device, DeviceFactory factory) { devices().push_back({device, factory, {}}); }
 
 bool device_available(Device device) {
-  if (device == Device::CPU) return true;
   const Registered* r = find_device(device);
   return r && r->factory.available();
 }
 
+Device preferred_device() {
+  for (auto r = devices().begin() + 1; r != devices().end(); ++r)
+    if (r->factory.available()) return r->device;
+  return Device::CPU;
+}
+
 Backend& backend(Device device, int index) {
-  if (device == Device::CPU) {
-    CRUMB_CHECK(index == 0, "the CPU is device 0, not ", index);
-    static CpuBackend cpu;
-    return cpu;
-  }
   static std::mutex mu;
   std::lock_guard<std::mutex> lock(mu);
-  Registered* r = find_device(device);
-  CRUMB_CHECK(r, "this build of Crumb has no ", device_name(device),
-              " backend (build it where nvcc and the CUDA toolkit are found); use --device cpu");
+  Registered& r = registered(device);
   CRUMB_CHECK(index >= 0 && index < 1024, device_name(device), " device index ", index,
               " is out of range; use --device cpu");
-  if (r->made.size() <= static_cast<std::size_t>(index)) r->made.resize(index + 1);
-  if (!r->made[index]) r->made[index] = r->factory.create(index);
-  return *r->made[index];
+  if (r.made.size() <= static_cast<std::size_t>(index)) r.made.resize(index + 1);
+  if (!r.made[index]) r.made[index] = r.factory.create(index);
+  return *r.made[index];
+}
+
+Memory memory_of(Device device) { return registered(device).factory.memory; }
+
+Backend& backend_serving(Memory kind, int index) {
+  for (const Registered& r : devices())
+    if (r.factory.memory == kind || r.factory.host_memory == kind) return backend(r.device, index);
+  CRUMB_FAIL("this build of Crumb has no device with ", memory_name(kind),
+             " memory (build it where nvcc and the CUDA toolkit are found); use --device cpu");
 }
 
 CompiledStep compile_step(Backend& b, const Graph& g, const Node& n, int max_batch) {

@@ -22,7 +22,7 @@ char* allocate(std::size_t bytes, Memory kind, int device) {
     return p;
   }
   // Pinned and device memory come from the GPU's backend (an error naming --device cpu without one).
-  return static_cast<char*>(backend(Device::CUDA, device).allocate(kind, rounded));
+  return static_cast<char*>(backend_serving(kind, device).allocate(kind, rounded));
 }
 
 void release(char* p, Memory kind, int device) {
@@ -31,7 +31,7 @@ void release(char* p, Memory kind, int device) {
     std::free(p);
     return;
   }
-  backend(Device::CUDA, device).release(kind, p);  // a buffer of this kind exists, so its backend does too
+  backend_serving(kind, device).release(kind, p);  // a buffer of this kind exists, so its backend does too
 }
 
 }  // namespace
@@ -61,19 +61,20 @@ void copy_bytes(void* dst, Memory dst_kind, const void* src, Memory src_kind, st
     std::memcpy(dst, src, bytes);
     return;
   }
-  backend(Device::CUDA, device).copy(dst, src, bytes);
+  backend_serving(Memory::Cuda, device).copy(dst, src, bytes);
 }
 
 MirroredBuffer::MirroredBuffer(std::size_t bytes, Device device, int index) : host_(bytes, Memory::Host) {
-  if (device == Device::CUDA) device_ = Buffer(bytes, Memory::Cuda, index);
+  const Memory kind = memory_of(device);
+  if (kind != Memory::Host) device_ = Buffer(bytes, kind, index);
 }
 
 void MirroredBuffer::to_device() {
-  if (device_.size()) copy_bytes(device_.data(), Memory::Cuda, host_.data(), Memory::Host, size(), device_.device());
+  if (device_.size()) copy_bytes(device_.data(), device_.kind(), host_.data(), Memory::Host, size(), device_.device());
 }
 
 void MirroredBuffer::to_host() {
-  if (device_.size()) copy_bytes(host_.data(), Memory::Host, device_.data(), Memory::Cuda, size(), device_.device());
+  if (device_.size()) copy_bytes(host_.data(), Memory::Host, device_.data(), device_.kind(), size(), device_.device());
 }
 
 }  // namespace crumb

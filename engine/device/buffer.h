@@ -15,15 +15,16 @@ enum class Memory : uint8_t {
   Cuda,    // device memory of one CUDA device
 };
 
-// Where a device computes: host memory for the CPU, device memory for CUDA.
-inline Memory memory_of(Device d) { return d == Device::CPU ? Memory::Host : Memory::Cuda; }
+inline const char* memory_name(Memory kind) {
+  return kind == Memory::Host ? "host" : kind == Memory::Pinned ? "pinned" : "cuda";
+}
 
 class Buffer {
  public:
   Buffer() = default;
-  // Zero-filled, 256-byte aligned. Pinned and Cuda memory come from CUDA device `device`'s backend.
-  // Throws crumb::Error when the memory is not there (or, for Pinned and Cuda, when this build has no
-  // CUDA or that device is not usable).
+  // Zero-filled, 256-byte aligned. Pinned and Cuda memory come from the backend that serves them
+  // (engine/device/backend.h's backend_serving), device `device` of its kind. Throws crumb::Error when the
+  // memory is not there (or, for Pinned and Cuda, when this build has no CUDA or that device is not usable).
   Buffer(std::size_t bytes, Memory kind, int device = 0);
   ~Buffer();
   Buffer(Buffer&& o) noexcept;
@@ -53,7 +54,7 @@ void copy_bytes(void* dst, Memory dst_kind, const void* src, Memory src_kind, st
 class MirroredBuffer {
  public:
   MirroredBuffer() = default;
-  // On device `index` of its kind (CUDA devices are numbered; the CPU is device 0).
+  // On device `index` of its kind (CUDA devices are numbered; the CPU is device 0), in its memory().
   MirroredBuffer(std::size_t bytes, Device device, int index = 0);
   char* host() const { return host_.data(); }
   char* device() const { return device_.size() ? device_.data() : host_.data(); }
@@ -62,7 +63,7 @@ class MirroredBuffer {
   void to_host();
 
  private:
-  Buffer host_, device_;  // device_ stays empty on the CPU
+  Buffer host_, device_;  // device_ stays empty where the device computes in host memory (the CPU)
 };
 
 }  // namespace crumb

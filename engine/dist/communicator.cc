@@ -1,16 +1,30 @@
 #include "engine/dist/communicator.h"
 
 #include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/base/error.h"
-#if CRUMB_HAVE_MPI
-#include "engine/dist/mpi_communicator.h"
-#endif
-#if CRUMB_HAVE_NCCL
-#include "engine/dist/nccl_communicator.h"
-#endif
+#include "engine/device/backend.h"
 
 namespace crumb {
+namespace {
+// Never destroyed, like the device table: registered at load, read after main() has started.
+std::vector<std::pair<std::string, CommunicatorFactory>>& communicators() {
+  static auto* table = new std::vector<std::pair<std::string, CommunicatorFactory>>();
+  return *table;
+}
+CommunicatorFactory find_communicator(const std::string& kind) {
+  for (const auto& [name, factory] : communicators())
+    if (name == kind) return factory;
+  return nullptr;
+}
+}  // namespace
+
+void register_communicator(const char* kind, CommunicatorFactory factory) {
+  communicators().emplace_back(kind, factory);
+}
 
 std::chrono::steady_clock::time_point Communicator::deadline() const {
   using Clock = std::chrono::steady_clock;
@@ -31,20 +45,14 @@ bool launched_by_mpi() {
 
 std::unique_ptr<Communicator> connect_ranks(Device device, double timeout_s) {
   if (!launched_by_mpi()) return nullptr;
-#if CRUMB_HAVE_MPI
-  if (device == Device::CPU) return std::make_unique<MpiCommunicator>(timeout_s);
-#if CRUMB_HAVE_NCCL
-  return std::make_unique<cuda::NcclCommunicator>(std::make_unique<MpiCommunicator>(timeout_s), timeout_s);
-#else
-  CRUMB_FAIL("launched by mpirun on CUDA, but this build has no NCCL (rebuild where CMake finds libnccl, or use "
-             "--device cpu)");
-#endif
-#else
-  (void)device;
-  (void)timeout_s;
-  CRUMB_FAIL("launched by mpirun, but this build has no MPI (install openmpi-bin and libopenmpi-dev, then rerun "
-             "tools/setup.sh)");
-#endif
+  // The launcher is MPI's, and every communicator is bootstrapped over it.
+  CRUMB_CHECK(find_communicator("mpi"), "launched by mpirun, but this build has no MPI (install openmpi-bin and "
+                                        "libopenmpi-dev, then rerun tools/setup.sh)");
+  const std::string kind = backend(device).communicator();
+  const CommunicatorFactory make = find_communicator(kind);
+  CRUMB_CHECK(make, "launched by mpirun on ", device_name(device), ", but this build has no ", kind,
+              " communicator (rebuild where CMake finds lib", kind, ", or use --device cpu)");
+  return make(timeout_s);
 }
 
 }  // namespace crumb

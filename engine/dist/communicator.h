@@ -1,7 +1,7 @@
 // The ranks of a data-parallel run and the few collectives training needs. One process per rank; every
 // rank calls the same collectives in the same order. MPI serves the CPU (engine/dist/mpi_communicator.h) and
-// NCCL serves CUDA devices (engine/dist/nccl_communicator.h, bootstrapped over MPI); connect_ranks()
-// picks one. A collective that does not finish by the deadline is an error naming the rank, never a hang:
+// NCCL serves CUDA devices (engine/dist/nccl_communicator.h, bootstrapped over MPI); each registers itself
+// by its kind, and connect_ranks() takes the one the device's backend names (Backend::communicator). A collective that does not finish by the deadline is an error naming the rank, never a hang:
 // the caller prints it and abort() ends every rank.
 #pragma once
 #include <chrono>
@@ -48,11 +48,17 @@ class Communicator {
   double timeout_s_;
 };
 
+// Connects this process to the ranks it was launched among, with collectives that fail after timeout_s
+// seconds. Each communicator registers its factory at load time (CRUMB_ON_LOAD in its own file) under
+// the kind Backend::communicator() names; "mpi" is also the bootstrap the others connect through.
+using CommunicatorFactory = std::unique_ptr<Communicator> (*)(double timeout_s);
+void register_communicator(const char* kind, CommunicatorFactory factory);
+
 // Whether this process was started by an MPI launcher (mpirun, mpiexec, srun with PMI/PMIx).
 bool launched_by_mpi();
-// The ranks this process was launched among, for training on `device`, with collectives that fail after
-// timeout_s seconds; null when it was not launched by MPI. A build without MPI (or, for CUDA, without
-// NCCL) that was launched by MPI is an error naming what to rebuild with.
+// The ranks this process was launched among, for training on `device` (device 0 of its kind), over the
+// communicator its backend names; null when it was not launched by MPI. A build without MPI (or, for
+// CUDA, without NCCL) that was launched by MPI is an error naming what to rebuild with.
 std::unique_ptr<Communicator> connect_ranks(Device device, double timeout_s);
 
 }  // namespace crumb

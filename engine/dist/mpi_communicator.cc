@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "engine/base/error.h"
+#include "engine/base/registry.h"
 
 namespace crumb {
 namespace {
@@ -90,6 +91,12 @@ void MpiCommunicator::wait(std::vector<MPI_Request>& requests, const char* what)
 void MpiCommunicator::abort(int code) {
   MPI_Abort(MPI_COMM_WORLD, code);
   std::_Exit(code);  // MPI_Abort does not return; this keeps [[noreturn]] honest if it ever did
+}
+
+CRUMB_ON_LOAD {
+  register_communicator("mpi", [](double timeout_s) -> std::unique_ptr<Communicator> {
+    return std::make_unique<MpiCommunicator>(timeout_s);
+  });
 }
 
 }  // namespace crumb

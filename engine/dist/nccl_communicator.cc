@@ -6,6 +6,7 @@
 
 #include "engine/cuda/cuda_backend.h"
 #include "engine/base/error.h"
+#include "engine/base/registry.h"
 #include "kernels/cuda/check.h"
 
 namespace crumb::cuda {
@@ -86,6 +87,12 @@ void NcclCommunicator::finish_sums() {
   }
   CRUMB_CUDA_CHECK(cudaStreamWaitEvent(compute_, done_, 0));
   pending_ = false;
+}
+
+CRUMB_ON_LOAD {
+  register_communicator("nccl", [](double timeout_s) -> std::unique_ptr<Communicator> {
+    return std::make_unique<NcclCommunicator>(std::make_unique<MpiCommunicator>(timeout_s), timeout_s);
+  });
 }
 
 }  // namespace crumb::cuda

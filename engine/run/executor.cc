@@ -59,12 +59,11 @@ Executor::Executor(const Graph& g, ParamStore& params, Arena& arena, CompiledPas
     metric_bytes += 8 * static_cast<std::size_t>(val.count(1));
   }
   const int index = arena.index();
-  metrics_ = Buffer(metric_bytes, memory_of(device()), index);
-  if (compiled_.plan.host_pool_bytes)
-    host_pool_ = Buffer(compiled_.plan.host_pool_bytes, device() == Device::CPU ? Memory::Host : Memory::Pinned, index);
-  readback_ = Buffer(loss_metric_bytes_, device() == Device::CPU ? Memory::Host : Memory::Pinned, index);
+  metrics_ = Buffer(metric_bytes, backend_.memory(), index);
+  if (compiled_.plan.host_pool_bytes) host_pool_ = Buffer(compiled_.plan.host_pool_bytes, backend_.host_memory(), index);
+  readback_ = Buffer(loss_metric_bytes_, backend_.host_memory(), index);
   if (std::any_of(steps_.begin(), steps_.end(), [](const Step& st) { return st.node->def->random; }))
-    random_ = Buffer(sizeof(RandomKey), memory_of(device()), index);
+    random_ = Buffer(sizeof(RandomKey), backend_.memory(), index);
   int tickets = 0;
   for (const Step& st : steps_)
     if (st.node->def == &kSwapCopy) tickets = std::max(tickets, ops::attrs<SwapAttrs>(*st.node).ticket + 1);

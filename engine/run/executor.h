@@ -63,7 +63,7 @@ class Executor {
   // Recording on (the default) or off; off runs every step from the host each time.
   void set_recording(bool on);
   // Whether runs are replayed from recordings: on, on a device that records, and no capture has failed.
-  bool recording() const { return record_ && device() != Device::CPU; }
+  bool recording() const { return record_ && backend_.can_record(); }
   // Told each step of a batch's last micro-batch (null: none). Those runs are never recorded: the
   // observer's host-side work (polling, timing) must run every time.
   void set_observer(StepObserver* observer) { observer_ = observer; }
@@ -130,8 +130,8 @@ class Executor {
   // come first, so results() reads back only those bytes.
   Buffer metrics_;
   std::size_t loss_metric_bytes_ = 0;
-  Buffer host_pool_;  // the plan's host-pool space (pinned on CUDA), if it placed anything there
-  Buffer readback_;  // metrics_ copied back to the host (pinned on CUDA)
+  Buffer host_pool_;  // the plan's host-pool space (in the backend's host_memory()), if it placed anything there
+  Buffer readback_;  // metrics_ copied back to the host (in host_memory())
   Buffer random_;    // the run's RandomKey in the device's memory, if a step reads one
   std::unique_ptr<CopyQueue> copies_;  // the swap schedule's copies, if the plan has one (after host_pool_:
                                        // destroyed first, so no copy outlives the memory it touches)

@@ -1,6 +1,8 @@
 #include "engine/run/params.h"
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "engine/device/backend.h"
 #include "engine/base/error.h"
@@ -40,9 +42,13 @@ ParamStore::ParamStore(const Graph& g, Device device, int index)
       index_(index),
       offset_(g.num_values(), -1),
       grad_owner_(g.num_values(), -1) {
-  backend(device, index);  // the device must exist: an error naming it (and --device cpu) if not
-  CRUMB_CHECK(device == Device::CPU || dtype_ == DType::F32, "CUDA runs float32 models only, this graph is ",
-              dtype_name(dtype_));
+  // The device must exist: an error naming it (and --device cpu) if not.
+  const std::vector<DType> runs = backend(device, index).float_dtypes();
+  if (std::find(runs.begin(), runs.end(), dtype_) == runs.end()) {
+    std::string names;
+    for (DType d : runs) names += std::string(names.empty() ? "" : " and ") + dtype_name(d);
+    CRUMB_FAIL(device_name(device), " runs ", names, " models only, this graph is ", dtype_name(dtype_));
+  }
   for (ValueId p : g.params()) {
     offset_[p] = static_cast<int64_t>(count_);
     count_ += padded_count(g, p);

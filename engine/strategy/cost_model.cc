@@ -49,8 +49,8 @@ double CostModel::simulate(const Graph& g, int m) const {
 
 CostModel measure_costs(const Graph& g, int m, Device device, int index) {
   CostModel c;
-  // Small enough to take a few seconds on the CPU at ResNet-50's 224x224; a GPU needs more to fill it.
-  c.measured_batch = std::max(1, std::min(m, device == Device::CPU ? 4 : 32));
+  Backend& b = backend(device, index);
+  c.measured_batch = std::max(1, std::min(m, b.timing_batch()));
   {
     ParamStore params(g, device, index);
     params.init(1);
@@ -60,7 +60,7 @@ CostModel measure_costs(const Graph& g, int m, Device device, int index) {
     for (ValueId x : g.inputs()) {
       // Zeros: valid images and valid labels (class 0) alike.
       inputs.emplace_back(static_cast<std::size_t>(g.value(x).count(c.measured_batch)) * dtype_size(g.value(x).dtype),
-                          memory_of(device), index);
+                          b.memory(), index);
       e.bind(x, inputs.back().data());
     }
     std::vector<double> best;
@@ -72,9 +72,8 @@ CostModel measure_costs(const Graph& g, int m, Device device, int index) {
     }
     for (std::size_t s = 0; s < best.size(); ++s) c.node_seconds[g.node(e.plan().order[s]).name] = best[s];
   }
-  Backend& b = backend(device, index);
   constexpr std::size_t kBytes = std::size_t{16} << 20;
-  Buffer on_device(kBytes, memory_of(device), index), host(kBytes, device == Device::CPU ? Memory::Host : Memory::Pinned, index);
+  Buffer on_device(kBytes, b.memory(), index), host(kBytes, b.host_memory(), index);
   const std::unique_ptr<CopyQueue> q = b.make_copy_queue(1);
   double fastest = 1e30;
   for (int run = 0; run < 3; ++run)
@@ -87,7 +86,7 @@ CostModel measure_costs(const Graph& g, int m, Device device, int index) {
       fastest = std::min(fastest, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
   c.seconds_per_byte = fastest / kBytes;
-  c.copies_overlap = device != Device::CPU;
+  c.copies_overlap = b.copies_overlap();
   return c;
 }
 

@@ -15,8 +15,9 @@ struct CostModel {
   int measured_batch = 0;
   std::unordered_map<std::string, double> node_seconds;  // by node name, at measured_batch samples
   double seconds_per_byte = 0;                           // a copy to or from the host pool
-  // Whether copies overlap the kernels: on a GPU the copy engines run beside the SMs; on the CPU the copy
-  // thread takes a core and memory bandwidth from the kernels' threads, so a copy's time adds to the step.
+  // Whether copies overlap the kernels (Backend::copies_overlap): on a GPU the copy engines run beside the
+  // SMs; on the CPU the copy thread takes a core and memory bandwidth from the kernels' threads, so a
+  // copy's time adds to the step.
   bool copies_overlap = true;
 
   // Seconds of node n at a micro-batch of m samples: its own measured time, or for a node a memory
@@ -28,8 +29,9 @@ struct CostModel {
   double simulate(const Graph& g, int m) const;
 };
 
-// Runs g's training pass (g must have its backward) at min(m, 4) samples on the CPU, min(m, 32) on a GPU:
-// once to warm up, then two timed runs, keeping each node's fastest; then copies of 16 MiB each way, fastest of three.
+// Runs g's training pass (g must have its backward) at min(m, Backend::timing_batch()) samples (4 on the
+// CPU, 32 on a GPU): once to warm up, then two timed runs, keeping each node's fastest; then copies of
+// 16 MiB each way, fastest of three.
 CostModel measure_costs(const Graph& g, int m, Device device, int index = 0);
 
 }  // namespace crumb

@@ -35,10 +35,12 @@ MemoryBreakdown measure_memory(const Graph& g, const CompiledPass& train, const 
   mb.workspace = train.plan.workspace_bytes;
   mb.arena = std::max(train.plan.arena_bytes, eval.plan.arena_bytes);
   mb.host_pool = train.plan.host_pool_bytes;
-  // Double-buffered device slots (engine/device/staging.h); the CPU reads the loader's buffers in place.
-  if (train.device != Device::CPU)
+  const Backend& b = backend(train.device, train.index);
+  // Double-buffered device slots (engine/device/staging.h), where inputs are copied from host memory; a
+  // device that computes in host memory (the CPU) reads the loader's buffers in place.
+  if (b.host_memory() != b.memory())
     for (ValueId x : g.inputs()) mb.staging += 2 * align_up(g.value(x).count(m) * dtype_size(g.value(x).dtype));
-  mb.runtime = backend(train.device, train.index).runtime_bytes();
+  mb.runtime = b.runtime_bytes();
   return mb;
 }
 
@@ -59,7 +61,8 @@ MemoryBreakdown measure_memory(const Graph& g, int m, const OptimizerConfig& opt
 
 void count_loader(const Graph& g, int batch, MicroBatchPlan& plan) {
   plan.memory.loader = 0;
-  if (plan.train.device != Device::CPU) return;  // pinned host memory, outside a device budget
+  const Backend& b = backend(plan.train.device, plan.train.index);
+  if (b.host_memory() != b.memory()) return;  // host memory (pinned on CUDA), outside a device budget
   for (ValueId x : g.inputs()) {
     const std::size_t sample = static_cast<std::size_t>(g.value(x).count(1)) * dtype_size(g.value(x).dtype);
     plan.memory.loader += 2 * sample * (static_cast<std::size_t>(batch) + plan.micro_batch);

@@ -19,7 +19,8 @@ void Progress::on_fit_begin(Trainer& t) {
     write_strategy_report(os, t.graph(), p.strategy);
     std::fputs(os.str().c_str(), stderr);
   }
-  if (t.device() != Device::CPU) std::fprintf(stderr, "device: %s\n", backend(t.device()).description().c_str());
+  const std::string device = backend(t.device()).description();
+  if (device != device_name(t.device())) std::fprintf(stderr, "device: %s\n", device.c_str());
   const MemoryPlan& plan = t.scheduler().train_executor().plan();
   std::fprintf(stderr,
                "%s on %s: %lld parameters, batch %d in micro-batches of %d, arena %s (training plan %s, lower bound "

@@ -29,7 +29,7 @@ RunSummary summarize(Trainer& t, const FitResult& r) {
   s.arena_bytes = t.arena_bytes();
   s.arena_lower_bound = plan.lower_bound;
   s.device = device_name(t.device());
-  s.tf32 = c.tf32 && t.device() == Device::CUDA;
+  s.tf32 = c.tf32 && backend(t.device()).has_tf32();
   s.cuda_graphs = t.scheduler().train_executor().recording();
   s.optimizer = optimizer_name(opt.kind());
   s.lr_schedule = lr_schedule_name(c.optimizer.schedule.kind);

@@ -118,15 +118,13 @@ std::string result_settings(const TrainConfig& c) {
 }
 
 Device pick_device(const TrainConfig& c) {
-  if (!c.device) return device_available(Device::CUDA) ? Device::CUDA : Device::CPU;
-  if (*c.device != Device::CPU) backend(*c.device);
+  if (!c.device) return preferred_device();
+  backend(*c.device);
   return *c.device;
 }
 
-// The rest of a GPU's free memory is left to what cuDNN and the driver allocate for themselves.
 std::size_t budget_of(const TrainConfig& c, Device device) {
-  if (c.memory_budget) return c.memory_budget;
-  return device == Device::CPU ? kDefaultCpuBudget : backend(device).free_bytes() / 20 * 19;
+  return c.memory_budget ? c.memory_budget : backend(device).default_budget();
 }
 
 RunPlan plan_run(const TrainConfig& c, const data::DataShape& shape, int batch, Device device) {
@@ -180,7 +178,7 @@ void Trainer::prepare() {
   params_ = std::make_unique<ParamStore>(plan_.graph, device);
   params_->init(cfg_.seed);
   // A GPU copies micro-batches straight out of the loader's buffers, asynchronously when they are pinned.
-  const Memory batch_memory = device == Device::CPU ? Memory::Host : Memory::Pinned;
+  const Memory batch_memory = backend(device).host_memory();
   train_loader_ = std::make_unique<data::Loader>(data_->train, batch_, data_->norm, /*shuffle=*/true, cfg_.seed,
                                                  cfg_.drop_last, batch_memory);
   if (cfg_.augment) train_loader_->set_augment({4, true});

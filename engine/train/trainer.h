@@ -34,9 +34,6 @@
 
 namespace crumb {
 
-// The CPU budget when none is given: a batch is micro-batched only when it would not fit in it.
-inline constexpr std::size_t kDefaultCpuBudget = std::size_t{4} << 30;
-
 struct TrainConfig {
   // The model: a registered name (engine/train/model_registry.h), its normalisation and dropout.
   std::string model = "lenet5";
@@ -52,7 +49,7 @@ struct TrainConfig {
   std::optional<Device> device;  // none: CUDA where a GPU is usable, else the CPU
   int threads = 2;
   uint64_t seed = 0;
-  std::size_t memory_budget = 0;  // 0: kDefaultCpuBudget on the CPU, 95% of the free memory on a GPU
+  std::size_t memory_budget = 0;  // 0: the device's default (Backend::default_budget)
   Strategy strategy = Strategy::Auto;
   bool tf32 = false;         // float32 products and convolutions may use TF32 tensor cores (CUDA)
   bool cuda_graphs = true;   // replay each micro-batch's work as a recorded CUDA graph

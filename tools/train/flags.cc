@@ -234,7 +234,8 @@ Options parse_flags(const std::vector<std::string>& argv) {
     else if (name == "lr-gamma") opt.schedule.gamma = parse_float(name, value, 1e-12, 1);
     else if (name == "warmup-steps") opt.schedule.warmup_steps = parse_int(name, value, 0, 1LL << 40);
     else if (name == "device") {
-      CRUMB_CHECK(value == "cpu" || value == "cuda", "--device must be cpu or cuda, got '", value, "'");
+      Device d;
+      CRUMB_CHECK(device_named(value, d), "--device must be cpu or cuda, got '", value, "'");
       o.device = value;
     } else if (name == "threads") o.threads = (int)parse_int(name, value, 1, 1024);
     else if (name == "seed") o.seed = (uint64_t)parse_int(name, value, 0, (1LL << 62));
@@ -417,7 +418,8 @@ TrainConfig config_of(const Options& o) {
   c.batch = o.batch;
   c.micro_batch = o.micro_batch;
   c.optimizer = o.optimizer;
-  if (!o.device.empty()) c.device = o.device == "cuda" ? Device::CUDA : Device::CPU;
+  Device device;
+  if (device_named(o.device, device)) c.device = device;
   c.threads = o.threads;
   c.seed = o.seed;
   c.memory_budget = o.memory_budget;

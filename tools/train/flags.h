@@ -35,7 +35,7 @@ struct Options {
   std::string data;     // empty: $CRUMB_DATA or Debian's dataset-fashion-mnist (Fashion-MNIST only)
   int limit_train = 0;  // 0: all training samples
   int limit_test = 0;   // 0: all test samples
-  std::size_t memory_budget = 0;  // bytes; 0: kDefaultCpuBudget
+  std::size_t memory_budget = 0;  // bytes; 0: the device's default (Backend::default_budget)
   Strategy strategy = Strategy::Auto;  // --strategy: micro-batching, swapping, recomputation (engine/strategy/memory_strategy.h)
   std::string save, load;  // checkpoint paths (safetensors)
   long long save_every = 0;  // --save-every N optimizer steps (0: at epoch ends only)
