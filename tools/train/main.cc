@@ -25,6 +25,7 @@
 #include "engine/data/cifar.h"
 #include "engine/data/idx.h"
 #include "engine/data/loader.h"
+#include "engine/data/npy.h"
 #include "engine/base/error.h"
 #include "engine/dist/grad_reducer.h"
 #include "engine/strategy/memory_report.h"
@@ -59,6 +60,11 @@ models::ModelSpec model_spec(const Options& o, int channels, int height, int wid
 models::ModelSpec planned_spec(const Options& o) {
   if (o.dataset == "cifar10") return model_spec(o, 3, 32, 32, 10);
   if (o.dataset == "synthetic") return model_spec(o, o.input[0], o.input[1], o.input[2], o.classes);
+  if (o.dataset == "npy") {  // mapped: only the headers and the labels are read
+    data::Dataset train, test;
+    data::load_npy_dir(o.data, train, test);
+    return model_spec(o, train.channels, train.height, train.width, train.num_classes);
+  }
   const std::string dir = o.data.empty() ? data::default_data_dir() : o.data;
   if (!data::mnist_split_exists(dir, "train")) return model_spec(o, 1, 28, 28, 10);
   const std::vector<int> dims = data::mnist_image_dims(dir, "train");
@@ -95,10 +101,7 @@ void split_synthetic(const Options& o, data::Dataset& train, data::Dataset& test
 }
 
 void truncate(data::Dataset& ds, int limit) {
-  if (limit <= 0 || limit >= ds.count) return;
-  ds.count = limit;
-  ds.pixels.resize(static_cast<size_t>(limit) * ds.sample_size());
-  ds.labels.resize(limit);
+  if (limit > 0 && limit < ds.count) ds.keep_first(limit);
 }
 
 // Accuracy and mean loss over the test set.
@@ -111,7 +114,7 @@ Evaluation evaluate(Scheduler& sched, data::Loader& loader, int count) {
   int64_t correct = 0;
   double loss_sum = 0;
   while (loader.next(b)) {
-    const BatchResult r = sched.evaluate({{"x", b.x}, {"y", b.y}}, b.size);
+    const BatchResult r = sched.evaluate(loader, b.size);
     correct += r.correct;
     loss_sum += r.loss_sum;
   }
@@ -348,18 +351,22 @@ int run(const Options& o, std::unique_ptr<Communicator>& comm) {
   // Rank 0 alone prints, evaluates and writes files.
   const bool lead = !comm || comm->rank() == 0;
   CRUMB_CHECK(ranks == 1 || o.sweep.empty(), "--sweep measures one process: run it without mpirun");
-  const bool cifar = o.dataset == "cifar10", synthetic = o.dataset == "synthetic";
+  const bool cifar = o.dataset == "cifar10", synthetic = o.dataset == "synthetic", npy = o.dataset == "npy";
   const std::string dir = synthetic ? "synthetic data" : o.data.empty() ? data::default_data_dir() : o.data;
   data::Dataset train, test;
   if (synthetic) {
     split_synthetic(o, train, test);
+  } else if (npy) {
+    data::load_npy_dir(dir, train, test);
   } else {
     train = cifar ? data::load_cifar10_split(dir, "train") : data::load_mnist_split(dir, "train");
     test = cifar ? data::load_cifar10_split(dir, "test") : data::load_mnist_split(dir, "t10k");
   }
   const data::Normalization& norm = cifar       ? data::kCifar10Norm
                                     : synthetic ? data::kSyntheticNorm
-                                                : data::kFashionMnistNorm;
+                                    : !npy      ? data::kFashionMnistNorm
+                                    : train.pixel_type() == data::PixelType::F32 ? data::kNpyF32Norm
+                                                                                 : data::kNpyU8Norm;
   truncate(train, o.limit_train);
   truncate(test, o.limit_test);
   CRUMB_CHECK(test.channels == train.channels && test.height == train.height && test.width == train.width,
@@ -392,8 +399,10 @@ int run(const Options& o, std::unique_ptr<Communicator>& comm) {
   const RssGrowth rss;
   ParamStore params(g, device);
   params.init(o.seed);
-  // A GPU copies micro-batches straight out of the loader's buffers, asynchronously when they are pinned.
+  // A GPU copies micro-batches straight out of the loader's slots, asynchronously when they are pinned. The
+  // loader assembles this rank's share of each batch, a micro-batch at a time.
   data::Loader train_loader(train, batch, norm, /*shuffle=*/true, o.seed, false, batch_memory);
+  train_loader.set_micro_batch(m, comm ? comm->rank() : 0, ranks);
   if (o.augment) train_loader.set_augment({4, true});
   // Evaluation runs in chunks of the micro-batch size: a sum over samples needs no batch.
   data::Loader test_loader(test, std::min(m, test.count), norm, /*shuffle=*/false, 0, false,
@@ -477,7 +486,7 @@ int run(const Options& o, std::unique_ptr<Communicator>& comm) {
     data::Batch b;
     while (train_loader.next(b)) {
       const Clock::time_point step_start = Clock::now();
-      BatchResult r = sched.train_batch({{"x", b.x}, {"y", b.y}}, b.size, random_key(o.seed, opt->steps()));
+      BatchResult r = sched.train_batch(train_loader, b.size, random_key(o.seed, opt->steps()));
       batch_seconds += seconds_since(step_start);
       micro_batches += r.micro_batches;
       const bool stop = comm ? sum_over_ranks(*comm, r, interrupted() != 0) : interrupted() != 0;

@@ -30,12 +30,13 @@ Trial run_trial(const Graph& g, int m, const TrialSetup& s) {
   // Full batches only (drop_last), restarting epochs as needed: every timed step trains s.batch samples.
   data::Loader loader(*s.train, s.batch, s.norm, /*shuffle=*/true, s.seed, /*drop_last=*/true,
                       s.device == Device::CPU ? Memory::Host : Memory::Pinned);
+  loader.set_micro_batch(m);
   int epoch = 0;
   loader.start_epoch(epoch);
   auto step = [&] {
     data::Batch b;
     while (!loader.next(b)) loader.start_epoch(++epoch);
-    sched.train_batch({{"x", b.x}, {"y", b.y}}, b.size);
+    sched.train_batch(loader, b.size);
     opt->step();
   };
   step();  // warm-up: first touches of the arena and parameters, lazily built kernel state
