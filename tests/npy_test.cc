@@ -158,6 +158,8 @@ TEST_F(NpyFiles, EveryDefectIsOneErrorLineNamingTheFile) {
       {"y.npy", npy("<u8", "(4,)", std::vector<uint64_t>{0, 1, uint64_t(1) << 40, 1}), "label 1099511627776 at index 2 is too large"},
       {"y.npy", npy("<i8", "(4,)", std::vector<int64_t>(4, 0)), "at least 2 classes"},
       {"y_test.npy", npy("<i2", "(4,)", std::vector<int16_t>{0, 3, 1, 1}), "label 3 at index 1 is not below the 3 classes"},
+      {"x_test.npy", npy("|u1", "(4, 1, 4, 1)", x), "images are 1x4x1 but those of"},
+      {"x_test.npy", npy("<f4", "(4, 1, 2, 2)", std::vector<float>(16)), "its dtype differs"},
   };
   for (const Case& c : cases) {
     write("x.npy", good_x);
@@ -165,6 +167,7 @@ TEST_F(NpyFiles, EveryDefectIsOneErrorLineNamingTheFile) {
     fs::remove(dir_ / "x_test.npy");
     fs::remove(dir_ / "y_test.npy");
     if (std::string(c.file) == "y_test.npy") write("x_test.npy", good_x);
+    if (std::string(c.file) == "x_test.npy") write("y_test.npy", good_y);
     write(c.file, c.bytes);
     const std::string msg = test::error_of([&] {
       Dataset train, test;

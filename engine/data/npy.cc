@@ -201,7 +201,7 @@ NpyArray parse_npy(const uint8_t* bytes, std::size_t size, const std::string& pa
   const bool digits = descr.size() >= 3 && std::all_of(descr.begin() + 2, descr.end(), [](char c) {
     return c >= '0' && c <= '9';
   });
-  CRUMB_CHECK(digits && descr.size() <= 4 && std::strchr("<>|=", descr[0]), path, ": dtype '", descr,
+  CRUMB_CHECK(digits && descr.size() <= 4 && std::string("<>|=").find(descr[0]) != std::string::npos, path, ": dtype '", descr,
               "' is not a plain numeric dtype (uint8 or float32 images, integer labels)");
   a.kind = descr[1];
   a.itemsize = std::stoi(descr.substr(2));
@@ -267,6 +267,9 @@ void load_npy_dir(const std::string& dir, Dataset& train, Dataset& test) {
     test = load_npy(xt, yt, train.num_classes);
     CRUMB_CHECK(test.pixel_type() == train.pixel_type(), xt, ": its dtype differs from that of ", x,
                 " (both uint8 or both float32)");
+    CRUMB_CHECK(test.channels == train.channels && test.height == train.height && test.width == train.width, xt,
+                ": images are ", test.channels, "x", test.height, "x", test.width, " but those of ", x, " are ",
+                train.channels, "x", train.height, "x", train.width);
     return;
   }
   // No test files: the last tenth of x.npy is the test set.
