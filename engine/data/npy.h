@@ -5,7 +5,7 @@
 // and y.npy, their labels (any integer dtype, shape N, each in [0, classes) where classes is the largest
 // training label + 1). The test set is x_test.npy + y_test.npy when both are there, else the last tenth of
 // x.npy (at least one sample), which then does not train. uint8 images are normalised like the image data
-// sets, float32 ones are taken as they are (kNpyU8Norm, kNpyF32Norm). Labels are converted to int32 in
+// sets, float32 ones are taken as they are (npy_normalization). Labels are converted to int32 in
 // memory (4 bytes a sample).
 #pragma once
 #include <cstddef>
@@ -20,6 +20,9 @@ namespace crumb::data {
 // uint8 .npy images: pixel / 255 mapped onto [-1, 1]. float32 ones: unchanged.
 inline const Normalization kNpyU8Norm{0.5f, 0.5f};
 inline const Normalization kNpyF32Norm{0.f, 1.f};
+inline const Normalization& npy_normalization(const Dataset& ds) {
+  return ds.pixel_type() == PixelType::F32 ? kNpyF32Norm : kNpyU8Norm;
+}
 
 // One .npy array as it lies in memory.
 struct NpyArray {

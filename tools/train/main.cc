@@ -364,9 +364,8 @@ int run(const Options& o, std::unique_ptr<Communicator>& comm) {
   }
   const data::Normalization& norm = cifar       ? data::kCifar10Norm
                                     : synthetic ? data::kSyntheticNorm
-                                    : !npy      ? data::kFashionMnistNorm
-                                    : train.pixel_type() == data::PixelType::F32 ? data::kNpyF32Norm
-                                                                                 : data::kNpyU8Norm;
+                                    : npy       ? data::npy_normalization(train)
+                                                : data::kFashionMnistNorm;
   truncate(train, o.limit_train);
   truncate(test, o.limit_test);
   CRUMB_CHECK(test.channels == train.channels && test.height == train.height && test.width == train.width,
