@@ -190,6 +190,30 @@ TEST(CudaEngine, TrainingLoopAllocatesNothing) {
   }
 }
 
+// Micro-batches streamed from pinned loader slots (the host waits for each copy before the loader reuses
+// a slot) train on the GPU as whole pinned batches sliced by the scheduler: within cuDNN's run-to-run
+// rounding (RecordedRunsMatchHostRuns); a slot overwritten too early would feed other samples.
+TEST(CudaEngine, StreamedMicroBatchesTrainLikeWholeBatches) {
+  CRUMB_REQUIRE_GPU();
+  for (int m : {29, 6}) {
+    TrainedModel whole("lenet5", m, 4, Device::CUDA), streamed("lenet5", m, 4, Device::CUDA);
+    data::Loader a(synthetic_dataset(), 29, {0.5f, 0.25f}, true, 9, false, Memory::Pinned);
+    data::Loader b(synthetic_dataset(), 29, {0.5f, 0.25f}, true, 9, false, Memory::Pinned);
+    b.set_micro_batch(m);
+    a.start_epoch(0);
+    b.start_epoch(0);
+    data::Batch wb, sb;
+    for (int step = 0; step < 4; ++step) {
+      ASSERT_TRUE(a.next(wb) && b.next(sb));
+      const double lw = whole.sched.train_batch({{"x", wb.x}, {"y", wb.y}}, wb.size).loss_sum;
+      EXPECT_NEAR(streamed.sched.train_batch(b, sb.size).loss_sum, lw, 1e-5 * lw) << "m " << m;
+      whole.opt->step();
+      streamed.opt->step();
+    }
+    EXPECT_LE(relative_error(streamed.weights(), whole.weights()), 1e-5) << "m " << m;
+  }
+}
+
 // ---- error paths, on every machine
 
 TEST(CudaEngine, NoDeviceIsAOneLineError) {

@@ -237,6 +237,90 @@ TEST(DataLoader, CropFlipAugmentation) {
   EXPECT_THROW(loader.set_augment({-1, false}), Error);
 }
 
+// Streamed micro-batches (set_micro_batch) are exactly the samples of the whole batch's slice, this rank's
+// share only, augmentation included, for any m and any split among ranks; a batch may be streamed again
+// or skipped.
+TEST(DataLoader, MicroBatchesAreSlicesOfTheWholeBatch) {
+  const Dataset ds = make_synthetic(70, 2, 6, 5, 3, 9);
+  const int batch = 16, sample = ds.sample_size();
+  for (const bool augment : {false, true})
+    for (const auto& [m, rank, ranks] : {std::array<int, 3>{16, 0, 1}, {5, 0, 1}, {1, 0, 1}, {3, 1, 3}, {4, 2, 3},
+                                         {2, 4, 5}, {7, 12, 20}, {40, 1, 2}}) {
+      Loader whole(ds, batch, kIdentity, true, 5), streamed(ds, batch, kIdentity, true, 5);
+      if (augment) whole.set_augment({2, true}), streamed.set_augment({2, true});
+      streamed.set_micro_batch(m, rank, ranks);
+      for (int epoch = 0; epoch < 2; ++epoch) {
+        whole.start_epoch(epoch);
+        streamed.start_epoch(epoch);
+        Batch w, s;
+        while (whole.next(w)) {
+          ASSERT_TRUE(streamed.next(s));
+          ASSERT_EQ(s.index, w.index);
+          ASSERT_EQ(s.size, w.size);
+          const BatchShare share = batch_share(w.size, ranks, rank);
+          if (share.size == 0) continue;
+          const int parts = (share.size + m - 1) / m;
+          EXPECT_EQ(s.x != nullptr, parts == 1);
+          for (int again = 0; again < (w.index == 1 ? 2 : 1); ++again) {
+            streamed.start(share.offset, share.size, m);
+            for (int i = 0; i < share.size; i += m) {
+              const void* const* part = streamed.next();
+              const int n = std::min(m, share.size - i), at = share.offset + i;
+              const float* x = static_cast<const float*>(part[0]);
+              const int32_t* y = static_cast<const int32_t*>(part[1]);
+              ASSERT_TRUE(std::equal(x, x + n * sample, w.x + at * sample))
+                  << "m " << m << " rank " << rank << "/" << ranks << " batch " << w.index << " sample " << at;
+              ASSERT_TRUE(std::equal(y, y + n, w.y + at));
+            }
+            EXPECT_THROW(streamed.next(), Error);  // the share is done
+          }
+        }
+        EXPECT_FALSE(streamed.next(s));
+      }
+    }
+  // Batches not streamed are skipped; the one after still holds its own samples.
+  Loader whole(ds, batch, kIdentity, true, 3), streamed(ds, batch, kIdentity, true, 3);
+  streamed.set_micro_batch(4);
+  whole.start_epoch(0);
+  streamed.start_epoch(0);
+  Batch w, s;
+  ASSERT_TRUE(streamed.next(s) && streamed.next(s) && streamed.next(s));
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(whole.next(w));
+  streamed.start(0, batch, 4);
+  for (int i = 0; i < 4; ++i) streamed.next();
+  streamed.start(0, batch, 4);  // from its start again
+  const float* x = static_cast<const float*>(streamed.next()[0]);
+  EXPECT_TRUE(std::equal(x, x + 4 * sample, w.x));
+  EXPECT_THROW(streamed.start(0, batch, 8), Error);  // not the loader's micro-batches
+  EXPECT_THROW(streamed.start(4, 12, 4), Error);     // not this rank's share
+}
+
+// Float32 samples (a mapped .npy, engine/data/npy.h) are normalised as they are, without the byte table,
+// and augmentation pads them with the normalised 0.
+TEST(DataLoader, Float32Samples) {
+  std::vector<float> values = {0.25f, -3.f, 1e6f, 7.5f, 0.f, -0.125f};
+  Dataset ds;
+  ds.count = 3;
+  ds.width = 2;
+  ds.height = 1;
+  ds.labels = {2, 0, 1};
+  ds.mapped = {values.data(), PixelType::F32, nullptr};
+  Loader loader(ds, 3, Normalization{0.5f, 2.f}, false, 0);
+  loader.start_epoch(0);
+  Batch b;
+  ASSERT_TRUE(loader.next(b));
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(b.x[i], (values[i] - 0.5f) / 2.f);
+  EXPECT_EQ(std::vector<int32_t>(b.y, b.y + 3), ds.labels);
+  Loader shifted(ds, 3, Normalization{0.5f, 2.f}, false, 0);
+  shifted.set_augment({1, false});
+  shifted.start_epoch(0);
+  ASSERT_TRUE(shifted.next(b));
+  for (int i = 0; i < 6; ++i) {
+    const bool padded = b.x[i] == (0.f - 0.5f) / 2.f, moved = b.x[i] == (values[i ^ 1] - 0.5f) / 2.f;
+    EXPECT_TRUE(b.x[i] == (values[i] - 0.5f) / 2.f || padded || moved) << i;
+  }
+}
+
 TEST(SyntheticData, Deterministic) {
   const Dataset a = make_synthetic(200, 3, 8, 8, 5, 11);
   const Dataset b = make_synthetic(200, 3, 8, 8, 5, 11);

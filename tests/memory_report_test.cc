@@ -106,17 +106,19 @@ TEST(MemoryReport, ChoosesLargestMicroBatchThatFits) {
   }
 }
 
-// On the CPU the budget is host memory, and the loader's batch buffers (two batches of B for training,
-// two chunks of m for evaluation) are part of it: a larger batch leaves less room for m.
-TEST(MemoryReport, BudgetCountsTheLoadersBatchBuffers) {
+// On the CPU the budget is host memory, and the loaders' buffers (two micro-batches of m for training,
+// two for evaluation) are part of it; they do not grow with the batch, which streams through them.
+TEST(MemoryReport, BudgetCountsTheLoadersMicroBatchSlots) {
   const Graph g = trained_graph("lenet5");
   const MemoryBreakdown mb = measure_memory(g, 32, kSgd, Device::CPU, 0, 1000);
   const std::size_t sample = 28 * 28 * sizeof(float) + sizeof(int32_t);
-  EXPECT_EQ(mb.loader, 2 * sample * (1000 + 32));
+  EXPECT_EQ(mb.loader, 4 * sample * 32);
   EXPECT_EQ(mb.total(), measure_memory(g, 32, kSgd).total() + mb.loader);
+  EXPECT_EQ(measure_memory(g, 32, kSgd, Device::CPU, 0, 16).loader, 2 * sample * (16 + 32));
   const std::size_t budget = mb.total();
   EXPECT_EQ(choose_micro_batch(g, 1000, budget, kSgd).micro_batch, 32);
-  EXPECT_LT(choose_micro_batch(g, 1100, budget, kSgd).micro_batch, 32);
+  EXPECT_EQ(choose_micro_batch(g, 60000, budget, kSgd).micro_batch, 32);
+  EXPECT_LT(choose_micro_batch(g, 1000, budget - 1, kSgd).micro_batch, 32);
 }
 
 TEST(MemoryReport, NeverChoosesMoreThanTheBatch) {

@@ -539,7 +539,7 @@ TEST(TrainCli, Cifar10) {
   const Result plan = run_train("--dataset cifar10 --data " + dir.string() + " --model cnn --batch 8 --explain");
   ASSERT_EQ(plan.code, 0) << plan.err;
   expect_one_error_line(run_train("--dataset cifar10"), "--dataset cifar10 needs --data DIR");
-  expect_one_error_line(run_train("--dataset imagenet"), "--dataset must be fashion-mnist, cifar10 or synthetic");
+  expect_one_error_line(run_train("--dataset imagenet"), "--dataset must be fashion-mnist, cifar10, synthetic or npy");
   std::filesystem::remove(dir / "test_batch.bin");
   expect_one_error_line(run_train("--dataset cifar10 --data " + dir.string()), "test_batch.bin' not found");
   std::filesystem::remove_all(dir);
@@ -576,3 +576,44 @@ TEST(TrainCli, BatchLargerThanTheDatasetIsTheWholeDataset) {
 }
 
 }  // namespace
+
+// A batch far larger than the budget could hold whole streams through the loader's micro-batch slots.
+TEST(TrainCli, LargeBatchUnderASmallBudget) {
+  if (!std::filesystem::exists(kData)) GTEST_SKIP() << "dataset-fashion-mnist not installed";
+  const Result r = run_train("--model lenet5 --batch 4096 --memory-budget 16MiB --limit-train 4096 --limit-test 64");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"batch\":4096"), std::string::npos) << r.out;
+  EXPECT_GT(json_number(r.out, "micro_batch"), 64);
+}
+
+// --dataset npy: a folder of .npy files trains; a bad one is one error line naming the file.
+TEST(TrainCli, NpyData) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("crumb_cli_npy_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& descr, const std::string& shape, const std::string& data) {
+    std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+    while ((10 + header.size() + 1) % 64) header += ' ';
+    header += '\n';
+    std::ofstream(dir / name, std::ios::binary) << "\x93NUMPY\x01" << '\0' << char(header.size() & 255)
+                                                << char(header.size() >> 8) << header << data;
+  };
+  // 200 images of 1x8x8 whose class (of 3) is their brightness.
+  std::string x, y;
+  for (int i = 0; i < 200; ++i) {
+    y += char(i % 3);
+    x += std::string(64, char(40 + 80 * (i % 3) + i % 7));
+  }
+  write("x.npy", "|u1", "(200, 1, 8, 8)", x);
+  write("y.npy", "|u1", "(200,)", y);
+  const Result r = run_train("--model mlp --dataset npy --data " + dir.string() + " --epochs 3 --batch 20 --lr 0.1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"dataset\":\"npy\""), std::string::npos) << r.out;
+  EXPECT_GT(json_number(r.out, "test_accuracy"), 0.9);  // the last 20 images, held out
+  expect_one_error_line(run_train("--dataset npy"), "--dataset npy needs --data DIR");
+  y[5] = 7;
+  y[6] = char(-1);
+  write("y.npy", "|i1", "(200,)", y);
+  expect_one_error_line(run_train("--model mlp --dataset npy --data " + dir.string()),
+                        (dir / "y.npy").string() + ": label -1 at index 6 is negative");
+  std::filesystem::remove_all(dir);
+}

@@ -9,6 +9,7 @@
 #include "engine/data/dataset.h"
 #include "engine/data/loader.h"
 #include "engine/base/error.h"
+#include "engine/graph/rng.h"
 #include "engine/optim/optimizer.h"
 #include "engine/train/scheduler.h"
 #include "engine/train/model_registry.h"
@@ -122,6 +123,62 @@ TEST(Training, InputsAreBoundByName) {
   EXPECT_NE(error_of({{"x", b.x}, {"y", b.y}, {"z", b.x}}).find("no input named 'z'"), std::string::npos);
   EXPECT_NE(error_of({{"x", b.x}, {"x", b.x}}).find("'x' is given twice"), std::string::npos);
   EXPECT_NE(error_of({{"x", nullptr}, {"y", b.y}}).find("'x' has no data"), std::string::npos);
+}
+
+// The loader streaming micro-batches of m (set_micro_batch) trains exactly as whole batches taken from it
+// and sliced by the scheduler: the same weights bit for bit, augmentation and a short last batch included.
+TEST(Training, StreamedMicroBatchesTrainLikeWholeBatches) {
+  const data::Dataset& ds = synthetic_dataset();
+  for (int m : {29, 8, 3}) {
+    TrainedModel whole("lenet5", m, 6), streamed("lenet5", m, 6);
+    data::Loader a(ds, 29, {0.5f, 0.25f}, true, 4), b(ds, 29, {0.5f, 0.25f}, true, 4);
+    a.set_augment({2, true});
+    b.set_augment({2, true});
+    b.set_micro_batch(m);
+    for (int epoch = 0; epoch < 2; ++epoch) {
+      a.start_epoch(epoch);
+      b.start_epoch(epoch);
+      data::Batch wb, sb;
+      while (a.next(wb)) {
+        ASSERT_TRUE(b.next(sb));
+        const uint64_t key = random_key(1, whole.opt->steps());
+        const double lw = whole.sched.train_batch({{"x", wb.x}, {"y", wb.y}}, wb.size, key).loss_sum;
+        const BatchResult rs = streamed.sched.train_batch(b, sb.size, key);
+        EXPECT_EQ(rs.loss_sum, lw);
+        EXPECT_EQ(rs.micro_batches, (sb.size + m - 1) / m);
+        whole.opt->step();
+        streamed.opt->step();
+      }
+      const BatchResult ew = whole.sched.evaluate({{"x", wb.x}, {"y", wb.y}}, wb.size);
+      b.start_epoch(epoch, a.batches_per_epoch() - 1);
+      ASSERT_TRUE(b.next(sb));
+      EXPECT_EQ(streamed.sched.evaluate(b, sb.size).loss_sum, ew.loss_sum);
+    }
+    EXPECT_EQ(streamed.weights(), whole.weights()) << "m " << m;
+  }
+}
+
+// Streaming from the loader allocates nothing per batch either (its slots are sized at start_epoch).
+TEST(Training, StreamedStepDoesNotAllocate) {
+  if (!alloc_counter_enabled()) GTEST_SKIP() << "allocation counting is unavailable under sanitizers";
+  TrainedModel r("lenet5", 20, 1);
+  data::Loader loader(synthetic_dataset(), 48, {0.5f, 0.25f}, true, 2);
+  loader.set_micro_batch(20);
+  loader.set_augment({2, true});
+  loader.start_epoch(0);
+  data::Batch b;
+  ASSERT_TRUE(loader.next(b));
+  r.sched.train_batch(loader, b.size);  // warm-up: lazy pointer resolution, thread pools
+  r.opt->step();
+  const AllocCount before = alloc_count();
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(loader.next(b));
+    r.sched.train_batch(loader, b.size);
+    r.opt->step();
+  }
+  const AllocCount after = alloc_count();
+  EXPECT_EQ(after.news, before.news) << "operator new called during streamed training steps";
+  EXPECT_EQ(after.mallocs, before.mallocs) << "malloc called during streamed training steps";
 }
 
 TEST(Training, StepDoesNotAllocate) {

@@ -43,6 +43,7 @@ class CudaStaging final : public InputStaging {
     CRUMB_CUDA_CHECK(cudaMemcpyAsync(slots_[i % 2].data() + offset_[k], src, bytes, cudaMemcpyHostToDevice, copy_));
   }
   void copied(int i) override { CRUMB_CUDA_CHECK(cudaEventRecord(copied_[i % 2], copy_)); }
+  void wait_copied(int i) override { CRUMB_CUDA_CHECK(cudaEventSynchronize(copied_[i % 2])); }
   void await(int i) override { CRUMB_CUDA_CHECK(cudaStreamWaitEvent(compute_, copied_[i % 2], 0)); }
   const void* slot(int i, std::size_t k) const override { return slots_[i % 2].data() + offset_[k]; }
   void release(int i) override { CRUMB_CUDA_CHECK(cudaEventRecord(released_[i % 2], compute_)); }

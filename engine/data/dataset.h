@@ -1,23 +1,42 @@
-// An in-memory labelled image dataset: uint8 pixels, one int32 label per sample.
+// A labelled image dataset: uint8 or float32 samples, one int32 label per sample. The samples are either
+// owned (`pixels`: IDX, CIFAR-10, synthetic) or read in place from a memory-mapped file (`mapped`: .npy,
+// engine/data/npy.h), so a data set larger than RAM is never copied into it.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace crumb::data {
 
+enum class PixelType : uint8_t { U8, F32 };
+
 struct Dataset {
   int count = 0;                 // number of samples
   int channels = 1, height = 0, width = 0;
   int num_classes = 10;
-  std::vector<uint8_t> pixels;   // [count, channels, height, width], row-major
+  std::vector<uint8_t> pixels;   // [count, channels, height, width], row-major, unless `mapped` holds them
   std::vector<int32_t> labels;   // [count], each in [0, num_classes)
+  // Samples outside `pixels`: [count, channels, height, width] at data, kept alive (mapped) by owner.
+  struct Mapped {
+    const void* data = nullptr;
+    PixelType type = PixelType::U8;
+    std::shared_ptr<const void> owner;
+  } mapped;
   int sample_size() const { return channels * height * width; }
+  PixelType pixel_type() const { return mapped.data ? mapped.type : PixelType::U8; }
+  const void* samples() const { return mapped.data ? mapped.data : pixels.data(); }
+  // Keeps the first n samples (fewer than count): owned pixels shrink, mapped ones stay where they are.
+  void keep_first(int n) {
+    count = n;
+    if (!mapped.data) pixels.resize(static_cast<std::size_t>(n) * sample_size());
+    labels.resize(n);
+  }
 };
 
-// Per-channel normalisation applied when a batch is assembled: x = (pixel / 255 - mean[c]) / std[c].
-// One value stands for every channel.
+// Per-channel normalisation applied when a batch is assembled: x = (v - mean[c]) / std[c], where v is
+// pixel / 255 for uint8 samples and the value itself for float32 ones. One value stands for every channel.
 struct Normalization {
   Normalization(float m = 0.f, float s = 1.f) : mean{m}, std{s} {}
   Normalization(std::vector<float> m, std::vector<float> s) : mean(std::move(m)), std(std::move(s)) {}

@@ -2,15 +2,65 @@
 
 #include <algorithm>
 #include <numeric>
+#include <type_traits>
 
 #include "engine/base/error.h"
 #include "engine/graph/rng.h"
 
 namespace crumb::data {
 
+namespace {
+
+// One sample's crop-flip draw (Augment).
+struct Shift {
+  int dy = 0, dx = 0;
+  bool flip = false;
+};
+
+Shift draw(Rng& rng, const Augment& a) {
+  const int span = 2 * a.pad + 1;
+  Shift s;
+  s.dy = int(rng.below(span)) - a.pad;
+  s.dx = int(rng.below(span)) - a.pad;
+  s.flip = a.flip && (rng() & 1);
+  return s;
+}
+
+// The normalised value of element v of channel c.
+struct FromU8 {
+  const float* lut;
+  float operator()(int c, uint8_t v) const { return lut[c * 256 + v]; }
+};
+struct FromF32 {
+  const float *mean, *std;
+  float operator()(int c, float v) const { return (v - mean[c]) / std[c]; }
+};
+
+// One sample, c x h x w at p, normalised into dst; shifted and mirrored by s when augmenting, a 0 pixel
+// filling in.
+template <class T, class Value>
+void put_sample(const T* p, float* dst, int channels, int h, int w, bool augment, Shift s, Value value) {
+  const int plane = h * w;
+  if (!augment) {
+    for (int c = 0; c < channels; ++c)
+      for (int j = c * plane; j < (c + 1) * plane; ++j) dst[j] = value(c, p[j]);
+    return;
+  }
+  for (int c = 0; c < channels; ++c)
+    for (int r = 0; r < h; ++r)
+      for (int q = 0; q < w; ++q) {
+        const int sr = r + s.dy, sq = (s.flip ? w - 1 - q : q) + s.dx;
+        const bool inside = sr >= 0 && sr < h && sq >= 0 && sq < w;
+        dst[c * plane + r * w + q] = value(c, inside ? p[c * plane + sr * w + sq] : T(0));
+      }
+}
+
+}  // namespace
+
 Loader::Loader(const Dataset& ds, int batch_size, Normalization norm, bool shuffle, uint64_t seed,
                bool drop_last, Memory memory)
-    : ds_(ds), batch_size_(batch_size), shuffle_(shuffle), seed_(seed), drop_last_(drop_last) {
+    : ds_(ds), batch_size_(batch_size), shuffle_(shuffle), seed_(seed), drop_last_(drop_last), memory_(memory),
+      micro_(batch_size) {
   CRUMB_CHECK(batch_size > 0, "Loader: batch_size must be > 0, got ", batch_size);
   const std::size_t norms = norm.mean.size();
   CRUMB_CHECK(norms == norm.std.size() && (norms == 1 || norms == std::size_t(ds.channels)),
@@ -19,20 +69,18 @@ Loader::Loader(const Dataset& ds, int batch_size, Normalization norm, bool shuff
   for (float s : norm.std) CRUMB_CHECK(s > 0.f, "Loader: normalisation std must be > 0, got ", s);
   CRUMB_CHECK(ds.count >= 0 && ds.sample_size() > 0, "Loader: dataset has count ", ds.count,
               " and sample shape ", ds.channels, "x", ds.height, "x", ds.width);
-  CRUMB_CHECK(ds.pixels.size() == size_t(ds.count) * ds.sample_size() &&
-                  ds.labels.size() == size_t(ds.count),
-              "Loader: dataset of ", ds.count, " samples of ", ds.sample_size(), " pixels holds ",
-              ds.pixels.size(), " pixels and ", ds.labels.size(), " labels");
+  const std::size_t pixels = ds.mapped.data ? size_t(ds.count) * ds.sample_size() : ds.pixels.size();
+  CRUMB_CHECK(pixels == size_t(ds.count) * ds.sample_size() && ds.labels.size() == size_t(ds.count),
+              "Loader: dataset of ", ds.count, " samples of ", ds.sample_size(), " pixels holds ", pixels,
+              " pixels and ", ds.labels.size(), " labels");
   lut_.resize(256 * std::size_t(std::max(ds.channels, 1)));
   for (int c = 0; c < ds.channels; ++c) {
     const std::size_t k = norms == 1 ? 0 : c;
     for (int p = 0; p < 256; ++p) lut_[c * 256 + p] = (float(p) / 255.f - norm.mean[k]) / norm.std[k];
+    mean_.push_back(norm.mean[k]);
+    std_.push_back(norm.std[k]);
   }
   order_.resize(ds.count);
-  for (int s = 0; s < 2; ++s) {
-    xbuf_[s] = Buffer(size_t(batch_size) * ds.sample_size() * sizeof(float), memory);
-    ybuf_[s] = Buffer(size_t(batch_size) * sizeof(int32_t), memory);
-  }
   thread_ = std::thread(&Loader::worker, this);
 }
 
@@ -49,8 +97,24 @@ int Loader::batches_per_epoch() const {
   return drop_last_ ? ds_.count / batch_size_ : (ds_.count + batch_size_ - 1) / batch_size_;
 }
 
+BatchShare Loader::share_of(int batch) const {
+  return batch_share(std::min(batch_size_, ds_.count - batch * batch_size_), ranks_, rank_);
+}
+
+int Loader::parts_of(int batch) const { return (share_of(batch).size + micro_ - 1) / micro_; }
+
+Loader::Part Loader::first_part_from(int batch) const {
+  for (; batch < batches_per_epoch(); ++batch)
+    if (parts_of(batch) > 0) return {batch, 0};
+  return {};
+}
+
+Loader::Part Loader::after(Part p) const {
+  return p.k + 1 < parts_of(p.batch) ? Part{p.batch, p.k + 1} : first_part_from(p.batch + 1);
+}
+
 void Loader::wait_idle(std::unique_lock<std::mutex>& lock) {
-  cv_.wait(lock, [&] { return requested_ < 0 && !busy_; });
+  cv_.wait(lock, [&] { return requested_.batch < 0 && !busy_; });
 }
 
 void Loader::set_augment(Augment a) {
@@ -60,12 +124,35 @@ void Loader::set_augment(Augment a) {
   augment_ = a;
 }
 
+void Loader::set_micro_batch(int m, int rank, int ranks) {
+  CRUMB_CHECK(m >= 1 && ranks >= 1 && rank >= 0 && rank < ranks, "Loader: micro-batch ", m, " for rank ", rank,
+              " of ", ranks, " (need m >= 1 and 0 <= rank < ranks)");
+  std::unique_lock<std::mutex> lock(mu_);
+  wait_idle(lock);  // the worker reads the split while it fills
+  micro_ = m;
+  rank_ = rank;
+  ranks_ = ranks;
+  started_ = false;  // what was prefetched is split the old way
+}
+
 void Loader::start_epoch(int epoch, int first_batch) {
   CRUMB_CHECK(first_batch >= 0 && first_batch <= batches_per_epoch(), "Loader: epoch ", epoch, " has ",
               batches_per_epoch(), " batches, cannot start at batch ", first_batch);
   std::unique_lock<std::mutex> lock(mu_);
   // order_ and both slots are about to change; the worker must not be reading them.
   wait_idle(lock);
+  // Slots for the micro-batch size, allocated when it changes (set-up, never per batch).
+  const int capacity = std::max(1, std::min(micro_, ds_.count));
+  if (capacity != slot_capacity_) {
+    for (int s = 0; s < 2; ++s) xbuf_[s] = Buffer(), ybuf_[s] = Buffer();  // never two sizes held at once
+    for (int s = 0; s < 2; ++s) {
+      xbuf_[s] = Buffer(size_t(capacity) * ds_.sample_size() * sizeof(float), memory_);
+      ybuf_[s] = Buffer(size_t(capacity) * sizeof(int32_t), memory_);
+      slot_data_[s][0] = xbuf_[s].data();
+      slot_data_[s][1] = ybuf_[s].data();
+    }
+    slot_capacity_ = capacity;
+  }
   epoch_ = epoch;
   std::iota(order_.begin(), order_.end(), 0);
   if (shuffle_) {
@@ -74,12 +161,39 @@ void Loader::start_epoch(int epoch, int first_batch) {
     for (size_t i = order_.size(); i > 1; --i) std::swap(order_[i - 1], order_[rng() % i]);
   }
   started_ = true;
+  rng_batch_ = -1;
   ready_slot_ = consumer_slot_ = -1;
+  held_ = {};
+  batch_ = -1;
   next_batch_ = first_batch;
-  if (first_batch < batches_per_epoch()) {
-    requested_ = first_batch;
+  pending_ = first_part_from(first_batch);
+  if (pending_.batch >= 0) {
+    requested_ = pending_;
     fill_slot_ = 0;
     lock.unlock();
+    cv_.notify_all();
+  }
+}
+
+// Hands part p to the caller (its slot becomes consumer_slot_) and requests the one after it into the
+// other slot, which the caller has just given up. A part other than the one pending (the caller skipped
+// micro-batches) is filled first.
+void Loader::take(std::unique_lock<std::mutex>& lock, Part p) {
+  if (!(pending_ == p)) {
+    wait_idle(lock);
+    requested_ = pending_ = p;
+    fill_slot_ = 0;
+    ready_slot_ = consumer_slot_ = -1;
+    cv_.notify_all();
+  }
+  cv_.wait(lock, [&] { return ready_slot_ >= 0; });
+  consumer_slot_ = ready_slot_;
+  ready_slot_ = -1;
+  held_ = p;
+  pending_ = after(p);
+  if (pending_.batch >= 0) {
+    requested_ = pending_;
+    fill_slot_ = 1 - consumer_slot_;
     cv_.notify_all();
   }
 }
@@ -88,35 +202,55 @@ bool Loader::next(Batch& out) {
   std::unique_lock<std::mutex> lock(mu_);
   CRUMB_CHECK(started_, "Loader: call start_epoch() before next()");
   if (next_batch_ >= batches_per_epoch()) return false;
-  // Requests are issued in order, so the one slot that becomes ready holds batch next_batch_.
-  cv_.wait(lock, [&] { return ready_slot_ >= 0; });
-  consumer_slot_ = ready_slot_;
-  ready_slot_ = -1;
-  const int batch = next_batch_++;
-  if (next_batch_ < batches_per_epoch()) {
-    requested_ = next_batch_;
-    fill_slot_ = 1 - consumer_slot_;
+  batch_ = next_batch_++;
+  streamed_ = 0;
+  out = Batch{nullptr, nullptr, std::min(batch_size_, ds_.count - batch_ * batch_size_), batch_};
+  const int parts = parts_of(batch_);
+  // The first micro-batch is the caller's from here, so the worker moves on to the second.
+  if (parts > 0) take(lock, {batch_, 0});
+  if (parts == 1) {
+    out.x = static_cast<const float*>(slot_data_[consumer_slot_][0]);
+    out.y = static_cast<const int32_t*>(slot_data_[consumer_slot_][1]);
   }
-  const int slot = consumer_slot_;
-  lock.unlock();
-  cv_.notify_all();
-  out.x = reinterpret_cast<const float*>(xbuf_[slot].data());
-  out.y = reinterpret_cast<const int32_t*>(ybuf_[slot].data());
-  out.size = slot_size_[slot];
-  out.index = batch;
   return true;
+}
+
+void Loader::start(int first, int count, int m) {
+  std::unique_lock<std::mutex> lock(mu_);
+  CRUMB_CHECK(started_ && batch_ >= 0, "Loader: call next(Batch&) before streaming a batch");
+  const BatchShare share = share_of(batch_);
+  // The scheduler's micro-batches must be the loader's: the same m, or the whole share in one.
+  CRUMB_CHECK(first == share.offset && count == share.size && (m == micro_ || count <= std::min(m, micro_)),
+              "Loader: holds samples [", share.offset, ", ", share.offset + share.size, ") of batch ", batch_,
+              " in micro-batches of ", micro_, ", but samples [", first, ", ", first + count,
+              ") were asked for in micro-batches of ", m, " (set_micro_batch: the scheduler's micro-batch and rank)");
+  if (!(held_ == Part{batch_, 0})) take(lock, {batch_, 0});  // streamed before: from its start again
+  streamed_ = 0;
+}
+
+const void* const* Loader::next() {
+  std::unique_lock<std::mutex> lock(mu_);
+  CRUMB_CHECK(batch_ >= 0 && streamed_ < parts_of(batch_), "Loader: batch ", batch_, " has ",
+              batch_ >= 0 ? parts_of(batch_) : 0, " micro-batches, all streamed already");
+  if (streamed_ > 0) take(lock, {batch_, streamed_});
+  ++streamed_;
+  return slot_data_[consumer_slot_];
 }
 
 void Loader::worker() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stop_ || requested_ >= 0; });
+    cv_.wait(lock, [&] { return stop_ || requested_.batch >= 0; });
     if (stop_) return;
-    const int batch = requested_, slot = fill_slot_;
-    requested_ = -1;
+    const Part part = requested_;
+    const int slot = fill_slot_;
+    requested_ = {};
     busy_ = true;
     lock.unlock();
-    fill(slot, batch);
+    if (ds_.pixel_type() == PixelType::F32)
+      fill(slot, part, static_cast<const float*>(ds_.samples()));
+    else
+      fill(slot, part, static_cast<const uint8_t*>(ds_.samples()));
     lock.lock();
     busy_ = false;
     ready_slot_ = slot;
@@ -126,41 +260,34 @@ void Loader::worker() {
 
 // Runs on the worker without the lock: it only touches slot `slot`, which the caller does not read
 // until the handshake hands it over, and order_, which start_epoch() changes only while idle.
-void Loader::fill(int slot, int batch_index) {
+template <class T>
+void Loader::fill(int slot, Part part, const T* pixels) {
   const int sample = ds_.sample_size();
-  const int begin = batch_index * batch_size_;
-  const int size = std::min(batch_size_, ds_.count - begin);
+  const BatchShare share = share_of(part.batch);
+  const int first = share.offset + part.k * micro_;  // in the batch
+  const int size = std::min(micro_, share.size - part.k * micro_);
+  const int begin = part.batch * batch_size_ + first;
   float* x = reinterpret_cast<float*>(xbuf_[slot].data());
   int32_t* y = reinterpret_cast<int32_t*>(ybuf_[slot].data());
-  const int h = ds_.height, w = ds_.width, plane = h * w;
   const bool augment = augment_.pad > 0 || augment_.flip;
-  Rng rng(Rng(seed_ ^ 0xa5a5a5a5ull)() + uint64_t(epoch_) * 1000003u + uint64_t(batch_index));
+  // A sample's draws follow those of the samples before it in its batch, whoever assembles them.
+  if (augment && !(rng_batch_ == part.batch && rng_at_ == first)) {
+    rng_ = Rng(Rng(seed_ ^ 0xa5a5a5a5ull)() + uint64_t(epoch_) * 1000003u + uint64_t(part.batch));
+    for (int i = 0; i < first; ++i) draw(rng_, augment_);
+  }
   for (int i = 0; i < size; ++i) {
     const int src = order_[begin + i];
-    const uint8_t* p = &ds_.pixels[size_t(src) * sample];
+    const T* p = pixels + size_t(src) * sample;
     float* dst = x + size_t(i) * sample;
-    if (!augment) {
-      for (int c = 0; c < ds_.channels; ++c) {
-        const float* lut = lut_.data() + c * 256;
-        for (int j = c * plane; j < (c + 1) * plane; ++j) dst[j] = lut[p[j]];
-      }
-    } else {
-      const int span = 2 * augment_.pad + 1;
-      const int dy = int(rng.below(span)) - augment_.pad, dx = int(rng.below(span)) - augment_.pad;
-      const bool flip = augment_.flip && (rng() & 1);
-      for (int c = 0; c < ds_.channels; ++c) {
-        const float* lut = lut_.data() + c * 256;
-        for (int r = 0; r < h; ++r)
-          for (int q = 0; q < w; ++q) {
-            const int sr = r + dy, sq = (flip ? w - 1 - q : q) + dx;
-            const bool inside = sr >= 0 && sr < h && sq >= 0 && sq < w;
-            dst[c * plane + r * w + q] = lut[inside ? p[c * plane + sr * w + sq] : 0];  // padding is a 0 pixel
-          }
-      }
-    }
+    const Shift s = augment ? draw(rng_, augment_) : Shift{};
+    if constexpr (std::is_same_v<T, uint8_t>)
+      put_sample(p, dst, ds_.channels, ds_.height, ds_.width, augment, s, FromU8{lut_.data()});
+    else
+      put_sample(p, dst, ds_.channels, ds_.height, ds_.width, augment, s, FromF32{mean_.data(), std_.data()});
     y[i] = ds_.labels[src];
   }
-  slot_size_[slot] = size;
+  rng_batch_ = part.batch;
+  rng_at_ = first + size;
 }
 
 }  // namespace crumb::data

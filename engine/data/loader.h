@@ -1,7 +1,15 @@
-// Batch loader: a background thread assembles the next batch (gather by shuffled index, convert to
-// normalised float) while the current one trains. Two preallocated batch buffers (pinned host memory
-// when a GPU copies from them, so those copies run asynchronously); no allocation per batch. Each
-// epoch's order comes from (seed, epoch), so runs are reproducible.
+// Batch loader: a background thread assembles micro-batches (gather by shuffled index, convert to
+// normalised float, augment) into two preallocated slots while the previous one trains: host memory for
+// data is two micro-batches (pinned when a GPU copies from them, so those copies run asynchronously),
+// whatever the batch size; no allocation per batch. Each epoch's order comes from (seed, epoch) and each
+// sample's augmentation from (seed, epoch, batch, its place in the batch), so runs are reproducible and
+// do not depend on the micro-batch size nor, in data-parallel runs, on how a batch is shared.
+//
+// Driving it with the scheduler (engine/train/scheduler.h):
+//   loader.set_micro_batch(sched.micro_batch(), rank, ranks);  // before the epoch starts
+//   loader.start_epoch(epoch);
+//   while (loader.next(b)) sched.train_batch(loader, b.size, key);  // streams b's micro-batches
+// Without set_micro_batch a micro-batch is the whole batch, and next() hands it over (Batch::x, y).
 #pragma once
 #include <condition_variable>
 #include <cstdint>
@@ -11,13 +19,18 @@
 
 #include "engine/device/buffer.h"
 #include "engine/data/dataset.h"
+#include "engine/data/micro_batches.h"
+#include "engine/dist/batch_share.h"
+#include "engine/graph/rng.h"
 
 namespace crumb::data {
 
 struct Batch {
-  const float* x = nullptr;      // [size, channels, height, width], normalised
-  const int32_t* y = nullptr;    // [size]
-  int size = 0;                  // samples in this batch (the last batch of an epoch may be short)
+  // This rank's share of the batch, [share, channels, height, width] normalised and [share], when it is one
+  // micro-batch (always without set_micro_batch); otherwise null, and the scheduler streams it.
+  const float* x = nullptr;
+  const int32_t* y = nullptr;
+  int size = 0;                  // samples in this batch over all ranks (the last batch of an epoch may be short)
   int index = 0;                 // batch index within the epoch
 };
 
@@ -30,29 +43,52 @@ struct Augment {
   bool flip = false;
 };
 
-class Loader {
+// A MicroBatchSource of two inputs, "x" (the images) and "y" (the labels), over the current batch.
+class Loader final : public MicroBatchSource {
  public:
   // shuffle=false keeps dataset order (evaluation). drop_last=false keeps a short final batch.
-  // memory: where the batch buffers live (Memory::Pinned when a GPU reads the batches).
+  // memory: where the micro-batch slots live (Memory::Pinned when a GPU copies from them).
   Loader(const Dataset& ds, int batch_size, Normalization norm, bool shuffle, uint64_t seed,
          bool drop_last = false, Memory memory = Memory::Host);
-  ~Loader();
+  ~Loader() override;
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
 
   // Augments the batches of epochs started from now on (none by default).
   void set_augment(Augment a);
+  // Assembles, from the next start_epoch() on, only rank's share of each batch among ranks
+  // (engine/dist/batch_share.h), in micro-batches of m samples: the slots then hold m samples each.
+  void set_micro_batch(int m, int rank = 0, int ranks = 1);
   // Starts epoch `epoch` (0-based) at batch first_batch (a resumed run skips the batches it trained:
   // orders and augmentation depend only on (seed, epoch, batch)); prefetching begins immediately.
   void start_epoch(int epoch, int first_batch = 0);
-  // Returns the next batch of the current epoch, or false at the end of the epoch. The returned
-  // pointers stay valid until the next call to next() or start_epoch().
+  // Moves to the next batch of the current epoch, or returns false at the end of the epoch. The returned
+  // pointers stay valid until the next call to next() or start_epoch(); micro-batches of a batch not
+  // streamed are skipped.
   bool next(Batch& out);
   int batches_per_epoch() const;
 
+  // MicroBatchSource over the batch next() moved to: start() must ask for this rank's share in
+  // micro-batches of set_micro_batch's m.
+  std::size_t inputs() const override { return 2; }
+  const char* name(std::size_t j) const override { return j == 0 ? "x" : "y"; }
+  void start(int first, int count, int m) override;
+  const void* const* next() override;
+
  private:
+  // Micro-batch k of this rank's share of batch `batch`; batch -1: none.
+  struct Part {
+    int batch = -1, k = 0;
+    bool operator==(const Part& o) const { return batch == o.batch && k == o.k; }
+  };
+  BatchShare share_of(int batch) const;
+  int parts_of(int batch) const;
+  Part first_part_from(int batch) const;
+  Part after(Part p) const;
+  void take(std::unique_lock<std::mutex>& lock, Part p);
   void worker();
-  void fill(int slot, int batch_index);
+  template <class T>
+  void fill(int slot, Part p, const T* pixels);
   void wait_idle(std::unique_lock<std::mutex>& lock);
 
   const Dataset& ds_;
@@ -60,24 +96,36 @@ class Loader {
   bool shuffle_;
   uint64_t seed_;
   bool drop_last_;
+  Memory memory_;
   Augment augment_;
+  int micro_ = 0, rank_ = 0, ranks_ = 1;  // set_micro_batch's (micro_ = batch_size_ without it)
   int epoch_ = 0;
-  std::vector<float> lut_;         // [channel][byte]: the normalised value of each pixel byte
+  std::vector<float> lut_;         // [channel][byte]: the normalised value of each uint8 pixel
+  std::vector<float> mean_, std_;  // [channel]: the normalisation of float32 samples
   std::vector<int> order_;         // sample indices of the current epoch
-  Buffer xbuf_[2];  // float [batch_size, sample]
-  Buffer ybuf_[2];  // int32 [batch_size]
-  int slot_size_[2] = {0, 0};
+  Buffer xbuf_[2];  // float [micro_, sample]
+  Buffer ybuf_[2];  // int32 [micro_]
+  int slot_capacity_ = 0;  // samples the slots were allocated for
+  const void* slot_data_[2][2] = {};  // per slot: its x and y, as next() hands them out
+  // The worker's augmentation draws: rng_ stands at sample rng_at_ of batch rng_batch_ (-1: nowhere), so
+  // consecutive micro-batches continue where the last one stopped.
+  Rng rng_{0};
+  int rng_batch_ = -1, rng_at_ = 0;
   // Handshake between the caller and the worker, all guarded by mu_. The worker only ever writes
-  // the slot the caller is not reading, so the caller's batch stays valid while the next one fills.
+  // the slot the caller is not reading, so the caller's micro-batch stays valid while the next one fills.
   std::mutex mu_;
   std::condition_variable cv_;
   bool started_ = false;     // start_epoch() has been called
-  int requested_ = -1;       // batch index the worker should fill next, -1 = none
+  Part requested_;           // the part the worker should fill next (batch -1: none)
   int fill_slot_ = 0;        // slot that request goes into
   bool busy_ = false;        // the worker is filling a slot right now
-  int ready_slot_ = -1;      // slot holding a filled, not yet returned batch, -1 = none
+  int ready_slot_ = -1;      // slot holding a filled, not yet taken part, -1 = none
+  Part pending_;             // the part requested, being filled or ready: the next one take() gets
+  Part held_;                // the part in consumer_slot_, the caller's
   int consumer_slot_ = -1;   // slot the caller is reading
   int next_batch_ = 0;       // next batch index next() returns
+  int batch_ = -1;           // the batch next() returned last, which start() and next() stream
+  int streamed_ = 0;         // micro-batches of batch_ handed out by next() since start()
   bool stop_ = false;
   std::thread thread_;
 };

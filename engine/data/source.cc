@@ -7,6 +7,7 @@
 #include "engine/base/error.h"
 #include "engine/data/cifar.h"
 #include "engine/data/idx.h"
+#include "engine/data/npy.h"
 
 namespace crumb::data {
 namespace {
@@ -32,25 +33,24 @@ void split_synthetic(const DataSpec& s, Dataset& train, Dataset& test) {
 }
 
 void truncate(Dataset& ds, int limit) {
-  if (limit <= 0 || limit >= ds.count) return;
-  ds.count = limit;
-  ds.pixels.resize(static_cast<size_t>(limit) * ds.sample_size());
-  ds.labels.resize(limit);
+  if (limit > 0 && limit < ds.count) ds.keep_first(limit);
 }
 
 }  // namespace
 
 DataSplit load_data(const DataSpec& s) {
-  const bool cifar = s.dataset == "cifar10", synthetic = s.dataset == "synthetic";
+  const bool cifar = s.dataset == "cifar10", synthetic = s.dataset == "synthetic", npy = s.dataset == "npy";
   DataSplit d;
   d.source = synthetic ? "synthetic data" : s.dir.empty() ? default_data_dir() : s.dir;
   if (synthetic) {
     split_synthetic(s, d.train, d.test);
+  } else if (npy) {
+    load_npy_dir(d.source, d.train, d.test);
   } else {
     d.train = cifar ? load_cifar10_split(d.source, "train") : load_mnist_split(d.source, "train");
     d.test = cifar ? load_cifar10_split(d.source, "test") : load_mnist_split(d.source, "t10k");
   }
-  d.norm = cifar ? kCifar10Norm : synthetic ? kSyntheticNorm : kFashionMnistNorm;
+  d.norm = cifar ? kCifar10Norm : synthetic ? kSyntheticNorm : npy ? npy_normalization(d.train) : kFashionMnistNorm;
   truncate(d.train, s.limit_train);
   truncate(d.test, s.limit_test);
   const Dataset &tr = d.train, &te = d.test;
@@ -63,6 +63,11 @@ DataSplit load_data(const DataSpec& s) {
 DataShape data_shape(const DataSpec& s) {
   if (s.dataset == "cifar10") return {3, 32, 32, 10};
   if (s.dataset == "synthetic") return {s.channels, s.height, s.width, s.classes};
+  if (s.dataset == "npy") {  // mapped: only the headers and the labels are read
+    Dataset train, test;
+    load_npy_dir(s.dir, train, test);
+    return {train.channels, train.height, train.width, train.num_classes};
+  }
   const std::string dir = s.dir.empty() ? default_data_dir() : s.dir;
   if (!mnist_split_exists(dir, "train")) return {1, 28, 28, 10};
   const std::vector<int> dims = mnist_image_dims(dir, "train");

@@ -1,5 +1,5 @@
 // Which data a run trains on, by name, and its train/test split: Fashion-MNIST (IDX files), CIFAR-10
-// (binary batches) or synthetic images of any shape. One place that knows the datasets, shared by the
+// (binary batches), your own arrays (memory-mapped .npy, engine/data/npy.h) or synthetic images of any shape. One place that knows the datasets, shared by the
 // Trainer, train's --explain (which plans from the shape alone) and the tests.
 #pragma once
 #include <string>
@@ -9,7 +9,7 @@
 namespace crumb::data {
 
 struct DataSpec {
-  std::string dataset = "fashion-mnist";  // "fashion-mnist" | "cifar10" | "synthetic"
+  std::string dataset = "fashion-mnist";  // "fashion-mnist" | "cifar10" | "npy" | "synthetic"
   std::string dir;                        // empty: default_data_dir() (Fashion-MNIST)
   int channels = 1, height = 28, width = 28;  // synthetic: the images' shape
   int classes = 10;                           // synthetic

@@ -65,7 +65,7 @@ void count_loader(const Graph& g, int batch, MicroBatchPlan& plan) {
   if (b.host_memory() != b.memory()) return;  // host memory (pinned on CUDA), outside a device budget
   for (ValueId x : g.inputs()) {
     const std::size_t sample = static_cast<std::size_t>(g.value(x).count(1)) * dtype_size(g.value(x).dtype);
-    plan.memory.loader += 2 * sample * (static_cast<std::size_t>(batch) + plan.micro_batch);
+    plan.memory.loader += 2 * sample * (static_cast<std::size_t>(std::min(batch, plan.micro_batch)) + plan.micro_batch);
   }
 }
 
@@ -91,8 +91,7 @@ MicroBatchPlan choose_micro_batch(const Graph& g, int batch, std::size_t budget,
               smallest, ": it needs at least ", format_bytes(one.total()), " (persistent ",
               format_bytes(one.persistent()), " + arena ", format_bytes(one.arena), " + staging ",
               format_bytes(one.staging), " + runtime ", format_bytes(one.runtime), " + loader buffers ",
-              format_bytes(one.loader), " for batches of ", batch, "); raise --memory-budget",
-              one.loader > budget / 2 ? " or lower --batch" : "");
+              format_bytes(one.loader), "); raise --memory-budget");
   // Memory is monotone in m: binary search for the largest k whose m(k) fits, keeping its compiled passes.
   int lo = 1, hi = (batch + q - 1) / q;
   while (lo < hi) {
@@ -162,7 +161,7 @@ std::vector<BreakdownRow> breakdown_rows(const MemoryBreakdown& mb, std::size_t 
   rows.push_back({"  peak live activations (train)", mb.activations, ""});
   rows.push_back({"  largest step workspace (train)", mb.workspace, ""});
   if (mb.staging) rows.push_back({"input staging (device slots)", mb.staging, ""});
-  if (mb.loader) rows.push_back({"loader batch buffers (host)", mb.loader, "2 training batches + 2 evaluation chunks"});
+  if (mb.loader) rows.push_back({"loader buffers (host)", mb.loader, "2 training + 2 evaluation micro-batches"});
   if (mb.runtime) rows.push_back({"runtime (cuBLAS workspace)", mb.runtime, ""});
   rows.push_back({"total", mb.total(), ""});
   if (budget) rows.push_back({"budget", budget, ""});

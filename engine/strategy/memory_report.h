@@ -24,9 +24,10 @@ struct MemoryBreakdown {
   std::size_t workspace = 0;    // largest kernel scratch of one step of the training pass
   std::size_t arena = 0;        // the arena block (values + workspace): max over training and evaluation
   std::size_t staging = 0;      // device input slots (two micro-batches) on CUDA; none on the CPU
-  // Host buffers the data loader holds (CPU runs only, where the budget is host memory): two batches of
-  // B samples for training (one filling while the other trains) and two of m for evaluation. Set by
-  // choose_micro_batch and count_loader, which know B.
+  // Host buffers the data loaders hold (CPU runs only, where the budget is host memory): two micro-batch
+  // slots for training (one filling while the other trains) and two for evaluation, whatever the batch
+  // size. Set by choose_micro_batch and count_loader for training runs. The data set and its sample order
+  // (4 bytes a sample) are outside the budget, like the program.
   std::size_t loader = 0;
   std::size_t runtime = 0;      // the device runtime's own persistent buffers (cuBLAS workspace on CUDA)
   // Swapped activations (engine/strategy/swap.h) in pinned host memory: outside a device's budget, so not in
@@ -51,7 +52,7 @@ struct MicroBatchPlan {
 // Compiles both passes of g (which must have its backward graph) for micro-batches of m on device.
 MicroBatchPlan plan_micro_batch(const Graph& g, int m, const OptimizerConfig& opt, Device device = Device::CPU,
                                 int index = 0);
-// batch > 0 also counts the loader's host buffers for batches of that size (count_loader).
+// batch > 0 also counts the loaders' host buffers for training in batches of that size (count_loader).
 MemoryBreakdown measure_memory(const Graph& g, int m, const OptimizerConfig& opt, Device device = Device::CPU,
                                int index = 0, int batch = 0);
 
@@ -61,7 +62,8 @@ MemoryBreakdown measure_memory(const Graph& g, int m, const OptimizerConfig& opt
 // candidate does not fit.
 MicroBatchPlan choose_micro_batch(const Graph& g, int batch, std::size_t budget, const OptimizerConfig& opt,
                                   Device device = Device::CPU, int index = 0);
-// The plan's breakdown with the loader's host buffers for batches of `batch` counted (CPU runs).
+// The plan's breakdown with the loaders' host buffers counted (CPU runs): training slots of min(m, batch)
+// samples, evaluation slots of m.
 void count_loader(const Graph& g, int batch, MicroBatchPlan& plan);
 
 // Throws crumb::Error unless batches of `batch` samples may run in micro-batches of m: every one but the

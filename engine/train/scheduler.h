@@ -1,12 +1,13 @@
 // The scheduler splits a batch of B samples into micro-batches of m (the last one ragged), runs
 // forward + backward on each with the loss scaled by 1/B, and leaves in the parameter gradients the
 // gradient of the mean loss over all B samples: the first micro-batch writes them, the others add.
-// On CUDA each micro-batch's inputs are copied to the device while the previous one computes
-// (engine/device/staging.h), and a batch returns once its work has finished (its loss is read back).
+// It takes the inputs one micro-batch at a time from a MicroBatchSource (engine/data/micro_batches.h): the
+// loader assembles them as they are asked for, so no whole batch is ever held in memory. On CUDA each
+// micro-batch's inputs are copied to the device while the previous one computes (engine/device/staging.h),
+// and a batch returns once its work has finished (its loss is read back).
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <initializer_list>
 #include <memory>
 #include <vector>
 
@@ -14,19 +15,9 @@
 #include "engine/dist/grad_reducer.h"
 #include "engine/dist/moments_merge.h"
 #include "engine/device/staging.h"
+#include "engine/data/micro_batches.h"
 
 namespace crumb {
-
-// One graph input's data for a whole batch: `batch` samples of the input's per-sample size, contiguous,
-// in host memory (pinned for copies to overlap on CUDA), bound by the input's name in the graph.
-struct InputBatch {
-  const char* name;
-  const void* data;
-};
-
-// A batch's inputs, as written at a call site ({{"x", images}, {"y", labels}}). An initializer_list
-// parameter keeps its array alive for the whole call, and copying one does not copy the array.
-using InputBatches = std::initializer_list<InputBatch>;
 
 struct BatchResult {
   double loss_sum = 0.0;  // summed per-sample loss over the batch (divide by B for the mean)
@@ -41,21 +32,25 @@ class Scheduler {
   Scheduler(const Graph& g, ParamStore& params, Arena& arena, CompiledPass train, CompiledPass eval);
   // Compiles both passes for micro-batches of `micro_batch` samples.
   Scheduler(const Graph& g, ParamStore& params, Arena& arena, int micro_batch);
+  ~Scheduler();
 
-  // Every graph input, by name (an unknown or missing one is an error). Leaves gradients for an
-  // optimizer step. random_key is the batch's key for random ops (random_key(seed, step), engine/graph/rng.h):
-  // each micro-batch runs with it and the index of its first sample, so dropout's masks, like every
-  // gradient, do not depend on the micro-batch size.
+  // Trains a batch of `batch` samples whose inputs come from `inputs`, every graph input by name (an
+  // unknown or missing one is an error). Leaves gradients for an optimizer step. random_key is the batch's
+  // key for random ops (random_key(seed, step), engine/graph/rng.h): each micro-batch runs with it and the
+  // index of its first sample, so dropout's masks, like every gradient, do not depend on the micro-batch size.
+  BatchResult train_batch(MicroBatchSource& inputs, int batch, uint64_t random_key = 0);
+  // The same, from whole-batch arrays in host memory.
   BatchResult train_batch(InputBatches inputs, int batch, uint64_t random_key = 0);
   // Data-parallel training (null: one process). Each rank then trains its share of every batch
-  // (engine/dist/batch_share.h; inputs still hold the whole batch, in the same order on every rank) with the
-  // loss scaled by 1/B for the whole batch, and the reducer sums the gradients over the ranks during
+  // (engine/dist/batch_share.h: a source is asked for the share only; InputBatches hold the whole batch, in
+  // the same order on every rank) with the loss scaled by 1/B for the whole batch, and the reducer sums the gradients over the ranks during
   // the last micro-batch's backward. BatchResult totals are this rank's.
   // BatchNorm's deferred running statistics are merged over the ranks before they are committed
   // (engine/dist/moments_merge.h), so they too are those of the whole batch.
   void set_data_parallel(GradientReducer* reducer);
 
   // Forward only over `batch` samples, in chunks of the evaluation plan's size.
+  BatchResult evaluate(MicroBatchSource& inputs, int batch);
   BatchResult evaluate(InputBatches inputs, int batch);
 
   // Replay recorded runs (CUDA graphs) or run every step from the host; on by default (Executor::run).
@@ -69,14 +64,19 @@ class Scheduler {
   const Executor& eval_executor() const { return eval_; }
 
  private:
+  class Slices;
+  // Binds the source's inputs to the graph's by name (position_, source_bytes_).
+  void bind(const MicroBatchSource& inputs);
   template <class Fn>
   // Runs samples [first, first + batch) of the inputs.
-  BatchResult for_each_micro_batch(Executor& e, InputBatches inputs, int first, int batch, Fn&& run);
+  BatchResult for_each_micro_batch(Executor& e, MicroBatchSource& inputs, int first, int batch, Fn&& run);
 
   const Graph& g_;
   std::vector<ValueId> inputs_;             // the graph's inputs, in its order
   std::vector<std::size_t> sample_bytes_;   // per input: bytes of one sample
-  std::vector<const char*> data_;           // per input: this batch's host data (bound by name)
+  std::vector<std::size_t> position_;       // per input: its place in the source's inputs
+  std::vector<std::size_t> source_bytes_;   // per source input: bytes of one sample
+  std::unique_ptr<Slices> slices_;          // InputBatches as a source
   Executor train_, eval_;
   std::unique_ptr<InputStaging> staging_;  // devices other than the CPU
   GradientReducer* reducer_ = nullptr;

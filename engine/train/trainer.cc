@@ -177,10 +177,12 @@ void Trainer::prepare() {
   const int m = micro_batch();
   params_ = std::make_unique<ParamStore>(plan_.graph, device);
   params_->init(cfg_.seed);
-  // A GPU copies micro-batches straight out of the loader's buffers, asynchronously when they are pinned.
+  // A GPU copies micro-batches straight out of the loader's slots, asynchronously when they are pinned.
   const Memory batch_memory = backend(device).host_memory();
   train_loader_ = std::make_unique<data::Loader>(data_->train, batch_, data_->norm, /*shuffle=*/true, cfg_.seed,
                                                  cfg_.drop_last, batch_memory);
+  // The loader assembles this rank's share of each batch, a micro-batch at a time.
+  train_loader_->set_micro_batch(m, comm_ ? comm_->rank() : 0, ranks());
   if (cfg_.augment) train_loader_->set_augment({4, true});
   // Evaluation runs in chunks of the micro-batch size: a sum over samples needs no batch.
   test_loader_ = std::make_unique<data::Loader>(data_->test, std::min(m, data_->test.count), data_->norm,
@@ -253,7 +255,7 @@ bool Trainer::train_batch(StepInfo& info) {
   data::Batch b;
   if (!train_loader_->next(b)) return false;
   const Clock::time_point start = Clock::now();
-  BatchResult r = sched_->train_batch({{"x", b.x}, {"y", b.y}}, b.size, random_key(cfg_.seed, opt_->steps()));
+  BatchResult r = sched_->train_batch(*train_loader_, b.size, random_key(cfg_.seed, opt_->steps()));
   batch_seconds_ += seconds_since(start);
   micro_batches_ += r.micro_batches;
   const bool stop = interrupted() != 0 || stop_requested_;
@@ -279,7 +281,7 @@ Evaluation Trainer::evaluate() {
   int64_t correct = 0;
   double loss_sum = 0;
   while (test_loader_->next(b)) {
-    const BatchResult r = sched_->evaluate({{"x", b.x}, {"y", b.y}}, b.size);
+    const BatchResult r = sched_->evaluate(*test_loader_, b.size);
     correct += r.correct;
     loss_sum += r.loss_sum;
   }

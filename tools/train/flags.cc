@@ -106,7 +106,11 @@ Trains a model on Fashion-MNIST with Crumb's graph executor and reports test acc
   --seed N             seed for initialisation and shuffling   (default 0)
   --dataset NAME       fashion-mnist | cifar10 (the binary version: data_batch_1..5.bin,
                        test_batch.bin in --data, which it needs) | synthetic (learnable generated
-                       images, 4096 train + 1024 test unless --limit-*) (default fashion-mnist)
+                       images, 4096 train + 1024 test unless --limit-*) | npy (your own data,
+                       memory-mapped from --data DIR: x.npy, images N x C x H x W of uint8 (x/255
+                       mapped to [-1, 1]) or float32 (taken as is), C order, and y.npy, integer
+                       labels 0..K-1; tested on x_test.npy + y_test.npy if there, else on the last
+                       tenth of x.npy, which then does not train) (default fashion-mnist)
   --augment MODE       none | crop-flip (random crop with 4-pixel zero padding, horizontal flip,
                        on the training set, seeded)              (default none)
   --input CxHxW        synthetic: image shape, e.g. 3x224x224  (default 1x28x28)
@@ -242,8 +246,8 @@ Options parse_flags(const std::vector<std::string>& argv) {
     else if (name == "data") {
       o.data = value;
     } else if (name == "dataset") {
-      CRUMB_CHECK(value == "fashion-mnist" || value == "cifar10" || value == "synthetic",
-                  "--dataset must be fashion-mnist, cifar10 or synthetic, got '", value, "'");
+      CRUMB_CHECK(value == "fashion-mnist" || value == "cifar10" || value == "synthetic" || value == "npy",
+                  "--dataset must be fashion-mnist, cifar10, synthetic or npy, got '", value, "'");
       o.dataset = value;
     } else if (name == "augment") {
       CRUMB_CHECK(value == "none" || value == "crop-flip", "--augment must be none or crop-flip, got '", value, "'");
@@ -290,6 +294,8 @@ Options parse_flags(const std::vector<std::string>& argv) {
   CRUMB_CHECK(o.dataset != "synthetic" || o.data.empty(), "--dataset synthetic reads no files: drop --data");
   CRUMB_CHECK(o.dataset != "cifar10" || !o.data.empty() || o.help,
               "--dataset cifar10 needs --data DIR, the folder of the CIFAR-10 binary version");
+  CRUMB_CHECK(o.dataset != "npy" || !o.data.empty() || o.help,
+              "--dataset npy needs --data DIR, the folder of x.npy and y.npy");
   CRUMB_CHECK(o.micro_batch <= o.batch, "--micro-batch ", o.micro_batch, " is larger than --batch ", o.batch);
   for (int m : o.sweep) CRUMB_CHECK(m <= o.batch, "--sweep: micro-batch ", m, " is larger than --batch ", o.batch);
   CRUMB_CHECK(o.sweep.empty() || !o.explain,

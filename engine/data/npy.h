@@ -1,0 +1,46 @@
+// Your own data as NumPy .npy files (format versions 1-3), memory-mapped: images are read in place while
+// batches are assembled, so a data set larger than RAM trains too.
+//
+// A folder DIR holds x.npy, the images (uint8 or float32, shape N x C x H x W, C order, little-endian),
+// and y.npy, their labels (any integer dtype, shape N, each in [0, classes) where classes is the largest
+// training label + 1). The test set is x_test.npy + y_test.npy when both are there, else the last tenth of
+// x.npy (at least one sample), which then does not train. uint8 images are normalised like the image data
+// sets, float32 ones are taken as they are (npy_normalization). Labels are converted to int32 in
+// memory (4 bytes a sample).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/data/dataset.h"
+
+namespace crumb::data {
+
+// uint8 .npy images: pixel / 255 mapped onto [-1, 1]. float32 ones: unchanged.
+inline const Normalization kNpyU8Norm{0.5f, 0.5f};
+inline const Normalization kNpyF32Norm{0.f, 1.f};
+inline const Normalization& npy_normalization(const Dataset& ds) {
+  return ds.pixel_type() == PixelType::F32 ? kNpyF32Norm : kNpyU8Norm;
+}
+
+// One .npy array as it lies in memory.
+struct NpyArray {
+  char kind = 0;     // the dtype's kind: 'u' unsigned, 'i' signed integer, 'f' float, ...
+  int itemsize = 0;  // bytes per element
+  std::vector<int64_t> shape;
+  const uint8_t* data = nullptr;  // the elements, C order, little-endian
+  std::string dtype() const;      // "uint8", "float32", "int64", ...
+};
+
+// Parses the .npy file held in [bytes, bytes + size); path names it in errors. Throws crumb::Error for a
+// bad magic or header, a big-endian or Fortran-order array, or a size other than the shape's exactly.
+NpyArray parse_npy(const uint8_t* bytes, std::size_t size, const std::string& path);
+
+// Images x_path and labels y_path as a data set mapped from x_path (classes 0: the largest label + 1).
+Dataset load_npy(const std::string& x_path, const std::string& y_path, int classes = 0);
+
+// DIR's training and test sets (the file header's rules above).
+void load_npy_dir(const std::string& dir, Dataset& train, Dataset& test);
+
+}  // namespace crumb::data
