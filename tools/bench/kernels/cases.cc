@@ -17,7 +17,9 @@
 #include "engine/ops/pool.h"
 #include "engine/ops/softmax_xent.h"
 #include "engine/optim/optimizer.h"
+#include "engine/ops/swap.h"
 #include "engine/train/model_registry.h"
+#include "tests/ops/registry.h"
 
 namespace crumb::bench {
 namespace {
@@ -220,6 +222,25 @@ std::vector<Case> deepbench_cases() {
   return out;
 }
 
+// The engine's op test cases (tests/ops: the table the tests run in every mode), timed as well, as ggml's
+// test-backend-ops runs its cases in perf mode: each case's own nodes at its batch, without the loss
+// around it; swap copies need an executor's copy queue and are left out. Layers are named
+// "<case>.<node>".
+std::vector<Case> op_test_cases() {
+  std::vector<Case> out;
+  std::map<std::string, int> index;
+  const auto own = [](const Node& n) {
+    const std::string name = n.name;
+    return name.rfind("loss", 0) != 0 && name.rfind("flat", 0) != 0 && n.def != &kSwapCopy && n.def != &kSwapWait;
+  };
+  for (const test::OpCase& oc : test::op_cases()) {
+    const std::size_t before = out.size();
+    add_graph("op_cases", std::make_shared<const Graph>(test::op_graph(oc, DType::F32)), oc.batch, own, &out, &index);
+    for (std::size_t i = before; i < out.size(); ++i) out[i].layer = std::string(oc.name) + "." + out[i].layer;
+  }
+  return out;
+}
+
 // Device memory filled from the host: operand values, their magnitudes, or zeros.
 enum class Fill { Operands, Magnitudes, Zeros };
 
@@ -255,12 +276,15 @@ const std::vector<Suite>& suites() {
       {"resnet20", "resnet20", 3, 32, 32, 10, 128},     {"resnet20_28", "resnet20", 1, 28, 28, 10, 128},
       {"resnet18_28", "resnet18", 1, 28, 28, 10, 128},  {"resnet50_224", "resnet50", 3, 224, 224, 1000, 8},
       {"vgg11_bn_32", "vgg11_bn", 3, 32, 32, 10, 128},  {"vgg11_bn_224", "vgg11_bn", 3, 224, 224, 1000, 8},
-      {"deepbench", "", 0, 0, 0, 0, 0},
+      {"deepbench", "", 0, 0, 0, 0, 0},  {"op_cases", "", 0, 0, 0, 0, 0},
   };
   return all;
 }
 
-std::vector<Case> cases(const Suite& suite) { return suite.model.empty() ? deepbench_cases() : model_cases(suite); }
+std::vector<Case> cases(const Suite& suite) {
+  if (suite.name == "op_cases") return op_test_cases();
+  return suite.model.empty() ? deepbench_cases() : model_cases(suite);
+}
 
 struct EngineCall::Impl {
   Backend& backend;

@@ -34,7 +34,7 @@ struct OptimizerPass {
 };
 
 struct Case {
-  std::string suite;  // the model and its input ("resnet50_224"), or "deepbench"
+  std::string suite;  // the model and its input ("resnet50_224"), "deepbench" or "op_cases"
   std::string op;     // the node's op (OpDef::name), or the optimizer pass
   std::string layer;  // the first node of the suite with this shape (its graph name), or "parameters"
   std::string label;  // the shape in words: the node's values at the batch, and its window
@@ -61,7 +61,7 @@ struct Suite {
   int channels, height, width, classes, batch;
 };
 // The suites in run order: lenet5, cnn, resnet20, resnet50 at 224x224, vgg11_bn at 32x32 and 224x224,
-// deepbench.
+// deepbench, and op_cases (the engine's op test cases, tests/ops/registry.h).
 const std::vector<Suite>& suites();
 
 // The distinct nodes of one training step of a suite, in graph order, then the optimizer's passes.
