@@ -1,7 +1,12 @@
 // The CPU SGD step: one pass over a flat parameter block. The conventions of every CPU kernel (raw pointers, explicit
 // shapes, no allocation, write modes, float and double) are in docs/architecture.md, Kernels.
+// The CUDA SGD step. The conventions of every CUDA launcher (device pointers, the CPU twin's semantics, checked
+// preconditions, asynchronous on `stream`, no allocation) are in docs/cuda.md.
 #pragma once
 #include <cstddef>
+#include <cstdint>
+
+#include "kernels/host_device.h"
 
 namespace crumb::cpu {
 
@@ -13,3 +18,12 @@ void sgd_momentum_step(float* params, const float* grads, float* momentum_buf, s
                        float momentum, float weight_decay, bool nesterov, bool first_step);
 
 }  // namespace crumb::cpu
+
+namespace crumb::cuda {
+
+// One launch over the engine's flat parameter block, so it is the multi-tensor step; the semantics and
+// layout of the CPU twin above.
+void sgd_momentum_step(float* params, const float* grads, float* momentum_buf, std::size_t count, float lr,
+                       float momentum, float weight_decay, bool nesterov, bool first_step, cudaStream_t stream);
+
+}  // namespace crumb::cuda

@@ -1,10 +1,13 @@
 // The CPU dropout kernel. The conventions of every CPU kernel (raw pointers, explicit shapes, no allocation, write
 // modes, float and double) are in docs/architecture.md, Kernels.
+// The CUDA dropout kernel. The conventions of every CUDA launcher (device pointers, the CPU twin's semantics, checked
+// preconditions, asynchronous on `stream`, no allocation) are in docs/cuda.md.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
 #include "kernels/dropout_mask.h"
+#include "kernels/host_device.h"
 
 namespace crumb::cpu {
 
@@ -16,3 +19,12 @@ void dropout(T* y, const T* x, int n, std::size_t per_sample, const RandomKey& k
              uint32_t threshold, T scale, bool accumulate);
 
 }  // namespace crumb::cpu
+
+namespace crumb::cuda {
+
+// ---- dropout: the CPU's map (above) with the same mask; *key is in device memory. y may
+// alias x.
+void dropout(float* y, const float* x, int n, std::size_t per_sample, const RandomKey* key, uint64_t layer,
+             uint32_t threshold, float scale, bool accumulate, cudaStream_t stream);
+
+}  // namespace crumb::cuda

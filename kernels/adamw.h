@@ -1,9 +1,13 @@
 // The CPU AdamW step: one pass over a flat parameter block. The conventions of every CPU kernel (raw pointers,
 // explicit shapes, no allocation, write modes, float and double) are in docs/architecture.md, Kernels.
+// The CUDA AdamW step. The conventions of every CUDA launcher (device pointers, the CPU twin's semantics, checked
+// preconditions, asynchronous on `stream`, no allocation) are in docs/cuda.md.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 
 #include "kernels/adamw_scalars.h"
+#include "kernels/host_device.h"
 
 namespace crumb::cpu {
 
@@ -15,3 +19,12 @@ void adamw_step(float* params, const float* grads, float* exp_avg, float* exp_av
                 const AdamWScalars& s);
 
 }  // namespace crumb::cpu
+
+namespace crumb::cuda {
+
+// One launch over the engine's flat parameter block, so it is the multi-tensor step; the semantics and
+// layout of the CPU twin above.
+void adamw_step(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, std::size_t count,
+                const AdamWScalars& s, cudaStream_t stream);
+
+}  // namespace crumb::cuda
