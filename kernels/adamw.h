@@ -1,7 +1,7 @@
-// The CPU AdamW step: one pass over a flat parameter block. The conventions of every CPU kernel (raw pointers,
-// explicit shapes, no allocation, write modes, float and double) are in docs/architecture.md, Kernels.
-// The CUDA AdamW step. The conventions of every CUDA launcher (device pointers, the CPU twin's semantics, checked
-// preconditions, asynchronous on `stream`, no allocation) are in docs/cuda.md.
+// The AdamW step, one pass over a flat parameter block: the CPU's (crumb::cpu, kernels/cpu/adamw.cc) and their CUDA
+// twins (crumb::cuda, kernels/cuda/adamw.cu). The conventions of every CPU kernel (raw pointers, explicit shapes, no
+// allocation, write modes, float and double) are in docs/architecture.md, Kernels; those of every CUDA launcher (device
+// pointers, the CPU twin's semantics, checked preconditions, asynchronous on `stream`, no allocation) in docs/cuda.md.
 #pragma once
 #include <cstddef>
 #include <cstdint>

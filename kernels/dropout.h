@@ -1,7 +1,7 @@
-// The CPU dropout kernel. The conventions of every CPU kernel (raw pointers, explicit shapes, no allocation, write
-// modes, float and double) are in docs/architecture.md, Kernels.
-// The CUDA dropout kernel. The conventions of every CUDA launcher (device pointers, the CPU twin's semantics, checked
-// preconditions, asynchronous on `stream`, no allocation) are in docs/cuda.md.
+// The dropout kernel: the CPU's (crumb::cpu, kernels/cpu/dropout.cc) and their CUDA twins (crumb::cuda,
+// kernels/cuda/dropout.cu). The conventions of every CPU kernel (raw pointers, explicit shapes, no allocation, write
+// modes, float and double) are in docs/architecture.md, Kernels; those of every CUDA launcher (device pointers, the CPU
+// twin's semantics, checked preconditions, asynchronous on `stream`, no allocation) in docs/cuda.md.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -1,7 +1,7 @@
-// CPU elementwise kernels. The conventions of every CPU kernel (raw pointers, explicit shapes, no allocation, write
-// modes, float and double) are in docs/architecture.md, Kernels.
-// CUDA elementwise kernels (defined in elementwise.cu). The conventions of every CUDA launcher (device pointers, the
-// CPU twin's semantics, checked preconditions, asynchronous on `stream`, no allocation) are in docs/cuda.md.
+// Elementwise kernels: the CPU's (crumb::cpu, kernels/cpu/elementwise.cc) and their CUDA twins (crumb::cuda,
+// kernels/cuda/elementwise.cu). The conventions of every CPU kernel (raw pointers, explicit shapes, no allocation,
+// write modes, float and double) are in docs/architecture.md, Kernels; those of every CUDA launcher (device pointers,
+// the CPU twin's semantics, checked preconditions, asynchronous on `stream`, no allocation) in docs/cuda.md.
 #pragma once
 #include <cstddef>
 #include <cstdint>

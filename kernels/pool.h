@@ -1,8 +1,8 @@
-// CPU pooling kernels. The conventions of every CPU kernel (raw pointers, explicit shapes, no allocation, write
-// modes, float and double) are in docs/architecture.md, Kernels.
-// CUDA pooling kernels (the global average pool is in elementwise.h and reduce.h). The conventions of every CUDA
-// launcher (device pointers, the CPU twin's semantics, checked preconditions, asynchronous on `stream`, no
-// allocation) are in docs/cuda.md.
+// Pooling kernels (the CUDA global average pool is in the elementwise kernels and kernels/cuda/reduce.h): the CPU's
+// (crumb::cpu, kernels/cpu/pool.cc) and their CUDA twins (crumb::cuda, kernels/cuda/pool.cu). The conventions of every
+// CPU kernel (raw pointers, explicit shapes, no allocation, write modes, float and double) are in docs/architecture.md,
+// Kernels; those of every CUDA launcher (device pointers, the CPU twin's semantics, checked preconditions, asynchronous
+// on `stream`, no allocation) in docs/cuda.md.
 #pragma once
 #include <cstddef>
 #include <cstdint>
