@@ -21,6 +21,9 @@
 
 #include "engine/base/error.h"
 #include "kernels/conv2d.h"
+#include "kernels/cuda/blas.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/reduce.h"
 #include "kernels/dropout.h"
 #include "kernels/elementwise.h"
 #include "kernels/linear.h"
@@ -28,9 +31,6 @@
 #include "kernels/pool.h"
 #include "kernels/sgd.h"
 #include "kernels/softmax_xent.h"
-#include "kernels/cuda/blas.h"
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/reduce.h"
 #include "tests/test_util.h"
 #if CRUMB_HAVE_CUDNN
 #include "kernels/cuda/cudnn_conv.h"
