@@ -7,3 +7,8 @@
 #else
 #define CRUMB_HOST_DEVICE inline
 #endif
+
+// The CUDA launchers' stream type, declared as CUDA's driver_types.h declares it: one header per kernel
+// family declares both devices' functions, and a C++ compiler without CUDA's headers reads it as well.
+struct CUstream_st;
+typedef struct CUstream_st* cudaStream_t;

@@ -19,7 +19,7 @@
 #include "engine/ops/softmax_xent.h"
 #include "engine/graph/rng.h"
 #include "engine/train/scheduler.h"
-#include "kernels/cpu/dropout.h"
+#include "kernels/dropout.h"
 #include "tests/test_util.h"
 
 namespace crumb {

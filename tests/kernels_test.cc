@@ -14,12 +14,12 @@
 
 #include <gtest/gtest.h>
 
-#include "kernels/cpu/conv2d.h"
-#include "kernels/cpu/elementwise.h"
-#include "kernels/cpu/linear.h"
-#include "kernels/cpu/pool.h"
-#include "kernels/cpu/sgd.h"
-#include "kernels/cpu/softmax_xent.h"
+#include "kernels/conv2d.h"
+#include "kernels/elementwise.h"
+#include "kernels/linear.h"
+#include "kernels/pool.h"
+#include "kernels/sgd.h"
+#include "kernels/softmax_xent.h"
 #include "tests/test_util.h"
 
 namespace crumb::cpu {

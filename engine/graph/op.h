@@ -1,8 +1,8 @@
 // An op is declared once (OpDef): shape rule, output dtypes, typed attributes, backward rule, in-place
 // and view permissions. It is implemented per (device, dtype) as rows of one table (OpImpl: run,
 // workspace, prepare), bound next to the declaration: engine/ops/<family>.h declares a family's OpDefs,
-// attributes and graph builders (nn::), engine/ops/<family>.cc defines them and binds the CPU rows,
-// engine/ops/<family>_cuda.cc binds the CUDA rows, each when the library loads. Adding a device or a
+// attributes and graph builders (nn::), engine/ops/<family>.cc defines them and binds the CPU rows and
+// (in CUDA builds) the CUDA rows, each when the library loads. Adding a device or a
 // dtype adds rows, not fields. Nodes point at their OpDef. This header is the op interface only: it
 // names no op.
 #pragma once

@@ -1,6 +1,6 @@
 // Dropout: in training each element is zeroed with probability p and the others are scaled by 1 / (1 - p)
 // (PyTorch's inverted dropout); in evaluation it is the identity. The declaration, its CPU rows and
-// its graph builder; the CUDA rows are in dropout_cuda.cc.
+// its graph builder; the CUDA rows are at the end, in CUDA builds.
 //
 // The mask is a pure function of (batch key, layer, the sample's index in the whole batch, element)
 // (kernels/dropout_mask.h), never of the micro-batch a sample falls in, so gradients stay independent of
@@ -13,8 +13,12 @@
 
 #include "engine/graph/autograd.h"
 #include "engine/base/registry.h"
-#include "kernels/cpu/dropout.h"
-#include "kernels/cpu/elementwise.h"
+#include "kernels/dropout.h"
+#include "kernels/elementwise.h"
+
+#if CRUMB_HAVE_CUDA
+#include "engine/cuda/cuda_backend.h"
+#endif
 
 namespace crumb {
 namespace {
@@ -72,3 +76,33 @@ ValueId dropout(Graph& g, ValueId x, double p, const std::string& name) {
 }  // namespace nn
 
 }  // namespace crumb
+
+#if CRUMB_HAVE_CUDA
+// Dropout's CUDA rows: the CPU's map and mask (kernels/cuda/dropout.cu), on the compute stream. The key
+// is read from device memory, so recorded runs replay with each micro-batch's own key.
+namespace crumb::cuda_rows {
+
+namespace {
+
+void dropout(const StepArgs& a) {
+  const std::size_t count = ops::out_count(a);
+  cudaStream_t stream = cuda::CudaBackend::of(a).compute();
+  if (!a.training) {
+    if (a.out<float>() != a.in<float>(0)) cuda::copy_or_accumulate(a.out<float>(), a.in<float>(0), count, false, stream);
+    return;
+  }
+  const DropoutAttrs& at = ops::attrs<DropoutAttrs>(*a.node);
+  cuda::dropout(a.out<float>(), a.in<float>(0), a.n, count / a.n, a.random, at.layer, at.threshold(),
+                static_cast<float>(at.scale()), a.accumulate, stream);
+}
+
+}  // namespace
+
+CRUMB_ON_LOAD {
+  ImplTable& t = impl_table();
+  t.add(kDropout, Device::CUDA, DType::F32, OpImpl(dropout));
+  t.add(kDropoutBwd, Device::CUDA, DType::F32, OpImpl(dropout));
+}
+
+}  // namespace crumb::cuda_rows
+#endif  // CRUMB_HAVE_CUDA

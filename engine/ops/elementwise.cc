@@ -1,10 +1,14 @@
 // Elementwise ops: ReLU (in place when the planner allows), add (also sums gradients), reshape (a view).
-// The declarations, their CPU rows and graph builders; the CUDA rows are in elementwise_cuda.cc.
+// The declarations, their CPU rows and graph builders; the CUDA rows are at the end, in CUDA builds.
 #include "engine/ops/elementwise.h"
 
 #include "engine/graph/autograd.h"
 #include "engine/base/registry.h"
-#include "kernels/cpu/elementwise.h"
+#include "kernels/elementwise.h"
+
+#if CRUMB_HAVE_CUDA
+#include "engine/cuda/cuda_backend.h"
+#endif
 
 namespace crumb {
 namespace {
@@ -89,3 +93,31 @@ ValueId add(Graph& g, ValueId a, ValueId b, const std::string& name) { return g.
 }  // namespace nn
 
 }  // namespace crumb
+
+#if CRUMB_HAVE_CUDA
+// Elementwise ops' CUDA rows: custom kernels (kernels/cuda/elementwise.cu) on the compute stream.
+namespace crumb::cuda_rows {
+
+namespace {
+
+using ops::out_count;
+
+void relu_fwd(const StepArgs& a) { cuda::relu_forward(a.out<float>(), a.in<float>(0), out_count(a), cuda::CudaBackend::of(a).compute()); }
+void relu_bwd(const StepArgs& a) {
+  cuda::relu_backward(a.out<float>(), a.in<float>(0), a.in<float>(1), out_count(a), a.accumulate, cuda::CudaBackend::of(a).compute());
+}
+void add(const StepArgs& a) {
+  cuda::add_forward(a.out<float>(), a.in<float>(0), a.in<float>(1), out_count(a), cuda::CudaBackend::of(a).compute());
+}
+
+}  // namespace
+
+CRUMB_ON_LOAD {
+  ImplTable& t = impl_table();
+  t.add(kRelu, Device::CUDA, DType::F32, OpImpl(relu_fwd));
+  t.add(kReluBwd, Device::CUDA, DType::F32, OpImpl(relu_bwd));
+  t.add(kAdd, Device::CUDA, DType::F32, OpImpl(add));
+}
+
+}  // namespace crumb::cuda_rows
+#endif  // CRUMB_HAVE_CUDA

@@ -1,10 +1,15 @@
 // linear: y [n, out] = x [n, in] w^T + b, with w [out, in] (PyTorch's layout and parameter names).
-// The declaration, its CPU rows and its graph builder; the CUDA rows are in linear_cuda.cc.
+// The declaration, its CPU rows and its graph builder; the CUDA rows are at the end, in CUDA builds.
 #include "engine/ops/linear.h"
 
 #include "engine/base/error.h"
 #include "engine/base/registry.h"
-#include "kernels/cpu/linear.h"
+#include "kernels/linear.h"
+
+#if CRUMB_HAVE_CUDA
+#include "engine/cuda/cuda_backend.h"
+#include "kernels/cuda/blas.h"
+#endif
 
 namespace crumb {
 namespace {
@@ -105,3 +110,38 @@ ValueId linear(Graph& g, ValueId x, int out_features, const std::string& name, b
 }  // namespace nn
 
 }  // namespace crumb
+
+#if CRUMB_HAVE_CUDA
+// linear's CUDA rows: cuBLAS GEMMs (kernels/cuda/blas.h) on the compute stream, TF32 when the graph
+// allows it.
+namespace crumb::cuda_rows {
+
+namespace {
+
+void fwd(const StepArgs& a) {
+  const LinearGeometry& s = ops::geometry<LinearGeometry>(*a.node);
+  cuda::linear_forward(cuda::CudaBackend::of(a).blas(), a.out<float>(), a.in<float>(0), a.in<float>(1),
+                       a.node->in.size() == 3 ? a.in<float>(2) : nullptr, a.n, s.in, s.out, a.graph->tf32());
+}
+void bwd_data(const StepArgs& a) {
+  const LinearGeometry& s = ops::geometry<LinearGeometry>(*a.node);
+  cuda::linear_backward_data(cuda::CudaBackend::of(a).blas(), a.out<float>(), a.in<float>(0), a.in<float>(1), a.n, s.in, s.out, a.accumulate,
+                             a.graph->tf32());
+}
+void bwd_weight(const StepArgs& a) {
+  const LinearGeometry& s = ops::geometry<LinearGeometry>(*a.node);
+  cuda::linear_backward_weight(cuda::CudaBackend::of(a).blas(), a.out<float>(0), a.node->out.size() == 2 ? a.out<float>(1) : nullptr,
+                               a.in<float>(0), a.in<float>(1), a.n, s.in, s.out, a.accumulate, a.graph->tf32());
+}
+
+}  // namespace
+
+CRUMB_ON_LOAD {
+  ImplTable& t = impl_table();
+  t.add(kLinear, Device::CUDA, DType::F32, OpImpl(fwd));
+  t.add(kLinearBwdData, Device::CUDA, DType::F32, OpImpl(bwd_data));
+  t.add(kLinearBwdWeight, Device::CUDA, DType::F32, OpImpl(bwd_weight));
+}
+
+}  // namespace crumb::cuda_rows
+#endif  // CRUMB_HAVE_CUDA

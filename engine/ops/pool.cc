@@ -2,12 +2,18 @@
 // global average pooling [n, c, h, w] -> [n, c], and adaptive average pooling to a fixed output size
 // (PyTorch's bins, which also upsample a smaller input). The forward shape rules compute the geometry
 // (cpu::Pool2dShape, GlobalPoolGeometry); the backward nodes carry it. The declarations, their CPU
-// rows and graph builders; the CUDA rows are in pool_cuda.cc.
+// rows and graph builders; the CUDA rows are at the end, in CUDA builds.
 #include "engine/ops/pool.h"
 
 #include "engine/graph/autograd.h"
 #include "engine/base/registry.h"
-#include "kernels/cpu/pool.h"
+#include "kernels/pool.h"
+
+#if CRUMB_HAVE_CUDA
+#include "engine/cuda/cuda_backend.h"
+#include "kernels/elementwise.h"
+#include "kernels/cuda/reduce.h"
+#endif
 
 namespace crumb {
 namespace {
@@ -197,3 +203,57 @@ ValueId adaptive_avg_pool2d(Graph& g, ValueId x, int h_out, int w_out, const std
 }  // namespace nn
 
 }  // namespace crumb
+
+#if CRUMB_HAVE_CUDA
+// Pooling's CUDA rows: custom kernels (kernels/cuda/pool.cu, reduce.cu) matching the CPU's tie and NaN
+// rules, on the compute stream.
+namespace crumb::cuda_rows {
+
+namespace {
+
+cpu::Pool2dShape shape(const StepArgs& a) { return ops::at_batch<cpu::Pool2dShape>(*a.node, a.n); }
+
+void max_fwd(const StepArgs& a) {
+  cuda::max_pool2d_forward(a.out<float>(0), a.out<uint8_t>(1), a.in<float>(0), shape(a), cuda::CudaBackend::of(a).compute());
+}
+void max_bwd(const StepArgs& a) {
+  cuda::max_pool2d_backward(a.out<float>(), a.in<float>(0), a.in<uint8_t>(1), shape(a), a.accumulate, cuda::CudaBackend::of(a).compute());
+}
+void avg_fwd(const StepArgs& a) { cuda::avg_pool2d_forward(a.out<float>(), a.in<float>(0), shape(a), cuda::CudaBackend::of(a).compute()); }
+void avg_bwd(const StepArgs& a) {
+  cuda::avg_pool2d_backward(a.out<float>(), a.in<float>(0), shape(a), a.accumulate, cuda::CudaBackend::of(a).compute());
+}
+void gap_fwd(const StepArgs& a) {
+  const GlobalPoolGeometry& s = ops::geometry<GlobalPoolGeometry>(*a.node);
+  cuda::global_avg_pool_forward(a.out<float>(), a.in<float>(0), a.n, s.c, s.hw, cuda::CudaBackend::of(a).compute());
+}
+void gap_bwd(const StepArgs& a) {
+  const GlobalPoolGeometry& s = ops::geometry<GlobalPoolGeometry>(*a.node);
+  cuda::global_avg_pool_backward(a.out<float>(), a.in<float>(0), a.n, s.c, s.hw, a.accumulate, cuda::CudaBackend::of(a).compute());
+}
+
+cpu::AdaptivePool2dShape adaptive_shape(const StepArgs& a) { return ops::at_batch<cpu::AdaptivePool2dShape>(*a.node, a.n); }
+void adaptive_fwd(const StepArgs& a) {
+  cuda::adaptive_avg_pool2d_forward(a.out<float>(), a.in<float>(0), adaptive_shape(a), cuda::CudaBackend::of(a).compute());
+}
+void adaptive_bwd(const StepArgs& a) {
+  cuda::adaptive_avg_pool2d_backward(a.out<float>(), a.in<float>(0), adaptive_shape(a), a.accumulate,
+                                     cuda::CudaBackend::of(a).compute());
+}
+
+}  // namespace
+
+CRUMB_ON_LOAD {
+  ImplTable& t = impl_table();
+  t.add(kMaxPool2d, Device::CUDA, DType::F32, OpImpl(max_fwd));
+  t.add(kMaxPool2dBwd, Device::CUDA, DType::F32, OpImpl(max_bwd));
+  t.add(kAvgPool2d, Device::CUDA, DType::F32, OpImpl(avg_fwd));
+  t.add(kAvgPool2dBwd, Device::CUDA, DType::F32, OpImpl(avg_bwd));
+  t.add(kGlobalAvgPool, Device::CUDA, DType::F32, OpImpl(gap_fwd));
+  t.add(kGlobalAvgPoolBwd, Device::CUDA, DType::F32, OpImpl(gap_bwd));
+  t.add(kAdaptiveAvgPool2d, Device::CUDA, DType::F32, OpImpl(adaptive_fwd));
+  t.add(kAdaptiveAvgPool2dBwd, Device::CUDA, DType::F32, OpImpl(adaptive_bwd));
+}
+
+}  // namespace crumb::cuda_rows
+#endif  // CRUMB_HAVE_CUDA

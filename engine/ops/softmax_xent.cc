@@ -1,11 +1,15 @@
 // Softmax cross-entropy: the loss op. Forward keeps the probabilities for the backward and adds the
 // summed loss and the correct count into its metric outputs; the backward seeds the gradient with the 1/B loss scale of the whole batch. The
-// declarations, their CPU rows and graph builder; the CUDA rows are in softmax_xent_cuda.cc.
+// declarations, their CPU rows and graph builder; the CUDA rows are at the end, in CUDA builds.
 #include "engine/ops/softmax_xent.h"
 
 #include "engine/graph/autograd.h"
 #include "engine/base/registry.h"
-#include "kernels/cpu/softmax_xent.h"
+#include "kernels/softmax_xent.h"
+
+#if CRUMB_HAVE_CUDA
+#include "engine/cuda/cuda_backend.h"
+#endif
 
 namespace crumb {
 namespace {
@@ -81,3 +85,33 @@ ValueId softmax_cross_entropy(Graph& g, ValueId logits, ValueId labels, const st
 }  // namespace nn
 
 }  // namespace crumb
+
+#if CRUMB_HAVE_CUDA
+// Softmax cross-entropy's CUDA rows (kernels/cuda/softmax_xent.cu): the forward adds the loss sum and
+// correct count into its metric outputs, in device memory.
+namespace crumb::cuda_rows {
+
+namespace {
+
+int classes(const StepArgs& a) { return ops::geometry<ClassesGeometry>(*a.node).k; }
+
+void fwd(const StepArgs& a) {
+  static_assert(sizeof(unsigned long long) == sizeof(int64_t));
+  cuda::softmax_xent_forward(a.out<float>(), a.in<float>(0), a.in<int32_t>(1), a.n, classes(a), a.out<double>(1),
+                             reinterpret_cast<unsigned long long*>(a.out<int64_t>(2)), cuda::CudaBackend::of(a).compute());
+}
+void bwd(const StepArgs& a) {
+  cuda::softmax_xent_backward(a.out<float>(), a.in<float>(0), a.in<int32_t>(1), a.n, classes(a),
+                              static_cast<float>(a.loss_scale), a.accumulate, cuda::CudaBackend::of(a).compute());
+}
+
+}  // namespace
+
+CRUMB_ON_LOAD {
+  ImplTable& t = impl_table();
+  t.add(kSoftmaxXent, Device::CUDA, DType::F32, OpImpl(fwd));
+  t.add(kSoftmaxXentBwd, Device::CUDA, DType::F32, OpImpl(bwd));
+}
+
+}  // namespace crumb::cuda_rows
+#endif  // CRUMB_HAVE_CUDA

@@ -8,9 +8,14 @@
 #include "engine/device/backend.h"
 #include "engine/base/error.h"
 #include "engine/optim/sgd.h"
-#include "kernels/cpu/adamw.h"
-#include "kernels/cpu/elementwise.h"
-#include "kernels/cpu/sgd.h"
+#include "kernels/adamw.h"
+#include "kernels/elementwise.h"
+#include "kernels/sgd.h"
+
+#if CRUMB_HAVE_CUDA
+#include "engine/cuda/cuda_backend.h"
+#include "kernels/cuda/reduce.h"
+#endif
 
 namespace crumb {
 
@@ -124,3 +129,30 @@ const OptimizerKernels& optimizer_kernels(Device device) {
 }
 
 }  // namespace crumb
+
+#if CRUMB_HAVE_CUDA
+// The optimizers' CUDA kernels (kernels/cuda/sgd.cu, adamw.cu): one launch each over the flat parameter
+// block, on the backend's compute stream.
+namespace crumb::cuda_rows {
+
+namespace {
+const OptimizerKernels kCudaKernels = {
+    [](Backend& b, float* p, const float* g, float* m, std::size_t n, float lr, float momentum, float wd,
+       bool nesterov, bool first) {
+      cuda::sgd_momentum_step(p, g, m, n, lr, momentum, wd, nesterov, first, cuda::CudaBackend::of(b).compute());
+    },
+    [](Backend& b, float* p, const float* g, float* m, float* v, std::size_t n, const AdamWScalars& s) {
+      cuda::adamw_step(p, g, m, v, n, s, cuda::CudaBackend::of(b).compute());
+    },
+    [](Backend& b, uint64_t* out, const float* x, std::size_t n) {
+      static_assert(sizeof(unsigned long long) == sizeof(uint64_t), "the kernel counts in unsigned long long");
+      cuda::count_nonfinite(reinterpret_cast<unsigned long long*>(out), x, n, cuda::CudaBackend::of(b).compute());
+    },
+};
+
+}  // namespace
+
+CRUMB_ON_LOAD { register_optimizer_kernels(Device::CUDA, kCudaKernels); }
+
+}  // namespace crumb::cuda_rows
+#endif  // CRUMB_HAVE_CUDA

@@ -42,8 +42,7 @@ std::vector<std::string> state_names(const OptimizerConfig& cfg);
 class Backend;
 
 // One device's optimizer kernels, each one pass over the flat parameter block, in order with the
-// device's other work. Registered per device like the op rows: the CPU's in engine/optim/optimizer.cc,
-// CUDA's in engine/optim/optimizer_cuda.cc.
+// device's other work. Registered per device like the op rows: both in engine/optim/optimizer.cc.
 struct OptimizerKernels {
   void (*sgd)(Backend& b, float* params, const float* grads, float* momentum_buf, std::size_t count, float lr,
               float momentum, float weight_decay, bool nesterov, bool first_step);

@@ -2,7 +2,7 @@
 #include <cmath>
 
 #include "kernels/cpu/kernel_util.h"
-#include "kernels/cpu/adamw.h"
+#include "kernels/adamw.h"
 
 namespace crumb::cpu {
 

@@ -25,7 +25,7 @@
 #include "kernels/cpu/conv2d_small.h"
 #include "kernels/cpu/kernel_util.h"
 #include "kernels/cpu/ordered_gemm.h"
-#include "kernels/cpu/conv2d.h"
+#include "kernels/conv2d.h"
 
 namespace crumb::cpu {
 namespace {

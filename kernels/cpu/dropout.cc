@@ -2,7 +2,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/kernel_util.h"
-#include "kernels/cpu/dropout.h"
+#include "kernels/dropout.h"
 
 namespace crumb::cpu {
 

@@ -1,7 +1,7 @@
 #include <cmath>
 
 #include "kernels/cpu/kernel_util.h"
-#include "kernels/cpu/elementwise.h"
+#include "kernels/elementwise.h"
 
 namespace crumb::cpu {
 namespace {

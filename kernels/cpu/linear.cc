@@ -1,7 +1,7 @@
 // Each kernel splits the output features (or, for dx, the input features) across threads; every
 // thread runs its own single-threaded GEMM on its column block.
 #include "kernels/cpu/kernel_util.h"
-#include "kernels/cpu/linear.h"
+#include "kernels/linear.h"
 
 namespace crumb::cpu {
 using detail::assign;

@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "kernels/cpu/kernel_util.h"
-#include "kernels/cpu/norm.h"
+#include "kernels/norm.h"
 
 namespace crumb::cpu {
 namespace {

@@ -4,7 +4,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/kernel_util.h"
-#include "kernels/cpu/pool.h"
+#include "kernels/pool.h"
 
 namespace crumb::cpu {
 namespace {

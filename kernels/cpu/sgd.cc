@@ -1,5 +1,5 @@
 #include "kernels/cpu/kernel_util.h"
-#include "kernels/cpu/sgd.h"
+#include "kernels/sgd.h"
 
 namespace crumb::cpu {
 

@@ -1,7 +1,7 @@
 #include <cmath>
 
 #include "kernels/cpu/kernel_util.h"
-#include "kernels/cpu/softmax_xent.h"
+#include "kernels/softmax_xent.h"
 
 namespace crumb::cpu {
 namespace {

@@ -2,7 +2,7 @@
 // op as torch.optim.AdamW (foreach=False) and the CPU twin in kernels/cpu/adamw.cc.
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/kernel_util.cuh"
-#include "kernels/cuda/adamw.h"
+#include "kernels/adamw.h"
 
 namespace crumb::cuda {
 namespace {

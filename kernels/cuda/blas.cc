@@ -2,7 +2,7 @@
 
 #include "engine/base/error.h"
 #include "kernels/cuda/check.h"
-#include "kernels/cuda/elementwise.h"
+#include "kernels/elementwise.h"
 #include "kernels/cuda/reduce.h"
 
 namespace crumb::cuda {

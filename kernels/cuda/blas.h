@@ -1,4 +1,4 @@
-// Linear layers on cuBLAS. Shapes and write modes are those of the CPU twins in kernels/cpu/linear.h:
+// Linear layers on cuBLAS. Shapes and write modes are those of the CPU twins in kernels/linear.h:
 // x [n, in], w [out, in] (PyTorch layout), b [out], y [n, out], all row-major float.
 // The handle carries the stream (cublasSetStream, set once by the engine) and must keep its default
 // pointer mode (host) and math mode; the bias kernels run on the handle's stream too. Setting the stream per call

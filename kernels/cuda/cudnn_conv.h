@@ -1,4 +1,4 @@
-// conv2d on cuDNN (NCHW float; shapes and write modes as the CPU twins in kernels/cpu/conv2d.h):
+// conv2d on cuDNN (NCHW float; shapes and write modes as the CPU twins in kernels/conv2d.h):
 // x [n, c_in, h, w], w [c_out, c_in, kh, kw], b [c_out], y [n, c_out, h_out, w_out].
 // The handle carries the stream (cudnnSetStream, set once by the engine).
 // Uses cuDNN's legacy convolution API (deprecated in cuDNN 9, still complete there), which needs no

@@ -5,7 +5,7 @@
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/kernel_util.cuh"
-#include "kernels/cuda/dropout.h"
+#include "kernels/dropout.h"
 
 namespace crumb::cuda {
 namespace {

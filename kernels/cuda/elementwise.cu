@@ -3,7 +3,7 @@
 // only, which is what makes the documented in-place aliasing safe.
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/kernel_util.cuh"
-#include "kernels/cuda/elementwise.h"
+#include "kernels/elementwise.h"
 
 namespace crumb::cuda {
 namespace {

@@ -13,7 +13,7 @@
 #include "engine/base/error.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/kernel_util.cuh"
-#include "kernels/cuda/norm.h"
+#include "kernels/norm.h"
 
 namespace crumb::cuda {
 namespace {

@@ -17,7 +17,7 @@
 #include "engine/base/error.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/kernel_util.cuh"
-#include "kernels/cuda/pool.h"
+#include "kernels/pool.h"
 
 namespace crumb::cuda {
 namespace {

@@ -2,7 +2,7 @@
 // parameter of the model (the multi-tensor step comes for free from the layout).
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/kernel_util.cuh"
-#include "kernels/cuda/sgd.h"
+#include "kernels/sgd.h"
 
 namespace crumb::cuda {
 namespace {

@@ -4,7 +4,7 @@
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/kernel_util.cuh"
-#include "kernels/cuda/softmax_xent.h"
+#include "kernels/softmax_xent.h"
 
 namespace crumb::cuda {
 namespace {

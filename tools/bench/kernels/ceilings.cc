@@ -7,7 +7,7 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/cpu/linear.h"
+#include "kernels/linear.h"
 #include "kernels/cpu/ordered_gemm.h"
 
 namespace crumb::bench {

@@ -1,0 +1,45 @@
+// Elementwise kernels: the CPU's (crumb::cpu, kernels/cpu/elementwise.cc) and their CUDA twins (crumb::cuda,
+// kernels/cuda/elementwise.cu). The conventions of every CPU kernel (raw pointers, explicit shapes, no allocation,
+// write modes, float and double) are in docs/architecture.md, Kernels; those of every CUDA launcher (device pointers,
+// the CPU twin's semantics, checked preconditions, asynchronous on `stream`, no allocation) in docs/cuda.md.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/host_device.h"
+
+namespace crumb::cpu {
+
+// ---- elementwise. y may alias x (in place), dx may alias dy.
+// y = max(x, 0), NaN propagating (PyTorch's torch.relu); the backward passes no gradient through NaN.
+template <class T> void relu_forward(T* y, const T* x, std::size_t count);
+// dx = dy where y > 0 else 0 (uses the forward *output*, so the forward may run in place)
+template <class T> void relu_backward(T* dx, const T* dy, const T* y, std::size_t count, bool accumulate);
+// y = a + b (y may alias a or b)
+template <class T> void add_forward(T* y, const T* a, const T* b, std::size_t count);
+// y (=|+=) x
+template <class T> void copy_or_accumulate(T* y, const T* x, std::size_t count, bool accumulate);
+
+// Elements of x that are NaN or infinite (divergence detection after an optimizer step).
+std::size_t count_nonfinite(const float* x, std::size_t count);
+
+}  // namespace crumb::cpu
+
+namespace crumb::cuda {
+
+// ---- elementwise over `count` elements. y may alias x (in place), dx may alias dy.
+void relu_forward(float* y, const float* x, std::size_t count, cudaStream_t stream);
+// dx (=|+=) dy where y > 0 else 0 (the forward *output*, so the forward may run in place)
+void relu_backward(float* dx, const float* dy, const float* y, std::size_t count, bool accumulate, cudaStream_t stream);
+// y = a + b (y may alias a or b)
+void add_forward(float* y, const float* a, const float* b, std::size_t count, cudaStream_t stream);
+// y (=|+=) x
+void copy_or_accumulate(float* y, const float* x, std::size_t count, bool accumulate, cudaStream_t stream);
+
+// ---- per-channel broadcasts on [n, c, hw] tensors (hw = 1 for a linear layer's [n, c])
+// y [n, c, hw] += b [c], in place
+void bias_add_nchw(float* y, const float* b, int n, int c, int hw, cudaStream_t stream);
+// dx [n, c, hw] (=|+=) dy [n, c] / hw: the global average pool's backward
+void global_avg_pool_backward(float* dx, const float* dy, int n, int c, int hw, bool accumulate, cudaStream_t stream);
+
+}  // namespace crumb::cuda

@@ -1,0 +1,92 @@
+// Normalisation kernels (BatchNorm, GroupNorm): the CPU's (crumb::cpu, kernels/cpu/norm.cc) and their CUDA twins
+// (crumb::cuda, kernels/cuda/norm.cu). The conventions of every CPU kernel (raw pointers, explicit shapes, no
+// allocation, write modes, float and double) are in docs/architecture.md, Kernels; those of every CUDA launcher (device
+// pointers, the CPU twin's semantics, checked preconditions, asynchronous on `stream`, no allocation) in docs/cuda.md.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/shapes.h"
+#include "kernels/host_device.h"
+
+namespace crumb::cpu {
+
+// ---- normalisation (NCHW). Statistics are accumulated in double, with the variance from the mean's
+// deviations (two passes), never E[x^2] - E[x]^2. invstd = 1 / sqrt(var + eps) with the biased var.
+// `stats` holds, per normalisation group, its mean and invstd: BatchNorm [groups][2][c] (means, then
+// invstds), GroupNorm [n][2][groups].
+//
+// BatchNorm, training: normalises with each group's statistics and writes them to stats. The running
+// statistics follow one of two rules. moments != null (deferred): each group's (count, mean, M2) per
+// channel is merged into moments [3][c] with Chan's parallel formula, in group order, so after all groups
+// of a batch it holds the whole batch's count, mean and M2 whatever the grouping into calls; commit them
+// with batch_norm_commit. running_mean != null (per-group): each group updates running_mean/var with
+// momentum (unbiased var) and adds 1 to *tracked, as PyTorch does once per forward.
+template <class T>
+void batch_norm_forward_train(T* y, T* stats, const T* x, const T* w, const T* b, const BatchNormShape& s, double eps,
+                              double* moments, T* running_mean, T* running_var, int64_t* tracked, double momentum);
+// The training forward's output again from the statistics it wrote (identical bits): what a recomputation
+// of a BatchNorm layer in the backward pass runs (engine/strategy/recompute.h).
+template <class T>
+void batch_norm_apply(T* y, const T* x, const T* w, const T* b, const T* stats, const BatchNormShape& s);
+// One momentum update of the running statistics from the merged moments of a batch (unbiased variance
+// M2 / (count - 1); 0 when a channel saw one value), and *tracked += 1.
+template <class T>
+void batch_norm_commit(T* running_mean, T* running_var, int64_t* tracked, const double* moments, int c, double momentum);
+// BatchNorm with the running statistics (evaluation, or a frozen layer in training). stats (may be null)
+// receives running_mean and 1 / sqrt(running_var + eps) for every group, for the backward.
+template <class T>
+void batch_norm_forward_frozen(T* y, T* stats, const T* x, const T* w, const T* b, const T* running_mean,
+                               const T* running_var, const BatchNormShape& s, double eps);
+// dw, db (=|+=) sum of dy * xhat, sum of dy per channel; dx (= always; may be null) the gradient
+// through the group statistics (batch_stats) or through the affine map alone (a frozen layer).
+template <class T>
+void batch_norm_backward(T* dw, T* db, T* dx, const T* dy, const T* x, const T* w, const T* stats,
+                         const BatchNormShape& s, bool batch_stats, bool accumulate);
+
+// GroupNorm (same in training and evaluation).
+template <class T>
+void group_norm_forward(T* y, T* stats, const T* x, const T* w, const T* b, const GroupNormShape& s, double eps);
+template <class T>
+void group_norm_backward(T* dw, T* db, T* dx, const T* dy, const T* x, const T* w, const T* stats,
+                         const GroupNormShape& s, bool accumulate);
+
+}  // namespace crumb::cpu
+
+namespace crumb::cuda {
+
+// ---- normalisation on NCHW: the semantics and layouts of the CPU twins (above):
+// statistics in double from the mean's deviations (two passes), stats per group [groups][2][c]
+// (BatchNorm) or [n][2][groups] (GroupNorm), moments [3][c] in double. Every sum is one block's
+// fixed-order reduction (one block per BatchNorm channel, visiting its groups in order; one per GroupNorm
+// (sample, group) row, and one per channel for its dw, db), so results are deterministic. The running
+// statistics, *tracked and moments are read and updated on the device, by one thread each. No output
+// may alias an input.
+// BatchNorm, training: deferred (moments != null: each group Chan-merged into moments in group order) or
+// per group (running_mean/var != null: a momentum update per group, unbiased var, and *tracked += the
+// groups); s.group 0 is valid only for n == 0.
+void batch_norm_forward_train(float* y, float* stats, const float* x, const float* w, const float* b,
+                              const cpu::BatchNormShape& s, double eps, double* moments, float* running_mean,
+                              float* running_var, int64_t* tracked, double momentum, cudaStream_t stream);
+// The training forward's output again from the statistics it stored (identical bits; a recomputation).
+void batch_norm_apply(float* y, const float* x, const float* w, const float* b, const float* stats,
+                      const cpu::BatchNormShape& s, cudaStream_t stream);
+// One momentum update from a batch's merged moments, and *tracked += 1 (also for c == 0).
+void batch_norm_commit(float* running_mean, float* running_var, int64_t* tracked, const double* moments, int c,
+                       double momentum, cudaStream_t stream);
+// Normalises with the running statistics; stats (may be null) receives them for every group.
+void batch_norm_forward_frozen(float* y, float* stats, const float* x, const float* w, const float* b,
+                               const float* running_mean, const float* running_var, const cpu::BatchNormShape& s,
+                               double eps, cudaStream_t stream);
+// dw, db (=|+=) per channel; dx (= always; may be null) through the group statistics (batch_stats) or the
+// affine map alone.
+void batch_norm_backward(float* dw, float* db, float* dx, const float* dy, const float* x, const float* w,
+                         const float* stats, const cpu::BatchNormShape& s, bool batch_stats, bool accumulate,
+                         cudaStream_t stream);
+void group_norm_forward(float* y, float* stats, const float* x, const float* w, const float* b,
+                        const cpu::GroupNormShape& s, double eps, cudaStream_t stream);
+// dw, db (=|+=); dx (= always; may be null).
+void group_norm_backward(float* dw, float* db, float* dx, const float* dy, const float* x, const float* w,
+                         const float* stats, const cpu::GroupNormShape& s, bool accumulate, cudaStream_t stream);
+
+}  // namespace crumb::cuda
