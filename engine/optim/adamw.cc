@@ -14,8 +14,7 @@ void AdamW::update(double lr) {
   const float* g = static_cast<const float*>(params_.device_grad_block());
   // PyTorch increments state["step"] before computing the bias corrections.
   const AdamWScalars s = adamw_scalars(lr, cfg_.beta1, cfg_.beta2, cfg_.eps, cfg_.weight_decay, steps() + 1);
-  optimizer_kernels(params_.device())
-      .adamw(backend(params_.device(), params_.index()), p, g, device_state(0), device_state(1), params_.count(), s);
+  kernels_.adamw(backend_, p, g, device_state(0), device_state(1), params_.count(), s);
 }
 
 }  // namespace crumb

@@ -45,7 +45,9 @@ std::vector<std::string> state_names(const OptimizerConfig& cfg) {
   return state_names(cfg.kind);
 }
 
-Optimizer::Optimizer(ParamStore& params, const OptimizerConfig& cfg) : params_(params), cfg_(cfg) {
+Optimizer::Optimizer(ParamStore& params, const OptimizerConfig& cfg)
+    : params_(params), cfg_(cfg), backend_(backend(params.device(), params.index())),
+      kernels_(optimizer_kernels(params.device())) {
   CRUMB_CHECK(params.dtype() == DType::F32, optimizer_name(cfg.kind), " runs on float32 parameters");
   cfg.validate();
   for (const std::string& name : state_names(cfg)) state_.push_back({name, MirroredBuffer(params.bytes(), params.device(), params.index())});
@@ -53,18 +55,16 @@ Optimizer::Optimizer(ParamStore& params, const OptimizerConfig& cfg) : params_(p
 }
 
 void Optimizer::step() {
-  Backend& b = backend(params_.device(), params_.index());
-  b.activate();
+  backend_.activate();
   update(lr(steps_));
   ++steps_;
-  optimizer_kernels(params_.device())
-      .count_nonfinite(b, reinterpret_cast<uint64_t*>(nonfinite_.data()),
-                       static_cast<const float*>(params_.device_data_block()), params_.count());
+  kernels_.count_nonfinite(backend_, reinterpret_cast<uint64_t*>(nonfinite_.data()),
+                           static_cast<const float*>(params_.device_data_block()), params_.count());
 }
 
 uint64_t Optimizer::nonfinite_parameters() {
   uint64_t count = 0;
-  backend(params_.device(), params_.index()).read_back(&count, nonfinite_.data(), sizeof count);
+  backend_.read_back(&count, nonfinite_.data(), sizeof count);
   return count;
 }
 

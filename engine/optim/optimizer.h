@@ -103,6 +103,9 @@ class Optimizer {
 
   ParamStore& params_;
   OptimizerConfig cfg_;
+  // The parameters' device and its kernels, looked up once: every step uses them.
+  Backend& backend_;
+  const OptimizerKernels& kernels_;
 
  private:
   std::vector<StateBlock> state_;

@@ -17,8 +17,7 @@ void Sgd::update(double lr) {
   const bool first = steps() == 0;
   const auto flr = static_cast<float>(lr), momentum = static_cast<float>(cfg_.momentum),
              wd = static_cast<float>(cfg_.weight_decay);
-  optimizer_kernels(params_.device())
-      .sgd(backend(params_.device(), params_.index()), p, g, m, params_.count(), flr, momentum, wd, cfg_.nesterov, first);
+  kernels_.sgd(backend_, p, g, m, params_.count(), flr, momentum, wd, cfg_.nesterov, first);
 }
 
 }  // namespace crumb

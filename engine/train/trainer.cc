@@ -164,10 +164,7 @@ Trainer::Trainer(TrainConfig cfg, std::shared_ptr<const data::DataSplit> data, s
 
 Trainer::~Trainer() = default;
 
-int Trainer::batches_per_epoch() const {
-  const int full = data_->train.count / batch_;
-  return cfg_.drop_last || data_->train.count % batch_ == 0 ? full : full + 1;
-}
+int Trainer::batches_per_epoch() const { return train_loader_->batches_per_epoch(); }
 
 std::size_t Trainer::arena_bytes() const { return arena_->size(); }
 
@@ -315,7 +312,8 @@ FitResult Trainer::fit(const std::vector<Callback*>& callbacks) {
   prepare();
   const bool saving = lead() && !cfg_.save.empty();
   FitResult result;
-  const long long steps_before = opt_->steps();
+  const long long steps_before = opt_->steps(), micro_batches_before = micro_batches_;
+  const double batch_seconds_before = batch_seconds_;
   if (lead())
     for (Callback* c : callbacks) c->on_fit_begin(*this);
   for (int epoch = start_epoch_; epoch < cfg_.epochs; ++epoch) {
@@ -341,17 +339,13 @@ FitResult Trainer::fit(const std::vector<Callback*>& callbacks) {
       }
       if (stop) {
         result.stopped = true;
-        // Under mpirun a rank may stop because another one was signalled.
-        result.signal = interrupted();
-        result.train_seconds += seconds_since(t0);
-        result.samples += epoch_samples;
-        result.steps = opt_->steps() - steps_before;
-        result.micro_batches = micro_batches_;
-        result.batch_seconds = batch_seconds_;
-        if (lead())
-          for (Callback* c : callbacks) c->on_fit_end(*this, true, result.signal);
-        return result;
+        break;
       }
+    }
+    if (result.stopped) {
+      result.train_seconds += seconds_since(t0);
+      result.samples += epoch_samples;
+      break;
     }
     check_finite(epoch, batches_per_epoch());
     if (saving && epoch + 1 < cfg_.epochs) save(epoch + 1, 0);
@@ -367,15 +361,17 @@ FitResult Trainer::fit(const std::vector<Callback*>& callbacks) {
     e.samples_per_s = result.samples / result.train_seconds;
     for (Callback* c : callbacks) c->on_epoch_end(*this, e);
   }
-  if (lead()) {
+  if (lead() && !result.stopped) {
     if (cfg_.epochs == 0) result.test = evaluate();
     if (saving) save(cfg_.epochs, 0);
   }
+  // Under mpirun a rank may stop because another one was signalled: then it saw no signal itself.
+  if (result.stopped) result.signal = interrupted();
   result.steps = opt_->steps() - steps_before;
-  result.micro_batches = micro_batches_;
-  result.batch_seconds = batch_seconds_;
+  result.micro_batches = micro_batches_ - micro_batches_before;
+  result.batch_seconds = batch_seconds_ - batch_seconds_before;
   if (lead())
-    for (Callback* c : callbacks) c->on_fit_end(*this, false, 0);
+    for (Callback* c : callbacks) c->on_fit_end(*this, result.stopped, result.signal);
   return result;
 }
 

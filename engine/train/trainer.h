@@ -127,7 +127,7 @@ class Callback {
   virtual void on_step(Trainer&, const StepInfo&) {}
   virtual void on_epoch_end(Trainer&, const EpochInfo&) {}
   // After the last epoch, or when stopped (stopped_by: the signal, or 0 for a callback's request).
-  virtual void on_fit_end(Trainer&, bool stopped, int stopped_by) {}
+  virtual void on_fit_end(Trainer&, bool /*stopped*/, int /*stopped_by*/) {}
 };
 
 struct FitResult {
@@ -178,11 +178,11 @@ class Trainer {
   Device device() const { return plan_.device; }
   int batch() const { return batch_; }  // samples per batch over every rank
   int micro_batch() const { return plan_.strategy.plan.micro_batch; }
-  int batches_per_epoch() const;
   int ranks() const { return comm_ ? comm_->size() : 1; }
   bool lead() const { return !comm_ || comm_->rank() == 0; }
   Communicator* communicator() { return comm_.get(); }
   // After prepare():
+  int batches_per_epoch() const;
   ParamStore& params() { return *params_; }
   Optimizer& optimizer() { return *opt_; }
   const Scheduler& scheduler() const { return *sched_; }
@@ -211,9 +211,8 @@ class Trainer {
   int epoch_ = 0;
   bool stop_requested_ = false;
   std::vector<std::string> warnings_;
-  // fit's running totals, for StepInfo::samples_per_s.
-  long long samples_ = 0;
-  double seconds_ = 0, batch_seconds_ = 0;
+  // What train_batch ran: forward + backward of every micro-batch, without the optimizer.
+  double batch_seconds_ = 0;
   long long micro_batches_ = 0;
 };
 
