@@ -8,6 +8,7 @@
 
 #include "kernels/adamw_scalars.h"
 #include "kernels/host_device.h"
+#include "kernels/step_extras.h"
 
 namespace crumb::cpu {
 
@@ -15,8 +16,9 @@ namespace crumb::cpu {
 // adamw_scalars(): p *= decay; exp_avg = lerp(exp_avg, g, 1 - beta1);
 // exp_avg_sq = exp_avg_sq * beta2 + (1 - beta2) * g * g; denom = sqrt(exp_avg_sq) / bc2_sqrt + eps;
 // p += neg_step_size * exp_avg / denom. exp_avg and exp_avg_sq start as zeros (PyTorch's zeros_like).
+// g is read as grad * extras.grad_scale, and extras.copy receives the updated parameters.
 void adamw_step(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, std::size_t count,
-                const AdamWScalars& s);
+                const AdamWScalars& s, const StepExtras& extras = {});
 
 }  // namespace crumb::cpu
 
@@ -25,6 +27,6 @@ namespace crumb::cuda {
 // One launch over the engine's flat parameter block, so it is the multi-tensor step; the semantics and
 // layout of the CPU twin above.
 void adamw_step(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, std::size_t count,
-                const AdamWScalars& s, cudaStream_t stream);
+                const AdamWScalars& s, const StepExtras& extras, cudaStream_t stream);
 
 }  // namespace crumb::cuda

@@ -347,7 +347,7 @@ TEST(CudaKernels, SgdThreeSteps) {
         cpu::sgd_momentum_step(p.data(), g.data(), momentum != 0 ? buf.data() : nullptr, count, 0.1f, momentum, wd,
                                nesterov, step == 0);
         sgd_momentum_step(dev_p.get(), dev_g.get(), momentum != 0 ? dev_buf.get() : nullptr, count, 0.1f, momentum, wd,
-                          nesterov, step == 0, nullptr);
+                          nesterov, step == 0, StepExtras{}, nullptr);
         expect_close(dev_p.download(), p, "sgd params step " + std::to_string(step) + at);
         if (momentum != 0) expect_close(dev_buf.download(), buf, "sgd momentum step " + std::to_string(step) + at);
       }

@@ -8,13 +8,32 @@
 
 namespace crumb {
 
-enum class DType : uint8_t { F32, F64, I32, U8, I64 };
+// BF16 and F16 are storage types (engine/base/half.h): kernels load them, compute in float32 and store
+// them rounded to nearest even. The names are safetensors'.
+enum class DType : uint8_t { F32, F64, I32, U8, I64, BF16, F16 };
 enum class Device : uint8_t { CPU, CUDA };
 
-inline std::size_t dtype_size(DType t) { return t == DType::F64 || t == DType::I64 ? 8 : t == DType::U8 ? 1 : 4; }
-inline const char* dtype_name(DType t) {
-  return t == DType::F32 ? "F32" : t == DType::F64 ? "F64" : t == DType::I32 ? "I32" : t == DType::I64 ? "I64" : "U8";
+inline std::size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::F64: case DType::I64: return 8;
+    case DType::U8: return 1;
+    case DType::BF16: case DType::F16: return 2;
+    default: return 4;
+  }
 }
+inline const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "F32";
+    case DType::F64: return "F64";
+    case DType::I32: return "I32";
+    case DType::I64: return "I64";
+    case DType::BF16: return "BF16";
+    case DType::F16: return "F16";
+    default: return "U8";
+  }
+}
+inline bool is_half(DType t) { return t == DType::BF16 || t == DType::F16; }
+inline bool is_float(DType t) { return t == DType::F32 || t == DType::F64 || is_half(t); }
 inline const char* device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
 // The device device_name() calls `name`; false for any other name.
 inline bool device_named(const std::string& name, Device& out) {

@@ -5,6 +5,7 @@
 
 #include "engine/base/error.h"
 #include "engine/base/registry.h"
+#include "kernels/convert.h"
 #include "kernels/cuda/check.h"
 
 namespace crumb::cuda {
@@ -42,6 +43,7 @@ CudaBackend::CudaBackend(int index) : Backend(Device::CUDA, index) {
   CRUMB_CHECK(cuda_device_available() && cudaGetDeviceCount(&count) == cudaSuccess && index >= 0 && index < count,
               "no usable CUDA device ", index, " (no GPU, or its driver is missing or too old); use --device cpu");
   CRUMB_CUDA_CHECK(cudaSetDevice(index));
+  CRUMB_CUDA_CHECK(cudaDeviceGetAttribute(&major_, cudaDevAttrComputeCapabilityMajor, index));
   // Non-blocking: the engine's streams never wait for work others put on the legacy default stream.
   // Set-up copies (engine/device/buffer.cc) synchronise the whole device instead.
   CRUMB_CUDA_CHECK(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
@@ -133,6 +135,16 @@ void CudaBackend::synchronize() {
 }
 
 void CudaBackend::zero(void* p, std::size_t bytes) { CRUMB_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, compute_)); }
+
+void CudaBackend::convert(void* dst, DType dst_dtype, const void* src, DType src_dtype, std::size_t count,
+                          bool accumulate) {
+  cuda::convert(dst, dst_dtype, src, src_dtype, count, accumulate, compute_);
+}
+
+std::vector<DType> CudaBackend::float_dtypes() const {
+  if (major_ >= 8) return {DType::F32, DType::F16, DType::BF16};
+  return {DType::F32, DType::F16};
+}
 
 void CudaBackend::upload(void* p, const void* host_src, std::size_t bytes) {
   // From pageable memory the runtime copies the bytes to a staging buffer before returning, so the

@@ -51,8 +51,8 @@ class CudaBackend final : public Backend {
   // 95% of the free device memory: the rest is left to what cuDNN and the driver allocate for themselves,
   // such as loaded kernels.
   std::size_t default_budget() const override { return free_bytes() / 20 * 19; }
-  // The kernels are float32 only (the op rows' dtype).
-  std::vector<DType> float_dtypes() const override { return {DType::F32}; }
+  // float32, and the 16-bit dtypes the device's arithmetic has: F16 everywhere, BF16 from sm_80 (Ampere).
+  std::vector<DType> float_dtypes() const override;
   bool has_tf32() const override { return true; }
   // Enough samples to fill the SMs.
   int timing_batch() const override { return 32; }
@@ -60,6 +60,8 @@ class CudaBackend final : public Backend {
   const char* communicator() const override { return "nccl"; }
   void activate() override;
   void zero(void* p, std::size_t bytes) override;
+  void convert(void* dst, DType dst_dtype, const void* src, DType src_dtype, std::size_t count,
+               bool accumulate) override;
   void synchronize() override;
   void upload(void* p, const void* host_src, std::size_t bytes) override;
   void read_back(void* host_dst, const void* src, std::size_t bytes) override;
@@ -71,6 +73,7 @@ class CudaBackend final : public Backend {
   void copy(void* dst, const void* src, std::size_t bytes) override;
 
  private:
+  int major_ = 0;  // compute capability
   cudaStream_t compute_ = nullptr, copy_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   void* blas_workspace_ = nullptr;  // raw: a Buffer would ask the factory for this very backend

@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "engine/base/error.h"
+#include "engine/device/widen.h"
+#include "kernels/convert.h"
 
 namespace crumb {
 namespace {
@@ -19,7 +21,7 @@ class CpuBackend final : public Backend {
   // Host memory has no natural budget: 4 GiB, so that a batch is micro-batched only when a whole batch
   // would not fit in that.
   std::size_t default_budget() const override { return std::size_t{4} << 30; }
-  std::vector<DType> float_dtypes() const override { return {DType::F32, DType::F64}; }
+  std::vector<DType> float_dtypes() const override { return {DType::F32, DType::F64, DType::BF16, DType::F16}; }
   bool has_tf32() const override { return false; }
   // A handful of samples: enough for times to scale linearly (docs/memory.md), few enough that ResNet-50
   // at 224x224 takes seconds.
@@ -29,6 +31,10 @@ class CpuBackend final : public Backend {
   std::size_t free_bytes() const override { return 0; }
   std::size_t runtime_bytes() const override { return 0; }
   void zero(void* p, std::size_t bytes) override { std::memset(p, 0, bytes); }
+  void convert(void* dst, DType dst_dtype, const void* src, DType src_dtype, std::size_t count,
+               bool accumulate) override {
+    cpu::convert(dst, dst_dtype, src, src_dtype, count, accumulate);
+  }
   void synchronize() override {}
   void upload(void* p, const void* host_src, std::size_t bytes) override { std::memcpy(p, host_src, bytes); }
   void read_back(void* host_dst, const void* src, std::size_t bytes) override { std::memcpy(host_dst, src, bytes); }
@@ -119,8 +125,16 @@ CompiledStep compile_step(Backend& b, const Graph& g, const Node& n, int max_bat
   if (n.def->view) return c;
   const Device device = b.device();
   const OpImpl* impl = impl_table().find(*n.def, device, g.float_dtype());
+  const OpImpl* f32 = impl_table().find(*n.def, device, DType::F32);
+  if (!impl && f32 && is_half(g.float_dtype())) {
+    try {
+      return compile_widened(b, g, n, max_batch, *f32);
+    } catch (const Error& e) {
+      CRUMB_FAIL("layer '", n.name, "' (", n.def->name, "): ", e.what());
+    }
+  }
   if (!impl) {
-    const bool f32_elsewhere = impl_table().find(*n.def, device, DType::F32) != nullptr;
+    const bool f32_elsewhere = f32 != nullptr;
     CRUMB_FAIL("layer '", n.name, "' (", n.def->name, ") has no ", device_name(device), " implementation for ",
                dtype_name(g.float_dtype()), f32_elsewhere ? " (this device runs float32 graphs only)" : "");
   }

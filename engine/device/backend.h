@@ -62,7 +62,8 @@ class Backend {
   virtual bool can_record() const = 0;
   // The memory budget when none is given (--memory-budget): bytes a run may plan for on this device.
   virtual std::size_t default_budget() const = 0;
-  // The float dtypes of the graphs it runs (graph.float_dtype()).
+  // The float dtypes of the graphs it runs (graph.float_dtype()): where the device has no 16-bit row of
+  // an op, the float32 row runs on converted copies (engine/device/widen.h).
   virtual std::vector<DType> float_dtypes() const = 0;
   // Whether float32 products and convolutions may round their operands to TF32 when the graph allows it
   // (Graph::set_tf32): tensor cores that do; elsewhere the flag changes nothing.
@@ -85,6 +86,10 @@ class Backend {
   virtual void activate() = 0;
   // Zero `bytes` at p (in the device's memory), in order with the work that follows.
   virtual void zero(void* p, std::size_t bytes) = 0;
+  // dst = src (with accumulate: dst + src, in float32) converted between F32, BF16 and F16, count
+  // elements in the device's memory, in order with the work around it (kernels/convert.h).
+  virtual void convert(void* dst, DType dst_dtype, const void* src, DType src_dtype, std::size_t count,
+                       bool accumulate = false) = 0;
   // Copies `bytes` of host memory to p (in the device's memory), in order with the work enqueued before
   // and after; the host bytes may be reused as soon as it returns (CUDA: an asynchronous copy from
   // pageable memory, which stages them before returning).

@@ -57,7 +57,7 @@ void build_backward(Graph& g) {
     Value d;
     d.name = "grad(" + g.value(p).name + ")";
     d.kind = ValueKind::ParamGrad;
-    d.dtype = g.value(p).dtype;
+    d.dtype = g.master_dtype();
     d.dims = g.value(p).dims;
     g.value(p).grad = g.add_value(std::move(d));
   }

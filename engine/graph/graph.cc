@@ -21,6 +21,7 @@ DType Graph::dtype_of(OutDType t) const {
     case OutDType::U8: return DType::U8;
     case OutDType::F64: return DType::F64;
     case OutDType::I64: return DType::I64;
+    case OutDType::Master: return master_dtype();
   }
   return float_dtype_;
 }
@@ -42,7 +43,7 @@ NodeId Graph::add_node(Node n) {
   for (size_t i = 0; i < n.out.size(); ++i) {
     CRUMB_CHECK(n.out[i] >= 0 && n.out[i] < num_values(), "layer '", n.name, "' (", n.def->name,
                 "): unknown output value ", n.out[i]);
-    const DType want = dtype_of(n.def->outputs[i].dtype);
+    const DType want = value(n.out[i]).kind == ValueKind::ParamGrad ? master_dtype() : dtype_of(n.def->outputs[i].dtype);
     CRUMB_CHECK(value(n.out[i]).dtype == want, "layer '", n.name, "' (", n.def->name, "): output '",
                 value(n.out[i]).name, "' is ", dtype_name(value(n.out[i]).dtype), ", the op produces ",
                 dtype_name(want));
@@ -118,13 +119,14 @@ ValueId Graph::input(const std::string& name, Dims per_sample, DType dtype, bool
   Value v;
   v.name = name;
   v.kind = ValueKind::Input;
-  v.dtype = dtype == DType::I32 ? DType::I32 : float_dtype_;
+  v.dtype = dtype == DType::I32 ? DType::I32 : master_dtype();
   v.dims = std::move(per_sample);
   v.batched = true;
   v.requires_grad = requires_grad;
   const ValueId id = add_value(std::move(v));
   inputs_.push_back(id);
-  return id;
+  if (dtype == DType::I32 || !is_half(float_dtype_)) return id;
+  return apply(kCast, {id}, name + ".cast");
 }
 
 ValueId Graph::state(const std::string& name, Dims dims, double fill, DType dtype) {
@@ -134,7 +136,7 @@ ValueId Graph::state(const std::string& name, Dims dims, double fill, DType dtyp
   Value v;
   v.name = name;
   v.kind = ValueKind::State;
-  v.dtype = dtype == DType::F32 ? float_dtype_ : dtype;
+  v.dtype = dtype == DType::F32 ? master_dtype() : dtype;
   v.dims = std::move(dims);
   v.init.fill = fill;
   const ValueId id = add_value(std::move(v));
@@ -142,12 +144,12 @@ ValueId Graph::state(const std::string& name, Dims dims, double fill, DType dtyp
   return id;
 }
 
-ValueId Graph::param(const std::string& name, Dims dims, ParamInit init, DType dtype) {
+ValueId Graph::param(const std::string& name, Dims dims, ParamInit init, ParamDType dtype) {
   CRUMB_CHECK(find_value(name) < 0, "duplicate parameter name '", name, "'");
   Value v;
   v.name = name;
   v.kind = ValueKind::Param;
-  v.dtype = dtype == DType::F32 ? float_dtype_ : dtype;
+  v.dtype = dtype == ParamDType::Compute ? float_dtype_ : master_dtype();
   v.dims = std::move(dims);
   v.requires_grad = true;
   v.init = init;

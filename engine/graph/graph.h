@@ -89,9 +89,17 @@ class Graph {
   // or a copy of it that a rewrite recomputes or swaps.
   ValueId add_like(ValueId v, std::string name);
 
+  // A graph input of the float dtype (images), or I32 (labels). In a mixed-precision graph the input
+  // the caller binds is float32 and this returns its cast to the 16-bit float dtype, which the layers
+  // build on (as autocast casts a float32 input where a 16-bit op takes it).
   ValueId input(const std::string& name, Dims per_sample, DType dtype = DType::F32, bool requires_grad = false);
-  ValueId param(const std::string& name, Dims dims, ParamInit init, DType dtype = DType::F32);
-  // Persistent, non-trained state (unbatched), every element starting at `fill`; its dtype is the float
+  // A trained parameter. Its Value dtype is what the ops read: the float dtype (Compute: convolution and
+  // linear weights, 16-bit in mixed precision) or the master dtype (Master: normalisation scales and
+  // shifts, float32 as autocast keeps them). Either way the parameter store keeps it, and its gradient,
+  // in the master dtype (engine/run/params.h).
+  enum class ParamDType : uint8_t { Compute, Master };
+  ValueId param(const std::string& name, Dims dims, ParamInit init, ParamDType dtype = ParamDType::Compute);
+  // Persistent, non-trained state (unbatched), every element starting at `fill`; its dtype is the master
   // dtype unless given (I64 for counters such as num_batches_tracked).
   ValueId state(const std::string& name, Dims dims, double fill, DType dtype = DType::F32);
   // Marks the training loss (the output of a loss op). The forward ends there.
@@ -114,8 +122,11 @@ class Graph {
   ValueId find_value(const std::string& name) const;  // -1 if absent
   // Follows view_of to the value that owns the storage.
   ValueId storage_root(ValueId v) const;
-  // The dtype every floating-point value of this graph uses (F32 for training, F64 for checks).
+  // The dtype of this graph's floating-point activations and their gradients: F32 for training, F64
+  // for checks, BF16 or F16 in mixed precision (docs/precision.md).
   DType float_dtype() const { return float_dtype_; }
+  // The dtype of parameters, their gradients, optimizer state and statistics: F64 in an F64 graph, else F32.
+  DType master_dtype() const { return float_dtype_ == DType::F64 ? DType::F64 : DType::F32; }
   // The dtype an op output of this dtype rule has in this graph.
   DType dtype_of(OutDType t) const;
   void set_float_dtype(DType t) { float_dtype_ = t; }

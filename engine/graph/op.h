@@ -60,9 +60,11 @@ struct StepArgs {
 
 using StepFn = void (*)(const StepArgs&);
 
-// The dtype of an op's output: the graph's float dtype (F32 to train, F64 for gradient checks), or a
-// fixed one (the max pool's 1-byte argmax, a loss op's F64 loss sum and I64 correct count).
-enum class OutDType : uint8_t { Float, U8, F64, I64 };
+// The dtype of an op's output: the graph's float dtype (F32 to train, F64 for gradient checks, 16-bit
+// in mixed precision), its master dtype (Graph::master_dtype), or a fixed one (the max pool's 1-byte
+// argmax, a loss op's F64 loss sum and I64 correct count). Gradients of parameters are always in the
+// master dtype, whatever the op declares for them.
+enum class OutDType : uint8_t { Float, U8, F64, I64, Master };
 // One declared output. A metric output is an unbatched scalar the op adds into over the micro-batches
 // of a batch (ValueKind::Metric): the executor zeroes it at a batch's first micro-batch.
 struct OutSpec {
@@ -159,6 +161,10 @@ class ImplTable {
   std::vector<Row> rows_;
 };
 ImplTable& impl_table();
+
+// Casts a value to the graph's float dtype (defined with the elementwise ops, engine/ops/elementwise.cc):
+// Graph::input adds one after each float32 input of a mixed-precision graph.
+extern const OpDef kCast;
 
 // Typed attributes (Node::attrs: what a layer's builder sets and its backward nodes copy) and kernel
 // geometries (Node::geometry: what a shape rule computes once) are declared by each op family, in

@@ -77,7 +77,7 @@ cpu::Conv2dShape shape(const StepArgs& a) { return ops::at_batch<cpu::Conv2dShap
 
 template <std::size_t (*Elems)(const cpu::Conv2dShape&)>
 std::size_t workspace(const Graph& g, const Node& n, int batch, const OpState*) {
-  return Elems(ops::at_batch<cpu::Conv2dShape>(n, batch)) * dtype_size(g.float_dtype());
+  return Elems(ops::at_batch<cpu::Conv2dShape>(n, batch)) * dtype_size(g.master_dtype());  // the row computes in it
 }
 
 template <class T>

@@ -1,4 +1,5 @@
-// Elementwise ops: ReLU (in place when the planner allows), add (also sums gradients), reshape (a view).
+// Elementwise ops: ReLU (in place when the planner allows), add (also sums gradients), reshape (a view),
+// and the casts between a mixed-precision graph's float32 inputs and its 16-bit activations.
 // The declarations, their CPU rows and graph builders; the CUDA rows are at the end, in CUDA builds.
 #include "engine/ops/elementwise.h"
 
@@ -62,6 +63,33 @@ void reshape_backward(GradBuilder& gb, const Node& n) {
   gb.add_grad(x, dx);
 }
 
+void infer_cast(Graph& g, Node& n) {
+  ops::expect_arity(n, 1, 1, 1);
+  ops::set_out_dims(g, n, 0, g.value(n.in[0]).dims);
+}
+
+void cast_backward(GradBuilder& gb, const Node& n);
+
+// Any device: the backend converts (kernels/convert.h), in order with the rest of the step's work.
+void cast_run(const StepArgs& a) {
+  a.backend->convert(a.out<void>(), a.out_value().dtype, a.in<void>(0), a.in_value(0).dtype, out_count(a));
+}
+
+}  // namespace
+
+const OpDef kCast = OpDef("cast", infer_cast).with_backward(cast_backward).with_recompute(ops::recompute_clone);
+const OpDef kCastMaster = OpDef("cast_master", infer_cast).with_backward(cast_backward)
+                          .with_outputs({OutDType::Master}).with_recompute(ops::recompute_clone);
+
+namespace {
+// The gradient goes back to the input's dtype: a cast to the float dtype's is one to the master dtype.
+void cast_backward(GradBuilder& gb, const Node& n) {
+  const ValueId x = n.in[0];
+  const Graph& g = gb.graph();
+  const ValueId dx = gb.new_grad_value(x, "grad(" + g.value(x).name + ")");
+  gb.emit(g.value(x).dtype == g.float_dtype() ? kCast : kCastMaster, {gb.grad(n.out[0])}, {dx}, n.name + ".backward");
+  gb.add_grad(x, dx);
+}
 }  // namespace
 
 const OpDef kRelu = OpDef("relu", infer_same).with_backward(relu_backward).with_inplace(true)
@@ -78,6 +106,12 @@ CRUMB_ON_LOAD {
   CRUMB_CPU_ROWS(t, kRelu, relu_fwd_cpu);
   CRUMB_CPU_ROWS(t, kReluBwd, relu_bwd_cpu);
   CRUMB_CPU_ROWS(t, kAdd, add_cpu);
+  // The casts exist in mixed-precision graphs only; their one run serves every device.
+  for (Device d : {Device::CPU, Device::CUDA})
+    for (DType dt : {DType::BF16, DType::F16}) {
+      t.add(kCast, d, dt, OpImpl(cast_run));
+      t.add(kCastMaster, d, dt, OpImpl(cast_run));
+    }
 }
 
 namespace nn {

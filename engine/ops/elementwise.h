@@ -9,7 +9,8 @@
 
 namespace crumb {
 
-extern const OpDef kRelu, kReluBwd, kReshape;
+// kCast (to the float dtype) is declared in engine/graph/op.h; kCastMaster casts to the master dtype.
+extern const OpDef kRelu, kReluBwd, kReshape, kCastMaster;
 
 struct ReshapeAttrs {
   Dims dims;  // target per-sample dims

@@ -243,8 +243,8 @@ int64_t channels_of(const Graph& g, ValueId x, const std::string& name, const ch
 
 ValueId batch_norm2d(Graph& g, ValueId x, const std::string& name, const BatchNormAttrs& attrs) {
   const int64_t c = channels_of(g, x, name, "batch_norm");
-  const ValueId w = g.param(name + ".weight", {c}, ParamInit::constant(1));
-  const ValueId b = g.param(name + ".bias", {c}, ParamInit::constant(0));
+  const ValueId w = g.param(name + ".weight", {c}, ParamInit::constant(1), Graph::ParamDType::Master);
+  const ValueId b = g.param(name + ".bias", {c}, ParamInit::constant(0), Graph::ParamDType::Master);
   const ValueId mean = g.state(name + ".running_mean", {c}, 0.0);
   const ValueId var = g.state(name + ".running_var", {c}, 1.0);
   const ValueId tracked = g.state(name + ".num_batches_tracked", {}, 0.0, DType::I64);
@@ -253,8 +253,8 @@ ValueId batch_norm2d(Graph& g, ValueId x, const std::string& name, const BatchNo
 
 ValueId group_norm(Graph& g, ValueId x, int groups, const std::string& name, double eps) {
   const int64_t c = channels_of(g, x, name, "group_norm");
-  const ValueId w = g.param(name + ".weight", {c}, ParamInit::constant(1));
-  const ValueId b = g.param(name + ".bias", {c}, ParamInit::constant(0));
+  const ValueId w = g.param(name + ".weight", {c}, ParamInit::constant(1), Graph::ParamDType::Master);
+  const ValueId b = g.param(name + ".bias", {c}, ParamInit::constant(0), Graph::ParamDType::Master);
   return g.apply(kGroupNorm, {x, w, b}, name, GroupNormAttrs{groups, eps});
 }
 

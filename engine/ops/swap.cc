@@ -45,7 +45,7 @@ const OpDef kSwapWait = OpDef("swap_wait", infer_wait).with_outputs({});
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
   for (Device d : {Device::CPU, Device::CUDA})
-    for (DType dt : {DType::F32, DType::F64}) {
+    for (DType dt : {DType::F32, DType::F64, DType::BF16, DType::F16}) {  // byte copies: any dtype
       t.add(kSwapCopy, d, dt, OpImpl(copy_run));
       t.add(kSwapWait, d, dt, OpImpl(wait_run));
     }

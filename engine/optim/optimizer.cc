@@ -54,9 +54,9 @@ Optimizer::Optimizer(ParamStore& params, const OptimizerConfig& cfg)
   nonfinite_ = Buffer(sizeof(uint64_t), memory_of(params.device()), params.index());
 }
 
-void Optimizer::step() {
+void Optimizer::step(float grad_scale) {
   backend_.activate();
-  update(lr(steps_));
+  update(lr(steps_), StepExtras{grad_scale, params_.device_copy_block(), params_.copy_dtype()});
   ++steps_;
   kernels_.count_nonfinite(backend_, reinterpret_cast<uint64_t*>(nonfinite_.data()),
                            static_cast<const float*>(params_.device_data_block()), params_.count());
@@ -66,6 +66,13 @@ uint64_t Optimizer::nonfinite_parameters() {
   uint64_t count = 0;
   backend_.read_back(&count, nonfinite_.data(), sizeof count);
   return count;
+}
+
+uint64_t Optimizer::nonfinite_gradients() {
+  backend_.activate();
+  kernels_.count_nonfinite(backend_, reinterpret_cast<uint64_t*>(nonfinite_.data()),
+                           static_cast<const float*>(params_.device_grad_block()), params_.count());
+  return nonfinite_parameters();
 }
 
 void Optimizer::set_total_steps(long long total) {
@@ -107,10 +114,9 @@ std::vector<std::pair<Device, const OptimizerKernels*>>& kernel_table() {
 
 const OptimizerKernels kCpuKernels = {
     [](Backend&, float* p, const float* g, float* m, std::size_t n, float lr, float momentum, float wd, bool nesterov,
-       bool first) { cpu::sgd_momentum_step(p, g, m, n, lr, momentum, wd, nesterov, first); },
-    [](Backend&, float* p, const float* g, float* m, float* v, std::size_t n, const AdamWScalars& s) {
-      cpu::adamw_step(p, g, m, v, n, s);
-    },
+       bool first, const StepExtras& x) { cpu::sgd_momentum_step(p, g, m, n, lr, momentum, wd, nesterov, first, x); },
+    [](Backend&, float* p, const float* g, float* m, float* v, std::size_t n, const AdamWScalars& s,
+       const StepExtras& x) { cpu::adamw_step(p, g, m, v, n, s, x); },
     [](Backend&, uint64_t* out, const float* x, std::size_t n) { *out = cpu::count_nonfinite(x, n); },
 };
 }  // namespace
@@ -138,12 +144,11 @@ namespace crumb::cuda_rows {
 namespace {
 const OptimizerKernels kCudaKernels = {
     [](Backend& b, float* p, const float* g, float* m, std::size_t n, float lr, float momentum, float wd,
-       bool nesterov, bool first) {
-      cuda::sgd_momentum_step(p, g, m, n, lr, momentum, wd, nesterov, first, cuda::CudaBackend::of(b).compute());
+       bool nesterov, bool first, const StepExtras& x) {
+      cuda::sgd_momentum_step(p, g, m, n, lr, momentum, wd, nesterov, first, x, cuda::CudaBackend::of(b).compute());
     },
-    [](Backend& b, float* p, const float* g, float* m, float* v, std::size_t n, const AdamWScalars& s) {
-      cuda::adamw_step(p, g, m, v, n, s, cuda::CudaBackend::of(b).compute());
-    },
+    [](Backend& b, float* p, const float* g, float* m, float* v, std::size_t n, const AdamWScalars& s,
+       const StepExtras& x) { cuda::adamw_step(p, g, m, v, n, s, x, cuda::CudaBackend::of(b).compute()); },
     [](Backend& b, uint64_t* out, const float* x, std::size_t n) {
       static_assert(sizeof(unsigned long long) == sizeof(uint64_t), "the kernel counts in unsigned long long");
       cuda::count_nonfinite(reinterpret_cast<unsigned long long*>(out), x, n, cuda::CudaBackend::of(b).compute());

@@ -13,6 +13,7 @@
 #include "engine/device/buffer.h"
 #include "engine/optim/lr_schedule.h"
 #include "kernels/adamw_scalars.h"
+#include "kernels/step_extras.h"
 #include "engine/run/params.h"
 
 namespace crumb {
@@ -45,9 +46,9 @@ class Backend;
 // device's other work. Registered per device like the op rows: both in engine/optim/optimizer.cc.
 struct OptimizerKernels {
   void (*sgd)(Backend& b, float* params, const float* grads, float* momentum_buf, std::size_t count, float lr,
-              float momentum, float weight_decay, bool nesterov, bool first_step);
+              float momentum, float weight_decay, bool nesterov, bool first_step, const StepExtras& extras);
   void (*adamw)(Backend& b, float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
-                std::size_t count, const AdamWScalars& s);
+                std::size_t count, const AdamWScalars& s, const StepExtras& extras);
   // *out (the device's memory) = elements of x that are NaN or infinite.
   void (*count_nonfinite)(Backend& b, uint64_t* out, const float* x, std::size_t count);
 };
@@ -74,12 +75,17 @@ class Optimizer {
   OptimizerKind kind() const { return cfg_.kind; }
   const OptimizerConfig& config() const { return cfg_; }
   // Updates every parameter from the gradients at lr(steps()), then counts the step. Also counts, on the
-  // device and in order with the update, the parameters the step left NaN or infinite.
-  void step();
+  // device and in order with the update, the parameters the step left NaN or infinite. The gradients are
+  // read multiplied by grad_scale (1 / the fp16 loss scale); the parameters' 16-bit copies, if the store
+  // has them, are written in the same pass.
+  void step(float grad_scale = 1.0f);
   // How many parameters the last step left NaN or infinite (0 before any step): a diverged run, which
   // the ReLU can hide from the loss (it maps NaN to 0). Waits for the step (cheap right after the next
   // batch, which waits for it anyway).
   uint64_t nonfinite_parameters();
+  // How many elements of the gradient block are NaN or infinite now (fp16's overflow check, once per
+  // step after the last micro-batch). Waits for the gradients.
+  uint64_t nonfinite_gradients();
   // The learning rate of optimizer step `step` (0-based).
   double lr(long long step) const { return cfg_.schedule.lr(cfg_.lr, step); }
   // The cosine schedule's horizon: a run resumed at step s of n more steps anneals to 0 at s + n.
@@ -98,7 +104,7 @@ class Optimizer {
  protected:
   Optimizer(ParamStore& params, const OptimizerConfig& cfg);
   // The update of step steps() (0-based) at learning rate lr, enqueued on the parameters' device.
-  virtual void update(double lr) = 0;
+  virtual void update(double lr, const StepExtras& extras) = 0;
   float* device_state(std::size_t i) const { return state_[i].device(); }
 
   ParamStore& params_;

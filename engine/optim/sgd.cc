@@ -9,7 +9,7 @@ Sgd::Sgd(ParamStore& params, const OptimizerConfig& cfg) : Optimizer(params, cfg
   CRUMB_CHECK(cfg.kind == OptimizerKind::Sgd, "Sgd built from a ", optimizer_name(cfg.kind), " configuration");
 }
 
-void Sgd::update(double lr) {
+void Sgd::update(double lr, const StepExtras& extras) {
   float* p = static_cast<float*>(params_.device_data_block());
   const float* g = static_cast<const float*>(params_.device_grad_block());
   float* m = state().empty() ? nullptr : device_state(0);
@@ -17,7 +17,7 @@ void Sgd::update(double lr) {
   const bool first = steps() == 0;
   const auto flr = static_cast<float>(lr), momentum = static_cast<float>(cfg_.momentum),
              wd = static_cast<float>(cfg_.weight_decay);
-  kernels_.sgd(backend_, p, g, m, params_.count(), flr, momentum, wd, cfg_.nesterov, first);
+  kernels_.sgd(backend_, p, g, m, params_.count(), flr, momentum, wd, cfg_.nesterov, first, extras);
 }
 
 }  // namespace crumb

@@ -10,7 +10,7 @@ class Sgd final : public Optimizer {
   Sgd(ParamStore& params, const OptimizerConfig& cfg);
 
  private:
-  void update(double lr) override;
+  void update(double lr, const StepExtras& extras) override;
 };
 
 }  // namespace crumb

@@ -87,8 +87,8 @@ void Executor::resolve() {
     if (compiled_.plan.offset[v] >= 0)
       ptr_[v] = (compiled_.plan.space[v] == MemorySpace::HostPool ? host_pool_.data() : arena_.base()) +
                 compiled_.plan.offset[v];
-    else if (val.kind == ValueKind::Param)
-      ptr_[v] = params_.device_data(v);
+    else if (val.kind == ValueKind::Param)  // a 16-bit Value reads the parameter's 16-bit copy
+      ptr_[v] = val.dtype == params_.dtype() ? params_.device_data(v) : params_.device_copy(v);
     else if (val.kind == ValueKind::State)
       ptr_[v] = params_.device_state(v);
     else if (val.kind == ValueKind::ParamGrad)

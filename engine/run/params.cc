@@ -13,7 +13,7 @@ namespace crumb {
 namespace {
 // Elements a parameter occupies in the block: its count rounded up to 64 bytes.
 std::size_t padded_count(const Graph& g, ValueId p) {
-  const std::size_t lanes = 64 / dtype_size(g.float_dtype());
+  const std::size_t lanes = 64 / dtype_size(g.master_dtype());
   return (static_cast<std::size_t>(g.value(p).count(1)) + lanes - 1) / lanes * lanes;
 }
 // The state block's layout: each state value at a 64-byte aligned byte offset (-1 for other values).
@@ -37,23 +37,27 @@ std::size_t ParamStore::block_count(const Graph& g) {
 
 ParamStore::ParamStore(const Graph& g, Device device, int index)
     : graph_(g),
-      dtype_(g.float_dtype()),
+      dtype_(g.master_dtype()),
       device_(device),
       index_(index),
       offset_(g.num_values(), -1),
       grad_owner_(g.num_values(), -1) {
   // The device must exist: an error naming it (and --device cpu) if not.
-  const std::vector<DType> runs = backend(device, index).float_dtypes();
-  if (std::find(runs.begin(), runs.end(), dtype_) == runs.end()) {
+  Backend& b = backend(device, index);
+  const std::vector<DType> runs = b.float_dtypes();
+  if (std::find(runs.begin(), runs.end(), g.float_dtype()) == runs.end()) {
     std::string names;
-    for (DType d : runs) names += std::string(names.empty() ? "" : " and ") + dtype_name(d);
-    CRUMB_FAIL(device_name(device), " runs ", names, " models only, this graph is ", dtype_name(dtype_));
+    for (DType d : runs) names += std::string(names.empty() ? "" : ", ") + dtype_name(d);
+    CRUMB_FAIL(device_name(device), " ", index, " (", b.description(), ") runs ", names,
+               " models only, this graph is ", dtype_name(g.float_dtype()));
   }
   for (ValueId p : g.params()) {
     offset_[p] = static_cast<int64_t>(count_);
     count_ += padded_count(g, p);
     if (g.value(p).grad >= 0) grad_owner_[g.value(p).grad] = p;
   }
+  copy_dtype_ = g.float_dtype();
+  if (is_half(copy_dtype_)) copy_ = Buffer(count_ * dtype_size(copy_dtype_), b.memory(), index);
   data_ = MirroredBuffer(bytes(), device, index);
   grad_ = MirroredBuffer(bytes(), device, index);
   state_offset_.assign(g.num_values(), -1);
@@ -90,6 +94,17 @@ void ParamStore::init(uint64_t seed) {
     }
   }
   to_device();
+}
+
+void ParamStore::to_device() {
+  data_.to_device();
+  state_.to_device();
+  if (copy_.size()) backend(device_, index_).convert(copy_.data(), copy_dtype_, data_.device(), dtype_, count_);
+}
+
+void* ParamStore::device_copy(ValueId param) const {
+  CRUMB_CHECK(copy_.size(), "the parameters have no 16-bit copies (a ", dtype_name(copy_dtype_), " graph)");
+  return copy_.data() + byte_offset(param) / dtype_size(dtype_) * dtype_size(copy_dtype_);
 }
 
 void ParamStore::to_host() {

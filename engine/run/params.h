@@ -4,6 +4,10 @@
 // parameters stays zero and is inert under the optimizer. The blocks live on the device that trains;
 // data()/grad() address the host copy (initialisation, checkpoints, inspection), which on CUDA is
 // brought up to date by to_host() and pushed back by to_device().
+// In a mixed-precision graph (16-bit float dtype) the blocks hold the float32 master weights and their
+// float32 gradients, and a fourth block, of the parameter block's layout in the 16-bit dtype, the copies
+// that 16-bit ops read (the parameters whose Value dtype is 16-bit): to_device() writes them from the
+// masters, and so does the optimizer in its pass.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -39,16 +43,19 @@ class ParamStore {
   // Bytes of the state block for g, without allocating it.
   static std::size_t state_block_bytes(const Graph& g);
   // Host copies -> device (parameters and state), device -> host copies (parameters, gradients, state).
-  void to_device() {
-    data_.to_device();
-    state_.to_device();
-  }
+  void to_device();
   void to_host();
   // The parameter a ParamGrad value belongs to (-1 if none).
   ValueId param_of_grad(ValueId grad) const;
   const std::vector<ValueId>& params() const { return graph_.params(); }
   const Graph& graph() const { return graph_; }
+  // The dtype of the parameter, gradient and state blocks (the graph's master dtype).
   DType dtype() const { return dtype_; }
+  // The 16-bit copies (in the device's memory; null in a graph without them), their dtype, and where
+  // the copy of one parameter is.
+  void* device_copy_block() const { return copy_.data(); }
+  DType copy_dtype() const { return copy_dtype_; }
+  void* device_copy(ValueId param) const;
   // Whole blocks, padding included (count() elements each): host copies and device blocks.
   void* data_block() const { return data_.host(); }
   void* grad_block() const { return grad_.host(); }
@@ -70,6 +77,8 @@ class ParamStore {
   std::size_t count_ = 0;
   std::vector<int64_t> state_offset_;  // per value id: byte offset in the state block, -1 if not state
   MirroredBuffer data_, grad_, state_;
+  DType copy_dtype_;
+  Buffer copy_;
 };
 
 }  // namespace crumb

@@ -43,8 +43,12 @@ void Progress::on_epoch_begin(Trainer&, int epoch) {
   last_draw_ = {};
 }
 
-void Progress::on_step(Trainer&, const StepInfo& s) {
+void Progress::on_step(Trainer& t, const StepInfo& s) {
   const int done = s.batch + 1, total = s.batches;
+  // fp16: the loss scale, and how many steps its overflows skipped.
+  char scale[64] = "";
+  if (t.loss_scaler().enabled())
+    std::snprintf(scale, sizeof scale, " scale %g skipped %lld", s.loss_scale, t.loss_scaler().skipped());
   if (tty_) {
     const auto now = std::chrono::steady_clock::now();
     if (done != total && now - last_draw_ < std::chrono::milliseconds(100)) return;
@@ -53,8 +57,8 @@ void Progress::on_step(Trainer&, const StepInfo& s) {
     const int filled = total ? done * kWidth / total : kWidth;
     std::string bar(filled, '=');
     if (filled < kWidth) bar += '>' + std::string(kWidth - filled - 1, ' ');
-    std::fprintf(stderr, "\repoch %d/%d [%s] %d/%d loss %.4f %.0f samples/s ", epoch_, epochs_, bar.c_str(), done,
-                 total, s.epoch_loss, s.samples_per_s);
+    std::fprintf(stderr, "\repoch %d/%d [%s] %d/%d loss %.4f %.0f samples/s%s ", epoch_, epochs_, bar.c_str(), done,
+                 total, s.epoch_loss, s.samples_per_s, scale);
     std::fflush(stderr);
     bar_open_ = true;
     return;
@@ -62,8 +66,8 @@ void Progress::on_step(Trainer&, const StepInfo& s) {
   const int decile = total ? done * 10 / total : 10;
   if (decile == last_decile_ || (decile == 10 && done != total)) return;
   last_decile_ = decile;
-  std::fprintf(stderr, "epoch %d/%d batch %d/%d loss %.4f %.0f samples/s\n", epoch_, epochs_, done, total, s.epoch_loss,
-               s.samples_per_s);
+  std::fprintf(stderr, "epoch %d/%d batch %d/%d loss %.4f %.0f samples/s%s\n", epoch_, epochs_, done, total,
+               s.epoch_loss, s.samples_per_s, scale);
 }
 
 void Progress::end_bar() {

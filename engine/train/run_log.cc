@@ -24,8 +24,8 @@ void RunLog::write(const std::string& line) {
 
 // Steps count optimizer steps from 1 over the whole run (resumed ones included); epochs and batches from 1.
 void RunLog::on_step(Trainer& t, const StepInfo& s) {
-  write(json::ObjectWriter()
-            .string("event", "step")
+  json::ObjectWriter w;
+  w.string("event", "step")
             .integer("step", s.step)
             .integer("epoch", s.epoch + 1)
             .integer("batch", s.batch + 1)
@@ -34,8 +34,10 @@ void RunLog::on_step(Trainer& t, const StepInfo& s) {
             .number("samples_per_s", s.samples_per_s)
             .integer("micro_batch", t.micro_batch())
             .integer("arena_bytes", static_cast<long long>(t.arena_bytes()))
-            .integer("max_rss_bytes", static_cast<long long>(max_rss_bytes()))
-            .str());
+            .integer("max_rss_bytes", static_cast<long long>(max_rss_bytes()));
+  if (t.loss_scaler().enabled())
+    w.number("loss_scale", s.loss_scale).boolean("skipped", s.skipped).integer("skipped_steps", t.loss_scaler().skipped());
+  write(w.str());
 }
 
 void RunLog::on_epoch_end(Trainer&, const EpochInfo& e) {

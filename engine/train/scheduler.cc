@@ -125,12 +125,12 @@ BatchResult Scheduler::for_each_micro_batch(Executor& e, MicroBatchSource& input
   return {r.loss_sum, r.correct, count};
 }
 
-BatchResult Scheduler::train_batch(InputBatches inputs, int batch, uint64_t random_key) {
+BatchResult Scheduler::train_batch(InputBatches inputs, int batch, uint64_t random_key, double loss_scale) {
   slices_->set(inputs);
-  return train_batch(*slices_, batch, random_key);
+  return train_batch(*slices_, batch, random_key, loss_scale);
 }
 
-BatchResult Scheduler::train_batch(MicroBatchSource& inputs, int batch, uint64_t random_key) {
+BatchResult Scheduler::train_batch(MicroBatchSource& inputs, int batch, uint64_t random_key, double loss_scale) {
   CRUMB_CHECK(batch >= 1, "batch must be >= 1, got ", batch);
   const Communicator* comm = reducer_ ? &reducer_->communicator() : nullptr;
   const BatchShare share = comm ? batch_share(batch, comm->size(), comm->rank()) : BatchShare{0, batch};
@@ -140,7 +140,7 @@ BatchResult Scheduler::train_batch(MicroBatchSource& inputs, int batch, uint64_t
     return {};
   }
   check_micro_batch(g_, train_.max_batch(), share.size);
-  const double scale = 1.0 / batch;
+  const double scale = loss_scale / batch;
   const BatchResult r =
       for_each_micro_batch(train_, inputs, share.offset, share.size, [&](int n, bool first, bool last, int first_sample) {
         train_.run(n, first, last, scale, RandomKey{random_key, first_sample});

@@ -38,9 +38,11 @@ class Scheduler {
   // unknown or missing one is an error). Leaves gradients for an optimizer step. random_key is the batch's
   // key for random ops (random_key(seed, step), engine/graph/rng.h): each micro-batch runs with it and the
   // index of its first sample, so dropout's masks, like every gradient, do not depend on the micro-batch size.
-  BatchResult train_batch(MicroBatchSource& inputs, int batch, uint64_t random_key = 0);
+  // loss_scale (fp16's, engine/optim/loss_scaler.h) multiplies every micro-batch's loss alike, so the
+  // gradients come out loss_scale times the batch's.
+  BatchResult train_batch(MicroBatchSource& inputs, int batch, uint64_t random_key = 0, double loss_scale = 1);
   // The same, from whole-batch arrays in host memory.
-  BatchResult train_batch(InputBatches inputs, int batch, uint64_t random_key = 0);
+  BatchResult train_batch(InputBatches inputs, int batch, uint64_t random_key = 0, double loss_scale = 1);
   // Data-parallel training (null: one process). Each rank then trains its share of every batch
   // (engine/dist/batch_share.h: a source is asked for the share only; InputBatches hold the whole batch, in
   // the same order on every rank) with the loss scaled by 1/B for the whole batch, and the reducer sums the gradients over the ranks during

@@ -29,7 +29,10 @@ RunSummary summarize(Trainer& t, const FitResult& r) {
   s.arena_bytes = t.arena_bytes();
   s.arena_lower_bound = plan.lower_bound;
   s.device = device_name(t.device());
-  s.tf32 = c.tf32 && backend(t.device()).has_tf32();
+  s.precision = precision_name(c.precision);
+  s.tf32 = c.precision == Precision::TF32 && backend(t.device()).has_tf32();
+  s.loss_scale = t.loss_scaler().scale();
+  s.skipped_steps = t.loss_scaler().skipped();
   s.cuda_graphs = t.scheduler().train_executor().recording();
   s.optimizer = optimizer_name(opt.kind());
   s.lr_schedule = lr_schedule_name(c.optimizer.schedule.kind);
@@ -73,6 +76,7 @@ std::string to_json(const RunSummary& s) {
       .integer("arena_bytes", size(s.arena_bytes))
       .integer("arena_lower_bound", size(s.arena_lower_bound))
       .string("device", s.device)
+      .string("precision", s.precision)
       .boolean("tf32", s.tf32)
       .boolean("cuda_graphs", s.cuda_graphs)
       .string("optimizer", s.optimizer)
@@ -88,6 +92,7 @@ std::string to_json(const RunSummary& s) {
       .number("predicted_step_s", s.predicted_step_s, 6)
       .number("in_memory_step_s", s.in_memory_step_s, 6)
       .number("measured_step_s", s.measured_step_s, 6);
+  if (s.precision == "fp16") w.number("loss_scale", s.loss_scale).integer("skipped_steps", s.skipped_steps);
   if (s.data_parallel)
     w.integer("ranks", s.ranks)
         .integer("buckets", size(s.buckets))

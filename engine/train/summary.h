@@ -18,7 +18,11 @@ struct RunSummary {
   long long parameters = 0;
   std::size_t arena_bytes = 0, arena_lower_bound = 0;
   std::string device;
-  bool tf32 = false, cuda_graphs = false;
+  std::string precision;  // fp32 | tf32 | bf16 | fp16
+  bool tf32 = false, cuda_graphs = false;  // tf32: the device rounded float32 products to TF32
+  // fp16: the loss scale at the end and the steps skipped for overflowing gradients.
+  double loss_scale = 1;
+  long long skipped_steps = 0;
   std::string optimizer, lr_schedule;
   double final_lr = 0;
   std::size_t memory_budget = 0, max_rss_bytes = 0;

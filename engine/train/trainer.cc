@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstdio>
 #include <filesystem>
 
 #include "engine/base/error.h"
@@ -74,6 +75,28 @@ bool sum_over_ranks(Communicator& comm, BatchResult& r, bool stop) {
 
 }  // namespace
 
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::TF32: return "tf32";
+    case Precision::BF16: return "bf16";
+    case Precision::FP16: return "fp16";
+    default: return "fp32";
+  }
+}
+
+bool precision_named(const std::string& name, Precision& out) {
+  for (Precision p : {Precision::FP32, Precision::TF32, Precision::BF16, Precision::FP16})
+    if (name == precision_name(p)) {
+      out = p;
+      return true;
+    }
+  return false;
+}
+
+DType activation_dtype(Precision p) {
+  return p == Precision::BF16 ? DType::BF16 : p == Precision::FP16 ? DType::F16 : DType::F32;
+}
+
 std::string recorded_value(const CheckpointMetadata& meta, const std::string& key, const std::string& path) {
   for (const auto& [k, v] : meta)
     if (k == key) return v;
@@ -113,7 +136,9 @@ std::string result_settings(const TrainConfig& c) {
       .integer("step_size", o.schedule.step_size)
       .number("gamma", o.schedule.gamma)
       .integer("seed", static_cast<long long>(c.seed))
-      .boolean("tf32", c.tf32)
+      .string("precision", precision_name(c.precision))
+      .number("loss_scale", c.precision == Precision::FP16 ? c.loss_scale.init : 0)
+      .integer("loss_scale_growth_interval", c.precision == Precision::FP16 ? c.loss_scale.growth_interval : 0)
       .str();
 }
 
@@ -129,8 +154,10 @@ std::size_t budget_of(const TrainConfig& c, Device device) {
 
 RunPlan plan_run(const TrainConfig& c, const data::DataShape& shape, int batch, Device device) {
   RunPlan p;
-  p.graph = models::build(c.model, {shape.channels, shape.height, shape.width, shape.classes, c.norm, c.dropout});
-  p.graph.set_tf32(c.tf32);
+  if (c.precision == Precision::FP16) c.loss_scale.validate();
+  p.graph = models::build(c.model, {shape.channels, shape.height, shape.width, shape.classes, c.norm, c.dropout},
+                          activation_dtype(c.precision));
+  p.graph.set_tf32(c.precision == Precision::TF32);
   build_backward(p.graph);
   check_bn_group(c, batch);
   p.device = device;
@@ -149,7 +176,7 @@ RunPlan plan_run(const TrainConfig& c, const data::DataShape& shape, int batch, 
 }
 
 Trainer::Trainer(TrainConfig cfg, std::shared_ptr<const data::DataSplit> data, std::shared_ptr<Communicator> comm)
-    : cfg_(std::move(cfg)), comm_(std::move(comm)) {
+    : cfg_(std::move(cfg)), comm_(std::move(comm)), scaler_(cfg_.loss_scale, cfg_.precision == Precision::FP16) {
   set_num_threads(cfg_.threads);
   const Device device = pick_device(cfg_);
   if (!comm_) comm_ = connect_ranks(device, cfg_.dist_timeout);
@@ -204,6 +231,10 @@ void Trainer::prepare() {
     const CheckpointMetadata meta = checkpoint_metadata(cfg_.resume);
     start_epoch_ = metadata_int(meta, "train.epoch", cfg_.resume);
     start_batch_ = metadata_int(meta, "train.batch", cfg_.resume);
+    if (scaler_.enabled())
+      scaler_.restore(std::stod(recorded_value(meta, "train.loss_scale", cfg_.resume)),
+                      metadata_int(meta, "train.loss_scale_clean_steps", cfg_.resume),
+                      std::stoll(recorded_value(meta, "train.skipped_steps", cfg_.resume)));
     CRUMB_CHECK(start_batch_ <= batches_per_epoch(), cfg_.resume, " stopped at batch ", start_batch_,
                 " of an epoch, but this data has ", batches_per_epoch(), " batches per epoch");
     const int threads = metadata_int(meta, "train.threads", cfg_.resume);
@@ -252,7 +283,8 @@ bool Trainer::train_batch(StepInfo& info) {
   data::Batch b;
   if (!train_loader_->next(b)) return false;
   const Clock::time_point start = Clock::now();
-  BatchResult r = sched_->train_batch(*train_loader_, b.size, random_key(cfg_.seed, opt_->steps()));
+  const double loss_scale = scaler_.scale();
+  BatchResult r = sched_->train_batch(*train_loader_, b.size, random_key(cfg_.seed, opt_->steps()), loss_scale);
   batch_seconds_ += seconds_since(start);
   micro_batches_ += r.micro_batches;
   const bool stop = interrupted() != 0 || stop_requested_;
@@ -260,7 +292,10 @@ bool Trainer::train_batch(StepInfo& info) {
   CRUMB_CHECK(std::isfinite(r.loss_sum), "loss became ", r.loss_sum, " at epoch ", epoch_ + 1, " batch ", b.index + 1,
               ": training diverged (lower --lr)");
   check_finite(epoch_, b.index);
-  opt_->step();
+  // fp16: one check of the whole step's gradient (after the sum over ranks, so every rank decides alike).
+  info.skipped = scaler_.enabled() && !scaler_.update(opt_->nonfinite_gradients());
+  if (!info.skipped) opt_->step(static_cast<float>(1.0 / loss_scale));
+  info.loss_scale = scaler_.scale();
   info.epoch = epoch_;
   info.batch = b.index;
   info.batches = batches_per_epoch();
@@ -293,6 +328,13 @@ void Trainer::save(int epoch, int batch, const std::string& path) {
                            {"train.batch", std::to_string(batch)},
                            {"train.threads", std::to_string(cfg_.threads)},
                            {"train.micro_batch", std::to_string(micro_batch())}});
+  if (scaler_.enabled()) {
+    char scale[32];
+    std::snprintf(scale, sizeof scale, "%.17g", scaler_.scale());
+    meta.insert(meta.end(), {{"train.loss_scale", scale},
+                             {"train.loss_scale_clean_steps", std::to_string(scaler_.clean_steps())},
+                             {"train.skipped_steps", std::to_string(scaler_.skipped())}});
+  }
   try {
     save_checkpoint(target, *params_, opt_.get(), cfg_.model, meta);
   } catch (const Error& e) {
@@ -332,7 +374,7 @@ FitResult Trainer::fit(const std::vector<Callback*>& callbacks) {
       if (lead())
         for (Callback* c : callbacks) c->on_step(*this, info);
       const bool stop = stop_requested_;
-      if (saving && (stop || (cfg_.save_every && opt_->steps() % cfg_.save_every == 0))) {
+      if (saving && (stop || (cfg_.save_every && !info.skipped && opt_->steps() % cfg_.save_every == 0))) {
         check_finite(epoch, info.batch + 1);
         const bool epoch_done = info.batch + 1 == info.batches;
         save(epoch + epoch_done, epoch_done ? 0 : info.batch + 1);

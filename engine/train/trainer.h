@@ -26,6 +26,7 @@
 #include "engine/dist/communicator.h"
 #include "engine/dist/grad_reducer.h"
 #include "engine/io/checkpoint.h"
+#include "engine/optim/loss_scaler.h"
 #include "engine/optim/optimizer.h"
 #include "engine/run/params.h"
 #include "engine/strategy/memory_strategy.h"
@@ -33,6 +34,15 @@
 #include "engine/train/scheduler.h"
 
 namespace crumb {
+
+// The arithmetic of a run (docs/precision.md): float32; float32 whose products may round to TF32 (CUDA
+// tensor cores); or mixed precision, with 16-bit activations, float32 master weights, gradients and
+// optimizer state (bf16, or fp16 with a dynamic loss scale, engine/optim/loss_scaler.h).
+enum class Precision : uint8_t { FP32, TF32, BF16, FP16 };
+const char* precision_name(Precision p);  // "fp32" | "tf32" | "bf16" | "fp16"
+bool precision_named(const std::string& name, Precision& out);
+// The float dtype of its graphs' activations (Graph::float_dtype).
+DType activation_dtype(Precision p);
 
 struct TrainConfig {
   // The model: a registered name (engine/train/model_registry.h), its normalisation and dropout.
@@ -51,7 +61,8 @@ struct TrainConfig {
   uint64_t seed = 0;
   std::size_t memory_budget = 0;  // 0: the device's default (Backend::default_budget)
   Strategy strategy = Strategy::Auto;
-  bool tf32 = false;         // float32 products and convolutions may use TF32 tensor cores (CUDA)
+  Precision precision = Precision::FP32;
+  LossScaleConfig loss_scale;  // fp16 only
   bool cuda_graphs = true;   // replay each micro-batch's work as a recorded CUDA graph
   // Checkpoints: where to save (at every epoch's end, every save_every optimizer steps, when stopped and
   // at the end), which weights to start from, which run to continue.
@@ -104,6 +115,10 @@ struct StepInfo {
   long long step = 0;      // optimizer steps taken, this one included (resumed runs count on)
   double lr = 0;           // the step's learning rate
   double epoch_loss = 0;   // mean over the epoch so far
+  // fp16: the step's gradient overflowed, so it was skipped (nothing changed; the scale halved), and the
+  // loss scale the next step runs with (1 without fp16).
+  bool skipped = false;
+  double loss_scale = 1;
   double samples_per_s = 0;  // over the run so far
 };
 
@@ -185,6 +200,7 @@ class Trainer {
   int batches_per_epoch() const;
   ParamStore& params() { return *params_; }
   Optimizer& optimizer() { return *opt_; }
+  const LossScaler& loss_scaler() const { return scaler_; }
   const Scheduler& scheduler() const { return *sched_; }
   std::size_t arena_bytes() const;
   const GradientReducer* reducer() const { return reducer_.get(); }
@@ -203,6 +219,7 @@ class Trainer {
   RunPlan plan_;
   std::unique_ptr<ParamStore> params_;
   std::unique_ptr<Optimizer> opt_;
+  LossScaler scaler_;
   std::unique_ptr<data::Loader> train_loader_, test_loader_;
   std::unique_ptr<Arena> arena_;
   std::unique_ptr<Scheduler> sched_;

@@ -10,12 +10,13 @@ using detail::blocks_for;
 using detail::global_index;
 using detail::kBlock;
 
+template <class C>
 __global__ void adamw_step_kernel(float* __restrict__ params, const float* __restrict__ grads,
                                   float* __restrict__ exp_avg, float* __restrict__ exp_avg_sq, std::size_t count,
-                                  AdamWScalars s) {
+                                  AdamWScalars s, float grad_scale, void* __restrict__ copy) {
   const std::size_t i = global_index();
   if (i >= count) return;
-  const float g = grads[i];
+  const float g = grads[i] * grad_scale;
   const float p = params[i] * s.decay;
   const float m0 = exp_avg[i];
   // torch.lerp picks its formula by the weight for accuracy; the branch is uniform over the grid.
@@ -25,16 +26,21 @@ __global__ void adamw_step_kernel(float* __restrict__ params, const float* __res
   const float denom = sqrtf(v) / s.bc2_sqrt + s.eps;
   exp_avg[i] = m;
   exp_avg_sq[i] = v;
-  params[i] = p + s.neg_step_size * m / denom;
+  const float updated = p + s.neg_step_size * m / denom;
+  params[i] = updated;
+  store_copy<C>(copy, i, updated);
 }
 
 }  // namespace
 
 void adamw_step(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, std::size_t count,
-                const AdamWScalars& s, cudaStream_t stream) {
+                const AdamWScalars& s, const StepExtras& x, cudaStream_t stream) {
   CRUMB_CHECK(count == 0 || (exp_avg != nullptr && exp_avg_sq != nullptr), "adamw_step: needs exp_avg and exp_avg_sq");
   if (count == 0) return;
-  adamw_step_kernel<<<blocks_for(count), kBlock, 0, stream>>>(params, grads, exp_avg, exp_avg_sq, count, s);
+  with_copy_type(x, [&](auto copy_type) {
+    adamw_step_kernel<decltype(copy_type)><<<blocks_for(count), kBlock, 0, stream>>>(params, grads, exp_avg, exp_avg_sq,
+                                                                                    count, s, x.grad_scale, x.copy);
+  });
   CRUMB_CUDA_CHECK_LAUNCH();
 }
 

@@ -142,9 +142,19 @@ Trains a model on Fashion-MNIST with Crumb's graph executor and reports test acc
   --log FILE           write a JSON line per optimizer step (loss, lr, samples/s, micro-batch, arena,
                        max RSS) and per epoch (train/test loss, test accuracy) to FILE, flushed as
                        the run goes (JSON Lines: one object per line, for plots and tail -f)
-  --tf32               let CUDA matrix products and convolutions round float32 operands to TF32 on
-                       tensor cores (faster, ~1e-3 relative error per product; PyTorch's default for
-                       convolutions); off by default, so CPU and GPU compute the same float32 function
+  --precision P        fp32 | tf32 | bf16 | fp16 (default fp32). tf32: CUDA matrix products and
+                       convolutions round float32 operands to TF32 on tensor cores (faster, ~1e-3
+                       relative error per product; PyTorch's default for convolutions); the CPU
+                       computes float32. bf16, fp16: mixed precision as torch.autocast: activations
+                       and their gradients are 16-bit (half the arena), convolutions and linear layers
+                       read 16-bit weight copies, and weights, their gradients (accumulated over
+                       micro-batches in float32), optimizer state, BatchNorm statistics and the loss
+                       stay float32; checkpoints hold the float32 weights. fp16 scales the loss
+                       dynamically (docs/precision.md); bf16 needs a GPU of compute capability >= 8.0
+  --tf32               the same as --precision tf32
+  --loss-scale S       fp16: the initial loss scale, a power of two          (default 65536)
+  --loss-scale-growth-interval N
+                       fp16: clean steps in a row before the scale doubles   (default 2000)
   --cuda-graphs on|off record each micro-batch's work once and replay it as one CUDA graph (default on)
   --explain            print the memory plan (breakdown, chosen micro-batch, live bytes per step)
                        and exit without training
@@ -191,7 +201,8 @@ Options parse_flags(const std::vector<std::string>& argv) {
     if (name == "help" || name == "explain" || name == "tf32" || name == "nesterov") {
       CRUMB_CHECK(eq == std::string::npos, "--", name, " takes no value");
       o.args.push_back("--" + name);
-      (name == "help" ? o.help : name == "explain" ? o.explain : name == "tf32" ? o.tf32 : opt.nesterov) = true;
+      if (name == "tf32") o.precision = Precision::TF32;
+      else (name == "help" ? o.help : name == "explain" ? o.explain : opt.nesterov) = true;
       continue;
     }
     if (eq == std::string::npos) {
@@ -263,6 +274,14 @@ Options parse_flags(const std::vector<std::string>& argv) {
       o.classes = (int)parse_int(name, value, 2, 100000);
       o.synthetic_shape = true;
     }
+    else if (name == "precision") {
+      CRUMB_CHECK(precision_named(value, o.precision), "--precision must be fp32, tf32, bf16 or fp16, got '", value, "'");
+    } else if (name == "loss-scale") {
+      o.loss_scale.init = parse_float(name, value, 1, 0x1p64);
+      o.loss_scale.validate();
+    } else if (name == "loss-scale-growth-interval") {
+      o.loss_scale.growth_interval = (int)parse_int(name, value, 1, 1 << 30);
+    }
     else if (name == "cuda-graphs") {
       CRUMB_CHECK(value == "on" || value == "off", "--cuda-graphs must be on or off, got '", value, "'");
       o.cuda_graphs = value == "on";
@@ -306,6 +325,9 @@ Options parse_flags(const std::vector<std::string>& argv) {
   check_applies(given, {"bn-group", "bn-stats"}, o.norm.kind == models::NormSpec::Kind::Batch, "--norm bn");
   CRUMB_CHECK(o.epochs > 0 || !o.load.empty() || o.explain || o.help, "--epochs 0 evaluates a checkpoint: it needs --load");
   check_applies(given, {"save-every"}, !o.save.empty(), "--save");
+  CRUMB_CHECK(!given.count("tf32") || !given.count("precision"), "--tf32 is --precision tf32: give one of them");
+  check_applies(given, {"loss-scale", "loss-scale-growth-interval"}, o.precision == Precision::FP16,
+                "--precision fp16 (bf16 and float32 need no loss scale)");
   const bool sgd = opt.kind == OptimizerKind::Sgd;
   check_applies(given, {"momentum", "nesterov"}, sgd, "--optimizer sgd");
   check_applies(given, {"beta1", "beta2", "eps"}, !sgd, "--optimizer adamw");
@@ -430,7 +452,8 @@ TrainConfig config_of(const Options& o) {
   c.seed = o.seed;
   c.memory_budget = o.memory_budget;
   c.strategy = o.strategy;
-  c.tf32 = o.tf32;
+  c.precision = o.precision;
+  c.loss_scale = o.loss_scale;
   c.cuda_graphs = o.cuda_graphs;
   c.save = o.save;
   c.load = o.load;

@@ -43,7 +43,8 @@ struct Options {
   std::string resume;      // --resume FILE: continue the run saved there
   // Every flag as given, normalised to "--name" or "--name=value", in order (what a checkpoint records).
   std::vector<std::string> args;
-  bool tf32 = false;         // float32 products and convolutions may use TF32 tensor cores (CUDA)
+  Precision precision = Precision::FP32;  // --precision (--tf32 is --precision tf32)
+  LossScaleConfig loss_scale;             // fp16: --loss-scale, --loss-scale-growth-interval
   bool cuda_graphs = true;   // replay each micro-batch's work as a recorded CUDA graph
   bool explain = false;
   std::string explain_csv;

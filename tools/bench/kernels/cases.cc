@@ -29,11 +29,11 @@ namespace {
 const OptimizerPass kOptimizerPasses[] = {
     {"sgd_momentum_step", 3, 2,
      [](const OptimizerKernels& k, Backend& b, float* const* a, std::size_t n, uint64_t*) {
-       k.sgd(b, a[0], a[1], a[2], n, 1e-3f, 0.9f, 5e-4f, false, false);
+       k.sgd(b, a[0], a[1], a[2], n, 1e-3f, 0.9f, 5e-4f, false, false, StepExtras{});
      }},
     {"adamw_step", 4, 3,
      [](const OptimizerKernels& k, Backend& b, float* const* a, std::size_t n, uint64_t*) {
-       k.adamw(b, a[0], a[1], a[2], a[3], n, adamw_scalars(1e-3, 0.9, 0.999, 1e-8, 1e-2, 10));
+       k.adamw(b, a[0], a[1], a[2], a[3], n, adamw_scalars(1e-3, 0.9, 0.999, 1e-8, 1e-2, 10), StepExtras{});
      }},
     {"count_nonfinite", 1, 0,
      [](const OptimizerKernels& k, Backend& b, float* const* a, std::size_t n, uint64_t* out) {
@@ -41,7 +41,6 @@ const OptimizerPass kOptimizerPasses[] = {
      }},
 };
 
-bool is_float(DType t) { return t == DType::F32 || t == DType::F64; }
 
 std::size_t bytes_at(const Value& v, int batch) {
   return static_cast<std::size_t>(v.count(batch)) * dtype_size(v.dtype);

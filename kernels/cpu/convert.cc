@@ -1,0 +1,43 @@
+#include "kernels/convert.h"
+
+#include "engine/base/error.h"
+#include "kernels/cpu/kernel_util.h"
+#include "kernels/half.h"
+
+namespace crumb::cpu {
+namespace {
+
+template <class D, class S> void convert_as(void* dst, const void* src, std::size_t count, bool accumulate) {
+  D* d = static_cast<D*>(dst);
+  const S* s = static_cast<const S*>(src);
+  const auto end = static_cast<std::ptrdiff_t>(count);
+  if (accumulate) {
+#pragma omp parallel for schedule(static) if (end > detail::kParallelGrain)
+    for (std::ptrdiff_t i = 0; i < end; ++i) d[i] = from_float<D>(to_float(d[i]) + to_float(s[i]));
+  } else {
+#pragma omp parallel for schedule(static) if (end > detail::kParallelGrain)
+    for (std::ptrdiff_t i = 0; i < end; ++i) d[i] = from_float<D>(to_float(s[i]));
+  }
+}
+
+template <class D> void convert_to(void* dst, const void* src, DType src_dtype, std::size_t count, bool accumulate) {
+  switch (src_dtype) {
+    case DType::F32: return convert_as<D, float>(dst, src, count, accumulate);
+    case DType::BF16: return convert_as<D, bf16>(dst, src, count, accumulate);
+    case DType::F16: return convert_as<D, f16>(dst, src, count, accumulate);
+    default: CRUMB_FAIL("convert: cannot convert from ", dtype_name(src_dtype));
+  }
+}
+
+}  // namespace
+
+void convert(void* dst, DType dst_dtype, const void* src, DType src_dtype, std::size_t count, bool accumulate) {
+  switch (dst_dtype) {
+    case DType::F32: return convert_to<float>(dst, src, src_dtype, count, accumulate);
+    case DType::BF16: return convert_to<bf16>(dst, src, src_dtype, count, accumulate);
+    case DType::F16: return convert_to<f16>(dst, src, src_dtype, count, accumulate);
+    default: CRUMB_FAIL("convert: cannot convert to ", dtype_name(dst_dtype));
+  }
+}
+
+}  // namespace crumb::cpu
