@@ -37,7 +37,7 @@ void expect_answers(Device device, const Answers& want) {
 }
 
 TEST(Backend, CpuComputesAndStagesInHostMemory) {
-  expect_answers(Device::CPU, {Memory::Host, Memory::Host, false, false, {DType::F32, DType::F64}, false, 4, "mpi"});
+  expect_answers(Device::CPU, {Memory::Host, Memory::Host, false, false, {DType::F32, DType::F64, DType::BF16, DType::F16}, false, 4, "mpi"});
   EXPECT_EQ(backend(Device::CPU).default_budget(), std::size_t{4} << 30);
   MirroredBuffer block(64, Device::CPU);
   EXPECT_EQ(block.host(), block.device()) << "the CPU computes on the host copy itself";
@@ -50,7 +50,8 @@ TEST(Backend, PreferredDeviceIsAUsableGpu) {
 
 TEST(Backend, CudaComputesInDeviceMemoryAndStagesFromPinnedMemory) {
   CRUMB_REQUIRE_GPU();
-  expect_answers(Device::CUDA, {Memory::Cuda, Memory::Pinned, true, true, {DType::F32}, true, 32, "nccl"});
+  // The GPUs it runs on are sm_80 or newer: they have bf16.
+  expect_answers(Device::CUDA, {Memory::Cuda, Memory::Pinned, true, true, {DType::F32, DType::F16, DType::BF16}, true, 32, "nccl"});
   Backend& gpu = backend(Device::CUDA);
   const std::size_t free_bytes = gpu.free_bytes();
   EXPECT_LE(gpu.default_budget(), free_bytes);

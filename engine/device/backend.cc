@@ -134,9 +134,10 @@ CompiledStep compile_step(Backend& b, const Graph& g, const Node& n, int max_bat
     }
   }
   if (!impl) {
-    const bool f32_elsewhere = f32 != nullptr;
+    std::string runs;
+    for (DType d : b.float_dtypes()) runs += std::string(runs.empty() ? "" : ", ") + dtype_name(d);
     CRUMB_FAIL("layer '", n.name, "' (", n.def->name, ") has no ", device_name(device), " implementation for ",
-               dtype_name(g.float_dtype()), f32_elsewhere ? " (this device runs float32 graphs only)" : "");
+               dtype_name(g.float_dtype()), f32 ? " (this device runs " + runs + " graphs)" : "");
   }
   c.fn = impl->run;
   c.commit = impl->commit;

@@ -185,15 +185,17 @@ template <class T> void gn_bwd_cpu(const StepArgs& a) {
 
 }  // namespace
 
+// The statistics the forward keeps for the backward (mean and 1/std per channel or group) are in the
+// master dtype: float32 in mixed precision, as autocast keeps normalisation in float32.
 const OpDef kBatchNorm = OpDef("batch_norm", infer_bn).with_backward(bn_backward)
-                         .with_outputs({OutDType::Float, OutDType::Float, OutSpec::metric(OutDType::F64)})
+                         .with_outputs({OutDType::Float, OutDType::Master, OutSpec::metric(OutDType::F64)})
                          .with_recompute(bn_recompute);
 const OpDef kBatchNormApply = OpDef("batch_norm_apply", infer_bn_apply).with_inplace(true);
 const OpDef kBatchNormBwd = OpDef("batch_norm_backward", infer_bn_bwd)
                             .with_outputs({OutDType::Float, OutDType::Float, OutDType::Float})
                             .with_required_outputs(2);
 const OpDef kGroupNorm = OpDef("group_norm", infer_gn).with_backward(gn_backward)
-                         .with_outputs({OutDType::Float, OutDType::Float}).with_recompute(ops::recompute_clone);
+                         .with_outputs({OutDType::Float, OutDType::Master}).with_recompute(ops::recompute_clone);
 const OpDef kGroupNormBwd = OpDef("group_norm_backward", infer_gn_bwd)
                             .with_outputs({OutDType::Float, OutDType::Float, OutDType::Float})
                             .with_required_outputs(2);

@@ -52,6 +52,7 @@ Optimizer::Optimizer(ParamStore& params, const OptimizerConfig& cfg)
   cfg.validate();
   for (const std::string& name : state_names(cfg)) state_.push_back({name, MirroredBuffer(params.bytes(), params.device(), params.index())});
   nonfinite_ = Buffer(sizeof(uint64_t), memory_of(params.device()), params.index());
+  nonfinite_grads_ = Buffer(sizeof(uint64_t), memory_of(params.device()), params.index());
 }
 
 void Optimizer::step(float grad_scale) {
@@ -70,9 +71,11 @@ uint64_t Optimizer::nonfinite_parameters() {
 
 uint64_t Optimizer::nonfinite_gradients() {
   backend_.activate();
-  kernels_.count_nonfinite(backend_, reinterpret_cast<uint64_t*>(nonfinite_.data()),
+  kernels_.count_nonfinite(backend_, reinterpret_cast<uint64_t*>(nonfinite_grads_.data()),
                            static_cast<const float*>(params_.device_grad_block()), params_.count());
-  return nonfinite_parameters();
+  uint64_t count = 0;
+  backend_.read_back(&count, nonfinite_grads_.data(), sizeof count);
+  return count;
 }
 
 void Optimizer::set_total_steps(long long total) {

@@ -117,6 +117,7 @@ class Optimizer {
   std::vector<StateBlock> state_;
   long long steps_ = 0;
   Buffer nonfinite_;  // 8 bytes in the device's memory: the last step's count
+  Buffer nonfinite_grads_;  // 8 bytes in the device's memory: nonfinite_gradients()'s count
 };
 
 // The optimizer of cfg.kind over params (float32), state allocated on params' device. Throws

@@ -302,7 +302,7 @@ bool Trainer::train_batch(StepInfo& info) {
   info.samples = b.size;
   info.loss = r.loss_sum / b.size;
   info.step = opt_->steps();
-  info.lr = opt_->lr(opt_->steps() - 1);
+  info.lr = opt_->lr(info.skipped ? opt_->steps() : opt_->steps() - 1);  // a skipped step's would-be rate
   return true;
 }
 
