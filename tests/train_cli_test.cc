@@ -617,3 +617,45 @@ TEST(TrainCli, NpyData) {
                         (dir / "y.npy").string() + ": label -1 at index 6 is negative");
   std::filesystem::remove_all(dir);
 }
+
+namespace {
+
+TEST(TrainCli, PrecisionFlags) {
+  expect_one_error_line(run_train("--precision fp8"), "--precision must be fp32, tf32, bf16 or fp16, got 'fp8'");
+  expect_one_error_line(run_train("--precision bf16 --loss-scale 1024"), "--loss-scale needs --precision fp16");
+  expect_one_error_line(run_train("--loss-scale-growth-interval 10"),
+                        "--loss-scale-growth-interval needs --precision fp16");
+  expect_one_error_line(run_train("--precision fp16 --loss-scale 1000"), "power of two");
+  expect_one_error_line(run_train("--tf32 --precision bf16"), "--tf32 is --precision tf32");
+}
+
+// fp16 with a scale far too large: the first steps overflow and are skipped, which the progress, the log
+// and the summary say; the run goes on and trains.
+TEST(TrainCli, Fp16ReportsItsLossScale) {
+  const std::string log = (std::filesystem::temp_directory_path() /
+                           ("crumb_cli_fp16_" + std::to_string(getpid()) + ".jsonl")).string();
+  const Result r = run_train("--model lenet5 --dataset synthetic --limit-train 1024 --limit-test 64 --batch 32 "
+                             "--precision fp16 --loss-scale 1073741824 --log " + log);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"precision\":\"fp16\""), std::string::npos) << r.out;
+  const std::size_t at = r.out.find("\"skipped_steps\":");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  EXPECT_GT(std::stoi(r.out.substr(at + 16)), 0) << r.out;
+  EXPECT_NE(r.out.find("\"loss_scale\":"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find(" scale "), std::string::npos) << r.err;
+  std::ifstream f(log);
+  const std::string text((std::istreambuf_iterator<char>(f)), {});
+  EXPECT_NE(text.find("\"skipped\":true"), std::string::npos);
+  EXPECT_NE(text.find("\"skipped\":false"), std::string::npos);
+  std::filesystem::remove(log);
+}
+
+TEST(TrainCli, Bf16Trains) {
+  const Result r = run_train("--model cnn --dataset synthetic --limit-train 256 --limit-test 64 --batch 32 "
+                             "--precision bf16");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"precision\":\"bf16\""), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("skipped_steps"), std::string::npos) << "bf16 has no loss scale: " << r.out;
+}
+
+}  // namespace
