@@ -60,12 +60,13 @@ template <class T> void bwd_cpu(const StepArgs& a) {
 
 }  // namespace
 
-// Outputs: the probabilities (kept for the backward), the unscaled loss summed over the batch's samples
+// Outputs: the probabilities (kept for the backward; in the master dtype, float32 in mixed precision, as
+// autocast computes softmax and the loss in float32), the unscaled loss summed over the batch's samples
 // and how many of them the probabilities classify correctly (metrics: added into over micro-batches).
 const OpDef kSoftmaxXent =
     OpDef("softmax_cross_entropy", infer_fwd)
         .with_backward(backward)
-        .with_outputs({OutDType::Float, OutSpec::metric(OutDType::F64), OutSpec::metric(OutDType::I64)});
+        .with_outputs({OutDType::Master, OutSpec::metric(OutDType::F64), OutSpec::metric(OutDType::I64)});
 const OpDef kSoftmaxXentBwd = OpDef("softmax_cross_entropy_backward", infer_bwd);
 
 CRUMB_ON_LOAD {

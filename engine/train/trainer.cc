@@ -155,6 +155,11 @@ std::size_t budget_of(const TrainConfig& c, Device device) {
 RunPlan plan_run(const TrainConfig& c, const data::DataShape& shape, int batch, Device device) {
   RunPlan p;
   if (c.precision == Precision::FP16) c.loss_scale.validate();
+  const std::vector<DType> runs = backend(device).float_dtypes();
+  CRUMB_CHECK(std::find(runs.begin(), runs.end(), activation_dtype(c.precision)) != runs.end(), "--precision ",
+              precision_name(c.precision), ": ", backend(device).description(), " has no ",
+              dtype_name(activation_dtype(c.precision)), " arithmetic (bf16 needs compute capability 8.0 or newer); ",
+              "use --precision fp16");
   p.graph = models::build(c.model, {shape.channels, shape.height, shape.width, shape.classes, c.norm, c.dropout},
                           activation_dtype(c.precision));
   p.graph.set_tf32(c.precision == Precision::TF32);
