@@ -659,3 +659,57 @@ TEST(TrainCli, Bf16Trains) {
 }
 
 }  // namespace
+
+namespace {
+
+// A resume never moves a run backwards or loses its optimizer, and continues the run's own files from
+// any folder.
+TEST(TrainCli, ResumeNeverMovesBackwards) {
+  const auto dir = std::filesystem::temp_directory_path() / ("crumb_backwards_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir / "elsewhere");
+  const std::string ck = (dir / "ck.st").string();
+  const std::string data = "--model cnn --dataset synthetic --limit-train 128 --limit-test 32 --batch 32 ";
+  ASSERT_EQ(run_train(data + "--epochs 2 --save " + ck).code, 0);
+  const std::string before = tensor_bytes(ck);
+  expect_one_error_line(run_train("--resume " + ck + " --epochs 1"), "--epochs 1 would move it backwards");
+  expect_one_error_line(run_train("--resume " + ck), "finished its 2 epoch(s)");
+  EXPECT_EQ(tensor_bytes(ck), before) << "a refused resume rewrote the checkpoint";
+
+  std::filesystem::rename(ck + ".optimizer", (dir / "kept").string());
+  expect_one_error_line(run_train("--resume " + ck + " --epochs 3"), ".optimizer is missing");
+  expect_one_error_line(run_train(data + "--fresh-optimizer"), "--fresh-optimizer needs --resume");
+  const Result fresh = run_train("--resume " + ck + " --epochs 3 --fresh-optimizer");
+  EXPECT_EQ(fresh.code, 0) << fresh.err;
+  std::filesystem::remove_all(dir);
+}
+
+// The recorded --save is absolute: resumed from another folder, the run goes on in its own checkpoint, and
+// ends with the bytes of an uninterrupted run.
+TEST(TrainCli, ResumeFromAnotherFolderIsExact) {
+  const auto dir = std::filesystem::temp_directory_path() / ("crumb_folders_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir / "run");
+  std::filesystem::create_directories(dir / "elsewhere");
+  const std::string data = "--model cnn --dataset synthetic --limit-train 128 --limit-test 32 --batch 32 ";
+  const std::string train = std::string(CRUMB_TRAIN_BIN);
+  ASSERT_EQ(run_train(data + "--epochs 2 --save " + (dir / "whole.st").string()).code, 0);
+  ASSERT_EQ(std::system(("cd " + (dir / "run").string() + " && " + train + " " + data +
+                         "--epochs 1 --save ck.st >/dev/null 2>&1").c_str()),
+            0);
+  ASSERT_EQ(std::system(("cd " + (dir / "elsewhere").string() + " && " + train +
+                         " --resume ../run/ck.st --epochs 2 >/dev/null 2>&1").c_str()),
+            0);
+  EXPECT_FALSE(std::filesystem::exists(dir / "elsewhere" / "ck.st"));
+  EXPECT_EQ(tensor_bytes((dir / "run" / "ck.st").string()), tensor_bytes((dir / "whole.st").string()));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(TrainCli, SizesAreParsedStrictly) {
+  expect_one_error_line(run_train("--dataset synthetic --input 1x4294967297x28"), "--input height");
+  expect_one_error_line(run_train("--dataset synthetic --input 1x28x28x1"), "--input must be CxHxW");
+  expect_one_error_line(run_train("--dataset synthetic --input 1x-28x28"), "--input height");
+  for (const char* bad : {"' 64MiB'", "0x40", "-1", "inf", "1..5GiB", ".5GiB"})
+    expect_one_error_line(run_train(std::string("--memory-budget ") + bad), "is not a size");
+  expect_one_error_line(run_train("--memory-budget 1e3"), "unknown unit 'e3'");
+}
+
+}  // namespace

@@ -390,7 +390,7 @@ void load_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt
                     optimizer.meta.steps == model.meta.steps && optimizer.meta.optimizer == model.meta.optimizer,
                 optimizer.path, " does not belong to ", path, ": it holds ", optimizer_name(optimizer.meta.optimizer),
                 " state after ", optimizer.meta.steps, " steps, the model file was saved after ", model.meta.steps,
-                " (a save was interrupted; delete ", optimizer.path, " to restart the optimizer)");
+                " (a save was interrupted: --resume with --fresh-optimizer starts the optimizer afresh)");
     for (const FileTensor& t : optimizer.tensors)
       CRUMB_CHECK(t.name.compare(0, kStatePrefix.size(), kStatePrefix) == 0, optimizer.path, ": tensor '", t.name,
                   "' is not optimizer state");

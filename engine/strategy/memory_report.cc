@@ -132,12 +132,17 @@ std::string format_bytes(std::size_t bytes) {
 }
 
 std::size_t parse_bytes(const std::string& text) {
+  // Digits with at most one decimal point, then the unit: no sign, spaces, exponent, hex or inf, which
+  // strtod alone would take.
+  const std::size_t digits = text.find_first_not_of("0123456789.");
+  const std::string number = text.substr(0, digits);
+  CRUMB_CHECK(!number.empty() && number.front() != '.' && number.back() != '.' &&
+                  number.find('.') == number.rfind('.'),
+              "'", text, "' is not a size (examples: 64MiB, 1.5GiB, 500MB, 4096)");
   errno = 0;
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  CRUMB_CHECK(end != text.c_str() && errno == 0 && std::isfinite(v) && v > 0, "'", text,
-              "' is not a size (examples: 64MiB, 1.5GiB, 500MB, 4096)");
-  const std::string unit(end);
+  const double v = std::strtod(number.c_str(), nullptr);
+  CRUMB_CHECK(errno == 0 && std::isfinite(v) && v > 0, "'", text, "' is not a size (examples: 64MiB, 1.5GiB, 500MB, 4096)");
+  const std::string unit = digits == std::string::npos ? "" : text.substr(digits);
   double mult = 0;
   if (unit.empty() || unit == "B") mult = 1;
   else if (unit == "K" || unit == "KiB") mult = 1024.0;

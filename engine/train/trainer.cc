@@ -182,6 +182,7 @@ RunPlan plan_run(const TrainConfig& c, const data::DataShape& shape, int batch, 
 
 Trainer::Trainer(TrainConfig cfg, std::shared_ptr<const data::DataSplit> data, std::shared_ptr<Communicator> comm)
     : cfg_(std::move(cfg)), comm_(std::move(comm)), scaler_(cfg_.loss_scale, cfg_.precision == Precision::FP16) {
+  CRUMB_CHECK(!cfg_.fresh_optimizer || !cfg_.resume.empty(), "--fresh-optimizer needs --resume");
   set_num_threads(cfg_.threads);
   const Device device = pick_device(cfg_);
   if (!comm_) comm_ = connect_ranks(device, cfg_.dist_timeout);
@@ -232,10 +233,24 @@ void Trainer::prepare() {
   }
   // A resumed run continues the same run: its schedule ends where the uninterrupted one would.
   if (!cfg_.resume.empty()) {
-    load_checkpoint(cfg_.resume, *params_, opt_.get());
+    // Everything is checked before anything is loaded or written: a resume that cannot continue the run
+    // leaves its checkpoint as it was.
     const CheckpointMetadata meta = checkpoint_metadata(cfg_.resume);
     start_epoch_ = metadata_int(meta, "train.epoch", cfg_.resume);
     start_batch_ = metadata_int(meta, "train.batch", cfg_.resume);
+    const bool finished = start_batch_ == 0 && start_epoch_ == cfg_.epochs;
+    CRUMB_CHECK(!finished, cfg_.resume, " finished its ", start_epoch_,
+                " epoch(s): give --epochs above that to train on (the checkpoint is unchanged)");
+    CRUMB_CHECK(cfg_.epochs > start_epoch_, cfg_.resume, " has trained ", start_epoch_, " epoch(s)",
+                start_batch_ ? " and " + std::to_string(start_batch_) + " batch(es)" : std::string(), ": --epochs ",
+                cfg_.epochs, " would move it backwards; give --epochs above ", start_epoch_,
+                " (the checkpoint is unchanged)");
+    const bool has_optimizer = std::filesystem::exists(optimizer_path(cfg_.resume));
+    CRUMB_CHECK(has_optimizer || cfg_.fresh_optimizer, optimizer_path(cfg_.resume),
+                " is missing: it holds the run's optimizer state and step count, without which the momentum and ",
+                "the learning-rate schedule would start over; put it back, or pass --fresh-optimizer to resume ",
+                "with a new optimizer");
+    load_checkpoint(cfg_.resume, *params_, cfg_.fresh_optimizer ? nullptr : opt_.get());
     if (scaler_.enabled())
       scaler_.restore(std::stod(recorded_value(meta, "train.loss_scale", cfg_.resume)),
                       metadata_int(meta, "train.loss_scale_clean_steps", cfg_.resume),
@@ -323,6 +338,9 @@ Evaluation Trainer::evaluate() {
     loss_sum += r.loss_sum;
   }
   const int count = data_->test.count;
+  // A ReLU network with NaN weights still classifies (every logit NaN): the loss says it diverged.
+  CRUMB_CHECK(std::isfinite(loss_sum), "training diverged: the test loss is ", loss_sum, " after optimizer step ",
+              opt_->steps(), " (lower --lr, or add --warmup-steps)");
   return {static_cast<double>(correct) / count, loss_sum / count};
 }
 
@@ -398,7 +416,8 @@ FitResult Trainer::fit(const std::vector<Callback*>& callbacks) {
     if (saving && epoch + 1 < cfg_.epochs) save(epoch + 1, 0);
     result.train_seconds += seconds_since(t0);
     result.samples += epoch_samples;
-    result.last_loss = loss_sum / epoch_samples;
+    // An epoch resumed at its end trains no batch: its loss is not a number, not 0/0.
+    if (epoch_samples) result.last_loss = loss_sum / epoch_samples;
     if (!lead()) continue;
     EpochInfo e;
     e.epoch = epoch;

@@ -68,6 +68,9 @@ struct TrainConfig {
   // at the end), which weights to start from, which run to continue.
   std::string save, load, resume;
   long long save_every = 0;
+  // Resuming without the checkpoint's optimizer file (<resume>.optimizer) is an error unless this says to
+  // start the optimizer afresh (zero momentum, the schedule from its first step).
+  bool fresh_optimizer = false;
   // What the caller records in every checkpoint beside where the run stands (train: its flags).
   CheckpointMetadata record;
   // Data parallel, when launched by MPI: bytes per gradient bucket, seconds a collective may take.

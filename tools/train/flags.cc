@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <set>
 
 #include "engine/base/error.h"
@@ -138,6 +139,9 @@ Trains a model on Fashion-MNIST with Crumb's graph executor and reports test acc
                        epoch and batch, data order, optimizer state, schedule, BatchNorm state and
                        every setting it recorded; --epochs N means N epochs in total. Bit-identical to
                        an uninterrupted run on the CPU with the same --threads and micro-batch size
+  --fresh-optimizer    with --resume: continue without FILE.optimizer (missing or from another save),
+                       starting the optimizer afresh (zero momentum, the schedule from its first step);
+                       without it a resume refuses to lose the optimizer's state
   --load FILE          start from the weights + optimizer state in FILE (shapes must match the model)
   --log FILE           write a JSON line per optimizer step (loss, lr, samples/s, micro-batch, arena,
                        max RSS) and per epoch (train/test loss, test accuracy) to FILE, flushed as
@@ -198,11 +202,11 @@ Options parse_flags(const std::vector<std::string>& argv) {
       name = name.substr(0, eq);
     }
     CRUMB_CHECK(given.insert(name).second, "--", name, " is given twice");
-    if (name == "help" || name == "explain" || name == "tf32" || name == "nesterov") {
+    if (name == "help" || name == "explain" || name == "tf32" || name == "nesterov" || name == "fresh-optimizer") {
       CRUMB_CHECK(eq == std::string::npos, "--", name, " takes no value");
       o.args.push_back("--" + name);
       if (name == "tf32") o.precision = Precision::TF32;
-      else (name == "help" ? o.help : name == "explain" ? o.explain : opt.nesterov) = true;
+      else (name == "help" ? o.help : name == "explain" ? o.explain : name == "nesterov" ? opt.nesterov : o.fresh_optimizer) = true;
       continue;
     }
     if (eq == std::string::npos) {
@@ -211,7 +215,11 @@ Options parse_flags(const std::vector<std::string>& argv) {
     }
     // An empty value never means "the default": "--save=" would otherwise silently save nothing.
     CRUMB_CHECK(!value.empty(), "--", name, " needs a value, got an empty one (see --help)");
-    o.args.push_back("--" + name + "=" + value);
+    // Paths go into the record absolute, so a run resumed from another folder writes to the same files.
+    static const std::set<std::string> paths = {"save", "load", "resume", "log", "report", "report-dir",
+                                                "explain-csv", "data"};
+    o.args.push_back("--" + name + "=" +
+                     (paths.count(name) ? std::filesystem::absolute(value).lexically_normal().string() : value));
     if (name == "model") o.model = value;
     else if (name == "epochs") o.epochs = (int)parse_int(name, value, 0, 100000);
     else if (name == "batch") o.batch = (int)parse_int(name, value, 1, 1 << 24);
@@ -264,11 +272,13 @@ Options parse_flags(const std::vector<std::string>& argv) {
       CRUMB_CHECK(value == "none" || value == "crop-flip", "--augment must be none or crop-flip, got '", value, "'");
       o.augment = value == "crop-flip";
     } else if (name == "input") {
-      int c = 0, h = 0, w = 0, used = 0;
-      CRUMB_CHECK(std::sscanf(value.c_str(), "%dx%dx%d%n", &c, &h, &w, &used) == 3 && used == (int)value.size() &&
-                      c >= 1 && h >= 1 && w >= 1 && c <= 4096 && h <= 65536 && w <= 65536,
+      // Each size digits only and range-checked: sscanf's %d would wrap 4294967297 to 1.
+      const std::size_t x1 = value.find('x'), x2 = x1 == std::string::npos ? x1 : value.find('x', x1 + 1);
+      CRUMB_CHECK(x2 != std::string::npos && value.find('x', x2 + 1) == std::string::npos,
                   "--input must be CxHxW with positive sizes, e.g. 3x32x32, got '", value, "'");
-      o.input[0] = c, o.input[1] = h, o.input[2] = w;
+      o.input[0] = (int)parse_int("input channels", value.substr(0, x1), 1, 4096);
+      o.input[1] = (int)parse_int("input height", value.substr(x1 + 1, x2 - x1 - 1), 1, 65536);
+      o.input[2] = (int)parse_int("input width", value.substr(x2 + 1), 1, 65536);
       o.synthetic_shape = true;
     } else if (name == "classes") {
       o.classes = (int)parse_int(name, value, 2, 100000);
@@ -344,7 +354,7 @@ Options resume_flags(const std::vector<std::string>& recorded, const Options& gi
   static const std::set<std::string> changeable = {"epochs", "save", "save-every", "log", "data", "threads",
                                                    "device", "memory-budget", "micro-batch", "cuda-graphs",
                                                    "limit-test", "resume", "report", "report-dir", "sweep",
-                                                   "strategy", "bucket-cap", "dist-timeout"};
+                                                   "strategy", "bucket-cap", "dist-timeout", "fresh-optimizer"};
   auto name_of = [](const std::string& arg) { return arg.substr(2, arg.find('=') - 2); };
   auto value_of = [](const std::string& arg) {
     const std::size_t eq = arg.find('=');
@@ -383,7 +393,8 @@ Options resume_flags(const std::vector<std::string>& recorded, const Options& gi
                 " cannot change when resuming: the run recorded ", was ? value_of(*was) : "its default", ", given ",
                 value_of(arg), " (a resumed run continues with its recorded settings; it may set --epochs, --save, "
                 "--save-every, --log, --data, --threads, --device, --memory-budget, --micro-batch, --cuda-graphs, "
-                "--limit-test, --report, --report-dir, --sweep, --strategy, --bucket-cap, --dist-timeout)");
+                "--limit-test, --report, --report-dir, --sweep, --strategy, --bucket-cap, --dist-timeout, "
+                "--fresh-optimizer)");
   }
   std::vector<std::string> args;
   for (const std::string& arg : run)
@@ -459,6 +470,7 @@ TrainConfig config_of(const Options& o) {
   c.load = o.load;
   c.resume = o.resume;
   c.save_every = o.save_every;
+  c.fresh_optimizer = o.fresh_optimizer;
   c.record = {{"train.args", encode_args(o.args)}};
   c.bucket_cap = o.bucket_cap;
   c.dist_timeout = o.dist_timeout;

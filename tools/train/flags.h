@@ -41,6 +41,7 @@ struct Options {
   long long save_every = 0;  // --save-every N optimizer steps (0: at epoch ends only)
   std::string log;         // --log FILE.jsonl: a line per step and per epoch
   std::string resume;      // --resume FILE: continue the run saved there
+  bool fresh_optimizer = false;  // --fresh-optimizer: resume without the checkpoint's optimizer file
   // Every flag as given, normalised to "--name" or "--name=value", in order (what a checkpoint records).
   std::vector<std::string> args;
   Precision precision = Precision::FP32;  // --precision (--tf32 is --precision tf32)
