@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -254,19 +255,30 @@ std::string tensor_bytes(const std::filesystem::path& path) {
   return 8 + n <= bytes.size() ? bytes.substr(8 + n) : std::string();
 }
 
-// Runs `train args` in the background and sends SIGINT after `seconds`; returns its exit code and stderr.
-Result run_interrupted(const std::string& args, double seconds) {
+// Runs `shell` (a command line whose stderr goes to $ERR) in the background of a job-controlled shell,
+// waits until it trains (its first progress line; at most 60 s), waits `seconds` more and runs `signal`
+// ($PID: the job, the leader of its own process group); returns the job's exit code and its stderr.
+Result run_signalled(const std::string& shell, double seconds, const std::string& signal) {
   const std::string err_file = (std::filesystem::temp_directory_path() /
                                 ("crumb_int_err_" + std::to_string(getpid()) + ".txt")).string();
-  const int status = std::system(("sh -c '" + std::string(CRUMB_TRAIN_BIN) + " " + args + " >/dev/null 2>" + err_file +
-                                  " & pid=$!; sleep " + std::to_string(seconds) + "; kill -INT $pid; wait $pid'")
-                                     .c_str());
+  const std::string script = "set -m; ERR=" + err_file + "; " + shell + " & PID=$!; i=0; "
+                             "while ! grep -q \" batch \" $ERR 2>/dev/null && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; "
+                             "sleep " + std::to_string(seconds) + "; " + signal + "; wait $PID";
+  const std::string script_file = err_file + ".sh";
+  std::ofstream(script_file) << script << "\n";
+  const int status = std::system(("sh " + script_file).c_str());
   Result r;
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   std::ifstream f(err_file);
   r.err.assign(std::istreambuf_iterator<char>(f), {});
   std::filesystem::remove(err_file);
+  std::filesystem::remove(script_file);
   return r;
+}
+
+// Runs `train args` in the background and sends SIGINT `seconds` after it started training.
+Result run_interrupted(const std::string& args, double seconds) {
+  return run_signalled(std::string(CRUMB_TRAIN_BIN) + " " + args + " >/dev/null 2>$ERR", seconds, "kill -INT $PID");
 }
 
 // --resume continues a run exactly: 2 epochs in one run, and 1 epoch + --resume for the second, give
@@ -710,6 +722,45 @@ TEST(TrainCli, SizesAreParsedStrictly) {
   for (const char* bad : {"' 64MiB'", "0x40", "-1", "inf", "1..5GiB", ".5GiB"})
     expect_one_error_line(run_train(std::string("--memory-budget ") + bad), "is not a size");
   expect_one_error_line(run_train("--memory-budget 1e3"), "unknown unit 'e3'");
+}
+
+}  // namespace
+
+namespace {
+
+// Copies of one signal that arrive together are one request to stop: the run saves and exits once. Here
+// three at once, and a terminal's Ctrl-C with train under `timeout`, which signals the whole process
+// group and then forwards the signal to train again.
+TEST(TrainCli, SignalsArrivingTogetherStopOnce) {
+  const auto path = std::filesystem::temp_directory_path() / ("crumb_sig_" + std::to_string(getpid()) + ".st");
+  const std::string train = std::string(CRUMB_TRAIN_BIN) + " --model cnn --dataset synthetic --limit-train 60000 "
+                            "--batch 32 --save " + path.string();
+  Result r = run_signalled(train + " >/dev/null 2>$ERR", 0.2, "kill -TERM $PID; kill -TERM $PID; kill -INT $PID");
+  EXPECT_EQ(r.code, 143) << r.err;
+  EXPECT_NE(r.err.find("train: interrupted by SIGTERM"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("saved " + path.string()), std::string::npos) << r.err;
+  std::filesystem::remove(path);
+  r = run_signalled("timeout 600 " + train + " >/dev/null 2>$ERR", 0.2, "kill -INT -$PID");
+  EXPECT_NE(r.err.find("train: interrupted by SIGINT"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("saved " + path.string()), std::string::npos) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(path));
+  std::filesystem::remove(path);
+  std::filesystem::remove(path.string() + ".optimizer");
+}
+
+// Before training there is nothing to save: a signal while --explain plans (seconds for ResNet-50 at 224
+// on the CPU) ends it at once.
+TEST(TrainCli, SignalEndsPlanningAtOnce) {
+  const auto start = std::chrono::steady_clock::now();
+  const int status = std::system(("sh -c '" + std::string(CRUMB_TRAIN_BIN) +
+                                  " --model resnet50 --dataset synthetic --input 3x224x224 --classes 1000 --batch 512 "
+                                  "--memory-budget 2GiB --explain >/dev/null 2>&1 & pid=$!; sleep 0.5; kill -INT $pid; "
+                                  "wait $pid'")
+                                     .c_str());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 130);
+  EXPECT_LT(seconds, 3.0);
 }
 
 }  // namespace

@@ -1,13 +1,30 @@
-// SIGINT and SIGTERM during training: the first one is noted and the run stops after the optimizer step
-// in progress (saving --save first), so no work is lost; a second one ends the process at once, as the
-// signal's default action would have.
+// SIGINT and SIGTERM. While a run trains (StopOnSignal), the first one is noted and the run stops at the
+// next safe point, the end of the optimizer step in progress, and saves --save before it exits: no work is
+// lost. Copies of it that arrive together (a terminal signals the whole process group, `timeout` and
+// mpirun forward the signal again) are the same request; a later signal forces the exit only once the
+// stop's save has finished, or kSignalGraceSeconds after the first (a step that will not end). Outside
+// training (planning, loading data, --explain, writing the summary) there is nothing to save, and the
+// first signal ends the process at once, as its default action would.
 #pragma once
 
 namespace crumb {
 
-// Installs the handlers (for the rest of the process).
+inline constexpr double kSignalGraceSeconds = 10;
+
+// Installs the handlers (for the rest of the process), ending the process at the first signal.
 void catch_interrupts();
-// The signal received since catch_interrupts(), or 0.
+// The signal a training run was asked to stop by, or 0.
 int interrupted();
+
+// Training: from construction to destruction, a signal asks the run to stop (interrupted()) instead of
+// ending the process. Once the run has saved after a stop, saved() lets a further signal end it at once.
+class StopOnSignal {
+ public:
+  StopOnSignal();
+  ~StopOnSignal();
+  StopOnSignal(const StopOnSignal&) = delete;
+  StopOnSignal& operator=(const StopOnSignal&) = delete;
+  void saved();
+};
 
 }  // namespace crumb

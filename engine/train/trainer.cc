@@ -332,7 +332,9 @@ Evaluation Trainer::evaluate() {
   data::Batch b;
   int64_t correct = 0;
   double loss_sum = 0;
-  while (test_loader_->next(b)) {
+  // A signal during a training run ends the evaluation early (fit then stops); anywhere else it has ended
+  // the process (engine/train/signals.h).
+  while (!interrupted() && test_loader_->next(b)) {
     const BatchResult r = sched_->evaluate(*test_loader_, b.size);
     correct += r.correct;
     loss_sum += r.loss_sum;
@@ -375,6 +377,7 @@ void Trainer::save(int epoch, int batch, const std::string& path) {
 
 FitResult Trainer::fit(const std::vector<Callback*>& callbacks) {
   prepare();
+  StopOnSignal stop_on_signal;
   const bool saving = lead() && !cfg_.save.empty();
   FitResult result;
   const long long steps_before = opt_->steps(), micro_batches_before = micro_batches_;
@@ -401,6 +404,7 @@ FitResult Trainer::fit(const std::vector<Callback*>& callbacks) {
         check_finite(epoch, info.batch + 1);
         const bool epoch_done = info.batch + 1 == info.batches;
         save(epoch + epoch_done, epoch_done ? 0 : info.batch + 1);
+        if (stop) stop_on_signal.saved();
       }
       if (stop) {
         result.stopped = true;
@@ -413,7 +417,8 @@ FitResult Trainer::fit(const std::vector<Callback*>& callbacks) {
       break;
     }
     check_finite(epoch, batches_per_epoch());
-    if (saving && epoch + 1 < cfg_.epochs) save(epoch + 1, 0);
+    // Before the evaluation, which a signal may cut short.
+    if (saving) save(epoch + 1, 0);
     result.train_seconds += seconds_since(t0);
     result.samples += epoch_samples;
     // An epoch resumed at its end trains no batch: its loss is not a number, not 0/0.
@@ -422,13 +427,19 @@ FitResult Trainer::fit(const std::vector<Callback*>& callbacks) {
     EpochInfo e;
     e.epoch = epoch;
     e.train_loss = result.last_loss;
-    e.test = result.test = evaluate();
+    e.test = evaluate();
+    if (ranks() == 1 && interrupted()) {  // the evaluation stopped early; the epoch is saved
+      result.stopped = true;
+      break;
+    }
+    result.test = e.test;
     e.seconds = seconds_since(t0);
     e.samples_per_s = result.samples / result.train_seconds;
     for (Callback* c : callbacks) c->on_epoch_end(*this, e);
   }
-  if (lead() && !result.stopped) {
-    if (cfg_.epochs == 0) result.test = evaluate();
+  // No epoch to train (--epochs 0): evaluate the loaded weights, and save them where asked.
+  if (lead() && cfg_.epochs <= start_epoch_) {
+    result.test = evaluate();
     if (saving) save(cfg_.epochs, 0);
   }
   // Under mpirun a rank may stop because another one was signalled: then it saw no signal itself.

@@ -53,7 +53,8 @@ int explain(const Options& o) {
 
 // comm: set to the ranks this process was launched among (mpirun), for main() to stop them on an error.
 int run(const Options& o, std::shared_ptr<Communicator>& comm) {
-  // From the start: a signal while the data loads stops the run after its first step, with a checkpoint.
+  // Before training there is nothing to save: a signal ends the process at once; during fit it stops the
+  // run at the next step and saves (engine/train/signals.h).
   catch_interrupts();
   if (o.explain) return explain(o);
   // Checked before the data loads, so a bad path fails at once.
