@@ -461,7 +461,9 @@ TEST(TrainCli, BudgetTooSmall) {
                         "cannot hold --micro-batch 512 with any strategy; the least each needs: in memory");
   expect_one_error_line(
       run_train("--model cnn --batch 1024 --memory-budget 16MiB --micro-batch 512 --strategy none --explain"),
-      "exceeds --memory-budget");
+      "--strategy none runs the batch of 1024 as one micro-batch in memory, but --micro-batch is 512");
+  expect_one_error_line(run_train("--model cnn --batch 1024 --memory-budget 16MiB --strategy none --explain"),
+                        "exceeds --memory-budget");
   expect_one_error_line(run_train("--memory-budget lots"), "--memory-budget");
 }
 

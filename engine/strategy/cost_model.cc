@@ -47,6 +47,21 @@ double CostModel::simulate(const Graph& g, int m) const {
   return clock;
 }
 
+CostModel estimate_costs(const Graph& g, int m) {
+  constexpr double kFlopsPerSecond = 1e11, kBytesPerSecond = 1e10;
+  CostModel c;
+  c.measured_batch = m;
+  c.seconds_per_byte = 1 / kBytesPerSecond;
+  for (NodeId id = 0; id < g.num_nodes(); ++id) {
+    const Node& n = g.node(id);
+    double bytes = 0;
+    for (const std::vector<ValueId>* values : {&n.in, &n.out})
+      for (ValueId v : *values) bytes += double(g.value(v).count(m)) * dtype_size(g.value(v).dtype);
+    c.node_seconds[n.name] = (n.def->flops ? n.def->flops(g, n, m) / kFlopsPerSecond : 0.0) + bytes / kBytesPerSecond;
+  }
+  return c;
+}
+
 CostModel measure_costs(const Graph& g, int m, Device device, int index) {
   CostModel c;
   Backend& b = backend(device, index);

@@ -34,4 +34,10 @@ struct CostModel {
 // 16 MiB each way, fastest of three.
 CostModel measure_costs(const Graph& g, int m, Device device, int index = 0);
 
+// A model that measures nothing: each node's floating-point work (OpDef::flops) at 100 GFLOP/s plus the
+// bytes it reads and writes at 10 GB/s, copies at 10 GB/s. Coarse, and the same on every run and machine:
+// what decides whether a budget can be met (engine/strategy/memory_strategy.h), so that the answer never
+// depends on timings.
+CostModel estimate_costs(const Graph& g, int m);
+
 }  // namespace crumb

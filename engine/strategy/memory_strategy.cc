@@ -51,7 +51,8 @@ struct Trial {
 class Search {
  public:
   Search(const Graph& g, const StrategyRequest& r, int m, const CostModel* costs)
-      : g_(g), m_(m), costs_(costs), base_(plan_micro_batch(g, m, r.optimizer, r.device, r.index)) {
+      : g_(g), m_(m), costs_(costs), estimated_(estimate_costs(g, m)),
+        base_(plan_micro_batch(g, m, r.optimizer, r.device, r.index)) {
     count_loader(g, r.batch, base_);
     fixed_ = base_.memory.total() - base_.memory.arena;
     const std::vector<NodeId>& order = base_.train.plan.order;
@@ -63,15 +64,15 @@ class Search {
 
   std::size_t in_memory_total() const { return base_.memory.total(); }
 
-  Trial trial(const std::vector<ValueId>& recomputed, const std::vector<ValueId>& swapped) const {
+  // costs: the cost model that times swaps.
+  Trial trial(const std::vector<ValueId>& recomputed, const std::vector<ValueId>& swapped,
+              const CostModel* costs) const {
     Trial t{g_, {}, recomputed, {}, 0};
     if (!recomputed.empty()) recompute(t.graph, recomputed);
     if (!swapped.empty()) {
       SwapTiming timing;
-      if (costs_) {
-        for (NodeId i = 0; i < t.graph.num_nodes(); ++i) timing.node_seconds.push_back(costs_->seconds(t.graph.node(i), m_));
-        timing.seconds_per_byte = costs_->seconds_per_byte;
-      }
+      for (NodeId i = 0; i < t.graph.num_nodes(); ++i) timing.node_seconds.push_back(costs->seconds(t.graph.node(i), m_));
+      timing.seconds_per_byte = costs->seconds_per_byte;
       // Room to prefetch the next two values back while the current one is read.
       for (ValueId v : swapped) timing.window_bytes = std::max(timing.window_bytes, 2 * bytes_at(g_, v, m_));
       t.swapped = swap(t.graph, swapped, m_, timing).swapped;
@@ -89,14 +90,17 @@ class Search {
   // Adds values to swap or recompute, those live at the plan's peak first, until the plan fits `budget`
   // or nothing live at the peak can go. A step that does not lower the total is undone and its first
   // value set aside (recomputed values still take memory in the backward pass, so a value does not
-  // always save what it weighs). Returns the trial that fits, else the smallest one seen.
-  Trial greedy(bool allow_swap, bool allow_recompute, std::size_t budget) const {
+  // always save what it weighs). Returns the trial that fits, else the smallest one seen. Values go in order
+  // of bytes saved per predicted second: by the measured costs, or (measured false) by the estimate that
+  // is the same every run.
+  Trial greedy(bool allow_swap, bool allow_recompute, std::size_t budget, bool measured = true) const {
+    const CostModel* costs = measured && costs_ ? costs_ : &estimated_;
     std::vector<ValueId> recomputed, swapped;
     std::vector<bool> taken(g_.num_values(), false);
-    Trial best = trial(recomputed, swapped);
+    Trial best = trial(recomputed, swapped, costs);
     bool one_at_a_time = false;
     while (best.total > budget) {
-      const std::vector<Option> options = live_at_peak(best, taken, allow_swap, allow_recompute);
+      const std::vector<Option> options = live_at_peak(best, taken, allow_swap, allow_recompute, costs);
       if (options.empty()) break;
       // Enough of the best options to cover half the excess in one step (a trial per value would be slow
       // on deep graphs), or one after a step that did not pay.
@@ -111,7 +115,7 @@ class Search {
       }
       std::sort(try_recomputed.begin(), try_recomputed.end());
       try_recomputed.erase(std::unique(try_recomputed.begin(), try_recomputed.end()), try_recomputed.end());
-      Trial t = trial(try_recomputed, try_swapped);
+      Trial t = trial(try_recomputed, try_swapped, costs);
       if (t.total < best.total) {
         for (const Option& o : options) {
           if (std::find(try_swapped.begin(), try_swapped.end(), o.value) == try_swapped.end() &&
@@ -132,6 +136,14 @@ class Search {
     return best;
   }
 
+  // The least total the greedy reaches with these techniques, ordered by the estimated costs (the same
+  // every run). Computed once per search.
+  const Trial& least(bool allow_swap, bool allow_recompute) const {
+    std::optional<Trial>& cached = least_[allow_swap * 2 + allow_recompute];
+    if (!cached) cached = greedy(allow_swap, allow_recompute, 0, false);
+    return *cached;
+  }
+
  private:
   struct Option {
     double score;  // bytes saved per predicted second added
@@ -143,7 +155,7 @@ class Search {
   // The saved values not yet taken whose storage is live at the plan's peak, each with its cheaper way out
   // of the arena, best first.
   std::vector<Option> live_at_peak(const Trial& t, const std::vector<bool>& taken, bool allow_swap,
-                                   bool allow_recompute) const {
+                                   bool allow_recompute, const CostModel* costs) const {
     std::size_t peak = 0;
     for (std::size_t s = 0; s < t.plan.live_bytes.size(); ++s)
       if (t.plan.live_bytes[s] + t.plan.step_workspace[s] > t.plan.live_bytes[peak] + t.plan.step_workspace[peak])
@@ -169,15 +181,15 @@ class Search {
         std::vector<ValueId> closure = recompute_closure(g_, v, is_saved_);
         if (!closure.empty()) {
           double extra = 0;
-          for (ValueId u : closure) extra += cost(g_.value(u).producer);
+          for (ValueId u : closure) extra += cost(g_.value(u).producer, costs);
           best = Option{bytes / (extra + kTiny), v, false, std::move(closure)};
         }
       }
       if (allow_swap) {
         double gap = 0;
-        for (int i = s.last_forward + 1; i < s.first_backward; ++i) gap += cost(i);
-        const double copies = costs_ ? 2 * bytes * costs_->seconds_per_byte : 1.0;
-        const double hidden = costs_ && !costs_->copies_overlap ? 0.0 : gap;
+        for (int i = s.last_forward + 1; i < s.first_backward; ++i) gap += cost(i, costs);
+        const double copies = 2 * bytes * costs->seconds_per_byte;
+        const double hidden = costs->copies_overlap ? gap : 0.0;
         const double score = bytes / (std::max(0.0, copies - hidden) + kTiny);
         if (!best || score > best->score) best = Option{score, v, true, {}};
       }
@@ -189,12 +201,14 @@ class Search {
   }
 
   static constexpr double kTiny = 1e-9;
-  // Seconds of base-graph node i at m (one unit per node without a cost model).
-  double cost(NodeId i) const { return costs_ ? costs_->seconds(g_.node(i), m_) : 1.0; }
+  // Seconds of base-graph node i at m.
+  double cost(NodeId i, const CostModel* costs) const { return costs->seconds(g_.node(i), m_); }
 
   const Graph& g_;
   int m_;
   const CostModel* costs_;
+  CostModel estimated_;  // estimate_costs: what decides whether a budget fits
+  mutable std::optional<Trial> least_[4];  // least(), by technique
   MicroBatchPlan base_;
   std::size_t fixed_ = 0;  // everything but the arena
   std::unordered_map<std::string, std::size_t> workspace_;
@@ -212,16 +226,24 @@ std::vector<Technique> techniques(Strategy s) {
   return {{true, true}, {true, false}, {false, true}};
 }
 
+// The least total a technique reaches at this micro-batch (Search::least): it does not depend on measured
+// times, so it is the same every run.
+const Trial& least(const Search& s, const Technique& t) { return s.least(t.swap, t.recompute); }
+
 // The trial that fits the budget at this search's micro-batch with the least predicted step time, if any.
+// Whether one fits is decided by the search that does not depend on measured times: a budget fits
+// exactly when it is at least Search::least's total, which is what a failure reports. Measured costs only choose
+// among the trials that fit.
 std::optional<Trial> best_fit(const Search& s, Strategy strategy, std::size_t budget, const CostModel& costs, int m) {
   std::optional<Trial> best;
   double best_seconds = 0;
   for (const Technique& t : techniques(strategy)) {
+    if (least(s, t).total > budget) continue;
+    // The cost-ordered greedy's path depends on the budget (each step covers half the excess); where it
+    // stops short, its path to the least it reaches may fit, else the deterministic one does.
     Trial trial = s.greedy(t.swap, t.recompute, budget);
-    // The greedy's path depends on the budget (each step covers half the excess), so where it stops
-    // short, the path to the least it can reach may still fit: it takes more out than needed, but fits.
     if (trial.total > budget) trial = s.greedy(t.swap, t.recompute, 0);
-    if (trial.total > budget) continue;
+    if (trial.total > budget) trial = least(s, t);
     const double seconds = costs.simulate(trial.graph, m);
     if (!best || seconds < best_seconds) best = std::move(trial), best_seconds = seconds;
   }
@@ -231,14 +253,16 @@ std::optional<Trial> best_fit(const Search& s, Strategy strategy, std::size_t bu
 // what_m: the micro-batch and why it is that size ("--micro-batch 32", "micro-batch 32 (one BatchNorm group)").
 [[noreturn]] void fail_budget(const Search& s, Strategy strategy, const std::string& what_m, std::size_t budget) {
   // auto's least is the best of the three ways it tries (both together can end above swapping alone).
-  const std::size_t both = s.greedy(true, true, 0).total, swap = s.greedy(true, false, 0).total,
-                    recompute = s.greedy(false, true, 0).total;
+  const std::size_t both = least(s, {true, true}).total, swap = least(s, {true, false}).total,
+                    recompute = least(s, {false, true}).total;
+  const std::size_t auto_least = std::min({both, swap, recompute});
   const std::string least = detail::concat(", swap ", format_bytes(swap), ", recompute ", format_bytes(recompute),
-                                           ", auto ", format_bytes(std::min({both, swap, recompute})));
+                                           ", auto ", format_bytes(auto_least));
+  const std::size_t fits = strategy == Strategy::Swap ? swap : strategy == Strategy::Recompute ? recompute : auto_least;
   CRUMB_FAIL("memory budget ", format_bytes(budget), " cannot hold ", what_m, " with ",
              strategy == Strategy::Auto ? "any strategy" : "--strategy " + std::string(strategy_name(strategy)),
-             "; the least each needs: in memory ", format_bytes(s.in_memory_total()), least,
-             " (raise --memory-budget, or lower --micro-batch / --bn-group)");
+             "; the least each needs: in memory ", format_bytes(s.in_memory_total()), least, " (--memory-budget ",
+             fits, " is the least that fits; raise --memory-budget, or lower --micro-batch / --bn-group)");
 }
 
 }  // namespace
@@ -249,6 +273,9 @@ StrategyPlan plan_strategy(Graph& g, const StrategyRequest& r) {
   out.choice.requested = r.strategy;
   const bool forced = r.micro_batch > 0;
   if (forced) check_micro_batch(g, r.micro_batch, r.batch);
+  CRUMB_CHECK(r.strategy != Strategy::None || !forced || r.micro_batch >= r.batch, "--strategy none runs the batch of ",
+              r.batch, " as one micro-batch in memory, but --micro-batch is ", r.micro_batch,
+              ": drop one of them (--strategy micro-batch or auto splits the batch)");
   auto in_memory = [&](int m) {
     out.plan = plan_micro_batch(g, m, r.optimizer, r.device, r.index);
     count_loader(g, r.batch, out.plan);
