@@ -150,16 +150,36 @@ TEST(MpiRun, AFailingRankStopsTheOthers) {
   EXPECT_LT(r.seconds, 60) << r.err;
 }
 
-// Rank 1 runs out of batches first (a smaller --limit-train): rank 0's next gradient sum finds no
-// partner and times out with an error naming the flag.
+// Rank 1 stops first (fewer --epochs, which every rank need not share): rank 0's next gradient sum finds
+// no partner and times out with an error naming the flag.
 TEST(MpiRun, AMissingRankTimesOut) {
   CRUMB_REQUIRE_MPI_AND_DATA();
-  const Outcome r = shell(kMpirun + " -np 1 " + CRUMB_TRAIN_BIN + kArgs + " --dist-timeout 2 : -np 1 " + CRUMB_TRAIN_BIN +
-                              kCommon + " --dist-timeout 2 --limit-train 74",
+  std::string two_epochs = kArgs;
+  two_epochs.replace(two_epochs.find("--epochs 1"), 10, "--epochs 2");
+  const Outcome r = shell(kMpirun + " -np 1 " + CRUMB_TRAIN_BIN + two_epochs + " --dist-timeout 2 : -np 1 " +
+                              CRUMB_TRAIN_BIN + kArgs + " --dist-timeout 2",
                       "timeout");
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("rank 0 of 2: "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("did not finish in 2 s"), std::string::npos) << r.err;
+  EXPECT_LT(r.seconds, 60) << r.err;
+}
+
+// Ranks given different models stop before training: each says so in one line, the one that differs
+// what differs, and the job ends cleanly (no crash, no MPI abort).
+TEST(MpiRun, RanksGivenDifferentModelsSayWhatDiffers) {
+  CRUMB_REQUIRE_MPI_AND_DATA();
+  std::string mlp = kArgs;
+  mlp.replace(mlp.find("--model cnn"), 11, "--model mlp");
+  const Outcome r = shell(kMpirun + " -np 1 " + CRUMB_TRAIN_BIN + kArgs + " : -np 1 " + CRUMB_TRAIN_BIN + mlp, "models");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("train: error: rank 1 of 2 was started with other settings than rank 0: \"model\":\"mlp\" "
+                       "where rank 0 has \"model\":\"cnn\""),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("train: error: 1 of 2 ranks were started with other settings than rank 0"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("MPI_ABORT"), std::string::npos) << r.err;
   EXPECT_LT(r.seconds, 60) << r.err;
 }
 

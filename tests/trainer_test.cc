@@ -250,5 +250,41 @@ TEST(Trainer, DataParallelRanksTrainTheWeightsOfOne) {
   EXPECT_EQ(results[1].test.accuracy, 0.0);  // rank 1 does not evaluate
 }
 
+// Ranks started with different settings (here the learning rate, then the model) stop before training, each
+// with one error: the one that differs names what, the others how many differ.
+TEST(Trainer, RanksThatDisagreeStopWithOneErrorEach) {
+  for (int variant = 0; variant < 2; ++variant) {
+    SCOPED_TRACE(variant ? "model" : "lr");
+    const TrainConfig c = small_run();
+    TrainConfig other = c;
+    if (variant) other.model = "lenet5";
+    else other.optimizer.lr = 0.1;
+    if (variant) other.data.height = other.data.width = 28;  // lenet5 needs 28x28 images
+    ThreadGroup group(2);
+    std::vector<std::string> errors(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        const TrainConfig& mine = r == 0 ? c : other;
+        auto comm = std::make_shared<ThreadCommunicator>(group, r);
+        try {
+          Trainer t(mine, synthetic_data(mine), comm);
+        } catch (const Error& e) {
+          errors[r] = e.what();
+        }
+        EXPECT_TRUE(comm->failed_together());
+      });
+    for (std::thread& t : threads) t.join();
+    EXPECT_NE(errors[0].find("1 of 2 ranks were started with other settings than rank 0"), std::string::npos)
+        << errors[0];
+    EXPECT_NE(errors[1].find("rank 1 of 2 was started with other settings than rank 0: "), std::string::npos)
+        << errors[1];
+    EXPECT_NE(errors[1].find(variant ? "\"model\":\"lenet5\" where rank 0 has \"model\":\"cnn\""
+                                     : "\"lr\":0.1 where rank 0 has \"lr\":0.05"),
+              std::string::npos)
+        << errors[1];
+  }
+}
+
 }  // namespace
 }  // namespace crumb

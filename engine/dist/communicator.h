@@ -35,6 +35,9 @@ class Communicator {
   virtual void broadcast_host(void* p, std::size_t bytes) = 0;
   // Ends the processes of every rank with `code`; the caller has said why.
   [[noreturn]] virtual void abort(int code) = 0;
+  // Every rank has found the same error and says so itself: each can end cleanly, nothing to abort.
+  void fail_together() { failed_together_ = true; }
+  bool failed_together() const { return failed_together_; }
 
  protected:
   Communicator(int rank, int size, double timeout_s) : rank_(rank), size_(size), timeout_s_(timeout_s) {}
@@ -46,6 +49,7 @@ class Communicator {
  private:
   int rank_, size_;
   double timeout_s_;
+  bool failed_together_ = false;
 };
 
 // Connects this process to the ranks it was launched among, with collectives that fail after timeout_s

@@ -63,6 +63,47 @@ void broadcast_weights(Communicator& comm, ParamStore& params) {
   params.to_device();
 }
 
+// What every rank of a data-parallel run must agree on, one "key=value" item per line: the settings that
+// change the result, the model's parameters and the data's shape.
+std::string rank_digest(const TrainConfig& c, const Graph& g, const data::Dataset& train) {
+  std::string d = result_settings(c) + "\n";
+  for (ValueId p : g.params()) d += "parameter " + g.value(p).name + "=" + dims_str(g.value(p).dims) + "\n";
+  d += "data=" + std::to_string(train.count) + "x" + std::to_string(train.channels) + "x" + std::to_string(train.height) +
+       "x" + std::to_string(train.width) + " classes " + std::to_string(train.num_classes) + "\n";
+  return d;
+}
+
+// The first item where two digests differ, as "<this> where rank 0 has <that>".
+std::string first_difference(const std::string& mine, const std::string& lead) {
+  std::size_t i = 0;
+  while (i < mine.size() && i < lead.size() && mine[i] == lead[i]) ++i;
+  auto item = [&](const std::string& d) {
+    // The JSON field or line around the first differing character.
+    const std::size_t from = d.find_last_of(",{\n", i == 0 ? 0 : i - 1);
+    const std::size_t to = d.find_first_of(",}\n", i);
+    return d.substr(from == std::string::npos ? 0 : from + 1, to == std::string::npos ? std::string::npos : to - from - 1);
+  };
+  return item(mine) + " where rank 0 has " + item(lead);
+}
+
+// Every rank compares what it was started with against rank 0's before the first collective that depends on
+// it: a mismatch is one error on every rank (and a clean exit), never a crash or runs that drift apart.
+void check_ranks_agree(Communicator& comm, const std::string& digest) {
+  double size = static_cast<double>(digest.size());
+  comm.broadcast_host(&size, sizeof size);
+  std::string lead(static_cast<std::size_t>(size), '\0');
+  if (comm.rank() == 0) lead = digest;
+  comm.broadcast_host(lead.data(), lead.size());
+  double differ = lead != digest ? 1 : 0;
+  comm.sum_host(&differ, 1);
+  if (differ == 0) return;
+  comm.fail_together();
+  CRUMB_CHECK(lead == digest, "rank ", comm.rank(), " of ", comm.size(), " was started with other settings than rank 0: ",
+              first_difference(digest, lead), " (every rank must be given the same flags and data)");
+  CRUMB_FAIL(static_cast<int>(differ), " of ", comm.size(), " ranks were started with other settings than rank 0 ",
+             "(every rank must be given the same flags and data; each says what differs)");
+}
+
 // Sums the ranks' shares of a batch's loss and accuracy, and whether any rank was asked to stop, so that
 // all ranks stop after the same step.
 bool sum_over_ranks(Communicator& comm, BatchResult& r, bool stop) {
@@ -193,6 +234,7 @@ Trainer::Trainer(TrainConfig cfg, std::shared_ptr<const data::DataSplit> data, s
   // Each rank plans for the largest share, rank 0's.
   plan_ = plan_run(cfg_, {train.channels, train.height, train.width, train.num_classes},
                    batch_share(batch_, ranks(), 0).size, device);
+  if (comm_) check_ranks_agree(*comm_, rank_digest(cfg_, plan_.graph, train));
 }
 
 Trainer::~Trainer() = default;

@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
   std::shared_ptr<crumb::Communicator> comm;  // under mpirun: the other ranks, stopped on an error here
   // The rank that fails says why and stops the others, which would otherwise wait for it.
   auto fail = [&](int code) {
-    if (comm) comm->abort(code);
+    if (comm && !comm->failed_together()) comm->abort(code);
     return code;
   };
   try {
