@@ -66,7 +66,8 @@ void check_against_torch(const std::string& model, int batch, models::NormSpec n
   Arena arena;
   Scheduler sched(g, params, arena, micro_batch);
   Sgd opt(params);
-  const std::vector<double> x = test::reference_inputs<double>(static_cast<std::size_t>(batch) * kChannels * kSize * kSize);
+  const std::vector<double> x =
+      test::reference_inputs<double>(static_cast<std::size_t>(batch) * kChannels * kSize * kSize);
   const std::vector<int32_t> y = test::reference_labels(batch, kClasses);
   for (int step = 0; step < kSteps; ++step) {
     const BatchResult r = sched.train_batch({{"x", x.data()}, {"y", y.data()}}, batch);
