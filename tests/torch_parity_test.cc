@@ -15,36 +15,14 @@
 #include "engine/train/scheduler.h"
 #include "engine/ops/norm.h"
 #include "engine/train/model_registry.h"
+#include "tests/reference_formulas.h"
 #include "tests/torchvision_reference.h"
 
 namespace crumb {
 namespace {
 
 using reference::TensorSummary;
-
-// The formulas of tools/bench/torchvision_reference.py.
-int name_key(const std::string& name) {
-  int sum = 0;
-  for (unsigned char c : name) sum += c;
-  return sum % 97;
-}
-double hashed(int64_t j) { return static_cast<double>((j * 2654435761LL) % (int64_t{1} << 32)) / (1LL << 31) - 1.0; }
-
-void init_like_reference(const Graph& g, ParamStore& params) {
-  for (ValueId p : g.params()) {
-    const Value& v = g.value(p);
-    const int64_t n = v.count(1);
-    double* data = static_cast<double*>(params.data(p));
-    const int64_t key = 7919 * name_key(v.name);
-    const bool matrix = v.dims.size() >= 2;
-    const bool scale = v.name.size() > 7 && v.name.compare(v.name.size() - 7, 7, ".weight") == 0;
-    const double root_fan_in = matrix ? std::sqrt(static_cast<double>(n / v.dims[0])) : 1.0;
-    for (int64_t i = 0; i < n; ++i) {
-      const double wave = hashed(i + key);
-      data[i] = matrix ? wave / root_fan_in : scale ? 1.0 + 0.1 * wave : 0.1 * wave;
-    }
-  }
-}
+using test::init_like_reference;
 
 // torch.optim.SGD (dampening 0, no Nesterov): g = grad + wd * p; buf = g on the first step, else
 // momentum * buf + g; p -= lr * buf.
@@ -69,21 +47,6 @@ class Sgd {
   bool first_ = true;
 };
 
-// The L2 norm and cos(0.7 (i mod kCosinePeriod)) dot product of a tensor, as the script summarises it.
-template <class T> std::pair<double, double> summarise(const T* v, int64_t n) {
-  static const std::vector<double> cosines = [] {
-    std::vector<double> c(reference::kCosinePeriod);
-    for (int i = 0; i < reference::kCosinePeriod; ++i) c[i] = std::cos(0.7 * i);
-    return c;
-  }();
-  double l2 = 0, dot = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    l2 += double(v[i]) * double(v[i]);
-    dot += double(v[i]) * cosines[i % reference::kCosinePeriod];
-  }
-  return {std::sqrt(l2), dot};
-}
-
 // Float64 rounding, amplified by three steps of a network whose float32 losses already differ by 20%;
 // every figure agrees within 1e-10 relative here.
 constexpr double kTolerance = 1e-9;
@@ -99,14 +62,13 @@ void check_against_torch(const std::string& model, int batch, models::NormSpec n
   for (ValueId p : g.params()) g.value(p).init = ParamInit::constant(0);
   ParamStore params(g);
   params.init(0);
-  init_like_reference(g, params);
+  init_like_reference<double>(g, params);
   Arena arena;
   Scheduler sched(g, params, arena, micro_batch);
   Sgd opt(params);
-  std::vector<double> x(static_cast<std::size_t>(batch) * kChannels * kSize * kSize);
-  for (std::size_t i = 0; i < x.size(); ++i) x[i] = hashed(static_cast<int64_t>(i) + 12345);
-  std::vector<int32_t> y(batch);
-  for (int s = 0; s < batch; ++s) y[s] = (3 * s + 1) % kClasses;
+  const std::vector<double> x =
+      test::reference_inputs<double>(static_cast<std::size_t>(batch) * kChannels * kSize * kSize);
+  const std::vector<int32_t> y = test::reference_labels(batch, kClasses);
   for (int step = 0; step < kSteps; ++step) {
     const BatchResult r = sched.train_batch({{"x", x.data()}, {"y", y.data()}}, batch);
     EXPECT_NEAR(r.loss_sum / batch, losses[step], kTolerance * losses[step]) << "loss of step " << step;
@@ -122,7 +84,7 @@ void check_against_torch(const std::string& model, int batch, models::NormSpec n
       EXPECT_EQ(*static_cast<const int64_t*>(params.state(v)), static_cast<int64_t>(t.l2)) << t.name;
     } else {
       const double* data = static_cast<const double*>(val.kind == ValueKind::State ? params.state(v) : params.data(v));
-      const auto [l2, dot] = summarise(data, n);
+      const auto [l2, dot] = test::summarise<kCosinePeriod>(data, n);
       EXPECT_NEAR(l2, t.l2, kTolerance * t.l2) << t.name;
       EXPECT_NEAR(dot, t.dot, kTolerance * t.l2 * std::sqrt(static_cast<double>(n))) << t.name;
     }
