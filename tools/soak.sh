@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# Kill-and-resume soak test: a training run interrupted again and again at random points, by SIGINT, SIGTERM
+# and SIGKILL, directly and under `timeout` (its own deadline, and a terminal's Ctrl-C to the whole process
+# group, which timeout forwards again), each time resumed (after SIGKILL, from the last periodic save), must
+# end with the bytes of the same run left alone. Prints one line per interruption and the totals:
+# interruptions survived, and optimizer steps lost per SIGKILL (trained after the last periodic save).
+#   tools/soak.sh [--train BIN] [--seconds S] [--seed N]
+# Defaults: build/train, 120 s of interruptions at most, seed 1. Exits non-zero if any run fails in a way
+# an interruption does not explain, or the final weights differ.
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+train="$repo/build/train"
+seconds=120
+seed=1
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --train) train=$2; shift 2 ;;
+    --seconds) seconds=$2; shift 2 ;;
+    --seed) seed=$2; shift 2 ;;
+    *) echo "soak: unknown argument $1 (see the header of $0)" >&2; exit 2 ;;
+  esac
+done
+[[ -x "$train" ]] || { echo "soak: $train is not an executable train binary (build it first)" >&2; exit 2; }
+RANDOM=$seed
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# Long enough to be interrupted many times, with periodic saves, a cosine schedule, momentum and shuffled,
+# augmented batches: everything a resume must restore.
+args=(--model cnn --dataset synthetic --input 1x16x16 --classes 4 --limit-train 4096 --limit-test 64 --batch 32
+      --epochs 30 --lr-schedule cosine --augment crop-flip --threads 1 --save-every 7)
+
+# The tensor bytes of a safetensors file (without its header, whose metadata records the command line).
+tensors() {
+  python3 - "$1" <<'EOF'
+import hashlib, struct, sys
+data = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", data[:8])[0]
+print(hashlib.sha256(data[8 + n:]).hexdigest())
+EOF
+}
+# The optimizer steps a checkpoint records (0 when there is none yet).
+saved_steps() {
+  [[ -f "$1" ]] || { echo 0; return; }
+  python3 - "$1" <<'EOF'
+import json, struct, sys
+data = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", data[:8])[0]
+print(json.loads(data[8:8 + n])["__metadata__"].get("optimizer_steps", "0"))
+EOF
+}
+# The last optimizer step a --log file recorded (0 when none).
+logged_steps() {
+  python3 - "$1" <<'EOF'
+import json, sys
+steps = 0
+try:
+    for line in open(sys.argv[1]):
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue  # a line cut short by SIGKILL
+        if e.get("event") == "step":
+            steps = e["step"]
+except FileNotFoundError:
+    pass
+print(steps)
+EOF
+}
+
+echo "soak: reference run (no interruptions)"
+"$train" "${args[@]}" --save "$tmp/ref.st" > /dev/null 2> "$tmp/ref.err" || { cat "$tmp/ref.err" >&2; exit 1; }
+total_steps=$(saved_steps "$tmp/ref.st")
+
+ck="$tmp/run.st"
+start=$(date +%s)
+interruptions=0 kills=0 lost=0 attempt=0
+while (( $(saved_steps "$ck") < total_steps )); do
+  attempt=$((attempt + 1))
+  log="$tmp/attempt$attempt.jsonl"
+  if [[ -f "$ck" ]]; then cmd=("$train" --resume "$ck" --log "$log"); else cmd=("$train" "${args[@]}" --save "$ck" --log "$log"); fi
+  before=$(saved_steps "$ck")
+  over=$(( $(date +%s) - start >= seconds ))
+  if (( over )); then
+    # Time is up: the last attempt runs to the end.
+    "${cmd[@]}" > /dev/null 2> "$tmp/err" || { echo "soak: the final run failed:" >&2; cat "$tmp/err" >&2; exit 1; }
+    break
+  fi
+  how=$((RANDOM % 6))
+  delay=$(printf '0.%02d' $((RANDOM % 100)))
+  delay=$(python3 -c "print(round(0.3 + 2.5 * $delay, 2))")
+  set -m
+  case $how in
+    0|1|2) "${cmd[@]}" > /dev/null 2> "$tmp/err" & ;;  # directly
+    3) timeout -s TERM "$delay" "${cmd[@]}" > /dev/null 2> "$tmp/err" & ;;
+    *) timeout 600 "${cmd[@]}" > /dev/null 2> "$tmp/err" & ;;  # the job's process group leader is timeout
+  esac
+  pid=$!
+  set +m
+  case $how in
+    0) signal=INT; sleep "$delay"; kill -INT "$pid" 2> /dev/null || true ;;
+    1) signal=TERM; sleep "$delay"; kill -TERM "$pid" 2> /dev/null || true ;;
+    2) signal=KILL; sleep "$delay"; kill -KILL "$pid" 2> /dev/null || true ;;
+    3) signal="TERM (timeout's deadline)" ;;
+    4) signal="INT (Ctrl-C to timeout's process group)"; sleep "$delay"; kill -INT -"$pid" 2> /dev/null || true ;;
+    5) signal=KILL; sleep "$delay"; pkill -KILL -P "$pid" 2> /dev/null || true ;;
+  esac
+  code=0
+  { wait "$pid"; } 2> /dev/null || code=$?  # (without bash's "Killed" job report)
+  after=$(saved_steps "$ck")
+  done_steps=$(logged_steps "$log")
+  if (( code == 0 )); then
+    echo "soak: attempt $attempt finished before its $signal"
+    break
+  fi
+  # Ended by the signal (128 + n, or timeout's 124), or by SIGKILL: anything else is a failure.
+  case $code in
+    124|130|137|143) ;;
+    *) echo "soak: attempt $attempt ($signal after ${delay}s) exited $code:" >&2; cat "$tmp/err" >&2; exit 1 ;;
+  esac
+  interruptions=$((interruptions + 1))
+  if [[ $signal == KILL ]]; then
+    kills=$((kills + 1))
+    (( done_steps > after )) && lost=$((lost + done_steps - after))
+    echo "soak: attempt $attempt: SIGKILL after ${delay}s at step $done_steps; resumes from step $after (saved $before before)"
+  else
+    (( done_steps > after )) && { echo "soak: attempt $attempt: $signal lost steps $after..$done_steps" >&2; exit 1; }
+    echo "soak: attempt $attempt: $signal after ${delay}s, saved at step $after"
+  fi
+done
+
+[[ $(tensors "$ck") == $(tensors "$tmp/ref.st") && $(tensors "$ck.optimizer") == $(tensors "$tmp/ref.st.optimizer") ]] || {
+  echo "soak: FAILED: the interrupted run's weights differ from the reference's" >&2
+  exit 1
+}
+per_kill=$(python3 -c "print(f'{$lost / $kills:.1f}' if $kills else 'n/a')")
+echo "soak: ok: $interruptions interruptions survived ($kills SIGKILL, $per_kill steps lost per SIGKILL with --save-every 7)," \
+     "$total_steps steps, final weights and optimizer state byte-identical to the uninterrupted run"
