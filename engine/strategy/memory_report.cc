@@ -160,7 +160,8 @@ std::vector<BreakdownRow> breakdown_rows(const MemoryBreakdown& mb, std::size_t 
   const std::string master = dtype_name(mb.master_dtype), compute = dtype_name(mb.float_dtype);
   const bool mixed = mb.param_copies > 0;
   std::vector<BreakdownRow> rows = {{"parameters", mb.params, master, mixed ? "master weights" : ""}};
-  if (mixed) rows.push_back({"parameter copies", mb.param_copies, compute, "what 16-bit ops read; the optimizer writes them"});
+  if (mixed)
+    rows.push_back({"parameter copies", mb.param_copies, compute, "what 16-bit ops read; the optimizer writes them"});
   rows.push_back({"gradients", mb.grads, master, ""});
   rows.push_back({"optimizer state", mb.optimizer_state, master, mb.optimizer});
   if (mb.state) rows.push_back({"non-trained state", mb.state, master, "running statistics, I64 counters"});
@@ -209,14 +210,17 @@ void write_memory_report(std::ostream& os, const Graph& g, const MemoryBreakdown
   for (const BreakdownRow& row : breakdown_rows(mb, budget)) {
     os << "  " << std::left << std::setw(34) << row.label << std::right << std::setw(12) << format_bytes(row.bytes);
     // The dtype column, padded only where a note follows it (no trailing blanks).
-    if (!row.note.empty()) os << "  " << std::left << std::setw(5) << row.dtype << std::right << "  (" << row.note << ")";
-    else if (!row.dtype.empty()) os << "  " << row.dtype;
+    if (!row.note.empty())
+      os << "  " << std::left << std::setw(5) << row.dtype << std::right << "  (" << row.note << ")";
+    else if (!row.dtype.empty())
+      os << "  " << row.dtype;
     os << "\n";
   }
   os << "arena plan (training): " << format_bytes(plan.arena_bytes) << " for a lower bound of "
      << format_bytes(plan.lower_bound) << " (max over steps of live + workspace bytes; ratio " << std::fixed
      << std::setprecision(3) << plan.ratio() << ")\n";
-  os << "\n step  pass      layer                          op                                live       workspace  dtype\n";
+  os << "\n step  pass      layer                          op                                live       workspace"
+        "  dtype\n";
   for (size_t s = 0; s < plan.order.size(); ++s) {
     const Node& n = g.node(plan.order[s]);
     os << std::setw(5) << s << "  " << std::left << std::setw(9) << (n.backward ? "backward" : "forward") << " "
