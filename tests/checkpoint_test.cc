@@ -187,6 +187,30 @@ TEST(Checkpoint, RoundTripRestoresParamsMomentumAndSteps) {
   remove_checkpoint(path);
 }
 
+// A mixed-precision model saves its float32 masters, not the 16-bit copies its ops read: its file is a
+// float32 model's, so any precision loads any other's.
+TEST(Checkpoint, MixedPrecisionSavesTheFloat32Masters) {
+  const std::string path = temp_path("mixed");
+  auto graph = [](DType dtype) {
+    Graph g = models::build("lenet5", {}, dtype);
+    build_backward(g);
+    return g;
+  };
+  const Graph half = graph(DType::BF16), full = graph(DType::F32);
+  ParamStore saved(half), as_f32(full), as_bf16(half);
+  saved.init(1);
+  as_f32.init(2);
+  as_bf16.init(3);
+  auto bytes = [](const ParamStore& p) { return std::string(static_cast<const char*>(p.data_block()), p.bytes()); };
+  ASSERT_NE(bytes(as_f32), bytes(saved));
+  save_checkpoint(path, saved, nullptr, "lenet5");
+  load_checkpoint(path, as_f32, nullptr);
+  load_checkpoint(path, as_bf16, nullptr);
+  EXPECT_EQ(bytes(as_f32), bytes(saved));
+  EXPECT_EQ(bytes(as_bf16), bytes(saved));
+  remove_checkpoint(path);
+}
+
 TEST(Checkpoint, ParamsOnlyFileGivesFreshOptimizer) {
   const std::string path = temp_path("params_only");
   Model a("mlp", 1);

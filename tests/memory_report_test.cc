@@ -9,6 +9,7 @@
 #include "engine/strategy/memory_report.h"
 #include "engine/optim/optimizer.h"
 #include "engine/train/scheduler.h"
+#include "engine/train/trainer.h"
 #include "engine/train/model_registry.h"
 #include "tests/optimizer_configs.h"
 
@@ -50,17 +51,111 @@ TEST(MemoryReport, CountsEachOptimizersState) {
   }
 }
 
+// Every block the engine allocates for training is in the breakdown, in every precision. In bf16 and fp16
+// the float32 masters, their gradients and the optimizer state keep their float32 size, and the 16-bit
+// copies the 16-bit ops read are a persistent block of their own (ParamStore::device_copy_block).
 TEST(MemoryReport, BreakdownMatchesWhatTheEngineAllocates) {
-  const Graph g = trained_graph("cnn");
-  ParamStore params(g);
-  const std::unique_ptr<Optimizer> opt = make_optimizer(params, kSgd);
-  Arena arena;
-  const int m = 24;
-  Executor train(g, params, arena, m, Pass::Train), eval(g, params, arena, m, Pass::Eval);
-  const MemoryBreakdown mb = measure_memory(g, m, kSgd);
-  EXPECT_EQ(mb.params, params.bytes());
-  EXPECT_EQ(mb.optimizer_state, opt->state_bytes());
-  EXPECT_EQ(mb.arena, arena.size());
+  const MemoryBreakdown f32 = measure_memory(trained_graph("resnet20"), 8, kSgd);
+  for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+    Graph g = models::build("resnet20", {}, dtype);
+    build_backward(g);
+    ParamStore params(g);
+    const std::unique_ptr<Optimizer> opt = make_optimizer(params, kSgd);
+    Arena arena;
+    const int m = 8;
+    Executor train(g, params, arena, m, Pass::Train), eval(g, params, arena, m, Pass::Eval);
+    const MemoryBreakdown mb = measure_memory(g, m, kSgd);
+    const std::size_t copies = params.device_copy_block() ? params.count() * dtype_size(params.copy_dtype()) : 0;
+    EXPECT_EQ(copies > 0, is_half(dtype)) << dtype_name(dtype);
+    EXPECT_EQ(mb.params, params.bytes()) << dtype_name(dtype);
+    EXPECT_EQ(mb.grads, params.bytes()) << dtype_name(dtype);
+    EXPECT_EQ(mb.param_copies, copies) << dtype_name(dtype);
+    EXPECT_EQ(mb.state, params.state_bytes()) << dtype_name(dtype);
+    EXPECT_EQ(mb.optimizer_state, opt->state_bytes()) << dtype_name(dtype);
+    EXPECT_EQ(mb.persistent(), 2 * params.bytes() + copies + params.state_bytes() + opt->state_bytes());
+    EXPECT_EQ(mb.arena, arena.size()) << dtype_name(dtype);
+    EXPECT_EQ(mb.params, f32.params) << dtype_name(dtype);  // the masters do not shrink
+    if (is_half(dtype)) {
+      EXPECT_EQ(2 * mb.param_copies, mb.params);
+      EXPECT_LT(mb.arena, f32.arena) << dtype_name(dtype);
+    }
+  }
+}
+
+// The budget search plans the graph the run trains: at the same budget, 16-bit activations let a deep
+// network (whose peak is its saved tensors) train in larger micro-batches than float32.
+TEST(MemoryReport, SixteenBitActivationsFitLargerMicroBatches) {
+  TrainConfig cfg;
+  cfg.model = "resnet20";
+  cfg.norm.bn.group = 8;  // candidates in steps of 8 samples
+  cfg.batch = 512;
+  const data::DataShape shape{1, 28, 28, 10};
+  cfg.micro_batch = 48;
+  cfg.memory_budget = std::size_t{1} << 40;
+  cfg.memory_budget = plan_run(cfg, shape, cfg.batch, Device::CPU).strategy.plan.memory.total();
+  cfg.micro_batch = 0;
+  EXPECT_EQ(plan_run(cfg, shape, cfg.batch, Device::CPU).strategy.plan.micro_batch, 48);
+  for (Precision p : {Precision::BF16, Precision::FP16}) {
+    cfg.precision = p;
+    const RunPlan plan = plan_run(cfg, shape, cfg.batch, Device::CPU);
+    EXPECT_EQ(plan.graph.float_dtype(), activation_dtype(p));
+    EXPECT_GE(plan.strategy.plan.micro_batch, 64) << precision_name(p);
+    EXPECT_LE(plan.strategy.plan.memory.total(), cfg.memory_budget) << precision_name(p);
+  }
+}
+
+// Issue 27's figure: ResNet-50 at 3x224x224, micro-batch 32, plans a bf16 arena of at most 0.55x its
+// float32 arena (docs/precision.md). A plan only: nothing is allocated.
+TEST(MemoryReport, Resnet50Bf16ArenaIsAboutHalfOfFloat32s) {
+  auto arena = [](DType dtype) {
+    Graph g = models::build("resnet50", {3, 224, 224, 1000}, dtype);
+    build_backward(g);
+    return double(measure_memory(g, 32, kSgd).arena);
+  };
+  const double ratio = arena(DType::BF16) / arena(DType::F32);
+  RecordProperty("bf16_over_fp32_arena", std::to_string(ratio));
+  EXPECT_LE(ratio, 0.55);
+  EXPECT_GE(ratio, 0.5);  // the arena cannot hold less than half: 16-bit values are half of float32's
+}
+
+// --explain names the precision and the dtype of every part and step; the 16-bit copies are a line of
+// their own.
+TEST(MemoryReport, ExplainShowsThePrecisionAndEachDtype) {
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    Graph g = models::build("lenet5", {}, dtype);
+    build_backward(g);
+    const MicroBatchPlan p = plan_micro_batch(g, 16, kSgd);
+    std::ostringstream os;
+    write_memory_report(os, g, p.memory, p.train.plan, 0);
+    const std::string text = os.str(), name = dtype_name(dtype);
+    const bool half = is_half(dtype);
+    const std::string header = half ? "in bf16 (BF16 activations; F32 master weights" : "in fp32:";
+    EXPECT_NE(text.find(header), std::string::npos) << text;
+    EXPECT_NE(text.find("parameters                          241.25 KiB  F32"), std::string::npos) << text;
+    EXPECT_EQ(text.find("parameter copies                    120.62 KiB  BF16") != std::string::npos, half) << text;
+    EXPECT_NE(text.find("arena (block)"), std::string::npos);
+    std::istringstream lines(text);
+    int steps = 0, peak_lines = 0;
+    for (std::string line; std::getline(lines, line);) {
+      if (line.find("peak live activations (train)") != std::string::npos) {
+        ++peak_lines;
+        EXPECT_NE(line.find(" " + name), std::string::npos) << line;
+      }
+      if (line.find("  forward ") == 5 || line.find("  backward ") == 5) {
+        ++steps;
+        const std::string last = line.substr(line.rfind(' ') + 1);
+        EXPECT_TRUE(last.find(name) != std::string::npos || last == "F32") << line;  // weight gradients are F32
+      }
+    }
+    EXPECT_EQ(peak_lines, 1);
+    EXPECT_EQ(steps, static_cast<int>(p.train.plan.order.size()));
+  }
+  Graph g;
+  EXPECT_STREQ(precision_of(g), "fp32");
+  g.set_tf32(true);
+  EXPECT_STREQ(precision_of(g), "tf32");
+  g.set_float_dtype(DType::F16);
+  EXPECT_STREQ(precision_of(g), "fp16");
 }
 
 // The budget search, --explain and the executors share one compile: the scheduler built from the
@@ -157,15 +252,19 @@ TEST(MemoryReport, TimelineCsvHasOneRowPerStep) {
   std::istringstream in(csv.str());
   std::string line;
   std::getline(in, line);
-  EXPECT_EQ(line, "step,pass,layer,op,live_bytes,workspace_bytes");
+  EXPECT_EQ(line, "step,pass,layer,op,live_bytes,workspace_bytes,dtype");
   size_t rows = 0, peak = 0;
   while (std::getline(in, line)) {
-    ++rows;
     std::vector<std::string> cols;
     std::stringstream ss(line);
     for (std::string c; std::getline(ss, c, ',');) cols.push_back(c);
-    ASSERT_EQ(cols.size(), 6u) << line;
+    ASSERT_EQ(cols.size(), 7u) << line;
     peak = std::max(peak, size_t(std::stoull(cols[4])) + size_t(std::stoull(cols[5])));
+    EXPECT_EQ(cols[6], output_dtypes(g, g.node(plan.order[rows]))) << line;
+    if (cols[3] == "max_pool2d") {
+      EXPECT_EQ(cols[6], "F32/U8");  // the pooled values and their argmax
+    }
+    ++rows;
   }
   EXPECT_EQ(rows, plan.order.size());
   EXPECT_EQ(peak, plan.lower_bound);

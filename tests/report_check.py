@@ -10,7 +10,8 @@ SVG with a real XML parser, and checks that:
   - the blocks live at each step add up to the timeline's live bytes, and the timeline's highest point is
     the lower bound;
   - the totals shown (the breakdown table, the sweep's bar of the chosen micro-batch) equal those that
-    `--explain` prints;
+    `--explain` prints, dtypes included;
+  - every block names its dtype (16-bit ones in bf16 and fp16), and a 16-bit run shows its parameter copies;
   - the folder's SVG files are the pictures inlined in the HTML, and its CSV files have a row per item.
 Usage: report_check.py --train build/train
 """
@@ -48,9 +49,9 @@ def explain_numbers(stdout):
     rows = {}
     breakdown = stdout[stdout.index("memory for micro-batch"):stdout.index("arena plan (training)")]
     for line in breakdown.splitlines():
-        m = re.match(r"^  (\S.*?)\s{2,}([\d.]+ (?:B|KiB|MiB|GiB))(?:  \(.*\))?$", line)
+        m = re.match(r"^  (\S.*?)\s{2,}([\d.]+ (?:B|KiB|MiB|GiB))(?:  ([A-Z][A-Z0-9]*))?(?:\s+\(.*\))?$", line)
         if m:
-            rows[m.group(1).strip()] = m.group(2)
+            rows[m.group(1).strip()] = (m.group(2), m.group(3) or "")
     plan = re.search(r"arena plan \(training\): (\S+ \S+) for a lower bound of (\S+ \S+) .*ratio ([\d.]+)", stdout)
     return rows, plan.groups()
 
@@ -71,7 +72,7 @@ def check_arena_map(svg, name):
             continue
         off, size = int(r.get("data-offset")), int(r.get("data-bytes"))
         first, last = int(r.get("data-first")), int(r.get("data-last"))
-        blocks.append((off, size, first, last, r.get("data-role")))
+        blocks.append((off, size, first, last, r.get("data-role"), r.get("data-dtype")))
         where = f"{name}: block at offset {off} ({size} bytes, steps {first}-{last})"
         check(0 <= off and off + size <= arena and size > 0, f"{where} is outside the arena of {arena} bytes")
         check(0 <= first <= last, f"{where}: bad lifetime")
@@ -110,6 +111,21 @@ def check_report(train, args, expect_trials=False):
 
         blocks, arena = check_arena_map(svgs["arena-map"], name)
 
+        # Every block names the dtype it stores, in the table and the picture: the precision's 16-bit
+        # dtype for activations in bf16 and fp16, float32 for the gradients of float32 parameters.
+        rows = table(root, "blocks")
+        check(len(rows) == len(blocks) and all(r["dtype"] == b[5] for r, b in zip(rows, blocks)),
+              f"{name}: the blocks table and the map disagree on dtypes")
+        precision = args[args.index("--precision") + 1] if "--precision" in args else "fp32"
+        half = {"bf16": "BF16", "fp16": "F16"}.get(precision)
+        dtypes = {b[5] for b in blocks if b[4] != "workspace"}
+        check(all(b[5] == "bytes" for b in blocks if b[4] == "workspace"), f"{name}: a workspace block has a dtype")
+        check(half in dtypes if half else "BF16" not in dtypes and "F16" not in dtypes,
+              f"{name}: blocks store {sorted(dtypes)} in {precision}")
+        check(f", {precision}" in root.find(f".//{XHTML}h1").text, f"{name}: the title does not name {precision}")
+        parts = [row["part"].strip() for row in table(root, "breakdown")]
+        check(("parameter copies" in parts) == bool(half), f"{name}: parameter copies {parts}")
+
         # The timeline: blocks live at each step add up to its live bytes and workspace.
         steps = [s for s in svgs["timeline"].iter(f"{SVG}rect") if s.get("class") == "step"]
         check(len(steps) == int(svgs["arena-map"].get("data-steps")), f"{name}: timeline and map disagree on steps")
@@ -131,9 +147,10 @@ def check_report(train, args, expect_trials=False):
             stdout = run(train, args[:at] + args[at + 2:] + ["--explain"])
         explained, (plan_arena, plan_bound, plan_ratio) = explain_numbers(stdout)
         shown = {row["part"].strip(): row for row in table(root, "breakdown")}
-        for label, size in explained.items():
-            check(label in shown and shown[label]["size"] == size,
-                  f"{name}: --explain says {label} = {size}, the report {shown.get(label, {}).get('size')}")
+        check(len(explained) >= 7, f"{name}: only {len(explained)} breakdown lines read from --explain")
+        for label, (size, dtype) in explained.items():
+            check(label in shown and shown[label]["size"] == size and shown[label]["dtype"] == dtype,
+                  f"{name}: --explain says {label} = {size} {dtype}, the report {shown.get(label)}")
         check(shown["arena plan (training)"]["size"] == plan_arena and shown["lower bound (training)"]["size"] ==
               plan_bound and shown["ratio"]["size"] == plan_ratio, f"{name}: arena plan line differs from --explain")
         check(int(shown["arena plan (training)"]["bytes"]) == arena and
@@ -179,6 +196,10 @@ def main():
     check_report(train, ["--explain", "--model", "resnet20", "--batch", "96", "--micro-batch", "64"])
     # A budget that picks the micro-batch size.
     check_report(train, ["--explain", "--model", "cnn", "--batch", "256", "--memory-budget", "24MiB"])
+    # Mixed precision: 16-bit blocks, float32 weight gradients, the 16-bit copies of the parameters.
+    check_report(train, ["--explain", "--model", "resnet20", "--batch", "64", "--precision", "bf16"])
+    check_report(train, ["--explain", "--model", "cnn", "--batch", "256", "--memory-budget", "24MiB",
+                         "--precision", "fp16"])
     # A budget the forced micro-batch fits only with values swapped and recomputed (their own roles).
     check_report(train, ["--explain", "--model", "resnet20", "--batch", "64", "--micro-batch", "32",
                          "--memory-budget", "20MiB"])

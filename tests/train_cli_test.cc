@@ -405,7 +405,7 @@ TEST(TrainCli, ExplainPicksMicroBatchForBudgetWithoutData) {
   std::ifstream f(csv);
   std::string header;
   std::getline(f, header);
-  EXPECT_EQ(header, "step,pass,layer,op,live_bytes,workspace_bytes");
+  EXPECT_EQ(header, "step,pass,layer,op,live_bytes,workspace_bytes,dtype");
   std::filesystem::remove(csv);
 }
 

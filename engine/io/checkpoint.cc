@@ -35,7 +35,7 @@ void check_float32(const std::string& path, const ParamStore& params) {
 std::size_t value_bytes(const Graph& g, ValueId v) {
   return static_cast<std::size_t>(g.value(v).count(1)) * dtype_size(g.value(v).dtype);
 }
-// A parameter's bytes in the store: its master copy (float32 whatever the Value dtype the ops read).
+// A parameter as the store keeps it: in the master dtype, whatever dtype the ops read it in.
 std::size_t param_bytes(const ParamStore& params, ValueId p) {
   return static_cast<std::size_t>(params.graph().value(p).count(1)) * dtype_size(params.dtype());
 }

@@ -37,6 +37,7 @@ std::vector<ArenaBlock> arena_blocks(const Graph& g, const MemoryPlan& plan, int
       const Node& producer = g.node(g.value(root).producer);
       b.layer = producer.name;
       b.op = producer.def->name;
+      b.dtype = g.value(root).dtype;
       blocks.push_back(b);
       owner.push_back(root);
     }

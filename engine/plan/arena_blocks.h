@@ -30,7 +30,8 @@ struct ArenaBlock {
   BlockRole role = BlockRole::Activation;
   std::string layer;   // the layer whose step produced it (workspace: the layer of its step)
   std::string op;      // that step's op ("conv2d", "relu_backward")
-  std::string values;  // the values stored in it, with shapes ("conv1 f32[64, 6, 28, 28], relu1 ...")
+  std::string values;  // the values stored in it, with shapes ("conv1 F32[64, 6, 28, 28], relu1 ...")
+  DType dtype = DType::U8;  // the stored values' (their views and in-place results share it); workspace: bytes
 };
 
 // The arena blocks of a plan compiled for micro-batches of m samples (host-pool blocks are left out),

@@ -1,5 +1,6 @@
 #include "engine/strategy/memory_report.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -24,8 +25,11 @@ MemoryBreakdown measure_memory(const Graph& g, const CompiledPass& train, const 
   const int m = train.max_batch;
   MemoryBreakdown mb;
   mb.micro_batch = m;
-  const std::size_t persistent = ParamStore::block_count(g) * dtype_size(g.float_dtype());
+  mb.float_dtype = g.float_dtype();
+  mb.master_dtype = g.master_dtype();
+  const std::size_t count = ParamStore::block_count(g), persistent = count * dtype_size(mb.master_dtype);
   mb.params = mb.grads = persistent;
+  if (is_half(mb.float_dtype)) mb.param_copies = count * dtype_size(mb.float_dtype);
   mb.state = ParamStore::state_block_bytes(g);
   const std::vector<std::string> state = state_names(opt);
   mb.optimizer_state = state.size() * persistent;
@@ -158,46 +162,85 @@ std::size_t parse_bytes(const std::string& text) {
 }
 
 std::vector<BreakdownRow> breakdown_rows(const MemoryBreakdown& mb, std::size_t budget) {
-  std::vector<BreakdownRow> rows = {{"parameters", mb.params, ""},
-                                    {"gradients", mb.grads, ""},
-                                    {"optimizer state", mb.optimizer_state, mb.optimizer}};
-  if (mb.state) rows.push_back({"non-trained state", mb.state, "running statistics, counters"});
-  rows.push_back({"arena (block)", mb.arena, ""});
-  rows.push_back({"  peak live activations (train)", mb.activations, ""});
-  rows.push_back({"  largest step workspace (train)", mb.workspace, ""});
-  if (mb.staging) rows.push_back({"input staging (device slots)", mb.staging, ""});
-  if (mb.loader) rows.push_back({"loader buffers (host)", mb.loader, "2 training + 2 evaluation micro-batches"});
-  if (mb.runtime) rows.push_back({"runtime (cuBLAS workspace)", mb.runtime, ""});
-  rows.push_back({"total", mb.total(), ""});
-  if (budget) rows.push_back({"budget", budget, ""});
-  if (mb.host_pool) rows.push_back({"host pool (not in the total)", mb.host_pool, "swapped activations, pinned host memory"});
+  const std::string master = dtype_name(mb.master_dtype), compute = dtype_name(mb.float_dtype);
+  const bool mixed = mb.param_copies > 0;
+  std::vector<BreakdownRow> rows = {{"parameters", mb.params, master, mixed ? "master weights" : ""}};
+  if (mixed)
+    rows.push_back({"parameter copies", mb.param_copies, compute, "what 16-bit ops read; the optimizer writes them"});
+  rows.push_back({"gradients", mb.grads, master, ""});
+  rows.push_back({"optimizer state", mb.optimizer_state, master, mb.optimizer});
+  if (mb.state) rows.push_back({"non-trained state", mb.state, master, "running statistics, I64 counters"});
+  rows.push_back({"arena (block)", mb.arena, compute, ""});
+  rows.push_back({"  peak live activations (train)", mb.activations, compute, ""});
+  rows.push_back({"  largest step workspace (train)", mb.workspace, "",
+                  mixed ? "kernel scratch, float32 copies of 16-bit operands" : ""});
+  if (mb.staging) rows.push_back({"input staging (device slots)", mb.staging, "", ""});
+  if (mb.loader) rows.push_back({"loader buffers (host)", mb.loader, "", "2 training + 2 evaluation micro-batches"});
+  if (mb.runtime) rows.push_back({"runtime (cuBLAS workspace)", mb.runtime, "", ""});
+  rows.push_back({"total", mb.total(), "", ""});
+  if (budget) rows.push_back({"budget", budget, "", ""});
+  if (mb.host_pool)
+    rows.push_back({"host pool (not in the total)", mb.host_pool, compute, "swapped activations, pinned host memory"});
   return rows;
+}
+
+const char* precision_of(const Graph& g) {
+  switch (g.float_dtype()) {
+    case DType::BF16: return "bf16";
+    case DType::F16: return "fp16";
+    case DType::F64: return "fp64";
+    default: return g.tf32() ? "tf32" : "fp32";
+  }
+}
+
+std::string output_dtypes(const Graph& g, const Node& n) {
+  std::string out;
+  std::vector<DType> seen;
+  for (ValueId v : n.out) {
+    const DType t = g.value(v).dtype;
+    if (std::find(seen.begin(), seen.end(), t) != seen.end()) continue;
+    seen.push_back(t);
+    out += (out.empty() ? "" : "/") + std::string(dtype_name(t));
+  }
+  return out;
 }
 
 void write_memory_report(std::ostream& os, const Graph& g, const MemoryBreakdown& mb, const MemoryPlan& plan,
                          std::size_t budget) {
-  os << "memory for micro-batch " << mb.micro_batch << ":\n";
-  for (const BreakdownRow& row : breakdown_rows(mb, budget))
-    os << "  " << std::left << std::setw(34) << row.label << std::right << std::setw(12) << format_bytes(row.bytes)
-       << (row.note.empty() ? "" : "  (" + row.note + ")") << "\n";
+  os << "memory for micro-batch " << mb.micro_batch << " in " << precision_of(g);
+  if (mb.float_dtype != mb.master_dtype)
+    os << " (" << dtype_name(mb.float_dtype) << " activations; " << dtype_name(mb.master_dtype)
+       << " master weights, gradients and optimizer state)";
+  os << ":\n";
+  for (const BreakdownRow& row : breakdown_rows(mb, budget)) {
+    os << "  " << std::left << std::setw(34) << row.label << std::right << std::setw(12) << format_bytes(row.bytes);
+    // The dtype column, padded only where a note follows it (no trailing blanks).
+    if (!row.note.empty())
+      os << "  " << std::left << std::setw(5) << row.dtype << std::right << "  (" << row.note << ")";
+    else if (!row.dtype.empty())
+      os << "  " << row.dtype;
+    os << "\n";
+  }
   os << "arena plan (training): " << format_bytes(plan.arena_bytes) << " for a lower bound of "
      << format_bytes(plan.lower_bound) << " (max over steps of live + workspace bytes; ratio " << std::fixed
      << std::setprecision(3) << plan.ratio() << ")\n";
-  os << "\n step  pass      layer                          op                                live       workspace\n";
+  os << "\n step  pass      layer                          op                                live       workspace"
+        "  dtype\n";
   for (size_t s = 0; s < plan.order.size(); ++s) {
     const Node& n = g.node(plan.order[s]);
     os << std::setw(5) << s << "  " << std::left << std::setw(9) << (n.backward ? "backward" : "forward") << " "
        << std::setw(30) << n.name << " " << std::setw(32) << n.def->name << std::right << std::setw(12)
-       << format_bytes(plan.live_bytes[s]) << std::setw(12) << format_bytes(plan.step_workspace[s]) << "\n";
+       << format_bytes(plan.live_bytes[s]) << std::setw(12) << format_bytes(plan.step_workspace[s]) << "  "
+       << output_dtypes(g, n) << "\n";
   }
 }
 
 void write_timeline_csv(std::ostream& os, const Graph& g, const MemoryPlan& plan) {
-  os << "step,pass,layer,op,live_bytes,workspace_bytes\n";
+  os << "step,pass,layer,op,live_bytes,workspace_bytes,dtype\n";
   for (size_t s = 0; s < plan.order.size(); ++s) {
     const Node& n = g.node(plan.order[s]);
     os << s << ',' << (n.backward ? "backward" : "forward") << ",\"" << n.name << "\"," << n.def->name << ','
-       << plan.live_bytes[s] << ',' << plan.step_workspace[s] << '\n';
+       << plan.live_bytes[s] << ',' << plan.step_workspace[s] << ',' << output_dtypes(g, n) << '\n';
   }
 }
 

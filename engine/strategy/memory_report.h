@@ -17,7 +17,13 @@ namespace crumb {
 
 struct MemoryBreakdown {
   int micro_batch = 0;
-  std::size_t params = 0, grads = 0, optimizer_state = 0;
+  // The dtype of the arena's floating-point values (activations, their gradients, saved tensors) and that
+  // of the persistent blocks: the graph's float and master dtypes (docs/precision.md).
+  DType float_dtype = DType::F32, master_dtype = DType::F32;
+  std::size_t params = 0, grads = 0, optimizer_state = 0;  // master dtype
+  // Mixed precision: the parameter store's 16-bit copies of the parameters (ParamStore::device_copy_block),
+  // which the 16-bit ops read; 0 otherwise.
+  std::size_t param_copies = 0;
   std::string optimizer;        // what optimizer_state holds, e.g. "adamw: exp_avg + exp_avg_sq"
   std::size_t state = 0;        // non-trained persistent state (running statistics, counters)
   std::size_t activations = 0;  // peak bytes of live values in the training pass
@@ -33,7 +39,7 @@ struct MemoryBreakdown {
   // Swapped activations (engine/strategy/swap.h) in pinned host memory: outside a device's budget, so not in
   // total(). On the CPU it stands in for a device's host memory, so the schedule runs and is tested there.
   std::size_t host_pool = 0;
-  std::size_t persistent() const { return params + grads + optimizer_state + state; }
+  std::size_t persistent() const { return params + param_copies + grads + optimizer_state + state; }
   std::size_t total() const { return persistent() + arena + staging + runtime + loader; }
 };
 
@@ -74,19 +80,28 @@ void check_micro_batch(const Graph& g, int m, int batch);
 std::string format_bytes(std::size_t bytes);
 std::size_t parse_bytes(const std::string& text);
 
-// The breakdown as --explain prints it, one row per line: label (sub-parts indented by two spaces), bytes
-// and what it holds. Rows that are zero for this run (staging on the CPU) are left out.
+// The breakdown as --explain prints it, one row per line: label (sub-parts indented by two spaces), bytes,
+// the dtype its tensors are stored in (empty where it holds raw bytes or whole samples) and what it holds.
+// Rows that are zero for this run (staging on the CPU, the 16-bit copies in float32) are left out.
 struct BreakdownRow {
   std::string label;
   std::size_t bytes;
+  std::string dtype;
   std::string note;
 };
 std::vector<BreakdownRow> breakdown_rows(const MemoryBreakdown& mb, std::size_t budget);
 
-// The report of `train --explain`: breakdown, then one line per step with the live bytes.
+// The precision a graph trains in, as train's --precision names it: "fp32", "tf32", "bf16", "fp16" (and
+// "fp64" for the float64 graphs of the gradient checks).
+const char* precision_of(const Graph& g);
+// The dtypes of a node's outputs, each once, in output order: "BF16", "BF16/U8" (a max pool's argmax).
+std::string output_dtypes(const Graph& g, const Node& n);
+
+// The report of `train --explain`: the precision and the breakdown, then one line per step with the live
+// bytes and the dtypes the step writes.
 void write_memory_report(std::ostream& os, const Graph& g, const MemoryBreakdown& mb, const MemoryPlan& train_plan,
                          std::size_t budget);
-// The per-step timeline as CSV: step,pass,layer,op,live_bytes,workspace_bytes.
+// The per-step timeline as CSV: step,pass,layer,op,live_bytes,workspace_bytes,dtype.
 void write_timeline_csv(std::ostream& os, const Graph& g, const MemoryPlan& train_plan);
 
 }  // namespace crumb

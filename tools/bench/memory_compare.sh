@@ -48,7 +48,7 @@ UNIT = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
 
 def explain_bytes(text, label):
     # --explain prints sizes rounded to 2 decimals, so these are good to about 0.005 units.
-    m = re.search(rf"^\s*{re.escape(label)}\s+([\d.]+) (B|KiB|MiB|GiB)\s*$", text, re.M)
+    m = re.search(rf"^\s*{re.escape(label)}\s+([\d.]+) (B|KiB|MiB|GiB)(?:  [A-Z0-9]+)?\s*$", text, re.M)
     if not m:
         sys.exit(f"no '{label}' line in train --explain output")
     return round(float(m.group(1)) * UNIT[m.group(2)])

@@ -102,9 +102,13 @@ const char* role_colour(BlockRole role) {
   return "#000000";
 }
 
+const char* block_dtype(const ArenaBlock& b) { return b.role == BlockRole::Workspace ? "bytes" : dtype_name(b.dtype); }
+
 const std::vector<MemoryPart>& memory_parts() {
   static const std::vector<MemoryPart> parts = {
       {"parameters", "#4e79a7", [](const MemoryBreakdown& m) { return m.params; }, "the trained weights"},
+      {"parameter copies", "#a0cbe8", [](const MemoryBreakdown& m) { return m.param_copies; },
+       "mixed precision: the 16-bit copies of the weights that 16-bit ops read"},
       {"gradients", "#f28e2b", [](const MemoryBreakdown& m) { return m.grads; },
        "one copy, accumulated in place over micro-batches"},
       {"optimizer state", "#e15759", [](const MemoryBreakdown& m) { return m.optimizer_state; },
@@ -166,14 +170,16 @@ std::string arena_map_svg(const ReportData& r) {
                {"data-bytes", std::to_string(b.bytes)},
                {"data-first", std::to_string(b.first)},
                {"data-last", std::to_string(b.last)},
-               {"data-role", role_name(b.role)}};
+               {"data-role", role_name(b.role)},
+               {"data-dtype", block_dtype(b)}};
     // A white edge separates neighbours, where a block is wide enough to keep its colour.
     if (x1 - x0 > 4 && y1 - y0 > 4) a.insert(a.end(), {{"stroke", "#ffffff"}, {"stroke-width", 0.75}});
     w.titled("rect", a,
-             b.layer + " (" + b.op + ") \u2014 " + role_name(b.role) + "\n" + b.values + "\n" + format_bytes(b.bytes) + " (" +
-                 std::to_string(b.bytes) + " bytes) at offset " + std::to_string(b.offset) + "\n" +
-                 steps_text(b.first, b.last) + ": " + r.graph->node(p.order[b.first]).name + " \u2192 " +
-                 r.graph->node(p.order[b.last]).name);
+             b.layer + " (" + b.op + ") \u2014 " + role_name(b.role) +
+                 (b.role == BlockRole::Workspace ? "" : std::string(", ") + block_dtype(b)) + "\n" + b.values + "\n" +
+                 format_bytes(b.bytes) + " (" + std::to_string(b.bytes) + " bytes) at offset " +
+                 std::to_string(b.offset) + "\n" + steps_text(b.first, b.last) + ": " +
+                 r.graph->node(p.order[b.first]).name + " \u2192 " + r.graph->node(p.order[b.last]).name);
     // The longest label that fits: layer, op and role; layer and role; the layer alone.
     std::string label;
     for (const std::string& candidate : {b.layer + " " + b.op + " \u00b7 " + role_name(b.role),
@@ -238,8 +244,8 @@ std::string timeline_svg(const ReportData& r) {
               {"fill", "#000000"}, {"fill-opacity", 0}, {"data-live", std::to_string(p.live_bytes[s])},
               {"data-workspace", std::to_string(p.step_workspace[s])}},
              "step " + std::to_string(s) + " (" + (n.backward ? "backward" : "forward") + "): " + n.name + " [" +
-                 n.def->name + "]\nlive values " + format_bytes(p.live_bytes[s]) + ", workspace " +
-                 format_bytes(p.step_workspace[s]));
+                 n.def->name + "] writes " + output_dtypes(*r.graph, n) + "\nlive values " +
+                 format_bytes(p.live_bytes[s]) + ", workspace " + format_bytes(p.step_workspace[s]));
   }
   return finish_step_chart(w, f, x, steps);
 }

@@ -18,6 +18,8 @@ std::string throughput_svg(const ReportData& r);  // needs r.trials
 
 // The fill colour of a role or a memory part, shared by pictures and tables.
 const char* role_colour(BlockRole role);
+// The dtype a block's tensors are stored in ("BF16"); "bytes" for a step's workspace, which is raw scratch.
+const char* block_dtype(const ArenaBlock& b);
 
 // One part of the total memory as the sweep stacks it.
 struct MemoryPart {

@@ -28,7 +28,7 @@ ReportData report_data(const TrainConfig& c, const RunPlan& p, const std::vector
   ReportData r = collect_report(p.graph, p.strategy.plan, p.batch, p.budget, c.optimizer, p.device, trial_sizes);
   std::string shape;
   for (int64_t d : p.graph.value(p.graph.inputs()[0]).dims) shape += (shape.empty() ? "" : "x") + std::to_string(d);
-  r.title = c.model + " (" + shape + ") on " + device_name(p.device);
+  r.title = c.model + " (" + shape + ") on " + device_name(p.device) + ", " + precision_name(c.precision);
   r.subtitle = p.split;
   return r;
 }
@@ -38,7 +38,8 @@ int explain(const Options& o) {
   ReportOutput report(o.report, o.report_dir);
   const TrainConfig c = config_of(o);
   const RunPlan p = plan_run(c, data::data_shape(c.data), c.batch, pick_device(c));
-  std::cout << c.model << " on " << device_name(p.device) << ", " << p.split << "\n";
+  std::cout << c.model << " on " << device_name(p.device) << " in " << precision_name(c.precision) << ", " << p.split
+            << "\n";
   write_strategy_report(std::cout, p.graph, p.strategy);
   write_memory_report(std::cout, p.graph, p.strategy.plan.memory, p.strategy.plan.train.plan, p.budget);
   if (!o.explain_csv.empty()) {

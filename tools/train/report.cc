@@ -32,14 +32,18 @@ std::string fixed(double v, int decimals) {
 }
 
 Table breakdown_table(const ReportData& r) {
-  Table t{"breakdown", "Memory of the chosen micro-batch size (the numbers of --explain)", {"part", "bytes", "size", "holds"}, {}};
+  Table t{"breakdown",
+          std::string("Memory of the chosen micro-batch size (the numbers of --explain), precision ") +
+              precision_of(*r.graph),
+          {"part", "bytes", "size", "dtype", "holds"},
+          {}};
   for (const BreakdownRow& row : breakdown_rows(r.memory, r.budget))
-    t.rows.push_back({row.label, std::to_string(row.bytes), format_bytes(row.bytes), row.note});
+    t.rows.push_back({row.label, std::to_string(row.bytes), format_bytes(row.bytes), row.dtype, row.note});
   const MemoryPlan& p = r.plan;
-  t.rows.push_back({"arena plan (training)", std::to_string(p.arena_bytes), format_bytes(p.arena_bytes), ""});
-  t.rows.push_back({"lower bound (training)", std::to_string(p.lower_bound), format_bytes(p.lower_bound),
+  t.rows.push_back({"arena plan (training)", std::to_string(p.arena_bytes), format_bytes(p.arena_bytes), "", ""});
+  t.rows.push_back({"lower bound (training)", std::to_string(p.lower_bound), format_bytes(p.lower_bound), "",
                     "max over steps of live + workspace bytes"});
-  t.rows.push_back({"ratio", fixed(p.ratio(), 3), fixed(p.ratio(), 3), "arena plan / lower bound"});
+  t.rows.push_back({"ratio", fixed(p.ratio(), 3), fixed(p.ratio(), 3), "", "arena plan / lower bound"});
   return t;
 }
 
@@ -61,21 +65,21 @@ Table measured_table(const ReportData& r) {
 
 Table blocks_table(const ReportData& r) {
   Table t{"blocks", "Arena blocks (one row per rectangle of the arena map)",
-          {"first_step", "last_step", "offset", "bytes", "size", "role", "layer", "values"}, {}};
+          {"first_step", "last_step", "offset", "bytes", "size", "role", "dtype", "layer", "values"}, {}};
   for (const ArenaBlock& b : r.blocks)
     t.rows.push_back({std::to_string(b.first), std::to_string(b.last), std::to_string(b.offset), std::to_string(b.bytes),
-                      format_bytes(b.bytes), role_name(b.role), b.layer, b.values});
+                      format_bytes(b.bytes), role_name(b.role), block_dtype(b), b.layer, b.values});
   return t;
 }
 
 Table timeline_table(const ReportData& r) {
   Table t{"timeline", "Bytes live at each step (the memory timeline)",
-          {"step", "pass", "layer", "op", "live_bytes", "workspace_bytes", "live + workspace"}, {}};
+          {"step", "pass", "layer", "op", "dtype", "live_bytes", "workspace_bytes", "live + workspace"}, {}};
   const MemoryPlan& p = r.plan;
   for (std::size_t s = 0; s < p.order.size(); ++s) {
     const Node& n = r.graph->node(p.order[s]);
     t.rows.push_back({std::to_string(s), n.backward ? "backward" : "forward", n.name, n.def->name,
-                      std::to_string(p.live_bytes[s]), std::to_string(p.step_workspace[s]),
+                      output_dtypes(*r.graph, n), std::to_string(p.live_bytes[s]), std::to_string(p.step_workspace[s]),
                       format_bytes(p.live_bytes[s] + p.step_workspace[s])});
   }
   return t;
