@@ -4,7 +4,9 @@
 //
 // BatchNorm's nodes: in = (x, weight, bias, running_mean, running_var, num_batches_tracked); out = (y,
 // stats, moments). stats holds each group's mean and invstd for the backward (batched: a micro-batch of
-// n samples has at most n groups, so n rows of [2, c] always suffice). moments is a per-batch total
+// n samples has at most n groups, so n rows of [2, c] always suffice). Its stats, as GroupNorm's, are in
+// the master dtype: float32 in a 16-bit graph, where a rounded mean or invstd would put u * |mean| / std
+// of error into every normalised value the backward recomputes. moments is a per-batch total
 // (a Metric, zeroed by the batch's first micro-batch): the Chan merge of every group's count, mean and
 // M2, committed to the running statistics by the batch's last micro-batch (BnStats::Deferred). Groups
 // never straddle micro-batches (the scheduler's micro-batch is a multiple of the group), so a batch's
@@ -186,14 +188,14 @@ template <class T> void gn_bwd_cpu(const StepArgs& a) {
 }  // namespace
 
 const OpDef kBatchNorm = OpDef("batch_norm", infer_bn).with_backward(bn_backward)
-                         .with_outputs({OutDType::Float, OutDType::Float, OutSpec::metric(OutDType::F64)})
+                         .with_outputs({OutDType::Float, OutDType::Master, OutSpec::metric(OutDType::F64)})
                          .with_recompute(bn_recompute);
 const OpDef kBatchNormApply = OpDef("batch_norm_apply", infer_bn_apply).with_inplace(true);
 const OpDef kBatchNormBwd = OpDef("batch_norm_backward", infer_bn_bwd)
                             .with_outputs({OutDType::Float, OutDType::Float, OutDType::Float})
                             .with_required_outputs(2);
 const OpDef kGroupNorm = OpDef("group_norm", infer_gn).with_backward(gn_backward)
-                         .with_outputs({OutDType::Float, OutDType::Float}).with_recompute(ops::recompute_clone);
+                         .with_outputs({OutDType::Float, OutDType::Master}).with_recompute(ops::recompute_clone);
 const OpDef kGroupNormBwd = OpDef("group_norm_backward", infer_gn_bwd)
                             .with_outputs({OutDType::Float, OutDType::Float, OutDType::Float})
                             .with_required_outputs(2);
