@@ -165,7 +165,6 @@ void check_half_against_f64(const test::OpCase& c, DType half) {
   }
   // In the XML report (--gtest_output=xml): the margin each case has, to tune tolerances by.
   ::testing::Test::RecordProperty("worst_error_in_u", std::to_string(worst / u));
-  std::printf("HALFERR %s %s %.3f\n", c.name, dtype_name(half), worst / u);
 }
 
 TEST_P(OpGradCheck, BF16) { check_half_against_f64(GetParam(), DType::BF16); }
