@@ -24,8 +24,8 @@ inline double unit_roundoff(DType t) { return t == DType::BF16 ? 0x1p-8 : 0x1p-1
 // kHalfFactor * u, u the dtype's unit roundoff, relative to the magnitude of the values (the largest of
 // the tensor compared; tests/gradcheck_test.cc says which tensors share one). Each 16-bit store rounds by
 // at most u, and a case chains a few of them and float32 sums of products over them; the worst case
-// measures under 4 u. A lost term, a stale or another parameter's 16-bit copy, or statistics kept in
-// 16-bit (BatchNorm's over three samples measured 9 u) exceed it.
+// measures under 4 u. A lost term, a stale or another parameter's 16-bit copy, or BatchNorm statistics
+// rounded to 16 bits (9 u on groups of three samples) exceed it.
 constexpr double kHalfFactor = 8;
 inline double half_tolerance(DType t) { return kHalfFactor * unit_roundoff(t); }
 

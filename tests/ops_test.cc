@@ -77,7 +77,7 @@ class OpRunner {
     if (device() != Device::CPU)
       copy_bytes(params_.device_grad_block(), Memory::Cuda, params_.grad_block(), Memory::Host, params_.bytes());
     // The arena holds float32 values and, in a 16-bit graph, 16-bit ones: each 16-bit half of these
-    // float32 patterns is NaN (0x7fc0: bf16 and f16) or huge (0x7bff: bf16 3e36, f16 65504) too.
+    // float32 patterns is NaN (0x7fc0: bf16 and f16) or huge (0x7bff: bf16 2.7e36, f16 65504) too.
     const std::vector<uint32_t> junk(arena_.size() / sizeof(uint32_t), nan ? 0x7fc07fc0u : 0x7bff7bffu);
     copy_bytes(arena_.base(), memory_of(device()), junk.data(), Memory::Host, junk.size() * sizeof(uint32_t));
   }
