@@ -166,11 +166,15 @@ void check_half_against_f64(const test::OpCase& c, DType half) {
     worst = std::max(worst, error);
   }
   // In the XML report (--gtest_output=xml): the margin each case has, to tune tolerances by.
-  ::testing::Test::RecordProperty("worst_error_in_u", std::to_string(worst / u));
+  ::testing::Test::RecordProperty(std::string("worst_error_in_u_") + dtype_name(half), std::to_string(worst / u));
 }
 
-TEST_P(OpGradCheck, BF16) { check_half_against_f64(GetParam(), DType::BF16); }
-TEST_P(OpGradCheck, F16) { check_half_against_f64(GetParam(), DType::F16); }
+TEST_P(OpGradCheck, Bf16AndF16) {
+  for (DType half : {DType::BF16, DType::F16}) {
+    SCOPED_TRACE(dtype_name(half));
+    check_half_against_f64(GetParam(), half);
+  }
+}
 
 INSTANTIATE_TEST_SUITE_P(, OpGradCheck, ::testing::ValuesIn(test::op_cases()), test::op_case_name);
 

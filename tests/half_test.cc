@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -73,30 +72,30 @@ struct Format {
   }
 };
 
-const Format kBF16{DType::BF16, 8}, kF16{DType::F16, 5};
-void PrintTo(const Format& f, std::ostream* os) { *os << dtype_name(f.dtype); }
+// Both formats, in every test of one process: every test is a process of its own under ctest.
+const Format kFormats[] = {{DType::BF16, 8}, {DType::F16, 5}};
 
 // The functions under test, by dtype.
 float to_float_as(DType t, uint16_t bits) { return t == DType::BF16 ? to_float(bf16{bits}) : to_float(f16{bits}); }
 uint16_t from_float_as(DType t, float f) { return t == DType::BF16 ? to_bf16(f).bits : to_f16(f).bits; }
 
-class HalfFormat : public ::testing::TestWithParam<Format> {};
-
 // Every pattern decodes to its value; every non-NaN one converts back to itself, every NaN to a NaN.
-TEST_P(HalfFormat, EveryPatternDecodesAndRoundTrips) {
-  const Format fmt = GetParam();
-  for (uint32_t b = 0; b < 0x10000u; ++b) {
-    const auto bits = static_cast<uint16_t>(b);
-    const long double want = fmt.decode(bits);
-    const float got = to_float_as(fmt.dtype, bits);
-    if (std::isnan(want)) {
-      ASSERT_TRUE(std::isnan(got)) << std::hex << b;
-      ASSERT_TRUE(std::isnan(to_float_as(fmt.dtype, from_float_as(fmt.dtype, got)))) << std::hex << b;
-      continue;
+TEST(HalfFormat, EveryPatternDecodesAndRoundTrips) {
+  for (const Format& fmt : kFormats) {
+    SCOPED_TRACE(dtype_name(fmt.dtype));
+    for (uint32_t b = 0; b < 0x10000u; ++b) {
+      const auto bits = static_cast<uint16_t>(b);
+      const long double want = fmt.decode(bits);
+      const float got = to_float_as(fmt.dtype, bits);
+      if (std::isnan(want)) {
+        ASSERT_TRUE(std::isnan(got)) << std::hex << b;
+        ASSERT_TRUE(std::isnan(to_float_as(fmt.dtype, from_float_as(fmt.dtype, got)))) << std::hex << b;
+        continue;
+      }
+      ASSERT_EQ(static_cast<long double>(got), want) << std::hex << b;
+      ASSERT_EQ(std::signbit(got), (b & 0x8000u) != 0) << std::hex << b;
+      ASSERT_EQ(from_float_as(fmt.dtype, got), bits) << std::hex << b;
     }
-    ASSERT_EQ(static_cast<long double>(got), want) << std::hex << b;
-    ASSERT_EQ(std::signbit(got), (b & 0x8000u) != 0) << std::hex << b;
-    ASSERT_EQ(from_float_as(fmt.dtype, got), bits) << std::hex << b;
   }
 }
 
@@ -132,27 +131,27 @@ std::vector<float> probes(const Format& fmt) {
   return out;
 }
 
-TEST_P(HalfFormat, FloatsRoundToNearestEven) {
-  const Format fmt = GetParam();
-  const std::vector<long double> asc = fmt.ascending();
-  for (float f : probes(fmt)) {
-    const uint16_t want = fmt.round(f, asc), got = from_float_as(fmt.dtype, f);
-    ASSERT_EQ(got, want) << std::hexfloat << f << std::hex << ": got 0x" << got << ", want 0x" << want;
+TEST(HalfFormat, FloatsRoundToNearestEven) {
+  for (const Format& fmt : kFormats) {
+    SCOPED_TRACE(dtype_name(fmt.dtype));
+    const std::vector<long double> asc = fmt.ascending();
+    for (float f : probes(fmt)) {
+      const uint16_t want = fmt.round(f, asc), got = from_float_as(fmt.dtype, f);
+      ASSERT_EQ(got, want) << std::hexfloat << f << std::hex << ": got 0x" << got << ", want 0x" << want;
+    }
   }
 }
 
 // Every NaN, quiet or signalling, of either sign, stays NaN: not infinity, which dropping the low
 // significand bits of a signalling NaN (0x7f800001) would give.
-TEST_P(HalfFormat, NaNsStayNaN) {
-  const Format fmt = GetParam();
-  for (uint32_t u : {0x7fc00000u, 0xffc00000u, 0x7f800001u, 0xff800001u, 0x7fbfffffu, 0x7f810000u, 0x7fffffffu}) {
-    ASSERT_TRUE(std::isnan(float_of_bits(u)));
-    EXPECT_TRUE(std::isnan(to_float_as(fmt.dtype, from_float_as(fmt.dtype, float_of_bits(u))))) << std::hex << u;
-  }
+TEST(HalfFormat, NaNsStayNaN) {
+  for (const Format& fmt : kFormats)
+    for (uint32_t u : {0x7fc00000u, 0xffc00000u, 0x7f800001u, 0xff800001u, 0x7fbfffffu, 0x7f810000u, 0x7fffffffu}) {
+      ASSERT_TRUE(std::isnan(float_of_bits(u)));
+      EXPECT_TRUE(std::isnan(to_float_as(fmt.dtype, from_float_as(fmt.dtype, float_of_bits(u)))))
+          << dtype_name(fmt.dtype) << " " << std::hex << u;
+    }
 }
-
-INSTANTIATE_TEST_SUITE_P(, HalfFormat, ::testing::Values(kBF16, kF16),
-                         [](const ::testing::TestParamInfo<Format>& info) { return dtype_name(info.param.dtype); });
 
 // ---- The convert kernels: F32, BF16 and F16 to each other.
 
