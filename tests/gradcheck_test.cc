@@ -1,9 +1,15 @@
 // Finite-difference gradient checks in double precision for every op case (tests/ops/registry.h) and for
 // whole models, through the real autograd, planner and executor: the gradients of the input and of every
-// parameter are compared to central differences of the loss.
+// parameter are compared to central differences of the loss. Then every op case in bf16 and f16 against
+// its float64 run on the same values.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/graph/autograd.h"
 #include "engine/run/executor.h"
@@ -81,6 +87,94 @@ class GradCheck {
 class OpGradCheck : public ::testing::TestWithParam<test::OpCase> {};
 
 TEST_P(OpGradCheck, Float64) { GradCheck(test::op_graph(GetParam(), DType::F64), GetParam().batch, 7).run_all(); }
+
+// ---- A case's 16-bit run against its float64 run on the same values: the probabilities, the loss sum, the
+// input gradient and every parameter gradient, each within half_tolerance (tests/op_cases.h).
+
+// What one forward + backward run gives, as doubles.
+struct Tensor {
+  std::string name;
+  std::vector<double> values;
+  bool param_grad;
+};
+
+std::vector<Tensor> run_once(const Graph& g, ParamStore& params, const void* x, const int32_t* y, int batch) {
+  Arena arena;
+  Executor exec(g, params, arena, batch, Pass::Train);
+  const ValueId xv = g.find_value("x"), dx = g.value(xv).grad, probs = g.loss();
+  exec.bind(xv, x);
+  exec.bind(g.find_value("y"), y);
+  exec.run(batch, true, true, 1.0 / batch);
+  std::vector<Tensor> out{
+      {"loss sum", {exec.results().loss_sum}, false},
+      {"probabilities", test::host_values(exec.data(probs), g.value(probs).dtype, g.value(probs).count(batch)), false},
+      {"input gradient", test::host_values(exec.data(dx), g.value(dx).dtype, g.value(dx).count(batch)), false}};
+  for (ValueId p : g.params())
+    out.push_back({g.value(p).name + " gradient",
+                   test::host_values(params.grad(p), params.dtype(), g.value(p).count(1)), true});
+  return out;
+}
+
+double max_abs(const std::vector<double>& v) {
+  double m = 0;
+  for (double e : v) m = std::max(m, std::fabs(e));
+  return m;
+}
+
+void check_half_against_f64(const test::OpCase& c, DType half) {
+  const Graph g64 = test::op_graph(c, DType::F64), g16 = test::op_graph(c, half);
+  ParamStore p64(g64), p16(g16);
+  // The 16-bit store starts from other values: the masters written below reach the ops only if
+  // to_device() refreshes their 16-bit copies.
+  p64.init(7);
+  p16.init(8);
+  // Every value exactly what the 16-bit run reads, so the float64 run is the exact result on its inputs:
+  // float32 masters, rounded to 16-bit where the ops read the 16-bit copy.
+  ASSERT_EQ(g64.params().size(), g16.params().size());
+  for (std::size_t i = 0; i < g64.params().size(); ++i) {
+    const ValueId p = g64.params()[i], q = g16.params()[i];
+    double* d = static_cast<double*>(p64.data(p));
+    float* m = static_cast<float*>(p16.data(q));
+    for (int64_t e = 0; e < g64.value(p).count(1); ++e)
+      d[e] = m[e] = test::round_to(g16.value(q).dtype, static_cast<float>(d[e]));
+  }
+  p64.to_device();
+  p16.to_device();
+  std::vector<double> x64 = test::random_doubles(g64.value(g64.find_value("x")).count(c.batch), 8);
+  std::vector<float> x16(x64.size());
+  for (std::size_t i = 0; i < x64.size(); ++i) x64[i] = x16[i] = test::round_to(half, static_cast<float>(x64[i]));
+  const std::vector<int32_t> y = test::random_labels(c.batch, static_cast<int>(g64.value(g64.loss()).dims[0]), 9);
+
+  const std::vector<Tensor> want = run_once(g64, p64, x64.data(), y.data(), c.batch),
+                            got = run_once(g16, p16, x16.data(), y.data(), c.batch);
+  ASSERT_EQ(got.size(), want.size());
+  // A tensor's error is relative to its largest magnitude, the parameter gradients' to the largest of
+  // them all: a gradient sum's rounding scales with its terms, not with its result, which may cancel to
+  // nothing (the bias of a convolution before BatchNorm has the exact gradient 0).
+  double param_scale = 0;
+  for (const Tensor& t : want)
+    if (t.param_grad) param_scale = std::max(param_scale, max_abs(t.values));
+  const double u = test::unit_roundoff(half);
+  double worst = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].values.size(), want[i].values.size()) << got[i].name;
+    double diff = 0;
+    for (std::size_t e = 0; e < got[i].values.size(); ++e)
+      diff = std::max(diff, std::isnan(got[i].values[e]) ? INFINITY : std::fabs(got[i].values[e] - want[i].values[e]));
+    const double error = diff / std::max(1e-3, want[i].param_grad ? param_scale : max_abs(want[i].values));
+    EXPECT_LE(error, test::half_tolerance(half)) << got[i].name << ": " << error / u << " u";
+    worst = std::max(worst, error);
+  }
+  // In the XML report (--gtest_output=xml): the margin each case has, to tune tolerances by.
+  ::testing::Test::RecordProperty(std::string("worst_error_in_u_") + dtype_name(half), std::to_string(worst / u));
+}
+
+TEST_P(OpGradCheck, Bf16AndF16) {
+  for (DType half : {DType::BF16, DType::F16}) {
+    SCOPED_TRACE(dtype_name(half));
+    check_half_against_f64(GetParam(), half);
+  }
+}
 
 INSTANTIATE_TEST_SUITE_P(, OpGradCheck, ::testing::ValuesIn(test::op_cases()), test::op_case_name);
 

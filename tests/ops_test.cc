@@ -1,10 +1,13 @@
-// Every op case (tests/ops/registry.h) in float32 through the real autograd, planner and executor, in the
-// two modes that run on real devices: the CPU against CUDA (OpParity), and the gradient write modes of a
-// batch's micro-batches on each device (OpAccumulate). The CUDA tests skip without a usable device.
+// Every op case (tests/ops/registry.h) in float32, bf16 and f16 through the real autograd, planner and
+// executor, in the two modes that run on real devices: the CPU against CUDA (OpParity), and the gradient
+// write modes of a batch's micro-batches on each device (OpAccumulate). The CUDA tests skip without a
+// usable device. In bf16 and f16 the input and its gradient are float32 (cast to and from 16-bit by the
+// graph), and so are the parameter gradients.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -30,11 +33,23 @@ struct OpResult {
   Floats grads;         // the whole parameter-gradient block
 };
 
-// One op case compiled for a device, with its inputs bound: random x and labels, the same on every device.
+// The dtypes the device-side modes run in: float32, and bf16 and f16 where the device runs them (CUDA
+// before compute capability 8 has no bf16). One test per case and device runs them all: every test is a
+// process of its own under ctest.
+std::vector<DType> dtypes_on(Device device) {
+  std::vector<DType> out;
+  const std::vector<DType> runs = backend(device).float_dtypes();
+  for (DType t : {DType::F32, DType::BF16, DType::F16})
+    if (std::find(runs.begin(), runs.end(), t) != runs.end()) out.push_back(t);
+  return out;
+}
+
+// One op case in a float dtype compiled for a device, with its inputs bound: random x and labels, the
+// same on every device.
 class OpRunner {
  public:
-  OpRunner(const test::OpCase& c, Device device)
-      : batch_(c.batch), g_(test::op_graph(c, DType::F32)), params_(g_, device), arena_(device) {
+  OpRunner(const test::OpCase& c, Device device, DType dtype)
+      : batch_(c.batch), g_(test::op_graph(c, dtype)), params_(g_, device), arena_(device) {
     params_.init(7);
     exec_ = std::make_unique<Executor>(g_, params_, arena_, batch_, Pass::Train);
     const ValueId x = g_.find_value("x"), y = g_.find_value("y");
@@ -64,15 +79,18 @@ class OpRunner {
   }
 
   // Fills every parameter's gradient and the whole arena (activations, the input gradient, workspaces)
-  // with `garbage`. Not the padding between parameters: nothing writes it, and it must stay zero.
-  void fill_with(float garbage) {
+  // with NaN or with huge values. Not the padding between parameters: nothing writes it, and it must
+  // stay zero.
+  void fill_with(bool nan) {
     for (ValueId p : g_.params())
-      std::fill_n(static_cast<float*>(params_.grad(p)), g_.value(p).count(1), garbage);
+      std::fill_n(static_cast<float*>(params_.grad(p)), g_.value(p).count(1), nan ? std::numeric_limits<float>::quiet_NaN() : 1e30f);
     // On the CPU the host copy is the block the executor writes.
     if (device() != Device::CPU)
       copy_bytes(params_.device_grad_block(), Memory::Cuda, params_.grad_block(), Memory::Host, params_.bytes());
-    const Floats junk(arena_.size() / sizeof(float), garbage);
-    copy_bytes(arena_.base(), memory_of(device()), junk.data(), Memory::Host, junk.size() * sizeof(float));
+    // The arena holds float32 values and, in a 16-bit graph, 16-bit ones: each 16-bit half of these
+    // float32 patterns is NaN (0x7fc0: bf16 and f16) or huge (0x7bff: bf16 2.7e36, f16 65504) too.
+    const std::vector<uint32_t> junk(arena_.size() / sizeof(uint32_t), nan ? 0x7fc07fc0u : 0x7bff7bffu);
+    copy_bytes(arena_.base(), memory_of(device()), junk.data(), Memory::Host, junk.size() * sizeof(uint32_t));
   }
 
   Device device() const { return params_.device(); }
@@ -89,26 +107,39 @@ class OpRunner {
   Buffer xbuf_, ybuf_;
 };
 
-// ---- OpParity: the CPU against CUDA, after one run and after a second run that accumulates.
+// ---- OpParity: the CPU against CUDA, after one run and after a second run that accumulates: in float32
+// to float rounding of differently ordered sums; in 16-bit as the 16-bit run against float64 (each side is
+// within that of the exact result, and an activation that rounds to neighbouring 16-bit values on the two
+// devices is a difference of u).
 
-class OpParity : public ::testing::TestWithParam<test::OpCase> {};
+double parity_tolerance(DType dtype) { return is_half(dtype) ? test::half_tolerance(dtype) : test::kParityTolerance; }
 
 // On the device both ways: replaying recorded runs (CUDA graphs; every op must stay capturable, or the
 // executor would quietly fall back) and issuing each step from the host.
-TEST_P(OpParity, CpuVsCuda) {
-  CRUMB_REQUIRE_GPU();
+void check_parity(const test::OpCase& c, DType dtype) {
+  const double tolerance = parity_tolerance(dtype);
   for (bool record : {true, false}) {
     SCOPED_TRACE(record ? "recorded runs" : "host-issued runs");
-    OpRunner cpu_run(GetParam(), Device::CPU), gpu_run(GetParam(), Device::CUDA);
+    OpRunner cpu_run(c, Device::CPU, dtype), gpu_run(c, Device::CUDA, dtype);
     gpu_run.set_recording(record);
     for (bool first : {true, false}) {
       SCOPED_TRACE(first ? "one run" : "second run accumulates");
       const OpResult cpu = cpu_run.run(first), gpu = gpu_run.run(first);
-      EXPECT_NEAR(gpu.loss_sum, cpu.loss_sum, test::kParityTolerance * std::max(1.0, std::fabs(cpu.loss_sum)));
-      EXPECT_LE(test::relative_error(gpu.dx, cpu.dx), test::kParityTolerance) << "input gradient";
-      EXPECT_LE(test::relative_error(gpu.grads, cpu.grads), test::kParityTolerance) << "parameter gradients";
+      EXPECT_NEAR(gpu.loss_sum, cpu.loss_sum, tolerance * std::max(1.0, std::fabs(cpu.loss_sum)));
+      EXPECT_LE(test::relative_error(gpu.dx, cpu.dx), tolerance) << "input gradient";
+      EXPECT_LE(test::relative_error(gpu.grads, cpu.grads), tolerance) << "parameter gradients";
     }
     EXPECT_EQ(gpu_run.recording(), record) << "a step refused capture";
+  }
+}
+
+class OpParity : public ::testing::TestWithParam<test::OpCase> {};
+
+TEST_P(OpParity, CpuVsCuda) {
+  CRUMB_REQUIRE_GPU();
+  for (DType dtype : dtypes_on(Device::CUDA)) {
+    SCOPED_TRACE(dtype_name(dtype));
+    check_parity(GetParam(), dtype);
   }
 }
 
@@ -116,16 +147,29 @@ INSTANTIATE_TEST_SUITE_P(, OpParity, ::testing::ValuesIn(test::op_cases()), test
 
 // ---- OpAccumulate: with the gradient buffers and the arena full of garbage, a batch's first micro-batch
 // must overwrite them (the same results as a run on clean buffers), and a second one (first_micro_batch
-// = false) must add exactly: twice the parameter gradients and the loss, the same input gradient.
+// = false) must add exactly: twice the parameter gradients and the loss, the same input gradient. The
+// parameter gradients of a 16-bit graph are float32 sums too: they must not come out rounded to 16 bits.
 
-void check_accumulation(const test::OpCase& c, Device device) {
-  OpRunner r(c, device);
+void check_accumulation(const test::OpCase& c, Device device, DType dtype) {
+  OpRunner r(c, device, dtype);
   const OpResult clean = r.run(true);
+  if (is_half(dtype) && !clean.grads.empty()) {
+    // A float32 sum of products of 16-bit values is a 16-bit value by chance only (a sum of few terms
+    // more often: up to a quarter of a case's gradients), a rounded one always.
+    std::size_t nonzero = 0, representable = 0;
+    for (float v : clean.grads)
+      if (v != 0) {
+        ++nonzero;
+        representable += test::round_to(dtype, v) == v;
+      }
+    EXPECT_LT(representable * 2, nonzero) << "of the parameter gradients, " << representable << " of " << nonzero
+                                          << " are " << dtype_name(dtype) << " values";
+  }
   // NaN shows any arithmetic read of the old contents, even 0 * old; a huge finite value shows the
   // reads NaN slips through (fmax/fmin ignore a NaN operand).
-  for (float garbage : {std::numeric_limits<float>::quiet_NaN(), 1e30f}) {
-    SCOPED_TRACE(std::isnan(garbage) ? "buffers full of NaN" : "buffers full of 1e30");
-    r.fill_with(garbage);
+  for (bool nan : {true, false}) {
+    SCOPED_TRACE(nan ? "buffers full of NaN" : "buffers full of huge values");
+    r.fill_with(nan);
     const OpResult first = r.run(true);
     EXPECT_NEAR(first.loss_sum, clean.loss_sum, kAccumulateTolerance * std::fabs(clean.loss_sum));
     EXPECT_LE(test::relative_error(first.dx, clean.dx), kAccumulateTolerance) << "input gradient, first run";
@@ -141,6 +185,13 @@ void check_accumulation(const test::OpCase& c, Device device) {
 }
 
 class OpAccumulate : public ::testing::TestWithParam<test::OpCase> {};
+
+void check_accumulation(const test::OpCase& c, Device device) {
+  for (DType dtype : dtypes_on(device)) {
+    SCOPED_TRACE(dtype_name(dtype));
+    check_accumulation(c, device, dtype);
+  }
+}
 
 TEST_P(OpAccumulate, Cpu) { check_accumulation(GetParam(), Device::CPU); }
 TEST_P(OpAccumulate, Cuda) {

@@ -4,7 +4,9 @@
 //
 // BatchNorm's nodes: in = (x, weight, bias, running_mean, running_var, num_batches_tracked); out = (y,
 // stats, moments). stats holds each group's mean and invstd for the backward (batched: a micro-batch of
-// n samples has at most n groups, so n rows of [2, c] always suffice). moments is a per-batch total
+// n samples has at most n groups, so n rows of [2, c] always suffice). Its stats, as GroupNorm's, are in
+// the master dtype: float32 in a 16-bit graph, where a rounded mean or invstd would put u * |mean| / std
+// of error into every normalised value the backward recomputes. moments is a per-batch total
 // (a Metric, zeroed by the batch's first micro-batch): the Chan merge of every group's count, mean and
 // M2, committed to the running statistics by the batch's last micro-batch (BnStats::Deferred). Groups
 // never straddle micro-batches (the scheduler's micro-batch is a multiple of the group), so a batch's

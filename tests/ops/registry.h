@@ -1,10 +1,12 @@
 // The op test cases: each family's case file (tests/ops/<family>_cases.cc) adds its cases when the program
 // loads (CRUMB_ON_LOAD, engine/base/registry.h), so a new case or a new family edits no list here. Every
 // case runs in every mode, on every backend:
-// - OpGradCheck (tests/gradcheck_test.cc): float64 gradients against central finite differences;
-// - OpParity (tests/ops_test.cc): float32 on the CPU against CUDA;
+// - OpGradCheck (tests/gradcheck_test.cc): float64 gradients against central finite differences, and
+//   bf16 and f16 runs (16-bit activations, float32 parameters and gradients) against float64 on the
+//   same values;
+// - OpParity (tests/ops_test.cc): the CPU against CUDA, in float32, bf16 and f16;
 // - OpAccumulate (tests/ops_test.cc): gradient buffers full of garbage are overwritten by a batch's
-//   first micro-batch and added to exactly by the next, on the CPU and on CUDA.
+//   first micro-batch and added to exactly by the next, on the CPU and on CUDA, in float32, bf16 and f16.
 // A case builds only the ops under test; op_graph() puts the same graph around every body, so each mode
 // runs the op through the real autograd, planner and executor. The registry knows no test framework
 // (the checks are the test files'), so benchmarks can link it too (the CMake object library
@@ -35,7 +37,8 @@ void add_op_cases(const std::vector<OpCase>& cases);
 const std::vector<OpCase>& op_cases();
 
 // input x (requires_grad) -> body -> flatten (if not 1-D) -> softmax cross-entropy against labels y, in
-// the float dtype (F64 for gradient checks, F32 to compare devices), with its backward graph.
+// the float dtype (F64 for gradient checks, F32 to compare devices, BF16 or F16 for mixed precision: its
+// x is then a float32 input cast to 16-bit), with its backward graph.
 Graph op_graph(const OpCase& c, DType dtype);
 
 // Every saved value that can be recomputed without keeping another value longer or running a convolution
