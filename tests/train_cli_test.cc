@@ -688,25 +688,15 @@ void expect_conflict(const Result& r, const std::string& writer, const std::stri
   EXPECT_NE(r.err.find(" as " + other + " "), std::string::npos) << r.err;
 }
 
-TEST(TrainOutputs, NoOutputIsAnInputOrAnotherOutput) {
-  const auto dir = fresh_dir("conflicts");
+TEST(TrainOutputs, NoOutputIsAnInput) {
+  const auto dir = fresh_dir("input_clashes");
   const std::string d = dir.string() + "/", a = d + "a.st";
   ASSERT_EQ(run_train(kTiny + "--limit-train 64 --save " + a).code, 0);
   const std::string weights = read_text(a), state = read_text(a + ".optimizer");
   const std::string run = kTiny + "--limit-train 64 ";
   expect_conflict(run_train(run + "--load " + a + " --report " + a), "--report", "--load");
-  expect_conflict(run_train(run + "--save " + d + "b.st --report " + d + "./b.st"), "--save", "--report");
-  expect_conflict(run_train(run + "--save " + d + "c.st --log " + dir.string() + "/../" + dir.filename().string() +
-                            "/c.st"),
-                  "--log", "--save");
-  expect_conflict(run_train(run + "--save " + d + "e.st --log " + d + "e.st.optimizer"), "--log",
-                  "--save's optimizer file");
   expect_conflict(run_train(run + "--load " + a + " --save " + a), "--save", "--load");
   expect_conflict(run_train(run + "--load " + a + " --log " + a + ".optimizer"), "--log", "--load's optimizer file");
-  expect_conflict(run_train("--explain --model mlp --explain-csv " + d + "r.html --report " + d + "r.html"),
-                  "--explain-csv", "--report");
-  expect_conflict(run_train(run + "--report-dir " + d + "pictures --log " + d + "pictures/timeline.csv"), "--log",
-                  "--report-dir");
   // Links: a hard link is the same file; an input named through a symbolic link is its target.
   std::filesystem::create_hard_link(a, d + "hard.st");
   expect_conflict(run_train(run + "--load " + a + " --log " + d + "hard.st"), "--log", "--load");
@@ -725,9 +715,24 @@ TEST(TrainOutputs, NoOutputIsAnInputOrAnotherOutput) {
   EXPECT_EQ(read_text(dir / "cifar" / "test_batch.bin"), test_batch);
   EXPECT_EQ(read_text(a), weights);
   EXPECT_EQ(read_text(a + ".optimizer"), state);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(TrainOutputs, NoOutputIsAnotherOutput) {
+  const auto dir = fresh_dir("output_clashes");
+  const std::string d = dir.string() + "/", run = kTiny + "--limit-train 64 ";
+  expect_conflict(run_train(run + "--save " + d + "b.st --report " + d + "./b.st"), "--save", "--report");
+  expect_conflict(run_train(run + "--save " + d + "c.st --log " + dir.string() + "/../" + dir.filename().string() +
+                            "/c.st"),
+                  "--log", "--save");
+  expect_conflict(run_train(run + "--save " + d + "e.st --log " + d + "e.st.optimizer"), "--log",
+                  "--save's optimizer file");
+  expect_conflict(run_train("--explain --model mlp --explain-csv " + d + "r.html --report " + d + "r.html"),
+                  "--explain-csv", "--report");
+  expect_conflict(run_train(run + "--report-dir " + d + "pictures --log " + d + "pictures/timeline.csv"), "--log",
+                  "--report-dir");
   // Each was refused before anything was written.
-  for (const char* name : {"b.st", "c.st", "e.st", "r.html", "pictures"})
-    EXPECT_FALSE(std::filesystem::exists(d + name)) << name;
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), {}), 0);
   std::filesystem::remove_all(dir);
 }
 
@@ -778,6 +783,23 @@ TEST(TrainOutputs, FailingLogWarnsAndTheRunGoesOn) {
   EXPECT_GT(std::filesystem::file_size(log), 100000u);  // it logged until the limit
   const Result loaded = run_train(kTiny + "--limit-train 64 --epochs 0 --load " + save);
   EXPECT_EQ(loaded.code, 0) << loaded.err;
+  std::filesystem::remove_all(dir);
+}
+
+// A resumed run adds to its log: the lines of the run it continues stay.
+TEST(TrainOutputs, ResumedRunAppendsToItsLog) {
+  const auto dir = fresh_dir("log_resume");
+  const std::string log = (dir / "run.jsonl").string(), save = (dir / "m.st").string();
+  const Result first = run_train(kTiny + "--limit-train 64 --batch 32 --save " + save + " --log " + log);
+  ASSERT_EQ(first.code, 0) << first.err;
+  const Result resumed = run_train("--resume " + save + " --epochs 2");  // --save and --log as recorded
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  std::ifstream f(log);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(f, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 6u);  // 2 steps + 1 epoch, twice
+  EXPECT_EQ(lines[0].rfind("{\"event\":\"step\",\"step\":1,", 0), 0u) << lines[0];
+  EXPECT_EQ(lines[3].rfind("{\"event\":\"step\",\"step\":3,\"epoch\":2,", 0), 0u) << lines[3];
   std::filesystem::remove_all(dir);
 }
 

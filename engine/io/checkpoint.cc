@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <unordered_map>
 #include <vector>
@@ -259,6 +260,23 @@ bool exists(const std::string& path) {
   return ::lstat(path.c_str(), &st) == 0;
 }
 
+// Where the weights of a failed save go: the temporary folder ($TMPDIR, else /tmp), else the save's own
+// folder (the failure may have been the file's alone), else the current folder.
+std::vector<std::string> rescue_folders(const std::string& save) {
+  std::vector<std::string> dirs;
+  auto add = [&](const std::string& d) {
+    if (std::find(dirs.begin(), dirs.end(), d) == dirs.end()) dirs.push_back(d);
+  };
+  const char* tmp = std::getenv("TMPDIR");
+  add(tmp && *tmp ? tmp : "/tmp");
+  std::error_code ec;
+  const std::filesystem::path folder = std::filesystem::absolute(save, ec).parent_path();
+  if (!ec) add(folder.string());
+  const std::filesystem::path here = std::filesystem::current_path(ec);
+  if (!ec) add(here.string());
+  return dirs;
+}
+
 }  // namespace
 
 std::string optimizer_path(const std::string& path) { return path + ".optimizer"; }
@@ -323,6 +341,37 @@ void save_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt
                 std::strerror(errno));
   }
   write_tensor_file(path, chunks, meta);
+}
+
+void save_checkpoint_or_rescue(const std::string& path, ParamStore& params, Optimizer* opt,
+                               const std::string& model_name, const CheckpointMetadata& run) {
+  try {
+    save_checkpoint(path, params, opt, model_name, run);
+  } catch (const Error& e) {
+    std::string tried, why;
+    for (const std::string& dir : rescue_folders(path)) {
+      const std::string rescue = create_unique_file(dir, "crumb-rescue-", ".safetensors");
+      if (rescue.empty()) {
+        why = dir + ": " + std::strerror(errno);
+      } else {
+        bool saved = false;
+        try {
+          save_checkpoint(rescue, params, opt, model_name, run);
+          saved = true;
+        } catch (const Error& again) {
+          ::unlink(rescue.c_str());
+          ::unlink(optimizer_path(rescue).c_str());
+          why = again.what();
+        }
+        if (saved)
+          CRUMB_FAIL("the save failed: ", e.what(), "; the weights were saved to ", rescue,
+                     " instead (--resume or --load it to continue)");
+      }
+      tried += (tried.empty() ? "" : ", ") + dir;
+    }
+    CRUMB_FAIL("the save failed: ", e.what(), "; the weights are lost: no copy could be written in ", tried,
+               " either (", why, ")");
+  }
 }
 
 CheckpointMetadata checkpoint_metadata(const std::string& path) { return read_tensor_file(path, false).meta.all; }

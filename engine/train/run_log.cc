@@ -13,10 +13,11 @@
 
 namespace crumb {
 
-RunLog::RunLog(const std::string& path) : path_(path) {
+RunLog::RunLog(const std::string& path, bool append) : path_(path) {
   // Never through a link; O_NONBLOCK: a FIFO without a reader fails at once instead of blocking the run
   // (and one with a reader is refused below).
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC) | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
+               0644);
   CRUMB_CHECK(fd_ >= 0, "--log: cannot write ", path, ": ",
               errno == ELOOP ? "it is a symbolic link (name the file itself)" : std::strerror(errno));
   struct stat st;

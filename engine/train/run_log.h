@@ -16,9 +16,9 @@ namespace crumb {
 
 class RunLog : public Callback {
  public:
-  // Creates or truncates path; an unwritable path, a symbolic link or anything but a regular file is an
-  // error naming it.
-  explicit RunLog(const std::string& path);
+  // Creates path, or truncates it (append: adds to it, as a resumed run does, whose steps continue the
+  // log's); an unwritable path, a symbolic link or anything but a regular file is an error naming it.
+  explicit RunLog(const std::string& path, bool append = false);
   ~RunLog() override;
   RunLog(const RunLog&) = delete;
   RunLog& operator=(const RunLog&) = delete;

@@ -1,15 +1,10 @@
 #include "engine/train/trainer.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
 
 #include "engine/base/error.h"
 #include "engine/base/threads.h"
@@ -17,7 +12,6 @@
 #include "engine/graph/autograd.h"
 #include "engine/graph/rng.h"
 #include "engine/io/json.h"
-#include "engine/io/output_file.h"
 #include "engine/train/signals.h"
 
 namespace crumb {
@@ -29,19 +23,6 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 // PyTorch DDP's first bucket (dist._DEFAULT_FIRST_BUCKET_BYTES): small, so the first sum starts early.
 constexpr std::size_t kFirstBucketBytes = std::size_t{1} << 20;
-
-// Where the weights of a failed save go: the temporary folder ($TMPDIR, else /tmp), else the save's own
-// folder (the failure may have been the file's alone), else the current folder.
-std::vector<std::string> rescue_folders(const std::string& save) {
-  const char* tmp = std::getenv("TMPDIR");
-  std::vector<std::string> dirs = {tmp && *tmp ? tmp : "/tmp"};
-  std::error_code ec;
-  const std::filesystem::path folder = std::filesystem::absolute(save, ec).parent_path();
-  if (!ec) dirs.push_back(folder.string());
-  const std::filesystem::path here = std::filesystem::current_path(ec);
-  if (!ec) dirs.push_back(here.string());
-  return dirs;
-}
 
 // A BatchNorm group must fit in the batch it normalises.
 void check_bn_group(const TrainConfig& c, int batch) {
@@ -356,35 +337,7 @@ void Trainer::save(int epoch, int batch, const std::string& path) {
                              {"train.loss_scale_clean_steps", std::to_string(scaler_.clean_steps())},
                              {"train.skipped_steps", std::to_string(scaler_.skipped())}});
   }
-  try {
-    save_checkpoint(target, *params_, opt_.get(), cfg_.model, meta);
-  } catch (const Error& e) {
-    // A failed save (disk full, folder gone) never loses the run's weights: they go to a file of a name
-    // of its own (never another run's or another failed save's) in the first folder that takes them.
-    std::string tried, why;
-    for (const std::string& dir : rescue_folders(target)) {
-      const std::string rescue = create_unique_file(dir, "crumb-rescue-", ".safetensors");
-      if (rescue.empty()) {
-        why = dir + ": " + std::strerror(errno);
-      } else {
-        bool saved = false;
-        try {
-          save_checkpoint(rescue, *params_, opt_.get(), cfg_.model, meta);
-          saved = true;
-        } catch (const Error& again) {
-          ::unlink(rescue.c_str());
-          ::unlink(optimizer_path(rescue).c_str());
-          why = again.what();
-        }
-        if (saved)
-          CRUMB_FAIL("the save failed: ", e.what(), "; the weights were saved to ", rescue,
-                     " instead (--resume or --load it to continue)");
-      }
-      tried += (tried.empty() ? "" : ", ") + dir;
-    }
-    CRUMB_FAIL("the save failed: ", e.what(), "; the weights are lost: no copy could be written in ", tried, " either (",
-               why, ")");
-  }
+  save_checkpoint_or_rescue(target, *params_, opt_.get(), cfg_.model, meta);
 }
 
 FitResult Trainer::fit(const std::vector<Callback*>& callbacks) {

@@ -142,7 +142,8 @@ Trains a model on Fashion-MNIST with Crumb's graph executor and reports test acc
   --log FILE           write a JSON line per optimizer step (loss, lr, samples/s, micro-batch, arena,
                        max RSS) and per epoch (train/test loss, test accuracy) to FILE, flushed as
                        the run goes (JSON Lines: one object per line, for plots and tail -f); a
-                       write that fails warns once and the run goes on without the log
+                       resumed run appends to it; a write that fails warns once and the run goes
+                       on without the log
   --precision P        fp32 | tf32 | bf16 | fp16 (default fp32). tf32: CUDA matrix products and
                        convolutions round float32 operands to TF32 on tensor cores (faster, ~1e-3
                        relative error per product; PyTorch's default for convolutions); the CPU

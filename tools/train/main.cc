@@ -103,7 +103,7 @@ int run(const Options& o, std::shared_ptr<Communicator>& comm) {
   }
   // Opened before training, so a bad path fails at once rather than after the first epoch.
   std::unique_ptr<RunLog> log;
-  if (t.lead() && !o.log.empty()) log = std::make_unique<RunLog>(o.log);
+  if (t.lead() && !o.log.empty()) log = std::make_unique<RunLog>(o.log, !o.resume.empty());
   Progress progress;
   std::vector<Callback*> callbacks = {&progress};
   if (log) callbacks.push_back(log.get());
