@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include "engine/device/backend.h"
@@ -794,9 +795,9 @@ TEST(TrainOutputs, ResumedRunAppendsToItsLog) {
   ASSERT_EQ(first.code, 0) << first.err;
   const Result resumed = run_train("--resume " + save + " --epochs 2");  // --save and --log as recorded
   ASSERT_EQ(resumed.code, 0) << resumed.err;
-  std::ifstream f(log);
+  std::istringstream text(read_text(log));
   std::vector<std::string> lines;
-  for (std::string line; std::getline(f, line);) lines.push_back(line);
+  for (std::string line; std::getline(text, line);) lines.push_back(line);
   ASSERT_EQ(lines.size(), 6u);  // 2 steps + 1 epoch, twice
   EXPECT_EQ(lines[0].rfind("{\"event\":\"step\",\"step\":1,", 0), 0u) << lines[0];
   EXPECT_EQ(lines[3].rfind("{\"event\":\"step\",\"step\":3,\"epoch\":2,", 0), 0u) << lines[3];

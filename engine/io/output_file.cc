@@ -42,7 +42,8 @@ Identity identify(const FileUse& u) {
                 " is a symbolic link; outputs are never written through one: name the file itself");
     CRUMB_CHECK(S_ISREG(st.st_mode), u.flag, ": ", u.path,
                 S_ISDIR(st.st_mode) ? " is a folder; it is never replaced"
-                                    : " is not a regular file (a FIFO, socket or device); outputs go to regular files only");
+                                    : " is not a regular file (a FIFO, socket or device); outputs go to regular "
+                                      "files only");
   }
   if (::stat(u.path.c_str(), &st) == 0) {
     id.exists = true;

@@ -42,7 +42,8 @@ void check_files(const Options& o) {
   auto checkpoint = [&](const std::string& flag, const std::string& path, bool output) {
     if (path.empty()) return;
     uses.push_back({flag, path, output, output ? "--resume" : ""});
-    uses.push_back({flag + "'s optimizer file", optimizer_path(path), output, output ? "--resume's optimizer file" : ""});
+    uses.push_back(
+        {flag + "'s optimizer file", optimizer_path(path), output, output ? "--resume's optimizer file" : ""});
   };
   if (o.explain) {
     if (!o.explain_csv.empty()) uses.push_back({"--explain-csv", o.explain_csv, true, ""});

@@ -9,7 +9,6 @@
 #include <filesystem>
 
 #include "engine/base/error.h"
-#include "engine/io/output_file.h"
 #include "engine/graph/op.h"
 #include "engine/ops/norm.h"
 #include "tools/train/chart.h"
@@ -250,7 +249,8 @@ std::vector<FileUse> report_outputs(const std::string& html_path, const std::str
   std::vector<FileUse> uses;
   if (!html_path.empty()) uses.push_back({"--report", html_path, true, ""});
   if (!dir.empty())
-    for (const DirFile& f : kDirFiles) uses.push_back({"--report-dir", (std::filesystem::path(dir) / f.name).string(), true, ""});
+    for (const DirFile& f : kDirFiles)
+      uses.push_back({"--report-dir", (std::filesystem::path(dir) / f.name).string(), true, ""});
   return uses;
 }
 
@@ -276,7 +276,8 @@ void ReportOutput::write(const ReportData& r) {
   if (dir_.empty()) return;
   for (const DirFile& f : kDirFiles) {
     const std::string text = f.text(r);
-    if (!text.empty()) write_file_atomically((std::filesystem::path(dir_) / f.name).string(), {text}, "--report-dir file");
+    if (!text.empty())
+      write_file_atomically((std::filesystem::path(dir_) / f.name).string(), {text}, "--report-dir file");
   }
 }
 
