@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -854,7 +855,7 @@ std::pair<std::string, std::string> failed_save(crumb::Trainer& t, const std::st
 }
 
 // A failed save's weights go to a file of a unique name in $TMPDIR, else in the save's folder, else in
-// the current folder; the error says the save failed and names the file.
+// the current folder; the error says the save failed and names the file, or says they are lost.
 TEST(TrainOutputs, RescueFilesAreUniqueAndFallBack) {
   const auto dir = fresh_dir("rescue_places");
   crumb::TrainConfig c;
@@ -896,6 +897,25 @@ TEST(TrainOutputs, RescueFilesAreUniqueAndFallBack) {
     std::filesystem::current_path(cwd);
     EXPECT_EQ(at2.rfind((dir / "here" / "crumb-rescue-").string(), 0), 0u) << message2;
     EXPECT_TRUE(std::filesystem::exists(at2)) << message2;
+  }
+  {
+    // No folder takes them (a file-size limit fails every copy): the error says so and where it tried,
+    // and leaves no empty rescue file behind.
+    const ScopedEnv tmpdir("TMPDIR", (dir / "tmp").string());
+    const auto before = std::distance(std::filesystem::directory_iterator(dir / "tmp"), {});
+    void (*old_handler)(int) = std::signal(SIGXFSZ, SIG_IGN);
+    std::pair<std::string, std::string> lost;
+    {
+      const FileSizeLimit limit(1024);
+      lost = failed_save(t, (dir / "m.st").string());
+    }
+    std::signal(SIGXFSZ, old_handler);
+    EXPECT_EQ(lost.second, "");
+    EXPECT_NE(lost.first.find("the weights are lost: no copy could be written in " + (dir / "tmp").string() + ", " +
+                              dir.string()),
+              std::string::npos)
+        << lost.first;
+    EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir / "tmp"), {}), before);
   }
   std::filesystem::remove_all(dir);
 }
