@@ -1,20 +1,25 @@
 // The train binary as a user meets it: bad input gives one clear error line and a non-zero exit,
 // and a short run on real Fashion-MNIST learns and prints a JSON summary.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include "engine/device/backend.h"
 #include "engine/data/idx.h"
+#include "engine/io/checkpoint.h"
+#include "engine/train/trainer.h"
 #include "tests/cifar_files.h"
 
 namespace {
@@ -24,13 +29,14 @@ struct Result {
   std::string out, err;
 };
 
-Result run_train(const std::string& args) {
+// prefix: put before the binary (e.g. "timeout 10 ").
+Result run_train(const std::string& args, const std::string& prefix = "") {
   // One file per test and process: ctest runs the tests of this file in parallel.
   const std::string err_file = (std::filesystem::temp_directory_path() /
                                 ("crumb_cli_err_" + std::to_string(getpid()) + "_" +
                                  ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".txt"))
                                    .string();
-  const std::string cmd = std::string(CRUMB_TRAIN_BIN) + " " + args + " 2>" + err_file;
+  const std::string cmd = prefix + CRUMB_TRAIN_BIN + " " + args + " 2>" + err_file;
   Result r;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -136,7 +142,7 @@ TEST(TrainCli, BadReportPaths) {
   expect_one_error_line(run_train("--explain --report-dir /dev/null/pictures"), "--report-dir: cannot create folder");
   if (std::filesystem::exists("/dev/full"))
     expect_one_error_line(run_train("--explain --model mlp --report /dev/full"),
-                          "--report: cannot write /dev/full: No space left on device");
+                          "--report: /dev/full is not a regular file");
 }
 
 TEST(TrainCli, BadSweep) {
@@ -571,7 +577,7 @@ TEST(TrainCli, SyntheticData) {
   ASSERT_EQ(plan.code, 0) << plan.err;
   EXPECT_NE(plan.out.find("micro-batch"), std::string::npos) << plan.out;
   expect_one_error_line(run_train("--dataset synthetic --input 3x224"), "--input must be CxHxW");
-  expect_one_error_line(run_train("--dataset synthetic --input 0x8x8"), "--input must be CxHxW");
+  expect_one_error_line(run_train("--dataset synthetic --input 0x8x8"), "--input channels: 0 is out of range");
   expect_one_error_line(run_train("--input 3x8x8"), "--input and --classes need --dataset synthetic");
   expect_one_error_line(run_train("--dataset synthetic --classes 1"), "--classes: 1 is out of range");
   expect_one_error_line(run_train("--dataset synthetic --data /tmp"), "reads no files");
@@ -763,6 +769,262 @@ TEST(TrainCli, SignalEndsPlanningAtOnce) {
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 130);
   EXPECT_LT(seconds, 3.0);
+}
+
+}  // namespace
+
+// Outputs never destroy inputs, and auxiliary outputs never cost the training (docs/reliability.md).
+namespace {
+
+std::filesystem::path fresh_dir(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / ("crumb_" + name + "_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// A model small enough that a run takes a fraction of a second and its checkpoint ~140 KB.
+const std::string kTiny = "--model mlp --dataset synthetic --input 1x2x2 --classes 2 --limit-test 16 --threads 1 ";
+
+void expect_conflict(const Result& r, const std::string& writer, const std::string& other) {
+  expect_one_error_line(r, "is the same file as");
+  EXPECT_NE(r.err.find("error: " + writer + " "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(" as " + other + " "), std::string::npos) << r.err;
+}
+
+TEST(TrainOutputs, NoOutputIsAnInput) {
+  const auto dir = fresh_dir("input_clashes");
+  const std::string d = dir.string() + "/", a = d + "a.st";
+  ASSERT_EQ(run_train(kTiny + "--limit-train 64 --save " + a).code, 0);
+  const std::string weights = read_text(a), state = read_text(a + ".optimizer");
+  const std::string run = kTiny + "--limit-train 64 ";
+  expect_conflict(run_train(run + "--load " + a + " --report " + a), "--report", "--load");
+  expect_conflict(run_train(run + "--load " + a + " --save " + a), "--save", "--load");
+  expect_conflict(run_train(run + "--load " + a + " --log " + a + ".optimizer"), "--log", "--load's optimizer file");
+  // Links: a hard link is the same file; an input named through a symbolic link is its target.
+  std::filesystem::create_hard_link(a, d + "hard.st");
+  expect_conflict(run_train(run + "--load " + a + " --log " + d + "hard.st"), "--log", "--load");
+  std::filesystem::create_symlink(a, d + "link.st");
+  expect_conflict(run_train(run + "--load " + d + "link.st --report " + a), "--report", "--load");
+  // An output is never written through a symbolic link, even to a file of its own.
+  std::filesystem::create_symlink(d + "elsewhere.jsonl", d + "log_link.jsonl");
+  expect_one_error_line(run_train(run + "--log " + d + "log_link.jsonl"),
+                        "--log: " + d + "log_link.jsonl is a symbolic link");
+  EXPECT_FALSE(std::filesystem::exists(d + "elsewhere.jsonl"));
+  // The data files are inputs too.
+  crumb::test::write_cifar_dir(dir / "cifar", {1, 1, 1, 1, 1}, 1);
+  const std::string test_batch = read_text(dir / "cifar" / "test_batch.bin");
+  expect_conflict(run_train("--model cnn --dataset cifar10 --data " + d + "cifar --log " + d + "cifar/test_batch.bin"),
+                  "--log", "--data");
+  EXPECT_EQ(read_text(dir / "cifar" / "test_batch.bin"), test_batch);
+  EXPECT_EQ(read_text(a), weights);
+  EXPECT_EQ(read_text(a + ".optimizer"), state);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(TrainOutputs, NoOutputIsAnotherOutput) {
+  const auto dir = fresh_dir("output_clashes");
+  const std::string d = dir.string() + "/", run = kTiny + "--limit-train 64 ";
+  expect_conflict(run_train(run + "--save " + d + "b.st --report " + d + "./b.st"), "--save", "--report");
+  expect_conflict(run_train(run + "--save " + d + "c.st --log " + dir.string() + "/../" + dir.filename().string() +
+                            "/c.st"),
+                  "--log", "--save");
+  expect_conflict(run_train(run + "--save " + d + "e.st --log " + d + "e.st.optimizer"), "--log",
+                  "--save's optimizer file");
+  expect_conflict(run_train("--explain --model mlp --explain-csv " + d + "r.html --report " + d + "r.html"),
+                  "--explain-csv", "--report");
+  expect_conflict(run_train(run + "--report-dir " + d + "pictures --log " + d + "pictures/timeline.csv"), "--log",
+                  "--report-dir");
+  // Each was refused before anything was written.
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), {}), 0);
+  std::filesystem::remove_all(dir);
+}
+
+// A FIFO as an output is refused at once: it blocked the run (and SIGTERM with it) until a reader came.
+TEST(TrainOutputs, FifoOutputsAreRefusedAtOnce) {
+  const auto dir = fresh_dir("fifo_out");
+  const std::string fifo = (dir / "fifo").string();
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  expect_one_error_line(run_train(kTiny + "--limit-train 64 --log " + fifo, "timeout 10 "),
+                        "--log: " + fifo + " is not a regular file");
+  expect_one_error_line(run_train(kTiny + "--limit-train 64 --report " + fifo, "timeout 10 "),
+                        "--report: " + fifo + " is not a regular file");
+  expect_one_error_line(run_train("--explain --model mlp --explain-csv " + fifo, "timeout 10 "),
+                        "--explain-csv: " + fifo + " is not a regular file");
+  std::filesystem::remove_all(dir);
+}
+
+// The files a process writes while RLIMIT_FSIZE is `bytes` (train ignores SIGXFSZ: a write past it fails).
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    getrlimit(RLIMIT_FSIZE, &old_);
+    rlimit small = old_;
+    small.rlim_cur = bytes;
+    EXPECT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  }
+  ~FileSizeLimit() { setrlimit(RLIMIT_FSIZE, &old_); }
+
+ private:
+  rlimit old_;
+};
+
+// A --log write that fails mid-run (here a file-size limit) warns once; the run finishes and saves.
+TEST(TrainOutputs, FailingLogWarnsAndTheRunGoesOn) {
+  const auto dir = fresh_dir("log_limit");
+  const std::string log = (dir / "run.jsonl").string(), save = (dir / "m.st").string();
+  Result r;
+  {
+    // The checkpoint (~140 KB) fits; the log (~190 KB for 1200 steps) does not.
+    const FileSizeLimit limit(150000);
+    r = run_train(kTiny + "--limit-train 1200 --batch 1 --save " + save + " --log " + log);
+  }
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string warning = "train: warning: --log: cannot write " + log + ": File too large";
+  EXPECT_NE(r.err.find(warning), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(warning), r.err.rfind(warning)) << "warned more than once: " << r.err;
+  EXPECT_NE(r.out.find("\"model\":\"mlp\""), std::string::npos) << r.out;
+  EXPECT_GT(std::filesystem::file_size(log), 100000u);  // it logged until the limit
+  const Result loaded = run_train(kTiny + "--limit-train 64 --epochs 0 --load " + save);
+  EXPECT_EQ(loaded.code, 0) << loaded.err;
+  std::filesystem::remove_all(dir);
+}
+
+// A resumed run adds to its log: the lines of the run it continues stay.
+TEST(TrainOutputs, ResumedRunAppendsToItsLog) {
+  const auto dir = fresh_dir("log_resume");
+  const std::string log = (dir / "run.jsonl").string(), save = (dir / "m.st").string();
+  const Result first = run_train(kTiny + "--limit-train 64 --batch 32 --save " + save + " --log " + log);
+  ASSERT_EQ(first.code, 0) << first.err;
+  const Result resumed = run_train("--resume " + save + " --epochs 2");  // --save and --log as recorded
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  std::istringstream text(read_text(log));
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(text, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 6u);  // 2 steps + 1 epoch, twice
+  EXPECT_EQ(lines[0].rfind("{\"event\":\"step\",\"step\":1,", 0), 0u) << lines[0];
+  EXPECT_EQ(lines[3].rfind("{\"event\":\"step\",\"step\":3,\"epoch\":2,", 0), 0u) << lines[3];
+  std::filesystem::remove_all(dir);
+}
+
+// A report that cannot be written after training warns, leaves the previous report whole, and the run
+// still ends with its summary and status 0.
+TEST(TrainOutputs, FailingReportWarnsAndKeepsThePreviousOne) {
+  const auto dir = fresh_dir("report_limit");
+  const std::string report = (dir / "r.html").string();
+  std::ofstream(report) << "previous report";
+  Result r;
+  {
+    const FileSizeLimit limit(4096);  // the report is ~30 KB
+    r = run_train(kTiny + "--limit-train 64 --report " + report);
+  }
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("train: warning: cannot write --report " + report + ": File too large"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.out.find("\"model\":\"mlp\""), std::string::npos) << r.out;
+  EXPECT_EQ(read_text(report), "previous report");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), {}), 1) << "a temporary file was left";
+  std::filesystem::remove_all(dir);
+}
+
+// Sets an environment variable for a scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* v = std::getenv(name)) old_ = v, had_ = true;
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() { had_ ? setenv(name_, old_.c_str(), 1) : unsetenv(name_); }
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+// The message of a save to path that fails, and where it says the weights went ("" if nowhere).
+std::pair<std::string, std::string> failed_save(crumb::Trainer& t, const std::string& path) {
+  try {
+    t.save(1, 0, path);
+  } catch (const crumb::Error& e) {
+    const std::string m = e.what(), before = "the weights were saved to ";
+    const std::size_t at = m.find(before);
+    if (at == std::string::npos) return {m, ""};
+    return {m, m.substr(at + before.size(), m.find(" instead", at) - at - before.size())};
+  }
+  ADD_FAILURE() << "saving to " << path << " did not fail";
+  return {};
+}
+
+// A failed save's weights go to a file of a unique name in $TMPDIR, else in the save's folder, else in
+// the current folder; the error says the save failed and names the file, or says they are lost.
+TEST(TrainOutputs, RescueFilesAreUniqueAndFallBack) {
+  const auto dir = fresh_dir("rescue_places");
+  crumb::TrainConfig c;
+  c.model = "mlp";
+  c.data.dataset = "synthetic";
+  c.data.height = c.data.width = 2;
+  c.data.classes = 2;
+  c.data.limit_train = 32;
+  c.data.limit_test = 16;
+  c.threads = 1;
+  crumb::Trainer t(c, std::make_shared<const crumb::data::DataSplit>(crumb::data::load_data(c.data)));
+  t.prepare();
+  const std::string gone = (dir / "gone" / "m.st").string();
+  std::filesystem::create_directories(dir / "tmp");
+  {
+    const ScopedEnv tmpdir("TMPDIR", (dir / "tmp").string());
+    const auto [first, at1] = failed_save(t, gone);
+    const auto [second, at2] = failed_save(t, gone);
+    EXPECT_EQ(first.rfind("the save failed: cannot write checkpoint " + gone, 0), 0u) << first;
+    EXPECT_EQ(at1.rfind((dir / "tmp" / "crumb-rescue-").string(), 0), 0u) << first;
+    EXPECT_NE(at1, at2) << "two failed saves of one process share a rescue file";
+    for (const std::string& f : {at1, at2}) {
+      EXPECT_TRUE(std::filesystem::exists(f + ".optimizer")) << f;
+      EXPECT_EQ(crumb::recorded_value(crumb::checkpoint_metadata(f), "train.epoch", f), "1");
+    }
+  }
+  {
+    // $TMPDIR unusable: the save's folder (the failure was the file's: it is a folder).
+    const ScopedEnv tmpdir("TMPDIR", (dir / "missing").string());
+    std::filesystem::create_directories(dir / "saves" / "folder.st");
+    const auto [message, at] = failed_save(t, (dir / "saves" / "folder.st").string());
+    EXPECT_EQ(message.rfind("the save failed: ", 0), 0u) << message;
+    EXPECT_EQ(at.rfind((dir / "saves" / "crumb-rescue-").string(), 0), 0u) << message;
+    // Nor the save's folder: the current folder.
+    const auto cwd = std::filesystem::current_path();
+    std::filesystem::create_directories(dir / "here");
+    std::filesystem::current_path(dir / "here");
+    const auto [message2, at2] = failed_save(t, gone);
+    std::filesystem::current_path(cwd);
+    EXPECT_EQ(at2.rfind((dir / "here" / "crumb-rescue-").string(), 0), 0u) << message2;
+    EXPECT_TRUE(std::filesystem::exists(at2)) << message2;
+  }
+  {
+    // No folder takes them (a file-size limit fails every copy): the error says so and where it tried,
+    // and leaves no empty rescue file behind.
+    const ScopedEnv tmpdir("TMPDIR", (dir / "tmp").string());
+    const auto before = std::distance(std::filesystem::directory_iterator(dir / "tmp"), {});
+    void (*old_handler)(int) = std::signal(SIGXFSZ, SIG_IGN);
+    std::pair<std::string, std::string> lost;
+    {
+      const FileSizeLimit limit(1024);
+      lost = failed_save(t, (dir / "m.st").string());
+    }
+    std::signal(SIGXFSZ, old_handler);
+    EXPECT_EQ(lost.second, "");
+    EXPECT_NE(lost.first.find("the weights are lost: no copy could be written in " + (dir / "tmp").string() + ", " +
+                              dir.string()),
+              std::string::npos)
+        << lost.first;
+    EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir / "tmp"), {}), before);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

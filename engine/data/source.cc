@@ -1,6 +1,7 @@
 #include "engine/data/source.h"
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -58,6 +59,24 @@ DataSplit load_data(const DataSpec& s) {
               ": test images are ", te.channels, "x", te.height, "x", te.width, " but training images are ",
               tr.channels, "x", tr.height, "x", tr.width);
   return d;
+}
+
+std::vector<std::string> data_files(const DataSpec& s) {
+  if (s.dataset == "synthetic") return {};
+  const std::string dir = (s.dir.empty() ? default_data_dir() : s.dir) + "/";
+  std::vector<std::string> names;
+  if (s.dataset == "cifar10") {
+    names = {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin", "data_batch_5.bin",
+             "test_batch.bin"};
+  } else if (s.dataset == "npy") {
+    names = {"x.npy", "y.npy", "x_test.npy", "y_test.npy"};
+  } else {
+    for (const char* split : {"train", "t10k"})
+      for (const char* kind : {"-images-idx3-ubyte", "-labels-idx1-ubyte"})
+        for (const char* gz : {"", ".gz"}) names.push_back(std::string(split) + kind + gz);
+  }
+  for (std::string& n : names) n = dir + n;
+  return names;
 }
 
 DataShape data_shape(const DataSpec& s) {

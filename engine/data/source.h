@@ -3,6 +3,7 @@
 // Trainer, train's --explain (which plans from the shape alone) and the tests.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "engine/data/dataset.h"
 
@@ -25,6 +26,9 @@ struct DataSplit {
 
 // Reads both splits (an error names the file at fault), cut to the limits; the two must have one image shape.
 DataSplit load_data(const DataSpec& spec);
+
+// The paths of the files a run on spec may read (some may not exist): what no output may overwrite.
+std::vector<std::string> data_files(const DataSpec& spec);
 
 struct DataShape {
   int channels, height, width, classes;

@@ -6,17 +6,18 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <atomic>
 #include <climits>
 #include <cmath>
 #include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <unordered_map>
 #include <vector>
 
 #include "engine/base/error.h"
 #include "engine/io/json.h"
+#include "engine/io/output_file.h"
 
 namespace crumb {
 namespace {
@@ -39,26 +40,6 @@ std::size_t value_bytes(const Graph& g, ValueId v) {
 std::size_t param_bytes(const ParamStore& params, ValueId p) {
   return static_cast<std::size_t>(params.graph().value(p).count(1)) * dtype_size(params.dtype());
 }
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  // Closing can report a deferred write error (NFS, quota), so the writer checks it.
-  int close() {
-    const int rc = ::close(fd_);
-    fd_ = -1;
-    return rc;
-  }
-
- private:
-  int fd_;
-};
 
 struct Chunk {
   std::string name;
@@ -85,16 +66,6 @@ std::string header_json(const std::vector<Chunk>& chunks, const std::vector<std:
   // Spaces, as the reference implementation pads, so the data section starts 8-byte aligned.
   h.append((8 - h.size() % 8) % 8, ' ');
   return h;
-}
-
-void write_all(int fd, const char* p, std::size_t n, const std::string& path) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    CRUMB_CHECK(w > 0, "cannot write checkpoint ", path, ": ", std::strerror(errno));
-    p += w;
-    n -= static_cast<std::size_t>(w);
-  }
 }
 
 struct FileTensor {
@@ -273,42 +244,37 @@ void check_finite(const Chunk& c, const std::string& path) {
               " (the run diverged; the previous checkpoint, if any, is left as it was)");
 }
 
-// Writes header and chunks to path through a temporary file, fsync and rename, so a crash or a full disk
-// never leaves a half-written file at path.
+// Writes header and chunks to path atomically: a crash or a full disk never leaves a half-written file.
 void write_tensor_file(const std::string& path, const std::vector<Chunk>& chunks,
                        const std::vector<std::pair<std::string, std::string>>& metadata) {
   const std::string header = header_json(chunks, metadata);
-  unsigned char len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(static_cast<uint64_t>(header.size()) >> (8 * i));
-  // A name of its own (two writers never share one), created exclusively and never through a link: a
-  // file or link planted at the temporary name is refused instead of being written through.
-  static std::atomic<unsigned> counter{0};
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
-  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
-  CRUMB_CHECK(fd.get() >= 0, "cannot write checkpoint ", path, ": creating ", tmp, ": ", std::strerror(errno));
-  try {
-    write_all(fd.get(), reinterpret_cast<const char*>(len), sizeof len, path);
-    write_all(fd.get(), header.data(), header.size(), path);
-    for (const Chunk& c : chunks) write_all(fd.get(), c.data, c.bytes, path);
-    // Data on disk before the rename makes it visible: otherwise a crash can leave an empty file at path.
-    CRUMB_CHECK(::fsync(fd.get()) == 0, "cannot write checkpoint ", path, ": fsync: ", std::strerror(errno));
-    CRUMB_CHECK(fd.close() == 0, "cannot write checkpoint ", path, ": close: ", std::strerror(errno));
-    CRUMB_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "cannot write checkpoint ", path, ": renaming ", tmp, ": ",
-                std::strerror(errno));
-    // The rename itself on disk: without it a crash can bring the old file back (or none).
-    const std::string dir = std::filesystem::path(path).parent_path().string();
-    Fd d(::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    CRUMB_CHECK(d.get() >= 0 && ::fsync(d.get()) == 0, "cannot write checkpoint ", path, ": fsync of its folder: ",
-                std::strerror(errno));
-  } catch (...) {
-    ::unlink(tmp.c_str());
-    throw;
-  }
+  char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<char>(static_cast<uint64_t>(header.size()) >> (8 * i));
+  std::vector<std::string_view> pieces{{len, sizeof len}, header};
+  for (const Chunk& c : chunks) pieces.emplace_back(c.data, c.bytes);
+  write_file_atomically(path, pieces, "checkpoint");
 }
 
 bool exists(const std::string& path) {
   struct stat st;
   return ::lstat(path.c_str(), &st) == 0;
+}
+
+// Where the weights of a failed save go: the temporary folder ($TMPDIR, else /tmp), else the save's own
+// folder (the failure may have been the file's alone), else the current folder.
+std::vector<std::string> rescue_folders(const std::string& save) {
+  std::vector<std::string> dirs;
+  auto add = [&](const std::string& d) {
+    if (std::find(dirs.begin(), dirs.end(), d) == dirs.end()) dirs.push_back(d);
+  };
+  const char* tmp = std::getenv("TMPDIR");
+  add(tmp && *tmp ? tmp : "/tmp");
+  std::error_code ec;
+  const std::filesystem::path folder = std::filesystem::absolute(save, ec).parent_path();
+  if (!ec) add(folder.string());
+  const std::filesystem::path here = std::filesystem::current_path(ec);
+  if (!ec) add(here.string());
+  return dirs;
 }
 
 }  // namespace
@@ -375,6 +341,37 @@ void save_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt
                 std::strerror(errno));
   }
   write_tensor_file(path, chunks, meta);
+}
+
+void save_checkpoint_or_rescue(const std::string& path, ParamStore& params, Optimizer* opt,
+                               const std::string& model_name, const CheckpointMetadata& run) {
+  try {
+    save_checkpoint(path, params, opt, model_name, run);
+  } catch (const Error& e) {
+    std::string tried, why;
+    for (const std::string& dir : rescue_folders(path)) {
+      const std::string rescue = create_unique_file(dir, "crumb-rescue-", ".safetensors");
+      if (rescue.empty()) {
+        why = dir + ": " + std::strerror(errno);
+      } else {
+        bool saved = false;
+        try {
+          save_checkpoint(rescue, params, opt, model_name, run);
+          saved = true;
+        } catch (const Error& again) {
+          ::unlink(rescue.c_str());
+          ::unlink(optimizer_path(rescue).c_str());
+          why = again.what();
+        }
+        if (saved)
+          CRUMB_FAIL("the save failed: ", e.what(), "; the weights were saved to ", rescue,
+                     " instead (--resume or --load it to continue)");
+      }
+      tried += (tried.empty() ? "" : ", ") + dir;
+    }
+    CRUMB_FAIL("the save failed: ", e.what(), "; the weights are lost: no copy could be written in ", tried,
+               " either (", why, ")");
+  }
 }
 
 CheckpointMetadata checkpoint_metadata(const std::string& path) { return read_tensor_file(path, false).meta.all; }

@@ -28,6 +28,13 @@ namespace crumb {
 using CheckpointMetadata = std::vector<std::pair<std::string, std::string>>;
 void save_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt, const std::string& model_name,
                      const CheckpointMetadata& run = {});
+// save_checkpoint, and when it fails (disk full, folder gone) the same checkpoint to a new file of a name
+// of its own, crumb-rescue-XXXXXX.safetensors (never another run's or another failed save's), in
+// $TMPDIR (else /tmp), else path's folder, else the current folder: the first that takes it. Then throws
+// one crumb::Error saying that the save failed and naming the file the weights went to (or that they are
+// lost, and where it tried).
+void save_checkpoint_or_rescue(const std::string& path, ParamStore& params, Optimizer* opt,
+                               const std::string& model_name, const CheckpointMetadata& run);
 // The "__metadata__" entries of the checkpoint's model file, in file order (its header and layout are
 // validated; the tensor data is not read).
 CheckpointMetadata checkpoint_metadata(const std::string& path);

@@ -1,6 +1,11 @@
 #include "engine/train/run_log.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "engine/base/error.h"
@@ -8,18 +13,40 @@
 
 namespace crumb {
 
-RunLog::RunLog(const std::string& path) : path_(path) {
-  file_ = std::fopen(path.c_str(), "w");
-  CRUMB_CHECK(file_, "--log: cannot write ", path, ": ", std::strerror(errno));
+RunLog::RunLog(const std::string& path, bool append) : path_(path) {
+  // Never through a link; O_NONBLOCK: a FIFO without a reader fails at once instead of blocking the run
+  // (and one with a reader is refused below).
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC) | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
+               0644);
+  CRUMB_CHECK(fd_ >= 0, "--log: cannot write ", path, ": ",
+              errno == ELOOP ? "it is a symbolic link (name the file itself)" : std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    CRUMB_FAIL("--log: cannot write ", path, ": not a regular file (a FIFO, socket or device)");
+  }
 }
 
 RunLog::~RunLog() {
-  if (file_) std::fclose(file_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
-void RunLog::write(const std::string& line) {
-  const bool ok = std::fputs(line.c_str(), file_) >= 0 && std::fputc('\n', file_) != EOF && std::fflush(file_) == 0;
-  CRUMB_CHECK(ok, "--log: cannot write ", path_, ": ", std::strerror(errno));
+void RunLog::write(std::string line) {
+  if (fd_ < 0) return;
+  line += '\n';
+  for (std::size_t done = 0; done < line.size();) {
+    const ssize_t w = ::write(fd_, line.data() + done, line.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      // The log is a by-product: a full disk or a file-size limit must not cost the training.
+      std::fprintf(stderr, "train: warning: --log: cannot write %s: %s; no more lines are logged, the run goes on\n",
+                   path_.c_str(), w < 0 ? std::strerror(errno) : "nothing written");
+      ::close(fd_);
+      fd_ = -1;
+      return;
+    }
+    done += static_cast<std::size_t>(w);
+  }
 }
 
 // Steps count optimizer steps from 1 over the whole run (resumed ones included); epochs and batches from 1.

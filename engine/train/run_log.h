@@ -1,13 +1,12 @@
 // A fit() callback: one JSON object per line (train --log FILE.jsonl), per optimizer step and per epoch,
 // written and flushed as the run goes, so a plot (or `tail -f`) sees it live and a killed run keeps every
-// line it wrote.
+// line it wrote. A write that fails (full disk, file-size limit) warns once and ends the log, not the run.
 //   {"event":"step","step":..,"epoch":..,"batch":..,"loss":..,"lr":..,"samples_per_s":..,
 //    "micro_batch":..,"arena_bytes":..,"max_rss_bytes":..}
 //   {"event":"epoch","epoch":..,"train_loss":..,"test_loss":..,"test_accuracy":..,"seconds":..}
 // (seconds: the epoch's training and evaluation; a non-finite number is written as null)
 #pragma once
 #include <cstddef>
-#include <cstdio>
 #include <string>
 
 #include "engine/base/rss.h"
@@ -17,8 +16,9 @@ namespace crumb {
 
 class RunLog : public Callback {
  public:
-  // Creates or truncates path; an unwritable path is an error naming it.
-  explicit RunLog(const std::string& path);
+  // Creates path, or truncates it (append: adds to it, as a resumed run does, whose steps continue the
+  // log's); an unwritable path, a symbolic link or anything but a regular file is an error naming it.
+  explicit RunLog(const std::string& path, bool append = false);
   ~RunLog() override;
   RunLog(const RunLog&) = delete;
   RunLog& operator=(const RunLog&) = delete;
@@ -27,9 +27,9 @@ class RunLog : public Callback {
   void on_epoch_end(Trainer& t, const EpochInfo& e) override;
 
  private:
-  void write(const std::string& line);
+  void write(std::string line);
   std::string path_;
-  std::FILE* file_ = nullptr;
+  int fd_ = -1;  // -1 once a write failed
 };
 
 }  // namespace crumb

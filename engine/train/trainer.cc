@@ -1,7 +1,5 @@
 #include "engine/train/trainer.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -402,19 +400,7 @@ void Trainer::save(int epoch, int batch, const std::string& path) {
                              {"train.loss_scale_clean_steps", std::to_string(scaler_.clean_steps())},
                              {"train.skipped_steps", std::to_string(scaler_.skipped())}});
   }
-  try {
-    save_checkpoint(target, *params_, opt_.get(), cfg_.model, meta);
-  } catch (const Error& e) {
-    // A failed save (disk full, folder gone) never loses the run's weights.
-    const std::string rescue = (std::filesystem::temp_directory_path() /
-                                ("crumb-rescue-" + std::to_string(::getpid()) + ".safetensors")).string();
-    try {
-      save_checkpoint(rescue, *params_, opt_.get(), cfg_.model, meta);
-    } catch (const Error&) {
-      CRUMB_FAIL(e.what(), "; saving to ", rescue, " failed too: the weights are lost");
-    }
-    CRUMB_FAIL(e.what(), "; the weights were saved to ", rescue, " instead (--load it to continue)");
-  }
+  save_checkpoint_or_rescue(target, *params_, opt_.get(), cfg_.model, meta);
 }
 
 FitResult Trainer::fit(const std::vector<Callback*>& callbacks) {

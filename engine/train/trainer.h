@@ -185,7 +185,8 @@ class Trainer {
   Evaluation evaluate();
   // Writes a checkpoint of the weights, the optimizer and where the run stands (after `epoch` whole
   // epochs and `batch` batches of the next), to cfg.save unless a path is given; a failed save writes
-  // the same checkpoint under the system's temporary folder and throws, saying where.
+  // the same checkpoint to a new crumb-rescue-XXXXXX.safetensors in $TMPDIR (else /tmp), the save's
+  // folder or the current folder, the first that takes it, and throws, saying the save failed and where.
   void save(int epoch, int batch, const std::string& path = "");
   void request_stop() { stop_requested_ = true; }
 

@@ -145,7 +145,9 @@ Trains a model on Fashion-MNIST with Crumb's graph executor and reports test acc
   --load FILE          start from the weights + optimizer state in FILE (shapes must match the model)
   --log FILE           write a JSON line per optimizer step (loss, lr, samples/s, micro-batch, arena,
                        max RSS) and per epoch (train/test loss, test accuracy) to FILE, flushed as
-                       the run goes (JSON Lines: one object per line, for plots and tail -f)
+                       the run goes (JSON Lines: one object per line, for plots and tail -f); a
+                       resumed run appends to it; a write that fails warns once and the run goes
+                       on without the log
   --precision P        fp32 | tf32 | bf16 | fp16 (default fp32). tf32: CUDA matrix products and
                        convolutions round float32 operands to TF32 on tensor cores (faster, ~1e-3
                        relative error per product; PyTorch's default for convolutions); the CPU
@@ -178,6 +180,10 @@ Trains a model on Fashion-MNIST with Crumb's graph executor and reports test acc
   --help               this text
 
 Data-parallel training: mpirun -np N train ... splits every batch over N processes (docs/distributed.md).
+
+No output (--save, --log, --report, --report-dir, --explain-csv) may be an input (--load, --resume, the
+data files) or another output, by any name or link (--save may replace the --resume checkpoint); outputs
+are regular files, never written through a symbolic link.
 
 Flags are "--name value" or "--name=value", each at most once, never with an empty value; integers are
 plain decimal digits. Progress goes to stderr (a bar on a terminal, plain lines otherwise); the last

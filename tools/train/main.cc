@@ -3,14 +3,15 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 
 #include "engine/base/error.h"
 #include "engine/base/rss.h"
+#include "engine/io/output_file.h"
 #include "engine/train/progress.h"
 #include "engine/train/run_log.h"
 #include "engine/train/signals.h"
@@ -33,6 +34,29 @@ ReportData report_data(const TrainConfig& c, const RunPlan& p, const std::vector
   return r;
 }
 
+// Every file the run reads or writes, checked against each other before any is opened: no output may
+// destroy an input or another output. --save may replace the --resume checkpoint it continues (read
+// whole before the first save, then replaced atomically).
+void check_files(const Options& o) {
+  std::vector<FileUse> uses = report_outputs(o.report, o.report_dir);
+  auto checkpoint = [&](const std::string& flag, const std::string& path, bool output) {
+    if (path.empty()) return;
+    uses.push_back({flag, path, output, output ? "--resume" : ""});
+    uses.push_back(
+        {flag + "'s optimizer file", optimizer_path(path), output, output ? "--resume's optimizer file" : ""});
+  };
+  if (o.explain) {
+    if (!o.explain_csv.empty()) uses.push_back({"--explain-csv", o.explain_csv, true, ""});
+  } else {
+    checkpoint("--save", o.save, true);
+    if (!o.log.empty()) uses.push_back({"--log", o.log, true, ""});
+  }
+  checkpoint("--load", o.load, false);
+  checkpoint("--resume", o.resume, false);
+  for (const std::string& f : data::data_files(config_of(o).data)) uses.push_back({"--data", f, false, ""});
+  check_file_uses(uses);
+}
+
 // --explain: the plan of the run, from the data's shape alone (its files are not read).
 int explain(const Options& o) {
   ReportOutput report(o.report, o.report_dir);
@@ -43,10 +67,9 @@ int explain(const Options& o) {
   write_strategy_report(std::cout, p.graph, p.strategy);
   write_memory_report(std::cout, p.graph, p.strategy.plan.memory, p.strategy.plan.train.plan, p.budget);
   if (!o.explain_csv.empty()) {
-    std::ofstream f(o.explain_csv);
-    CRUMB_CHECK(f, "cannot write ", o.explain_csv);
-    write_timeline_csv(f, p.graph, p.strategy.plan.train.plan);
-    CRUMB_CHECK(f.flush(), "cannot write ", o.explain_csv);
+    std::ostringstream csv;
+    write_timeline_csv(csv, p.graph, p.strategy.plan.train.plan);
+    write_file_atomically(o.explain_csv, {csv.str()}, "--explain-csv");
   }
   if (report.wanted()) report.write(report_data(c, p, {}));
   return 0;
@@ -57,6 +80,7 @@ int run(const Options& o, std::shared_ptr<Communicator>& comm) {
   // Before training there is nothing to save: a signal ends the process at once; during fit it stops the
   // run at the next step and saves (engine/train/signals.h).
   catch_interrupts();
+  check_files(o);
   if (o.explain) return explain(o);
   // Checked before the data loads, so a bad path fails at once.
   ReportOutput report(o.report, o.report_dir);
@@ -82,7 +106,7 @@ int run(const Options& o, std::shared_ptr<Communicator>& comm) {
   }
   // Opened before training, so a bad path fails at once rather than after the first epoch.
   std::unique_ptr<RunLog> log;
-  if (t.lead() && !o.log.empty()) log = std::make_unique<RunLog>(o.log);
+  if (t.lead() && !o.log.empty()) log = std::make_unique<RunLog>(o.log, !o.resume.empty());
   Progress progress;
   std::vector<Callback*> callbacks = {&progress};
   if (log) callbacks.push_back(log.get());
@@ -99,7 +123,12 @@ int run(const Options& o, std::shared_ptr<Communicator>& comm) {
   if (report_plan) {
     report_plan->measured = Measured{r.steps, r.train_seconds, r.samples_per_s(), rss.peak_bytes(), max_rss_bytes(),
                                      r.test.accuracy};
-    report.write(*report_plan);
+    // The weights are saved by now: a report that cannot be written costs the run nothing more.
+    try {
+      report.write(*report_plan);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "train: warning: %s; the training finished (summary below)\n", e.what());
+    }
   }
   std::printf("%s\n", to_json(summarize(t, r)).c_str());
   return 0;

@@ -209,11 +209,23 @@ std::string html(const ReportData& r) {
   return w.str();
 }
 
-void write_file(const std::string& path, const std::string& text, const char* flag) {
-  std::ofstream f(path, std::ios::binary);
-  f << text;
-  CRUMB_CHECK(f.flush(), flag, ": cannot write ", path, ": ", std::strerror(errno));
-}
+// The files of --report-dir; one whose text is empty (no trials, nothing measured) is not written.
+struct DirFile {
+  const char* name;
+  std::string (*text)(const ReportData&);
+};
+const DirFile kDirFiles[] = {
+    {"arena_map.svg", arena_map_svg},
+    {"timeline.svg", timeline_svg},
+    {"sweep.svg", sweep_svg},
+    {"breakdown.csv", [](const ReportData& r) { return csv(breakdown_table(r)); }},
+    {"blocks.csv", [](const ReportData& r) { return csv(blocks_table(r)); }},
+    {"timeline.csv", [](const ReportData& r) { return csv(timeline_table(r)); }},
+    {"sweep.csv", [](const ReportData& r) { return csv(sweep_table(r)); }},
+    {"throughput.svg", [](const ReportData& r) { return r.trials.empty() ? std::string() : throughput_svg(r); }},
+    {"trials.csv", [](const ReportData& r) { return r.trials.empty() ? std::string() : csv(trials_table(r)); }},
+    {"measured.csv", [](const ReportData& r) { return r.measured ? csv(measured_table(r)) : std::string(); }},
+};
 
 }  // namespace
 
@@ -237,10 +249,21 @@ ReportData collect_report(const Graph& g, const MicroBatchPlan& chosen, int batc
   return r;
 }
 
+std::vector<FileUse> report_outputs(const std::string& html_path, const std::string& dir) {
+  std::vector<FileUse> uses;
+  if (!html_path.empty()) uses.push_back({"--report", html_path, true, ""});
+  if (!dir.empty())
+    for (const DirFile& f : kDirFiles)
+      uses.push_back({"--report-dir", (std::filesystem::path(dir) / f.name).string(), true, ""});
+  return uses;
+}
+
 ReportOutput::ReportOutput(const std::string& html_path, const std::string& dir) : html_path_(html_path), dir_(dir) {
   if (!html_path_.empty()) {
-    html_.open(html_path_, std::ios::binary | std::ios::trunc);
-    CRUMB_CHECK(html_, "--report: cannot write ", html_path_, ": ", std::strerror(errno));
+    // Written whole at the end, through a temporary file beside it: its folder must take new files.
+    const std::string folder = std::filesystem::path(html_path_).parent_path().string();
+    CRUMB_CHECK(::access(folder.empty() ? "." : folder.c_str(), W_OK | X_OK) == 0, "--report: cannot write ",
+                html_path_, ": ", std::strerror(errno));
   }
   if (!dir_.empty()) {
     std::error_code ec;
@@ -253,25 +276,13 @@ ReportOutput::ReportOutput(const std::string& html_path, const std::string& dir)
 }
 
 void ReportOutput::write(const ReportData& r) {
-  if (!html_path_.empty()) {
-    html_ << html(r);
-    CRUMB_CHECK(html_.flush(), "--report: cannot write ", html_path_, ": ", std::strerror(errno));
-  }
+  if (!html_path_.empty()) write_file_atomically(html_path_, {html(r)}, "--report");
   if (dir_.empty()) return;
-  const std::filesystem::path d(dir_);
-  auto put = [&](const char* name, const std::string& text) { write_file((d / name).string(), text, "--report-dir"); };
-  put("arena_map.svg", arena_map_svg(r));
-  put("timeline.svg", timeline_svg(r));
-  put("sweep.svg", sweep_svg(r));
-  put("breakdown.csv", csv(breakdown_table(r)));
-  put("blocks.csv", csv(blocks_table(r)));
-  put("timeline.csv", csv(timeline_table(r)));
-  put("sweep.csv", csv(sweep_table(r)));
-  if (!r.trials.empty()) {
-    put("throughput.svg", throughput_svg(r));
-    put("trials.csv", csv(trials_table(r)));
+  for (const DirFile& f : kDirFiles) {
+    const std::string text = f.text(r);
+    if (!text.empty())
+      write_file_atomically((std::filesystem::path(dir_) / f.name).string(), {text}, "--report-dir file");
   }
-  if (r.measured) put("measured.csv", csv(measured_table(r)));
 }
 
 }  // namespace crumb::train

@@ -3,10 +3,10 @@
 // script, no network) and well-formed XML, so it opens from disk and parses with any XML parser; the
 // folder holds each picture as an SVG file and each table as CSV.
 #pragma once
-#include <fstream>
 #include <string>
 #include <vector>
 
+#include "engine/io/output_file.h"
 #include "engine/strategy/memory_report.h"
 #include "tools/train/report_data.h"
 
@@ -18,8 +18,13 @@ namespace crumb::train {
 ReportData collect_report(const Graph& g, const MicroBatchPlan& chosen, int batch, std::size_t budget,
                           const OptimizerConfig& opt, Device device, const std::vector<int>& extra);
 
-// Where the report goes, checked when constructed (before a run spends time): the HTML file is opened
-// and the folder created. An empty path skips that output. Throws crumb::Error naming the flag.
+// Every file the report may write (--report, then the --report-dir files), for check_file_uses.
+std::vector<FileUse> report_outputs(const std::string& html_path, const std::string& dir);
+
+// Where the report goes, checked when constructed (before a run spends time): the HTML file's folder
+// must be writable, the --report-dir folder is created. An empty path skips that output. Each file is
+// written whole and atomically (write_file_atomically): a failed write leaves the previous one intact.
+// Throws crumb::Error naming the flag.
 class ReportOutput {
  public:
   ReportOutput(const std::string& html_path, const std::string& dir);
@@ -28,7 +33,6 @@ class ReportOutput {
 
  private:
   std::string html_path_, dir_;
-  std::ofstream html_;
 };
 
 }  // namespace crumb::train
