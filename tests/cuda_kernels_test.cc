@@ -508,21 +508,21 @@ TEST(CudaPoolChecks, RejectBadShapes) {
       {with([](cpu::Pool2dShape& s) { s.c = -1; }), "negative channels"},
   };
   for (const auto& [s, why] : bad) {
-    EXPECT_THROW(max_pool2d_forward(nullptr, nullptr, nullptr, s, nullptr), Error) << why;
-    EXPECT_THROW(max_pool2d_backward(nullptr, nullptr, nullptr, s, false, nullptr), Error) << why;
-    EXPECT_THROW(avg_pool2d_forward(nullptr, nullptr, s, nullptr), Error) << why;
-    EXPECT_THROW(avg_pool2d_backward(nullptr, nullptr, s, true, nullptr), Error) << why;
+    EXPECT_THROW(max_pool2d_forward<float>(nullptr, nullptr, nullptr, s, nullptr), Error) << why;
+    EXPECT_THROW(max_pool2d_backward<float>(nullptr, nullptr, nullptr, s, false, nullptr), Error) << why;
+    EXPECT_THROW(avg_pool2d_forward<float>(nullptr, nullptr, s, nullptr), Error) << why;
+    EXPECT_THROW(avg_pool2d_backward<float>(nullptr, nullptr, s, true, nullptr), Error) << why;
   }
   // An empty batch launches nothing; windows over 256 cells do not fit the max pool's 1-byte argmax.
   const cpu::Pool2dShape empty = with([](cpu::Pool2dShape& s) { s.n = 0; });
-  EXPECT_NO_THROW(max_pool2d_forward(nullptr, nullptr, nullptr, empty, nullptr));
-  EXPECT_NO_THROW(max_pool2d_backward(nullptr, nullptr, nullptr, empty, true, nullptr));
-  EXPECT_NO_THROW(avg_pool2d_forward(nullptr, nullptr, empty, nullptr));
-  EXPECT_NO_THROW(avg_pool2d_backward(nullptr, nullptr, empty, false, nullptr));
+  EXPECT_NO_THROW(max_pool2d_forward<float>(nullptr, nullptr, nullptr, empty, nullptr));
+  EXPECT_NO_THROW(max_pool2d_backward<float>(nullptr, nullptr, nullptr, empty, true, nullptr));
+  EXPECT_NO_THROW(avg_pool2d_forward<float>(nullptr, nullptr, empty, nullptr));
+  EXPECT_NO_THROW(avg_pool2d_backward<float>(nullptr, nullptr, empty, false, nullptr));
   const cpu::Pool2dShape wide = pool_shape(0, 1, 17, 17, 17, 17, 1, 1, 0, 0);
-  EXPECT_THROW(max_pool2d_forward(nullptr, nullptr, nullptr, wide, nullptr), Error);
-  EXPECT_THROW(max_pool2d_backward(nullptr, nullptr, nullptr, wide, false, nullptr), Error);
-  EXPECT_NO_THROW(avg_pool2d_forward(nullptr, nullptr, wide, nullptr));
+  EXPECT_THROW(max_pool2d_forward<float>(nullptr, nullptr, nullptr, wide, nullptr), Error);
+  EXPECT_THROW(max_pool2d_backward<float>(nullptr, nullptr, nullptr, wide, false, nullptr), Error);
+  EXPECT_NO_THROW(avg_pool2d_forward<float>(nullptr, nullptr, wide, nullptr));
 }
 
 // Adaptive average pooling adds in the CPU's order: equal bit for bit, in both write modes. Overlapping
@@ -709,7 +709,7 @@ TEST(CudaKernels, BatchNormFrozenAndBackward) {
                                             batch_stats, acc);
           },
           [&](auto& o, bool acc) {
-            batch_norm_backward(o[0], o[1], nullptr, dev_dy.get(), dev_x.get(), dev_w.get(), dev_stats.get(), s,
+            batch_norm_backward<float>(o[0], o[1], nullptr, dev_dy.get(), dev_x.get(), dev_w.get(), dev_stats.get(), s,
                                 batch_stats, acc, nullptr);
           },
           "batch_norm_backward without dx" + mode);
@@ -754,7 +754,7 @@ TEST(CudaKernels, GroupNorm) {
                                           acc);
         },
         [&](auto& o, bool acc) {
-          group_norm_backward(o[0], o[1], nullptr, dev_dy.get(), dev_x.get(), dev_w.get(), dev_stats.get(), s, acc,
+          group_norm_backward<float>(o[0], o[1], nullptr, dev_dy.get(), dev_x.get(), dev_w.get(), dev_stats.get(), s, acc,
                               nullptr);
         },
         "group_norm_backward without dx" + at);
@@ -767,13 +767,13 @@ TEST(CudaKernels, NormEmptyBatchGradients) {
   const Floats sums = random_floats(3, 1);
   for (bool acc : {false, true}) {
     DeviceArray<float> dw(acc ? sums : Floats(3, kNaN)), db(acc ? sums : Floats(3, kNaN));
-    batch_norm_backward(dw.get(), db.get(), nullptr, nullptr, nullptr, nullptr, nullptr, {0, 3, 4, 0}, true, acc,
+    batch_norm_backward<float>(dw.get(), db.get(), nullptr, nullptr, nullptr, nullptr, nullptr, {0, 3, 4, 0}, true, acc,
                         nullptr);
     expect_same(dw.download(), acc ? sums : Floats(3, 0.0f), "batch_norm_backward dw, empty batch");
     expect_same(db.download(), acc ? sums : Floats(3, 0.0f), "batch_norm_backward db, empty batch");
     dw.upload(acc ? sums : Floats(3, kNaN));
     db.upload(acc ? sums : Floats(3, kNaN));
-    group_norm_backward(dw.get(), db.get(), nullptr, nullptr, nullptr, nullptr, nullptr, {0, 3, 4, 3}, acc, nullptr);
+    group_norm_backward<float>(dw.get(), db.get(), nullptr, nullptr, nullptr, nullptr, nullptr, {0, 3, 4, 3}, acc, nullptr);
     expect_same(dw.download(), acc ? sums : Floats(3, 0.0f), "group_norm_backward dw, empty batch");
     expect_same(db.download(), acc ? sums : Floats(3, 0.0f), "group_norm_backward db, empty batch");
   }
@@ -785,7 +785,7 @@ TEST(CudaKernels, NormEmptyBatchGradients) {
 TEST(CudaNormChecks, RejectBadShapes) {
   auto bn_train = [](const cpu::BatchNormShape& s, float* running_mean = nullptr) {
     return message_of([&] {
-      batch_norm_forward_train(nullptr, nullptr, nullptr, nullptr, nullptr, s, 1e-5, nullptr, running_mean, nullptr,
+      batch_norm_forward_train<float>(nullptr, nullptr, nullptr, nullptr, nullptr, s, 1e-5, nullptr, running_mean, nullptr,
                                nullptr, 0.1, nullptr);
     });
   };
@@ -796,29 +796,29 @@ TEST(CudaNormChecks, RejectBadShapes) {
   float running_mean = 0;
   EXPECT_TRUE(has(bn_train({2, 3, 4, 2}, &running_mean), "go together")) << "running_mean without running_var";
   const std::string frozen = message_of([] {
-    batch_norm_forward_frozen(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, {2, 3, 4, -1}, 1e-5,
+    batch_norm_forward_frozen<float>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, {2, 3, 4, -1}, 1e-5,
                               nullptr);
   });
   EXPECT_TRUE(has(frozen, "bad group")) << frozen;
   const std::string backward = message_of([] {
-    batch_norm_backward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, {2, -3, 4, 2}, true, false,
+    batch_norm_backward<float>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, {2, -3, 4, 2}, true, false,
                         nullptr);
   });
   EXPECT_TRUE(has(backward, "bad shape")) << backward;
   const std::string gn = message_of([] {
-    group_norm_forward(nullptr, nullptr, nullptr, nullptr, nullptr, {2, 3, 4, 2}, 1e-5, nullptr);
+    group_norm_forward<float>(nullptr, nullptr, nullptr, nullptr, nullptr, {2, 3, 4, 2}, 1e-5, nullptr);
   });
   EXPECT_TRUE(has(gn, "2 groups do not divide 3 channels")) << gn;
   const std::string gn_bwd = message_of([] {
-    group_norm_backward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, {2, 4, 4, 0}, false, nullptr);
+    group_norm_backward<float>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, {2, 4, 4, 0}, false, nullptr);
   });
   EXPECT_TRUE(has(gn_bwd, "do not divide")) << gn_bwd;
 
   // An empty batch: nothing to normalise, and no group to count (its group may be 0: the whole batch).
   EXPECT_EQ(bn_train({0, 3, 4, 0}), "(no crumb::Error thrown)");
-  EXPECT_NO_THROW(batch_norm_forward_frozen(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+  EXPECT_NO_THROW(batch_norm_forward_frozen<float>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
                                             {0, 3, 4, 0}, 1e-5, nullptr));
-  EXPECT_NO_THROW(group_norm_forward(nullptr, nullptr, nullptr, nullptr, nullptr, {0, 4, 4, 2}, 1e-5, nullptr));
+  EXPECT_NO_THROW(group_norm_forward<float>(nullptr, nullptr, nullptr, nullptr, nullptr, {0, 4, 4, 2}, 1e-5, nullptr));
 }
 
 // ---- library-backed ops: cuBLAS linear, cuDNN conv
