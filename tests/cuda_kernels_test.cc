@@ -211,6 +211,17 @@ TEST(CudaKernels, Elementwise) {
 // [n, c, hw] shapes: generic, a linear layer's [n, c] (hw = 1), a LeNet feature map.
 const std::vector<std::tuple<int, int, int>> kNchwShapes = {{3, 5, 7}, {37, 10, 1}, {16, 6, 784}};
 
+// db [c] (=|+=) the sum of dy [n, c, hw] over n and hw, in double. The CPU has this only inside its
+// conv/linear kernels, so the twin here is a plain loop.
+void bias_backward_reference(float* db, const Floats& dy, int n, int c, int hw, bool accumulate) {
+  for (int ch = 0; ch < c; ++ch) {
+    double sum = 0;
+    for (int i = 0; i < n; ++i)
+      for (int p = 0; p < hw; ++p) sum += dy[(std::size_t(i) * c + ch) * hw + p];
+    db[ch] = float(accumulate ? db[ch] + sum : sum);
+  }
+}
+
 TEST(CudaKernels, Bias) {
   CRUMB_REQUIRE_GPU();
   for (auto [n, c, hw] : kNchwShapes) {
@@ -226,14 +237,7 @@ TEST(CudaKernels, Bias) {
     expect_close(y.download(), want, "bias_add_nchw" + at);
     check_against_cpu(
         {std::size_t(c)}, true,
-        [&](auto& o, bool acc) {
-          for (int ch = 0; ch < c; ++ch) {
-            double sum = 0;
-            for (int i = 0; i < n; ++i)
-              for (int p = 0; p < hw; ++p) sum += dy[(std::size_t(i) * c + ch) * hw + p];
-            o[0][ch] = float(acc ? o[0][ch] + sum : sum);
-          }
-        },
+        [&](auto& o, bool acc) { bias_backward_reference(o[0], dy, n, c, hw, acc); },
         [&](auto& o, bool acc) { bias_backward_nchw(o[0], dev_dy.get(), n, c, hw, acc, nullptr); },
         "bias_backward_nchw" + at);
   }
@@ -666,7 +670,8 @@ TEST(CudaKernels, BatchNormFrozenAndBackward) {
         },
         "batch_norm_forward_frozen" + at);
     {  // A frozen layer recomputed from the statistics it stored: the forward's bits.
-      DeviceArray<float> dev_y(Floats(count, kNaN)), dev_stats(Floats(stats_count, kNaN)), dev_applied(Floats(count, kNaN));
+      DeviceArray<float> dev_y(Floats(count, kNaN)), dev_stats(Floats(stats_count, kNaN)),
+          dev_applied(Floats(count, kNaN));
       batch_norm_forward_frozen(dev_y.get(), dev_stats.get(), dev_x.get(), dev_w.get(), dev_b.get(), dev_mean.get(),
                                 dev_var.get(), s, 1e-5, nullptr);
       batch_norm_apply(dev_applied.get(), dev_x.get(), dev_w.get(), dev_b.get(), dev_stats.get(), s, nullptr);
@@ -755,8 +760,8 @@ TEST(CudaKernels, GroupNorm) {
                                           acc);
         },
         [&](auto& o, bool acc) {
-          group_norm_backward<float>(o[0], o[1], nullptr, dev_dy.get(), dev_x.get(), dev_w.get(), dev_stats.get(), s, acc,
-                              nullptr);
+          group_norm_backward<float>(o[0], o[1], nullptr, dev_dy.get(), dev_x.get(), dev_w.get(), dev_stats.get(), s,
+                                     acc, nullptr);
         },
         "group_norm_backward without dx" + at);
   }
@@ -774,7 +779,8 @@ TEST(CudaKernels, NormEmptyBatchGradients) {
     expect_same(db.download(), acc ? sums : Floats(3, 0.0f), "batch_norm_backward db, empty batch");
     dw.upload(acc ? sums : Floats(3, kNaN));
     db.upload(acc ? sums : Floats(3, kNaN));
-    group_norm_backward<float>(dw.get(), db.get(), nullptr, nullptr, nullptr, nullptr, nullptr, {0, 3, 4, 3}, acc, nullptr);
+    group_norm_backward<float>(dw.get(), db.get(), nullptr, nullptr, nullptr, nullptr, nullptr, {0, 3, 4, 3}, acc,
+                               nullptr);
     expect_same(dw.download(), acc ? sums : Floats(3, 0.0f), "group_norm_backward dw, empty batch");
     expect_same(db.download(), acc ? sums : Floats(3, 0.0f), "group_norm_backward db, empty batch");
   }
@@ -786,8 +792,8 @@ TEST(CudaKernels, NormEmptyBatchGradients) {
 TEST(CudaNormChecks, RejectBadShapes) {
   auto bn_train = [](const cpu::BatchNormShape& s, float* running_mean = nullptr) {
     return message_of([&] {
-      batch_norm_forward_train<float>(nullptr, nullptr, nullptr, nullptr, nullptr, s, 1e-5, nullptr, running_mean, nullptr,
-                               nullptr, 0.1, nullptr);
+      batch_norm_forward_train<float>(nullptr, nullptr, nullptr, nullptr, nullptr, s, 1e-5, nullptr, running_mean,
+                                      nullptr, nullptr, 0.1, nullptr);
     });
   };
   auto has = [](const std::string& msg, const char* part) { return msg.find(part) != std::string::npos; };
@@ -802,8 +808,8 @@ TEST(CudaNormChecks, RejectBadShapes) {
   });
   EXPECT_TRUE(has(frozen, "bad group")) << frozen;
   const std::string backward = message_of([] {
-    batch_norm_backward<float>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, {2, -3, 4, 2}, true, false,
-                        nullptr);
+    batch_norm_backward<float>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, {2, -3, 4, 2}, true,
+                               false, nullptr);
   });
   EXPECT_TRUE(has(backward, "bad shape")) << backward;
   const std::string gn = message_of([] {
@@ -811,7 +817,8 @@ TEST(CudaNormChecks, RejectBadShapes) {
   });
   EXPECT_TRUE(has(gn, "2 groups do not divide 3 channels")) << gn;
   const std::string gn_bwd = message_of([] {
-    group_norm_backward<float>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, {2, 4, 4, 0}, false, nullptr);
+    group_norm_backward<float>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, {2, 4, 4, 0}, false,
+                               nullptr);
   });
   EXPECT_TRUE(has(gn_bwd, "do not divide")) << gn_bwd;
 
@@ -1018,9 +1025,8 @@ template <class T> using HalfRun = std::function<void(const std::vector<T*>&, bo
 // check_against_cpu for 16-bit outputs: each pre-filled with NaN (write mode) or the same random 16-bit
 // values on both sides (accumulate), the CPU's as floats. tol 0: the device's must be the CPU's float
 // result rounded to T, bit for bit; else within tol * (RMS + |want|) of it.
-template <class T>
-void check_half(const std::vector<std::size_t>& sizes, bool has_accumulate, const Run& cpu, const HalfRun<T>& gpu,
-                const std::string& what, double tol) {
+template <class T> void check_half(const std::vector<std::size_t>& sizes, bool has_accumulate, const Run& cpu,
+                                   const HalfRun<T>& gpu, const std::string& what, double tol) {
   for (bool accumulate : {false, true}) {
     if (accumulate && !has_accumulate) break;
     std::vector<Floats> host;
@@ -1071,7 +1077,8 @@ TYPED_TEST(CudaHalf, Elementwise) {
           [&](auto& o, bool) { relu_forward(o[0], dev_x.get() + offset, n, nullptr); }, "relu_forward" + at, 0);
       // y = x: ReLU's backward reads the forward's output, here any values of both signs.
       check_half<T>(
-          {n}, true, [&](auto& o, bool acc) { cpu::relu_backward(o[0], dy.data() + offset, x.data() + offset, n, acc); },
+          {n}, true,
+          [&](auto& o, bool acc) { cpu::relu_backward(o[0], dy.data() + offset, x.data() + offset, n, acc); },
           [&](auto& o, bool acc) { relu_backward(o[0], dev_dy.get() + offset, dev_x.get() + offset, n, acc, nullptr); },
           "relu_backward" + at, 0);
       check_half<T>(
@@ -1103,15 +1110,7 @@ TYPED_TEST(CudaHalf, BiasAndGlobalAvgPool) {
     expect_bits(bits(y.download()), bits(narrow<T>(want)), "bias_add_nchw" + at);
     // The bias gradient is a parameter gradient: float32, summed from the 16-bit dy.
     check_against_cpu(
-        {std::size_t(c)}, true,
-        [&](auto& o, bool acc) {
-          for (int ch = 0; ch < c; ++ch) {
-            double sum = 0;
-            for (int i = 0; i < n; ++i)
-              for (int p = 0; p < hw; ++p) sum += dy[(std::size_t(i) * c + ch) * hw + p];
-            o[0][ch] = float(acc ? o[0][ch] + sum : sum);
-          }
-        },
+        {std::size_t(c)}, true, [&](auto& o, bool acc) { bias_backward_reference(o[0], dy, n, c, hw, acc); },
         [&](auto& o, bool acc) { bias_backward_nchw(o[0], dev_dy.get(), n, c, hw, acc, nullptr); },
         "bias_backward_nchw" + at);
     check_half<T>(
@@ -1224,7 +1223,9 @@ TYPED_TEST(CudaHalf, SoftmaxXentAndDropout) {
     check_half<T>(
         {count}, acc,
         [&](auto& o, bool a) { cpu::dropout<float>(o[0], x.data(), n, per_sample, key, 99, threshold, scale, a); },
-        [&](auto& o, bool a) { dropout(o[0], dev_x.get(), n, per_sample, dev_key.get(), 99, threshold, scale, a, nullptr); },
+        [&](auto& o, bool a) {
+          dropout(o[0], dev_x.get(), n, per_sample, dev_key.get(), 99, threshold, scale, a, nullptr);
+        },
         std::string("dropout") + (acc ? " (+=)" : ""), acc ? kUlp<T> : 0);
   }
 }
@@ -1243,16 +1244,15 @@ TYPED_TEST(CudaHalf, Normalisation) {
     Floats y(count), stats(stats_count);
     std::vector<double> moments(3 * c, 0.0);
     int64_t tracked = 0;
-    cpu::batch_norm_forward_train<float>(y.data(), stats.data(), x.data(), w.data(), b.data(), s, 1e-5,
-                                         moments.data(), nullptr, nullptr, &tracked, 0.1);
+    cpu::batch_norm_forward_train<float>(y.data(), stats.data(), x.data(), w.data(), b.data(), s, 1e-5, moments.data(),
+                                         nullptr, nullptr, &tracked, 0.1);
     DeviceArray<T> dev_y(narrow<T>(Floats(count, kNaN)));
     DeviceArray<float> dev_stats(Floats(stats_count, kNaN));
     DeviceArray<double> dev_moments(std::vector<double>(3 * c, 0.0));
     DeviceArray<int64_t> dev_tracked(std::vector<int64_t>{0});
     batch_norm_forward_train(dev_y.get(), dev_stats.get(), dev_x.get(), dev_w.get(), dev_b.get(), s, 1e-5,
                              dev_moments.get(), nullptr, nullptr, dev_tracked.get(), 0.1, nullptr);
-    test::expect_close(widen(dev_y.download()), y, kUlp<T>, "batch_norm_forward_train y" + at,
-                       test::rms_at_least_1(y));
+    test::expect_close(widen(dev_y.download()), y, kUlp<T>, "batch_norm_forward_train y" + at, test::rms_at_least_1(y));
     expect_close(dev_stats.download(), stats, "batch_norm_forward_train stats" + at);
     test::expect_close(dev_moments.download(), moments, 1e-9, "moments" + at, test::rms_at_least_1(moments));
     DeviceArray<T> dev_applied(narrow<T>(Floats(count, kNaN)));
@@ -1346,7 +1346,8 @@ template <class T> void check_linear_half(cublasHandle_t blas) {
         [&](auto& o, bool) { linear_forward<T>(blas, o[0], dev_x.get(), dev_w.get(), dev_b.get(), n, in, out); },
         "linear_forward" + at, 2 * kUlp<T>);
     check_half<T>(
-        {x_size}, true, [&](auto& o, bool acc) { cpu::linear_backward_data(o[0], dy.data(), w.data(), n, in, out, acc); },
+        {x_size}, true,
+        [&](auto& o, bool acc) { cpu::linear_backward_data(o[0], dy.data(), w.data(), n, in, out, acc); },
         [&](auto& o, bool acc) { linear_backward_data<T>(blas, o[0], dev_dy.get(), dev_w.get(), n, in, out, acc); },
         "linear_backward_data" + at, kUlp<T>);
     check_against_cpu(
@@ -1413,7 +1414,9 @@ template <class T> void check_conv_half(cudnnHandle_t handle, const cpu::Conv2dS
       "conv_backward_data" + at, 2 * kUlp<T>);
   check_half<T>(
       {w_size}, false,
-      [&](auto& o, bool) { cpu::conv2d_backward_weight<float>(o[0], nullptr, dy.data(), x.data(), s, cpu_ws.data(), false); },
+      [&](auto& o, bool) {
+        cpu::conv2d_backward_weight<float>(o[0], nullptr, dy.data(), x.data(), s, cpu_ws.data(), false);
+      },
       [&](auto& o, bool) {
         conv_backward_filter(handle, filter, o[0], nullptr, dev_dy.get(), dev_x.get(), ws_filter.get(),
                              filter.workspace_bytes(), false);
@@ -1423,9 +1426,9 @@ template <class T> void check_conv_half(cudnnHandle_t handle, const cpu::Conv2dS
 
 TEST_F(CudaLibraryTest, Conv2dHalf) {
   for (const cpu::Conv2dShape& s : {
-           conv_shape(8, 6, 14, 14, 16, 5, 5, 1, 1, 0, 0),     // LeNet conv2
-           conv_shape(5, 3, 9, 8, 4, 3, 3, 2, 2, 1, 1),        // odd sizes, stride 2, pad 1
-           conv_shape(64, 32, 14, 14, 64, 3, 3, 1, 1, 1, 1),   // tensor-core friendly channels at a real batch
+           conv_shape(8, 6, 14, 14, 16, 5, 5, 1, 1, 0, 0),    // LeNet conv2
+           conv_shape(5, 3, 9, 8, 4, 3, 3, 2, 2, 1, 1),       // odd sizes, stride 2, pad 1
+           conv_shape(64, 32, 14, 14, 64, 3, 3, 1, 1, 1, 1),  // tensor-core friendly channels at a real batch
        }) {
     check_conv_half<bf16>(dnn_, s);
     check_conv_half<f16>(dnn_, s);

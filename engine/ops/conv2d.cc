@@ -209,7 +209,8 @@ CRUMB_ON_LOAD {
   t.add(kConv2dBwdWeight, Device::CUDA, DType::F32,
         OpImpl(bwd_weight).with_prepare(prepare<ConvPass::BackwardFilter, false>).with_workspace(workspace));
   for (DType dt : {DType::BF16, DType::F16}) {
-    t.add(kConv2d, Device::CUDA, dt, OpImpl(fwd).with_prepare(prepare<ConvPass::Forward, true>).with_workspace(workspace));
+    t.add(kConv2d, Device::CUDA, dt,
+          OpImpl(fwd).with_prepare(prepare<ConvPass::Forward, true>).with_workspace(workspace));
     t.add(kConv2dBwdData, Device::CUDA, dt,
           OpImpl(bwd_data).with_prepare(prepare<ConvPass::BackwardData, true>).with_workspace(workspace));
   }

@@ -5,6 +5,7 @@
 
 #include "engine/base/error.h"
 #include "kernels/cuda/check.h"
+#include "kernels/elementwise.h"
 
 namespace crumb::cuda {
 namespace {
@@ -92,8 +93,8 @@ ConvPlan::ConvPlan(cudnnHandle_t handle, const cpu::Conv2dShape& s, ConvPass pas
     candidates_.push_back(cand);
   }
   CRUMB_CHECK(!candidates_.empty(), describe(s), ": no cuDNN ", pass_name(pass), " algorithm in ",
-              dtype != CUDNN_DATA_FLOAT ? "16-bit" : tf32 ? "FP32/TF32" : "FP32", " fits the workspace limit of ", workspace_limit, " bytes (", count,
-              " candidates); raise the limit");
+              dtype != CUDNN_DATA_FLOAT ? "16-bit" : tf32 ? "FP32/TF32" : "FP32", " fits the workspace limit of ",
+              workspace_limit, " bytes (", count, " candidates); raise the limit");
   pick(handle);
 }
 
@@ -171,7 +172,22 @@ void conv_forward(cudnnHandle_t handle, ConvPlan& plan, void* y, const void* x, 
                                    static_cast<cudnnConvolutionFwdAlgo_t>(algo), workspace, workspace_bytes, &zero,
                                    plan.y_.get(), y);
   });
-  if (b) CRUMB_CUDNN_CHECK(cudnnAddTensor(handle, &one, plan.bias_.get(), b, &one, plan.y_.get(), y));
+  if (!b) return;
+  if (plan.dtype_ == CUDNN_DATA_FLOAT) {
+    CRUMB_CUDNN_CHECK(cudnnAddTensor(handle, &one, plan.bias_.get(), b, &one, plan.y_.get(), y));
+    return;
+  }
+  // A 16-bit bias is added by Crumb's own kernel (float32 add, one rounding), which cudnnAddTensor is not
+  // documented to do for bf16.
+  cudaStream_t stream = nullptr;
+  CRUMB_CUDNN_CHECK(cudnnGetStream(handle, &stream));
+  const cpu::Conv2dShape& s = plan.shape_;
+  const int hw = s.h_out * s.w_out;
+  if (plan.dtype_ == CUDNN_DATA_BFLOAT16) {
+    bias_add_nchw(static_cast<bf16*>(y), static_cast<const bf16*>(b), s.n, s.c_out, hw, stream);
+  } else {
+    bias_add_nchw(static_cast<f16*>(y), static_cast<const f16*>(b), s.n, s.c_out, hw, stream);
+  }
 }
 
 // beta = 0 makes cuDNN ignore the output's old contents (garbage, NaN), as write mode requires.

@@ -190,7 +190,8 @@ __device__ __forceinline__ void avg_pool2d_backward_at(std::size_t i, T* __restr
 }
 
 template <class T>
-__global__ void max_pool2d_forward_kernel(T* __restrict__ y, uint8_t* __restrict__ argmax, const T* __restrict__ x, cpu::Pool2dShape s, std::size_t count,
+__global__ void max_pool2d_forward_kernel(T* __restrict__ y, uint8_t* __restrict__ argmax,
+                                          const T* __restrict__ x, cpu::Pool2dShape s, std::size_t count,
                                           bool nan_by_row) {
   const std::size_t i = global_index();
   if (i < count) max_pool2d_forward_at(i, y, argmax, x, s, nan_by_row);
