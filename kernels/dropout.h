@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/dropout_mask.h"
+#include "kernels/half.h"
 #include "kernels/host_device.h"
 
 namespace crumb::cpu {
@@ -23,8 +24,9 @@ void dropout(T* y, const T* x, int n, std::size_t per_sample, const RandomKey& k
 namespace crumb::cuda {
 
 // ---- dropout: the CPU's map (above) with the same mask; *key is in device memory. y may
-// alias x.
-void dropout(float* y, const float* x, int n, std::size_t per_sample, const RandomKey* key, uint64_t layer,
-             uint32_t threshold, float scale, bool accumulate, cudaStream_t stream);
+// alias x. T is float, bf16 or f16 (kernels/half.h; computed in float32).
+template <class T>
+void dropout(T* y, const T* x, int n, std::size_t per_sample, const RandomKey* key, uint64_t layer, uint32_t threshold,
+             float scale, bool accumulate, cudaStream_t stream);
 
 }  // namespace crumb::cuda

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/half.h"
 #include "kernels/host_device.h"
 
 namespace crumb::cpu {
@@ -27,19 +28,24 @@ std::size_t count_nonfinite(const float* x, std::size_t count);
 
 namespace crumb::cuda {
 
+// Each launcher is defined for T = float and the 16-bit storage types bf16 and f16 (kernels/half.h),
+// which it loads as float, computes on in float32 and stores rounded to nearest even.
+
 // ---- elementwise over `count` elements. y may alias x (in place), dx may alias dy.
-void relu_forward(float* y, const float* x, std::size_t count, cudaStream_t stream);
+template <class T> void relu_forward(T* y, const T* x, std::size_t count, cudaStream_t stream);
 // dx (=|+=) dy where y > 0 else 0 (the forward *output*, so the forward may run in place)
-void relu_backward(float* dx, const float* dy, const float* y, std::size_t count, bool accumulate, cudaStream_t stream);
+template <class T>
+void relu_backward(T* dx, const T* dy, const T* y, std::size_t count, bool accumulate, cudaStream_t stream);
 // y = a + b (y may alias a or b)
-void add_forward(float* y, const float* a, const float* b, std::size_t count, cudaStream_t stream);
+template <class T> void add_forward(T* y, const T* a, const T* b, std::size_t count, cudaStream_t stream);
 // y (=|+=) x
-void copy_or_accumulate(float* y, const float* x, std::size_t count, bool accumulate, cudaStream_t stream);
+template <class T> void copy_or_accumulate(T* y, const T* x, std::size_t count, bool accumulate, cudaStream_t stream);
 
 // ---- per-channel broadcasts on [n, c, hw] tensors (hw = 1 for a linear layer's [n, c])
 // y [n, c, hw] += b [c], in place
-void bias_add_nchw(float* y, const float* b, int n, int c, int hw, cudaStream_t stream);
+template <class T> void bias_add_nchw(T* y, const T* b, int n, int c, int hw, cudaStream_t stream);
 // dx [n, c, hw] (=|+=) dy [n, c] / hw: the global average pool's backward
-void global_avg_pool_backward(float* dx, const float* dy, int n, int c, int hw, bool accumulate, cudaStream_t stream);
+template <class T>
+void global_avg_pool_backward(T* dx, const T* dy, int n, int c, int hw, bool accumulate, cudaStream_t stream);
 
 }  // namespace crumb::cuda

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/shapes.h"
+#include "kernels/half.h"
 #include "kernels/host_device.h"
 
 namespace crumb::cpu {
@@ -42,25 +43,31 @@ namespace crumb::cuda {
 // checked, as in the pooling ops. Padding cells never win a max and count as zeros in the average
 // (count_include_pad=True: every window sum is divided by kh * kw). One thread per element, gathers
 // only: deterministic, and equal to the CPU kernels bit for bit (the caveat is at avg_pool2d_backward).
-// No output may alias an input.
+// No output may alias an input. T is float, bf16 or f16 (kernels/half.h): 16-bit values are loaded as
+// float, summed in float32 in the same order and stored rounded once.
 // y and argmax [n, c, h_out, w_out]; kh * kw <= 256. argmax is the row-major offset ki * kw + kj inside
 // the window of its first maximum. A NaN wins (of several, the same one as on the CPU).
-void max_pool2d_forward(float* y, uint8_t* argmax, const float* x, const cpu::Pool2dShape& s, cudaStream_t stream);
+template <class T>
+void max_pool2d_forward(T* y, uint8_t* argmax, const T* x, const cpu::Pool2dShape& s, cudaStream_t stream);
 // dx [n, c, h, w] (=|+=) dy [n, c, h_out, w_out] routed to the cells argmax points at (overlapping windows
 // may route several to one cell).
-void max_pool2d_backward(float* dx, const float* dy, const uint8_t* argmax, const cpu::Pool2dShape& s, bool accumulate,
+template <class T>
+void max_pool2d_backward(T* dx, const T* dy, const uint8_t* argmax, const cpu::Pool2dShape& s, bool accumulate,
                          cudaStream_t stream);
 // y = window sums of x / (kh * kw)
-void avg_pool2d_forward(float* y, const float* x, const cpu::Pool2dShape& s, cudaStream_t stream);
+template <class T> void avg_pool2d_forward(T* y, const T* x, const cpu::Pool2dShape& s, cudaStream_t stream);
 // dx (=|+=) the sum of dy / (kh * kw) over the windows covering each cell. The product and add are fused
 // (fma), as GCC compiles the CPU kernel for targets with FMA; against a CPU build without it the results
 // differ in rounding.
-void avg_pool2d_backward(float* dx, const float* dy, const cpu::Pool2dShape& s, bool accumulate, cudaStream_t stream);
+template <class T>
+void avg_pool2d_backward(T* dx, const T* dy, const cpu::Pool2dShape& s, bool accumulate, cudaStream_t stream);
 
 // ---- adaptive average pool (PyTorch's bins, kernels/cpu/shapes.h); one thread per element, gathers in
 // the CPU's order, so both devices agree bit for bit. No output may alias an input.
-void adaptive_avg_pool2d_forward(float* y, const float* x, const cpu::AdaptivePool2dShape& s, cudaStream_t stream);
-void adaptive_avg_pool2d_backward(float* dx, const float* dy, const cpu::AdaptivePool2dShape& s, bool accumulate,
+template <class T>
+void adaptive_avg_pool2d_forward(T* y, const T* x, const cpu::AdaptivePool2dShape& s, cudaStream_t stream);
+template <class T>
+void adaptive_avg_pool2d_backward(T* dx, const T* dy, const cpu::AdaptivePool2dShape& s, bool accumulate,
                                   cudaStream_t stream);
 
 }  // namespace crumb::cuda

@@ -26,6 +26,7 @@
 #include "kernels/cuda/reduce.h"
 #include "kernels/dropout.h"
 #include "kernels/elementwise.h"
+#include "kernels/half.h"
 #include "kernels/linear.h"
 #include "kernels/norm.h"
 #include "kernels/pool.h"
@@ -210,6 +211,17 @@ TEST(CudaKernels, Elementwise) {
 // [n, c, hw] shapes: generic, a linear layer's [n, c] (hw = 1), a LeNet feature map.
 const std::vector<std::tuple<int, int, int>> kNchwShapes = {{3, 5, 7}, {37, 10, 1}, {16, 6, 784}};
 
+// db [c] (=|+=) the sum of dy [n, c, hw] over n and hw, in double. The CPU has this only inside its
+// conv/linear kernels, so the twin here is a plain loop.
+void bias_backward_reference(float* db, const Floats& dy, int n, int c, int hw, bool accumulate) {
+  for (int ch = 0; ch < c; ++ch) {
+    double sum = 0;
+    for (int i = 0; i < n; ++i)
+      for (int p = 0; p < hw; ++p) sum += dy[(std::size_t(i) * c + ch) * hw + p];
+    db[ch] = float(accumulate ? db[ch] + sum : sum);
+  }
+}
+
 TEST(CudaKernels, Bias) {
   CRUMB_REQUIRE_GPU();
   for (auto [n, c, hw] : kNchwShapes) {
@@ -225,14 +237,7 @@ TEST(CudaKernels, Bias) {
     expect_close(y.download(), want, "bias_add_nchw" + at);
     check_against_cpu(
         {std::size_t(c)}, true,
-        [&](auto& o, bool acc) {
-          for (int ch = 0; ch < c; ++ch) {
-            double sum = 0;
-            for (int i = 0; i < n; ++i)
-              for (int p = 0; p < hw; ++p) sum += dy[(std::size_t(i) * c + ch) * hw + p];
-            o[0][ch] = float(acc ? o[0][ch] + sum : sum);
-          }
-        },
+        [&](auto& o, bool acc) { bias_backward_reference(o[0], dy, n, c, hw, acc); },
         [&](auto& o, bool acc) { bias_backward_nchw(o[0], dev_dy.get(), n, c, hw, acc, nullptr); },
         "bias_backward_nchw" + at);
   }
@@ -508,21 +513,21 @@ TEST(CudaPoolChecks, RejectBadShapes) {
       {with([](cpu::Pool2dShape& s) { s.c = -1; }), "negative channels"},
   };
   for (const auto& [s, why] : bad) {
-    EXPECT_THROW(max_pool2d_forward(nullptr, nullptr, nullptr, s, nullptr), Error) << why;
-    EXPECT_THROW(max_pool2d_backward(nullptr, nullptr, nullptr, s, false, nullptr), Error) << why;
-    EXPECT_THROW(avg_pool2d_forward(nullptr, nullptr, s, nullptr), Error) << why;
-    EXPECT_THROW(avg_pool2d_backward(nullptr, nullptr, s, true, nullptr), Error) << why;
+    EXPECT_THROW(max_pool2d_forward<float>(nullptr, nullptr, nullptr, s, nullptr), Error) << why;
+    EXPECT_THROW(max_pool2d_backward<float>(nullptr, nullptr, nullptr, s, false, nullptr), Error) << why;
+    EXPECT_THROW(avg_pool2d_forward<float>(nullptr, nullptr, s, nullptr), Error) << why;
+    EXPECT_THROW(avg_pool2d_backward<float>(nullptr, nullptr, s, true, nullptr), Error) << why;
   }
   // An empty batch launches nothing; windows over 256 cells do not fit the max pool's 1-byte argmax.
   const cpu::Pool2dShape empty = with([](cpu::Pool2dShape& s) { s.n = 0; });
-  EXPECT_NO_THROW(max_pool2d_forward(nullptr, nullptr, nullptr, empty, nullptr));
-  EXPECT_NO_THROW(max_pool2d_backward(nullptr, nullptr, nullptr, empty, true, nullptr));
-  EXPECT_NO_THROW(avg_pool2d_forward(nullptr, nullptr, empty, nullptr));
-  EXPECT_NO_THROW(avg_pool2d_backward(nullptr, nullptr, empty, false, nullptr));
+  EXPECT_NO_THROW(max_pool2d_forward<float>(nullptr, nullptr, nullptr, empty, nullptr));
+  EXPECT_NO_THROW(max_pool2d_backward<float>(nullptr, nullptr, nullptr, empty, true, nullptr));
+  EXPECT_NO_THROW(avg_pool2d_forward<float>(nullptr, nullptr, empty, nullptr));
+  EXPECT_NO_THROW(avg_pool2d_backward<float>(nullptr, nullptr, empty, false, nullptr));
   const cpu::Pool2dShape wide = pool_shape(0, 1, 17, 17, 17, 17, 1, 1, 0, 0);
-  EXPECT_THROW(max_pool2d_forward(nullptr, nullptr, nullptr, wide, nullptr), Error);
-  EXPECT_THROW(max_pool2d_backward(nullptr, nullptr, nullptr, wide, false, nullptr), Error);
-  EXPECT_NO_THROW(avg_pool2d_forward(nullptr, nullptr, wide, nullptr));
+  EXPECT_THROW(max_pool2d_forward<float>(nullptr, nullptr, nullptr, wide, nullptr), Error);
+  EXPECT_THROW(max_pool2d_backward<float>(nullptr, nullptr, nullptr, wide, false, nullptr), Error);
+  EXPECT_NO_THROW(avg_pool2d_forward<float>(nullptr, nullptr, wide, nullptr));
 }
 
 // Adaptive average pooling adds in the CPU's order: equal bit for bit, in both write modes. Overlapping
@@ -665,7 +670,8 @@ TEST(CudaKernels, BatchNormFrozenAndBackward) {
         },
         "batch_norm_forward_frozen" + at);
     {  // A frozen layer recomputed from the statistics it stored: the forward's bits.
-      DeviceArray<float> dev_y(Floats(count, kNaN)), dev_stats(Floats(stats_count, kNaN)), dev_applied(Floats(count, kNaN));
+      DeviceArray<float> dev_y(Floats(count, kNaN)), dev_stats(Floats(stats_count, kNaN)),
+          dev_applied(Floats(count, kNaN));
       batch_norm_forward_frozen(dev_y.get(), dev_stats.get(), dev_x.get(), dev_w.get(), dev_b.get(), dev_mean.get(),
                                 dev_var.get(), s, 1e-5, nullptr);
       batch_norm_apply(dev_applied.get(), dev_x.get(), dev_w.get(), dev_b.get(), dev_stats.get(), s, nullptr);
@@ -709,7 +715,7 @@ TEST(CudaKernels, BatchNormFrozenAndBackward) {
                                             batch_stats, acc);
           },
           [&](auto& o, bool acc) {
-            batch_norm_backward(o[0], o[1], nullptr, dev_dy.get(), dev_x.get(), dev_w.get(), dev_stats.get(), s,
+            batch_norm_backward<float>(o[0], o[1], nullptr, dev_dy.get(), dev_x.get(), dev_w.get(), dev_stats.get(), s,
                                 batch_stats, acc, nullptr);
           },
           "batch_norm_backward without dx" + mode);
@@ -754,8 +760,8 @@ TEST(CudaKernels, GroupNorm) {
                                           acc);
         },
         [&](auto& o, bool acc) {
-          group_norm_backward(o[0], o[1], nullptr, dev_dy.get(), dev_x.get(), dev_w.get(), dev_stats.get(), s, acc,
-                              nullptr);
+          group_norm_backward<float>(o[0], o[1], nullptr, dev_dy.get(), dev_x.get(), dev_w.get(), dev_stats.get(), s,
+                                     acc, nullptr);
         },
         "group_norm_backward without dx" + at);
   }
@@ -767,13 +773,14 @@ TEST(CudaKernels, NormEmptyBatchGradients) {
   const Floats sums = random_floats(3, 1);
   for (bool acc : {false, true}) {
     DeviceArray<float> dw(acc ? sums : Floats(3, kNaN)), db(acc ? sums : Floats(3, kNaN));
-    batch_norm_backward(dw.get(), db.get(), nullptr, nullptr, nullptr, nullptr, nullptr, {0, 3, 4, 0}, true, acc,
+    batch_norm_backward<float>(dw.get(), db.get(), nullptr, nullptr, nullptr, nullptr, nullptr, {0, 3, 4, 0}, true, acc,
                         nullptr);
     expect_same(dw.download(), acc ? sums : Floats(3, 0.0f), "batch_norm_backward dw, empty batch");
     expect_same(db.download(), acc ? sums : Floats(3, 0.0f), "batch_norm_backward db, empty batch");
     dw.upload(acc ? sums : Floats(3, kNaN));
     db.upload(acc ? sums : Floats(3, kNaN));
-    group_norm_backward(dw.get(), db.get(), nullptr, nullptr, nullptr, nullptr, nullptr, {0, 3, 4, 3}, acc, nullptr);
+    group_norm_backward<float>(dw.get(), db.get(), nullptr, nullptr, nullptr, nullptr, nullptr, {0, 3, 4, 3}, acc,
+                               nullptr);
     expect_same(dw.download(), acc ? sums : Floats(3, 0.0f), "group_norm_backward dw, empty batch");
     expect_same(db.download(), acc ? sums : Floats(3, 0.0f), "group_norm_backward db, empty batch");
   }
@@ -785,8 +792,8 @@ TEST(CudaKernels, NormEmptyBatchGradients) {
 TEST(CudaNormChecks, RejectBadShapes) {
   auto bn_train = [](const cpu::BatchNormShape& s, float* running_mean = nullptr) {
     return message_of([&] {
-      batch_norm_forward_train(nullptr, nullptr, nullptr, nullptr, nullptr, s, 1e-5, nullptr, running_mean, nullptr,
-                               nullptr, 0.1, nullptr);
+      batch_norm_forward_train<float>(nullptr, nullptr, nullptr, nullptr, nullptr, s, 1e-5, nullptr, running_mean,
+                                      nullptr, nullptr, 0.1, nullptr);
     });
   };
   auto has = [](const std::string& msg, const char* part) { return msg.find(part) != std::string::npos; };
@@ -796,29 +803,30 @@ TEST(CudaNormChecks, RejectBadShapes) {
   float running_mean = 0;
   EXPECT_TRUE(has(bn_train({2, 3, 4, 2}, &running_mean), "go together")) << "running_mean without running_var";
   const std::string frozen = message_of([] {
-    batch_norm_forward_frozen(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, {2, 3, 4, -1}, 1e-5,
+    batch_norm_forward_frozen<float>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, {2, 3, 4, -1}, 1e-5,
                               nullptr);
   });
   EXPECT_TRUE(has(frozen, "bad group")) << frozen;
   const std::string backward = message_of([] {
-    batch_norm_backward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, {2, -3, 4, 2}, true, false,
-                        nullptr);
+    batch_norm_backward<float>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, {2, -3, 4, 2}, true,
+                               false, nullptr);
   });
   EXPECT_TRUE(has(backward, "bad shape")) << backward;
   const std::string gn = message_of([] {
-    group_norm_forward(nullptr, nullptr, nullptr, nullptr, nullptr, {2, 3, 4, 2}, 1e-5, nullptr);
+    group_norm_forward<float>(nullptr, nullptr, nullptr, nullptr, nullptr, {2, 3, 4, 2}, 1e-5, nullptr);
   });
   EXPECT_TRUE(has(gn, "2 groups do not divide 3 channels")) << gn;
   const std::string gn_bwd = message_of([] {
-    group_norm_backward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, {2, 4, 4, 0}, false, nullptr);
+    group_norm_backward<float>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, {2, 4, 4, 0}, false,
+                               nullptr);
   });
   EXPECT_TRUE(has(gn_bwd, "do not divide")) << gn_bwd;
 
   // An empty batch: nothing to normalise, and no group to count (its group may be 0: the whole batch).
   EXPECT_EQ(bn_train({0, 3, 4, 0}), "(no crumb::Error thrown)");
-  EXPECT_NO_THROW(batch_norm_forward_frozen(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+  EXPECT_NO_THROW(batch_norm_forward_frozen<float>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
                                             {0, 3, 4, 0}, 1e-5, nullptr));
-  EXPECT_NO_THROW(group_norm_forward(nullptr, nullptr, nullptr, nullptr, nullptr, {0, 4, 4, 2}, 1e-5, nullptr));
+  EXPECT_NO_THROW(group_norm_forward<float>(nullptr, nullptr, nullptr, nullptr, nullptr, {0, 4, 4, 2}, 1e-5, nullptr));
 }
 
 // ---- library-backed ops: cuBLAS linear, cuDNN conv
@@ -977,6 +985,453 @@ TEST_F(CudaLibraryTest, Conv2dWithoutWorkspace) {
   for (int n : {16, 7, 1, 16}) {
     plans.set_batch(dnn_, n);
     check_conv(dnn_, plans);
+  }
+}
+
+#endif  // CRUMB_HAVE_CUDNN
+
+// ---- 16-bit storage (bf16, fp16): every kernel of a 16-bit graph's CUDA rows against the CPU's float32
+// kernel run on the same 16-bit values, widened. Kernels that compute in float32 in the CPU's order and
+// round once (the maps, pooling, dropout, the bias add) must give the CPU's float result rounded to T,
+// bit for bit; reductions and library calls that add in another order, within one step of T's rounding;
+// float32 outputs (parameter gradients, statistics) within float rounding, which a rounding to 16 bits
+// anywhere on their way would exceed.
+
+template <class T> std::vector<T> narrow(const Floats& x) {
+  std::vector<T> out(x.size());
+  std::transform(x.begin(), x.end(), out.begin(), [](float v) { return from_float<T>(v); });
+  return out;
+}
+template <class T> Floats widen(const std::vector<T>& x) {
+  Floats out(x.size());
+  std::transform(x.begin(), x.end(), out.begin(), [](T v) { return to_float(v); });
+  return out;
+}
+// x as T holds it.
+template <class T> Floats rounded(const Floats& x) { return widen(narrow<T>(x)); }
+// The encodings, to compare (and print) bit for bit.
+template <class T> std::vector<uint16_t> bits(const std::vector<T>& x) {
+  std::vector<uint16_t> out(x.size());
+  std::transform(x.begin(), x.end(), out.begin(), [](T v) { return v.bits; });
+  return out;
+}
+
+// The spacing of T's values relative to their size, at its widest: 2^-7 for bf16 (8 significant bits),
+// 2^-10 for fp16 (11).
+template <class T> constexpr double kUlp = std::is_same_v<T, bf16> ? 1.0 / 128 : 1.0 / 1024;
+
+template <class T> using HalfRun = std::function<void(const std::vector<T*>&, bool accumulate)>;
+
+// check_against_cpu for 16-bit outputs: each pre-filled with NaN (write mode) or the same random 16-bit
+// values on both sides (accumulate), the CPU's as floats. tol 0: the device's must be the CPU's float
+// result rounded to T, bit for bit; else within tol * (RMS + |want|) of it.
+template <class T> void check_half(const std::vector<std::size_t>& sizes, bool has_accumulate, const Run& cpu,
+                                   const HalfRun<T>& gpu, const std::string& what, double tol) {
+  for (bool accumulate : {false, true}) {
+    if (accumulate && !has_accumulate) break;
+    std::vector<Floats> host;
+    std::vector<std::unique_ptr<DeviceArray<T>>> device;
+    std::vector<float*> host_ptrs;
+    std::vector<T*> device_ptrs;
+    for (std::size_t o = 0; o < sizes.size(); ++o) {
+      host.push_back(accumulate ? rounded<T>(random_floats(sizes[o], 100 + unsigned(o))) : Floats(sizes[o], kNaN));
+      device.push_back(std::make_unique<DeviceArray<T>>(narrow<T>(host.back())));
+      host_ptrs.push_back(host[o].data());
+      device_ptrs.push_back(device[o]->get());
+    }
+    cpu(host_ptrs, accumulate);
+    gpu(device_ptrs, accumulate);
+    for (std::size_t o = 0; o < sizes.size(); ++o) {
+      const std::string name = what + " output " + std::to_string(o) + (accumulate ? " (+=)" : " (=)");
+      if (tol == 0) {
+        expect_bits(bits(device[o]->download()), bits(narrow<T>(host[o])), name);
+      } else {
+        test::expect_close(widen(device[o]->download()), host[o], tol, name, test::rms_at_least_1(host[o]));
+      }
+    }
+  }
+}
+
+template <class T> class CudaHalf : public ::testing::Test {};
+using HalfTypes = ::testing::Types<bf16, f16>;
+class HalfName {
+ public:
+  template <class T> static std::string GetName(int) { return std::is_same_v<T, bf16> ? "bf16" : "fp16"; }
+};
+TYPED_TEST_SUITE(CudaHalf, HalfTypes, HalfName);
+
+TYPED_TEST(CudaHalf, Elementwise) {
+  using T = TypeParam;
+  CRUMB_REQUIRE_GPU();
+  // Neither count is a multiple of a 16-byte pack or of a block; the offset views are not 16-byte
+  // aligned, so they take the element-by-element path.
+  for (std::size_t count : {std::size_t{37}, std::size_t{100003}}) {
+    for (std::size_t offset : {std::size_t{0}, std::size_t{1}}) {
+      const std::size_t n = count - offset;
+      const Floats x = rounded<T>(random_floats(count, 1)), a = rounded<T>(random_floats(count, 2)),
+                   dy = rounded<T>(random_floats(count, 3));
+      const DeviceArray<T> dev_x(narrow<T>(x)), dev_a(narrow<T>(a)), dev_dy(narrow<T>(dy));
+      const std::string at = " count=" + std::to_string(count) + " offset=" + std::to_string(offset);
+      check_half<T>(
+          {n}, false, [&](auto& o, bool) { cpu::relu_forward(o[0], x.data() + offset, n); },
+          [&](auto& o, bool) { relu_forward(o[0], dev_x.get() + offset, n, nullptr); }, "relu_forward" + at, 0);
+      // y = x: ReLU's backward reads the forward's output, here any values of both signs.
+      check_half<T>(
+          {n}, true,
+          [&](auto& o, bool acc) { cpu::relu_backward(o[0], dy.data() + offset, x.data() + offset, n, acc); },
+          [&](auto& o, bool acc) { relu_backward(o[0], dev_dy.get() + offset, dev_x.get() + offset, n, acc, nullptr); },
+          "relu_backward" + at, 0);
+      check_half<T>(
+          {n}, false, [&](auto& o, bool) { cpu::add_forward(o[0], x.data() + offset, a.data() + offset, n); },
+          [&](auto& o, bool) { add_forward(o[0], dev_x.get() + offset, dev_a.get() + offset, n, nullptr); },
+          "add_forward" + at, 0);
+      check_half<T>(
+          {n}, true, [&](auto& o, bool acc) { cpu::copy_or_accumulate(o[0], x.data() + offset, n, acc); },
+          [&](auto& o, bool acc) { copy_or_accumulate(o[0], dev_x.get() + offset, n, acc, nullptr); },
+          "copy_or_accumulate" + at, 0);
+    }
+  }
+}
+
+TYPED_TEST(CudaHalf, BiasAndGlobalAvgPool) {
+  using T = TypeParam;
+  CRUMB_REQUIRE_GPU();
+  for (auto [n, c, hw] : kNchwShapes) {
+    const std::size_t count = std::size_t(n) * c * hw, rows = std::size_t(n) * c;
+    const Floats y0 = rounded<T>(random_floats(count, 1)), b = rounded<T>(random_floats(c, 2)),
+                 dy = rounded<T>(random_floats(count, 3)), dy_rows = rounded<T>(random_floats(rows, 4));
+    const DeviceArray<T> dev_b(narrow<T>(b)), dev_dy(narrow<T>(dy)), dev_dy_rows(narrow<T>(dy_rows)),
+        dev_x(narrow<T>(y0));
+    const std::string at = " n=" + std::to_string(n) + " c=" + std::to_string(c) + " hw=" + std::to_string(hw);
+    Floats want = y0;
+    for (std::size_t i = 0; i < count; ++i) want[i] += b[(i / hw) % c];
+    DeviceArray<T> y(narrow<T>(y0));
+    bias_add_nchw(y.get(), dev_b.get(), n, c, hw, nullptr);
+    expect_bits(bits(y.download()), bits(narrow<T>(want)), "bias_add_nchw" + at);
+    // The bias gradient is a parameter gradient: float32, summed from the 16-bit dy.
+    check_against_cpu(
+        {std::size_t(c)}, true, [&](auto& o, bool acc) { bias_backward_reference(o[0], dy, n, c, hw, acc); },
+        [&](auto& o, bool acc) { bias_backward_nchw(o[0], dev_dy.get(), n, c, hw, acc, nullptr); },
+        "bias_backward_nchw" + at);
+    check_half<T>(
+        {rows}, false, [&](auto& o, bool) { cpu::global_avg_pool_forward(o[0], y0.data(), n, c, hw); },
+        [&](auto& o, bool) { global_avg_pool_forward(o[0], dev_x.get(), n, c, hw, nullptr); },
+        "global_avg_pool_forward" + at, kUlp<T>);
+    check_half<T>(
+        {count}, true, [&](auto& o, bool acc) { cpu::global_avg_pool_backward(o[0], dy_rows.data(), n, c, hw, acc); },
+        [&](auto& o, bool acc) { global_avg_pool_backward(o[0], dev_dy_rows.get(), n, c, hw, acc, nullptr); },
+        "global_avg_pool_backward" + at, kUlp<T>);
+  }
+}
+
+TYPED_TEST(CudaHalf, Pooling) {
+  using T = TypeParam;
+  CRUMB_REQUIRE_GPU();
+  for (const cpu::Pool2dShape& s : kPoolShapes) {
+    const std::size_t in = pool_in_count(s), out = pool_out_count(s);
+    for (PoolInput kind : {PoolInput::kContinuous, PoolInput::kTiesAndNaN}) {
+      const std::string at = pool_name(s) + pool_input_name(kind);
+      const Floats x = rounded<T>(pool_input(s, kind));
+      const DeviceArray<T> dev_x(narrow<T>(x));
+      Floats y(out);
+      std::vector<uint8_t> argmax(out);
+      cpu::max_pool2d_forward(y.data(), argmax.data(), x.data(), s);
+      DeviceArray<T> dev_y(narrow<T>(Floats(out, kNaN)));
+      DeviceArray<uint8_t> dev_argmax(std::vector<uint8_t>(out, 0xff));
+      max_pool2d_forward(dev_y.get(), dev_argmax.get(), dev_x.get(), s, nullptr);
+      expect_bits(bits(dev_y.download()), bits(narrow<T>(y)), "max_pool2d_forward y" + at);
+      EXPECT_EQ(dev_argmax.download(), argmax) << "max_pool2d_forward argmax" << at;
+      check_half<T>(
+          {out}, false, [&](auto& o, bool) { cpu::avg_pool2d_forward(o[0], x.data(), s); },
+          [&](auto& o, bool) { avg_pool2d_forward(o[0], dev_x.get(), s, nullptr); }, "avg_pool2d_forward" + at, 0);
+    }
+    const Floats dy = rounded<T>(random_floats(out, 2));
+    const DeviceArray<T> dev_dy(narrow<T>(dy));
+    std::vector<uint8_t> argmax(out);
+    Floats y(out);
+    cpu::max_pool2d_forward(y.data(), argmax.data(), rounded<T>(pool_input(s, PoolInput::kTies)).data(), s);
+    const DeviceArray<uint8_t> dev_argmax(argmax);
+    check_half<T>(
+        {in}, true, [&](auto& o, bool acc) { cpu::max_pool2d_backward(o[0], dy.data(), argmax.data(), s, acc); },
+        [&](auto& o, bool acc) { max_pool2d_backward(o[0], dev_dy.get(), dev_argmax.get(), s, acc, nullptr); },
+        "max_pool2d_backward" + pool_name(s), 0);
+    // Fused multiply-adds on the device, fused or not on the CPU (see AvgPool2d): within rounding.
+    check_half<T>(
+        {in}, true, [&](auto& o, bool acc) { cpu::avg_pool2d_backward(o[0], dy.data(), s, acc); },
+        [&](auto& o, bool acc) { avg_pool2d_backward(o[0], dev_dy.get(), s, acc, nullptr); },
+        "avg_pool2d_backward" + pool_name(s), kUlp<T>);
+  }
+  const cpu::AdaptivePool2dShape s{2, 3, 13, 11, 7, 3};
+  const std::size_t in = std::size_t(s.n) * s.c * s.h * s.w, out = std::size_t(s.n) * s.c * s.h_out * s.w_out;
+  const Floats x = rounded<T>(random_floats(in, 1)), dy = rounded<T>(random_floats(out, 2));
+  const DeviceArray<T> dev_x(narrow<T>(x)), dev_dy(narrow<T>(dy));
+  check_half<T>(
+      {out}, false, [&](auto& o, bool) { cpu::adaptive_avg_pool2d_forward(o[0], x.data(), s); },
+      [&](auto& o, bool) { adaptive_avg_pool2d_forward(o[0], dev_x.get(), s, nullptr); }, "adaptive_avg_pool2d_forward",
+      0);
+  check_half<T>(
+      {in}, true, [&](auto& o, bool acc) { cpu::adaptive_avg_pool2d_backward(o[0], dy.data(), s, acc); },
+      [&](auto& o, bool acc) { adaptive_avg_pool2d_backward(o[0], dev_dy.get(), s, acc, nullptr); },
+      "adaptive_avg_pool2d_backward", 0);
+}
+
+TYPED_TEST(CudaHalf, SoftmaxXentAndDropout) {
+  using T = TypeParam;
+  CRUMB_REQUIRE_GPU();
+  for (auto [n, k] : {std::pair{37, 10}, {300, 1000}}) {
+    const std::string at = " n=" + std::to_string(n) + " k=" + std::to_string(k);
+    const std::size_t count = std::size_t(n) * k;
+    const Floats z = rounded<T>(random_floats(count, 1, -5.0f, 5.0f));
+    const std::vector<int32_t> labels = test::random_labels(n, k, 2);
+    const DeviceArray<T> dev_z(narrow<T>(z));
+    const DeviceArray<int32_t> dev_labels(labels);
+    Floats probs(count);
+    const double loss = cpu::softmax_xent_forward(probs.data(), z.data(), labels.data(), n, k);
+    DeviceArray<T> dev_probs(narrow<T>(Floats(count, kNaN)));
+    DeviceArray<double> dev_loss(std::vector<double>{0.0});
+    DeviceArray<unsigned long long> dev_correct(std::vector<unsigned long long>{0});
+    softmax_xent_forward(dev_probs.get(), dev_z.get(), dev_labels.get(), n, k, dev_loss.get(), dev_correct.get(),
+                         nullptr);
+    // The loss is computed in float32 and double from the same 16-bit logits: float rounding only.
+    EXPECT_NEAR(dev_loss.download()[0], loss, kTolerance * (1 + std::abs(loss))) << at;
+    const Floats got_probs = widen(dev_probs.download());
+    test::expect_close(got_probs, probs, kUlp<T>, "softmax_xent_forward probs" + at);
+    // Judged on the probabilities as stored, as the CPU judges its own.
+    EXPECT_EQ(dev_correct.download()[0], unsigned(cpu::count_correct(got_probs.data(), labels.data(), n, k))) << at;
+    // The backward from the stored probabilities: the CPU's float result rounded, bit for bit.
+    const float scale = 1.0f / n;
+    check_half<T>(
+        {count}, true,
+        [&](auto& o, bool acc) { cpu::softmax_xent_backward(o[0], got_probs.data(), labels.data(), n, k, scale, acc); },
+        [&](auto& o, bool acc) {
+          softmax_xent_backward(o[0], dev_probs.get(), dev_labels.get(), n, k, scale, acc, nullptr);
+        },
+        "softmax_xent_backward" + at, 0);
+  }
+
+  const RandomKey key{0x1234567890abcdefULL, 13};
+  const DeviceArray<RandomKey> dev_key(std::vector<RandomKey>{key});
+  const uint32_t threshold = static_cast<uint32_t>(0.4 * 4294967296.0);
+  const float scale = static_cast<float>(1.0 / 0.6);
+  const int n = 5;
+  const std::size_t per_sample = 77, count = n * per_sample;
+  const Floats x = rounded<T>(random_floats(count, 1));
+  const DeviceArray<T> dev_x(narrow<T>(x));
+  // Writing: the same mask and product, rounded once, bit for bit; adding: within rounding (the CPU's
+  // y += x * scale may be fused, see DropoutMatchesTheCpuMask).
+  for (bool acc : {false, true}) {
+    check_half<T>(
+        {count}, acc,
+        [&](auto& o, bool a) { cpu::dropout<float>(o[0], x.data(), n, per_sample, key, 99, threshold, scale, a); },
+        [&](auto& o, bool a) {
+          dropout(o[0], dev_x.get(), n, per_sample, dev_key.get(), 99, threshold, scale, a, nullptr);
+        },
+        std::string("dropout") + (acc ? " (+=)" : ""), acc ? kUlp<T> : 0);
+  }
+}
+
+TYPED_TEST(CudaHalf, Normalisation) {
+  using T = TypeParam;
+  CRUMB_REQUIRE_GPU();
+  for (const cpu::BatchNormShape& s : kBatchNormShapes) {
+    const std::string at = norm_name(s.n, s.c, s.hw, "group", s.group);
+    const std::size_t c = s.c, count = std::size_t(s.n) * s.c * s.hw, stats_count = std::size_t(2) * s.groups() * s.c;
+    // Parameters and statistics are float32; x and dy are 16-bit.
+    const Floats x = rounded<T>(norm_input(s.n, s.c, s.hw, 1)), dy = rounded<T>(random_floats(count, 6));
+    const Floats w = random_floats(c, 2), b = random_floats(c, 3);
+    const DeviceArray<T> dev_x(narrow<T>(x)), dev_dy(narrow<T>(dy));
+    const DeviceArray<float> dev_w(w), dev_b(b);
+    Floats y(count), stats(stats_count);
+    std::vector<double> moments(3 * c, 0.0);
+    int64_t tracked = 0;
+    cpu::batch_norm_forward_train<float>(y.data(), stats.data(), x.data(), w.data(), b.data(), s, 1e-5, moments.data(),
+                                         nullptr, nullptr, &tracked, 0.1);
+    DeviceArray<T> dev_y(narrow<T>(Floats(count, kNaN)));
+    DeviceArray<float> dev_stats(Floats(stats_count, kNaN));
+    DeviceArray<double> dev_moments(std::vector<double>(3 * c, 0.0));
+    DeviceArray<int64_t> dev_tracked(std::vector<int64_t>{0});
+    batch_norm_forward_train(dev_y.get(), dev_stats.get(), dev_x.get(), dev_w.get(), dev_b.get(), s, 1e-5,
+                             dev_moments.get(), nullptr, nullptr, dev_tracked.get(), 0.1, nullptr);
+    test::expect_close(widen(dev_y.download()), y, kUlp<T>, "batch_norm_forward_train y" + at, test::rms_at_least_1(y));
+    expect_close(dev_stats.download(), stats, "batch_norm_forward_train stats" + at);
+    test::expect_close(dev_moments.download(), moments, 1e-9, "moments" + at, test::rms_at_least_1(moments));
+    DeviceArray<T> dev_applied(narrow<T>(Floats(count, kNaN)));
+    batch_norm_apply(dev_applied.get(), dev_x.get(), dev_w.get(), dev_b.get(), dev_stats.get(), s, nullptr);
+    expect_bits(bits(dev_applied.download()), bits(dev_y.download()), "batch_norm_apply y" + at);
+
+    // The backward from the device's statistics: dw, db float32; dx 16-bit.
+    const Floats dev_stats_host = dev_stats.download();
+    check_against_cpu(
+        {c, c}, true,
+        [&](auto& o, bool acc) {
+          cpu::batch_norm_backward<float>(o[0], o[1], nullptr, dy.data(), x.data(), w.data(), dev_stats_host.data(), s,
+                                          true, acc);
+        },
+        [&](auto& o, bool acc) {
+          batch_norm_backward<T>(o[0], o[1], nullptr, dev_dy.get(), dev_x.get(), dev_w.get(), dev_stats.get(), s, true,
+                                 acc, nullptr);
+        },
+        "batch_norm_backward dw, db" + at);
+    DeviceArray<float> dw(c), db(c);
+    check_half<T>(
+        {count}, false,
+        [&](auto& o, bool) {
+          Floats cw(c), cb(c);
+          cpu::batch_norm_backward<float>(cw.data(), cb.data(), o[0], dy.data(), x.data(), w.data(),
+                                          dev_stats_host.data(), s, true, false);
+        },
+        [&](auto& o, bool) {
+          batch_norm_backward<T>(dw.get(), db.get(), o[0], dev_dy.get(), dev_x.get(), dev_w.get(), dev_stats.get(), s,
+                                 true, false, nullptr);
+        },
+        "batch_norm_backward dx" + at, kUlp<T>);
+  }
+
+  for (const cpu::GroupNormShape& s : {cpu::GroupNormShape{5, 6, 12, 3}, cpu::GroupNormShape{3, 8, 49, 2}}) {
+    const std::string at = norm_name(s.n, s.c, s.hw, "groups", s.groups);
+    const std::size_t c = s.c, count = std::size_t(s.n) * s.c * s.hw, stats_count = std::size_t(2) * s.n * s.groups;
+    const Floats x = rounded<T>(norm_input(s.n, s.c, s.hw, 1)), dy = rounded<T>(random_floats(count, 6));
+    const Floats w = random_floats(c, 2), b = random_floats(c, 3);
+    const DeviceArray<T> dev_x(narrow<T>(x)), dev_dy(narrow<T>(dy));
+    const DeviceArray<float> dev_w(w), dev_b(b);
+    Floats y(count), stats(stats_count);
+    cpu::group_norm_forward<float>(y.data(), stats.data(), x.data(), w.data(), b.data(), s, 1e-5);
+    DeviceArray<T> dev_y(narrow<T>(Floats(count, kNaN)));
+    DeviceArray<float> dev_stats(Floats(stats_count, kNaN));
+    group_norm_forward(dev_y.get(), dev_stats.get(), dev_x.get(), dev_w.get(), dev_b.get(), s, 1e-5, nullptr);
+    test::expect_close(widen(dev_y.download()), y, kUlp<T>, "group_norm_forward y" + at, test::rms_at_least_1(y));
+    expect_close(dev_stats.download(), stats, "group_norm_forward stats" + at);
+    const Floats dev_stats_host = dev_stats.download();
+    check_against_cpu(
+        {c, c}, true,
+        [&](auto& o, bool acc) {
+          cpu::group_norm_backward<float>(o[0], o[1], nullptr, dy.data(), x.data(), w.data(), dev_stats_host.data(), s,
+                                          acc);
+        },
+        [&](auto& o, bool acc) {
+          group_norm_backward<T>(o[0], o[1], nullptr, dev_dy.get(), dev_x.get(), dev_w.get(), dev_stats.get(), s, acc,
+                                 nullptr);
+        },
+        "group_norm_backward dw, db" + at);
+    DeviceArray<float> dw(c), db(c);
+    check_half<T>(
+        {count}, false,
+        [&](auto& o, bool) {
+          Floats cw(c), cb(c);
+          cpu::group_norm_backward<float>(cw.data(), cb.data(), o[0], dy.data(), x.data(), w.data(),
+                                          dev_stats_host.data(), s, false);
+        },
+        [&](auto& o, bool) {
+          group_norm_backward<T>(dw.get(), db.get(), o[0], dev_dy.get(), dev_x.get(), dev_w.get(), dev_stats.get(), s,
+                                 false, nullptr);
+        },
+        "group_norm_backward dx" + at, kUlp<T>);
+  }
+}
+
+// cuBLAS in 16 bits: products of 16-bit values are exact in float32 and summed there, so the 16-bit
+// outputs are the CPU's float results within one rounding (two with the bias, added after the product
+// is stored), and the weight gradient is float32 within float rounding: micro-batches add into it in
+// float32, where a 16-bit store would round it by up to 2^-9 (bf16) relative.
+template <class T> void check_linear_half(cublasHandle_t blas) {
+  for (auto [n, in, out] : {std::tuple{3, 5, 4}, {37, 33, 19}, {64, 400, 120}}) {
+    const std::string at = " n=" + std::to_string(n) + " in=" + std::to_string(in) + " out=" + std::to_string(out);
+    const Floats x = rounded<T>(random_floats(std::size_t(n) * in, 1)),
+                 w = rounded<T>(random_floats(std::size_t(out) * in, 2)), b = rounded<T>(random_floats(out, 3)),
+                 dy = rounded<T>(random_floats(std::size_t(n) * out, 4));
+    const DeviceArray<T> dev_x(narrow<T>(x)), dev_w(narrow<T>(w)), dev_b(narrow<T>(b)), dev_dy(narrow<T>(dy));
+    const std::size_t y_size = std::size_t(n) * out, x_size = std::size_t(n) * in, w_size = std::size_t(out) * in;
+    check_half<T>(
+        {y_size}, false, [&](auto& o, bool) { cpu::linear_forward(o[0], x.data(), w.data(), b.data(), n, in, out); },
+        [&](auto& o, bool) { linear_forward<T>(blas, o[0], dev_x.get(), dev_w.get(), dev_b.get(), n, in, out); },
+        "linear_forward" + at, 2 * kUlp<T>);
+    check_half<T>(
+        {x_size}, true,
+        [&](auto& o, bool acc) { cpu::linear_backward_data(o[0], dy.data(), w.data(), n, in, out, acc); },
+        [&](auto& o, bool acc) { linear_backward_data<T>(blas, o[0], dev_dy.get(), dev_w.get(), n, in, out, acc); },
+        "linear_backward_data" + at, kUlp<T>);
+    check_against_cpu(
+        {w_size, std::size_t(out)}, true,
+        [&](auto& o, bool acc) { cpu::linear_backward_weight(o[0], o[1], dy.data(), x.data(), n, in, out, acc); },
+        [&](auto& o, bool acc) {
+          linear_backward_weight<T>(blas, o[0], o[1], dev_dy.get(), dev_x.get(), n, in, out, acc);
+        },
+        "linear_backward_weight" + at);
+    // Two micro-batches (the first writes, the second adds) against the batch at once.
+    if (n < 2) continue;
+    const int first = n / 2;
+    DeviceArray<float> whole(w_size), parts(w_size);
+    linear_backward_weight<T>(blas, whole.get(), nullptr, dev_dy.get(), dev_x.get(), n, in, out, false);
+    linear_backward_weight<T>(blas, parts.get(), nullptr, dev_dy.get(), dev_x.get(), first, in, out, false);
+    linear_backward_weight<T>(blas, parts.get(), nullptr, dev_dy.get() + std::size_t(first) * out,
+                              dev_x.get() + std::size_t(first) * in, n - first, in, out, true);
+    const Floats want = whole.download();
+    test::expect_close(parts.download(), want, kTolerance, "linear_backward_weight over micro-batches" + at,
+                       test::rms_at_least_1(want));
+  }
+}
+
+TEST_F(CudaLibraryTest, LinearHalf) {
+  check_linear_half<bf16>(blas_);
+  check_linear_half<f16>(blas_);
+}
+
+#if CRUMB_HAVE_CUDNN
+
+// cuDNN in 16 bits (its PSEUDO_BFLOAT16 / PSEUDO_HALF configurations: float32 arithmetic on tensor cores):
+// the forward and the data gradient within two roundings of T (the output, and the bias added after it)
+// of the CPU's float32 convolution of the same values. The weight gradient is checked too, in T, though
+// the engine runs that pass in float32 (conv2d.cc).
+template <class T> void check_conv_half(cudnnHandle_t handle, const cpu::Conv2dShape& s) {
+  constexpr cudnnDataType_t dtype = std::is_same_v<T, bf16> ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
+  constexpr std::size_t kLimit = std::size_t{64} << 20;
+  ConvPlan fwd(handle, s, ConvPass::Forward, kLimit, false, dtype),
+      data(handle, s, ConvPass::BackwardData, kLimit, false, dtype),
+      filter(handle, s, ConvPass::BackwardFilter, kLimit, false, dtype);
+  const std::string at = " n=" + std::to_string(s.n) + " c_in=" + std::to_string(s.c_in) + " " + std::to_string(s.h) +
+                         "x" + std::to_string(s.w) + " c_out=" + std::to_string(s.c_out) + " k=" + std::to_string(s.kh);
+  const std::size_t w_size = std::size_t(s.c_out) * s.c_in * s.kh * s.kw;
+  const Floats x = rounded<T>(random_floats(s.in_count(), 1)), w = rounded<T>(random_floats(w_size, 2)),
+               b = rounded<T>(random_floats(s.c_out, 3)), dy = rounded<T>(random_floats(s.out_count(), 4));
+  const DeviceArray<T> dev_x(narrow<T>(x)), dev_w(narrow<T>(w)), dev_b(narrow<T>(b)), dev_dy(narrow<T>(dy));
+  DeviceArray<unsigned char> ws_fwd(fwd.workspace_bytes()), ws_data(data.workspace_bytes()),
+      ws_filter(filter.workspace_bytes());
+  Floats cpu_ws(std::max({cpu::conv2d_forward_workspace(s), cpu::conv2d_backward_data_workspace(s),
+                          cpu::conv2d_backward_weight_workspace(s)}));
+  check_half<T>(
+      {std::size_t(s.out_count())}, false,
+      [&](auto& o, bool) { cpu::conv2d_forward(o[0], x.data(), w.data(), b.data(), s, cpu_ws.data()); },
+      [&](auto& o, bool) {
+        conv_forward(handle, fwd, o[0], dev_x.get(), dev_w.get(), dev_b.get(), ws_fwd.get(), fwd.workspace_bytes());
+      },
+      "conv_forward" + at, 2 * kUlp<T>);
+  check_half<T>(
+      {std::size_t(s.in_count())}, true,
+      [&](auto& o, bool acc) { cpu::conv2d_backward_data(o[0], dy.data(), w.data(), s, cpu_ws.data(), acc); },
+      [&](auto& o, bool acc) {
+        conv_backward_data(handle, data, o[0], dev_dy.get(), dev_w.get(), ws_data.get(), data.workspace_bytes(), acc);
+      },
+      "conv_backward_data" + at, 2 * kUlp<T>);
+  check_half<T>(
+      {w_size}, false,
+      [&](auto& o, bool) {
+        cpu::conv2d_backward_weight<float>(o[0], nullptr, dy.data(), x.data(), s, cpu_ws.data(), false);
+      },
+      [&](auto& o, bool) {
+        conv_backward_filter(handle, filter, o[0], nullptr, dev_dy.get(), dev_x.get(), ws_filter.get(),
+                             filter.workspace_bytes(), false);
+      },
+      "conv_backward_filter" + at, 2 * kUlp<T>);
+}
+
+TEST_F(CudaLibraryTest, Conv2dHalf) {
+  for (const cpu::Conv2dShape& s : {
+           conv_shape(8, 6, 14, 14, 16, 5, 5, 1, 1, 0, 0),    // LeNet conv2
+           conv_shape(5, 3, 9, 8, 4, 3, 3, 2, 2, 1, 1),       // odd sizes, stride 2, pad 1
+           conv_shape(64, 32, 14, 14, 64, 3, 3, 1, 1, 1, 1),  // tensor-core friendly channels at a real batch
+       }) {
+    check_conv_half<bf16>(dnn_, s);
+    check_conv_half<f16>(dnn_, s);
   }
 }
 

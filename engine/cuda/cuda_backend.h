@@ -10,6 +10,7 @@
 #include <string>
 
 #include "engine/device/backend.h"
+#include "kernels/half.h"
 
 #if CRUMB_HAVE_CUDNN
 #include <cudnn.h>
@@ -83,3 +84,13 @@ class CudaBackend final : public Backend {
 };
 
 }  // namespace crumb::cuda
+
+// Adds the CUDA rows of an implementation templated on the storage type of the graph's float values
+// (float, bf16, f16: kernels/half.h) for F32, BF16 and F16 graphs; the optional last argument names the
+// other fields, as CRUMB_CPU_ROWS's (engine/graph/op.h).
+#define CRUMB_CUDA_ROWS(table, op, fn, ...)                                              \
+  do {                                                                                   \
+    (table).add(op, Device::CUDA, DType::F32, OpImpl(fn<float>) __VA_ARGS__);           \
+    (table).add(op, Device::CUDA, DType::BF16, OpImpl(fn<::crumb::bf16>) __VA_ARGS__);  \
+    (table).add(op, Device::CUDA, DType::F16, OpImpl(fn<::crumb::f16>) __VA_ARGS__);    \
+  } while (0)

@@ -141,22 +141,34 @@ ValueId conv2d(Graph& g, ValueId x, int out_channels, int kernel, int stride, in
 #if CRUMB_HAVE_CUDA
 // conv2d's CUDA rows: cuDNN (kernels/cuda/cudnn_conv.h). Each node prepares one plan for its own pass at
 // the largest micro-batch; its workspace is that pass's, planned into the arena; a smaller micro-batch
-// re-targets the plan.
+// re-targets the plan. In 16-bit graphs the forward and backward-data passes run cuDNN in bf16 or fp16 on
+// tensor cores. The backward-filter pass has no 16-bit row: cuDNN's legacy API writes dw in the operands'
+// type, and the parameter gradient must be float32, accumulated in float32 over micro-batches. Its
+// float32 row runs on widened copies of x and dy (engine/device/widen.h) instead, with TF32 allowed:
+// TF32 holds every bf16 and fp16 operand exactly, so a direct product on tensor cores rounds no more
+// than in float32 (transforming algorithms, Winograd and FFT, may round their transformed operands).
 namespace crumb::cuda_rows {
 
 #if CRUMB_HAVE_CUDNN
 namespace {
 
 struct ConvState : OpState {
-  ConvState(cudnnHandle_t dnn, const cpu::Conv2dShape& s, cuda::ConvPass pass, bool tf32)
-      : plan(dnn, s, pass, cuda::CudaBackend::kConvWorkspaceLimit, tf32) {}
+  ConvState(cudnnHandle_t dnn, const cpu::Conv2dShape& s, cuda::ConvPass pass, bool tf32, cudnnDataType_t dtype)
+      : plan(dnn, s, pass, cuda::CudaBackend::kConvWorkspaceLimit, tf32, dtype) {}
   cuda::ConvPlan plan;
 };
 
-template <cuda::ConvPass Pass>
+cudnnDataType_t data_type(DType t) {
+  return t == DType::BF16 ? CUDNN_DATA_BFLOAT16 : t == DType::F16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
+}
+
+// The plan's storage type is the graph's float dtype where a 16-bit row runs, float where the float32 row
+// runs (in a 16-bit graph: on widened copies, whose values TF32 holds exactly).
+template <cuda::ConvPass Pass, bool Native>
 std::unique_ptr<OpState> prepare(const Graph& g, const Node& n, int max_batch, Backend& b) {
+  const bool widened = !Native && is_half(g.float_dtype());
   return std::make_unique<ConvState>(cuda::CudaBackend::of(b).dnn(), ops::at_batch<cpu::Conv2dShape>(n, max_batch),
-                                     Pass, g.tf32());
+                                     Pass, g.tf32() || widened, Native ? data_type(g.float_dtype()) : CUDNN_DATA_FLOAT);
 }
 
 std::size_t workspace(const Graph&, const Node&, int, const OpState* state) {
@@ -171,12 +183,13 @@ cuda::ConvPlan& plan(const StepArgs& a) {
   return p;
 }
 
+// The plan knows the storage type; the rows pass the values as they are.
 void fwd(const StepArgs& a) {
-  cuda::conv_forward(dnn(a), plan(a), a.out<float>(), a.in<float>(0), a.in<float>(1),
-                     a.node->in.size() == 3 ? a.in<float>(2) : nullptr, a.workspace, a.workspace_bytes);
+  cuda::conv_forward(dnn(a), plan(a), a.out<void>(), a.in<void>(0), a.in<void>(1),
+                     a.node->in.size() == 3 ? a.in<void>(2) : nullptr, a.workspace, a.workspace_bytes);
 }
 void bwd_data(const StepArgs& a) {
-  cuda::conv_backward_data(dnn(a), plan(a), a.out<float>(), a.in<float>(0), a.in<float>(1), a.workspace,
+  cuda::conv_backward_data(dnn(a), plan(a), a.out<void>(), a.in<void>(0), a.in<void>(1), a.workspace,
                            a.workspace_bytes, a.accumulate);
 }
 void bwd_weight(const StepArgs& a) {
@@ -188,12 +201,19 @@ void bwd_weight(const StepArgs& a) {
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
+  using cuda::ConvPass;
   t.add(kConv2d, Device::CUDA, DType::F32,
-        OpImpl(fwd).with_prepare(prepare<cuda::ConvPass::Forward>).with_workspace(workspace));
+        OpImpl(fwd).with_prepare(prepare<ConvPass::Forward, false>).with_workspace(workspace));
   t.add(kConv2dBwdData, Device::CUDA, DType::F32,
-        OpImpl(bwd_data).with_prepare(prepare<cuda::ConvPass::BackwardData>).with_workspace(workspace));
+        OpImpl(bwd_data).with_prepare(prepare<ConvPass::BackwardData, false>).with_workspace(workspace));
   t.add(kConv2dBwdWeight, Device::CUDA, DType::F32,
-        OpImpl(bwd_weight).with_prepare(prepare<cuda::ConvPass::BackwardFilter>).with_workspace(workspace));
+        OpImpl(bwd_weight).with_prepare(prepare<ConvPass::BackwardFilter, false>).with_workspace(workspace));
+  for (DType dt : {DType::BF16, DType::F16}) {
+    t.add(kConv2d, Device::CUDA, dt,
+          OpImpl(fwd).with_prepare(prepare<ConvPass::Forward, true>).with_workspace(workspace));
+    t.add(kConv2dBwdData, Device::CUDA, dt,
+          OpImpl(bwd_data).with_prepare(prepare<ConvPass::BackwardData, true>).with_workspace(workspace));
+  }
 }
 #else
 // Without cuDNN the build has no CUDA convolution: no rows, and compiling a conv for CUDA says so.

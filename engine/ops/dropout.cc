@@ -78,21 +78,22 @@ ValueId dropout(Graph& g, ValueId x, double p, const std::string& name) {
 }  // namespace crumb
 
 #if CRUMB_HAVE_CUDA
-// Dropout's CUDA rows: the CPU's map and mask (kernels/cuda/dropout.cu), on the compute stream. The key
-// is read from device memory, so recorded runs replay with each micro-batch's own key.
+// Dropout's CUDA rows: the CPU's map and mask (kernels/cuda/dropout.cu), on the compute stream, for
+// float32 and 16-bit graphs. The key is read from device memory, so recorded runs replay with each
+// micro-batch's own key.
 namespace crumb::cuda_rows {
 
 namespace {
 
-void dropout(const StepArgs& a) {
+template <class T> void dropout(const StepArgs& a) {
   const std::size_t count = ops::out_count(a);
   cudaStream_t stream = cuda::CudaBackend::of(a).compute();
   if (!a.training) {
-    if (a.out<float>() != a.in<float>(0)) cuda::copy_or_accumulate(a.out<float>(), a.in<float>(0), count, false, stream);
+    if (a.out<T>() != a.in<T>(0)) cuda::copy_or_accumulate(a.out<T>(), a.in<T>(0), count, false, stream);
     return;
   }
   const DropoutAttrs& at = ops::attrs<DropoutAttrs>(*a.node);
-  cuda::dropout(a.out<float>(), a.in<float>(0), a.n, count / a.n, a.random, at.layer, at.threshold(),
+  cuda::dropout(a.out<T>(), a.in<T>(0), a.n, count / a.n, a.random, at.layer, at.threshold(),
                 static_cast<float>(at.scale()), a.accumulate, stream);
 }
 
@@ -100,8 +101,8 @@ void dropout(const StepArgs& a) {
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
-  t.add(kDropout, Device::CUDA, DType::F32, OpImpl(dropout));
-  t.add(kDropoutBwd, Device::CUDA, DType::F32, OpImpl(dropout));
+  CRUMB_CUDA_ROWS(t, kDropout, dropout);
+  CRUMB_CUDA_ROWS(t, kDropoutBwd, dropout);
 }
 
 }  // namespace crumb::cuda_rows

@@ -129,28 +129,32 @@ ValueId add(Graph& g, ValueId a, ValueId b, const std::string& name) { return g.
 }  // namespace crumb
 
 #if CRUMB_HAVE_CUDA
-// Elementwise ops' CUDA rows: custom kernels (kernels/cuda/elementwise.cu) on the compute stream.
+// Elementwise ops' CUDA rows: custom kernels (kernels/cuda/elementwise.cu) on the compute stream, for
+// float32 and 16-bit graphs.
 namespace crumb::cuda_rows {
 
 namespace {
 
 using ops::out_count;
 
-void relu_fwd(const StepArgs& a) { cuda::relu_forward(a.out<float>(), a.in<float>(0), out_count(a), cuda::CudaBackend::of(a).compute()); }
-void relu_bwd(const StepArgs& a) {
-  cuda::relu_backward(a.out<float>(), a.in<float>(0), a.in<float>(1), out_count(a), a.accumulate, cuda::CudaBackend::of(a).compute());
+template <class T> void relu_fwd(const StepArgs& a) {
+  cuda::relu_forward(a.out<T>(), a.in<T>(0), out_count(a), cuda::CudaBackend::of(a).compute());
 }
-void add(const StepArgs& a) {
-  cuda::add_forward(a.out<float>(), a.in<float>(0), a.in<float>(1), out_count(a), cuda::CudaBackend::of(a).compute());
+template <class T> void relu_bwd(const StepArgs& a) {
+  cuda::relu_backward(a.out<T>(), a.in<T>(0), a.in<T>(1), out_count(a), a.accumulate,
+                      cuda::CudaBackend::of(a).compute());
+}
+template <class T> void add(const StepArgs& a) {
+  cuda::add_forward(a.out<T>(), a.in<T>(0), a.in<T>(1), out_count(a), cuda::CudaBackend::of(a).compute());
 }
 
 }  // namespace
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
-  t.add(kRelu, Device::CUDA, DType::F32, OpImpl(relu_fwd));
-  t.add(kReluBwd, Device::CUDA, DType::F32, OpImpl(relu_bwd));
-  t.add(kAdd, Device::CUDA, DType::F32, OpImpl(add));
+  CRUMB_CUDA_ROWS(t, kRelu, relu_fwd);
+  CRUMB_CUDA_ROWS(t, kReluBwd, relu_bwd);
+  CRUMB_CUDA_ROWS(t, kAdd, add);
 }
 
 }  // namespace crumb::cuda_rows

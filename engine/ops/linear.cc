@@ -113,34 +113,36 @@ ValueId linear(Graph& g, ValueId x, int out_features, const std::string& name, b
 
 #if CRUMB_HAVE_CUDA
 // linear's CUDA rows: cuBLAS GEMMs (kernels/cuda/blas.h) on the compute stream, TF32 when the graph
-// allows it.
+// allows it; in 16-bit graphs on tensor cores, with the weight gradient written in float32 by the GEMM.
 namespace crumb::cuda_rows {
 
 namespace {
 
-void fwd(const StepArgs& a) {
+template <class T> void fwd(const StepArgs& a) {
   const LinearGeometry& s = ops::geometry<LinearGeometry>(*a.node);
-  cuda::linear_forward(cuda::CudaBackend::of(a).blas(), a.out<float>(), a.in<float>(0), a.in<float>(1),
-                       a.node->in.size() == 3 ? a.in<float>(2) : nullptr, a.n, s.in, s.out, a.graph->tf32());
+  cuda::linear_forward<T>(cuda::CudaBackend::of(a).blas(), a.out<T>(), a.in<T>(0), a.in<T>(1),
+                          a.node->in.size() == 3 ? a.in<T>(2) : nullptr, a.n, s.in, s.out, a.graph->tf32());
 }
-void bwd_data(const StepArgs& a) {
+template <class T> void bwd_data(const StepArgs& a) {
   const LinearGeometry& s = ops::geometry<LinearGeometry>(*a.node);
-  cuda::linear_backward_data(cuda::CudaBackend::of(a).blas(), a.out<float>(), a.in<float>(0), a.in<float>(1), a.n, s.in, s.out, a.accumulate,
-                             a.graph->tf32());
+  cuda::linear_backward_data<T>(cuda::CudaBackend::of(a).blas(), a.out<T>(), a.in<T>(0), a.in<T>(1), a.n, s.in,
+                                s.out, a.accumulate, a.graph->tf32());
 }
-void bwd_weight(const StepArgs& a) {
+// dw and db are parameter gradients: float32 in every graph.
+template <class T> void bwd_weight(const StepArgs& a) {
   const LinearGeometry& s = ops::geometry<LinearGeometry>(*a.node);
-  cuda::linear_backward_weight(cuda::CudaBackend::of(a).blas(), a.out<float>(0), a.node->out.size() == 2 ? a.out<float>(1) : nullptr,
-                               a.in<float>(0), a.in<float>(1), a.n, s.in, s.out, a.accumulate, a.graph->tf32());
+  cuda::linear_backward_weight<T>(cuda::CudaBackend::of(a).blas(), a.out<float>(0),
+                                  a.node->out.size() == 2 ? a.out<float>(1) : nullptr, a.in<T>(0), a.in<T>(1), a.n,
+                                  s.in, s.out, a.accumulate, a.graph->tf32());
 }
 
 }  // namespace
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
-  t.add(kLinear, Device::CUDA, DType::F32, OpImpl(fwd));
-  t.add(kLinearBwdData, Device::CUDA, DType::F32, OpImpl(bwd_data));
-  t.add(kLinearBwdWeight, Device::CUDA, DType::F32, OpImpl(bwd_weight));
+  CRUMB_CUDA_ROWS(t, kLinear, fwd);
+  CRUMB_CUDA_ROWS(t, kLinearBwdData, bwd_data);
+  CRUMB_CUDA_ROWS(t, kLinearBwdWeight, bwd_weight);
 }
 
 }  // namespace crumb::cuda_rows

@@ -206,53 +206,55 @@ ValueId adaptive_avg_pool2d(Graph& g, ValueId x, int h_out, int w_out, const std
 
 #if CRUMB_HAVE_CUDA
 // Pooling's CUDA rows: custom kernels (kernels/cuda/pool.cu, reduce.cu) matching the CPU's tie and NaN
-// rules, on the compute stream.
+// rules, on the compute stream, for float32 and 16-bit graphs.
 namespace crumb::cuda_rows {
 
 namespace {
 
+cudaStream_t stream(const StepArgs& a) { return cuda::CudaBackend::of(a).compute(); }
 cpu::Pool2dShape shape(const StepArgs& a) { return ops::at_batch<cpu::Pool2dShape>(*a.node, a.n); }
 
-void max_fwd(const StepArgs& a) {
-  cuda::max_pool2d_forward(a.out<float>(0), a.out<uint8_t>(1), a.in<float>(0), shape(a), cuda::CudaBackend::of(a).compute());
+template <class T> void max_fwd(const StepArgs& a) {
+  cuda::max_pool2d_forward(a.out<T>(0), a.out<uint8_t>(1), a.in<T>(0), shape(a), stream(a));
 }
-void max_bwd(const StepArgs& a) {
-  cuda::max_pool2d_backward(a.out<float>(), a.in<float>(0), a.in<uint8_t>(1), shape(a), a.accumulate, cuda::CudaBackend::of(a).compute());
+template <class T> void max_bwd(const StepArgs& a) {
+  cuda::max_pool2d_backward(a.out<T>(), a.in<T>(0), a.in<uint8_t>(1), shape(a), a.accumulate, stream(a));
 }
-void avg_fwd(const StepArgs& a) { cuda::avg_pool2d_forward(a.out<float>(), a.in<float>(0), shape(a), cuda::CudaBackend::of(a).compute()); }
-void avg_bwd(const StepArgs& a) {
-  cuda::avg_pool2d_backward(a.out<float>(), a.in<float>(0), shape(a), a.accumulate, cuda::CudaBackend::of(a).compute());
+template <class T> void avg_fwd(const StepArgs& a) {
+  cuda::avg_pool2d_forward(a.out<T>(), a.in<T>(0), shape(a), stream(a));
 }
-void gap_fwd(const StepArgs& a) {
+template <class T> void avg_bwd(const StepArgs& a) {
+  cuda::avg_pool2d_backward(a.out<T>(), a.in<T>(0), shape(a), a.accumulate, stream(a));
+}
+template <class T> void gap_fwd(const StepArgs& a) {
   const GlobalPoolGeometry& s = ops::geometry<GlobalPoolGeometry>(*a.node);
-  cuda::global_avg_pool_forward(a.out<float>(), a.in<float>(0), a.n, s.c, s.hw, cuda::CudaBackend::of(a).compute());
+  cuda::global_avg_pool_forward(a.out<T>(), a.in<T>(0), a.n, s.c, s.hw, stream(a));
 }
-void gap_bwd(const StepArgs& a) {
+template <class T> void gap_bwd(const StepArgs& a) {
   const GlobalPoolGeometry& s = ops::geometry<GlobalPoolGeometry>(*a.node);
-  cuda::global_avg_pool_backward(a.out<float>(), a.in<float>(0), a.n, s.c, s.hw, a.accumulate, cuda::CudaBackend::of(a).compute());
+  cuda::global_avg_pool_backward(a.out<T>(), a.in<T>(0), a.n, s.c, s.hw, a.accumulate, stream(a));
 }
 
 cpu::AdaptivePool2dShape adaptive_shape(const StepArgs& a) { return ops::at_batch<cpu::AdaptivePool2dShape>(*a.node, a.n); }
-void adaptive_fwd(const StepArgs& a) {
-  cuda::adaptive_avg_pool2d_forward(a.out<float>(), a.in<float>(0), adaptive_shape(a), cuda::CudaBackend::of(a).compute());
+template <class T> void adaptive_fwd(const StepArgs& a) {
+  cuda::adaptive_avg_pool2d_forward(a.out<T>(), a.in<T>(0), adaptive_shape(a), stream(a));
 }
-void adaptive_bwd(const StepArgs& a) {
-  cuda::adaptive_avg_pool2d_backward(a.out<float>(), a.in<float>(0), adaptive_shape(a), a.accumulate,
-                                     cuda::CudaBackend::of(a).compute());
+template <class T> void adaptive_bwd(const StepArgs& a) {
+  cuda::adaptive_avg_pool2d_backward(a.out<T>(), a.in<T>(0), adaptive_shape(a), a.accumulate, stream(a));
 }
 
 }  // namespace
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
-  t.add(kMaxPool2d, Device::CUDA, DType::F32, OpImpl(max_fwd));
-  t.add(kMaxPool2dBwd, Device::CUDA, DType::F32, OpImpl(max_bwd));
-  t.add(kAvgPool2d, Device::CUDA, DType::F32, OpImpl(avg_fwd));
-  t.add(kAvgPool2dBwd, Device::CUDA, DType::F32, OpImpl(avg_bwd));
-  t.add(kGlobalAvgPool, Device::CUDA, DType::F32, OpImpl(gap_fwd));
-  t.add(kGlobalAvgPoolBwd, Device::CUDA, DType::F32, OpImpl(gap_bwd));
-  t.add(kAdaptiveAvgPool2d, Device::CUDA, DType::F32, OpImpl(adaptive_fwd));
-  t.add(kAdaptiveAvgPool2dBwd, Device::CUDA, DType::F32, OpImpl(adaptive_bwd));
+  CRUMB_CUDA_ROWS(t, kMaxPool2d, max_fwd);
+  CRUMB_CUDA_ROWS(t, kMaxPool2dBwd, max_bwd);
+  CRUMB_CUDA_ROWS(t, kAvgPool2d, avg_fwd);
+  CRUMB_CUDA_ROWS(t, kAvgPool2dBwd, avg_bwd);
+  CRUMB_CUDA_ROWS(t, kGlobalAvgPool, gap_fwd);
+  CRUMB_CUDA_ROWS(t, kGlobalAvgPoolBwd, gap_bwd);
+  CRUMB_CUDA_ROWS(t, kAdaptiveAvgPool2d, adaptive_fwd);
+  CRUMB_CUDA_ROWS(t, kAdaptiveAvgPool2dBwd, adaptive_bwd);
 }
 
 }  // namespace crumb::cuda_rows

@@ -88,21 +88,21 @@ ValueId softmax_cross_entropy(Graph& g, ValueId logits, ValueId labels, const st
 }  // namespace crumb
 
 #if CRUMB_HAVE_CUDA
-// Softmax cross-entropy's CUDA rows (kernels/cuda/softmax_xent.cu): the forward adds the loss sum and
-// correct count into its metric outputs, in device memory.
+// Softmax cross-entropy's CUDA rows (kernels/cuda/softmax_xent.cu), for float32 and 16-bit logits: the
+// forward adds the loss sum and correct count into its metric outputs, in device memory.
 namespace crumb::cuda_rows {
 
 namespace {
 
 int classes(const StepArgs& a) { return ops::geometry<ClassesGeometry>(*a.node).k; }
 
-void fwd(const StepArgs& a) {
+template <class T> void fwd(const StepArgs& a) {
   static_assert(sizeof(unsigned long long) == sizeof(int64_t));
-  cuda::softmax_xent_forward(a.out<float>(), a.in<float>(0), a.in<int32_t>(1), a.n, classes(a), a.out<double>(1),
+  cuda::softmax_xent_forward(a.out<T>(), a.in<T>(0), a.in<int32_t>(1), a.n, classes(a), a.out<double>(1),
                              reinterpret_cast<unsigned long long*>(a.out<int64_t>(2)), cuda::CudaBackend::of(a).compute());
 }
-void bwd(const StepArgs& a) {
-  cuda::softmax_xent_backward(a.out<float>(), a.in<float>(0), a.in<int32_t>(1), a.n, classes(a),
+template <class T> void bwd(const StepArgs& a) {
+  cuda::softmax_xent_backward(a.out<T>(), a.in<T>(0), a.in<int32_t>(1), a.n, classes(a),
                               static_cast<float>(a.loss_scale), a.accumulate, cuda::CudaBackend::of(a).compute());
 }
 
@@ -110,8 +110,8 @@ void bwd(const StepArgs& a) {
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
-  t.add(kSoftmaxXent, Device::CUDA, DType::F32, OpImpl(fwd));
-  t.add(kSoftmaxXentBwd, Device::CUDA, DType::F32, OpImpl(bwd));
+  CRUMB_CUDA_ROWS(t, kSoftmaxXent, fwd);
+  CRUMB_CUDA_ROWS(t, kSoftmaxXentBwd, bwd);
 }
 
 }  // namespace crumb::cuda_rows

@@ -5,6 +5,7 @@
 
 #include "engine/base/error.h"
 #include "kernels/cuda/check.h"
+#include "kernels/elementwise.h"
 
 namespace crumb::cuda {
 namespace {
@@ -27,9 +28,10 @@ bool tensor_op(cudnnMathType_t math) {
 bool not_supported(cudnnStatus_t status) { return status / 1000 == CUDNN_STATUS_NOT_SUPPORTED / 1000; }
 
 // cuDNN's ranked results that ran, in the math allowed.
-template <class Perf> void append_ranked(const Perf* perf, int count, bool tf32, std::vector<std::pair<int, cudnnMathType_t>>* out) {
+template <class Perf>
+void append_ranked(const Perf* perf, int count, bool tensor_ops, std::vector<std::pair<int, cudnnMathType_t>>* out) {
   for (int i = 0; i < count; ++i)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS && (tf32 || !tensor_op(perf[i].mathType)))
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && (tensor_ops || !tensor_op(perf[i].mathType)))
       out->emplace_back(static_cast<int>(perf[i].algo), perf[i].mathType);
 }
 
@@ -41,20 +43,24 @@ void check_workspace(std::size_t need, std::size_t have, ConvPass pass, const cp
 }  // namespace
 
 ConvPlan::ConvPlan(cudnnHandle_t handle, const cpu::Conv2dShape& s, ConvPass pass, std::size_t workspace_limit,
-                   bool tf32)
-    : shape_(s), pass_(pass), planned_n_(s.n) {
+                   bool tf32, cudnnDataType_t dtype)
+    : shape_(s), pass_(pass), dtype_(dtype), planned_n_(s.n) {
   CRUMB_CHECK(s.n >= 1 && s.c_in >= 1 && s.h >= 1 && s.w >= 1 && s.c_out >= 1 && s.kh >= 1 && s.kw >= 1 &&
                   s.stride_h >= 1 && s.stride_w >= 1 && s.pad_h >= 0 && s.pad_w >= 0,
               describe(s), ": bad shape");
-  detail::set_nchw(x_, s.n, s.c_in, s.h, s.w);
-  detail::set_nchw(y_, s.n, s.c_out, s.h_out, s.w_out);
-  detail::set_nchw(bias_, 1, s.c_out, 1, 1);
-  CRUMB_CUDNN_CHECK(
-      cudnnSetFilter4dDescriptor(w_.get(), CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, s.c_out, s.c_in, s.kh, s.kw));
-  // Cross-correlation is what deep-learning frameworks call convolution (no kernel flip).
+  CRUMB_CHECK(dtype == CUDNN_DATA_FLOAT || dtype == CUDNN_DATA_BFLOAT16 || dtype == CUDNN_DATA_HALF, describe(s),
+              ": storage type must be float, bfloat16 or half");
+  // Tensor cores: TF32 for float when allowed; always for 16-bit operands, which they read as they are.
+  const bool tensor_ops = tf32 || dtype != CUDNN_DATA_FLOAT;
+  detail::set_nchw(x_, s.n, s.c_in, s.h, s.w, dtype);
+  detail::set_nchw(y_, s.n, s.c_out, s.h_out, s.w_out, dtype);
+  detail::set_nchw(bias_, 1, s.c_out, 1, 1, dtype);
+  CRUMB_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_.get(), dtype, CUDNN_TENSOR_NCHW, s.c_out, s.c_in, s.kh, s.kw));
+  // Cross-correlation is what deep-learning frameworks call convolution (no kernel flip). The compute
+  // type is float for every storage type: 16-bit products accumulate in float32.
   CRUMB_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv_.get(), s.pad_h, s.pad_w, s.stride_h, s.stride_w, 1, 1,
                                                     CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-  CRUMB_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_.get(), tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+  CRUMB_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_.get(), tensor_ops ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
 
   int n = 0, c = 0, h = 0, w = 0;
   CRUMB_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(conv_.get(), x_.get(), w_.get(), &n, &c, &h, &w));
@@ -67,17 +73,17 @@ ConvPlan::ConvPlan(cudnnHandle_t handle, const cpu::Conv2dShape& s, ConvPass pas
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     CRUMB_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, x_.get(), w_.get(), conv_.get(), y_.get(),
                                                              CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf));
-    append_ranked(perf, count, tf32, &ranked);
+    append_ranked(perf, count, tensor_ops, &ranked);
   } else if (pass == ConvPass::BackwardData) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     CRUMB_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
         handle, w_.get(), y_.get(), conv_.get(), x_.get(), CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, perf));
-    append_ranked(perf, count, tf32, &ranked);
+    append_ranked(perf, count, tensor_ops, &ranked);
   } else {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     CRUMB_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
         handle, x_.get(), y_.get(), conv_.get(), w_.get(), CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, perf));
-    append_ranked(perf, count, tf32, &ranked);
+    append_ranked(perf, count, tensor_ops, &ranked);
   }
   for (const auto& [algo, math] : ranked) {
     const Candidate cand{algo, math};
@@ -87,8 +93,8 @@ ConvPlan::ConvPlan(cudnnHandle_t handle, const cpu::Conv2dShape& s, ConvPass pas
     candidates_.push_back(cand);
   }
   CRUMB_CHECK(!candidates_.empty(), describe(s), ": no cuDNN ", pass_name(pass), " algorithm in ",
-              tf32 ? "FP32/TF32" : "FP32", " fits the workspace limit of ", workspace_limit, " bytes (", count,
-              " candidates); raise the limit");
+              dtype != CUDNN_DATA_FLOAT ? "16-bit" : tf32 ? "FP32/TF32" : "FP32", " fits the workspace limit of ",
+              workspace_limit, " bytes (", count, " candidates); raise the limit");
   pick(handle);
 }
 
@@ -134,8 +140,8 @@ void ConvPlan::pick(cudnnHandle_t handle) {
 void ConvPlan::set_batch(cudnnHandle_t handle, int n) {
   CRUMB_CHECK(n >= 1 && n <= planned_n_, describe(shape_), ": batch ", n, " outside the planned 1..", planned_n_);
   shape_.n = n;
-  detail::set_nchw(x_, n, shape_.c_in, shape_.h, shape_.w);
-  detail::set_nchw(y_, n, shape_.c_out, shape_.h_out, shape_.w_out);
+  detail::set_nchw(x_, n, shape_.c_in, shape_.h, shape_.w, dtype_);
+  detail::set_nchw(y_, n, shape_.c_out, shape_.h_out, shape_.w_out, dtype_);
   pick(handle);
 }
 
@@ -157,7 +163,8 @@ void ConvPlan::run(cudnnHandle_t handle, std::size_t workspace_bytes, const char
   }
 }
 
-void conv_forward(cudnnHandle_t handle, ConvPlan& plan, float* y, const float* x, const float* w, const float* b,
+// The scaling factors are float for every storage type but double (cuDNN's rule).
+void conv_forward(cudnnHandle_t handle, ConvPlan& plan, void* y, const void* x, const void* w, const void* b,
                   void* workspace, std::size_t workspace_bytes) {
   const float one = 1.0f, zero = 0.0f;
   plan.run(handle, workspace_bytes, "cudnnConvolutionForward", [&](int algo) {
@@ -165,11 +172,26 @@ void conv_forward(cudnnHandle_t handle, ConvPlan& plan, float* y, const float* x
                                    static_cast<cudnnConvolutionFwdAlgo_t>(algo), workspace, workspace_bytes, &zero,
                                    plan.y_.get(), y);
   });
-  if (b) CRUMB_CUDNN_CHECK(cudnnAddTensor(handle, &one, plan.bias_.get(), b, &one, plan.y_.get(), y));
+  if (!b) return;
+  if (plan.dtype_ == CUDNN_DATA_FLOAT) {
+    CRUMB_CUDNN_CHECK(cudnnAddTensor(handle, &one, plan.bias_.get(), b, &one, plan.y_.get(), y));
+    return;
+  }
+  // A 16-bit bias is added by Crumb's own kernel (float32 add, one rounding), which cudnnAddTensor is not
+  // documented to do for bf16.
+  cudaStream_t stream = nullptr;
+  CRUMB_CUDNN_CHECK(cudnnGetStream(handle, &stream));
+  const cpu::Conv2dShape& s = plan.shape_;
+  const int hw = s.h_out * s.w_out;
+  if (plan.dtype_ == CUDNN_DATA_BFLOAT16) {
+    bias_add_nchw(static_cast<bf16*>(y), static_cast<const bf16*>(b), s.n, s.c_out, hw, stream);
+  } else {
+    bias_add_nchw(static_cast<f16*>(y), static_cast<const f16*>(b), s.n, s.c_out, hw, stream);
+  }
 }
 
 // beta = 0 makes cuDNN ignore the output's old contents (garbage, NaN), as write mode requires.
-void conv_backward_data(cudnnHandle_t handle, ConvPlan& plan, float* dx, const float* dy, const float* w,
+void conv_backward_data(cudnnHandle_t handle, ConvPlan& plan, void* dx, const void* dy, const void* w,
                         void* workspace, std::size_t workspace_bytes, bool accumulate) {
   const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   plan.run(handle, workspace_bytes, "cudnnConvolutionBackwardData", [&](int algo) {
@@ -179,8 +201,8 @@ void conv_backward_data(cudnnHandle_t handle, ConvPlan& plan, float* dx, const f
   });
 }
 
-void conv_backward_filter(cudnnHandle_t handle, ConvPlan& plan, float* dw, float* db, const float* dy,
-                          const float* x, void* workspace, std::size_t workspace_bytes, bool accumulate) {
+void conv_backward_filter(cudnnHandle_t handle, ConvPlan& plan, void* dw, void* db, const void* dy, const void* x,
+                          void* workspace, std::size_t workspace_bytes, bool accumulate) {
   const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   plan.run(handle, workspace_bytes, "cudnnConvolutionBackwardFilter", [&](int algo) {
     return cudnnConvolutionBackwardFilter(handle, &one, plan.x_.get(), x, plan.y_.get(), dy, plan.conv_.get(),

@@ -1,5 +1,8 @@
-// conv2d on cuDNN (NCHW float; shapes and write modes as the CPU twins in kernels/conv2d.h):
-// x [n, c_in, h, w], w [c_out, c_in, kh, kw], b [c_out], y [n, c_out, h_out, w_out].
+// conv2d on cuDNN (NCHW; shapes and write modes as the CPU twins in kernels/conv2d.h):
+// x [n, c_in, h, w], w [c_out, c_in, kh, kw], b [c_out], y [n, c_out, h_out, w_out], all of the plan's
+// storage type: float, or bf16 / f16 (kernels/half.h) computed in float32 (cuDNN's PSEUDO_BFLOAT16 and
+// PSEUDO_HALF configurations) on tensor cores. cuDNN's legacy API writes a weight gradient of the
+// operands' type only, so a 16-bit backward-filter plan's dw and db are 16-bit too.
 // The handle carries the stream (cudnnSetStream, set once by the engine).
 // Uses cuDNN's legacy convolution API (deprecated in cuDNN 9, still complete there), which needs no
 // graph building: a plan is a handful of descriptors and a ranked list of algorithm ids.
@@ -24,12 +27,13 @@ enum class ConvPass { Forward, BackwardData, BackwardFilter };
 // plans it into the arena. At any batch the plan runs the first candidate whose workspace there fits the
 // plan's (cuDNN does not promise that a smaller batch needs less), and a candidate that cuDNN refuses
 // at run time (NOT_SUPPORTED) is dropped for the next. With tf32 off, math is FP32 FMA only, so results
-// match the CPU to float rounding; with it on, tensor-op (TF32) candidates are allowed too.
+// match the CPU to float rounding; with it on, tensor-op (TF32) candidates are allowed too. A 16-bit plan
+// allows every math cuDNN offers for it: its tensor-op candidates are the fast ones.
 class ConvPlan {
  public:
   // shape.n is the largest micro-batch. Throws if the pass has no algorithm within workspace_limit bytes.
   ConvPlan(cudnnHandle_t handle, const cpu::Conv2dShape& shape, ConvPass pass, std::size_t workspace_limit,
-           bool tf32 = false);
+           bool tf32 = false, cudnnDataType_t dtype = CUDNN_DATA_FLOAT);
 
   // Re-targets the plan to n samples, 1 <= n <= the planned batch (the ragged last micro-batch; also back
   // to the full batch). Re-sets the x/y descriptors and picks the algorithm for n (remembered per n), which
@@ -39,6 +43,7 @@ class ConvPlan {
   // The current shape (n as last set).
   const cpu::Conv2dShape& shape() const { return shape_; }
   ConvPass pass() const { return pass_; }
+  cudnnDataType_t dtype() const { return dtype_; }
   // Workspace bytes the pass needs at any batch up to the planned one.
   std::size_t workspace_bytes() const { return workspace_; }
   // The algorithm (cuDNN's enum value for the pass) the next run uses.
@@ -49,11 +54,10 @@ class ConvPlan {
     int algo;
     cudnnMathType_t math;
   };
-  friend void conv_forward(cudnnHandle_t, ConvPlan&, float*, const float*, const float*, const float*, void*,
+  friend void conv_forward(cudnnHandle_t, ConvPlan&, void*, const void*, const void*, const void*, void*,
                            std::size_t);
-  friend void conv_backward_data(cudnnHandle_t, ConvPlan&, float*, const float*, const float*, void*, std::size_t,
-                                 bool);
-  friend void conv_backward_filter(cudnnHandle_t, ConvPlan&, float*, float*, const float*, const float*, void*,
+  friend void conv_backward_data(cudnnHandle_t, ConvPlan&, void*, const void*, const void*, void*, std::size_t, bool);
+  friend void conv_backward_filter(cudnnHandle_t, ConvPlan&, void*, void*, const void*, const void*, void*,
                                    std::size_t, bool);
 
   // cuDNN's workspace query for this pass with candidate c at the current descriptors.
@@ -65,6 +69,7 @@ class ConvPlan {
 
   cpu::Conv2dShape shape_;
   ConvPass pass_;
+  cudnnDataType_t dtype_;
   int planned_n_;
   detail::TensorDescriptor x_, y_, bias_;  // x and y double as dx and dy
   detail::FilterDescriptor w_;             // doubles as dw
@@ -75,14 +80,15 @@ class ConvPlan {
   std::vector<std::pair<int, Candidate>> picked_;  // batch -> candidate, so revisiting a batch queries nothing
 };
 
+// Every array is of the plan's storage type (dtype()).
 // y = conv(x, w) + b (b may be null). workspace: device scratch of workspace_bytes >= plan.workspace_bytes().
-void conv_forward(cudnnHandle_t handle, ConvPlan& plan, float* y, const float* x, const float* w, const float* b,
+void conv_forward(cudnnHandle_t handle, ConvPlan& plan, void* y, const void* x, const void* w, const void* b,
                   void* workspace, std::size_t workspace_bytes);
 // dx (=|+=) conv-transpose of dy with w
-void conv_backward_data(cudnnHandle_t handle, ConvPlan& plan, float* dx, const float* dy, const float* w,
+void conv_backward_data(cudnnHandle_t handle, ConvPlan& plan, void* dx, const void* dy, const void* w,
                         void* workspace, std::size_t workspace_bytes, bool accumulate);
 // dw (=|+=) correlation of x with dy; db (=|+=) sum of dy over n, h, w (db may be null)
-void conv_backward_filter(cudnnHandle_t handle, ConvPlan& plan, float* dw, float* db, const float* dy,
-                          const float* x, void* workspace, std::size_t workspace_bytes, bool accumulate);
+void conv_backward_filter(cudnnHandle_t handle, ConvPlan& plan, void* dw, void* db, const void* dy, const void* x,
+                          void* workspace, std::size_t workspace_bytes, bool accumulate);
 
 }  // namespace crumb::cuda

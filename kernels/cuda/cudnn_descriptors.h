@@ -32,9 +32,10 @@ using FilterDescriptor = Descriptor<cudnnFilterDescriptor_t, cudnnCreateFilterDe
 using ConvolutionDescriptor =
     Descriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor, cudnnDestroyConvolutionDescriptor>;
 
-// A dense NCHW float tensor [n, c, h, w]. Cheap: no allocation, no device work.
-inline void set_nchw(const TensorDescriptor& desc, int n, int c, int h, int w) {
-  CRUMB_CUDNN_CHECK(cudnnSetTensor4dDescriptor(desc.get(), CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, w));
+// A dense NCHW tensor [n, c, h, w] of float (or `dtype`). Cheap: no allocation, no device work.
+inline void set_nchw(const TensorDescriptor& desc, int n, int c, int h, int w,
+                     cudnnDataType_t dtype = CUDNN_DATA_FLOAT) {
+  CRUMB_CUDNN_CHECK(cudnnSetTensor4dDescriptor(desc.get(), CUDNN_TENSOR_NCHW, dtype, n, c, h, w));
 }
 
 }  // namespace crumb::cuda::detail

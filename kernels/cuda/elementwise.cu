@@ -1,6 +1,10 @@
-// One-thread-per-element kernels: activations, sums, copies and the per-channel broadcasts (bias add,
-// global-average-pool backward). All are memory bound; each thread touches index i of every array
-// only, which is what makes the documented in-place aliasing safe.
+// Elementwise kernels: activations, sums, copies and the per-channel broadcasts (bias add,
+// global-average-pool backward), for every storage type (float, bf16, f16), computing in float32. All
+// are memory bound; each thread touches its own elements of every array only, which is what makes the
+// documented in-place aliasing safe. The maps (ReLU, add, copy) load and store 16 bytes at a time (4
+// floats, 8 16-bit values) where every array is 16-byte aligned, which the engine's arena is.
+#include <cstdint>
+
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/kernel_util.cuh"
 #include "kernels/elementwise.h"
@@ -13,75 +17,102 @@ using detail::kBlock;
 using detail::nchw_count;
 using detail::put;
 
-// Not __restrict__: the launchers document y/x and dx/dy aliasing.
-__global__ void relu_forward_kernel(float* y, const float* x, std::size_t count) {
-  const std::size_t i = global_index();
-  if (i < count) y[i] = x[i] <= 0.0f ? 0.0f : x[i];  // NaN propagates, as in the CPU kernel and PyTorch
+// The maps: out (=|+=) f(a[i], b[i]) (b unused by the one-input maps).
+struct Relu {
+  // NaN propagates, as in the CPU kernel and PyTorch.
+  __device__ float operator()(float x, float) const { return x <= 0.0f ? 0.0f : x; }
+};
+struct ReluBackward {  // a = dy, b = y
+  __device__ float operator()(float dy, float y) const { return y > 0.0f ? dy : 0.0f; }
+};
+struct Add {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct Copy {
+  __device__ float operator()(float x, float) const { return x; }
+};
+
+// Elements one 16-byte load carries.
+template <class T> constexpr int kPack = 16 / sizeof(T);
+template <class T> struct alignas(16) Pack {
+  T v[kPack<T>];
+};
+
+// Thread t maps elements [t * kPack, (t + 1) * kPack): one 16-byte load per array when `packed` (every
+// array 16-byte aligned), else element by element; the last thread's pack may be partial. Not
+// __restrict__: out may alias a or b, and each thread reads its elements before it writes them.
+template <class T, class F>
+__global__ void map_kernel(T* out, const T* a, const T* b, std::size_t count, bool accumulate, bool packed, F f) {
+  constexpr int kN = kPack<T>;
+  const std::size_t first = global_index() * kN;
+  if (first >= count) return;
+  if (packed && first + kN <= count) {
+    const Pack<T> pa = *reinterpret_cast<const Pack<T>*>(a + first);
+    Pack<T> pb{}, po{};
+    if (b) pb = *reinterpret_cast<const Pack<T>*>(b + first);
+    if (accumulate) po = *reinterpret_cast<const Pack<T>*>(out + first);
+#pragma unroll
+    for (int j = 0; j < kN; ++j) put(po.v[j], f(to_float(pa.v[j]), b ? to_float(pb.v[j]) : 0.0f), accumulate);
+    *reinterpret_cast<Pack<T>*>(out + first) = po;
+    return;
+  }
+  const std::size_t last = first + kN < count ? first + kN : count;
+  for (std::size_t i = first; i < last; ++i) put(out[i], f(to_float(a[i]), b ? to_float(b[i]) : 0.0f), accumulate);
 }
 
-__global__ void relu_backward_kernel(float* dx, const float* dy, const float* y, std::size_t count, bool accumulate) {
-  const std::size_t i = global_index();
-  if (i < count) put(dx[i], y[i] > 0.0f ? dy[i] : 0.0f, accumulate);
-}
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
-__global__ void add_forward_kernel(float* y, const float* a, const float* b, std::size_t count) {
-  const std::size_t i = global_index();
-  if (i < count) y[i] = a[i] + b[i];
-}
-
-__global__ void copy_or_accumulate_kernel(float* y, const float* x, std::size_t count, bool accumulate) {
-  const std::size_t i = global_index();
-  if (i < count) put(y[i], x[i], accumulate);
+template <class T, class F>
+void map(T* out, const T* a, const T* b, std::size_t count, bool accumulate, cudaStream_t stream) {
+  if (count == 0) return;
+  const bool packed = aligned16(out) && aligned16(a) && (!b || aligned16(b));
+  const std::size_t threads = (count + kPack<T> - 1) / kPack<T>;
+  map_kernel<<<blocks_for(threads), kBlock, 0, stream>>>(out, a, b, count, accumulate, packed, F{});
+  CRUMB_CUDA_CHECK_LAUNCH();
 }
 
 // y [rows = n * c, hw]: element i belongs to channel (i / hw) % c.
-__global__ void bias_add_nchw_kernel(float* y, const float* b, std::size_t count, int c, int hw) {
+template <class T> __global__ void bias_add_nchw_kernel(T* y, const T* b, std::size_t count, int c, int hw) {
   const std::size_t i = global_index();
-  if (i < count) y[i] += b[(i / hw) % c];
+  if (i < count) y[i] = from_float<T>(to_float(y[i]) + to_float(b[(i / hw) % c]));
 }
 
 // dx [rows, hw], dy [rows]: every element of a row gets the row's share dy / hw.
-__global__ void global_avg_pool_backward_kernel(float* dx, const float* dy, std::size_t count, int hw, float inv_hw,
+template <class T>
+__global__ void global_avg_pool_backward_kernel(T* dx, const T* dy, std::size_t count, int hw, float inv_hw,
                                                 bool accumulate) {
   const std::size_t i = global_index();
-  if (i < count) put(dx[i], dy[i / hw] * inv_hw, accumulate);
+  if (i < count) put(dx[i], to_float(dy[i / hw]) * inv_hw, accumulate);
 }
 
 }  // namespace
 
-void relu_forward(float* y, const float* x, std::size_t count, cudaStream_t stream) {
-  if (count == 0) return;
-  relu_forward_kernel<<<blocks_for(count), kBlock, 0, stream>>>(y, x, count);
-  CRUMB_CUDA_CHECK_LAUNCH();
+template <class T> void relu_forward(T* y, const T* x, std::size_t count, cudaStream_t stream) {
+  map<T, Relu>(y, x, nullptr, count, false, stream);
 }
 
-void relu_backward(float* dx, const float* dy, const float* y, std::size_t count, bool accumulate,
-                   cudaStream_t stream) {
-  if (count == 0) return;
-  relu_backward_kernel<<<blocks_for(count), kBlock, 0, stream>>>(dx, dy, y, count, accumulate);
-  CRUMB_CUDA_CHECK_LAUNCH();
+template <class T>
+void relu_backward(T* dx, const T* dy, const T* y, std::size_t count, bool accumulate, cudaStream_t stream) {
+  map<T, ReluBackward>(dx, dy, y, count, accumulate, stream);
 }
 
-void add_forward(float* y, const float* a, const float* b, std::size_t count, cudaStream_t stream) {
-  if (count == 0) return;
-  add_forward_kernel<<<blocks_for(count), kBlock, 0, stream>>>(y, a, b, count);
-  CRUMB_CUDA_CHECK_LAUNCH();
+template <class T> void add_forward(T* y, const T* a, const T* b, std::size_t count, cudaStream_t stream) {
+  map<T, Add>(y, a, b, count, false, stream);
 }
 
-void copy_or_accumulate(float* y, const float* x, std::size_t count, bool accumulate, cudaStream_t stream) {
-  if (count == 0) return;
-  copy_or_accumulate_kernel<<<blocks_for(count), kBlock, 0, stream>>>(y, x, count, accumulate);
-  CRUMB_CUDA_CHECK_LAUNCH();
+template <class T> void copy_or_accumulate(T* y, const T* x, std::size_t count, bool accumulate, cudaStream_t stream) {
+  map<T, Copy>(y, x, nullptr, count, accumulate, stream);
 }
 
-void bias_add_nchw(float* y, const float* b, int n, int c, int hw, cudaStream_t stream) {
+template <class T> void bias_add_nchw(T* y, const T* b, int n, int c, int hw, cudaStream_t stream) {
   const std::size_t count = nchw_count(n, c, hw, "bias_add_nchw");
   if (count == 0) return;
   bias_add_nchw_kernel<<<blocks_for(count), kBlock, 0, stream>>>(y, b, count, c, hw);
   CRUMB_CUDA_CHECK_LAUNCH();
 }
 
-void global_avg_pool_backward(float* dx, const float* dy, int n, int c, int hw, bool accumulate, cudaStream_t stream) {
+template <class T>
+void global_avg_pool_backward(T* dx, const T* dy, int n, int c, int hw, bool accumulate, cudaStream_t stream) {
   const std::size_t count = nchw_count(n, c, hw, "global_avg_pool_backward");
   if (count == 0) return;
   // 1/hw rounded once, then multiplied, as the CPU kernel does.
@@ -89,5 +120,15 @@ void global_avg_pool_backward(float* dx, const float* dy, int n, int c, int hw, 
   global_avg_pool_backward_kernel<<<blocks_for(count), kBlock, 0, stream>>>(dx, dy, count, hw, inv_hw, accumulate);
   CRUMB_CUDA_CHECK_LAUNCH();
 }
+
+#define CRUMB_INSTANTIATE(T)                                                                                  \
+  template void relu_forward<T>(T*, const T*, std::size_t, cudaStream_t);                                    \
+  template void relu_backward<T>(T*, const T*, const T*, std::size_t, bool, cudaStream_t);                   \
+  template void add_forward<T>(T*, const T*, const T*, std::size_t, cudaStream_t);                           \
+  template void copy_or_accumulate<T>(T*, const T*, std::size_t, bool, cudaStream_t);                        \
+  template void bias_add_nchw<T>(T*, const T*, int, int, int, cudaStream_t);                                 \
+  template void global_avg_pool_backward<T>(T*, const T*, int, int, int, bool, cudaStream_t);
+CRUMB_CUDA_FOR_FLOAT_TYPES(CRUMB_INSTANTIATE)
+#undef CRUMB_INSTANTIATE
 
 }  // namespace crumb::cuda

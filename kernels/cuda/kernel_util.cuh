@@ -4,6 +4,7 @@
 #include <cstddef>
 
 #include "engine/base/error.h"
+#include "kernels/half.h"
 
 namespace crumb::cuda::detail {
 
@@ -34,15 +35,21 @@ __device__ __forceinline__ std::size_t global_index() {
   return static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
 
-// The write mode of a gradient output. `accumulate` is uniform over the grid, so the branch costs no
-// divergence; in write mode dst is not read, as it may hold garbage.
-__device__ __forceinline__ void put(float& dst, float value, bool accumulate) {
+// The write mode of a gradient output of storage type T (float, bf16, f16: kernels/half.h), the value
+// computed in float32 and rounded once when stored. `accumulate` is uniform over the grid, so the branch
+// costs no divergence; in write mode dst is not read, as it may hold garbage.
+template <class T> __device__ __forceinline__ void put(T& dst, float value, bool accumulate) {
   if (accumulate) {
-    dst += value;
+    dst = from_float<T>(to_float(dst) + value);
   } else {
-    dst = value;
+    dst = from_float<T>(value);
   }
 }
+
+// Instantiates a launcher template for every storage type of the float kernels: X(float), X(bf16),
+// X(f16). The 16-bit ones load as float, compute in float32 and store rounded to nearest even, so the
+// float one is the same code as before there were others.
+#define CRUMB_CUDA_FOR_FLOAT_TYPES(X) X(float) X(::crumb::bf16) X(::crumb::f16)
 
 // Reductions across the 32 lanes of a warp; every lane gets the result. All lanes must take part.
 __device__ __forceinline__ float warp_sum(float v) {

@@ -1,5 +1,7 @@
-// BatchNorm and GroupNorm on NCHW float tensors: the twins of kernels/cpu/norm.cc. Statistics are
-// accumulated in double in two passes (the mean, then the squared deviations from it), as on the CPU.
+// BatchNorm and GroupNorm on NCHW tensors of float or 16-bit values (loaded as float): the twins of
+// kernels/cpu/norm.cc. Statistics are accumulated in double in two passes (the mean, then the squared
+// deviations from it), as on the CPU; parameters, their gradients, stats and running statistics are
+// float32 (moments double) whatever the activations' storage type.
 // Every reduction is one block's fixed-order sum, without atomics, so results are deterministic:
 // - BatchNorm: one block per channel, visiting the channel's groups in order, so that its moments and
 //   running statistics are merged in the CPU's order, by one thread;
@@ -101,8 +103,9 @@ __device__ ScaleShift scale_shift(float w, float b, float mean, float invstd) {
   return {static_cast<float>(scale), static_cast<float>(b - mean * scale)};
 }
 
+template <class T>
 __global__ void __launch_bounds__(kChannelBlock)
-    batch_norm_forward_train_kernel(float* y, float* stats, const float* x, const float* w, const float* b,
+    batch_norm_forward_train_kernel(T* y, float* stats, const T* x, const float* w, const float* b,
                                     cpu::BatchNormShape s, int groups, double eps, double* moments,
                                     float* running_mean, float* running_var, int64_t* tracked, double momentum) {
   // Counted once per call, as on the CPU, whatever the number of channels.
@@ -112,22 +115,22 @@ __global__ void __launch_bounds__(kChannelBlock)
   const ChannelRuns runs{static_cast<std::size_t>(s.hw), static_cast<std::size_t>(s.c) * s.hw};
   for (int g = 0; g < groups; ++g) {
     const std::size_t count = static_cast<std::size_t>(group_size(s, g)) * s.hw, at = group_offset(s, g, c);
-    const float* xg = x + at;
+    const T* xg = x + at;
     double sum = 0;
-    for (std::size_t e = threadIdx.x; e < count; e += blockDim.x) sum += xg[runs.at(e)];
+    for (std::size_t e = threadIdx.x; e < count; e += blockDim.x) sum += to_float(xg[runs.at(e)]);
     const double mean = block_sum(sum) / static_cast<double>(count);
     double dev = 0;
     for (std::size_t e = threadIdx.x; e < count; e += blockDim.x) {
-      const double d = xg[runs.at(e)] - mean;
+      const double d = to_float(xg[runs.at(e)]) - mean;
       dev += d * d;
     }
     const double m2 = block_sum(dev);
     const float mean_f = static_cast<float>(mean), invstd_f = static_cast<float>(inv_std(m2 / static_cast<double>(count), eps));
     const ScaleShift a = scale_shift(w[c], b[c], mean_f, invstd_f);
-    float* yg = y + at;
+    T* yg = y + at;
     for (std::size_t e = threadIdx.x; e < count; e += blockDim.x) {
       const std::size_t i = runs.at(e);
-      yg[i] = xg[i] * a.scale + a.shift;
+      yg[i] = from_float<T>(to_float(xg[i]) * a.scale + a.shift);
     }
     if (threadIdx.x == 0) {  // the others go on to the next group's reductions and wait there
       const std::size_t k = stats_index(s, g, c);
@@ -163,8 +166,9 @@ __global__ void batch_norm_commit_kernel(float* running_mean, float* running_var
       static_cast<float>((1 - momentum) * running_var[i] + momentum * (count > 1 ? m2 / (count - 1) : 0.0));
 }
 
+template <class T>
 __global__ void __launch_bounds__(kChannelBlock)
-    batch_norm_forward_frozen_kernel(float* y, float* stats, const float* x, const float* w, const float* b,
+    batch_norm_forward_frozen_kernel(T* y, float* stats, const T* x, const float* w, const float* b,
                                      const float* running_mean, const float* running_var, cpu::BatchNormShape s,
                                      int groups, double eps) {
   const int c = blockIdx.x;
@@ -174,7 +178,7 @@ __global__ void __launch_bounds__(kChannelBlock)
   const std::size_t count = static_cast<std::size_t>(s.n) * s.hw, first = static_cast<std::size_t>(c) * s.hw;
   for (std::size_t e = threadIdx.x; e < count; e += blockDim.x) {
     const std::size_t i = first + runs.at(e);
-    y[i] = x[i] * a.scale + a.shift;
+    y[i] = from_float<T>(to_float(x[i]) * a.scale + a.shift);
   }
   if (!stats) return;
   for (int g = static_cast<int>(threadIdx.x); g < groups; g += static_cast<int>(blockDim.x)) {
@@ -185,8 +189,9 @@ __global__ void __launch_bounds__(kChannelBlock)
 }
 
 // One block per channel, groups in turn: y from x and each group's stored statistics.
+template <class T>
 __global__ void __launch_bounds__(kChannelBlock)
-    batch_norm_apply_kernel(float* y, const float* x, const float* w, const float* b, const float* stats,
+    batch_norm_apply_kernel(T* y, const T* x, const float* w, const float* b, const float* stats,
                             cpu::BatchNormShape s, int groups) {
   const int c = blockIdx.x;
   const ChannelRuns runs{static_cast<std::size_t>(s.hw), static_cast<std::size_t>(s.c) * s.hw};
@@ -196,13 +201,14 @@ __global__ void __launch_bounds__(kChannelBlock)
     const ScaleShift a = scale_shift(w[c], b[c], stats[k], stats[k + s.c]);
     for (std::size_t e = threadIdx.x; e < count; e += blockDim.x) {
       const std::size_t i = at + runs.at(e);
-      y[i] = x[i] * a.scale + a.shift;
+      y[i] = from_float<T>(to_float(x[i]) * a.scale + a.shift);
     }
   }
 }
 
+template <class T>
 __global__ void __launch_bounds__(kChannelBlock)
-    batch_norm_backward_kernel(float* dw, float* db, float* dx, const float* dy, const float* x, const float* w,
+    batch_norm_backward_kernel(float* dw, float* db, T* dx, const T* dy, const T* x, const float* w,
                                const float* stats, cpu::BatchNormShape s, int groups, bool batch_stats,
                                bool accumulate) {
   const int c = blockIdx.x;
@@ -212,14 +218,14 @@ __global__ void __launch_bounds__(kChannelBlock)
     const std::size_t count = static_cast<std::size_t>(group_size(s, g)) * s.hw, at = group_offset(s, g, c);
     const std::size_t k = stats_index(s, g, c);
     const double mean = stats[k], invstd = stats[k + s.c];
-    const float* dyg = dy + at;
-    const float* xg = x + at;
+    const T* dyg = dy + at;
+    const T* xg = x + at;
     double sdy = 0, sdyx = 0;  // sum of dy and of dy * (x - mean) over the group
     for (std::size_t e = threadIdx.x; e < count; e += blockDim.x) {
       const std::size_t i = runs.at(e);
-      const double d = dyg[i];
+      const double d = to_float(dyg[i]);
       sdy += d;
-      sdyx += d * (xg[i] - mean);
+      sdyx += d * (to_float(xg[i]) - mean);
     }
     const Sums t = block_sums(sdy, sdyx);
     sum_db += t.a;
@@ -230,10 +236,10 @@ __global__ void __launch_bounds__(kChannelBlock)
     const float a = static_cast<float>(batch_stats ? kd * t.a / n_g : 0.0);
     const float slope = static_cast<float>(batch_stats ? kd * t.b * invstd * invstd / n_g : 0.0);
     const float k_f = static_cast<float>(kd), mean_f = static_cast<float>(mean);
-    float* dxg = dx + at;
+    T* dxg = dx + at;
     for (std::size_t e = threadIdx.x; e < count; e += blockDim.x) {
       const std::size_t i = runs.at(e);
-      dxg[i] = k_f * dyg[i] - a - slope * (xg[i] - mean_f);
+      dxg[i] = from_float<T>(k_f * to_float(dyg[i]) - a - slope * (to_float(xg[i]) - mean_f));
     }
   }
   if (threadIdx.x == 0) {
@@ -244,19 +250,20 @@ __global__ void __launch_bounds__(kChannelBlock)
 
 // GroupNorm row = sample * groups + group: its c / groups channels are one contiguous block of len
 // values at row * len.
+template <class T>
 __global__ void __launch_bounds__(kRowBlock)
-    group_norm_forward_kernel(float* y, float* stats, const float* x, const float* w, const float* b,
+    group_norm_forward_kernel(T* y, float* stats, const T* x, const float* w, const float* b,
                               cpu::GroupNormShape s, double eps) {
   const std::size_t row = blockIdx.x, sample = row / s.groups, g = row % s.groups;
   const int cpg = s.c / s.groups;
   const std::size_t len = static_cast<std::size_t>(cpg) * s.hw, at = row * len;
-  const float* xr = x + at;
+  const T* xr = x + at;
   double sum = 0;
-  for (std::size_t e = threadIdx.x; e < len; e += blockDim.x) sum += xr[e];
+  for (std::size_t e = threadIdx.x; e < len; e += blockDim.x) sum += to_float(xr[e]);
   const double mean = block_sum(sum) / static_cast<double>(len);
   double dev = 0;
   for (std::size_t e = threadIdx.x; e < len; e += blockDim.x) {
-    const double d = xr[e] - mean;
+    const double d = to_float(xr[e]) - mean;
     dev += d * d;
   }
   const double invstd = inv_std(block_sum(dev) / static_cast<double>(len), eps);
@@ -264,45 +271,47 @@ __global__ void __launch_bounds__(kRowBlock)
     stats[sample * 2 * s.groups + g] = static_cast<float>(mean);
     stats[sample * 2 * s.groups + s.groups + g] = static_cast<float>(invstd);
   }
-  float* yr = y + at;
+  T* yr = y + at;
   for (std::size_t e = threadIdx.x; e < len; e += blockDim.x) {
     const std::size_t c = g * cpg + e / s.hw;
     const double scale = w[c] * invstd;
-    yr[e] = xr[e] * static_cast<float>(scale) + static_cast<float>(b[c] - mean * scale);
+    yr[e] = from_float<T>(to_float(xr[e]) * static_cast<float>(scale) + static_cast<float>(b[c] - mean * scale));
   }
 }
 
 // Within a group w varies by channel: dx = invstd (dy w - mean(dy w) - xhat mean(dy w xhat)).
+template <class T>
 __global__ void __launch_bounds__(kRowBlock)
-    group_norm_backward_data_kernel(float* dx, const float* dy, const float* x, const float* w, const float* stats,
+    group_norm_backward_data_kernel(T* dx, const T* dy, const T* x, const float* w, const float* stats,
                                     cpu::GroupNormShape s) {
   const std::size_t row = blockIdx.x, sample = row / s.groups, g = row % s.groups;
   const int cpg = s.c / s.groups;
   const std::size_t len = static_cast<std::size_t>(cpg) * s.hw, at = row * len;
   const double mean = stats[sample * 2 * s.groups + g], invstd = stats[sample * 2 * s.groups + s.groups + g];
-  const float* dyr = dy + at;
-  const float* xr = x + at;
+  const T* dyr = dy + at;
+  const T* xr = x + at;
   double sdyw = 0, sdywx = 0;  // sum of dy w and of dy w (x - mean) over the row
   for (std::size_t e = threadIdx.x; e < len; e += blockDim.x) {
-    const double dyw = static_cast<double>(dyr[e]) * w[g * cpg + e / s.hw];
+    const double dyw = static_cast<double>(to_float(dyr[e])) * w[g * cpg + e / s.hw];
     sdyw += dyw;
-    sdywx += dyw * (xr[e] - mean);
+    sdywx += dyw * (to_float(xr[e]) - mean);
   }
   const Sums t = block_sums(sdyw, sdywx);
   const double n_r = static_cast<double>(len);
   const float a = static_cast<float>(invstd * t.a / n_r);
   const float slope = static_cast<float>(invstd * invstd * invstd * t.b / n_r);
   const float mean_f = static_cast<float>(mean);
-  float* dxr = dx + at;
+  T* dxr = dx + at;
   for (std::size_t e = threadIdx.x; e < len; e += blockDim.x) {
     const float k = static_cast<float>(w[g * cpg + e / s.hw] * invstd);
-    dxr[e] = k * dyr[e] - a - slope * (xr[e] - mean_f);
+    dxr[e] = from_float<T>(k * to_float(dyr[e]) - a - slope * (to_float(xr[e]) - mean_f));
   }
 }
 
 // dw, db reduce over samples: one block per channel, so no two blocks write one channel.
+template <class T>
 __global__ void __launch_bounds__(kChannelBlock)
-    group_norm_backward_weight_kernel(float* dw, float* db, const float* dy, const float* x, const float* stats,
+    group_norm_backward_weight_kernel(float* dw, float* db, const T* dy, const T* x, const float* stats,
                                       cpu::GroupNormShape s, bool accumulate) {
   const int c = blockIdx.x;
   const std::size_t g = c / (s.c / s.groups);
@@ -312,9 +321,9 @@ __global__ void __launch_bounds__(kChannelBlock)
   for (std::size_t e = threadIdx.x; e < count; e += blockDim.x) {
     const std::size_t sample = e / s.hw, i = first + runs.at(e);
     const double mean = stats[sample * 2 * s.groups + g], invstd = stats[sample * 2 * s.groups + s.groups + g];
-    const double d = dy[i];
+    const double d = to_float(dy[i]);
     sum_db += d;
-    sum_dw += d * (x[i] - mean) * invstd;
+    sum_dw += d * (to_float(x[i]) - mean) * invstd;
   }
   const Sums t = block_sums(sum_dw, sum_db);
   if (threadIdx.x == 0) {
@@ -343,7 +352,8 @@ unsigned gn_rows(const cpu::GroupNormShape& s, const char* what) {
 
 }  // namespace
 
-void batch_norm_forward_train(float* y, float* stats, const float* x, const float* w, const float* b,
+template <class T>
+void batch_norm_forward_train(T* y, float* stats, const T* x, const float* w, const float* b,
                               const cpu::BatchNormShape& s, double eps, double* moments, float* running_mean,
                               float* running_var, int64_t* tracked, double momentum, cudaStream_t stream) {
   const int groups = bn_groups(s, "batch_norm_forward_train");
@@ -366,7 +376,8 @@ void batch_norm_commit(float* running_mean, float* running_var, int64_t* tracked
   CRUMB_CUDA_CHECK_LAUNCH();
 }
 
-void batch_norm_apply(float* y, const float* x, const float* w, const float* b, const float* stats,
+template <class T>
+void batch_norm_apply(T* y, const T* x, const float* w, const float* b, const float* stats,
                       const cpu::BatchNormShape& s, cudaStream_t stream) {
   const int groups = bn_groups(s, "batch_norm_apply");
   if (groups == 0 || s.c == 0) return;
@@ -374,7 +385,8 @@ void batch_norm_apply(float* y, const float* x, const float* w, const float* b, 
   CRUMB_CUDA_CHECK_LAUNCH();
 }
 
-void batch_norm_forward_frozen(float* y, float* stats, const float* x, const float* w, const float* b,
+template <class T>
+void batch_norm_forward_frozen(T* y, float* stats, const T* x, const float* w, const float* b,
                                const float* running_mean, const float* running_var, const cpu::BatchNormShape& s,
                                double eps, cudaStream_t stream) {
   const int groups = bn_groups(s, "batch_norm_forward_frozen");
@@ -384,7 +396,8 @@ void batch_norm_forward_frozen(float* y, float* stats, const float* x, const flo
   CRUMB_CUDA_CHECK_LAUNCH();
 }
 
-void batch_norm_backward(float* dw, float* db, float* dx, const float* dy, const float* x, const float* w,
+template <class T>
+void batch_norm_backward(float* dw, float* db, T* dx, const T* dy, const T* x, const float* w,
                          const float* stats, const cpu::BatchNormShape& s, bool batch_stats, bool accumulate,
                          cudaStream_t stream) {
   const int groups = bn_groups(s, "batch_norm_backward");
@@ -395,7 +408,8 @@ void batch_norm_backward(float* dw, float* db, float* dx, const float* dy, const
   CRUMB_CUDA_CHECK_LAUNCH();
 }
 
-void group_norm_forward(float* y, float* stats, const float* x, const float* w, const float* b,
+template <class T>
+void group_norm_forward(T* y, float* stats, const T* x, const float* w, const float* b,
                         const cpu::GroupNormShape& s, double eps, cudaStream_t stream) {
   const unsigned rows = gn_rows(s, "group_norm_forward");
   if (rows == 0 || s.c == 0) return;
@@ -403,7 +417,8 @@ void group_norm_forward(float* y, float* stats, const float* x, const float* w, 
   CRUMB_CUDA_CHECK_LAUNCH();
 }
 
-void group_norm_backward(float* dw, float* db, float* dx, const float* dy, const float* x, const float* w,
+template <class T>
+void group_norm_backward(float* dw, float* db, T* dx, const T* dy, const T* x, const float* w,
                          const float* stats, const cpu::GroupNormShape& s, bool accumulate, cudaStream_t stream) {
   const unsigned rows = gn_rows(s, "group_norm_backward");
   if (s.c == 0) return;
@@ -415,5 +430,22 @@ void group_norm_backward(float* dw, float* db, float* dx, const float* dy, const
   group_norm_backward_weight_kernel<<<s.c, kChannelBlock, 0, stream>>>(dw, db, dy, x, stats, s, accumulate);
   CRUMB_CUDA_CHECK_LAUNCH();
 }
+
+#define CRUMB_INSTANTIATE(T)                                                                                    \
+  template void batch_norm_forward_train<T>(T*, float*, const T*, const float*, const float*,                       \
+                                            const cpu::BatchNormShape&, double, double*, float*, float*, int64_t*, \
+                                            double, cudaStream_t);                                                 \
+  template void batch_norm_apply<T>(T*, const T*, const float*, const float*, const float*,                        \
+                                    const cpu::BatchNormShape&, cudaStream_t);                                     \
+  template void batch_norm_forward_frozen<T>(T*, float*, const T*, const float*, const float*, const float*,        \
+                                             const float*, const cpu::BatchNormShape&, double, cudaStream_t);      \
+  template void batch_norm_backward<T>(float*, float*, T*, const T*, const T*, const float*, const float*,         \
+                                       const cpu::BatchNormShape&, bool, bool, cudaStream_t);                      \
+  template void group_norm_forward<T>(T*, float*, const T*, const float*, const float*, const cpu::GroupNormShape&, \
+                                      double, cudaStream_t);                                                       \
+  template void group_norm_backward<T>(float*, float*, T*, const T*, const T*, const float*, const float*,         \
+                                       const cpu::GroupNormShape&, bool, cudaStream_t);
+CRUMB_CUDA_FOR_FLOAT_TYPES(CRUMB_INSTANTIATE)
+#undef CRUMB_INSTANTIATE
 
 }  // namespace crumb::cuda

@@ -1,4 +1,5 @@
-// 2-D max and average pooling on NCHW float tensors: the twins of kernels/cpu/pool.cc. They replace the
+// 2-D max and average pooling on NCHW tensors of float or 16-bit values (loaded as float, summed in
+// float32, stored rounded once): the twins of kernels/cpu/pool.cc. They replace the
 // cuDNN pooling wrapper for two reasons:
 // - Memory: the engine keeps a 1-byte argmax per output of a max pool for its backward, instead of the
 //   pool input. cuDNN's pooling backward needs both x and y, which would keep the input alive until the
@@ -81,20 +82,21 @@ __device__ __forceinline__ bool is_nan(float v) { return v != v; }
 //   maximum, so ties keep the earlier cell, and the first cell is taken whatever it is (an all -inf
 //   window still gets an argmax). Padding cells are never read.
 // y holds the winning cell's value itself (a NaN keeps its payload).
-__device__ __forceinline__ void max_pool2d_forward_at(std::size_t i, float* __restrict__ y,
-                                                      uint8_t* __restrict__ argmax, const float* __restrict__ x,
+template <class T>
+__device__ __forceinline__ void max_pool2d_forward_at(std::size_t i, T* __restrict__ y,
+                                                      uint8_t* __restrict__ argmax, const T* __restrict__ x,
                                                       const cpu::Pool2dShape& s, bool nan_by_row) {
   const Pos o = split(i, s.h_out, s.w_out);
   const Window win = window_of(s, o.row, o.col);
-  const float* xp = x + o.plane * (static_cast<std::size_t>(s.h) * s.w);
+  const T* xp = x + o.plane * (static_cast<std::size_t>(s.h) * s.w);
   float best = 0.0f;
   int at = -1;  // window offset of `best`; -1 before the first cell
   float nan_value = 0.0f;
   int nan_at = -1, nan_rank = INT_MAX;
   for (int ki = win.ki_lo; ki < win.ki_hi; ++ki) {
-    const float* row = xp + static_cast<std::size_t>(win.h0 + ki) * s.w;
+    const T* row = xp + static_cast<std::size_t>(win.h0 + ki) * s.w;
     for (int kj = win.kj_lo; kj < win.kj_hi; ++kj) {
-      const float v = row[win.w0 + kj];
+      const float v = to_float(row[win.w0 + kj]);
       const int offset = ki * s.kw + kj;
       if (is_nan(v)) {
         const int rank = nan_by_row ? offset : kj * s.kh + ki;
@@ -113,7 +115,7 @@ __device__ __forceinline__ void max_pool2d_forward_at(std::size_t i, float* __re
     best = nan_value;
     at = nan_at;
   }
-  y[i] = best;
+  y[i] = from_float<T>(best);  // exact: best is one of the window's values
   argmax[i] = static_cast<uint8_t>(at);
 }
 
@@ -121,43 +123,45 @@ __device__ __forceinline__ void max_pool2d_forward_at(std::size_t i, float* __re
 // whose argmax points at it (overlapping windows, stride < kernel, may share a maximum), added onto the
 // old dx (accumulate) or onto 0 in the CPU's order, output rows then columns ascending, so the sum is
 // the CPU's bit for bit.
-__device__ __forceinline__ void max_pool2d_backward_at(std::size_t i, float* __restrict__ dx,
-                                                       const float* __restrict__ dy, const uint8_t* __restrict__ argmax,
+template <class T>
+__device__ __forceinline__ void max_pool2d_backward_at(std::size_t i, T* __restrict__ dx,
+                                                       const T* __restrict__ dy, const uint8_t* __restrict__ argmax,
                                                        const cpu::Pool2dShape& s, bool accumulate) {
   const Pos in = split(i, s.h, s.w);
   const Range rows = covering(in.row, s.kh, s.stride_h, s.pad_h, s.h_out);
   const Range cols = covering(in.col, s.kw, s.stride_w, s.pad_w, s.w_out);
   const std::size_t plane = in.plane * (static_cast<std::size_t>(s.h_out) * s.w_out);
-  const float* g = dy + plane;
+  const T* g = dy + plane;
   const uint8_t* a = argmax + plane;
-  float sum = accumulate ? dx[i] : 0.0f;
+  float sum = accumulate ? to_float(dx[i]) : 0.0f;
   for (int oh = rows.lo; oh < rows.hi; ++oh) {
     const int ki = in.row + s.pad_h - oh * s.stride_h;  // in [0, kh)
     for (int ow = cols.lo; ow < cols.hi; ++ow) {
       const int kj = in.col + s.pad_w - ow * s.stride_w;  // in [0, kw)
       const std::size_t o = static_cast<std::size_t>(oh) * s.w_out + ow;
-      if (a[o] == ki * s.kw + kj) sum += g[o];
+      if (a[o] == ki * s.kw + kj) sum += to_float(g[o]);
     }
   }
-  dx[i] = sum;
+  dx[i] = from_float<T>(sum);
 }
 
 // Output i of y [n, c, h_out, w_out]: the window's sum over the image cells (padding counts as zero)
 // times 1 / (kh * kw). Summed as the CPU does: each window column top to bottom from 0, then the
 // column sums left to right from 0.
-__device__ __forceinline__ void avg_pool2d_forward_at(std::size_t i, float* __restrict__ y, const float* __restrict__ x,
+template <class T>
+__device__ __forceinline__ void avg_pool2d_forward_at(std::size_t i, T* __restrict__ y, const T* __restrict__ x,
                                                       const cpu::Pool2dShape& s, float inv_area) {
   const Pos o = split(i, s.h_out, s.w_out);
   const Window win = window_of(s, o.row, o.col);
-  const float* xp = x + o.plane * (static_cast<std::size_t>(s.h) * s.w);
+  const T* xp = x + o.plane * (static_cast<std::size_t>(s.h) * s.w);
   float sum = 0.0f;
   for (int kj = win.kj_lo; kj < win.kj_hi; ++kj) {
     float column = 0.0f;
     for (int ki = win.ki_lo; ki < win.ki_hi; ++ki)
-      column += xp[static_cast<std::size_t>(win.h0 + ki) * s.w + (win.w0 + kj)];
+      column += to_float(xp[static_cast<std::size_t>(win.h0 + ki) * s.w + (win.w0 + kj)]);
     sum += column;
   }
-  y[i] = sum * inv_area;
+  y[i] = from_float<T>(sum * inv_area);
 }
 
 // Input element i of dx [n, c, h, w]: sum over the covering windows of dy / (kh * kw), in the CPU's order.
@@ -167,44 +171,49 @@ __device__ __forceinline__ void avg_pool2d_forward_at(std::size_t i, float* __re
 // contracts the CPU's `col_grad += g * inv_area` into one wherever the target has it (x86-64 with
 // -march=native on an FMA machine, aarch64), which makes the two bit-identical there; a CPU build without
 // FMA differs in rounding only.
-__device__ __forceinline__ void avg_pool2d_backward_at(std::size_t i, float* __restrict__ dx,
-                                                       const float* __restrict__ dy, const cpu::Pool2dShape& s,
+template <class T>
+__device__ __forceinline__ void avg_pool2d_backward_at(std::size_t i, T* __restrict__ dx,
+                                                       const T* __restrict__ dy, const cpu::Pool2dShape& s,
                                                        float inv_area, bool accumulate) {
   const Pos in = split(i, s.h, s.w);
   const Range rows = covering(in.row, s.kh, s.stride_h, s.pad_h, s.h_out);
   const Range cols = covering(in.col, s.kw, s.stride_w, s.pad_w, s.w_out);
-  const float* g = dy + in.plane * (static_cast<std::size_t>(s.h_out) * s.w_out);
-  float sum = accumulate ? dx[i] : 0.0f;
+  const T* g = dy + in.plane * (static_cast<std::size_t>(s.h_out) * s.w_out);
+  float sum = accumulate ? to_float(dx[i]) : 0.0f;
   for (int oh = rows.lo; oh < rows.hi; ++oh) {
-    const float* g_row = g + static_cast<std::size_t>(oh) * s.w_out;
+    const T* g_row = g + static_cast<std::size_t>(oh) * s.w_out;
     float column = 0.0f;
-    for (int ow = cols.hi - 1; ow >= cols.lo; --ow) column = fmaf(g_row[ow], inv_area, column);
+    for (int ow = cols.hi - 1; ow >= cols.lo; --ow) column = fmaf(to_float(g_row[ow]), inv_area, column);
     sum += column;
   }
-  dx[i] = sum;
+  dx[i] = from_float<T>(sum);
 }
 
-__global__ void max_pool2d_forward_kernel(float* __restrict__ y, uint8_t* __restrict__ argmax,
-                                          const float* __restrict__ x, cpu::Pool2dShape s, std::size_t count,
+template <class T>
+__global__ void max_pool2d_forward_kernel(T* __restrict__ y, uint8_t* __restrict__ argmax,
+                                          const T* __restrict__ x, cpu::Pool2dShape s, std::size_t count,
                                           bool nan_by_row) {
   const std::size_t i = global_index();
   if (i < count) max_pool2d_forward_at(i, y, argmax, x, s, nan_by_row);
 }
 
-__global__ void max_pool2d_backward_kernel(float* __restrict__ dx, const float* __restrict__ dy,
+template <class T>
+__global__ void max_pool2d_backward_kernel(T* __restrict__ dx, const T* __restrict__ dy,
                                            const uint8_t* __restrict__ argmax, cpu::Pool2dShape s, std::size_t count,
                                            bool accumulate) {
   const std::size_t i = global_index();
   if (i < count) max_pool2d_backward_at(i, dx, dy, argmax, s, accumulate);
 }
 
-__global__ void avg_pool2d_forward_kernel(float* __restrict__ y, const float* __restrict__ x, cpu::Pool2dShape s,
+template <class T>
+__global__ void avg_pool2d_forward_kernel(T* __restrict__ y, const T* __restrict__ x, cpu::Pool2dShape s,
                                           std::size_t count, float inv_area) {
   const std::size_t i = global_index();
   if (i < count) avg_pool2d_forward_at(i, y, x, s, inv_area);
 }
 
-__global__ void avg_pool2d_backward_kernel(float* __restrict__ dx, const float* __restrict__ dy, cpu::Pool2dShape s,
+template <class T>
+__global__ void avg_pool2d_backward_kernel(T* __restrict__ dx, const T* __restrict__ dy, cpu::Pool2dShape s,
                                            std::size_t count, float inv_area, bool accumulate) {
   const std::size_t i = global_index();
   if (i < count) avg_pool2d_backward_at(i, dx, dy, s, inv_area, accumulate);
@@ -246,26 +255,28 @@ void check_argmax_window(const cpu::Pool2dShape& s, const char* what) {
 
 // Adaptive average pooling, the CPU's loops (kernels/cpu/pool.cc) with one thread per output (forward)
 // or input (backward, a gather over the bins holding the cell), in the same order: equal bit for bit.
-__global__ void adaptive_avg_pool2d_forward_kernel(float* y, const float* x, cpu::AdaptivePool2dShape s,
+template <class T>
+__global__ void adaptive_avg_pool2d_forward_kernel(T* y, const T* x, cpu::AdaptivePool2dShape s,
                                                    std::size_t count) {
   const std::size_t idx = global_index();
   if (idx >= count) return;
   const Pos p = split(idx, s.h_out, s.w_out);
-  const float* xp = x + p.plane * s.h * s.w;
+  const T* xp = x + p.plane * s.h * s.w;
   const int r0 = cpu::adaptive_begin(p.row, s.h, s.h_out), r1 = cpu::adaptive_end(p.row, s.h, s.h_out);
   const int c0 = cpu::adaptive_begin(p.col, s.w, s.w_out), c1 = cpu::adaptive_end(p.col, s.w, s.w_out);
   float sum = 0.0f;
   for (int r = r0; r < r1; ++r)
-    for (int c = c0; c < c1; ++c) sum += xp[r * s.w + c];
-  y[idx] = sum / static_cast<float>((r1 - r0) * (c1 - c0));
+    for (int c = c0; c < c1; ++c) sum += to_float(xp[r * s.w + c]);
+  y[idx] = from_float<T>(sum / static_cast<float>((r1 - r0) * (c1 - c0)));
 }
 
-__global__ void adaptive_avg_pool2d_backward_kernel(float* dx, const float* dy, cpu::AdaptivePool2dShape s,
+template <class T>
+__global__ void adaptive_avg_pool2d_backward_kernel(T* dx, const T* dy, cpu::AdaptivePool2dShape s,
                                                     std::size_t count, bool accumulate) {
   const std::size_t idx = global_index();
   if (idx >= count) return;
   const Pos p = split(idx, s.h, s.w);
-  const float* dyp = dy + p.plane * s.h_out * s.w_out;
+  const T* dyp = dy + p.plane * s.h_out * s.w_out;
   const int i0 = cpu::adaptive_first_bin(p.row, s.h, s.h_out), i1 = cpu::adaptive_last_bin(p.row, s.h, s.h_out);
   const int j0 = cpu::adaptive_first_bin(p.col, s.w, s.w_out), j1 = cpu::adaptive_last_bin(p.col, s.w, s.w_out);
   float sum = 0.0f;
@@ -273,7 +284,7 @@ __global__ void adaptive_avg_pool2d_backward_kernel(float* dx, const float* dy, 
     const int rows = cpu::adaptive_end(i, s.h, s.h_out) - cpu::adaptive_begin(i, s.h, s.h_out);
     for (int j = j0; j <= j1; ++j) {
       const int cols = cpu::adaptive_end(j, s.w, s.w_out) - cpu::adaptive_begin(j, s.w, s.w_out);
-      sum += dyp[i * s.w_out + j] / static_cast<float>(rows * cols);
+      sum += to_float(dyp[i * s.w_out + j]) / static_cast<float>(rows * cols);
     }
   }
   detail::put(dx[idx], sum, accumulate);
@@ -292,7 +303,8 @@ float inverse_area(const cpu::Pool2dShape& s) { return 1.0f / static_cast<float>
 
 }  // namespace
 
-void max_pool2d_forward(float* y, uint8_t* argmax, const float* x, const cpu::Pool2dShape& s, cudaStream_t stream) {
+template <class T>
+void max_pool2d_forward(T* y, uint8_t* argmax, const T* x, const cpu::Pool2dShape& s, cudaStream_t stream) {
   const Counts counts = check_shape(s, "max_pool2d_forward");
   check_argmax_window(s, "max_pool2d_forward");
   if (counts.out == 0) return;
@@ -302,7 +314,8 @@ void max_pool2d_forward(float* y, uint8_t* argmax, const float* x, const cpu::Po
   CRUMB_CUDA_CHECK_LAUNCH();
 }
 
-void max_pool2d_backward(float* dx, const float* dy, const uint8_t* argmax, const cpu::Pool2dShape& s, bool accumulate,
+template <class T>
+void max_pool2d_backward(T* dx, const T* dy, const uint8_t* argmax, const cpu::Pool2dShape& s, bool accumulate,
                          cudaStream_t stream) {
   const Counts counts = check_shape(s, "max_pool2d_backward");
   check_argmax_window(s, "max_pool2d_backward");
@@ -311,21 +324,23 @@ void max_pool2d_backward(float* dx, const float* dy, const uint8_t* argmax, cons
   CRUMB_CUDA_CHECK_LAUNCH();
 }
 
-void avg_pool2d_forward(float* y, const float* x, const cpu::Pool2dShape& s, cudaStream_t stream) {
+template <class T> void avg_pool2d_forward(T* y, const T* x, const cpu::Pool2dShape& s, cudaStream_t stream) {
   const Counts counts = check_shape(s, "avg_pool2d_forward");
   if (counts.out == 0) return;
   avg_pool2d_forward_kernel<<<blocks_for(counts.out), kBlock, 0, stream>>>(y, x, s, counts.out, inverse_area(s));
   CRUMB_CUDA_CHECK_LAUNCH();
 }
 
-void adaptive_avg_pool2d_forward(float* y, const float* x, const cpu::AdaptivePool2dShape& s, cudaStream_t stream) {
+template <class T>
+void adaptive_avg_pool2d_forward(T* y, const T* x, const cpu::AdaptivePool2dShape& s, cudaStream_t stream) {
   const Counts counts = check_adaptive(s, "adaptive_avg_pool2d_forward");
   if (counts.out == 0) return;
   adaptive_avg_pool2d_forward_kernel<<<blocks_for(counts.out), kBlock, 0, stream>>>(y, x, s, counts.out);
   CRUMB_CUDA_CHECK_LAUNCH();
 }
 
-void adaptive_avg_pool2d_backward(float* dx, const float* dy, const cpu::AdaptivePool2dShape& s, bool accumulate,
+template <class T>
+void adaptive_avg_pool2d_backward(T* dx, const T* dy, const cpu::AdaptivePool2dShape& s, bool accumulate,
                                   cudaStream_t stream) {
   const Counts counts = check_adaptive(s, "adaptive_avg_pool2d_backward");
   if (counts.in == 0) return;
@@ -333,12 +348,23 @@ void adaptive_avg_pool2d_backward(float* dx, const float* dy, const cpu::Adaptiv
   CRUMB_CUDA_CHECK_LAUNCH();
 }
 
-void avg_pool2d_backward(float* dx, const float* dy, const cpu::Pool2dShape& s, bool accumulate, cudaStream_t stream) {
+template <class T>
+void avg_pool2d_backward(T* dx, const T* dy, const cpu::Pool2dShape& s, bool accumulate, cudaStream_t stream) {
   const Counts counts = check_shape(s, "avg_pool2d_backward");
   if (counts.in == 0) return;
   avg_pool2d_backward_kernel<<<blocks_for(counts.in), kBlock, 0, stream>>>(dx, dy, s, counts.in, inverse_area(s),
                                                                            accumulate);
   CRUMB_CUDA_CHECK_LAUNCH();
 }
+
+#define CRUMB_INSTANTIATE(T)                                                                                       \
+  template void max_pool2d_forward<T>(T*, uint8_t*, const T*, const cpu::Pool2dShape&, cudaStream_t);              \
+  template void max_pool2d_backward<T>(T*, const T*, const uint8_t*, const cpu::Pool2dShape&, bool, cudaStream_t); \
+  template void avg_pool2d_forward<T>(T*, const T*, const cpu::Pool2dShape&, cudaStream_t);                        \
+  template void avg_pool2d_backward<T>(T*, const T*, const cpu::Pool2dShape&, bool, cudaStream_t);                 \
+  template void adaptive_avg_pool2d_forward<T>(T*, const T*, const cpu::AdaptivePool2dShape&, cudaStream_t);       \
+  template void adaptive_avg_pool2d_backward<T>(T*, const T*, const cpu::AdaptivePool2dShape&, bool, cudaStream_t);
+CRUMB_CUDA_FOR_FLOAT_TYPES(CRUMB_INSTANTIATE)
+#undef CRUMB_INSTANTIATE
 
 }  // namespace crumb::cuda

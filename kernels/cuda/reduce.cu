@@ -1,5 +1,6 @@
 // Reductions over [n, c, hw] tensors: the per-channel bias gradient (over n and hw) and the global
-// average pool (over hw). Both reduce in a fixed order, so results are deterministic. Also the count of
+// average pool (over hw), of float or 16-bit inputs, summed in float32. Both reduce in a fixed order, so
+// results are deterministic. Also the count of
 // non-finite values of a block (divergence detection), an integer total.
 #include <algorithm>
 
@@ -38,28 +39,30 @@ __device__ float block_sum(float v) {
 // Block b sums channel b of dy [n, c, hw]. Consecutive threads read consecutive pixels of one sample's
 // plane, so loads coalesce when hw is large; for a linear layer (hw = 1) they are strided by c, which
 // is cheap at the sizes of a classifier head.
-__global__ void bias_backward_nchw_kernel(float* db, const float* dy, int n, int c, int hw, bool accumulate) {
+template <class T>
+__global__ void bias_backward_nchw_kernel(float* db, const T* dy, int n, int c, int hw, bool accumulate) {
   const int channel = blockIdx.x;
   const std::size_t per_channel = static_cast<std::size_t>(n) * hw;
   float sum = 0.0f;
   for (std::size_t e = threadIdx.x; e < per_channel; e += blockDim.x) {
     const std::size_t sample = e / hw, pixel = e - sample * hw;
-    sum += dy[(sample * c + channel) * hw + pixel];
+    sum += to_float(dy[(sample * c + channel) * hw + pixel]);
   }
   sum = block_sum(sum);
   if (threadIdx.x == 0) put(db[channel], sum, accumulate);
 }
 
 // One warp per row of x [rows, hw]: hw is a final feature map (7x7, 8x8), too short for a block.
-__global__ void global_avg_pool_forward_kernel(float* y, const float* x, std::size_t rows, int hw, float inv_hw) {
+template <class T>
+__global__ void global_avg_pool_forward_kernel(T* y, const T* x, std::size_t rows, int hw, float inv_hw) {
   const std::size_t row = global_index() / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (row >= rows) return;  // uniform across the warp, so the shuffles below see all lanes
-  const float* xr = x + row * hw;
+  const T* xr = x + row * hw;
   float sum = 0.0f;
-  for (int j = lane; j < hw; j += kWarp) sum += xr[j];
+  for (int j = lane; j < hw; j += kWarp) sum += to_float(xr[j]);
   sum = warp_sum(sum);
-  if (lane == 0) y[row] = sum * inv_hw;
+  if (lane == 0) y[row] = from_float<T>(sum * inv_hw);
 }
 
 // Grid-stride: each block counts its elements and adds its total once (the sum is exact in any order).
@@ -82,7 +85,8 @@ void count_nonfinite(unsigned long long* count, const float* x, std::size_t n, c
   CRUMB_CUDA_CHECK_LAUNCH();
 }
 
-void bias_backward_nchw(float* db, const float* dy, int n, int c, int hw, bool accumulate, cudaStream_t stream) {
+template <class T>
+void bias_backward_nchw(float* db, const T* dy, int n, int c, int hw, bool accumulate, cudaStream_t stream) {
   nchw_count(n, c, hw, "bias_backward_nchw");
   if (c == 0) return;
   // n == 0 still launches: the gradient of an empty batch is zero, which write mode must store.
@@ -90,7 +94,7 @@ void bias_backward_nchw(float* db, const float* dy, int n, int c, int hw, bool a
   CRUMB_CUDA_CHECK_LAUNCH();
 }
 
-void global_avg_pool_forward(float* y, const float* x, int n, int c, int hw, cudaStream_t stream) {
+template <class T> void global_avg_pool_forward(T* y, const T* x, int n, int c, int hw, cudaStream_t stream) {
   nchw_count(n, c, hw, "global_avg_pool_forward");
   const std::size_t rows = static_cast<std::size_t>(n) * c;
   if (rows == 0) return;
@@ -98,5 +102,11 @@ void global_avg_pool_forward(float* y, const float* x, int n, int c, int hw, cud
   global_avg_pool_forward_kernel<<<blocks_for(rows * kWarp), kBlock, 0, stream>>>(y, x, rows, hw, inv_hw);
   CRUMB_CUDA_CHECK_LAUNCH();
 }
+
+#define CRUMB_INSTANTIATE(T)                                                                 \
+  template void bias_backward_nchw<T>(float*, const T*, int, int, int, bool, cudaStream_t); \
+  template void global_avg_pool_forward<T>(T*, const T*, int, int, int, cudaStream_t);
+CRUMB_CUDA_FOR_FLOAT_TYPES(CRUMB_INSTANTIATE)
+#undef CRUMB_INSTANTIATE
 
 }  // namespace crumb::cuda

@@ -1,5 +1,6 @@
 // Softmax cross-entropy: the forward fuses softmax, loss and accuracy in one kernel (one warp per
-// row: rows are class scores, tens to a few thousand wide); the backward is one elementwise kernel.
+// row: rows are class scores, tens to a few thousand wide); the backward is one elementwise kernel. Both
+// read and write float or 16-bit values and compute in float32 (the loss in double).
 #include <cmath>
 
 #include "kernels/cuda/check.h"
@@ -30,36 +31,36 @@ __device__ bool beats(float q, int j, float best, int best_j) {
   return q_nan || q == best ? j < best_j : q > best;
 }
 
-__global__ void softmax_xent_forward_kernel(float* probs, const float* logits, const int32_t* labels, int n, int k,
+template <class T>
+__global__ void softmax_xent_forward_kernel(T* probs, const T* logits, const int32_t* labels, int n, int k,
                                             double* loss_sum, unsigned long long* correct) {
   const std::size_t row = global_index() / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (row >= static_cast<std::size_t>(n)) return;  // uniform across the warp
-  const float* z = logits + row * k;
-  float* p = probs + row * k;
+  const T* z = logits + row * k;
+  T* p = probs + row * k;
 
   // Shifting by the row max keeps every exp() in (0, 1], so large logits cannot overflow.
   float zmax = -INFINITY;
-  for (int j = lane; j < k; j += kWarp) zmax = fmaxf(zmax, z[j]);
+  for (int j = lane; j < k; j += kWarp) zmax = fmaxf(zmax, to_float(z[j]));
   zmax = warp_max(zmax);
   float sum = 0.0f;
-  for (int j = lane; j < k; j += kWarp) {
-    const float e = expf(z[j] - zmax);
-    p[j] = e;
-    sum += e;
-  }
+  for (int j = lane; j < k; j += kWarp) sum += expf(to_float(z[j]) - zmax);
   sum = warp_sum(sum);
 
   // Accuracy is judged on the normalised probs, as the CPU's count_correct does: rounding can tie two
   // probs whose logits differ, and then the first one must win. NaN counts as the largest value, as in
   // the CPU's argmax. Each lane scans its columns in increasing order (so it keeps its first maximum);
-  // across lanes, ties go to the lower column.
+  // across lanes, ties go to the lower column. The exponentials are computed again rather than stored
+  // and reloaded: the same bits for float, and no rounding to 16 bits before the division for bf16 and
+  // f16. Ties are judged on the probs as stored.
   const float inv = static_cast<float>(1.0 / sum);
   float best = -1.0f;  // probs are >= 0 or NaN, so any column beats it
   int best_j = k;
   for (int j = lane; j < k; j += kWarp) {
-    const float q = p[j] * inv;
-    p[j] = q;
+    const T stored = from_float<T>(expf(to_float(z[j]) - zmax) * inv);
+    p[j] = stored;
+    const float q = to_float(stored);
     if (beats(q, j, best, best_j)) best = q, best_j = j;
   }
   for (int offset = kWarp / 2; offset > 0; offset /= 2) {
@@ -71,23 +72,25 @@ __global__ void softmax_xent_forward_kernel(float* probs, const float* logits, c
   if (lane == 0) {
     const int label = labels[row];
     // -log p[label] = log(sum) - (z[label] - zmax), exact even where p[label] underflows to 0.
-    atomicAdd(loss_sum, log(static_cast<double>(sum)) - (static_cast<double>(z[label]) - zmax));
+    atomicAdd(loss_sum, log(static_cast<double>(sum)) - (static_cast<double>(to_float(z[label])) - zmax));
     if (best_j == label) atomicAdd(correct, 1ull);
   }
 }
 
-__global__ void softmax_xent_backward_kernel(float* dlogits, const float* probs, const int32_t* labels,
-                                             std::size_t count, int k, float scale, bool accumulate) {
+template <class T>
+__global__ void softmax_xent_backward_kernel(T* dlogits, const T* probs, const int32_t* labels, std::size_t count,
+                                             int k, float scale, bool accumulate) {
   const std::size_t i = global_index();
   if (i >= count) return;
   const std::size_t row = i / k;
   const int j = static_cast<int>(i - row * k);
-  put(dlogits[i], scale * (probs[i] - (j == labels[row] ? 1.0f : 0.0f)), accumulate);
+  put(dlogits[i], scale * (to_float(probs[i]) - (j == labels[row] ? 1.0f : 0.0f)), accumulate);
 }
 
 }  // namespace
 
-void softmax_xent_forward(float* probs, const float* logits, const int32_t* labels, int n, int k, double* loss_sum_dev,
+template <class T>
+void softmax_xent_forward(T* probs, const T* logits, const int32_t* labels, int n, int k, double* loss_sum_dev,
                           unsigned long long* correct_dev, cudaStream_t stream) {
   if (rows_count(n, k, "softmax_xent_forward") == 0) return;
   const std::size_t threads = static_cast<std::size_t>(n) * kWarp;
@@ -96,7 +99,8 @@ void softmax_xent_forward(float* probs, const float* logits, const int32_t* labe
   CRUMB_CUDA_CHECK_LAUNCH();
 }
 
-void softmax_xent_backward(float* dlogits, const float* probs, const int32_t* labels, int n, int k, float scale,
+template <class T>
+void softmax_xent_backward(T* dlogits, const T* probs, const int32_t* labels, int n, int k, float scale,
                            bool accumulate, cudaStream_t stream) {
   const std::size_t count = rows_count(n, k, "softmax_xent_backward");
   if (count == 0) return;
@@ -104,5 +108,12 @@ void softmax_xent_backward(float* dlogits, const float* probs, const int32_t* la
                                                                          accumulate);
   CRUMB_CUDA_CHECK_LAUNCH();
 }
+
+#define CRUMB_INSTANTIATE(T)                                                                                 \
+  template void softmax_xent_forward<T>(T*, const T*, const int32_t*, int, int, double*, unsigned long long*, \
+                                        cudaStream_t);                                                        \
+  template void softmax_xent_backward<T>(T*, const T*, const int32_t*, int, int, float, bool, cudaStream_t);
+CRUMB_CUDA_FOR_FLOAT_TYPES(CRUMB_INSTANTIATE)
+#undef CRUMB_INSTANTIATE
 
 }  // namespace crumb::cuda

@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
 # Everything the GPU machine is for, in calls that fit its limits (one command of at most 10 minutes, at
 # most 8 files back): find cuDNN, NCCL and MPI, build with CUDA, run the GPU tests, the kernel
-# microbenchmarks, the copy bandwidths, the NCCL path under mpirun, ResNet-50 beyond its memory, the rest
+# microbenchmarks, mixed precision against PyTorch's autocast, the copy bandwidths, the NCCL path under
+# mpirun, ResNet-50 beyond its memory, the rest
 # of the suite, train on the GPU and the CPU side by side, compare with the machine's PyTorch, then run
 # compute-sanitizer. Every phase is bounded against one deadline, so whatever ran comes back; phases that
 # no longer fit are skipped and say so. Files go to $OUT (or ./gpu-out); summary.txt is printed last.
 #
 # usage: tools/bench/gpu.sh [--deadline 560] [--phases LIST] [--models lenet5,cnn] [--batch 256]
 #          [--epochs 2] [--repeat 3] [--kernel-suites a,b] [--kernel-min-time 0.05]
-#          [--sanitize-filter GTEST_FILTER] [-- extra train flags]
+#          [--sanitize-filter GTEST_FILTER] [--precision-model resnet50] [--precision-input 3x224x224]
+#          [--precision-batch 64] [--precision-samples 1024] [--precision-device cuda] [-- extra train flags]
 # LIST, comma-separated, run in this order whatever the order given: build (configure + build; configure
-#   alone configures only), cuda, kernels, bandwidth, nccl, beyond, cpu, train, graphs, compare, budget,
-#   swap, sanitize. Default: all of them (more than one call can hold: pick some).
+#   alone configures only), cuda, precision, kernels, bandwidth, nccl, beyond, cpu, train, graphs, compare,
+#   budget, swap, sanitize. Default: all of them (more than one call can hold: pick some).
+# The --precision-* flags size the precision phase's timing (synthetic data, 1000 classes, 2 epochs of
+#   --precision-samples); --precision-device cpu with a small model rehearses it on a machine without a
+#   GPU (CRUMB_GPU_BUILD=build, and CRUMB_BENCH_PYTHON naming a python with torch).
 # Needs gpu-carry/ (tools/bench/gpu_carry.sh) where the machine lacks Eigen, GoogleTest, zlib, Google
 # Benchmark, Open MPI or the data. CRUMB_GPU_BUILD sets the build folder (default build-gpu/).
 # Files back (8 at most): summary.txt, machine.txt, build.log, tests.log (GPU tests, other tests,
@@ -19,11 +24,12 @@
 set -uo pipefail  # no -e: a failing phase is recorded and the next one still runs
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-all_phases=build,cuda,kernels,bandwidth,nccl,beyond,cpu,train,graphs,compare,budget,swap,sanitize
+all_phases=build,cuda,precision,kernels,bandwidth,nccl,beyond,cpu,train,graphs,compare,budget,swap,sanitize
 deadline=560 phases=$all_phases models=lenet5,cnn batch=256 epochs=2 repeat=3
 kernel_suites=resnet50_224,deepbench,vgg11_bn_224,resnet18_28,resnet20,resnet20_28,vgg11_bn_32,cnn,lenet5
 kernel_min_time=0.05
 sanitize_filter="Cuda*:*OnCuda:OpParity.*:OpAccumulate.Cuda/*:-CudaEngine.TrainingLoopAllocatesNothing"
+precision_model=resnet50 precision_input=3x224x224 precision_batch=64 precision_samples=1024 precision_device=cuda
 extra=()
 usage() { sed -n '/^# usage:/,/^# Needs/p' "$0" | sed '$d' >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
@@ -37,6 +43,11 @@ while [[ $# -gt 0 ]]; do
     --kernel-suites) kernel_suites=$2; shift 2 ;;
     --kernel-min-time) kernel_min_time=$2; shift 2 ;;
     --sanitize-filter) sanitize_filter=$2; shift 2 ;;
+    --precision-model) precision_model=$2; shift 2 ;;
+    --precision-input) precision_input=$2; shift 2 ;;
+    --precision-batch) precision_batch=$2; shift 2 ;;
+    --precision-samples) precision_samples=$2; shift 2 ;;
+    --precision-device) precision_device=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
     *) usage ;;
   esac
@@ -218,6 +229,41 @@ if want cuda; then
   done
   skipped=$(grep -cE '^\[  SKIPPED \] .* \([0-9]+ ms\)$' "$tmpd/cuda.log")
   note "cuda tests: $passed of ${#gpu_tests[@]} passed ($skipped skipped)${failed:+; FAILED: ${failed[*]}}${again:+; of those, passed alone: ${again[*]}}"
+fi
+
+# ---- mixed precision (issue 27): the 16-bit tests (every kernel of a bf16/fp16 graph against the CPU's
+# float32 kernel on the same 16-bit values, the native-row table, bf16/fp16 training steps against the
+# CPU), then ResNet-50 224x224 (synthetic, 1000 classes) in bf16 at batch 64: Crumb's --precision bf16
+# against PyTorch's autocast bf16 with channels_last, eager (cuDNN's default heuristics, no
+# torch.compile), interleaved, best of --repeat each by samples/s over 2 epochs of --precision-samples
+# (both count their first steps: plans, cuDNN start-up, Crumb's CUDA-graph capture). Target: ratio >= 1.0.
+if want precision; then
+  precision_filter='CudaHalf*:CudaPrecision.*:CudaLibraryTest.*Half'
+  bounded 180 "$tests" --gtest_filter="$precision_filter" > "$tmpd/precision.log" 2>&1
+  { echo "==== precision tests ($precision_filter)"; cat "$tmpd/precision.log"; } >> "$tests_log"
+  note "precision tests: $(grep -E '^\[  (PASSED  |FAILED  |SKIPPED )\] [0-9]+ test' "$tmpd/precision.log" | tr '\n' ' ')"
+  grep -E '^\[  FAILED  \] [A-Za-z].*\(' "$tmpd/precision.log" | head -n 20 | tee -a "$summary"
+  grep 'against the CPU, normwise' "$tmpd/precision.log" | sed 's/^/precision: /' | tee -a "$summary"
+  p_common=(--model "$precision_model" --dataset synthetic --input "$precision_input" --classes 1000
+            --batch "$precision_batch" --epochs 2 --limit-train "$precision_samples" --lr 0.01 --momentum 0.9
+            --seed 0 --threads "$jobs" --device "$precision_device")
+  torch_py=${CRUMB_BENCH_PYTHON:-python3}
+  best_crumb=0 best_torch=0
+  for ((r = 0; r < repeat; ++r)); do
+    line=$(bounded 150 "$build/train" "${p_common[@]}" --precision bf16 --limit-test "$precision_batch" "${extra[@]}" \
+             2>> "$train_log" | tail -n 1)
+    echo "precision crumb bf16: $line" >> "$train_log"
+    sps=$(json_field samples_per_s "$line")
+    best_crumb=$(python3 -c "print(max($best_crumb, ${sps:-0}))")
+    line=$(bounded 150 "$torch_py" "$repo/tools/bench/torch_reference.py" "${p_common[@]}" --precision bf16 \
+             --channels-last --tf32 default 2>> "$train_log" | tail -n 1)
+    echo "precision torch autocast bf16 channels_last: $line" >> "$train_log"
+    sps=$(json_field samples_per_s "$line")
+    best_torch=$(python3 -c "print(max($best_torch, ${sps:-0}))")
+  done
+  note "precision: $precision_model ${precision_input} bf16 batch $precision_batch on $precision_device (best of $repeat," \
+       "samples/s): crumb $best_crumb, torch autocast+channels_last $best_torch," \
+       "ratio $(python3 -c "print(f'{$best_crumb / $best_torch:.3f}' if $best_torch else 'n/a (a side failed: see train.log)')")"
 fi
 
 # ---- kernel microbenchmarks on the GPU (issue 11): Crumb's kernels against cuDNN's exhaustive search and
