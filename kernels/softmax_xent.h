@@ -26,7 +26,8 @@ template <class T> int count_correct(const T* probs, const int32_t* labels, int 
 namespace crumb::cuda {
 
 // ---- softmax cross-entropy over logits [n, k] with int32 labels [n] in [0, k) (not checked on the device).
-// T is float, bf16 or f16 (kernels/half.h): logits, probs and dlogits are T, computed in float32.
+// T is float, bf16 or f16 (kernels/half.h): logits and dlogits are T, computed in float32; probs are float32
+// (the master dtype: softmax and the loss stay float32 in mixed precision, as under autocast).
 // Writes probs [n, k] and *adds* to two device counters, which the caller zeroes once per step so that
 // all micro-batches of a step accumulate on the device and are read back with one copy:
 //   *loss_sum_dev += sum over rows of -log p[label] (max-subtracted log-sum-exp, added in double);
@@ -34,11 +35,11 @@ namespace crumb::cuda {
 // Rows are summed with atomics, so the loss sum's rounding may vary between runs (in the last bits of a
 // double); the probs and the count are deterministic.
 template <class T>
-void softmax_xent_forward(T* probs, const T* logits, const int32_t* labels, int n, int k, double* loss_sum_dev,
+void softmax_xent_forward(float* probs, const T* logits, const int32_t* labels, int n, int k, double* loss_sum_dev,
                           unsigned long long* correct_dev, cudaStream_t stream);
 // dlogits [n, k] (=|+=) scale * (probs - onehot(labels)). scale is 1/B for a batch of B samples.
 template <class T>
-void softmax_xent_backward(T* dlogits, const T* probs, const int32_t* labels, int n, int k, float scale,
+void softmax_xent_backward(T* dlogits, const float* probs, const int32_t* labels, int n, int k, float scale,
                            bool accumulate, cudaStream_t stream);
 
 }  // namespace crumb::cuda

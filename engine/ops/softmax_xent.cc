@@ -88,8 +88,9 @@ ValueId softmax_cross_entropy(Graph& g, ValueId logits, ValueId labels, const st
 }  // namespace crumb
 
 #if CRUMB_HAVE_CUDA
-// Softmax cross-entropy's CUDA rows (kernels/cuda/softmax_xent.cu), for float32 and 16-bit logits: the
-// forward adds the loss sum and correct count into its metric outputs, in device memory.
+// Softmax cross-entropy's CUDA rows (kernels/cuda/softmax_xent.cu), for float32 and 16-bit logits (the
+// probabilities are float32 either way): the forward adds the loss sum and correct count into its metric
+// outputs, in device memory.
 namespace crumb::cuda_rows {
 
 namespace {
@@ -98,11 +99,11 @@ int classes(const StepArgs& a) { return ops::geometry<ClassesGeometry>(*a.node).
 
 template <class T> void fwd(const StepArgs& a) {
   static_assert(sizeof(unsigned long long) == sizeof(int64_t));
-  cuda::softmax_xent_forward(a.out<T>(), a.in<T>(0), a.in<int32_t>(1), a.n, classes(a), a.out<double>(1),
+  cuda::softmax_xent_forward(a.out<float>(), a.in<T>(0), a.in<int32_t>(1), a.n, classes(a), a.out<double>(1),
                              reinterpret_cast<unsigned long long*>(a.out<int64_t>(2)), cuda::CudaBackend::of(a).compute());
 }
 template <class T> void bwd(const StepArgs& a) {
-  cuda::softmax_xent_backward(a.out<T>(), a.in<T>(0), a.in<int32_t>(1), a.n, classes(a),
+  cuda::softmax_xent_backward(a.out<T>(), a.in<float>(0), a.in<int32_t>(1), a.n, classes(a),
                               static_cast<float>(a.loss_scale), a.accumulate, cuda::CudaBackend::of(a).compute());
 }
 

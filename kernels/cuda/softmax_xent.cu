@@ -32,13 +32,13 @@ __device__ bool beats(float q, int j, float best, int best_j) {
 }
 
 template <class T>
-__global__ void softmax_xent_forward_kernel(T* probs, const T* logits, const int32_t* labels, int n, int k,
+__global__ void softmax_xent_forward_kernel(float* probs, const T* logits, const int32_t* labels, int n, int k,
                                             double* loss_sum, unsigned long long* correct) {
   const std::size_t row = global_index() / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (row >= static_cast<std::size_t>(n)) return;  // uniform across the warp
   const T* z = logits + row * k;
-  T* p = probs + row * k;
+  float* p = probs + row * k;
 
   // Shifting by the row max keeps every exp() in (0, 1], so large logits cannot overflow.
   float zmax = -INFINITY;
@@ -52,15 +52,13 @@ __global__ void softmax_xent_forward_kernel(T* probs, const T* logits, const int
   // probs whose logits differ, and then the first one must win. NaN counts as the largest value, as in
   // the CPU's argmax. Each lane scans its columns in increasing order (so it keeps its first maximum);
   // across lanes, ties go to the lower column. The exponentials are computed again rather than stored
-  // and reloaded: the same bits for float, and no rounding to 16 bits before the division for bf16 and
-  // f16. Ties are judged on the probs as stored.
+  // and reloaded (the same bits).
   const float inv = static_cast<float>(1.0 / sum);
   float best = -1.0f;  // probs are >= 0 or NaN, so any column beats it
   int best_j = k;
   for (int j = lane; j < k; j += kWarp) {
-    const T stored = from_float<T>(expf(to_float(z[j]) - zmax) * inv);
-    p[j] = stored;
-    const float q = to_float(stored);
+    const float q = expf(to_float(z[j]) - zmax) * inv;
+    p[j] = q;
     if (beats(q, j, best, best_j)) best = q, best_j = j;
   }
   for (int offset = kWarp / 2; offset > 0; offset /= 2) {
@@ -78,19 +76,19 @@ __global__ void softmax_xent_forward_kernel(T* probs, const T* logits, const int
 }
 
 template <class T>
-__global__ void softmax_xent_backward_kernel(T* dlogits, const T* probs, const int32_t* labels, std::size_t count,
+__global__ void softmax_xent_backward_kernel(T* dlogits, const float* probs, const int32_t* labels, std::size_t count,
                                              int k, float scale, bool accumulate) {
   const std::size_t i = global_index();
   if (i >= count) return;
   const std::size_t row = i / k;
   const int j = static_cast<int>(i - row * k);
-  put(dlogits[i], scale * (to_float(probs[i]) - (j == labels[row] ? 1.0f : 0.0f)), accumulate);
+  put(dlogits[i], scale * (probs[i] - (j == labels[row] ? 1.0f : 0.0f)), accumulate);
 }
 
 }  // namespace
 
 template <class T>
-void softmax_xent_forward(T* probs, const T* logits, const int32_t* labels, int n, int k, double* loss_sum_dev,
+void softmax_xent_forward(float* probs, const T* logits, const int32_t* labels, int n, int k, double* loss_sum_dev,
                           unsigned long long* correct_dev, cudaStream_t stream) {
   if (rows_count(n, k, "softmax_xent_forward") == 0) return;
   const std::size_t threads = static_cast<std::size_t>(n) * kWarp;
@@ -100,7 +98,7 @@ void softmax_xent_forward(T* probs, const T* logits, const int32_t* labels, int 
 }
 
 template <class T>
-void softmax_xent_backward(T* dlogits, const T* probs, const int32_t* labels, int n, int k, float scale,
+void softmax_xent_backward(T* dlogits, const float* probs, const int32_t* labels, int n, int k, float scale,
                            bool accumulate, cudaStream_t stream) {
   const std::size_t count = rows_count(n, k, "softmax_xent_backward");
   if (count == 0) return;
@@ -110,9 +108,9 @@ void softmax_xent_backward(T* dlogits, const T* probs, const int32_t* labels, in
 }
 
 #define CRUMB_INSTANTIATE(T)                                                                                 \
-  template void softmax_xent_forward<T>(T*, const T*, const int32_t*, int, int, double*, unsigned long long*, \
-                                        cudaStream_t);                                                        \
-  template void softmax_xent_backward<T>(T*, const T*, const int32_t*, int, int, float, bool, cudaStream_t);
+  template void softmax_xent_forward<T>(float*, const T*, const int32_t*, int, int, double*, unsigned long long*, \
+                                        cudaStream_t);                                                            \
+  template void softmax_xent_backward<T>(T*, const float*, const int32_t*, int, int, float, bool, cudaStream_t);
 CRUMB_CUDA_FOR_FLOAT_TYPES(CRUMB_INSTANTIATE)
 #undef CRUMB_INSTANTIATE
 
