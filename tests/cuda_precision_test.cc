@@ -53,16 +53,6 @@ TEST(CudaPrecision, SixteenBitRowsAreNative) {
 #endif
 }
 
-// ||a - b|| / ||b|| over a whole block.
-double norm_error(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0, n = 0;
-  for (std::size_t i = 0; i < b.size(); ++i) {
-    d += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    n += double(b[i]) * b[i];
-  }
-  return std::sqrt(d / n);
-}
-
 test::BatchOutcome one_batch(const Graph& g, Device device, int m, int batch, int classes) {
   ParamStore params(g, device);
   params.init(5);
@@ -97,7 +87,7 @@ TEST(CudaPrecision, TrainingStepMatchesCpu) {
       const test::BatchOutcome cpu = one_batch(g, Device::CPU, c.m, c.batch, c.spec.classes),
                                gpu = one_batch(g, Device::CUDA, c.m, c.batch, c.spec.classes);
       EXPECT_NEAR(gpu.loss_sum, cpu.loss_sum, loss_tol * cpu.loss_sum);
-      const double grads = norm_error(gpu.grads, cpu.grads);
+      const double grads = test::norm_error(gpu.grads, cpu.grads);
       std::printf("%s %s: gradients on CUDA against the CPU, normwise %.3g\n", c.model, dtype_name(dtype), grads);
       EXPECT_LE(grads, grad_tol);
       EXPECT_LE(test::relative_error(gpu.state, cpu.state), loss_tol) << "running statistics";

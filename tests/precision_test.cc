@@ -17,20 +17,11 @@
 #include "engine/train/trainer.h"
 #include "kernels/half.h"
 #include "tests/batch_outcome.h"
+#include "tests/small_run.h"
 #include "tests/test_util.h"
 
 namespace crumb {
 namespace {
-
-// fn throws crumb::Error with `part` in its message.
-template <class Fn> void expect_error(Fn&& fn, const std::string& part) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an error containing '" << part << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
-}
 
 // ---- micro-batch invariance in bf16
 
@@ -71,16 +62,6 @@ TEST(Precision, Bf16MicroBatchingIsExactToFloat32Reordering) {
   EXPECT_LE(bf16, 1e-5);
 }
 
-// ||a - b|| / ||b|| over the whole gradient block.
-double norm_error(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0, n = 0;
-  for (std::size_t i = 0; i < b.size(); ++i) {
-    d += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    n += double(b[i]) * b[i];
-  }
-  return std::sqrt(d / n);
-}
-
 // The 16-bit graphs really compute in 16 bits, and their error follows their rounding: fp16 keeps 3 more
 // significand bits than bf16 (and these values are far from its range limits), so its gradients land
 // closer to float32's. Measured on the mlp: normwise bf16 5.0e-2, fp16 4.9e-4; the gradient of 40 random
@@ -94,7 +75,7 @@ TEST(Precision, SixteenBitGradientsDifferFromFloat32ByTheirRounding) {
     return test::run_one_batch(g, 40, 40, kClasses);
   };
   const test::BatchOutcome f32 = run(DType::F32), bf16 = run(DType::BF16), f16 = run(DType::F16);
-  const double e_bf16 = norm_error(bf16.grads, f32.grads), e_f16 = norm_error(f16.grads, f32.grads);
+  const double e_bf16 = test::norm_error(bf16.grads, f32.grads), e_f16 = test::norm_error(f16.grads, f32.grads);
   std::printf("mlp gradients against float32, normwise: bf16 %.3g, fp16 %.3g\n", e_bf16, e_f16);
   EXPECT_GT(e_f16, 1e-5);
   EXPECT_GT(e_bf16, 1e-3);
@@ -159,34 +140,21 @@ TEST(LossScaler, HalvesOnOverflowAndDoublesAfterCleanSteps) {
   LossScaler low(c, true);
   EXPECT_FALSE(low.update(1));
   EXPECT_EQ(low.scale(), 1);
-  expect_error([&] { low.update(1); }, "even at loss scale 1");
+  EXPECT_NE(test::error_of([&] { low.update(1); }).find("even at loss scale 1"), std::string::npos);
 
   for (double bad : {0.0, 3.0, 0.5, 1e300}) {
     c.init = bad;
-    expect_error([&] { LossScaler(c, true); }, "power of two");
+    EXPECT_NE(test::error_of([&] { LossScaler(c, true); }).find("power of two"), std::string::npos) << bad;
   }
 }
 
-std::shared_ptr<const data::DataSplit> synthetic_data(const TrainConfig& c) {
-  return std::make_shared<const data::DataSplit>(data::load_data(c.data));
-}
+using test::synthetic_data;
 
+// The small run (tests/small_run.h) in fp16, without augmentation, with a cosine schedule.
 TrainConfig fp16_run() {
-  TrainConfig c;
-  c.model = "cnn";
-  c.data.dataset = "synthetic";
-  c.data.channels = 1;
-  c.data.height = c.data.width = 12;
-  c.data.classes = 4;
-  c.data.limit_train = 90;
-  c.data.limit_test = 20;
-  c.batch = 16;
-  c.epochs = 2;
-  c.optimizer.lr = 0.05;
-  c.optimizer.momentum = 0.9;
+  TrainConfig c = test::small_run();
+  c.augment = false;
   c.optimizer.schedule.kind = LrSchedule::Kind::Cosine;
-  c.threads = 1;
-  c.device = Device::CPU;
   c.precision = Precision::FP16;
   return c;
 }

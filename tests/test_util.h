@@ -90,6 +90,17 @@ template <class F> std::string error_of(F&& f) {
   return "no error";
 }
 
+// ||a - b|| / ||b|| over whole blocks: one number that a few elements switched by rounding (a ReLU whose
+// input lies within rounding of 0) do not dominate.
+inline double norm_error(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0, n = 0;
+  for (std::size_t i = 0; i < b.size() && i < a.size(); ++i) {
+    d += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    n += double(b[i]) * b[i];
+  }
+  return std::sqrt(d / n);
+}
+
 // Largest |a - b| relative to the largest |b| (at least 1e-3, so all-tiny tensors are not judged on
 // noise): one number for a whole tensor. A NaN on one side only is an infinite error; NaN on both agrees.
 template <class T> double relative_error(const std::vector<T>& a, const std::vector<T>& b) {

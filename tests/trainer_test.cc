@@ -13,37 +13,14 @@
 
 #include "engine/train/trainer.h"
 #include "tests/alloc_counter.h"
+#include "tests/small_run.h"
 #include "tests/test_util.h"
 
 namespace crumb {
 namespace {
 
-std::shared_ptr<const data::DataSplit> synthetic_data(const TrainConfig& c) {
-  return std::make_shared<const data::DataSplit>(data::load_data(c.data));
-}
-
-// A small run that still covers what resume must restore: shuffled and augmented batches, a short last
-// batch, a step schedule, momentum.
-TrainConfig small_run() {
-  TrainConfig c;
-  c.model = "cnn";
-  c.data.dataset = "synthetic";
-  c.data.channels = 1;
-  c.data.height = c.data.width = 12;
-  c.data.classes = 4;
-  c.data.limit_train = 90;
-  c.data.limit_test = 20;
-  c.augment = true;
-  c.batch = 16;
-  c.epochs = 2;
-  c.optimizer.lr = 0.05;
-  c.optimizer.momentum = 0.9;
-  c.optimizer.schedule.kind = LrSchedule::Kind::Step;
-  c.optimizer.schedule.step_size = 5;
-  c.threads = 1;
-  c.device = Device::CPU;
-  return c;
-}
+using test::small_run;
+using test::synthetic_data;
 
 std::vector<char> weights(Trainer& t) {
   const char* p = static_cast<const char*>(t.params().data_block());

@@ -34,7 +34,7 @@ Trial run_trial(const TrainConfig& run, const std::shared_ptr<const data::DataSp
   const RssGrowth rss;
   TrainConfig cfg = run;
   cfg.micro_batch = m;
-  cfg.strategy = Strategy::None;
+  cfg.strategy = Strategy::MicroBatch;  // exactly micro-batches of m, in memory
   cfg.drop_last = true;  // every timed step trains a full batch
   cfg.epochs = 1 << 20;
   cfg.save.clear();
