@@ -3,7 +3,8 @@
 # and SIGKILL, directly and under `timeout` (its own deadline, and a terminal's Ctrl-C to the whole process
 # group, which timeout forwards again), each time resumed (after SIGKILL, from the last periodic save), must
 # end with the bytes of the same run left alone. Prints one line per interruption and the totals:
-# interruptions survived, and optimizer steps lost per SIGKILL (trained after the last periodic save).
+# interruptions survived, and optimizer steps lost per SIGKILL (trained after the last periodic save). When
+# a run finishes before the time is up, another round of it starts.
 #   tools/soak.sh [--train BIN] [--seconds S] [--seed N]
 # Defaults: build/train, 120 s of interruptions at most, seed 1. Exits non-zero if any run fails in a way
 # an interruption does not explain, or the final weights differ.
@@ -28,7 +29,7 @@ trap 'rm -rf "$tmp"' EXIT
 # Long enough to be interrupted many times, with periodic saves, a cosine schedule, momentum and shuffled,
 # augmented batches: everything a resume must restore.
 args=(--model cnn --dataset synthetic --input 1x16x16 --classes 4 --limit-train 4096 --limit-test 64 --batch 32
-      --epochs 30 --lr-schedule cosine --augment crop-flip --threads 1 --save-every 7)
+      --epochs 10 --lr-schedule cosine --augment crop-flip --threads 1 --save-every 7)
 
 # The tensor bytes of a safetensors file (without its header, whose metadata records the command line).
 tensors() {
@@ -74,7 +75,11 @@ total_steps=$(saved_steps "$tmp/ref.st")
 
 ck="$tmp/run.st"
 start=$(date +%s)
-interruptions=0 kills=0 lost=0 attempt=0
+interruptions=0 kills=0 lost=0 attempt=0 rounds=0
+# Rounds of the whole run, each interrupted until it finishes and then compared, until the time is up.
+while :; do
+rounds=$((rounds + 1))
+rm -f "$ck" "$ck.optimizer"
 while (( $(saved_steps "$ck") < total_steps )); do
   attempt=$((attempt + 1))
   log="$tmp/attempt$attempt.jsonl"
@@ -130,9 +135,14 @@ while (( $(saved_steps "$ck") < total_steps )); do
 done
 
 [[ $(tensors "$ck") == $(tensors "$tmp/ref.st") && $(tensors "$ck.optimizer") == $(tensors "$tmp/ref.st.optimizer") ]] || {
-  echo "soak: FAILED: the interrupted run's weights differ from the reference's" >&2
+  echo "soak: FAILED: round $rounds: the interrupted run's weights differ from the reference's" >&2
   exit 1
 }
+echo "soak: round $rounds: byte-identical to the uninterrupted run"
+(( $(date +%s) - start < seconds )) || break
+done
+
 per_kill=$(python3 -c "print(f'{$lost / $kills:.1f}' if $kills else 'n/a')")
-echo "soak: ok: $interruptions interruptions survived ($kills SIGKILL, $per_kill steps lost per SIGKILL with --save-every 7)," \
-     "$total_steps steps, final weights and optimizer state byte-identical to the uninterrupted run"
+echo "soak: ok: $interruptions interruptions survived in $rounds rounds of $total_steps steps ($kills SIGKILL," \
+     "$per_kill steps lost per SIGKILL with --save-every 7); every round's final weights and optimizer state" \
+     "byte-identical to the uninterrupted run"
