@@ -5,6 +5,7 @@
 
 #include "engine/graph/autograd.h"
 #include "engine/base/registry.h"
+#include "engine/device/backend.h"
 #include "kernels/elementwise.h"
 
 #if CRUMB_HAVE_CUDA
