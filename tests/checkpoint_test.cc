@@ -81,6 +81,7 @@ bool temporaries_left(const std::string& path) {
 void remove_checkpoint(const std::string& path) {
   std::remove(path.c_str());
   std::remove(optimizer_path(path).c_str());
+  std::remove(previous_optimizer_path(path).c_str());
 }
 
 std::string read_file(const std::string& path) {
@@ -257,6 +258,38 @@ TEST(Checkpoint, OptimizerFileIsPairedWithItsModelFile) {
   EXPECT_FALSE(exists(optimizer_path(other)));
   remove_checkpoint(path);
   remove_checkpoint(other);
+}
+
+// A save killed between its two files (the new optimizer file written, the model file not yet) leaves the
+// previous optimizer file beside, and loading pairs the model file with it: every interruption point of a
+// save leaves a loadable pair of one step count.
+TEST(Checkpoint, ASaveInterruptedBetweenItsFilesLeavesAPair) {
+  const std::string path = temp_path("interrupted");
+  Model a("lenet5", 1);
+  a.steps(2, 7);
+  save_checkpoint(path, a.params, a.opt.get(), "lenet5");
+  const std::string model_then = read_file(path), optimizer_then = read_file(optimizer_path(path));
+  EXPECT_FALSE(exists(previous_optimizer_path(path)));  // a complete save leaves no previous file
+  a.steps(1, 8);
+  save_checkpoint(path, a.params, a.opt.get(), "lenet5");
+  auto put = [](const std::string& to, const std::string& bytes) { std::ofstream(to, std::ios::binary) << bytes; };
+  // Killed after the optimizer file was replaced: the model file and the previous optimizer file are step 2's.
+  put(path, model_then);
+  put(previous_optimizer_path(path), optimizer_then);
+  Model b("lenet5", 2);
+  load_checkpoint(path, b.params, b.opt.get());
+  EXPECT_EQ(b.opt->steps(), 2);
+  EXPECT_TRUE(has_optimizer_file(path));
+  // Killed after the optimizer file was set aside, before the new one was written.
+  std::remove(optimizer_path(path).c_str());
+  Model c("lenet5", 3);
+  load_checkpoint(path, c.params, c.opt.get());
+  EXPECT_EQ(c.opt->steps(), 2);
+  EXPECT_EQ(c.state_bytes(), b.state_bytes());
+  // The next save completes the pair and drops the previous file.
+  save_checkpoint(path, c.params, c.opt.get(), "lenet5");
+  EXPECT_FALSE(exists(previous_optimizer_path(path)));
+  remove_checkpoint(path);
 }
 
 // A diverged model is never saved (and the files already there stay as they were), and a file holding

@@ -280,6 +280,23 @@ std::vector<std::string> rescue_folders(const std::string& save) {
 }  // namespace
 
 std::string optimizer_path(const std::string& path) { return path + ".optimizer"; }
+std::string previous_optimizer_path(const std::string& path) { return optimizer_path(path) + ".prev"; }
+
+bool has_optimizer_file(const std::string& path) {
+  return exists(optimizer_path(path)) || exists(previous_optimizer_path(path));
+}
+
+namespace {
+// The step count an optimizer or model file records, -1 where it cannot be read (absent, damaged).
+long long recorded_steps(const std::string& path) {
+  if (!exists(path)) return -1;
+  try {
+    return read_tensor_file(path, false).meta.steps;
+  } catch (const Error&) {
+    return -1;
+  }
+}
+}  // namespace
 
 void check_checkpoint_path(const std::string& path) {
   CRUMB_CHECK(!path.empty(), "checkpoint path is empty");
@@ -333,14 +350,23 @@ void save_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt
         state.push_back({kStatePrefix + s.name + "." + g.value(p).name, DType::F32, &g.value(p).dims,
                          reinterpret_cast<const char*>(s.host()) + params.byte_offset(p), param_bytes(params, p)});
     for (const Chunk& c : state) check_finite(c, optimizer_path(path));
-    // The optimizer's file first: a crash between the two renames leaves files whose step counts differ,
-    // which loading refuses, never a model paired with another run's optimizer state.
+    // Two files cannot be replaced at once. The optimizer file that pairs with the model file on disk is
+    // kept as <file>.optimizer.prev until the new pair is complete, so a crash or SIGKILL at any point
+    // leaves a model file and an optimizer file of the same step count (loading takes whichever pairs).
+    const long long on_disk = recorded_steps(path);
+    if (on_disk >= 0 && recorded_steps(optimizer_path(path)) == on_disk)
+      CRUMB_CHECK(::rename(optimizer_path(path).c_str(), previous_optimizer_path(path).c_str()) == 0, "cannot keep ",
+                  optimizer_path(path), " as ", previous_optimizer_path(path), ": ", std::strerror(errno));
     write_tensor_file(optimizer_path(path), state, meta);
-  } else if (exists(optimizer_path(path))) {
-    CRUMB_CHECK(::unlink(optimizer_path(path).c_str()) == 0, "cannot remove the stale ", optimizer_path(path), ": ",
-                std::strerror(errno));
+    write_tensor_file(path, chunks, meta);
+  } else {
+    for (const std::string& stale : {optimizer_path(path), previous_optimizer_path(path)})
+      CRUMB_CHECK(!exists(stale) || ::unlink(stale.c_str()) == 0, "cannot remove the stale ", stale, ": ",
+                  std::strerror(errno));
+    write_tensor_file(path, chunks, meta);
   }
-  write_tensor_file(path, chunks, meta);
+  // The new pair is complete: the previous optimizer file pairs with nothing now.
+  if (exists(previous_optimizer_path(path))) ::unlink(previous_optimizer_path(path).c_str());
 }
 
 void save_checkpoint_or_rescue(const std::string& path, ParamStore& params, Optimizer* opt,
@@ -380,9 +406,13 @@ void load_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt
   check_float32(path, params);
   const TensorFile model = read_tensor_file(path);
   TensorFile optimizer;
-  const bool sidecar = opt && exists(optimizer_path(path));
+  const bool sidecar = opt && has_optimizer_file(path);
   if (sidecar) {
-    optimizer = read_tensor_file(optimizer_path(path));
+    // The optimizer file of the model's step count: <file>.optimizer, or the previous one a save was
+    // interrupted before replacing (save_checkpoint).
+    const bool current = recorded_steps(optimizer_path(path)) == model.meta.steps ||
+                         recorded_steps(previous_optimizer_path(path)) != model.meta.steps;
+    optimizer = read_tensor_file(current ? optimizer_path(path) : previous_optimizer_path(path));
     CRUMB_CHECK(optimizer.meta.names_optimizer && model.meta.names_optimizer &&
                     optimizer.meta.steps == model.meta.steps && optimizer.meta.optimizer == model.meta.optimizer,
                 optimizer.path, " does not belong to ", path, ": it holds ", optimizer_name(optimizer.meta.optimizer),

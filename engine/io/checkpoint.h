@@ -21,8 +21,10 @@ namespace crumb {
 // step count to optimizer_path(path) (without an optimizer, a stale one there is removed). Each file is
 // written to a temporary file of its own ("<file>.tmp.<pid>.<n>", created exclusively, never through a
 // link), fsynced, renamed over the file and the rename fsynced: a crash, a kill or a full disk leaves the
-// previous checkpoint intact, never a half-written one. Non-finite values are refused before any file
-// is touched.
+// previous checkpoint intact, never a half-written one. The optimizer file that pairs with the model file
+// on disk waits as previous_optimizer_path(path) until both new files are in place, so an interruption
+// between the two still leaves a model file and an optimizer file of one step count. Non-finite values
+// are refused before any file is touched.
 // Brings the host copies of the parameters and state up to date first (they live on the training device).
 // `run`: more "__metadata__" entries for both files (train records where the run stands and its flags).
 using CheckpointMetadata = std::vector<std::pair<std::string, std::string>>;
@@ -48,8 +50,12 @@ CheckpointMetadata checkpoint_metadata(const std::string& path);
 // host copies and the device's.
 void load_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt);
 
-// Where the optimizer state of the checkpoint at path is saved.
+// Where the optimizer state of the checkpoint at path is saved, and where the previous one waits while a
+// save replaces the pair (a save interrupted between its two files leaves the model file paired with it).
 std::string optimizer_path(const std::string& path);
+std::string previous_optimizer_path(const std::string& path);
+// Whether the checkpoint at path has an optimizer file (either of the two).
+bool has_optimizer_file(const std::string& path);
 
 // Throws crumb::Error unless a checkpoint can be written at path: its folder exists and is writable,
 // the name is a file name short enough for the temporary names beside it, and neither path nor its

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
-#include <filesystem>
 
 #include "engine/base/error.h"
 #include "engine/base/threads.h"
@@ -285,8 +284,7 @@ void Trainer::prepare() {
                 start_batch_ ? " and " + std::to_string(start_batch_) + " batch(es)" : std::string(), ": --epochs ",
                 cfg_.epochs, " would move it backwards; give --epochs above ", start_epoch_,
                 " (the checkpoint is unchanged)");
-    const bool has_optimizer = std::filesystem::exists(optimizer_path(cfg_.resume));
-    CRUMB_CHECK(has_optimizer || cfg_.fresh_optimizer, optimizer_path(cfg_.resume),
+    CRUMB_CHECK(has_optimizer_file(cfg_.resume) || cfg_.fresh_optimizer, optimizer_path(cfg_.resume),
                 " is missing: it holds the run's optimizer state and step count, without which the momentum and ",
                 "the learning-rate schedule would start over; put it back, or pass --fresh-optimizer to resume ",
                 "with a new optimizer");
