@@ -44,6 +44,8 @@ void check_files(const Options& o) {
     uses.push_back({flag, path, output, output ? "--resume" : ""});
     uses.push_back(
         {flag + "'s optimizer file", optimizer_path(path), output, output ? "--resume's optimizer file" : ""});
+    uses.push_back({flag + "'s previous optimizer file", previous_optimizer_path(path), output,
+                    output ? "--resume's previous optimizer file" : ""});
   };
   if (o.explain) {
     if (!o.explain_csv.empty()) uses.push_back({"--explain-csv", o.explain_csv, true, ""});
