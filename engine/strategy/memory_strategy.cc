@@ -50,7 +50,7 @@ struct Trial {
 
 class Search {
  public:
-  Search(const Graph& g, const StrategyRequest& r, int m, const CostModel* costs)
+  Search(const Graph& g, const StrategyRequest& r, int m, const CostModel& costs)
       : g_(g), m_(m), costs_(costs), estimated_(estimate_costs(g, m)),
         base_(plan_micro_batch(g, m, r.optimizer, r.device, r.index)) {
     count_loader(g, r.batch, base_);
@@ -94,7 +94,7 @@ class Search {
   // of bytes saved per predicted second: by the measured costs, or (measured false) by the estimate that
   // is the same every run.
   Trial greedy(bool allow_swap, bool allow_recompute, std::size_t budget, bool measured = true) const {
-    const CostModel* costs = measured && costs_ ? costs_ : &estimated_;
+    const CostModel* costs = measured ? &costs_ : &estimated_;
     std::vector<ValueId> recomputed, swapped;
     std::vector<bool> taken(g_.num_values(), false);
     Trial best = trial(recomputed, swapped, costs);
@@ -206,7 +206,7 @@ class Search {
 
   const Graph& g_;
   int m_;
-  const CostModel* costs_;
+  const CostModel& costs_;
   CostModel estimated_;  // estimate_costs: what decides whether a budget fits
   mutable std::optional<Trial> least_[4];  // least(), by technique
   MicroBatchPlan base_;
@@ -310,7 +310,7 @@ StrategyPlan plan_strategy(Graph& g, const StrategyRequest& r) {
   auto m_of = [&](int k) { return static_cast<int>(std::min<int64_t>(int64_t{k} * q, r.batch)); };
   int m = forced ? std::min(r.micro_batch, r.batch) : m_of(1);
   CostModel costs = measure_costs(g, m, r.device, r.index);
-  auto search = std::make_unique<Search>(g, r, m, &costs);
+  auto search = std::make_unique<Search>(g, r, m, costs);
   std::optional<Trial> chosen = best_fit(*search, r.strategy, r.budget, costs, m);
   if (!chosen)
     fail_budget(*search, r.strategy,
@@ -326,7 +326,7 @@ StrategyPlan plan_strategy(Graph& g, const StrategyRequest& r) {
     int lo = 1, hi = (r.batch + q - 1) / q;
     while (lo < hi) {
       const int mid = lo + (hi - lo + 1) / 2;
-      auto candidate = std::make_unique<Search>(g, r, m_of(mid), &costs);
+      auto candidate = std::make_unique<Search>(g, r, m_of(mid), costs);
       std::optional<Trial> t = best_fit(*candidate, r.strategy, r.budget, costs, m_of(mid));
       if (t) {
         lo = mid;

@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
-#include <cstdio>
 
 #include "engine/base/error.h"
 #include "engine/base/threads.h"
@@ -290,9 +289,9 @@ void Trainer::prepare() {
                 "with a new optimizer");
     load_checkpoint(cfg_.resume, *params_, cfg_.fresh_optimizer ? nullptr : opt_.get());
     if (scaler_.enabled())
-      scaler_.restore(std::stod(recorded_value(meta, "train.loss_scale", cfg_.resume)),
+      scaler_.restore(std::ldexp(1.0, metadata_int(meta, "train.loss_scale_exponent", cfg_.resume)),
                       metadata_int(meta, "train.loss_scale_clean_steps", cfg_.resume),
-                      std::stoll(recorded_value(meta, "train.skipped_steps", cfg_.resume)));
+                      metadata_int(meta, "train.skipped_steps", cfg_.resume));
     CRUMB_CHECK(start_batch_ <= batches_per_epoch(), cfg_.resume, " stopped at batch ", start_batch_,
                 " of an epoch, but this data has ", batches_per_epoch(), " batches per epoch");
     const int threads = metadata_int(meta, "train.threads", cfg_.resume);
@@ -392,9 +391,10 @@ void Trainer::save(int epoch, int batch, const std::string& path) {
                            {"train.threads", std::to_string(cfg_.threads)},
                            {"train.micro_batch", std::to_string(micro_batch())}});
   if (scaler_.enabled()) {
-    char scale[32];
-    std::snprintf(scale, sizeof scale, "%.17g", scaler_.scale());
-    meta.insert(meta.end(), {{"train.loss_scale", scale},
+    // The scale is a power of two: its exponent is a count, read back as strictly as the others.
+    int exponent = 0;
+    std::frexp(scaler_.scale(), &exponent);
+    meta.insert(meta.end(), {{"train.loss_scale_exponent", std::to_string(exponent - 1)},
                              {"train.loss_scale_clean_steps", std::to_string(scaler_.clean_steps())},
                              {"train.skipped_steps", std::to_string(scaler_.skipped())}});
   }
