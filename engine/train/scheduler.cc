@@ -161,9 +161,10 @@ BatchResult Scheduler::evaluate(InputBatches inputs, int batch) {
   return evaluate(*slices_, batch);
 }
 
-BatchResult Scheduler::evaluate(MicroBatchSource& inputs, int batch) {
-  return for_each_micro_batch(eval_, inputs, 0, batch, [&](int n, bool first, bool last, int) {
+BatchResult Scheduler::evaluate(MicroBatchSource& inputs, int batch, const AfterChunk& after) {
+  return for_each_micro_batch(eval_, inputs, 0, batch, [&](int n, bool first, bool last, int first_sample) {
     eval_.run(n, first, last, 1.0 / batch);
+    if (after) after(first_sample, n);
   });
 }
 

@@ -8,6 +8,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -51,8 +52,11 @@ class Scheduler {
   // (engine/dist/moments_merge.h), so they too are those of the whole batch.
   void set_data_parallel(GradientReducer* reducer);
 
-  // Forward only over `batch` samples, in chunks of the evaluation plan's size.
-  BatchResult evaluate(MicroBatchSource& inputs, int batch);
+  // Forward only over `batch` samples, in chunks of the evaluation plan's size. `after` (if set) is told
+  // each chunk's first sample and size once it has run, while the evaluation executor's values hold it
+  // (eval_executor().data): how predictions are read out.
+  using AfterChunk = std::function<void(int first, int n)>;
+  BatchResult evaluate(MicroBatchSource& inputs, int batch, const AfterChunk& after = {});
   BatchResult evaluate(InputBatches inputs, int batch);
 
   // Replay recorded runs (CUDA graphs) or run every step from the host; on by default (Executor::run).

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstring>
 
 #include "engine/base/error.h"
 #include "engine/base/threads.h"
@@ -245,16 +246,7 @@ void Trainer::prepare() {
   const int m = micro_batch();
   params_ = std::make_unique<ParamStore>(plan_.graph, device);
   params_->init(cfg_.seed);
-  // A GPU copies micro-batches straight out of the loader's slots, asynchronously when they are pinned.
-  const Memory batch_memory = backend(device).host_memory();
-  train_loader_ = std::make_unique<data::Loader>(data_->train, batch_, data_->norm, /*shuffle=*/true, cfg_.seed,
-                                                 cfg_.drop_last, batch_memory);
-  // The loader assembles this rank's share of each batch, a micro-batch at a time.
-  train_loader_->set_micro_batch(m, comm_ ? comm_->rank() : 0, ranks());
-  if (cfg_.augment) train_loader_->set_augment({4, true});
-  // Evaluation runs in chunks of the micro-batch size: a sum over samples needs no batch.
-  test_loader_ = std::make_unique<data::Loader>(data_->test, std::min(m, data_->test.count), data_->norm,
-                                                /*shuffle=*/false, 0, false, batch_memory);
+  make_loaders();
   // The schedule counts optimizer steps (batches, never micro-batches); cosine anneals to 0 at the end
   // of this run, which continues the step count of a loaded checkpoint.
   const long long run_steps = static_cast<long long>(cfg_.epochs) * batches_per_epoch();
@@ -320,6 +312,49 @@ void Trainer::prepare() {
   epoch_ = start_epoch_;
 }
 
+void Trainer::make_loaders() {
+  const int m = micro_batch();
+  // A GPU copies micro-batches straight out of the loader's slots, asynchronously when they are pinned.
+  const Memory batch_memory = backend(plan_.device).host_memory();
+  train_loader_ = std::make_unique<data::Loader>(data_->train, batch_, data_->norm, /*shuffle=*/true, cfg_.seed,
+                                                 cfg_.drop_last, batch_memory);
+  // The loader assembles this rank's share of each batch, a micro-batch at a time.
+  train_loader_->set_micro_batch(m, comm_ ? comm_->rank() : 0, ranks());
+  if (cfg_.augment) train_loader_->set_augment({4, true});
+  // Evaluation runs in chunks of the micro-batch size: a sum over samples needs no batch.
+  test_loader_.reset();
+  if (data_->test.count)
+    test_loader_ = std::make_unique<data::Loader>(data_->test, std::min(m, data_->test.count), data_->norm,
+                                                  /*shuffle=*/false, 0, false, batch_memory);
+}
+
+void Trainer::check_like_training(const data::Dataset& ds, const char* what) const {
+  const data::Dataset& t = data_->train;
+  CRUMB_CHECK(ds.channels == t.channels && ds.height == t.height && ds.width == t.width, what, " has images of ",
+              ds.channels, "x", ds.height, "x", ds.width, " but the model was planned for ", t.channels, "x", t.height,
+              "x", t.width);
+  CRUMB_CHECK(ds.num_classes == t.num_classes, what, " has ", ds.num_classes, " classes but the model has ",
+              t.num_classes);
+}
+
+void Trainer::train_more(std::shared_ptr<const data::DataSplit> data, int epochs) {
+  prepare();
+  CRUMB_CHECK(epochs >= 1, "epochs must be >= 1, got ", epochs);
+  CRUMB_CHECK(data && data->train.count > 0, "no training samples");
+  check_like_training(data->train, "the training data");
+  if (data->test.count) check_like_training(data->test, "the test data");
+  const int batch = std::min(cfg_.batch, data->train.count);
+  check_bn_group(cfg_, batch);
+  check_micro_batch(plan_.graph, micro_batch(), batch);
+  data_ = std::move(data);
+  batch_ = batch;
+  make_loaders();
+  start_epoch_ = epoch_ = cfg_.epochs;
+  start_batch_ = 0;
+  cfg_.epochs += epochs;
+  opt_->set_total_steps(opt_->steps() + static_cast<long long>(epochs) * batches_per_epoch());
+}
+
 void Trainer::start_epoch(int epoch, int first_batch) {
   prepare();
   epoch_ = epoch;
@@ -358,6 +393,7 @@ bool Trainer::train_batch(StepInfo& info) {
   info.batches = batches_per_epoch();
   info.samples = b.size;
   info.loss = r.loss_sum / b.size;
+  info.correct = r.correct;
   info.step = opt_->steps();
   info.lr = opt_->lr(info.skipped ? opt_->steps() : opt_->steps() - 1);  // a skipped step's would-be rate
   return true;
@@ -365,22 +401,68 @@ bool Trainer::train_batch(StepInfo& info) {
 
 Evaluation Trainer::evaluate() {
   prepare();
-  test_loader_->start_epoch(0);
+  CRUMB_CHECK(test_loader_, "there is no test data to evaluate on");
+  return evaluate_with(*test_loader_, data_->test.count);
+}
+
+Evaluation Trainer::evaluate(const data::Dataset& ds) {
+  prepare();
+  CRUMB_CHECK(ds.count > 0, "nothing to evaluate: no samples");
+  check_like_training(ds, "the evaluation data");
+  data::Loader loader(ds, std::min(micro_batch(), ds.count), data_->norm, /*shuffle=*/false, 0, false,
+                      backend(plan_.device).host_memory());
+  return evaluate_with(loader, ds.count);
+}
+
+Evaluation Trainer::evaluate_with(data::Loader& loader, int count, const Scheduler::AfterChunk& after) {
+  loader.start_epoch(0);
   data::Batch b;
   int64_t correct = 0;
   double loss_sum = 0;
   // A signal during a training run ends the evaluation early (fit then stops); anywhere else it has ended
   // the process (engine/train/signals.h).
-  while (!interrupted() && test_loader_->next(b)) {
-    const BatchResult r = sched_->evaluate(*test_loader_, b.size);
+  int done = 0;
+  while (!interrupted() && loader.next(b)) {
+    const BatchResult r = sched_->evaluate(loader, b.size, after ? [&](int first, int n) { after(done + first, n); }
+                                                                 : Scheduler::AfterChunk());
+    done += b.size;
     correct += r.correct;
     loss_sum += r.loss_sum;
   }
-  const int count = data_->test.count;
   // A ReLU network with NaN weights still classifies (every logit NaN): the loss says it diverged.
   CRUMB_CHECK(std::isfinite(loss_sum), "training diverged: the test loss is ", loss_sum, " after optimizer step ",
               opt_->steps(), " (lower --lr, or add --warmup-steps)");
-  return {static_cast<double>(correct) / count, loss_sum / count};
+  return {static_cast<double>(correct) / count, loss_sum / count, count};
+}
+
+void Trainer::predict(const data::Dataset& ds, float* logits) {
+  prepare();
+  CRUMB_CHECK(ds.count > 0, "nothing to predict: no samples");
+  check_like_training(ds, "the data to predict");
+  const Graph& g = plan_.graph;
+  // The loss op's first input: the last layer's output.
+  const ValueId out = g.node(g.value(g.loss()).producer).in.at(0);
+  const DType dtype = g.value(out).dtype;
+  const std::size_t row = static_cast<std::size_t>(g.value(out).count(1));
+  CRUMB_CHECK(row == static_cast<std::size_t>(classes()), "the model's output has ", row, " values per sample for ",
+              classes(), " classes");
+  Backend& device = backend(plan_.device);
+  Backend& host = backend(Device::CPU);
+  std::vector<unsigned char> chunk;
+  data::Loader loader(ds, std::min(micro_batch(), ds.count), data_->norm, /*shuffle=*/false, 0, false,
+                      device.host_memory());
+  evaluate_with(loader, ds.count, [&](int first, int n) {
+    const std::size_t count = n * row;
+    chunk.resize(count * dtype_size(dtype));
+    device.read_back(chunk.data(), sched_->eval_executor().data(out), chunk.size());
+    float* dst = logits + first * row;
+    if (dtype == DType::F64)  // the float64 graphs of the gradient checks
+      std::copy_n(reinterpret_cast<const double*>(chunk.data()), count, dst);
+    else if (dtype == DType::F32)
+      std::memcpy(dst, chunk.data(), chunk.size());
+    else
+      host.convert(dst, DType::F32, chunk.data(), dtype, count);
+  });
 }
 
 void Trainer::save(int epoch, int batch, const std::string& path) {
@@ -416,10 +498,11 @@ FitResult Trainer::fit(const std::vector<Callback*>& callbacks) {
     start_epoch(epoch, epoch == start_epoch_ ? start_batch_ : 0);
     const Clock::time_point t0 = Clock::now();
     double loss_sum = 0;
-    long long epoch_samples = 0;
+    long long epoch_samples = 0, epoch_correct = 0;
     StepInfo info;
     while (train_batch(info)) {
       loss_sum += info.loss * info.samples;
+      epoch_correct += info.correct;
       epoch_samples += info.samples;
       info.epoch_loss = loss_sum / epoch_samples;
       info.samples_per_s = (result.samples + epoch_samples) / (result.train_seconds + seconds_since(t0));
@@ -453,7 +536,8 @@ FitResult Trainer::fit(const std::vector<Callback*>& callbacks) {
     EpochInfo e;
     e.epoch = epoch;
     e.train_loss = result.last_loss;
-    e.test = evaluate();
+    e.train_accuracy = epoch_samples ? static_cast<double>(epoch_correct) / epoch_samples : 0.0;
+    if (test_loader_) e.test = evaluate();
     if (ranks() == 1 && interrupted()) {  // the evaluation stopped early; the epoch is saved
       result.stopped = true;
       break;
@@ -464,7 +548,7 @@ FitResult Trainer::fit(const std::vector<Callback*>& callbacks) {
     for (Callback* c : callbacks) c->on_epoch_end(*this, e);
   }
   // No epoch to train (--epochs 0): evaluate the loaded weights, and save them where asked.
-  if (lead() && cfg_.epochs <= start_epoch_) {
+  if (lead() && cfg_.epochs <= start_epoch_ && test_loader_) {
     result.test = evaluate();
     if (saving) save(cfg_.epochs, 0);
   }

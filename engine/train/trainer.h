@@ -103,9 +103,10 @@ RunPlan plan_run(const TrainConfig& cfg, const data::DataShape& shape, int batch
 // The value `key` recorded in the metadata of the checkpoint at `path` (an error where it records no run).
 std::string recorded_value(const CheckpointMetadata& meta, const std::string& key, const std::string& path);
 
-// Accuracy and mean loss over the test set.
+// Accuracy and mean loss over a set of samples (none evaluated: samples 0, and both are 0).
 struct Evaluation {
   double accuracy = 0, loss = 0;
+  int samples = 0;
 };
 
 // One optimizer step, as the callbacks see it.
@@ -115,6 +116,7 @@ struct StepInfo {
   int batches = 0;         // per epoch
   int samples = 0;         // in this batch (over every rank)
   double loss = 0;         // mean over the batch
+  int64_t correct = 0;     // samples the batch's forward pass classified right (before the step)
   long long step = 0;      // optimizer steps taken, this one included (resumed runs count on)
   double lr = 0;           // the step's learning rate
   double epoch_loss = 0;   // mean over the epoch so far
@@ -128,7 +130,8 @@ struct StepInfo {
 struct EpochInfo {
   int epoch = 0;  // 0-based
   double train_loss = 0;
-  Evaluation test;
+  double train_accuracy = 0;  // of the forward passes during the epoch (the weights moving under them)
+  Evaluation test;            // none (samples 0) without test data
   double seconds = 0;  // the epoch's training and evaluation
   double samples_per_s = 0;  // over the run so far
 };
@@ -182,7 +185,17 @@ class Trainer {
   // returns false at its end. The building blocks of fit, for callers that drive the loop themselves.
   void start_epoch(int epoch, int first_batch = 0);
   bool train_batch(StepInfo& info);
+  // Over the test data (an error where there is none), or over `ds`, normalised like the training data.
   Evaluation evaluate();
+  Evaluation evaluate(const data::Dataset& ds);
+  // The model's outputs (logits, before the softmax) for every sample of ds, normalised like the training
+  // data: ds.count x classes() floats into `logits`, whatever the precision. ds's labels are not used
+  // beyond the loss nobody reads; any valid ones do (zeros).
+  void predict(const data::Dataset& ds, float* logits);
+  int classes() const { return data_->train.num_classes; }
+  // Continues the run for `epochs` more epochs on `data` (same image shape and classes as the run's),
+  // its schedule extended to their end: the next fit() trains them. After prepare().
+  void train_more(std::shared_ptr<const data::DataSplit> data, int epochs);
   // Writes a checkpoint of the weights, the optimizer and where the run stands (after `epoch` whole
   // epochs and `batch` batches of the next), to cfg.save unless a path is given; a failed save writes
   // the same checkpoint to a new crumb-rescue-XXXXXX.safetensors in $TMPDIR (else /tmp), the save's
@@ -215,6 +228,10 @@ class Trainer {
 
  private:
   void check_finite(int epoch, int batch);
+  void make_loaders();
+  // Checks that ds's images have the run's shape and its labels the run's classes (what = its role).
+  void check_like_training(const data::Dataset& ds, const char* what) const;
+  Evaluation evaluate_with(data::Loader& loader, int count, const Scheduler::AfterChunk& after = {});
 
   TrainConfig cfg_;
   std::shared_ptr<Communicator> comm_;
