@@ -213,6 +213,7 @@ class Trainer {
   int ranks() const { return comm_ ? comm_->size() : 1; }
   bool lead() const { return !comm_ || comm_->rank() == 0; }
   Communicator* communicator() { return comm_.get(); }
+  bool prepared() const { return sched_ != nullptr; }
   // After prepare():
   int batches_per_epoch() const;
   ParamStore& params() { return *params_; }

@@ -18,13 +18,6 @@
 namespace crumb::train {
 namespace {
 
-// Rows of text behind a picture: written as an HTML table and as a CSV file from the same cells.
-struct Table {
-  std::string id, caption;
-  std::vector<std::string> header;
-  std::vector<std::vector<std::string>> rows;
-};
-
 std::string fixed(double v, int decimals) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
@@ -168,12 +161,8 @@ void section(XmlWriter& w, const std::string& title, const std::string& text) {
   w.leaf("h2", {}, title).leaf("p", {}, text);
 }
 
-std::string html(const ReportData& r) {
-  XmlWriter w;
-  w.raw("<!DOCTYPE html>\n");
-  w.open("html", {{"xmlns", "http://www.w3.org/1999/xhtml"}, {"lang", "en"}}).open("head");
-  w.leaf("meta", {{"charset", "utf-8"}}).leaf("title", {}, "Crumb memory report: " + r.title);
-  w.open("style").text(kStyle).close().close().open("body");
+// The report's content, inside the element the caller has open.
+void report_body(XmlWriter& w, const ReportData& r) {
   w.leaf("h1", {}, "Memory report: " + r.title);
   w.leaf("p", {{"class", "sub"}},
          r.subtitle + (r.measured ? ". Planned and measured (a training run)." : ". From the plan alone (--explain)."));
@@ -205,8 +194,6 @@ std::string html(const ReportData& r) {
     w.raw(throughput_svg(r));
     html_table(w, trials_table(r), false);
   }
-  w.close().close();
-  return w.str();
 }
 
 // The files of --report-dir; one whose text is empty (no trials, nothing measured) is not written.
@@ -228,6 +215,30 @@ const DirFile kDirFiles[] = {
 };
 
 }  // namespace
+
+std::vector<Table> report_tables(const ReportData& r) {
+  std::vector<Table> tables = {breakdown_table(r), blocks_table(r), timeline_table(r), sweep_table(r)};
+  if (!r.trials.empty()) tables.push_back(trials_table(r));
+  if (r.measured) tables.push_back(measured_table(r));
+  return tables;
+}
+
+std::string report_html(const ReportData& r, bool fragment) {
+  XmlWriter w;
+  if (fragment) {
+    w.open("div", {{"class", "crumb-report"}});
+    report_body(w, r);
+    w.close();
+    return w.str();
+  }
+  w.raw("<!DOCTYPE html>\n");
+  w.open("html", {{"xmlns", "http://www.w3.org/1999/xhtml"}, {"lang", "en"}}).open("head");
+  w.leaf("meta", {{"charset", "utf-8"}}).leaf("title", {}, "Crumb memory report: " + r.title);
+  w.open("style").text(kStyle).close().close().open("body");
+  report_body(w, r);
+  w.close().close();
+  return w.str();
+}
 
 ReportData collect_report(const Graph& g, const MicroBatchPlan& chosen, int batch, std::size_t budget,
                           const OptimizerConfig& opt, Device device, const std::vector<int>& extra) {
@@ -276,7 +287,7 @@ ReportOutput::ReportOutput(const std::string& html_path, const std::string& dir)
 }
 
 void ReportOutput::write(const ReportData& r) {
-  if (!html_path_.empty()) write_file_atomically(html_path_, {html(r)}, "--report");
+  if (!html_path_.empty()) write_file_atomically(html_path_, {report_html(r)}, "--report");
   if (dir_.empty()) return;
   for (const DirFile& f : kDirFiles) {
     const std::string text = f.text(r);

@@ -18,6 +18,19 @@ namespace crumb::train {
 ReportData collect_report(const Graph& g, const MicroBatchPlan& chosen, int batch, std::size_t budget,
                           const OptimizerConfig& opt, Device device, const std::vector<int>& extra);
 
+// Rows of text behind a picture: written as an HTML table and as a CSV file from the same cells.
+struct Table {
+  std::string id, caption;  // id: "breakdown", "blocks", "timeline", "sweep", "trials", "measured"
+  std::vector<std::string> header;
+  std::vector<std::vector<std::string>> rows;
+};
+// The report's tables: the breakdown, the arena blocks, the timeline and the sweep, then the trials and
+// the measured figures where it has them.
+std::vector<Table> report_tables(const ReportData& r);
+// The report as a self-contained XHTML document (what --report writes), or as one <div> of its content
+// without document or style (what a notebook shows inline).
+std::string report_html(const ReportData& r, bool fragment = false);
+
 // Every file the report may write (--report, then the --report-dir files), for check_file_uses.
 std::vector<FileUse> report_outputs(const std::string& html_path, const std::string& dir);
 

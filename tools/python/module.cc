@@ -1,0 +1,480 @@
+// crumb._crumb: the native half of the Python module. Plans and training runs over the engine's Trainer,
+// configured by train's own flags (tools/train/flags.h), so a keyword argument means what the flag means and
+// fails with the flag's message. The Python half (tools/python/crumb) turns keyword arguments into those
+// flags and checks the arrays; this file holds no engine logic either.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/base/error.h"
+#include "engine/data/statistics.h"
+#include "engine/io/checkpoint.h"
+#include "engine/strategy/memory_report.h"
+#include "engine/train/trainer.h"
+#include "tools/train/figures.h"
+#include "tools/train/flags.h"
+#include "tools/train/report.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace crumb::python {
+namespace {
+
+using Images = nb::ndarray<nb::numpy, nb::c_contig, nb::device::cpu, nb::ndim<4>>;
+using Labels = nb::ndarray<nb::numpy, int32_t, nb::c_contig, nb::device::cpu, nb::ndim<1>>;
+using Tensors = std::vector<std::pair<std::string, nb::ndarray<nb::c_contig, nb::device::cpu>>>;
+
+// train's flags as Options; with --resume, the recorded run's flags with the given ones (train's rules).
+train::Options options_of(const std::vector<std::string>& args) {
+  train::Options o = train::parse_flags(args);
+  if (!o.resume.empty()) o = train::resume_flags(train::recorded_args(o.resume), o);
+  return o;
+}
+
+void put(nb::dict&) {}
+template <class V, class... Rest>
+void put(nb::dict& d, const char* key, V&& value, Rest&&... rest) {
+  d[key] = std::forward<V>(value);
+  put(d, std::forward<Rest>(rest)...);
+}
+// dict_of("a", 1, "b", x): {"a": 1, "b": x}.
+template <class... A>
+nb::dict dict_of(A&&... a) {
+  nb::dict d;
+  put(d, std::forward<A>(a)...);
+  return d;
+}
+
+nb::dict breakdown_dict(const MemoryBreakdown& mb, std::size_t budget) {
+  nb::dict d;
+  d["micro_batch"] = mb.micro_batch;
+  for (const train::MemoryPart& part : train::memory_parts()) d[part.name] = part.bytes(mb);
+  d["total"] = mb.total();
+  d["fits"] = mb.total() <= budget;
+  return d;
+}
+
+// The plan of a run, before anything is allocated: what train --explain and --report show.
+class Plan {
+ public:
+  explicit Plan(const std::vector<std::string>& args) {
+    const train::Options o = options_of(args);
+    cfg_ = train::config_of(o);
+    const data::DataShape shape = data::data_shape(cfg_.data);
+    run_ = std::make_unique<RunPlan>(plan_run(cfg_, shape, cfg_.batch, pick_device(cfg_)));
+    report_ = train::collect_report(run_->graph, run_->strategy.plan, run_->batch, run_->budget, cfg_.optimizer,
+                                    run_->device, {});
+    report_.title = cfg_.model + " (" + std::to_string(shape.channels) + "x" + std::to_string(shape.height) + "x" +
+                    std::to_string(shape.width) + ") on " + device_name(run_->device) + ", " +
+                    precision_name(cfg_.precision);
+    report_.subtitle = run_->split;
+  }
+
+  int micro_batch() const { return report_.micro_batch(); }
+  const MemoryBreakdown& memory() const { return report_.memory; }
+  std::size_t budget() const { return run_->budget; }
+  int batch() const { return run_->batch; }
+  std::string split() const { return run_->split; }
+  std::string device() const { return device_name(run_->device); }
+  std::string precision() const { return precision_name(cfg_.precision); }
+  std::string title() const { return report_.title; }
+  std::string strategy() const { return run_->strategy.choice.used; }
+
+  // What train --explain prints.
+  std::string explain() const {
+    std::ostringstream os;
+    os << cfg_.model << " on " << device() << " in " << precision() << ", " << run_->split << "\n";
+    write_strategy_report(os, run_->graph, run_->strategy);
+    write_memory_report(os, run_->graph, run_->strategy.plan.memory, report_.plan, run_->budget);
+    return os.str();
+  }
+  nb::list breakdown() const {
+    nb::list rows;
+    for (const BreakdownRow& r : breakdown_rows(report_.memory, run_->budget))
+      rows.append(dict_of("part", r.label, "bytes", r.bytes, "dtype", r.dtype, "holds", r.note));
+    return rows;
+  }
+  // The report's tables: id -> (caption, header, rows of strings).
+  nb::dict tables() const {
+    nb::dict out;
+    for (const train::Table& t : train::report_tables(report_))
+      out[t.id.c_str()] = nb::make_tuple(t.caption, t.header, t.rows);
+    return out;
+  }
+  std::string svg(const std::string& name) const {
+    if (name == "arena_map") return train::arena_map_svg(report_);
+    if (name == "timeline") return train::timeline_svg(report_);
+    if (name == "sweep") return train::sweep_svg(report_);
+    CRUMB_FAIL("no picture named '", name, "' (arena_map, timeline or sweep)");
+  }
+  std::string html(bool fragment) const { return train::report_html(report_, fragment); }
+  void save_report(const std::string& path, const std::string& dir) const {
+    train::ReportOutput(path, dir).write(report_);
+  }
+  // The memory of other micro-batch sizes (one row each), as the report's sweep has it.
+  nb::list sweep(const std::vector<int>& sizes) const {
+    nb::list rows;
+    for (int m : sizes) {
+      CRUMB_CHECK(m >= 1 && m <= run_->batch, "sweep: micro-batch ", m, " is outside [1, ", run_->batch, "]");
+      check_micro_batch(run_->graph, m, run_->batch);
+      rows.append(breakdown_dict(measure_memory(run_->graph, m, cfg_.optimizer, run_->device, 0, run_->batch),
+                                 run_->budget));
+    }
+    return rows;
+  }
+  nb::list default_sweep() const {
+    nb::list rows;
+    for (const MemoryBreakdown& mb : report_.sweep) rows.append(breakdown_dict(mb, run_->budget));
+    return rows;
+  }
+
+ private:
+  TrainConfig cfg_;
+  std::unique_ptr<RunPlan> run_;  // report_ points into its graph
+  train::ReportData report_;
+};
+
+// Keeps a numpy array alive for as long as a dataset reads its memory in place (released under the GIL,
+// from whichever thread drops the dataset last).
+std::shared_ptr<const void> hold(const Images& array) {
+  return std::shared_ptr<const Images>(new Images(array), [](const Images* p) {
+    nb::gil_scoped_acquire gil;
+    delete p;
+  });
+}
+
+// The images in place (uint8 or float32, N x C x H x W) and a copy of the labels (int32, checked by the
+// Python half against the class count).
+data::Dataset dataset_of(const Images& x, const int32_t* labels, std::size_t count, int classes) {
+  const bool u8 = x.dtype() == nb::dtype<uint8_t>();
+  CRUMB_CHECK(u8 || x.dtype() == nb::dtype<float>(), "images must be uint8 or float32");
+  CRUMB_CHECK(count == x.shape(0), "there are ", x.shape(0), " images but ", count, " labels");
+  CRUMB_CHECK(x.shape(0) < (std::size_t{1} << 31), "at most 2^31 - 1 images, got ", x.shape(0));
+  data::Dataset ds;
+  ds.count = static_cast<int>(x.shape(0));
+  ds.channels = static_cast<int>(x.shape(1));
+  ds.height = static_cast<int>(x.shape(2));
+  ds.width = static_cast<int>(x.shape(3));
+  ds.num_classes = classes;
+  ds.labels.assign(labels, labels + count);
+  for (int32_t label : ds.labels)
+    CRUMB_CHECK(label >= 0 && label < classes, "label ", label, " is outside [0, ", classes, ")");
+  ds.mapped.data = x.data();
+  ds.mapped.type = u8 ? data::PixelType::U8 : data::PixelType::F32;
+  ds.mapped.owner = hold(x);
+  return ds;
+}
+
+// What fit calls back, into Python: on_step and on_epoch receive dicts. A Python exception in them (a
+// KeyboardInterrupt from Ctrl-C, noticed here at each step) stops the run after the step, as a signal
+// stops train, and fit raises it once the run has stopped (and saved, with save=).
+class PythonCallbacks : public Callback {
+ public:
+  PythonCallbacks(nb::object on_step, nb::object on_epoch) : on_step_(std::move(on_step)), on_epoch_(std::move(on_epoch)) {}
+  void on_step(Trainer& t, const StepInfo& s) override {
+    last = s;
+    nb::gil_scoped_acquire gil;
+    if (pending) return;
+    if (PyErr_CheckSignals() != 0) {
+      stop(t);
+      return;
+    }
+    if (on_step_.is_none()) return;
+    call(t, on_step_, dict_of("epoch", s.epoch, "batch", s.batch, "batches", s.batches,
+                               "samples", s.samples, "loss", s.loss, "step", s.step, "lr", s.lr,
+                               "epoch_loss", s.epoch_loss, "skipped", s.skipped,
+                               "loss_scale", s.loss_scale, "samples_per_s", s.samples_per_s));
+  }
+  void on_epoch_end(Trainer& t, const EpochInfo& e) override {
+    nb::gil_scoped_acquire gil;
+    if (pending || on_epoch_.is_none()) return;
+    nb::dict d = dict_of("epoch", e.epoch, "loss", e.train_loss, "accuracy", e.train_accuracy,
+               "seconds", e.seconds, "samples_per_s", e.samples_per_s, "micro_batch", t.micro_batch(),
+               "arena_bytes", t.arena_bytes(), "step", t.optimizer().steps());
+    if (e.test.samples) {
+      d["val_loss"] = e.test.loss;
+      d["val_accuracy"] = e.test.accuracy;
+    }
+    call(t, on_epoch_, d);
+  }
+  std::unique_ptr<nb::python_error> pending;
+  std::optional<StepInfo> last;
+
+ private:
+  void call(Trainer& t, nb::handle fn, nb::dict d) {
+    try {
+      fn(d);
+    } catch (nb::python_error&) {
+      stop(t);
+    }
+  }
+  void stop(Trainer& t) {
+    pending = std::make_unique<nb::python_error>();
+    t.request_stop();
+  }
+  nb::object on_step_, on_epoch_;
+};
+
+nb::dict evaluation_dict(const Evaluation& e) {
+  return dict_of("loss", e.loss, "accuracy", e.accuracy, "samples", e.samples);
+}
+
+// A training run on arrays. Built by the first fit (or evaluate/predict/state_dict), which plans the model
+// for the arrays' image shape; later fits continue it.
+class Run {
+ public:
+  explicit Run(std::vector<std::string> args) : options_(options_of(args)) {}
+
+  nb::dict fit(const Images& x, const Labels& y, std::optional<Images> xv, std::optional<Labels> yv, int classes,
+               std::optional<std::vector<float>> mean, std::optional<std::vector<float>> std, int epochs,
+               nb::object on_step, nb::object on_epoch) {
+    auto split = std::make_shared<data::DataSplit>();
+    split->train = dataset_of(x, y.data(), y.shape(0), classes);
+    if (xv) split->test = dataset_of(*xv, yv->data(), yv->shape(0), classes);
+    // Later fits normalise like the first, whose statistics the weights have learnt.
+    split->norm = trainer_ && !mean ? trainer_->data().norm : normalization(split->train, mean, std);
+    split->source = "numpy arrays";
+    if (!trainer_)
+      build(split, epochs);
+    else
+      trainer_->train_more(split, epochs);
+    PythonCallbacks callbacks(std::move(on_step), std::move(on_epoch));
+    FitResult r;
+    {
+      nb::gil_scoped_release release;
+      r = trainer_->fit({&callbacks});
+    }
+    if (callbacks.last) {
+      const StepInfo& s = *callbacks.last;
+      const bool epoch_done = s.batch + 1 == s.batches;
+      epoch_ = s.epoch + epoch_done;
+      batch_ = epoch_done ? 0 : s.batch + 1;
+    }
+    if (callbacks.pending) throw std::move(*callbacks.pending);
+    return dict_of("steps", r.steps, "samples", r.samples, "seconds", r.train_seconds,
+                    "samples_per_s", r.samples_per_s(), "stopped", r.stopped);
+  }
+
+  nb::dict evaluate(const Images& x, const Labels& y, int classes) {
+    const data::Dataset ds = dataset_of(x, y.data(), y.shape(0), classes);
+    ensure(ds);
+    nb::gil_scoped_release release;
+    const Evaluation e = trainer_->evaluate(ds);
+    nb::gil_scoped_acquire gil;
+    return evaluation_dict(e);
+  }
+
+  nb::ndarray<nb::numpy, float> predict(const Images& x, int classes) {
+    const std::vector<int32_t> zeros(x.shape(0), 0);
+    const data::Dataset ds = dataset_of(x, zeros.data(), zeros.size(), classes);
+    ensure(ds);
+    auto* out = new std::vector<float>(static_cast<std::size_t>(ds.count) * trainer_->classes());
+    nb::capsule owner(out, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+    {
+      nb::gil_scoped_release release;
+      trainer_->predict(ds, out->data());
+    }
+    return nb::ndarray<nb::numpy, float>(out->data(), {static_cast<std::size_t>(ds.count),
+                                                      static_cast<std::size_t>(trainer_->classes())}, owner);
+  }
+
+  // Parameters and state (running statistics) by their PyTorch names, as float32/... numpy copies.
+  nb::list state_dict() {
+    CRUMB_CHECK(trainer_, "the model has no weights yet: fit, evaluate or predict first (or load_state_dict)");
+    ParamStore& p = trainer_->params();
+    p.to_host();
+    const Graph& g = p.graph();
+    nb::list out;
+    auto add = [&](ValueId v, const void* data) {
+      const Value& value = g.value(v);
+      std::vector<std::size_t> shape(value.dims.begin(), value.dims.end());
+      const DType dtype = dtype_of(p, v);
+      const std::size_t bytes = static_cast<std::size_t>(value.count(1)) * dtype_size(dtype);
+      out.append(nb::make_tuple(value.name, numpy_copy(data, bytes, dtype, shape)));
+    };
+    for (ValueId v : g.params()) add(v, p.data(v));
+    for (ValueId v : g.states()) add(v, p.state(v));
+    return out;
+  }
+
+  // Exact names, shapes and dtypes (torch's strict load): anything missing or extra is an error. Before
+  // the model is built (by the first fit, evaluate or predict), they are kept and loaded then.
+  void load_state_dict(const Tensors& tensors) {
+    if (!trainer_) {
+      initial_ = tensors;
+      return;
+    }
+    ParamStore& p = trainer_->params();
+    p.to_host();
+    const Graph& g = p.graph();
+    std::vector<bool> seen(g.num_values(), false);
+    for (const auto& [name, array] : tensors) {
+      const ValueId v = g.find_value(name);
+      const bool param = v >= 0 && g.value(v).kind == ValueKind::Param;
+      CRUMB_CHECK(param || (v >= 0 && g.value(v).kind == ValueKind::State), "load_state_dict: the model has no '",
+                  name, "'");
+      const Value& value = g.value(v);
+      std::string want, got;
+      for (int64_t d : value.dims) want += (want.empty() ? "" : ", ") + std::to_string(d);
+      for (std::size_t i = 0; i < array.ndim(); ++i) got += (got.empty() ? "" : ", ") + std::to_string(array.shape(i));
+      CRUMB_CHECK(want == got, "load_state_dict: '", name, "' has shape (", got, ") but the model's is (", want, ")");
+      const DType dtype = dtype_of(p, v);
+      CRUMB_CHECK(array.dtype() == numpy_dtype(dtype), "load_state_dict: '", name, "' must be ", dtype_name(dtype));
+      std::memcpy(param ? p.data(v) : p.state(v), array.data(),
+                  static_cast<std::size_t>(value.count(1)) * dtype_size(dtype));
+      seen[v] = true;
+    }
+    for (ValueId v : g.params()) CRUMB_CHECK(seen[v], "load_state_dict: '", g.value(v).name, "' is missing");
+    for (ValueId v : g.states()) CRUMB_CHECK(seen[v], "load_state_dict: '", g.value(v).name, "' is missing");
+    p.to_device();
+  }
+
+  // The weights of a checkpoint (train --load's), now or once the model is built.
+  void load(const std::string& path) {
+    if (!trainer_) {
+      options_.load = path;
+      return;
+    }
+    nb::gil_scoped_release release;
+    load_checkpoint(path, trainer_->params(), nullptr);
+  }
+
+  // A checkpoint of the weights, the optimizer and where the run stands, as train --save writes it.
+  void save(const std::string& path) {
+    CRUMB_CHECK(trainer_, "save: nothing to save before the first fit");
+    nb::gil_scoped_release release;
+    trainer_->save(epoch_, batch_, path);
+  }
+
+  nb::dict info() const {
+    nb::dict d = dict_of("epoch", epoch_, "batch", batch_, "built", trainer_ != nullptr);
+    if (trainer_) {
+      d["micro_batch"] = trainer_->micro_batch();
+      d["split"] = trainer_->plan().split;
+      d["device"] = device_name(trainer_->device());
+      d["steps"] = trainer_->prepared() ? trainer_->optimizer().steps() : 0LL;
+    }
+    return d;
+  }
+
+ private:
+  // Parameters are held in the master dtype; state values in their own.
+  static DType dtype_of(const ParamStore& p, ValueId v) {
+    return p.graph().value(v).kind == ValueKind::Param ? p.dtype() : p.graph().value(v).dtype;
+  }
+  static data::Normalization normalization(const data::Dataset& train, const std::optional<std::vector<float>>& mean,
+                                           const std::optional<std::vector<float>>& std) {
+    CRUMB_CHECK(mean.has_value() == std.has_value(), "give mean and std together");
+    if (mean) return {*mean, *std};
+    if (train.pixel_type() == data::PixelType::U8) return data::channel_statistics(train);
+    return {0.f, 1.f};  // float32 images are taken as they are
+  }
+  static nb::dlpack::dtype numpy_dtype(DType t) {
+    switch (t) {
+      case DType::F32: return nb::dtype<float>();
+      case DType::F64: return nb::dtype<double>();
+      case DType::I64: return nb::dtype<int64_t>();
+      case DType::I32: return nb::dtype<int32_t>();
+      default: CRUMB_FAIL("no numpy dtype for ", dtype_name(t));
+    }
+  }
+  static nb::object numpy_copy(const void* data, std::size_t bytes, DType dtype, const std::vector<std::size_t>& shape) {
+    auto* copy = new std::vector<unsigned char>(static_cast<const unsigned char*>(data),
+                                                static_cast<const unsigned char*>(data) + bytes);
+    nb::capsule owner(copy, [](void* p) noexcept { delete static_cast<std::vector<unsigned char>*>(p); });
+    return nb::cast(nb::ndarray<nb::numpy>(copy->data(), shape.size(), shape.data(), owner, nullptr,
+                                           numpy_dtype(dtype)));
+  }
+  // A trainer for data that only evaluates or predicts (weights from load=/resume=, or the initial ones).
+  void ensure(const data::Dataset& ds) {
+    if (trainer_) return;
+    auto split = std::make_shared<data::DataSplit>();
+    split->train = ds;
+    split->norm = ds.pixel_type() == data::PixelType::U8 ? data::channel_statistics(ds) : data::Normalization(0.f, 1.f);
+    build(split, 0);
+  }
+  void build(std::shared_ptr<const data::DataSplit> split, int epochs) {
+    train::Options o = options_;
+    if (epochs > 0) o.epochs = epochs;
+    TrainConfig cfg = train::config_of(o);
+    cfg.data.dataset = "numpy";
+    {
+      nb::gil_scoped_release release;
+      trainer_ = std::make_unique<Trainer>(cfg, std::move(split));
+      trainer_->prepare();
+    }
+    if (initial_) {
+      load_state_dict(*initial_);
+      initial_.reset();
+    }
+  }
+
+  train::Options options_;
+  std::unique_ptr<Trainer> trainer_;
+  std::optional<Tensors> initial_;  // load_state_dict's before the model was built
+  int epoch_ = 0, batch_ = 0;  // where the run stands (what a save records)
+};
+
+}  // namespace
+}  // namespace crumb::python
+
+NB_MODULE(_crumb, m) {
+  using namespace crumb;
+  using crumb::python::Plan;
+  using crumb::python::Run;
+  m.doc() = "Crumb's engine: plans and training runs (use the crumb package, not this module)";
+  nb::exception<Error>(m, "Error", PyExc_RuntimeError);
+
+  m.def("parse_flags", [](const std::vector<std::string>& args) { crumb::python::options_of(args); },
+        "Checks train's flags, raising crumb.Error with train's message for a bad one.");
+  m.def("models", [] { return models::names(); });
+  m.def("format_bytes", &format_bytes);
+  m.def("parse_bytes", &parse_bytes);
+
+  nb::class_<Plan>(m, "Plan")
+      .def(nb::init<const std::vector<std::string>&>())
+      .def_prop_ro("micro_batch", &Plan::micro_batch)
+      .def_prop_ro("arena_bytes", [](const Plan& p) { return p.memory().arena; })
+      .def_prop_ro("activation_bytes", [](const Plan& p) { return p.memory().activations; })
+      .def_prop_ro("workspace_bytes", [](const Plan& p) { return p.memory().workspace; })
+      .def_prop_ro("persistent_bytes", [](const Plan& p) { return p.memory().persistent(); })
+      .def_prop_ro("total_bytes", [](const Plan& p) { return p.memory().total(); })
+      .def_prop_ro("budget", &Plan::budget)
+      .def_prop_ro("batch", &Plan::batch)
+      .def_prop_ro("split", &Plan::split)
+      .def_prop_ro("device", &Plan::device)
+      .def_prop_ro("precision", &Plan::precision)
+      .def_prop_ro("title", &Plan::title)
+      .def_prop_ro("strategy", &Plan::strategy)
+      .def("explain", &Plan::explain)
+      .def("breakdown", &Plan::breakdown)
+      .def("tables", &Plan::tables)
+      .def("svg", &Plan::svg)
+      .def("html", &Plan::html, "fragment"_a = false)
+      .def("save_report", &Plan::save_report, "path"_a, "dir"_a = "")
+      .def("sweep", &Plan::sweep)
+      .def("default_sweep", &Plan::default_sweep);
+
+  nb::class_<Run>(m, "Run")
+      .def(nb::init<std::vector<std::string>>())
+      .def("fit", &Run::fit, "x"_a, "y"_a, "xv"_a.none(), "yv"_a.none(), "classes"_a, "mean"_a.none(),
+           "std"_a.none(), "epochs"_a, "on_step"_a.none(), "on_epoch"_a.none())
+      .def("evaluate", &Run::evaluate)
+      .def("predict", &Run::predict)
+      .def("state_dict", &Run::state_dict)
+      .def("load_state_dict", &Run::load_state_dict)
+      .def("save", &Run::save)
+      .def("load", &Run::load)
+      .def("info", &Run::info);
+}
