@@ -9,6 +9,8 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -144,6 +146,10 @@ class Plan {
   std::unique_ptr<RunPlan> run_;  // report_ points into its graph
   train::ReportData report_;
 };
+
+// Checkpoint metadata: the per-channel normalisation a model trained from Python was trained with.
+constexpr const char* kMeanKey = "python.mean";
+constexpr const char* kStdKey = "python.std";
 
 // Keeps a numpy array alive for as long as a dataset reads its memory in place (released under the GIL,
 // from whichever thread drops the dataset last).
@@ -373,12 +379,40 @@ class Run {
   static DType dtype_of(const ParamStore& p, ValueId v) {
     return p.graph().value(v).kind == ValueKind::Param ? p.dtype() : p.graph().value(v).dtype;
   }
-  static data::Normalization normalization(const data::Dataset& train, const std::optional<std::vector<float>>& mean,
-                                           const std::optional<std::vector<float>>& std) {
+  // Given, else the one the weights were trained with (recorded in the checkpoint they come from), else the
+  // training images' own (uint8), else none (float32 images are taken as they are).
+  data::Normalization normalization(const data::Dataset& train, const std::optional<std::vector<float>>& mean,
+                                    const std::optional<std::vector<float>>& std) const {
     CRUMB_CHECK(mean.has_value() == std.has_value(), "give mean and std together");
     if (mean) return {*mean, *std};
+    for (const std::string& path : {options_.resume, options_.load}) {
+      if (path.empty()) continue;
+      std::vector<float> m, s;
+      for (const auto& [key, value] : checkpoint_metadata(path)) {
+        if (key == kMeanKey) m = floats(value, path);
+        if (key == kStdKey) s = floats(value, path);
+      }
+      if (!m.empty() && !s.empty()) return {m, s};
+    }
     if (train.pixel_type() == data::PixelType::U8) return data::channel_statistics(train);
-    return {0.f, 1.f};  // float32 images are taken as they are
+    return {0.f, 1.f};
+  }
+  static std::vector<float> floats(const std::string& text, const std::string& path) {
+    std::vector<float> out;
+    std::istringstream in(text);
+    for (std::string item; std::getline(in, item, ',');) {
+      char* end = nullptr;
+      out.push_back(std::strtof(item.c_str(), &end));
+      CRUMB_CHECK(!item.empty() && end && *end == '\0' && std::isfinite(out.back()), path, ": '", text,
+                  "' is not a list of numbers");
+    }
+    return out;
+  }
+  static std::string text_of(const std::vector<float>& v) {
+    std::ostringstream os;
+    os.precision(9);
+    for (std::size_t i = 0; i < v.size(); ++i) os << (i ? "," : "") << v[i];
+    return os.str();
   }
   static nb::dlpack::dtype numpy_dtype(DType t) {
     switch (t) {
@@ -401,7 +435,7 @@ class Run {
     if (trainer_) return;
     auto split = std::make_shared<data::DataSplit>();
     split->train = ds;
-    split->norm = ds.pixel_type() == data::PixelType::U8 ? data::channel_statistics(ds) : data::Normalization(0.f, 1.f);
+    split->norm = normalization(ds, std::nullopt, std::nullopt);
     build(split, 0);
   }
   void build(std::shared_ptr<const data::DataSplit> split, int epochs) {
@@ -409,6 +443,8 @@ class Run {
     if (epochs > 0) o.epochs = epochs;
     TrainConfig cfg = train::config_of(o);
     cfg.data.dataset = "numpy";
+    // Saved with the weights, so that a model loaded elsewhere sees its inputs as it was trained on them.
+    cfg.record.insert(cfg.record.end(), {{kMeanKey, text_of(split->norm.mean)}, {kStdKey, text_of(split->norm.std)}});
     {
       nb::gil_scoped_release release;
       trainer_ = std::make_unique<Trainer>(cfg, std::move(split));

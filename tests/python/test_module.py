@@ -1,0 +1,195 @@
+"""The Python module against the train program it drives the same engine as: the same plans, the same
+weights from the same data and seed; and bad input as crumb.Error, never a crash."""
+
+import os
+import signal
+import subprocess
+import threading
+
+import numpy as np
+import pytest
+
+import crumb
+
+
+def run_train(train_bin, *args):
+    r = subprocess.run([train_bin, *args], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def images(n, seed=0, shape=(1, 12, 12)):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 256, size=(n, *shape), dtype=np.uint8)
+    y = (x.reshape(n, -1).mean(axis=1) > 127.5).astype(np.int64) + 2 * (x[:, 0, 0, 0] > 127)
+    return x, y
+
+
+@pytest.mark.parametrize("model,input,extra", [
+    # auto's choice between swap and recompute rests on measured kernel times: it may differ between runs.
+    ("resnet20", (3, 32, 32), dict(memory_budget="96MiB", strategy="micro-batch")),
+    ("resnet50", (3, 224, 224), dict(memory_budget="16GiB", precision="bf16")),
+    ("vgg11_bn", (3, 32, 32), dict(memory_budget="3GiB", strategy="micro-batch", optimizer="adamw")),
+])
+def test_plan_is_what_train_explains(train_bin, model, input, extra):
+    p = crumb.plan(model=model, input=input, classes=10, batch=256, **extra)
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in extra.items()]
+    out = run_train(train_bin, f"--model={model}", "--dataset=synthetic", f"--input={'x'.join(map(str, input))}",
+                    "--classes=10", "--batch=256", "--explain", *flags)
+    # Every line but the strategy search's measured kernel times and copy bandwidth.
+    def planned(text):
+        return [line for line in text.splitlines() if "measured at" not in line]
+    assert planned(p.explain()) == planned(out)
+    assert len(planned(out)) > 20
+    assert f"micro-batch(es) of {p.micro_batch} " in out
+    assert p.arena_bytes > 0 and p.total_bytes <= p.budget
+    # The breakdown's rows and the sweep agree with the plan.
+    rows = {r["part"]: r["bytes"] for r in p.breakdown}
+    assert rows["total"] == p.total_bytes
+    chosen = [s for s in p.sweep() if s["micro_batch"] == p.micro_batch]
+    assert chosen and chosen[0]["total"] == p.total_bytes
+
+
+def test_plan_pictures_and_report(tmp_path):
+    p = crumb.plan(model="cnn", batch=512, memory_budget="8MiB")
+    assert p.micro_batch < 512
+    html = p._repr_html_()
+    assert html.startswith("<div") and html.count("<svg") >= 3
+    assert p.svg("sweep").startswith("<svg")
+    assert {b["role"] for b in p.blocks} >= {"activation"}
+    assert len(p.timeline) > 10
+    bigger = p.sweep([p.micro_batch, 512])
+    assert bigger[0]["fits"] and not bigger[1]["fits"] and bigger[1]["total"] > bigger[0]["total"]
+    p.save_report(tmp_path / "r.html", tmp_path / "pictures")
+    assert (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
+    assert (tmp_path / "pictures" / "arena_map.svg").exists()
+
+
+def test_fit_gives_the_weights_of_train(train_bin, tmp_path):
+    x, y = images(120)
+    xt, yt = images(30, seed=1)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    np.save(tmp_path / "x_test.npy", xt)
+    np.save(tmp_path / "y_test.npy", yt)
+    flags = dict(batch=32, micro_batch=8, lr=0.05, seed=3, threads=1)
+    run_train(train_bin, "--model=cnn", "--dataset=npy", f"--data={tmp_path}", "--epochs=2",
+              f"--save={tmp_path / 'cli.safetensors'}", *[f"--{k.replace('_', '-')}={v}" for k, v in flags.items()])
+    # train normalises uint8 .npy images with mean 0.5 and std 0.5 (engine/data/npy.h).
+    t = crumb.Trainer(model="cnn", mean=0.5, std=0.5, progress=False, **flags)
+    history = t.fit(x, y, epochs=2, validation=(xt, yt))
+    assert [h["epoch"] for h in history] == [0, 1]
+    assert all(k in history[-1] for k in ("loss", "accuracy", "val_loss", "val_accuracy", "samples_per_s"))
+    cli = crumb.Trainer(model="cnn", classes=4, progress=False, **flags)
+    cli.load(tmp_path / "cli.safetensors")
+    cli.evaluate(xt, yt)  # plans the model for the images, with the loaded weights
+    ours, theirs = t.state_dict(), cli.state_dict()
+    assert list(ours) == list(theirs) == ["0.weight", "0.bias", "3.weight", "3.bias", "7.weight", "7.bias",
+                                          "9.weight", "9.bias"]
+    for name in ours:
+        np.testing.assert_array_equal(ours[name], theirs[name], err_msg=name)
+    # evaluate and predict agree with each other.
+    e = t.evaluate(xt, yt)
+    logits = t.predict(xt)
+    assert logits.shape == (30, 4) and logits.dtype == np.float32
+    assert e["accuracy"] == pytest.approx((logits.argmax(1) == yt).mean())
+    z = logits - logits.max(1, keepdims=True)
+    loss = (np.log(np.exp(z).sum(1)) - z[np.arange(30), yt]).mean()
+    assert e["loss"] == pytest.approx(loss, rel=1e-5)
+    # A checkpoint saved from Python is train's: it loads back to the same weights.
+    t.save(tmp_path / "py.safetensors")
+    again = crumb.Trainer(model="cnn", classes=4, progress=False)
+    again.load(tmp_path / "py.safetensors")
+    # (in other chunks than t's micro-batches of 8: float rounding differs)
+    np.testing.assert_allclose(again.predict(xt), logits, rtol=1e-5, atol=1e-6)
+
+
+def test_later_fits_continue_the_run():
+    x, y = images(64)
+    t = crumb.Trainer(model="cnn", batch=16, progress=False, seed=1)
+    t.fit(x, y, epochs=1)
+    t.fit(x, y, epochs=2)
+    assert [h["epoch"] for h in t.history] == [0, 1, 2]
+    assert t.history[-1]["step"] == 12
+    whole = crumb.Trainer(model="cnn", batch=16, progress=False, seed=1)
+    whole.fit(x, y, epochs=3)
+    for name, value in whole.state_dict().items():
+        np.testing.assert_array_equal(t.state_dict()[name], value, err_msg=name)
+
+
+def test_ctrl_c_stops_at_a_step_with_the_weights_intact(tmp_path):
+    x, y = images(2048, shape=(1, 28, 28))
+    t = crumb.Trainer(model="cnn", batch=16, progress=False, save=tmp_path / "run.safetensors")
+    timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        t.fit(x, y, epochs=20)
+    timer.join()
+    steps = t._run.info()["steps"]
+    assert 0 < steps < 20 * 128
+    assert (tmp_path / "run.safetensors").exists()  # saved at the stop, as train does
+    for value in t.state_dict().values():
+        assert np.isfinite(value).all()
+    saved = crumb.Trainer(model="cnn", classes=4, progress=False)
+    saved.load(tmp_path / "run.safetensors")
+    saved.predict(x[:2])
+    np.testing.assert_array_equal(saved.state_dict()["0.weight"], t.state_dict()["0.weight"])
+    t.fit(x[:64], y[:64], epochs=1)  # and the run goes on
+
+
+BAD_ARRAYS = [
+    (lambda x, y: (x.astype(np.float64), y), "uint8 or float32"),
+    (lambda x, y: (x[:, 0], y), "4 dimensions"),
+    (lambda x, y: (x, y[:-1]), "one label per sample"),
+    (lambda x, y: (x, y.astype(np.float32)), "integer class labels"),
+    (lambda x, y: (x, y - 5), "negative"),
+    (lambda x, y: (np.full(x.shape, np.nan, np.float32), y), "NaN"),
+    (lambda x, y: (x[:0], y[:0]), "no samples"),
+    (lambda x, y: (list(x), y), "numpy array"),
+]
+
+
+@pytest.mark.parametrize("make,message", BAD_ARRAYS)
+def test_bad_arrays_raise_one_error(make, message):
+    x, y = images(32)
+    t = crumb.Trainer(model="cnn", progress=False)
+    with pytest.raises(crumb.Error, match=message):
+        t.fit(*make(x, y))
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(lr=-1), "--lr"),
+    (dict(model="resnet9000"), "resnet9000"),
+    (dict(optimizer="adam"), "--optimizer"),
+    (dict(momentum=0.9, optimizer="adamw"), "--momentum"),
+    (dict(memory_budget="lots"), "--memory-budget"),
+    (dict(precision="fp8"), "--precision"),
+    (dict(dataset="cifar10"), "arrays"),
+    (dict(bogus=1), "--bogus"),
+    (dict(model=42), "model="),
+])
+def test_bad_arguments_raise_one_error(kwargs, message):
+    with pytest.raises(crumb.Error, match=message):
+        crumb.Trainer(progress=False, **kwargs)
+
+
+def test_errors_during_a_run_are_errors_not_crashes():
+    x, y = images(32)
+    t = crumb.Trainer(model="cnn", classes=4, progress=False)
+    with pytest.raises(crumb.Error, match="classes"):
+        t.fit(x, y + 4)
+    with pytest.raises(crumb.Error, match="no weights yet"):
+        t.state_dict()
+    t.fit(x, y)
+    with pytest.raises(crumb.Error, match="3x12x12 but the model was planned for 1x12x12"):
+        t.fit(*images(32, shape=(3, 12, 12)))
+    with pytest.raises(crumb.Error, match="planned for 1x12x12"):
+        t.predict(images(4, shape=(1, 16, 16))[0])
+    with pytest.raises(crumb.Error, match="missing"):
+        t.load_state_dict({"0.weight": t.state_dict()["0.weight"]})
+    with pytest.raises(crumb.Error, match="shape"):
+        t.load_state_dict({**t.state_dict(), "0.bias": np.zeros(3, np.float32)})
+    with pytest.raises(crumb.Error, match="budget"):
+        crumb.plan(model="resnet50", input=(3, 224, 224), batch=64, memory_budget="1MiB")
+    with pytest.raises(crumb.Error, match="diverged"):
+        crumb.Trainer(model="cnn", lr=1e5, progress=False, batch=8).fit(x, y, epochs=3)
