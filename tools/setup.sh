@@ -8,8 +8,10 @@ shift || true
 
 # python3: the report and kernel-benchmark checks (standard library only). Open MPI: data-parallel
 # training (mpirun -np N train) and its tests.
-packages=(cmake ninja-build g++ libeigen3-dev zlib1g-dev libgtest-dev libbenchmark-dev python3 dataset-fashion-mnist
-          openmpi-bin libopenmpi-dev)
+# python3-venv: the Python module's tests (tools/python/test.sh). ccache: the module's own build (pip install .)
+# then reuses this one's objects.
+packages=(cmake ninja-build g++ libeigen3-dev zlib1g-dev libgtest-dev libbenchmark-dev python3 python3-venv
+          dataset-fashion-mnist openmpi-bin libopenmpi-dev ccache)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -21,5 +23,6 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
+      -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache "$@" >/dev/null
 cmake --build "$build_dir"

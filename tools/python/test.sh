@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The Python module's tests: `pip install .` into a venv (.venv-py, git-ignored), then pytest over
+# tests/python (which compares with build/train, so build that first: tools/setup.sh build) and the
+# notebook docs/notebooks/memory.ipynb executed end to end. torch and torchvision (CPU wheels) are there
+# for crumb.from_torch's tests.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+venv=.venv-py
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+py="$venv/bin/python"
+if ! "$py" -c 'import numpy, pytest, nbclient, nbformat, ipykernel, torch, torchvision' >/dev/null 2>&1; then
+  "$py" -m pip install -q --upgrade pip
+  "$py" -m pip install -q torch torchvision --index-url https://download.pytorch.org/whl/cpu
+  "$py" -m pip install -q numpy pytest nbclient nbformat ipykernel
+fi
+# The same compiler cache as the C++ build (tools/setup.sh): the module's build then compiles little.
+launcher=()
+if command -v ccache >/dev/null; then
+  launcher=(-C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache -C cmake.define.CMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
+"$py" -m pip install -q "${launcher[@]}" .
+# From outside the tree, so `import crumb` is the installed package.
+(cd /tmp && CRUMB_TRAIN="$OLDPWD/build/train" "$OLDPWD/$py" -m pytest -q -p no:cacheprovider "$OLDPWD/tests/python")
