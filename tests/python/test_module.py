@@ -193,3 +193,43 @@ def test_errors_during_a_run_are_errors_not_crashes():
         crumb.plan(model="resnet50", input=(3, 224, 224), batch=64, memory_budget="1MiB")
     with pytest.raises(crumb.Error, match="diverged"):
         crumb.Trainer(model="cnn", lr=1e5, progress=False, batch=8).fit(x, y, epochs=3)
+
+
+def test_resume_continues_the_run(tmp_path):
+    x, y = images(96)
+    flags = dict(batch=16, seed=2, lr=0.05, momentum=0.9)  # a constant learning rate
+    whole = crumb.Trainer(model="cnn", progress=False, **flags)
+    whole.fit(x, y, epochs=3)
+    first = crumb.Trainer(model="cnn", progress=False, save=tmp_path / "run.safetensors", **flags)
+    first.fit(x, y, epochs=1)
+    resumed = crumb.Trainer(model="cnn", progress=False, resume=tmp_path / "run.safetensors", **flags)
+    resumed.fit(x, y, epochs=3)  # train's --epochs: to the third, momentum and step count restored
+    assert [h["epoch"] for h in resumed.history] == [1, 2]
+    assert resumed.history[-1]["step"] == 18
+    for name, value in whole.state_dict().items():
+        np.testing.assert_array_equal(resumed.state_dict()[name], value, err_msg=name)
+    with pytest.raises(crumb.Error, match="backwards"):
+        crumb.Trainer(model="cnn", progress=False, resume=tmp_path / "run.safetensors", **flags).fit(x, y, epochs=1)
+    with pytest.raises(crumb.Error, match="--lr"):  # a resumed run keeps its settings
+        crumb.Trainer(model="cnn", progress=False, resume=tmp_path / "run.safetensors", batch=16, seed=2, lr=0.1)
+
+
+def test_state_dict_is_torchvisions(tmp_path):
+    torch = pytest.importorskip("torch")
+    torchvision = pytest.importorskip("torchvision")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((6, 3, 32, 32)).astype(np.float32)
+    y = rng.integers(0, 7, 6)
+    t = crumb.Trainer(model="resnet18", classes=7, batch=6, bn_group="batch", progress=False, lr=0.01)
+    t.fit(x, y, epochs=1)
+    ours = t.predict(x)
+    model = torchvision.models.resnet18(num_classes=7)
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in t.state_dict().items()}, strict=True)
+    model.eval()
+    with torch.no_grad():
+        theirs = model(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
+    # and back: torch's weights load into Crumb by name
+    other = crumb.Trainer(model="resnet18", classes=7, batch=6, progress=False)
+    other.load_state_dict(torchvision.models.resnet18(num_classes=7).state_dict())
+    assert other.predict(x).shape == (6, 7)
