@@ -275,9 +275,11 @@ class Run {
   nb::dict evaluate(const Images& x, const Labels& y, int classes) {
     const data::Dataset ds = dataset_of(x, y.data(), y.shape(0), classes);
     ensure(ds);
-    nb::gil_scoped_release release;
-    const Evaluation e = trainer_->evaluate(ds);
-    nb::gil_scoped_acquire gil;
+    Evaluation e;
+    {
+      nb::gil_scoped_release release;
+      e = trainer_->evaluate(ds);
+    }
     return evaluation_dict(e);
   }
 
