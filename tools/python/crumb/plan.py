@@ -4,7 +4,6 @@ and the batch sweep, displayed in a notebook as the pictures of ``train --report
 from __future__ import annotations
 
 import os
-import tempfile
 
 from . import _crumb
 from ._flags import reject, to_args
@@ -23,18 +22,16 @@ def _cell(text: str):
 
 
 def model_args(model, input_shape=None) -> tuple[list[str], dict | None]:
-    """``--model`` for a built-in name, or ``--model-file`` for a network built in Python or converted from
-    torch (anything with ``_crumb_network()``), with the weights it brings."""
+    """``--model`` for a built-in name, or ``--network`` (the description inline, docs/networks.md) for a
+    network built with crumb.nn or converted by crumb.from_torch (anything with ``_crumb_network()``), with
+    the weights it brings."""
     if isinstance(model, str):
         return [f"--model={model}"], None
     if not hasattr(model, "_crumb_network"):
         raise _crumb.Error(f"model= takes a model name ({', '.join(_crumb.models())}) or a crumb.nn network, "
                            f"got {type(model).__name__}")
     text, weights = model._crumb_network()
-    fd, path = tempfile.mkstemp(prefix="crumb-network-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    return [f"--model-file={path}"], weights
+    return [f"--network={text}"], weights
 
 
 class Plan:
