@@ -21,7 +21,7 @@ def _cell(text: str):
         return text
 
 
-def model_args(model, input_shape=None) -> tuple[list[str], dict | None]:
+def model_args(model) -> tuple[list[str], dict | None]:
     """``--model`` for a built-in name, or ``--network`` (the description inline, docs/networks.md) for a
     network built with crumb.nn or converted by crumb.from_torch (anything with ``_crumb_network()``), with
     the weights it brings."""
