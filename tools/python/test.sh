@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The Python module's tests: `pip install .` into a venv (.venv-py, git-ignored), then pytest over
 # tests/python (which compares with build/train, so build that first: tools/setup.sh build) and the
-# notebook docs/notebooks/memory.ipynb executed end to end. torch and torchvision (CPU wheels) are there
-# for crumb.from_torch's tests.
+# notebook docs/notebooks/memory.ipynb executed end to end. torch and torchvision are there for the
+# comparisons with PyTorch (crumb.from_torch, state_dict).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 venv=.venv-py
@@ -10,8 +10,8 @@ venv=.venv-py
 py="$venv/bin/python"
 if ! "$py" -c 'import numpy, pytest, nbclient, nbformat, ipykernel, torch, torchvision' >/dev/null 2>&1; then
   "$py" -m pip install -q --upgrade pip
-  "$py" -m pip install -q torch torchvision --index-url https://download.pytorch.org/whl/cpu
-  "$py" -m pip install -q numpy pytest nbclient nbformat ipykernel
+  # From the default index (its Linux torch brings CUDA's libraries, ~5 GB; about 2 minutes here).
+  "$py" -m pip install -q numpy pytest nbclient nbformat ipykernel torch torchvision
 fi
 # The same compiler cache as the C++ build (tools/setup.sh): the module's build then compiles little.
 launcher=()
