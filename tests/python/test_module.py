@@ -230,6 +230,6 @@ def test_state_dict_is_torchvisions(tmp_path):
         theirs = model(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
     # and back: torch's weights load into Crumb by name
-    other = crumb.Trainer(model="resnet18", classes=7, batch=6, progress=False)
+    other = crumb.Trainer(model="resnet18", classes=7, batch=6, bn_group="batch", progress=False)
     other.load_state_dict(torchvision.models.resnet18(num_classes=7).state_dict())
     assert other.predict(x).shape == (6, 7)

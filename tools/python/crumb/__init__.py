@@ -10,6 +10,15 @@ Keyword arguments are the flags of the ``train`` program under the same names (`
 ``--micro-batch``); errors are ``crumb.Error`` with train's messages. See docs/python.md.
 """
 
+import importlib.util as _util
+
+# torch's Linux wheels carry their own CUDA libraries (NCCL, cuDNN, cuBLAS) under the sonames of the
+# system's, which libcrumb links, and a process keeps whichever copy it loaded first: after crumb, torch
+# would get the system's older NCCL and fail to import (undefined symbol ncclCommResume). Where torch is
+# installed it is loaded first, so both use its newer copies (Crumb runs on either).
+if _util.find_spec("torch") is not None:
+    import torch as _torch  # noqa: F401
+
 from ._crumb import Error, format_bytes, parse_bytes
 from ._crumb import models as _models
 from .plan import Plan, plan

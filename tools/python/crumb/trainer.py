@@ -133,7 +133,7 @@ class Trainer:
         for name, value in state.items():
             if hasattr(value, "detach"):  # a torch tensor
                 value = value.detach().cpu().numpy()
-            tensors.append((name, np.ascontiguousarray(value)))
+            tensors.append((name, np.asarray(value, order="C")))  # (ascontiguousarray makes 0-d arrays 1-d)
         self._run.load_state_dict(tensors)
 
     def save(self, path) -> None:
