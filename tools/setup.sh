@@ -8,9 +8,9 @@ shift || true
 
 # python3: the report and kernel-benchmark checks (standard library only). Open MPI: data-parallel
 # training (mpirun -np N train) and its tests.
-# python3-venv: the Python module's tests (tools/python/test.sh). ccache: the module's own build (pip install .)
-# then reuses this one's objects.
-packages=(cmake ninja-build g++ libeigen3-dev zlib1g-dev libgtest-dev libbenchmark-dev python3 python3-venv
+# python3-venv, python3-dev: the Python module and its tests (tools/python/test.sh). ccache: the module's
+# own build (pip install .) then reuses this one's objects.
+packages=(cmake ninja-build g++ libeigen3-dev zlib1g-dev libgtest-dev libbenchmark-dev python3 python3-venv python3-dev
           dataset-fashion-mnist openmpi-bin libopenmpi-dev ccache)
 missing=()
 for p in "${packages[@]}"; do
