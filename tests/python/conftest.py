@@ -1,0 +1,55 @@
+"""pytest for crumb.nn and crumb.from_torch, without the compiled binding: descriptions run through the
+`train` binary (--model-file, --dataset npy, --load a safetensors file of torch's names), checked against
+PyTorch. The binary: $CRUMB_TRAIN_BIN, else build/train; tests that need it or torch skip without them."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools" / "python"))
+
+
+@pytest.fixture(scope="session")
+def train_bin():
+    path = pathlib.Path(os.environ.get("CRUMB_TRAIN_BIN", ROOT / "build" / "train"))
+    if not path.exists():
+        pytest.skip(f"no train binary at {path} (build it, or set CRUMB_TRAIN_BIN)")
+    return path
+
+
+class CrumbRun:
+    """One `train` run of a description on arrays: one epoch of one batch (the whole training set) of SGD
+    from the given weights, then an evaluation of the test arrays."""
+
+    def __init__(self, train_bin, folder):
+        self.train_bin, self.folder = train_bin, pathlib.Path(folder)
+
+    def __call__(self, network, x, y, x_test, y_test, lr, extra=()):
+        import numpy as np
+        from safetensors.numpy import save_file, load_file
+
+        data = self.folder / "data"
+        data.mkdir(exist_ok=True)
+        for name, a in (("x", x), ("y", y), ("x_test", x_test), ("y_test", y_test)):
+            np.save(data / f"{name}.npy", np.ascontiguousarray(a))
+        text, weights = network._crumb_network()
+        model = self.folder / "net.json"
+        model.write_text(text)
+        args = [str(self.train_bin), "--model-file", str(model), "--dataset", "npy", "--data", str(data),
+                "--batch", str(len(x)), "--epochs", "1", "--lr", str(lr), "--momentum", "0.9", "--device", "cpu",
+                "--save", str(self.folder / "after.safetensors"), *extra]
+        if weights is not None:
+            save_file({k: np.asarray(v, order="C") for k, v in weights.items()}, str(self.folder / "before.safetensors"))
+            args += ["--load", str(self.folder / "before.safetensors")]
+        r = subprocess.run(args, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout.strip().splitlines()[-1]), load_file(str(self.folder / "after.safetensors"))
+
+
+@pytest.fixture
+def crumb_run(train_bin, tmp_path):
+    return CrumbRun(train_bin, tmp_path)
