@@ -44,9 +44,11 @@ def torch_step(model, x, y, xt, yt):
     return loss.item(), {k: v.detach().numpy() for k, v in model.state_dict().items()}, test_loss.item()
 
 
-def check_parity(crumb_run, model, shape, n=4, classes=10, extra=()):
-    x, y, xt, yt = arrays(shape, n, 3, classes)
-    net = from_torch(model, shape)
+def check_parity(crumb_run, model, shape, n=4, classes=10, extra=(), net=None, seed=0):
+    """Trains `net` (default: from_torch(model)) one step in Crumb and `model` in PyTorch, from the same
+    weights and data, and compares their losses and state_dicts. Returns the network."""
+    x, y, xt, yt = arrays(shape, n, 3, classes, seed)
+    net = net or from_torch(model, shape)
     before = {k: v.copy() for k, v in net.weights.items()}
     summary, after = crumb_run(net, x.numpy(), y.numpy(), xt.numpy(), yt.numpy(), LR, extra)
     loss, expected, test_loss = torch_step(model, x, y, xt, yt)

@@ -85,8 +85,7 @@ def test_plan_calls_the_binding_lazily(monkeypatch):
 
 def test_hand_written_cnn_trains_as_in_pytorch(crumb_run):
     torch = pytest.importorskip("torch")
-    import numpy as np
-    from test_from_torch import LR, arrays, torch_step
+    from test_from_torch import check_parity
 
     mine = nn.Sequential(
         nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
@@ -99,13 +98,5 @@ def test_hand_written_cnn_trains_as_in_pytorch(crumb_run):
         tnn.Conv2d(6, 16, 5), tnn.BatchNorm2d(16), tnn.ReLU(), tnn.AvgPool2d(2),
         tnn.Flatten(), tnn.Linear(16 * 5 * 5, 32), tnn.ReLU(), tnn.Linear(32, 10))
     start = {k: v.detach().numpy().copy() for k, v in theirs.state_dict().items()}
-    x, y, xt, yt = arrays((1, 28, 28), 8, 4, 10, seed=3)
-    summary, after = crumb_run(nn.Network(mine.to_json(), start), x.numpy(), y.numpy(), xt.numpy(), yt.numpy(), LR,
-                               ("--bn-group", "batch"))
-    loss, expected, test_loss = torch_step(theirs, x, y, xt, yt)
-    assert summary["final_loss"] == pytest.approx(loss, rel=1e-5)
-    assert summary["test_loss"] == pytest.approx(test_loss, rel=1e-4)
-    assert sorted(after) == sorted(expected)
-    for k, want in expected.items():
-        change = max(np.abs(want - start[k]).max(), 1e-6 * np.abs(want).max())
-        assert np.abs(after[k] - want).max() <= 5e-4 * change + 1e-7, k
+    check_parity(crumb_run, theirs, (1, 28, 28), n=8, extra=("--bn-group", "batch"), net=nn.Network(mine.to_json(), start),
+                 seed=3)
