@@ -94,6 +94,7 @@ class HandWritten(tnn.Module):
         self.fc2 = tnn.Linear(32, 5)
 
     def forward(self, x):
+        unused = torch.flatten(x, 1)  # noqa: F841 (dead code: not part of the network)
         h = F.relu(self.gn(self.conv1(x)))
         r = self.bn(self.conv2(h))
         r += h

@@ -149,6 +149,8 @@ def from_torch(module, input_shape, name=None):
         traced = torch.fx.symbolic_trace(module)
     except Exception as e:  # torch.fx's errors name the Python construct it cannot trace
         raise ValueError(f"from_torch: torch.fx cannot trace {type(module).__name__}: {e}") from e
+    # Values forward() computes but does not return are no part of the network.
+    traced.graph.eliminate_dead_code()
     # The shapes of every value, from a forward pass of a copy in eval mode (the module stays untouched).
     probe = copy.deepcopy(traced).eval()
     with torch.no_grad():
