@@ -290,6 +290,8 @@ TEST(Network, EveryMistakeIsOneErrorNamingTheNode) {
       {with_nodes(R"({"name": "c", "op": "conv2d", "out_channels": 4, "kernel_size": [3, 3]})"), "\"kernel_size\" must be an integer, found an array (Crumb's windows are square"},
       {with_nodes(conv + ", \"bias\": 1}"), "\"bias\" must be true or false"},
       {with_nodes(conv + ", \"stride\": 0}"), "\"stride\" is 0, outside [1, "},
+      {with_nodes(conv + ", \"padding\": -1}"), "\"padding\" is -1, outside [0, "},
+      {with_nodes(conv + ", \"padding\": 1.5}"), "\"padding\" must be an integer, found a number"},
       {with_nodes(R"({"name": "d", "op": "dropout", "p": 1})"), "node 'd' (dropout): \"p\" must be in [0, 1)"},
       {with_nodes(R"({"name": "b", "op": "batch_norm2d", "group": "all"})"), "\"group\" must be a sample count or \"batch\""},
       {with_nodes(R"({"name": "b", "op": "batch_norm2d", "eps": 0})"), "\"eps\" must be > 0"},

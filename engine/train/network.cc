@@ -1,6 +1,7 @@
 #include "engine/train/network.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdint>
 #include <initializer_list>
@@ -65,6 +66,9 @@ class NodeReader {
   int integer(const char* key, int lo, int fallback) const {
     const json::Value* v = find(key);
     if (!v) return fallback;
+    // A negative integer reads as a Number: it is out of range rather than of another kind.
+    const bool negative = v->kind == json::Value::Kind::Number && v->number < 0 && v->number == std::floor(v->number);
+    CRUMB_CHECK(!negative, where_, ": \"", key, "\" is ", v->number, ", outside [", lo, ", ", 1 << 24, "]");
     CRUMB_CHECK(v->kind == json::Value::Kind::Integer, where_, ": \"", key, "\" must be an integer, found ",
                 json::kind_name(v->kind), key_hint(key));
     CRUMB_CHECK(v->integer >= static_cast<uint64_t>(lo) && v->integer <= (1u << 24), where_, ": \"", key, "\" is ",
