@@ -1,6 +1,7 @@
-"""pytest for crumb.nn and crumb.from_torch, without the compiled binding: descriptions run through the
+"""pytest for crumb.nn and crumb.from_torch, which need no compiled binding: descriptions run through the
 `train` binary (--model-file, --dataset npy, --load a safetensors file of torch's names), checked against
 PyTorch. The binary: $CRUMB_TRAIN_BIN, else build/train; tests that need it or torch skip without them."""
+import importlib.util
 import json
 import os
 import pathlib
@@ -10,7 +11,10 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools" / "python"))
+# The installed package (pip install .) where there is one, else the sources: crumb.nn and
+# crumb.torch_convert need no compiled part.
+if importlib.util.find_spec("crumb") is None:
+    sys.path.insert(0, str(ROOT / "tools" / "python"))
 
 
 @pytest.fixture(scope="session")
