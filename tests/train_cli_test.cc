@@ -1028,3 +1028,93 @@ TEST(TrainOutputs, RescueFilesAreUniqueAndFallBack) {
 }
 
 }  // namespace
+
+// --model-file: a network of one's own trains like the registered model it describes, plans and reports
+// like one, resumes exactly without its file, and every mistake with it is one error line.
+namespace {
+
+// The cnn model (models/cnn.cc) as a description, laid out over lines as a person would write it.
+const char* kCnnFile = R"({"name": "cnn_file", "nodes": [
+  {"name": "0", "op": "conv2d", "out_channels": 32, "kernel_size": 3, "padding": 1}, {"name": "1", "op": "relu"},
+  {"name": "2", "op": "max_pool2d", "kernel_size": 2},
+  {"name": "3", "op": "conv2d", "out_channels": 64, "kernel_size": 3, "padding": 1}, {"name": "4", "op": "relu"},
+  {"name": "5", "op": "max_pool2d", "kernel_size": 2}, {"name": "6", "op": "flatten"},
+  {"name": "7", "op": "linear", "out_features": 128}, {"name": "8", "op": "relu"},
+  {"name": "9", "op": "linear", "out_features": 4}]}
+)";
+
+TEST(TrainCli, ModelFileTrainsPlansAndResumes) {
+  const auto dir = fresh_dir("model_file");
+  const std::string file = (dir / "cnn.json").string();
+  std::ofstream(file) << kCnnFile;
+  const std::string data = "--dataset synthetic --input 1x12x12 --classes 4 --limit-train 96 --limit-test 32 "
+                           "--batch 32 --threads 1 ";
+  const Result named = run_train(data + "--model cnn --epochs 2");
+  const Result mine = run_train(data + "--model-file " + file + " --epochs 2");
+  ASSERT_EQ(named.code, 0) << named.err;
+  ASSERT_EQ(mine.code, 0) << mine.err;
+  EXPECT_NE(mine.out.find("\"model\":\"cnn_file\""), std::string::npos) << mine.out;
+  EXPECT_EQ(json_number(mine.out, "final_loss"), json_number(named.out, "final_loss"));
+  EXPECT_EQ(json_number(mine.out, "test_loss"), json_number(named.out, "test_loss"));
+
+  const std::string report = (dir / "plan.html").string();
+  const Result plan = run_train(data + "--model-file " + file + " --explain --report " + report);
+  ASSERT_EQ(plan.code, 0) << plan.err;
+  EXPECT_EQ(plan.out.rfind("cnn_file on cpu in fp32, batch 32 in 1 micro-batch(es) of 32", 0), 0u) << plan.out;
+  EXPECT_NE(read_text(report).find("cnn_file (1x12x12)"), std::string::npos);
+
+  // One epoch saved, the file deleted, the second epoch resumed from the checkpoint alone.
+  const std::string whole = (dir / "whole.st").string(), part = (dir / "part.st").string();
+  ASSERT_EQ(run_train(data + "--model-file " + file + " --epochs 2 --save " + whole).code, 0);
+  ASSERT_EQ(run_train(data + "--model-file " + file + " --epochs 1 --save " + part).code, 0);
+  std::filesystem::copy_file(file, file + ".kept");
+  std::filesystem::remove(file);
+  const Result resumed = run_train("--resume " + part + " --epochs 2 --save " + part);
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_EQ(tensor_bytes(whole), tensor_bytes(part));
+  // The original command line with --resume added; a changed description is refused.
+  std::filesystem::rename(file + ".kept", file);
+  const Result again = run_train(data + "--model-file " + file + " --epochs 3 --save " + part + " --resume " + part);
+  ASSERT_EQ(again.code, 0) << again.err;
+  std::string other = kCnnFile;
+  other.replace(other.find("\"out_channels\": 32"), 18, "\"out_channels\": 16");
+  std::ofstream(file) << other;
+  expect_one_error_line(run_train(data + "--model-file " + file + " --epochs 4 --resume " + part),
+                        "--network cannot change when resuming: the run recorded network 'cnn_file' (another "
+                        "description), given network 'cnn_file'");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(TrainCli, ModelFileMistakes) {
+  const auto dir = fresh_dir("model_file_bad");
+  const std::string file = (dir / "net.json").string();
+  const std::string data = "--dataset synthetic --input 1x12x12 --classes 4 --limit-train 32 --limit-test 16 ";
+  expect_one_error_line(run_train(data + "--model-file " + (dir / "none.json").string()),
+                        "--model-file " + (dir / "none.json").string() + ": cannot open it: No such file or directory");
+  std::ofstream(file) << "{\"nodes\": [\n{\"name\": \"r\", \"op\": \"relu\",}]}";
+  expect_one_error_line(run_train(data + "--model-file " + file),
+                        "--model-file " + file + ": invalid JSON at byte 39: expected a string key");
+  std::ofstream(file) << kCnnFile;
+  expect_one_error_line(run_train(data + "--model cnn --model-file " + file),
+                        "--model and --model-file both give the model: give one of them");
+  expect_one_error_line(run_train(data + "--model-file " + file + " --network {}"),
+                        "--model-file and --network both give the network");
+  expect_one_error_line(run_train(data + "--model-file " + file + " --norm gn"),
+                        "--norm needs a named model: a network chooses its own layers");
+  expect_one_error_line(run_train(data + "--model-file " + file + " --bn-group 4"),
+                        "--bn-group needs a network with batch_norm2d nodes");
+  expect_one_error_line(run_train("--dataset synthetic --model-file " + file),
+                        "network 'cnn_file': the output '9' gives per-sample [4] but the loss needs [10]");
+  // Inline, with a BatchNorm node: --bn-group applies, and the network's own errors name the node.
+  const std::string bn = R"({"nodes": [{"name": "bn", "op": "batch_norm2d"}, {"name": "f", "op": "flatten"},
+                                       {"name": "fc", "op": "linear", "out_features": 4}]})";
+  const Result r = run_train(data + "--epochs 1 --batch 16 --bn-group 8 --network '" + bn + "'");
+  EXPECT_EQ(r.code, 0) << r.err;
+  expect_one_error_line(run_train(data + "--batch 4 --network '" + bn + "'"),
+                        "layer 'bn' normalises groups of 32 samples, more than the batch of 4");
+  expect_one_error_line(run_train(data + "--network '{\"nodes\": [{\"name\": \"c\", \"op\": \"conv\"}]}'"),
+                        "network 'network': node 'c': unknown op 'conv' (known: conv2d");
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace

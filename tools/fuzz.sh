@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (tests/fuzz: JSON parser, IDX/gzip reader, checkpoint loader, .npy reader) with clang,
+# Builds the libFuzzer targets (tests/fuzz: JSON parser, IDX/gzip reader, checkpoint loader, .npy reader,
+# network descriptions) with clang,
 # ASan and UBSan into build-fuzz/ and runs each for SECONDS (default 30) from its seed corpus
 # (tests/fuzz/corpus/<target>; new inputs go to a scratch folder, the seeds stay as committed).
 # A crash, a sanitizer report or a leak fails the script and leaves the input in build-fuzz/.
 #
-# usage: tools/fuzz.sh [SECONDS] [TARGET...]      TARGET: json idx checkpoint npy (default all)
+# usage: tools/fuzz.sh [SECONDS] [TARGET...]      TARGET: json idx checkpoint npy network (default all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-30}
 shift || true
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(json idx checkpoint npy)
+[[ ${#targets[@]} -gt 0 ]] || targets=(json idx checkpoint npy network)
 
 if ! command -v clang++ >/dev/null; then
   sudo=$([[ $(id -u) -eq 0 ]] && echo "" || echo sudo)

@@ -106,16 +106,17 @@ FileTensor parse_tensor(const std::string& name, const json::Value& entry, uint6
               ", only F32 (and I64 for counters) is supported");
   t.dtype = dtype == "I64" ? DType::I64 : DType::F32;
   uint64_t count = 1;
-  for (uint64_t d : field(entry, "shape", json::Value::Kind::Array, path, name).array) {
+  for (const json::Value& item : field(entry, "shape", json::Value::Kind::Array, path, name).items) {
+    const uint64_t d = item.integer;
     // Bounded by the file size: only a tensor that fits in the data section can be valid.
     CRUMB_CHECK(d == 0 || count <= data_size / d, path, ": tensor '", name, "' has a shape larger than the file");
     count *= d;
     t.dims.push_back(static_cast<int64_t>(d));
   }
-  const std::vector<uint64_t>& off = field(entry, "data_offsets", json::Value::Kind::Array, path, name).array;
+  const std::vector<json::Value>& off = field(entry, "data_offsets", json::Value::Kind::Array, path, name).items;
   CRUMB_CHECK(off.size() == 2, path, ": tensor '", name, "': data_offsets must be [begin, end]");
-  t.begin = off[0];
-  t.end = off[1];
+  t.begin = off[0].integer;
+  t.end = off[1].integer;
   CRUMB_CHECK(t.begin <= t.end && t.end <= data_size, path, ": tensor '", name, "': data_offsets [", t.begin, ", ",
               t.end, "] lie outside the data section of ", data_size, " bytes (truncated file?)");
   CRUMB_CHECK(t.end - t.begin == count * dtype_size(t.dtype), path, ": tensor '", name, "' of shape ",

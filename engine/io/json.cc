@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <unordered_set>
 
 #include "engine/base/error.h"
@@ -22,7 +23,8 @@ std::string shown(char c) {
 
 class Parser {
  public:
-  Parser(const std::string& text, const std::string& source) : s_(text), source_(source) {}
+  Parser(const std::string& text, const std::string& source, Grammar grammar)
+      : s_(text), source_(source), full_(grammar == Grammar::Full) {}
 
   Value document() {
     Value v = value(0);
@@ -55,20 +57,29 @@ class Parser {
   Value value(int depth) {
     const char c = peek();
     Value v;
-    if (c == '{') {
-      if (depth >= kMaxDepth) fail("objects nested deeper than ", kMaxDepth);
-      object(v, depth);
+    if (c == '{' || c == '[') {
+      if (depth >= kMaxDepth) fail("objects or arrays nested deeper than ", kMaxDepth);
+      if (c == '{')
+        object(v, depth);
+      else
+        array(v, depth);
     } else if (c == '"') {
       v.kind = Value::Kind::String;
       v.string = string();
-    } else if (c == '[') {
-      v.kind = Value::Kind::Array;
-      array(v.array);
-    } else if (c >= '0' && c <= '9') {
+    } else if (c >= '0' && c <= '9' && !full_) {
       v.kind = Value::Kind::Integer;
       v.integer = integer();
+    } else if (((c >= '0' && c <= '9') || c == '-') && full_) {
+      number(v);
+    } else if ((c == 't' || c == 'f') && full_) {
+      v.kind = Value::Kind::Boolean;
+      v.boolean = c == 't';
+      const std::string word = v.boolean ? "true" : "false";
+      if (s_.compare(i_, word.size(), word) != 0) fail("unsupported value starting with ", shown(c));
+      i_ += word.size();
     } else {
-      fail("unsupported value starting with ", shown(c), " (only objects, strings, non-negative integers and arrays of them)");
+      fail("unsupported value starting with ", shown(c),
+           full_ ? " (null is not supported)" : " (only objects, strings, non-negative integers and arrays of them)");
     }
     return v;
   }
@@ -95,7 +106,8 @@ class Parser {
     }
   }
 
-  void array(std::vector<uint64_t>& out) {
+  void array(Value& v, int depth) {
+    v.kind = Value::Kind::Array;
     expect('[');
     if (peek() == ']') {
       ++i_;
@@ -103,14 +115,48 @@ class Parser {
     }
     while (true) {
       const char c = peek();
-      if (c < '0' || c > '9') fail("arrays may only hold non-negative integers, found ", shown(c));
-      out.push_back(integer());
+      if (!full_ && (c < '0' || c > '9')) fail("arrays may only hold non-negative integers, found ", shown(c));
+      v.items.push_back(value(depth + 1));
       if (peek() == ']') {
         ++i_;
         return;
       }
       expect(',');
     }
+  }
+
+  // A JSON number: an Integer when it is a non-negative integer literal that fits, else a Number.
+  void number(Value& v) {
+    const std::size_t start = i_;
+    if (s_[i_] == '-') ++i_;
+    auto digits = [&] {
+      const std::size_t from = i_;
+      while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') ++i_;
+      if (i_ == from) fail("a number needs digits");
+      return i_ - from;
+    };
+    const std::size_t int_start = i_;
+    if (digits() > 1 && s_[int_start] == '0') fail("integer with a leading zero");
+    const bool integral = s_[start] != '-' && (i_ == s_.size() || (s_[i_] != '.' && s_[i_] != 'e' && s_[i_] != 'E'));
+    if (integral) {
+      i_ = start;
+      v.kind = Value::Kind::Integer;
+      v.integer = integer();
+      v.number = static_cast<double>(v.integer);
+      return;
+    }
+    if (i_ < s_.size() && s_[i_] == '.') {
+      ++i_;
+      digits();
+    }
+    if (i_ < s_.size() && (s_[i_] == 'e' || s_[i_] == 'E')) {
+      ++i_;
+      if (i_ < s_.size() && (s_[i_] == '+' || s_[i_] == '-')) ++i_;
+      digits();
+    }
+    v.kind = Value::Kind::Number;
+    v.number = std::strtod(s_.substr(start, i_ - start).c_str(), nullptr);
+    if (!std::isfinite(v.number)) fail("number out of range");
   }
 
   uint64_t integer() {
@@ -148,6 +194,7 @@ class Parser {
 
   const std::string& s_;
   const std::string& source_;
+  const bool full_;
   std::size_t i_ = 0;
 };
 
@@ -166,11 +213,15 @@ const char* kind_name(Value::Kind k) {
     case Value::Kind::String: return "a string";
     case Value::Kind::Integer: return "an integer";
     case Value::Kind::Array: return "an array";
+    case Value::Kind::Number: return "a number";
+    case Value::Kind::Boolean: return "a boolean";
   }
   return "?";
 }
 
-Value parse(const std::string& text, const std::string& source) { return Parser(text, source).document(); }
+Value parse(const std::string& text, const std::string& source, Grammar grammar) {
+  return Parser(text, source, grammar).document();
+}
 
 std::string quote(const std::string& s) {
   std::string out = "\"";

@@ -1,7 +1,10 @@
-// Writing: JSON objects of strings, numbers and booleans (ObjectWriter). Reading: the small JSON subset
-// that safetensors headers use: objects, strings, non-negative integers and
-// arrays of them. Anything else is rejected, so a corrupt header fails with a clear message instead of
-// being half-understood. Only \" and \\ escapes are supported (parameter names never need others).
+// Writing: JSON objects of strings, numbers and booleans (ObjectWriter). Reading, in one of two grammars:
+// - Subset: what safetensors headers use: objects, strings, non-negative integers and arrays of integers.
+//   Anything else is rejected, so a corrupt header fails with a clear message instead of being
+//   half-understood.
+// - Full: JSON without null (network descriptions, engine/train/network.h): also booleans, negative and
+//   fractional numbers, and arrays of any values.
+// Only \" and \\ escapes are supported in either (names never need others).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -11,12 +14,15 @@
 namespace crumb::json {
 
 struct Value {
-  enum class Kind { Object, String, Integer, Array };
+  // Integer: a non-negative integer literal; Number: any other number (Full grammar).
+  enum class Kind { Object, String, Integer, Array, Number, Boolean };
   Kind kind = Kind::Object;
   std::vector<std::pair<std::string, Value>> members;  // Object, in file order
   std::string string;
   uint64_t integer = 0;
-  std::vector<uint64_t> array;
+  double number = 0;
+  bool boolean = false;
+  std::vector<Value> items;  // Array (of Integers in the Subset grammar)
 
   const Value* find(const std::string& key) const;  // nullptr if absent or not an object
 };
@@ -39,8 +45,9 @@ class ObjectWriter {
   std::string text_ = "{";
 };
 
+enum class Grammar { Subset, Full };
 // Parses one value followed only by whitespace. Errors name `source` and the byte offset.
-Value parse(const std::string& text, const std::string& source);
+Value parse(const std::string& text, const std::string& source, Grammar grammar = Grammar::Subset);
 // `s` as a JSON string literal, quotes included. Throws on control characters.
 std::string quote(const std::string& s);
 

@@ -44,11 +44,15 @@ Graph build(const std::string& name, ModelSpec in, DType dtype) {
   CRUMB_CHECK(in.height >= e.min_size && in.width >= e.min_size, "model ", name, " needs images of at least ",
               e.min_size, "x", e.min_size, ", got ", in.channels, "x", in.height, "x", in.width,
               ": use --dataset cifar10, or --dataset synthetic --input ", in.channels, "x", e.min_size, "x", e.min_size);
+  return build_graph([&](Graph& g, ValueId x, ValueId y) { e.build(g, x, y, in); }, in, dtype);
+}
+
+Graph build_graph(const std::function<void(Graph&, ValueId, ValueId)>& layers, const ModelSpec& in, DType dtype) {
   Graph g;
   g.set_float_dtype(dtype);
   const ValueId x = g.input("x", {in.channels, in.height, in.width});
   const ValueId y = g.input("y", {}, DType::I32);
-  e.build(g, x, y, in);
+  layers(g, x, y);
   optimize_graph(g);
   return g;
 }

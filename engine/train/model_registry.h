@@ -3,6 +3,7 @@
 // nn.Sequential indices of the same PyTorch model, so parameter names equal the PyTorch state_dict keys
 // ("0.weight", "0.bias", ...).
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,10 @@ struct ModelSpec {
 // with the exact rewrites of optimize_graph applied.
 // dtype F64 builds the same model in double precision (gradient checks).
 Graph build(const std::string& name, ModelSpec in = {}, DType dtype = DType::F32);
+// Builds a graph as build() does, with `layers` adding the layers from the input x to the loss on the
+// labels y.
+Graph build_graph(const std::function<void(Graph& g, ValueId x, ValueId y)>& layers, const ModelSpec& in,
+                  DType dtype);
 // Registered names, sorted.
 std::vector<std::string> names();
 // The smallest image height and width the model takes (build refuses smaller ones with an error naming

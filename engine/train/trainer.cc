@@ -12,6 +12,8 @@
 #include "engine/graph/autograd.h"
 #include "engine/graph/rng.h"
 #include "engine/io/json.h"
+#include "engine/ops/norm.h"
+#include "engine/train/network.h"
 #include "engine/train/signals.h"
 
 namespace crumb {
@@ -25,10 +27,22 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 constexpr std::size_t kFirstBucketBytes = std::size_t{1} << 20;
 
 // A BatchNorm group must fit in the batch it normalises.
-void check_bn_group(const TrainConfig& c, int batch) {
-  CRUMB_CHECK(!models::has_norm(c.model) || c.norm.kind != models::NormSpec::Kind::Batch || c.norm.bn.group <= batch,
-              "--bn-group ", c.norm.bn.group, " is larger than the batch of ", batch,
-              " samples (use a smaller --bn-group, --bn-group batch, or a larger --batch)");
+void check_bn_group(const TrainConfig& c, const Graph& g, int batch) {
+  if (c.network.empty()) {
+    CRUMB_CHECK(!models::has_norm(c.model) || c.norm.kind != models::NormSpec::Kind::Batch || c.norm.bn.group <= batch,
+                "--bn-group ", c.norm.bn.group, " is larger than the batch of ", batch,
+                " samples (use a smaller --bn-group, --bn-group batch, or a larger --batch)");
+    return;
+  }
+  for (NodeId i = 0; i < g.num_nodes(); ++i) {
+    const Node& n = g.node(i);
+    if (n.def != &kBatchNorm) continue;
+    const BatchNormAttrs& a = ops::attrs<BatchNormAttrs>(n);
+    if (a.frozen) continue;
+    const int group = a.group;
+    CRUMB_CHECK(group <= batch, "layer '", n.name, "' normalises groups of ", group, " samples, more than the batch of ",
+                batch, " (use a larger --batch, or a smaller group: its \"group\", or --bn-group where it gives none)");
+  }
 }
 
 std::string describe_split(const TrainConfig& c, int batch, const StrategyPlan& p) {
@@ -142,11 +156,16 @@ std::string recorded_value(const CheckpointMetadata& meta, const std::string& ke
              path, " to start a new run from its weights");
 }
 
+std::string model_name(const TrainConfig& c) {
+  return c.network.empty() ? c.model : parse_network(c.network, "the network description").name;
+}
+
 std::string result_settings(const TrainConfig& c) {
   const OptimizerConfig& o = c.optimizer;
   const models::NormSpec& n = c.norm;
   return json::ObjectWriter()
-      .string("model", c.model)
+      .string("model", model_name(c))
+      .string("network", c.network.empty() ? "" : network_json(parse_network(c.network, "the network description")))
       .integer("norm", static_cast<int>(n.kind))
       .integer("bn_group", n.bn.group)
       .integer("bn_stats", static_cast<int>(n.bn.stats))
@@ -198,11 +217,12 @@ RunPlan plan_run(const TrainConfig& c, const data::DataShape& shape, int batch, 
               precision_name(c.precision), ": ", backend(device).description(), " has no ",
               dtype_name(activation_dtype(c.precision)), " arithmetic (bf16 needs compute capability 8.0 or newer); ",
               "use --precision fp16");
-  p.graph = models::build(c.model, {shape.channels, shape.height, shape.width, shape.classes, c.norm, c.dropout},
-                          activation_dtype(c.precision));
+  const models::ModelSpec spec(shape.channels, shape.height, shape.width, shape.classes, c.norm, c.dropout);
+  p.graph = c.network.empty() ? models::build(c.model, spec, activation_dtype(c.precision))
+                              : build_network(c.network, spec, activation_dtype(c.precision));
   p.graph.set_tf32(c.precision == Precision::TF32);
   build_backward(p.graph);
-  check_bn_group(c, batch);
+  check_bn_group(c, p.graph, batch);
   p.device = device;
   p.budget = budget_of(c, device);
   p.batch = batch;
@@ -220,6 +240,7 @@ RunPlan plan_run(const TrainConfig& c, const data::DataShape& shape, int batch, 
 
 Trainer::Trainer(TrainConfig cfg, std::shared_ptr<const data::DataSplit> data, std::shared_ptr<Communicator> comm)
     : cfg_(std::move(cfg)), comm_(std::move(comm)), scaler_(cfg_.loss_scale, cfg_.precision == Precision::FP16) {
+  cfg_.model = model_name(cfg_);
   CRUMB_CHECK(!cfg_.fresh_optimizer || !cfg_.resume.empty(), "--fresh-optimizer needs --resume");
   set_num_threads(cfg_.threads);
   const Device device = pick_device(cfg_);
@@ -344,7 +365,7 @@ void Trainer::train_more(std::shared_ptr<const data::DataSplit> data, int epochs
   check_like_training(data->train, "the training data");
   if (data->test.count) check_like_training(data->test, "the test data");
   const int batch = std::min(cfg_.batch, data->train.count);
-  check_bn_group(cfg_, batch);
+  check_bn_group(cfg_, plan_.graph, batch);
   check_micro_batch(plan_.graph, micro_batch(), batch);
   data_ = std::move(data);
   batch_ = batch;
@@ -480,6 +501,8 @@ void Trainer::save(int epoch, int batch, const std::string& path) {
                              {"train.loss_scale_clean_steps", std::to_string(scaler_.clean_steps())},
                              {"train.skipped_steps", std::to_string(scaler_.skipped())}});
   }
+  if (!cfg_.network.empty())
+    meta.push_back({"train.network", network_json(parse_network(cfg_.network, "the network description"))});
   save_checkpoint_or_rescue(target, *params_, opt_.get(), cfg_.model, meta);
 }
 

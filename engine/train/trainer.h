@@ -47,6 +47,11 @@ DType activation_dtype(Precision p);
 struct TrainConfig {
   // The model: a registered name (engine/train/model_registry.h), its normalisation and dropout.
   std::string model = "lenet5";
+  // Or a network of the user's: its JSON description (engine/train/network.h). When set it replaces
+  // `model`, which the Trainer sets to the network's name; BatchNorm nodes take `norm.bn` unless they give
+  // their own group; `dropout` does not apply (each dropout node has its own p). Checkpoints record it
+  // ("train.network", canonical), so a resumed run needs no file.
+  std::string network;
   models::NormSpec norm;
   double dropout = 0.5;
   data::DataSpec data;
@@ -82,6 +87,9 @@ struct TrainConfig {
 // object, without those that do not (threads, budget, micro-batch, paths, epochs): equal strings, the
 // same run. A resumed run and the ranks of a data-parallel one must agree on it.
 std::string result_settings(const TrainConfig& cfg);
+
+// The name a run's model goes by: the network's when cfg.network is set, else cfg.model.
+std::string model_name(const TrainConfig& cfg);
 
 // The model planned for a batch and a budget, before anything is allocated.
 struct RunPlan {

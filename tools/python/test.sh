@@ -8,10 +8,10 @@ cd "$(dirname "$0")/../.."
 venv=.venv-py
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 py="$venv/bin/python"
-if ! "$py" -c 'import numpy, pytest, nbclient, nbformat, ipykernel, torch, torchvision' >/dev/null 2>&1; then
+if ! "$py" -c 'import numpy, pytest, nbclient, nbformat, ipykernel, safetensors, torch, torchvision' >/dev/null 2>&1; then
   "$py" -m pip install -q --upgrade pip
   # From the default index (its Linux torch brings CUDA's libraries, ~5 GB; about 2 minutes here).
-  "$py" -m pip install -q numpy pytest nbclient nbformat ipykernel torch torchvision
+  "$py" -m pip install -q numpy pytest nbclient nbformat ipykernel safetensors torch torchvision
 fi
 # The same compiler cache as the C++ build (tools/setup.sh): the module's build then compiles little.
 launcher=()

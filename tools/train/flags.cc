@@ -8,10 +8,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <set>
+#include <sstream>
 
 #include "engine/base/error.h"
 #include "engine/strategy/memory_report.h"
+#include "engine/train/network.h"
 
 namespace crumb::train {
 namespace {
@@ -20,6 +23,16 @@ namespace {
 bool plain_integer(const std::string& s) {
   const std::size_t start = !s.empty() && s[0] == '-' ? 1 : 0;
   return s.size() > start && s.find_first_not_of("0123456789", start) == std::string::npos;
+}
+
+// The text of a --model-file, with the reason where it cannot be read.
+std::string read_network_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  CRUMB_CHECK(in, "--model-file ", path, ": cannot open it: ", std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  CRUMB_CHECK(!in.bad(), "--model-file ", path, ": cannot read it: ", std::strerror(errno));
+  return text.str();
 }
 
 long long parse_int(const std::string& flag, const std::string& s, long long lo, long long hi) {
@@ -68,6 +81,10 @@ Trains a model on Fashion-MNIST with Crumb's graph executor and reports test acc
 
   --model NAME         mlp | lenet5 | cnn | resnet20 | resnet18 | resnet50 | vgg11_bn
                        (vgg11_bn: images of at least 32x32, e.g. --dataset cifar10)  (default lenet5)
+  --model-file FILE    your own network instead of --model: a JSON description of its layers
+                       (docs/networks.md; the Python module writes it); recorded in checkpoints, so
+                       --resume needs no file
+  --network JSON       the same description given inline
   --norm N             resnets, vgg11_bn: bn (BatchNorm) | gn (GroupNorm, 32 groups or fewer; independent of
                        the batch, so micro-batching is exact with no conditions)  (default bn)
   --bn-group G         BatchNorm normalises over groups of G samples; micro-batches hold whole groups,
@@ -221,12 +238,22 @@ Options parse_flags(const std::vector<std::string>& argv) {
     }
     // An empty value never means "the default": "--save=" would otherwise silently save nothing.
     CRUMB_CHECK(!value.empty(), "--", name, " needs a value, got an empty one (see --help)");
+    // A network file goes into the record as its description (canonical), so a resumed run needs no file
+    // and a reformatted file is the same run.
+    if (name == "model-file" || name == "network") {
+      CRUMB_CHECK(!given.count("model-file") || !given.count("network"),
+                  "--model-file and --network both give the network: give one of them");
+      const std::string source = "--" + name + (name == "model-file" ? " " + value : "");
+      value = network_json(parse_network(name == "model-file" ? read_network_file(value) : value, source));
+      name = "network";
+    }
     // Paths go into the record absolute, so a run resumed from another folder writes to the same files.
     static const std::set<std::string> paths = {"save", "load", "resume", "log", "report", "report-dir",
                                                 "explain-csv", "data"};
     o.args.push_back("--" + name + "=" +
                      (paths.count(name) ? std::filesystem::absolute(value).lexically_normal().string() : value));
     if (name == "model") o.model = value;
+    else if (name == "network") o.network = value;
     else if (name == "epochs") o.epochs = (int)parse_int(name, value, 0, 100000);
     else if (name == "batch") o.batch = (int)parse_int(name, value, 1, 1 << 24);
     else if (name == "micro-batch") o.micro_batch = (int)parse_int(name, value, 1, 1 << 24);
@@ -335,9 +362,20 @@ Options parse_flags(const std::vector<std::string>& argv) {
   for (int m : o.sweep) CRUMB_CHECK(m <= o.batch, "--sweep: micro-batch ", m, " is larger than --batch ", o.batch);
   CRUMB_CHECK(o.sweep.empty() || !o.explain,
               "--sweep measures training steps: drop --explain (its --report shows the planned sweep)");
-  check_applies(given, {"norm", "bn-group", "bn-stats"}, models::has_norm(o.model),
-                "a model with normalisation layers (resnet20, resnet18, resnet50, vgg11_bn)");
-  check_applies(given, {"dropout"}, models::has_dropout(o.model), "a model with dropout (vgg11_bn)");
+  if (o.network.empty()) {
+    check_applies(given, {"norm", "bn-group", "bn-stats"}, models::has_norm(o.model),
+                  "a model with normalisation layers (resnet20, resnet18, resnet50, vgg11_bn)");
+    check_applies(given, {"dropout"}, models::has_dropout(o.model), "a model with dropout (vgg11_bn)");
+  } else {
+    CRUMB_CHECK(!given.count("model"), "--model and --", given.count("network") ? "network" : "model-file",
+                " both give the model: give one of them");
+    const Network net = parse_network(o.network, "--network");
+    o.model = net.name;
+    check_applies(given, {"norm", "dropout"}, false,
+                  "a named model: a network chooses its own layers (batch_norm2d or group_norm nodes; dropout "
+                  "nodes with their own p)");
+    check_applies(given, {"bn-group", "bn-stats"}, net.has_batch_norm(), "a network with batch_norm2d nodes");
+  }
   check_applies(given, {"bn-group", "bn-stats"}, o.norm.kind == models::NormSpec::Kind::Batch, "--norm bn");
   CRUMB_CHECK(o.epochs > 0 || !o.load.empty() || o.explain || o.help, "--epochs 0 evaluates a checkpoint: it needs --load");
   check_applies(given, {"save-every"}, !o.save.empty(), "--save");
@@ -395,9 +433,13 @@ Options resume_flags(const std::vector<std::string>& recorded, const Options& gi
     for (const std::string& r : run)
       if (name_of(r) != name) with.push_back(r);
     with.push_back(arg);
+    // A description is long: it is shown by its network's name.
+    auto shown = [&](const std::string& v) {
+      return name == "network" ? "network '" + parse_network(v, "--network").name + "' (another description)" : v;
+    };
     CRUMB_CHECK(result_settings(config_of(parse_flags(with))) == settings, "--", name,
-                " cannot change when resuming: the run recorded ", was ? value_of(*was) : "its default", ", given ",
-                value_of(arg), " (a resumed run continues with its recorded settings; it may set --epochs, --save, "
+                " cannot change when resuming: the run recorded ", was ? shown(value_of(*was)) : "its default",
+                ", given ", shown(value_of(arg)), " (a resumed run continues with its recorded settings; it may set --epochs, --save, "
                 "--save-every, --log, --data, --threads, --device, --memory-budget, --micro-batch, --cuda-graphs, "
                 "--limit-test, --report, --report-dir, --sweep, --strategy, --bucket-cap, --dist-timeout, "
                 "--fresh-optimizer)");
@@ -447,6 +489,7 @@ std::string encode_args(const std::vector<std::string>& args) {
 TrainConfig config_of(const Options& o) {
   TrainConfig c;
   c.model = o.model;
+  c.network = o.network;
   c.norm = o.norm;
   c.dropout = o.dropout;
   c.data.dataset = o.dataset;

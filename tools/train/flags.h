@@ -16,7 +16,8 @@ namespace crumb::train {
 OptimizerConfig default_optimizer(OptimizerKind kind);
 
 struct Options {
-  std::string model = "lenet5";
+  std::string model = "lenet5";  // with --model-file or --network: the network's name
+  std::string network;           // --model-file / --network: the description, canonical (network_json)
   int epochs = 1;
   int batch = 64;
   int micro_batch = 0;  // 0: the whole batch

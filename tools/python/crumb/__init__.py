@@ -10,21 +10,35 @@ Keyword arguments are the flags of the ``train`` program under the same names (`
 ``--micro-batch``); errors are ``crumb.Error`` with train's messages. See docs/python.md.
 """
 
-import importlib.util as _util
+def _share_cuda_libraries() -> None:
+    """torch's Linux wheels carry CUDA's libraries (nvidia-* packages) under the sonames of the system's,
+    which libcrumb links, and a process keeps whichever copy it loads first: after crumb, torch would get
+    the system's older NCCL and fail to import (undefined symbol ncclCommResume). Where those packages are
+    installed, their copies are loaded first, so crumb and torch share them (same major versions; crumb
+    runs on either). torch itself is not imported."""
+    import ctypes
+    import glob
+    import importlib.util
+    import os
 
-# torch's Linux wheels carry their own CUDA libraries (NCCL, cuDNN, cuBLAS) under the sonames of the
-# system's, which libcrumb links, and a process keeps whichever copy it loaded first: after crumb, torch
-# would get the system's older NCCL and fail to import (undefined symbol ncclCommResume). Where torch is
-# installed it is loaded first, so both use its newer copies (Crumb runs on either).
-if _util.find_spec("torch") is not None:
-    import torch as _torch  # noqa: F401
+    spec = importlib.util.find_spec("nvidia")
+    for base in (spec.submodule_search_locations or []) if spec else []:
+        for pattern in ("cu*/lib/libcudart.so.*", "cu*/lib/libcublasLt.so.*", "cu*/lib/libcublas.so.*",
+                        "cudnn/lib/libcudnn.so.*", "nccl/lib/libnccl.so.*"):
+            for path in sorted(glob.glob(os.path.join(base, pattern))):
+                ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+
+
+_share_cuda_libraries()
 
 from ._crumb import Error, format_bytes, parse_bytes
 from ._crumb import models as _models
+from . import nn
 from .plan import Plan, plan
+from .torch_convert import from_torch
 from .trainer import Trainer
 
-__all__ = ["Error", "Plan", "Trainer", "format_bytes", "models", "parse_bytes", "plan"]
+__all__ = ["Error", "Plan", "Trainer", "format_bytes", "from_torch", "models", "nn", "parse_bytes", "plan"]
 
 
 def models() -> list[str]:
