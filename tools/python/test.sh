@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Python module's tests: `pip install .` into a venv (.venv-py, git-ignored), then pytest over
-# tests/python (which compares with build/train, so build that first: tools/setup.sh build) and the
+# tests/python (which compares with build/train, or $CRUMB_TRAIN: build it first, tools/setup.sh build) and the
 # notebook docs/notebooks/memory.ipynb executed end to end. torch and torchvision are there for the
 # comparisons with PyTorch (crumb.from_torch, state_dict).
 set -euo pipefail
@@ -20,4 +20,5 @@ if command -v ccache >/dev/null; then
 fi
 "$py" -m pip install -q "${launcher[@]}" .
 # From outside the tree, so `import crumb` is the installed package.
-(cd /tmp && CRUMB_TRAIN="$OLDPWD/build/train" "$OLDPWD/$py" -m pytest -q -p no:cacheprovider "$OLDPWD/tests/python")
+repo=$PWD
+(cd /tmp && CRUMB_TRAIN="${CRUMB_TRAIN:-$repo/build/train}" "$repo/$py" -m pytest -q -p no:cacheprovider "$repo/tests/python")
