@@ -79,7 +79,9 @@ def test_fit_gives_the_weights_of_train(train_bin, tmp_path):
     t = crumb.Trainer(model="cnn", mean=0.5, std=0.5, progress=False, **flags)
     history = t.fit(x, y, epochs=2, validation=(xt, yt))
     assert [h["epoch"] for h in history] == [0, 1]
-    assert all(k in history[-1] for k in ("loss", "accuracy", "val_loss", "val_accuracy", "samples_per_s"))
+    assert all(k in history[-1] for k in ("loss", "accuracy", "val_loss", "val_accuracy", "samples_per_s",
+                                          "memory_bytes", "max_rss_bytes"))
+    assert history[-1]["arena_bytes"] < history[-1]["memory_bytes"] < history[-1]["max_rss_bytes"]
     cli = crumb.Trainer(model="cnn", classes=4, progress=False, **flags)
     cli.load(tmp_path / "cli.safetensors")
     cli.evaluate(xt, yt)  # plans the model for the images, with the loaded weights

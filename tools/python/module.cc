@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/base/error.h"
+#include "engine/base/rss.h"
 #include "engine/data/statistics.h"
 #include "engine/io/checkpoint.h"
 #include "engine/strategy/memory_report.h"
@@ -207,7 +208,8 @@ class PythonCallbacks : public Callback {
     if (pending || on_epoch_.is_none()) return;
     nb::dict d = dict_of("epoch", e.epoch, "loss", e.train_loss, "accuracy", e.train_accuracy,
                "seconds", e.seconds, "samples_per_s", e.samples_per_s, "micro_batch", t.micro_batch(),
-               "arena_bytes", t.arena_bytes(), "step", t.optimizer().steps());
+               "arena_bytes", t.arena_bytes(), "memory_bytes", t.plan().strategy.plan.memory.total(),
+               "max_rss_bytes", max_rss_bytes(), "step", t.optimizer().steps());
     if (e.test.samples) {
       d["val_loss"] = e.test.loss;
       d["val_accuracy"] = e.test.accuracy;

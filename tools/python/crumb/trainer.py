@@ -83,7 +83,8 @@ class Trainer:
         """Trains on x (N x C x H x W, uint8 or float32) and y (N integer labels). The first fit trains to
         ``epochs`` (train's --epochs: a resumed run continues to it); each later fit trains ``epochs`` more.
         Returns the history: one dict per epoch (loss, accuracy, val_loss, val_accuracy, samples_per_s,
-        seconds, micro_batch, arena_bytes, step). Ctrl-C stops after the optimizer step in progress (and
+        seconds, micro_batch, arena_bytes, memory_bytes: the plan's total, max_rss_bytes: the process's
+        peak resident memory, step). Ctrl-C stops after the optimizer step in progress (and
         saves, with save=), then raises KeyboardInterrupt with the weights intact."""
         x = _images(x, "x")
         y = _labels(y, x.shape[0], "y")
