@@ -107,10 +107,12 @@ double flops(const Graph&, const Node& n, int batch) {
 }  // namespace
 
 const OpDef kConv2d = OpDef("conv2d", infer_fwd).with_backward(backward).with_recompute(ops::recompute_clone)
-                          .with_flops(flops);
-const OpDef kConv2dBwdData = OpDef("conv2d_backward_data", infer_bwd_data).with_flops(flops);
+                          .with_flops(flops).with_layouts(Layouts::Nhwc);
+const OpDef kConv2dBwdData = OpDef("conv2d_backward_data", infer_bwd_data).with_flops(flops)
+                             .with_layouts(Layouts::Nhwc);
 const OpDef kConv2dBwdWeight = OpDef("conv2d_backward_weight", infer_bwd_weight)
-                               .with_outputs({OutDType::Float, OutDType::Float}).with_required_outputs(1).with_flops(flops);
+                               .with_outputs({OutDType::Float, OutDType::Float}).with_required_outputs(1).with_flops(flops)
+                               .with_layouts(Layouts::Nhwc);
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();

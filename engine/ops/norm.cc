@@ -191,16 +191,18 @@ template <class T> void gn_bwd_cpu(const StepArgs& a) {
 // master dtype: float32 in mixed precision, as autocast keeps normalisation in float32.
 const OpDef kBatchNorm = OpDef("batch_norm", infer_bn).with_backward(bn_backward)
                          .with_outputs({OutDType::Float, OutDType::Master, OutSpec::metric(OutDType::F64)})
-                         .with_recompute(bn_recompute);
-const OpDef kBatchNormApply = OpDef("batch_norm_apply", infer_bn_apply).with_inplace(true);
+                         .with_recompute(bn_recompute).with_layouts(Layouts::Nhwc);
+const OpDef kBatchNormApply = OpDef("batch_norm_apply", infer_bn_apply).with_inplace(true)
+                              .with_layouts(Layouts::Nhwc);
 const OpDef kBatchNormBwd = OpDef("batch_norm_backward", infer_bn_bwd)
                             .with_outputs({OutDType::Float, OutDType::Float, OutDType::Float})
-                            .with_required_outputs(2);
+                            .with_required_outputs(2).with_layouts(Layouts::Nhwc);
 const OpDef kGroupNorm = OpDef("group_norm", infer_gn).with_backward(gn_backward)
-                         .with_outputs({OutDType::Float, OutDType::Master}).with_recompute(ops::recompute_clone);
+                         .with_outputs({OutDType::Float, OutDType::Master}).with_recompute(ops::recompute_clone)
+                         .with_layouts(Layouts::Nhwc);
 const OpDef kGroupNormBwd = OpDef("group_norm_backward", infer_gn_bwd)
                             .with_outputs({OutDType::Float, OutDType::Float, OutDType::Float})
-                            .with_required_outputs(2);
+                            .with_required_outputs(2).with_layouts(Layouts::Nhwc);
 
 namespace ops {
 cpu::BatchNormShape batch_norm_shape(const StepArgs& a) {

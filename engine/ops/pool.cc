@@ -160,17 +160,19 @@ template <class T> void adaptive_bwd_cpu(const StepArgs& a) {
 }  // namespace
 
 const OpDef kMaxPool2d = OpDef("max_pool2d", infer_max).with_backward(pool_backward)
-                         .with_outputs({OutDType::Float, OutDType::U8}).with_recompute(ops::recompute_clone);
-const OpDef kMaxPool2dBwd = OpDef("max_pool2d_backward", infer_bwd);
+                         .with_outputs({OutDType::Float, OutDType::U8}).with_recompute(ops::recompute_clone)
+                         .with_layouts(Layouts::Nhwc);
+const OpDef kMaxPool2dBwd = OpDef("max_pool2d_backward", infer_bwd).with_layouts(Layouts::Nhwc);
 const OpDef kAvgPool2d = OpDef("avg_pool2d", infer_avg).with_backward(pool_backward)
-                         .with_recompute(ops::recompute_clone);
-const OpDef kAvgPool2dBwd = OpDef("avg_pool2d_backward", infer_bwd);
+                         .with_recompute(ops::recompute_clone).with_layouts(Layouts::Nhwc);
+const OpDef kAvgPool2dBwd = OpDef("avg_pool2d_backward", infer_bwd).with_layouts(Layouts::Nhwc);
 const OpDef kGlobalAvgPool = OpDef("global_avg_pool", infer_gap).with_backward(gap_backward)
-                             .with_recompute(ops::recompute_clone);
-const OpDef kGlobalAvgPoolBwd = OpDef("global_avg_pool_backward", infer_gap_bwd);
+                             .with_recompute(ops::recompute_clone).with_layouts(Layouts::Nhwc);
+const OpDef kGlobalAvgPoolBwd = OpDef("global_avg_pool_backward", infer_gap_bwd).with_layouts(Layouts::Nhwc);
 const OpDef kAdaptiveAvgPool2d = OpDef("adaptive_avg_pool2d", infer_adaptive).with_backward(pool_backward)
-                                 .with_recompute(ops::recompute_clone);
-const OpDef kAdaptiveAvgPool2dBwd = OpDef("adaptive_avg_pool2d_backward", infer_adaptive_bwd);
+                                 .with_recompute(ops::recompute_clone).with_layouts(Layouts::Nhwc);
+const OpDef kAdaptiveAvgPool2dBwd = OpDef("adaptive_avg_pool2d_backward", infer_adaptive_bwd)
+                                    .with_layouts(Layouts::Nhwc);
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();

@@ -1,5 +1,7 @@
 #include "kernels/convert.h"
 
+#include <cstdint>
+
 #include "engine/base/error.h"
 #include "kernels/cpu/kernel_util.h"
 #include "kernels/half.h"
@@ -29,7 +31,24 @@ template <class D> void convert_to(void* dst, const void* src, DType src_dtype, 
   }
 }
 
+template <class D, class S> void relayout_as(void* dst, const void* src, ImageShape sh, Layout to, bool accumulate) {
+  D* d = static_cast<D*>(dst);
+  const S* s = static_cast<const S*>(src);
+  const auto end = static_cast<std::ptrdiff_t>(sh.count());
+#pragma omp parallel for schedule(static) if (end > detail::kParallelGrain)
+  for (std::ptrdiff_t i = 0; i < end; ++i) relayout_element(d[i], s[relayout_source(i, sh.c, sh.s, to)], accumulate);
+}
+
 }  // namespace
+
+void relayout(void* dst, DType dst_dtype, const void* src, DType src_dtype, ImageShape sh, Layout to,
+              bool accumulate) {
+  dispatch_relayout(dst_dtype, src_dtype, accumulate, [&](auto* d, auto* s) {
+    using D = std::remove_pointer_t<decltype(d)>;
+    using S = std::remove_const_t<std::remove_pointer_t<decltype(s)>>;
+    relayout_as<D, S>(dst, src, sh, to, accumulate);
+  });
+}
 
 void convert(void* dst, DType dst_dtype, const void* src, DType src_dtype, std::size_t count, bool accumulate) {
   switch (dst_dtype) {
