@@ -52,7 +52,12 @@ int to_channels_last(Graph& g) {
   std::vector<NodeId> order;
   order.reserve(original);
   for (NodeId i = 0; i < original; ++i) {
-    const Layout want = layout_of(g, g.node(i));
+    Layout want = layout_of(g, g.node(i));
+    // A layout-agnostic node writing what the caller reads (the cast back to a float32 input's gradient)
+    // runs in NCHW; an NHWC node's such output is converted after it (below).
+    if (g.node(i).def->layouts == Layouts::Any)
+      for (ValueId v : g.node(i).out)
+        if (external.count(v)) want = Layout::NCHW;
     for (std::size_t k = 0; k < g.node(i).in.size(); ++k) {
       const ValueId v = g.node(i).in[k];
       const Value& x = g.value(v);
