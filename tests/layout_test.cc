@@ -14,16 +14,20 @@
 
 #include "engine/device/widen.h"
 #include "engine/graph/autograd.h"
+#include "engine/graph/saved_values.h"
 #include "engine/io/checkpoint.h"
 #include "engine/ops/conv2d.h"
 #include "engine/ops/layout.h"
 #include "engine/optim/optimizer.h"
 #include "engine/plan/layout.h"
+#include "engine/strategy/recompute.h"
+#include "engine/strategy/swap.h"
 #include "engine/train/model_registry.h"
 #include "engine/train/trainer.h"
 #include "kernels/convert.h"
 #include "kernels/half.h"
 #include "tests/batch_outcome.h"
+#include "tests/ops/registry.h"
 #include "tests/test_util.h"
 
 namespace crumb {
@@ -86,21 +90,27 @@ Conversions check_layouts(const Graph& g) {
       EXPECT_NE(x.layout, n.layout) << n.name;
       EXPECT_EQ(g.value(n.out[0]).layout, n.layout) << n.name;
       // A conversion sits at a region's edge: what it converts was not made by a node of its own layout.
-      if (x.producer >= 0) EXPECT_NE(g.node(x.producer).layout, n.layout) << n.name;
+      if (x.producer >= 0) {
+        EXPECT_NE(g.node(x.producer).layout, n.layout) << n.name;
+      }
       c.to_nchw += n.def == &kToNchw;
       c.backward += n.backward;
       (x.batched ? c.activations : c.filters) += n.def == &kToNhwc;
       continue;
     }
-    if (n.def->layouts == Layouts::Nhwc) EXPECT_EQ(n.layout, Layout::NHWC) << n.name;
-    if (n.def->layouts == Layouts::Nchw) EXPECT_EQ(n.layout, Layout::NCHW) << n.name;
+    if (n.def->layouts != Layouts::Any) {
+      EXPECT_EQ(n.layout, n.def->layouts == Layouts::Nhwc ? Layout::NHWC : Layout::NCHW) << n.name;
+    }
     for (const auto* list : {&n.in, &n.out})
       for (ValueId v : *list) {
         const Value& x = g.value(v);
-        if (x.batched && is_image(x) && !layout_free(x)) EXPECT_EQ(x.layout, n.layout) << n.name << " " << x.name;
+        if (x.batched && is_image(x) && !layout_free(x)) {
+          EXPECT_EQ(x.layout, n.layout) << n.name << " " << x.name;
+        }
       }
-    if (n.def == &kConv2d || n.def == &kConv2dBwdData)
+    if (n.def == &kConv2d || n.def == &kConv2dBwdData) {
       EXPECT_TRUE(g.value(n.in[1]).layout == Layout::NHWC || layout_free(g.value(n.in[1]))) << n.name;
+    }
   }
   for (ValueId p : g.params()) {
     EXPECT_EQ(g.value(p).layout, Layout::NCHW) << g.value(p).name;
@@ -130,8 +140,9 @@ TEST(ChannelsLast, Resnet20IsOneRegion) {
     EXPECT_EQ(c.backward, 0);
     // In bf16 the input is converted after its cast, in 16 bits.
     for (NodeId i = 0; i < g.num_nodes(); ++i)
-      if (g.node(i).def == &kToNhwc && g.value(g.node(i).in[0]).batched)
+      if (g.node(i).def == &kToNhwc && g.value(g.node(i).in[0]).batched) {
         EXPECT_EQ(g.value(g.node(i).in[0]).dtype, dtype);
+      }
   }
 }
 
@@ -208,6 +219,28 @@ TEST(ChannelsLast, PlansMatchNchwOnTheCpu) {
     }
 }
 
+// The memory strategies rewrite NHWC plans as they rewrite NCHW ones: recomputing every recomputable
+// value (convolutions, conversions and BatchNorm included) and swapping every saved one (conversions'
+// outputs and the filters' copies among them) leave the NCHW plan's bits.
+TEST(ChannelsLast, SwapAndRecomputeKeepTheResult) {
+  const Graph nchw = built("resnet20", 3, DType::BF16, false);
+  const test::BatchOutcome want = test::run_one_batch(nchw, 8, 16, kClasses);
+  Graph recomputed = built("resnet20", 3, DType::BF16, true);
+  std::vector<ValueId> all;
+  for (const SavedValue& s : saved_values(recomputed))
+    if (recomputable(recomputed, s.value)) all.push_back(s.value);
+  ASSERT_GT(recompute(recomputed, all), 0);
+  Graph swapped = built("resnet20", 3, DType::BF16, true);
+  ASSERT_FALSE(swap(swapped, test::all_saved(swapped), 8, test::swap_window(std::size_t{1} << 20)).swapped.empty());
+  for (const Graph* g : {&recomputed, &swapped}) {
+    check_layouts(*g);
+    const test::BatchOutcome got = test::run_one_batch(*g, 8, 16, kClasses);
+    EXPECT_EQ(got.loss_sum, want.loss_sum);
+    test::expect_same(got.grads, want.grads, "gradients");
+    test::expect_same(got.state, want.state, "running statistics");
+  }
+}
+
 std::string file_bytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
@@ -244,14 +277,6 @@ TEST(ChannelsLast, OneStepSavesTheSameCheckpoint) {
 // ---- on a GPU
 
 #if CRUMB_HAVE_CUDA
-test::BatchOutcome one_batch(const Graph& g, Device device, int m, int batch) {
-  ParamStore params(g, device);
-  params.init(5);
-  Arena arena(device);
-  Scheduler sched(g, params, arena, m);
-  return test::run_one_batch(g, params, sched, batch, kClasses);
-}
-
 // An NHWC plan on CUDA (cuDNN's channels-last convolutions, the relayout kernel, the other image ops on
 // NCHW copies) against the same plan on the CPU, which gives the NCHW plan's bits (above); the bounds are
 // CudaPrecision.TrainingStepMatchesCpu's for the NCHW plan. Prints the measured distances.
@@ -262,7 +287,8 @@ TEST(CudaChannelsLast, TrainingStepMatchesCpu) {
     const double grad_tol = dtype == DType::BF16 ? 0.1 : dtype == DType::F16 ? 0.02 : 1e-3,
                  loss_tol = dtype == DType::BF16 ? 1e-2 : dtype == DType::F16 ? 2e-3 : 1e-4;
     const Graph g = built("resnet20", 3, dtype, true);
-    const test::BatchOutcome cpu = one_batch(g, Device::CPU, 16, 32), gpu = one_batch(g, Device::CUDA, 16, 32);
+    const test::BatchOutcome cpu = test::run_one_batch(g, 16, 32, kClasses),
+                             gpu = test::run_one_batch(g, 16, 32, kClasses, 0, {}, Device::CUDA);
     EXPECT_NEAR(gpu.loss_sum, cpu.loss_sum, loss_tol * cpu.loss_sum);
     const double grads = test::norm_error(gpu.grads, cpu.grads);
     std::printf("resnet20 NHWC %s: gradients on CUDA against the CPU, normwise %.3g\n", dtype_name(dtype), grads);
