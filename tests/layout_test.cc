@@ -17,7 +17,10 @@
 #include "engine/graph/saved_values.h"
 #include "engine/io/checkpoint.h"
 #include "engine/ops/conv2d.h"
+#include "engine/ops/dropout.h"
 #include "engine/ops/layout.h"
+#include "engine/ops/norm.h"
+#include "engine/ops/pool.h"
 #include "engine/optim/optimizer.h"
 #include "engine/plan/layout.h"
 #include "engine/strategy/recompute.h"
@@ -277,8 +280,29 @@ TEST(ChannelsLast, OneStepSavesTheSameCheckpoint) {
 // ---- on a GPU
 
 #if CRUMB_HAVE_CUDA
-// An NHWC plan on CUDA (cuDNN's channels-last convolutions, the relayout kernel, the other image ops on
-// NCHW copies) against the same plan on the CPU, which gives the NCHW plan's bits (above); the bounds are
+// Which CUDA rows take NHWC themselves (checked in every CUDA build, no device needed): cuDNN's
+// convolutions, BatchNorm and pooling; GroupNorm, global average pooling and dropout run on NCHW copies.
+// The CPU's rows all run on NCHW copies.
+TEST(CudaChannelsLast, NativeNhwcRows) {
+  std::vector<const OpDef*> native = {&kBatchNorm, &kBatchNormBwd, &kBatchNormApply, &kMaxPool2d, &kMaxPool2dBwd,
+                                      &kAvgPool2d, &kAvgPool2dBwd, &kAdaptiveAvgPool2d, &kAdaptiveAvgPool2dBwd};
+#if CRUMB_HAVE_CUDNN
+  native.insert(native.end(), {&kConv2d, &kConv2dBwdData});
+  ASSERT_NE(impl_table().find(kConv2dBwdWeight, Device::CUDA, DType::F32), nullptr);
+  EXPECT_TRUE(impl_table().find(kConv2dBwdWeight, Device::CUDA, DType::F32)->nhwc);
+#endif
+  for (DType dtype : {DType::F32, DType::BF16, DType::F16})
+    for (const OpDef* op : native) {
+      ASSERT_NE(impl_table().find(*op, Device::CUDA, dtype), nullptr) << op->name;
+      EXPECT_TRUE(impl_table().find(*op, Device::CUDA, dtype)->nhwc) << op->name << " " << dtype_name(dtype);
+      EXPECT_FALSE(impl_table().find(*op, Device::CPU, DType::F32)->nhwc) << op->name;
+    }
+  for (const OpDef* op : {&kGroupNorm, &kGroupNormBwd, &kGlobalAvgPool, &kGlobalAvgPoolBwd, &kDropout, &kDropoutBwd})
+    EXPECT_FALSE(impl_table().find(*op, Device::CUDA, DType::F32)->nhwc) << op->name;
+}
+
+// An NHWC plan on CUDA (cuDNN's channels-last convolutions, BatchNorm and pooling on NHWC memory, the
+// relayout kernel) against the same plan on the CPU, which gives the NCHW plan's bits (above); the bounds are
 // CudaPrecision.TrainingStepMatchesCpu's for the NCHW plan. Prints the measured distances.
 TEST(CudaChannelsLast, TrainingStepMatchesCpu) {
   CRUMB_REQUIRE_GPU();

@@ -2,6 +2,7 @@
 
 #include <map>
 #include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -38,6 +39,18 @@ Layout layout_of(const Graph& g, const Node& n) {
 // Whether input k of n is a convolution's filter.
 bool is_filter(const Node& n, std::size_t k) { return k == 1 && (n.def == &kConv2d || n.def == &kConv2dBwdData); }
 
+// Adds a conversion of `in` to layout `to` writing `out` (named `name`), in the pass of node `beside`.
+NodeId add_conversion(Graph& g, ValueId in, ValueId out, Layout to, std::string name, NodeId beside) {
+  Node c;
+  c.def = &layout_conversion(to);
+  c.name = std::move(name);
+  c.in = {in};
+  c.out = {out};
+  c.backward = g.node(beside).backward;
+  c.train_only = g.node(beside).train_only;
+  return g.add_node(std::move(c));
+}
+
 }  // namespace
 
 int to_channels_last(Graph& g) {
@@ -65,15 +78,9 @@ int to_channels_last(Graph& g) {
       if (!image || x.layout == want || layout_free(x)) continue;
       auto [at, added] = converted.try_emplace({v, want}, -1);
       if (added) {
-        Node c;
-        c.def = &layout_conversion(want);
-        c.name = x.name + (want == Layout::NHWC ? ".to_nhwc" : ".to_nchw");
-        c.in = {v};
-        c.out = {g.add_like(v, c.name)};
-        c.backward = g.node(i).backward;
-        c.train_only = g.node(i).train_only;
-        order.push_back(g.add_node(std::move(c)));
-        at->second = g.node(order.back()).out[0];
+        const std::string name = x.name + (want == Layout::NHWC ? ".to_nhwc" : ".to_nchw");
+        at->second = g.add_like(v, name);
+        order.push_back(add_conversion(g, v, at->second, want, name, i));
       }
       g.node(i).in[k] = at->second;
     }
@@ -93,14 +100,7 @@ int to_channels_last(Graph& g) {
       g.value(inner).producer = i;
       g.value(v).producer = -1;
       g.node(i).out[k] = inner;
-      Node c;
-      c.def = &kToNchw;
-      c.name = g.value(v).name + ".to_nchw";
-      c.in = {inner};
-      c.out = {v};
-      c.backward = g.node(i).backward;
-      c.train_only = g.node(i).train_only;
-      order.push_back(g.add_node(std::move(c)));
+      order.push_back(add_conversion(g, inner, v, Layout::NCHW, g.value(v).name + ".to_nchw", i));
     }
   }
   g.reorder(order);
