@@ -648,6 +648,12 @@ TEST(TrainCli, PrecisionFlags) {
   expect_one_error_line(run_train("--precision fp16 --loss-scale 1000"), "power of two");
   expect_one_error_line(run_train("--tf32 --precision bf16"), "--tf32 is --precision tf32");
   expect_one_error_line(run_train("--channels-last yes"), "--channels-last must be on, off or auto, got 'yes'");
+  // --explain says when the plan is channels-last (auto: not on the CPU).
+  for (const char* flag : {"auto", "on"}) {
+    const Result r = run_train(std::string("--model cnn --precision bf16 --explain --channels-last ") + flag);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.out.find("in bf16, channels-last,") != std::string::npos, std::string(flag) == "on") << r.out;
+  }
 }
 
 // fp16 with a scale far too large: the first steps overflow and are skipped, which the progress, the log
