@@ -56,7 +56,8 @@ void group_norm_backward(T* dw, T* db, T* dx, const T* dy, const T* x, const T* 
 
 namespace crumb::cuda {
 
-// ---- normalisation on NCHW: the semantics and layouts of the CPU twins (above):
+// ---- normalisation on NCHW (BatchNorm also on NHWC, the shape's layout): the semantics and layouts of
+// the CPU twins (above):
 // statistics in double from the mean's deviations (two passes), stats per group [groups][2][c]
 // (BatchNorm) or [n][2][groups] (GroupNorm), moments [3][c] in double. Every sum is one block's
 // fixed-order reduction (one block per BatchNorm channel, visiting its groups in order; one per GroupNorm

@@ -38,7 +38,8 @@ void adaptive_avg_pool2d_backward(T* dx, const T* dy, const AdaptivePool2dShape&
 
 namespace crumb::cuda {
 
-// ---- pooling on NCHW: x [n, c, h, w], y [n, c, h_out, w_out] with the floor output size
+// ---- pooling on NCHW or NHWC (the shape's layout; argmax in y's): x [n, c, h, w], y [n, c, h_out, w_out]
+// with the floor output size
 // h_out = (h + 2 * pad_h - kh) / stride_h + 1 (likewise w_out), padding at most half the window; all
 // checked, as in the pooling ops. Padding cells never win a max and count as zeros in the average
 // (count_include_pad=True: every window sum is divided by kh * kw). One thread per element, gathers

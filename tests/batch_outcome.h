@@ -44,13 +44,14 @@ inline BatchOutcome run_one_batch(const Graph& g, ParamStore& params, Scheduler&
   return out;
 }
 
-// The same in micro-batches of m through a scheduler of its own, from parameters initialised with seed 5;
-// `inspect` (if given) sees the parameters afterwards.
+// The same in micro-batches of m through a scheduler of its own on `device`, from parameters initialised
+// with seed 5; `inspect` (if given) sees the parameters afterwards.
 inline BatchOutcome run_one_batch(const Graph& g, int m, int batch, int classes, uint64_t key = 0,
-                                  const std::function<void(const ParamStore&)>& inspect = {}) {
-  ParamStore params(g);
+                                  const std::function<void(const ParamStore&)>& inspect = {},
+                                  Device device = Device::CPU) {
+  ParamStore params(g, device);
   params.init(5);
-  Arena arena;
+  Arena arena(device);
   Scheduler sched(g, params, arena, m);
   BatchOutcome out = run_one_batch(g, params, sched, batch, classes, key);
   if (inspect) inspect(params);

@@ -53,14 +53,6 @@ TEST(CudaPrecision, SixteenBitRowsAreNative) {
 #endif
 }
 
-test::BatchOutcome one_batch(const Graph& g, Device device, int m, int batch, int classes) {
-  ParamStore params(g, device);
-  params.init(5);
-  Arena arena(device);
-  Scheduler sched(g, params, arena, m);
-  return test::run_one_batch(g, params, sched, batch, classes);
-}
-
 // One training batch of lenet5 and of resnet20 (BatchNorm over groups of 8, two micro-batches) in bf16 and
 // fp16 on the device against the CPU. The two differ where a sum rounds differently before its 16-bit
 // store (cuBLAS and cuDNN add in their own orders; the CPU's kernels in theirs), and a value one rounding
@@ -84,8 +76,8 @@ TEST(CudaPrecision, TrainingStepMatchesCpu) {
       SCOPED_TRACE(std::string(c.model) + " " + dtype_name(dtype));
       Graph g = models::build(c.model, c.spec, dtype);
       build_backward(g);
-      const test::BatchOutcome cpu = one_batch(g, Device::CPU, c.m, c.batch, c.spec.classes),
-                               gpu = one_batch(g, Device::CUDA, c.m, c.batch, c.spec.classes);
+      const test::BatchOutcome cpu = test::run_one_batch(g, c.m, c.batch, c.spec.classes),
+                               gpu = test::run_one_batch(g, c.m, c.batch, c.spec.classes, 0, {}, Device::CUDA);
       EXPECT_NEAR(gpu.loss_sum, cpu.loss_sum, loss_tol * cpu.loss_sum);
       const double grads = test::norm_error(gpu.grads, cpu.grads);
       std::printf("%s %s: gradients on CUDA against the CPU, normwise %.3g\n", c.model, dtype_name(dtype), grads);

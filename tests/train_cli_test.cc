@@ -647,6 +647,13 @@ TEST(TrainCli, PrecisionFlags) {
                         "--loss-scale-growth-interval needs --precision fp16");
   expect_one_error_line(run_train("--precision fp16 --loss-scale 1000"), "power of two");
   expect_one_error_line(run_train("--tf32 --precision bf16"), "--tf32 is --precision tf32");
+  expect_one_error_line(run_train("--channels-last yes"), "--channels-last must be on, off or auto, got 'yes'");
+  // --explain says when the plan is channels-last (auto: not on the CPU).
+  for (const char* flag : {"auto", "on"}) {
+    const Result r = run_train(std::string("--model cnn --precision bf16 --explain --channels-last ") + flag);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.out.find("in bf16, channels-last,") != std::string::npos, std::string(flag) == "on") << r.out;
+  }
 }
 
 // fp16 with a scale far too large: the first steps overflow and are skipped, which the progress, the log
@@ -676,6 +683,17 @@ TEST(TrainCli, Bf16Trains) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("\"precision\":\"bf16\""), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("skipped_steps"), std::string::npos) << "bf16 has no loss scale: " << r.out;
+  // Channels-last on the CPU computes the same numbers (engine/plan/layout.h).
+  const Result nhwc = run_train("--model cnn --dataset synthetic --limit-train 256 --limit-test 64 --batch 32 "
+                                "--precision bf16 --channels-last on");
+  ASSERT_EQ(nhwc.code, 0) << nhwc.err;
+  for (const char* field : {"\"final_loss\":", "\"test_loss\":", "\"test_accuracy\":"}) {
+    auto value = [&](const std::string& out) {
+      const std::size_t at = out.find(field);
+      return at == std::string::npos ? std::string("absent") : out.substr(at, out.find_first_of(",}", at) - at);
+    };
+    EXPECT_EQ(value(nhwc.out), value(r.out));
+  }
 }
 
 }  // namespace

@@ -12,6 +12,11 @@ namespace crumb {
 // them rounded to nearest even. The names are safetensors'.
 enum class DType : uint8_t { F32, F64, I32, U8, I64, BF16, F16 };
 enum class Device : uint8_t { CPU, CUDA };
+// The memory order of an image tensor's per-sample [C, H, W] (a filter's [K, C, R, S]): channels outermost
+// (PyTorch's default), or innermost (channels_last, what cuDNN's 16-bit tensor-core kernels read).
+// Dims stay [C, H, W] either way; the layout says how they are laid out (docs/precision.md).
+enum class Layout : uint8_t { NCHW, NHWC };
+inline const char* layout_name(Layout l) { return l == Layout::NCHW ? "NCHW" : "NHWC"; }
 
 inline std::size_t dtype_size(DType t) {
   switch (t) {

@@ -141,6 +141,11 @@ void CudaBackend::convert(void* dst, DType dst_dtype, const void* src, DType src
   cuda::convert(dst, dst_dtype, src, src_dtype, count, accumulate, compute_);
 }
 
+void CudaBackend::relayout(void* dst, DType dst_dtype, const void* src, DType src_dtype, ImageShape shape,
+                           Layout to, bool accumulate) {
+  cuda::relayout(dst, dst_dtype, src, src_dtype, shape, to, accumulate, compute_);
+}
+
 std::vector<DType> CudaBackend::float_dtypes() const {
   if (major_ >= 8) return {DType::F32, DType::F16, DType::BF16};
   return {DType::F32, DType::F16};

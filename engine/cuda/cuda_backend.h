@@ -63,6 +63,8 @@ class CudaBackend final : public Backend {
   void zero(void* p, std::size_t bytes) override;
   void convert(void* dst, DType dst_dtype, const void* src, DType src_dtype, std::size_t count,
                bool accumulate) override;
+  void relayout(void* dst, DType dst_dtype, const void* src, DType src_dtype, ImageShape shape, Layout to,
+                bool accumulate) override;
   void synchronize() override;
   void upload(void* p, const void* host_src, std::size_t bytes) override;
   void read_back(void* host_dst, const void* src, std::size_t bytes) override;

@@ -35,6 +35,10 @@ class CpuBackend final : public Backend {
                bool accumulate) override {
     cpu::convert(dst, dst_dtype, src, src_dtype, count, accumulate);
   }
+  void relayout(void* dst, DType dst_dtype, const void* src, DType src_dtype, ImageShape shape, Layout to,
+                bool accumulate) override {
+    cpu::relayout(dst, dst_dtype, src, src_dtype, shape, to, accumulate);
+  }
   void synchronize() override {}
   void upload(void* p, const void* host_src, std::size_t bytes) override { std::memcpy(p, host_src, bytes); }
   void read_back(void* host_dst, const void* src, std::size_t bytes) override { std::memcpy(host_dst, src, bytes); }
@@ -126,18 +130,23 @@ CompiledStep compile_step(Backend& b, const Graph& g, const Node& n, int max_bat
   const Device device = b.device();
   const OpImpl* impl = impl_table().find(*n.def, device, g.float_dtype());
   const OpImpl* f32 = impl_table().find(*n.def, device, DType::F32);
-  if (!impl && f32 && is_half(g.float_dtype())) {
-    try {
-      return compile_widened(b, g, n, max_batch, *f32);
-    } catch (const Error& e) {
-      CRUMB_FAIL("layer '", n.name, "' (", n.def->name, "): ", e.what());
-    }
-  }
+  const bool widen = !impl && f32 && is_half(g.float_dtype());
+  if (widen) impl = f32;
   if (!impl) {
     std::string runs;
     for (DType d : b.float_dtypes()) runs += std::string(runs.empty() ? "" : ", ") + dtype_name(d);
     CRUMB_FAIL("layer '", n.name, "' (", n.def->name, ") has no ", device_name(device), " implementation for ",
                dtype_name(g.float_dtype()), f32 ? " (this device runs " + runs + " graphs)" : "");
+  }
+  CRUMB_CHECK(n.layout == Layout::NCHW || n.def->layouts != Layouts::Nchw, "layer '", n.name, "' (", n.def->name,
+              ") runs in NCHW only, but the plan has it in NHWC; run with --channels-last off");
+  const bool relayout = n.layout == Layout::NHWC && n.def->layouts == Layouts::Nhwc && !impl->nhwc;
+  if (widen || relayout) {
+    try {
+      return compile_adapted(b, g, n, max_batch, *impl, widen, relayout);
+    } catch (const Error& e) {
+      CRUMB_FAIL("layer '", n.name, "' (", n.def->name, "): ", e.what());
+    }
   }
   c.fn = impl->run;
   c.commit = impl->commit;

@@ -18,6 +18,7 @@
 #include "engine/graph/graph.h"
 #include "engine/graph/op.h"
 #include "engine/device/staging.h"
+#include "kernels/convert.h"
 
 namespace crumb {
 
@@ -90,6 +91,10 @@ class Backend {
   // elements in the device's memory, in order with the work around it (kernels/convert.h).
   virtual void convert(void* dst, DType dst_dtype, const void* src, DType src_dtype, std::size_t count,
                        bool accumulate = false) = 0;
+  // dst (in layout `to`) = src (in the other layout), converted as convert() does (kernels/convert.h):
+  // the channels-last conversions and the NCHW copies of rows without NHWC support.
+  virtual void relayout(void* dst, DType dst_dtype, const void* src, DType src_dtype, ImageShape shape, Layout to,
+                        bool accumulate = false) = 0;
   // Copies `bytes` of host memory to p (in the device's memory), in order with the work enqueued before
   // and after; the host bytes may be reused as soon as it returns (CUDA: an asynchronous copy from
   // pageable memory, which stages them before returning).

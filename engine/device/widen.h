@@ -1,18 +1,32 @@
-// Mixed precision without a 16-bit row: a node of a 16-bit graph whose op has no row for that dtype on
-// the device runs its float32 row on float32 copies. Each 16-bit input is converted into the step's
-// workspace before the row runs and each 16-bit output is converted back after it (rounded to nearest
-// even), so the row loads 16-bit values, computes in float32 and stores 16-bit values, as a native
-// 16-bit kernel does; values of other dtypes (float32 parameters and their gradients, metrics, labels,
-// masks) reach it as they are. This is how every op trains in bf16 and fp16 on the CPU, and the CUDA
-// path of the ops that have no 16-bit kernel yet. The copies are workspace, so the plan and the budget
-// count them.
+// Rows run on converted copies of their operands. Two cases share the mechanism:
+// - Mixed precision without a 16-bit row: a node of a 16-bit graph whose op has no row for that dtype on
+//   the device runs its float32 row on float32 copies. Each 16-bit input is converted into the step's
+//   workspace before the row runs and each 16-bit output is converted back after it (rounded to nearest
+//   even), so the row loads 16-bit values, computes in float32 and stores 16-bit values, as a native
+//   16-bit kernel does; values of other dtypes (float32 parameters and their gradients, metrics, labels,
+//   masks) reach it as they are. This is how every op trains in bf16 and fp16 on the CPU, and the CUDA
+//   path of the ops that have no 16-bit kernel yet.
+// - Channels-last without an NHWC row: an NHWC node (engine/plan/layout.h) whose row reads NCHW only
+//   runs it on NCHW copies of its NHWC image operands, transposed into the workspace and back, in the
+//   same pass as a widening where both apply. Its result is the NCHW row's, bit for bit.
+// The copies are workspace, so the plan and the budget count them.
 #pragma once
 #include "engine/device/backend.h"
 
 namespace crumb {
 
-// Compiles node n of g (a 16-bit graph) for b by the float32 row `f32`: the CompiledStep runs the
-// widened step. max_batch as in compile_step.
-CompiledStep compile_widened(Backend& b, const Graph& g, const Node& n, int max_batch, const OpImpl& f32);
+// Whether v is an image tensor with a layout: batched [C, H, W], or an unbatched [K, C, R, S] filter.
+bool is_image(const Value& v);
+// v (is_image) at `batch` samples as blocks of channels by positions (kernels/convert.h).
+ImageShape image_shape(const Value& v, int batch);
+// Whether v's two layouts are the same bytes (one channel, or one position per channel), so that no
+// conversion is needed between them.
+bool layout_free(const Value& v);
+
+// Compiles node n of g for b by `row`, on float32 copies of its 16-bit operands (widen) and NCHW copies
+// of its NHWC image operands (relayout): the CompiledStep runs the adapted step. max_batch as in
+// compile_step.
+CompiledStep compile_adapted(Backend& b, const Graph& g, const Node& n, int max_batch, const OpImpl& row, bool widen,
+                             bool relayout);
 
 }  // namespace crumb

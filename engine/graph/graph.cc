@@ -69,6 +69,7 @@ ValueId Graph::add_like(ValueId v, std::string name) {
   like.dtype = src.dtype;
   like.dims = src.dims;
   like.batched = src.batched;
+  like.layout = src.layout;
   return add_value(std::move(like));
 }
 

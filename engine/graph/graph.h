@@ -51,6 +51,9 @@ struct Value {
   bool requires_grad = false;
   bool host = false;     // lives in the host pool, not the arena (swapped-out copies, engine/strategy/swap.h)
   ValueId grad = -1;     // Param: its ParamGrad value; Input with requires_grad: its gradient
+  // The memory order of an image value (batched [C, H, W], or a filter copy [K, C, R, S]); NHWC only
+  // where the channels-last rewrite (engine/plan/layout.h) made it so.
+  Layout layout = Layout::NCHW;
   ParamInit init;
 
   int64_t count(int64_t batch) const { return dims_count(dims) * (batched ? batch : 1); }
@@ -74,6 +77,9 @@ struct Node {
   // forward node cloned into the backward pass. Runs in training passes only.
   bool train_only = false;
   GradWrite grad_write = GradWrite::None;
+  // The layout its image inputs and outputs are in (engine/plan/layout.h): an NHWC node's rows read and
+  // write channels-last memory, natively or through transposed copies (engine/device/widen.h).
+  Layout layout = Layout::NCHW;
 };
 
 class Graph {
@@ -85,7 +91,7 @@ class Graph {
   // (out[0] named `name`, further ones "<name>:1", ...); returns out[0].
   ValueId apply(const OpDef& def, std::vector<ValueId> in, const std::string& name, std::any attrs = {});
 
-  // A new activation shaped like v (dtype, dims, batching), named `name`, not yet produced: a gradient of v,
+  // A new activation shaped like v (dtype, dims, batching, layout), named `name`, not yet produced: a gradient of v,
   // or a copy of it that a rewrite recomputes or swaps.
   ValueId add_like(ValueId v, std::string name);
 

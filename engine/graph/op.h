@@ -78,6 +78,13 @@ struct OutSpec {
   bool is_metric = false;
 };
 
+// Which layouts an op's nodes may run in (engine/plan/layout.h). Nchw: only NCHW (ops that read
+// positions: reshape, linear, losses). Any: the op treats its inputs as flat arrays of equal shape, so it
+// runs in whatever layout its inputs share (ReLU, add, casts). Nhwc: the op computes over [C, H, W] and
+// runs channels-last too: through its rows' NHWC support (OpImpl::nhwc) or, where a row lacks it, on
+// NCHW copies of its operands (engine/device/widen.h).
+enum class Layouts : uint8_t { Nchw, Any, Nhwc };
+
 // Written with its fields named: OpDef(name, infer), then a setter for each other field that is not its
 // default, e.g. OpDef("relu", infer_same).with_backward(relu_backward).with_inplace(true).
 struct OpDef {
@@ -95,6 +102,7 @@ struct OpDef {
   OpDef& with_random(bool b) { random = b; return *this; }
   OpDef& with_recompute(RecomputeFn f) { recompute = f; return *this; }
   OpDef& with_flops(FlopsFn f) { flops = f; return *this; }
+  OpDef& with_layouts(Layouts l) { layouts = l; return *this; }
 
   const char* name;
   // Validates the inputs, sets (or checks) the dims of node.out and stores the node's kernel geometry
@@ -120,6 +128,7 @@ struct OpDef {
   // Floating-point operations of one run at `batch` samples (a multiply-add counts as two), for GEMM-like
   // ops, which are judged by the rate they compute at (tools/bench/kernels); null: the op streams memory.
   FlopsFn flops = nullptr;
+  Layouts layouts = Layouts::Nchw;
 };
 
 // One implementation of an op for one (device, dtype), written with its fields named:
@@ -132,6 +141,7 @@ struct OpImpl {
   OpImpl& with_prepare(PrepareFn f) { prepare = f; return *this; }
   OpImpl& with_workspace(WorkspaceFn f) { workspace = f; return *this; }
   OpImpl& with_commit(StepFn f) { commit = f; return *this; }
+  OpImpl& with_nhwc(bool b) { nhwc = b; return *this; }
 
   StepFn run = nullptr;
   // Per-node state built once per compiled plan for its largest micro-batch, on the backend it will
@@ -142,6 +152,9 @@ struct OpImpl {
   // Commits the per-batch totals a last micro-batch run with StepArgs::commit false left in the node's
   // metric outputs (null: the op keeps none).
   StepFn commit = nullptr;
+  // run reads Node::layout and handles NHWC nodes itself (cuDNN's channels-last descriptors); false: an
+  // NHWC node runs this row on NCHW copies of its image operands (engine/device/widen.h).
+  bool nhwc = false;
 };
 
 // The implementation table. Each op family adds its rows when the library loads, from the file that

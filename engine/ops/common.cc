@@ -52,6 +52,7 @@ std::vector<ValueId> add_recompute(Graph& g, const Node& n, const OpDef& def, st
   c.in = std::move(in);
   c.attrs = n.attrs;  // a dropout layer's hash is among them: the same mask again
   c.geometry = n.geometry;
+  c.layout = n.layout;
   for (std::size_t i = 0; i < outputs; ++i) c.out.push_back(g.add_like(n.out[i], g.value(n.out[i]).name + ".recomputed"));
   std::vector<ValueId> out = c.out;
   out.resize(n.out.size(), -1);

@@ -10,6 +10,7 @@
 
 #if CRUMB_HAVE_CUDA
 #include "engine/cuda/cuda_backend.h"
+#include "engine/device/widen.h"
 
 #if CRUMB_HAVE_CUDNN
 #include "kernels/cuda/cudnn_conv.h"
@@ -107,10 +108,12 @@ double flops(const Graph&, const Node& n, int batch) {
 }  // namespace
 
 const OpDef kConv2d = OpDef("conv2d", infer_fwd).with_backward(backward).with_recompute(ops::recompute_clone)
-                          .with_flops(flops);
-const OpDef kConv2dBwdData = OpDef("conv2d_backward_data", infer_bwd_data).with_flops(flops);
+                          .with_flops(flops).with_layouts(Layouts::Nhwc);
+const OpDef kConv2dBwdData = OpDef("conv2d_backward_data", infer_bwd_data).with_flops(flops)
+                             .with_layouts(Layouts::Nhwc);
 const OpDef kConv2dBwdWeight = OpDef("conv2d_backward_weight", infer_bwd_weight)
-                               .with_outputs({OutDType::Float, OutDType::Float}).with_required_outputs(1).with_flops(flops);
+                               .with_outputs({OutDType::Float, OutDType::Float}).with_required_outputs(1).with_flops(flops)
+                               .with_layouts(Layouts::Nhwc);
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
@@ -153,10 +156,20 @@ namespace crumb::cuda_rows {
 namespace {
 
 struct ConvState : OpState {
-  ConvState(cudnnHandle_t dnn, const cpu::Conv2dShape& s, cuda::ConvPass pass, bool tf32, cudnnDataType_t dtype)
-      : plan(dnn, s, pass, cuda::CudaBackend::kConvWorkspaceLimit, tf32, dtype) {}
+  ConvState(cudnnHandle_t dnn, const cpu::Conv2dShape& s, cuda::ConvPass pass, bool tf32, cudnnDataType_t dtype,
+            Layout layout, Layout filter_layout)
+      : plan(dnn, s, pass, cuda::CudaBackend::kConvWorkspaceLimit, tf32, dtype, layout, filter_layout) {}
   cuda::ConvPlan plan;
 };
+
+// An NHWC node's filter (forward, backward-data) is the [K, R, S, C] conversion the plan made of it
+// (engine/plan/layout.h); its filter gradient (backward-filter) is the parameter's own NCHW gradient,
+// which cuDNN writes from NHWC x and dy. A filter whose two layouts are the same bytes (1x1, or one input
+// channel) is described in the activations' layout.
+Layout filter_layout(const Graph& g, const Node& n, cuda::ConvPass pass) {
+  const Value& w = g.value(pass == cuda::ConvPass::BackwardFilter ? n.out[0] : n.in[1]);
+  return layout_free(w) ? n.layout : w.layout;
+}
 
 cudnnDataType_t data_type(DType t) {
   return t == DType::BF16 ? CUDNN_DATA_BFLOAT16 : t == DType::F16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
@@ -168,7 +181,8 @@ template <cuda::ConvPass Pass, bool Native>
 std::unique_ptr<OpState> prepare(const Graph& g, const Node& n, int max_batch, Backend& b) {
   const bool widened = !Native && is_half(g.float_dtype());
   return std::make_unique<ConvState>(cuda::CudaBackend::of(b).dnn(), ops::at_batch<cpu::Conv2dShape>(n, max_batch),
-                                     Pass, g.tf32() || widened, Native ? data_type(g.float_dtype()) : CUDNN_DATA_FLOAT);
+                                     Pass, g.tf32() || widened, Native ? data_type(g.float_dtype()) : CUDNN_DATA_FLOAT,
+                                     n.layout, filter_layout(g, n, Pass));
 }
 
 std::size_t workspace(const Graph&, const Node&, int, const OpState* state) {
@@ -203,16 +217,19 @@ CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
   using cuda::ConvPass;
   t.add(kConv2d, Device::CUDA, DType::F32,
-        OpImpl(fwd).with_prepare(prepare<ConvPass::Forward, false>).with_workspace(workspace));
+        OpImpl(fwd).with_prepare(prepare<ConvPass::Forward, false>).with_workspace(workspace).with_nhwc(true));
   t.add(kConv2dBwdData, Device::CUDA, DType::F32,
-        OpImpl(bwd_data).with_prepare(prepare<ConvPass::BackwardData, false>).with_workspace(workspace));
+        OpImpl(bwd_data).with_prepare(prepare<ConvPass::BackwardData, false>).with_workspace(workspace)
+            .with_nhwc(true));
   t.add(kConv2dBwdWeight, Device::CUDA, DType::F32,
-        OpImpl(bwd_weight).with_prepare(prepare<ConvPass::BackwardFilter, false>).with_workspace(workspace));
+        OpImpl(bwd_weight).with_prepare(prepare<ConvPass::BackwardFilter, false>).with_workspace(workspace)
+            .with_nhwc(true));
   for (DType dt : {DType::BF16, DType::F16}) {
     t.add(kConv2d, Device::CUDA, dt,
-          OpImpl(fwd).with_prepare(prepare<ConvPass::Forward, true>).with_workspace(workspace));
+          OpImpl(fwd).with_prepare(prepare<ConvPass::Forward, true>).with_workspace(workspace).with_nhwc(true));
     t.add(kConv2dBwdData, Device::CUDA, dt,
-          OpImpl(bwd_data).with_prepare(prepare<ConvPass::BackwardData, true>).with_workspace(workspace));
+          OpImpl(bwd_data).with_prepare(prepare<ConvPass::BackwardData, true>).with_workspace(workspace)
+              .with_nhwc(true));
   }
 }
 #else

@@ -56,8 +56,9 @@ template <class T> void dropout_cpu(const StepArgs& a) {
 }  // namespace
 
 const OpDef kDropout = OpDef("dropout", infer_dropout).with_backward(dropout_backward).with_inplace(true)
-                       .with_random(true).with_recompute(ops::recompute_clone);
-const OpDef kDropoutBwd = OpDef("dropout_backward", infer_dropout).with_inplace(true).with_random(true);
+                       .with_random(true).with_recompute(ops::recompute_clone).with_layouts(Layouts::Nhwc);
+const OpDef kDropoutBwd = OpDef("dropout_backward", infer_dropout).with_inplace(true).with_random(true)
+                          .with_layouts(Layouts::Nhwc);
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();

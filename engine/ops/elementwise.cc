@@ -78,9 +78,11 @@ void cast_run(const StepArgs& a) {
 
 }  // namespace
 
-const OpDef kCast = OpDef("cast", infer_cast).with_backward(cast_backward).with_recompute(ops::recompute_clone);
+const OpDef kCast = OpDef("cast", infer_cast).with_backward(cast_backward).with_recompute(ops::recompute_clone)
+                    .with_layouts(Layouts::Any);
 const OpDef kCastMaster = OpDef("cast_master", infer_cast).with_backward(cast_backward)
-                          .with_outputs({OutDType::Master}).with_recompute(ops::recompute_clone);
+                          .with_outputs({OutDType::Master}).with_recompute(ops::recompute_clone)
+                          .with_layouts(Layouts::Any);
 
 namespace {
 // The gradient goes back to the input's dtype: a cast to the float dtype's is one to the master dtype.
@@ -94,10 +96,10 @@ void cast_backward(GradBuilder& gb, const Node& n) {
 }  // namespace
 
 const OpDef kRelu = OpDef("relu", infer_same).with_backward(relu_backward).with_inplace(true)
-                    .with_recompute(ops::recompute_clone);
-const OpDef kReluBwd = OpDef("relu_backward", infer_same).with_inplace(true);
+                    .with_recompute(ops::recompute_clone).with_layouts(Layouts::Any);
+const OpDef kReluBwd = OpDef("relu_backward", infer_same).with_inplace(true).with_layouts(Layouts::Any);
 const OpDef kAdd = OpDef("add", infer_same).with_backward(add_backward).with_inplace(true)
-                   .with_recompute(ops::recompute_clone);
+                   .with_recompute(ops::recompute_clone).with_layouts(Layouts::Any);
 const OpDef kReshape = OpDef("reshape", infer_reshape).with_backward(reshape_backward).with_view(true)
                        .with_recompute(ops::recompute_clone);
 

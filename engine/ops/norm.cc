@@ -191,16 +191,18 @@ template <class T> void gn_bwd_cpu(const StepArgs& a) {
 // master dtype: float32 in mixed precision, as autocast keeps normalisation in float32.
 const OpDef kBatchNorm = OpDef("batch_norm", infer_bn).with_backward(bn_backward)
                          .with_outputs({OutDType::Float, OutDType::Master, OutSpec::metric(OutDType::F64)})
-                         .with_recompute(bn_recompute);
-const OpDef kBatchNormApply = OpDef("batch_norm_apply", infer_bn_apply).with_inplace(true);
+                         .with_recompute(bn_recompute).with_layouts(Layouts::Nhwc);
+const OpDef kBatchNormApply = OpDef("batch_norm_apply", infer_bn_apply).with_inplace(true)
+                              .with_layouts(Layouts::Nhwc);
 const OpDef kBatchNormBwd = OpDef("batch_norm_backward", infer_bn_bwd)
                             .with_outputs({OutDType::Float, OutDType::Float, OutDType::Float})
-                            .with_required_outputs(2);
+                            .with_required_outputs(2).with_layouts(Layouts::Nhwc);
 const OpDef kGroupNorm = OpDef("group_norm", infer_gn).with_backward(gn_backward)
-                         .with_outputs({OutDType::Float, OutDType::Master}).with_recompute(ops::recompute_clone);
+                         .with_outputs({OutDType::Float, OutDType::Master}).with_recompute(ops::recompute_clone)
+                         .with_layouts(Layouts::Nhwc);
 const OpDef kGroupNormBwd = OpDef("group_norm_backward", infer_gn_bwd)
                             .with_outputs({OutDType::Float, OutDType::Float, OutDType::Float})
-                            .with_required_outputs(2);
+                            .with_required_outputs(2).with_layouts(Layouts::Nhwc);
 
 namespace ops {
 cpu::BatchNormShape batch_norm_shape(const StepArgs& a) {
@@ -285,10 +287,17 @@ void bn_commit(const StepArgs& a) {
                           static_cast<int>(a.in_value(3).dims[0]), at.momentum, cuda::CudaBackend::of(a).compute());
 }
 
+// The kernels take the node's layout: BatchNorm runs natively in channels-last plans.
+cpu::BatchNormShape bn_shape(const StepArgs& a) {
+  cpu::BatchNormShape s = ops::batch_norm_shape(a);
+  s.layout = a.node->layout;
+  return s;
+}
+
 // As the CPU rows': group 0 normalises the whole micro-batch as one group.
 template <class T> void bn_fwd(const StepArgs& a) {
   const BatchNormAttrs& at = ops::attrs<BatchNormAttrs>(*a.node);
-  const cpu::BatchNormShape s = ops::batch_norm_shape(a);
+  const cpu::BatchNormShape s = bn_shape(a);
   const cudaStream_t stream = cuda::CudaBackend::of(a).compute();
   // The running statistics are inputs the layer updates in place: persistent State no other node reads
   // in a training pass.
@@ -311,13 +320,13 @@ template <class T> void bn_fwd(const StepArgs& a) {
 template <class T> void bn_bwd(const StepArgs& a) {
   const BatchNormAttrs& at = ops::attrs<BatchNormAttrs>(*a.node);
   cuda::batch_norm_backward(a.out<float>(0), a.out<float>(1), a.node->out.size() == 3 ? a.out<T>(2) : nullptr,
-                            a.in<T>(0), a.in<T>(1), a.in<float>(2), a.in<float>(3), ops::batch_norm_shape(a),
+                            a.in<T>(0), a.in<T>(1), a.in<float>(2), a.in<float>(3), bn_shape(a),
                             !at.frozen, a.accumulate, cuda::CudaBackend::of(a).compute());
 }
 
 template <class T> void bn_apply(const StepArgs& a) {
-  cuda::batch_norm_apply(a.out<T>(0), a.in<T>(0), a.in<float>(1), a.in<float>(2), a.in<float>(3),
-                         ops::batch_norm_shape(a), cuda::CudaBackend::of(a).compute());
+  cuda::batch_norm_apply(a.out<T>(0), a.in<T>(0), a.in<float>(1), a.in<float>(2), a.in<float>(3), bn_shape(a),
+                         cuda::CudaBackend::of(a).compute());
 }
 
 cpu::GroupNormShape gn_shape(const StepArgs& a) { return ops::at_batch<cpu::GroupNormShape>(*a.node, a.n); }
@@ -337,9 +346,9 @@ template <class T> void gn_bwd(const StepArgs& a) {
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
-  CRUMB_CUDA_ROWS(t, kBatchNorm, bn_fwd, .with_commit(bn_commit));
-  CRUMB_CUDA_ROWS(t, kBatchNormBwd, bn_bwd);
-  CRUMB_CUDA_ROWS(t, kBatchNormApply, bn_apply);
+  CRUMB_CUDA_ROWS(t, kBatchNorm, bn_fwd, .with_commit(bn_commit).with_nhwc(true));
+  CRUMB_CUDA_ROWS(t, kBatchNormBwd, bn_bwd, .with_nhwc(true));
+  CRUMB_CUDA_ROWS(t, kBatchNormApply, bn_apply, .with_nhwc(true));
   CRUMB_CUDA_ROWS(t, kGroupNorm, gn_fwd);
   CRUMB_CUDA_ROWS(t, kGroupNormBwd, gn_bwd);
 }

@@ -160,17 +160,19 @@ template <class T> void adaptive_bwd_cpu(const StepArgs& a) {
 }  // namespace
 
 const OpDef kMaxPool2d = OpDef("max_pool2d", infer_max).with_backward(pool_backward)
-                         .with_outputs({OutDType::Float, OutDType::U8}).with_recompute(ops::recompute_clone);
-const OpDef kMaxPool2dBwd = OpDef("max_pool2d_backward", infer_bwd);
+                         .with_outputs({OutDType::Float, OutDType::U8}).with_recompute(ops::recompute_clone)
+                         .with_layouts(Layouts::Nhwc);
+const OpDef kMaxPool2dBwd = OpDef("max_pool2d_backward", infer_bwd).with_layouts(Layouts::Nhwc);
 const OpDef kAvgPool2d = OpDef("avg_pool2d", infer_avg).with_backward(pool_backward)
-                         .with_recompute(ops::recompute_clone);
-const OpDef kAvgPool2dBwd = OpDef("avg_pool2d_backward", infer_bwd);
+                         .with_recompute(ops::recompute_clone).with_layouts(Layouts::Nhwc);
+const OpDef kAvgPool2dBwd = OpDef("avg_pool2d_backward", infer_bwd).with_layouts(Layouts::Nhwc);
 const OpDef kGlobalAvgPool = OpDef("global_avg_pool", infer_gap).with_backward(gap_backward)
-                             .with_recompute(ops::recompute_clone);
-const OpDef kGlobalAvgPoolBwd = OpDef("global_avg_pool_backward", infer_gap_bwd);
+                             .with_recompute(ops::recompute_clone).with_layouts(Layouts::Nhwc);
+const OpDef kGlobalAvgPoolBwd = OpDef("global_avg_pool_backward", infer_gap_bwd).with_layouts(Layouts::Nhwc);
 const OpDef kAdaptiveAvgPool2d = OpDef("adaptive_avg_pool2d", infer_adaptive).with_backward(pool_backward)
-                                 .with_recompute(ops::recompute_clone);
-const OpDef kAdaptiveAvgPool2dBwd = OpDef("adaptive_avg_pool2d_backward", infer_adaptive_bwd);
+                                 .with_recompute(ops::recompute_clone).with_layouts(Layouts::Nhwc);
+const OpDef kAdaptiveAvgPool2dBwd = OpDef("adaptive_avg_pool2d_backward", infer_adaptive_bwd)
+                                    .with_layouts(Layouts::Nhwc);
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
@@ -212,7 +214,14 @@ namespace crumb::cuda_rows {
 namespace {
 
 cudaStream_t stream(const StepArgs& a) { return cuda::CudaBackend::of(a).compute(); }
-cpu::Pool2dShape shape(const StepArgs& a) { return ops::at_batch<cpu::Pool2dShape>(*a.node, a.n); }
+// The kernels take the node's layout: pooling runs natively in channels-last plans (global average
+// pooling, whose output is 1x1, runs on NCHW copies).
+template <class Shape> Shape shape_of(const StepArgs& a) {
+  Shape s = ops::at_batch<Shape>(*a.node, a.n);
+  s.layout = a.node->layout;
+  return s;
+}
+cpu::Pool2dShape shape(const StepArgs& a) { return shape_of<cpu::Pool2dShape>(a); }
 
 template <class T> void max_fwd(const StepArgs& a) {
   cuda::max_pool2d_forward(a.out<T>(0), a.out<uint8_t>(1), a.in<T>(0), shape(a), stream(a));
@@ -235,7 +244,7 @@ template <class T> void gap_bwd(const StepArgs& a) {
   cuda::global_avg_pool_backward(a.out<T>(), a.in<T>(0), a.n, s.c, s.hw, a.accumulate, stream(a));
 }
 
-cpu::AdaptivePool2dShape adaptive_shape(const StepArgs& a) { return ops::at_batch<cpu::AdaptivePool2dShape>(*a.node, a.n); }
+cpu::AdaptivePool2dShape adaptive_shape(const StepArgs& a) { return shape_of<cpu::AdaptivePool2dShape>(a); }
 template <class T> void adaptive_fwd(const StepArgs& a) {
   cuda::adaptive_avg_pool2d_forward(a.out<T>(), a.in<T>(0), adaptive_shape(a), stream(a));
 }
@@ -247,14 +256,14 @@ template <class T> void adaptive_bwd(const StepArgs& a) {
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
-  CRUMB_CUDA_ROWS(t, kMaxPool2d, max_fwd);
-  CRUMB_CUDA_ROWS(t, kMaxPool2dBwd, max_bwd);
-  CRUMB_CUDA_ROWS(t, kAvgPool2d, avg_fwd);
-  CRUMB_CUDA_ROWS(t, kAvgPool2dBwd, avg_bwd);
+  CRUMB_CUDA_ROWS(t, kMaxPool2d, max_fwd, .with_nhwc(true));
+  CRUMB_CUDA_ROWS(t, kMaxPool2dBwd, max_bwd, .with_nhwc(true));
+  CRUMB_CUDA_ROWS(t, kAvgPool2d, avg_fwd, .with_nhwc(true));
+  CRUMB_CUDA_ROWS(t, kAvgPool2dBwd, avg_bwd, .with_nhwc(true));
   CRUMB_CUDA_ROWS(t, kGlobalAvgPool, gap_fwd);
   CRUMB_CUDA_ROWS(t, kGlobalAvgPoolBwd, gap_bwd);
-  CRUMB_CUDA_ROWS(t, kAdaptiveAvgPool2d, adaptive_fwd);
-  CRUMB_CUDA_ROWS(t, kAdaptiveAvgPool2dBwd, adaptive_bwd);
+  CRUMB_CUDA_ROWS(t, kAdaptiveAvgPool2d, adaptive_fwd, .with_nhwc(true));
+  CRUMB_CUDA_ROWS(t, kAdaptiveAvgPool2dBwd, adaptive_bwd, .with_nhwc(true));
 }
 
 }  // namespace crumb::cuda_rows

@@ -38,9 +38,9 @@ void wait_run(const StepArgs& a) { queue(a).wait(ops::attrs<SwapAttrs>(*a.node).
 
 }  // namespace
 
-const OpDef kSwapCopy = OpDef("swap_copy", infer_copy);
+const OpDef kSwapCopy = OpDef("swap_copy", infer_copy).with_layouts(Layouts::Any);
 // swap_wait has no outputs: it holds later work until its copy is done.
-const OpDef kSwapWait = OpDef("swap_wait", infer_wait).with_outputs({});
+const OpDef kSwapWait = OpDef("swap_wait", infer_wait).with_outputs({}).with_layouts(Layouts::Any);
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();

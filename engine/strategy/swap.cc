@@ -25,6 +25,7 @@ NodeId add(Graph& g, const OpDef& def, const std::string& name, ValueId in, Valu
   n.attrs = SwapAttrs{ticket};
   n.backward = backward;
   n.train_only = true;
+  n.layout = g.value(in).layout;  // a byte copy, in whatever layout its value has
   return g.add_node(std::move(n));
 }
 

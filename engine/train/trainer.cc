@@ -13,6 +13,7 @@
 #include "engine/graph/rng.h"
 #include "engine/io/json.h"
 #include "engine/ops/norm.h"
+#include "engine/plan/layout.h"
 #include "engine/train/network.h"
 #include "engine/train/signals.h"
 
@@ -209,6 +210,11 @@ std::size_t budget_of(const TrainConfig& c, Device device) {
   return c.memory_budget ? c.memory_budget : backend(device).default_budget();
 }
 
+bool uses_channels_last(const TrainConfig& c, Device device) {
+  if (c.channels_last != ChannelsLast::Auto) return c.channels_last == ChannelsLast::On;
+  return device == Device::CUDA && is_half(activation_dtype(c.precision));
+}
+
 RunPlan plan_run(const TrainConfig& c, const data::DataShape& shape, int batch, Device device) {
   RunPlan p;
   if (c.precision == Precision::FP16) c.loss_scale.validate();
@@ -222,6 +228,7 @@ RunPlan plan_run(const TrainConfig& c, const data::DataShape& shape, int batch, 
                               : build_network(c.network, spec, activation_dtype(c.precision));
   p.graph.set_tf32(c.precision == Precision::TF32);
   build_backward(p.graph);
+  if (uses_channels_last(c, device)) to_channels_last(p.graph);
   check_bn_group(c, p.graph, batch);
   p.device = device;
   p.budget = budget_of(c, device);

@@ -44,6 +44,11 @@ bool precision_named(const std::string& name, Precision& out);
 // The float dtype of its graphs' activations (Graph::float_dtype).
 DType activation_dtype(Precision p);
 
+// Whether image layers run channels-last (NHWC, engine/plan/layout.h). Auto: on for bf16 and fp16 on
+// CUDA, where cuDNN's tensor-core convolutions want NHWC; off elsewhere (the CPU computes the same
+// numbers either way, through transposed copies).
+enum class ChannelsLast : uint8_t { Auto, On, Off };
+
 struct TrainConfig {
   // The model: a registered name (engine/train/model_registry.h), its normalisation and dropout.
   std::string model = "lenet5";
@@ -68,6 +73,7 @@ struct TrainConfig {
   Strategy strategy = Strategy::Auto;
   Precision precision = Precision::FP32;
   LossScaleConfig loss_scale;  // fp16 only
+  ChannelsLast channels_last = ChannelsLast::Auto;
   bool cuda_graphs = true;   // replay each micro-batch's work as a recorded CUDA graph
   // Checkpoints: where to save (at every epoch's end, every save_every optimizer steps, when stopped and
   // at the end), which weights to start from, which run to continue.
@@ -90,6 +96,8 @@ std::string result_settings(const TrainConfig& cfg);
 
 // The name a run's model goes by: the network's when cfg.network is set, else cfg.model.
 std::string model_name(const TrainConfig& cfg);
+// What cfg's ChannelsLast means on `device`.
+bool uses_channels_last(const TrainConfig& cfg, Device device);
 
 // The model planned for a batch and a budget, before anything is allocated.
 struct RunPlan {

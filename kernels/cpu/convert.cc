@@ -1,5 +1,7 @@
 #include "kernels/convert.h"
 
+#include <cstdint>
+
 #include "engine/base/error.h"
 #include "kernels/cpu/kernel_util.h"
 #include "kernels/half.h"
@@ -29,7 +31,33 @@ template <class D> void convert_to(void* dst, const void* src, DType src_dtype, 
   }
 }
 
+// Each block's [rows][cols] matrix transposed: the destination is written in order, a source row of
+// `cols` apart at a time, with no division per element.
+template <class D, class S> void relayout_as(void* dst, const void* src, ImageShape sh, Layout to, bool accumulate) {
+  D* d = static_cast<D*>(dst);
+  const S* s = static_cast<const S*>(src);
+  // In the destination's order: NHWC rows are positions (of c channels), NCHW rows channels (of s positions).
+  const int64_t rows = to == Layout::NHWC ? sh.s : sh.c, cols = to == Layout::NHWC ? sh.c : sh.s;
+  const auto lines = static_cast<std::ptrdiff_t>(sh.n * rows);
+#pragma omp parallel for schedule(static) if (sh.count() > detail::kParallelGrain)
+  for (std::ptrdiff_t line = 0; line < lines; ++line) {
+    const int64_t block = line / rows * rows * cols, r = line % rows;
+    D* out = d + block + r * cols;
+    const S* in = s + block + r;
+    for (int64_t k = 0; k < cols; ++k) relayout_element(out[k], in[k * rows], accumulate);
+  }
+}
+
 }  // namespace
+
+void relayout(void* dst, DType dst_dtype, const void* src, DType src_dtype, ImageShape sh, Layout to,
+              bool accumulate) {
+  dispatch_relayout(dst_dtype, src_dtype, accumulate, [&](auto* d, auto* s) {
+    using D = std::remove_pointer_t<decltype(d)>;
+    using S = std::remove_const_t<std::remove_pointer_t<decltype(s)>>;
+    relayout_as<D, S>(dst, src, sh, to, accumulate);
+  });
+}
 
 void convert(void* dst, DType dst_dtype, const void* src, DType src_dtype, std::size_t count, bool accumulate) {
   switch (dst_dtype) {

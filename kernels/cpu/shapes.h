@@ -2,6 +2,7 @@
 #pragma once
 #include <cstddef>
 
+#include "engine/base/tensor.h"
 #include "kernels/host_device.h"
 
 namespace crumb::cpu {
@@ -21,6 +22,9 @@ struct Pool2dShape {
   int n, c, h, w;
   int kh, kw, stride_h, stride_w, pad_h, pad_w;
   int h_out, w_out;
+  // The CUDA kernels also take NHWC (channels-last plans, engine/plan/layout.h); the CPU's read NCHW
+  // (an NHWC node runs them on NCHW copies).
+  Layout layout = Layout::NCHW;
 };
 
 // Adaptive average pooling on NCHW tensors, x [n, c, h, w] -> y [n, c, h_out, w_out]: output row i
@@ -29,6 +33,7 @@ struct Pool2dShape {
 struct AdaptivePool2dShape {
   int n, c, h, w;
   int h_out, w_out;
+  Layout layout = Layout::NCHW;  // as Pool2dShape's
 };
 // Bin i of `out` bins over `in` cells is [adaptive_begin, adaptive_end); input cell r lies in bins
 // adaptive_first_bin(r) .. adaptive_last_bin(r) (the inverse, for the backward's gather).
@@ -42,6 +47,9 @@ CRUMB_HOST_DEVICE int adaptive_last_bin(int r, int in, int out) { return ((r + 1
 // values of that channel (the last group may be shorter), so ceil(n / group) groups.
 struct BatchNormShape {
   int n, c, hw, group;
+  // The CUDA kernels also take NHWC (channels-last plans, engine/plan/layout.h); the CPU's read NCHW
+  // (an NHWC node runs them on NCHW copies).
+  Layout layout = Layout::NCHW;
   int groups() const { return (n + group - 1) / group; }
   // Samples in group g.
   int group_size(int g) const { return n - g * group < group ? n - g * group : group; }

@@ -43,8 +43,8 @@ void check_workspace(std::size_t need, std::size_t have, ConvPass pass, const cp
 }  // namespace
 
 ConvPlan::ConvPlan(cudnnHandle_t handle, const cpu::Conv2dShape& s, ConvPass pass, std::size_t workspace_limit,
-                   bool tf32, cudnnDataType_t dtype)
-    : shape_(s), pass_(pass), dtype_(dtype), planned_n_(s.n) {
+                   bool tf32, cudnnDataType_t dtype, Layout layout, Layout filter_layout)
+    : shape_(s), pass_(pass), dtype_(dtype), layout_(layout), planned_n_(s.n) {
   CRUMB_CHECK(s.n >= 1 && s.c_in >= 1 && s.h >= 1 && s.w >= 1 && s.c_out >= 1 && s.kh >= 1 && s.kw >= 1 &&
                   s.stride_h >= 1 && s.stride_w >= 1 && s.pad_h >= 0 && s.pad_w >= 0,
               describe(s), ": bad shape");
@@ -52,10 +52,11 @@ ConvPlan::ConvPlan(cudnnHandle_t handle, const cpu::Conv2dShape& s, ConvPass pas
               ": storage type must be float, bfloat16 or half");
   // Tensor cores: TF32 for float when allowed; always for 16-bit operands, which they read as they are.
   const bool tensor_ops = tf32 || dtype != CUDNN_DATA_FLOAT;
-  detail::set_nchw(x_, s.n, s.c_in, s.h, s.w, dtype);
-  detail::set_nchw(y_, s.n, s.c_out, s.h_out, s.w_out, dtype);
-  detail::set_nchw(bias_, 1, s.c_out, 1, 1, dtype);
-  CRUMB_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_.get(), dtype, CUDNN_TENSOR_NCHW, s.c_out, s.c_in, s.kh, s.kw));
+  detail::set_image(x_, s.n, s.c_in, s.h, s.w, dtype, layout);
+  detail::set_image(y_, s.n, s.c_out, s.h_out, s.w_out, dtype, layout);
+  detail::set_image(bias_, 1, s.c_out, 1, 1, dtype);
+  CRUMB_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_.get(), dtype, detail::format_of(filter_layout), s.c_out, s.c_in,
+                                               s.kh, s.kw));
   // Cross-correlation is what deep-learning frameworks call convolution (no kernel flip). The compute
   // type is float for every storage type: 16-bit products accumulate in float32.
   CRUMB_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv_.get(), s.pad_h, s.pad_w, s.stride_h, s.stride_w, 1, 1,
@@ -140,8 +141,8 @@ void ConvPlan::pick(cudnnHandle_t handle) {
 void ConvPlan::set_batch(cudnnHandle_t handle, int n) {
   CRUMB_CHECK(n >= 1 && n <= planned_n_, describe(shape_), ": batch ", n, " outside the planned 1..", planned_n_);
   shape_.n = n;
-  detail::set_nchw(x_, n, shape_.c_in, shape_.h, shape_.w, dtype_);
-  detail::set_nchw(y_, n, shape_.c_out, shape_.h_out, shape_.w_out, dtype_);
+  detail::set_image(x_, n, shape_.c_in, shape_.h, shape_.w, dtype_, layout_);
+  detail::set_image(y_, n, shape_.c_out, shape_.h_out, shape_.w_out, dtype_, layout_);
   pick(handle);
 }
 

@@ -32,8 +32,11 @@ enum class ConvPass { Forward, BackwardData, BackwardFilter };
 class ConvPlan {
  public:
   // shape.n is the largest micro-batch. Throws if the pass has no algorithm within workspace_limit bytes.
+  // layout is x's and y's (and dx's and dy's); filter_layout the filter's (or dw's): NHWC filters are
+  // [K, R, S, C]. cuDNN's tensor-core engines want both NHWC (engine/plan/layout.h).
   ConvPlan(cudnnHandle_t handle, const cpu::Conv2dShape& shape, ConvPass pass, std::size_t workspace_limit,
-           bool tf32 = false, cudnnDataType_t dtype = CUDNN_DATA_FLOAT);
+           bool tf32 = false, cudnnDataType_t dtype = CUDNN_DATA_FLOAT, Layout layout = Layout::NCHW,
+           Layout filter_layout = Layout::NCHW);
 
   // Re-targets the plan to n samples, 1 <= n <= the planned batch (the ragged last micro-batch; also back
   // to the full batch). Re-sets the x/y descriptors and picks the algorithm for n (remembered per n), which
@@ -70,6 +73,7 @@ class ConvPlan {
   cpu::Conv2dShape shape_;
   ConvPass pass_;
   cudnnDataType_t dtype_;
+  Layout layout_;
   int planned_n_;
   detail::TensorDescriptor x_, y_, bias_;  // x and y double as dx and dy
   detail::FilterDescriptor w_;             // doubles as dw

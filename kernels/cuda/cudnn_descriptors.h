@@ -6,6 +6,7 @@
 #include <memory>
 #include <type_traits>
 
+#include "engine/base/tensor.h"
 #include "kernels/cuda/check.h"
 
 namespace crumb::cuda::detail {
@@ -32,10 +33,15 @@ using FilterDescriptor = Descriptor<cudnnFilterDescriptor_t, cudnnCreateFilterDe
 using ConvolutionDescriptor =
     Descriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor, cudnnDestroyConvolutionDescriptor>;
 
-// A dense NCHW tensor [n, c, h, w] of float (or `dtype`). Cheap: no allocation, no device work.
-inline void set_nchw(const TensorDescriptor& desc, int n, int c, int h, int w,
-                     cudnnDataType_t dtype = CUDNN_DATA_FLOAT) {
-  CRUMB_CUDNN_CHECK(cudnnSetTensor4dDescriptor(desc.get(), CUDNN_TENSOR_NCHW, dtype, n, c, h, w));
+inline cudnnTensorFormat_t format_of(Layout layout) {
+  return layout == Layout::NHWC ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+}
+
+// A dense tensor [n, c, h, w] of float (or `dtype`), laid out NCHW or NHWC (the dims are the same either
+// way; the format sets the strides). Cheap: no allocation, no device work.
+inline void set_image(const TensorDescriptor& desc, int n, int c, int h, int w, cudnnDataType_t dtype = CUDNN_DATA_FLOAT,
+                      Layout layout = Layout::NCHW) {
+  CRUMB_CUDNN_CHECK(cudnnSetTensor4dDescriptor(desc.get(), format_of(layout), dtype, n, c, h, w));
 }
 
 }  // namespace crumb::cuda::detail

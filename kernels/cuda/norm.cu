@@ -83,9 +83,21 @@ __device__ double inv_std(double var, double eps) { return 1.0 / sqrt(var + eps)
 // Samples in BatchNorm group g (the last group may be shorter).
 __device__ int group_size(const cpu::BatchNormShape& s, int g) { return min(s.group, s.n - g * s.group); }
 
-// Offset of BatchNorm group g's values of channel c: its first sample's feature map of c.
+// Where a BatchNorm channel's values are: runs of hw values c * hw apart (NCHW), or single values c
+// apart (NHWC: each thread of a channel's block reads with a stride of c elements).
+__device__ ChannelRuns runs_of(const cpu::BatchNormShape& s) {
+  if (s.layout == Layout::NHWC) return {1, static_cast<std::size_t>(s.c)};
+  return {static_cast<std::size_t>(s.hw), static_cast<std::size_t>(s.c) * s.hw};
+}
+
+// Offset of channel c's first value.
+__device__ std::size_t channel_offset(const cpu::BatchNormShape& s, int c) {
+  return s.layout == Layout::NHWC ? static_cast<std::size_t>(c) : static_cast<std::size_t>(c) * s.hw;
+}
+
+// Offset of BatchNorm group g's values of channel c: its first sample's values of c.
 __device__ std::size_t group_offset(const cpu::BatchNormShape& s, int g, int c) {
-  return (static_cast<std::size_t>(g) * s.group * s.c + c) * s.hw;
+  return static_cast<std::size_t>(g) * s.group * s.c * s.hw + channel_offset(s, c);
 }
 
 // Index of group g's mean in stats [groups][2][c]; its invstd is c further.
@@ -112,7 +124,7 @@ __global__ void __launch_bounds__(kChannelBlock)
   if (running_mean && blockIdx.x == 0 && threadIdx.x == 0) *tracked += groups;
   const int c = blockIdx.x;
   if (c >= s.c) return;  // the one block of a launch without channels, there only to count
-  const ChannelRuns runs{static_cast<std::size_t>(s.hw), static_cast<std::size_t>(s.c) * s.hw};
+  const ChannelRuns runs = runs_of(s);
   for (int g = 0; g < groups; ++g) {
     const std::size_t count = static_cast<std::size_t>(group_size(s, g)) * s.hw, at = group_offset(s, g, c);
     const T* xg = x + at;
@@ -174,8 +186,8 @@ __global__ void __launch_bounds__(kChannelBlock)
   const int c = blockIdx.x;
   const float invstd = static_cast<float>(inv_std(running_var[c], eps));
   const ScaleShift a = scale_shift(w[c], b[c], running_mean[c], invstd);
-  const ChannelRuns runs{static_cast<std::size_t>(s.hw), static_cast<std::size_t>(s.c) * s.hw};
-  const std::size_t count = static_cast<std::size_t>(s.n) * s.hw, first = static_cast<std::size_t>(c) * s.hw;
+  const ChannelRuns runs = runs_of(s);
+  const std::size_t count = static_cast<std::size_t>(s.n) * s.hw, first = channel_offset(s, c);
   for (std::size_t e = threadIdx.x; e < count; e += blockDim.x) {
     const std::size_t i = first + runs.at(e);
     y[i] = from_float<T>(to_float(x[i]) * a.scale + a.shift);
@@ -194,7 +206,7 @@ __global__ void __launch_bounds__(kChannelBlock)
     batch_norm_apply_kernel(T* y, const T* x, const float* w, const float* b, const float* stats,
                             cpu::BatchNormShape s, int groups) {
   const int c = blockIdx.x;
-  const ChannelRuns runs{static_cast<std::size_t>(s.hw), static_cast<std::size_t>(s.c) * s.hw};
+  const ChannelRuns runs = runs_of(s);
   for (int g = 0; g < groups; ++g) {
     const std::size_t count = static_cast<std::size_t>(group_size(s, g)) * s.hw, at = group_offset(s, g, c),
                       k = stats_index(s, g, c);
@@ -212,7 +224,7 @@ __global__ void __launch_bounds__(kChannelBlock)
                                const float* stats, cpu::BatchNormShape s, int groups, bool batch_stats,
                                bool accumulate) {
   const int c = blockIdx.x;
-  const ChannelRuns runs{static_cast<std::size_t>(s.hw), static_cast<std::size_t>(s.c) * s.hw};
+  const ChannelRuns runs = runs_of(s);
   double sum_dw = 0, sum_db = 0;  // the same in every thread: sums of block totals
   for (int g = 0; g < groups; ++g) {
     const std::size_t count = static_cast<std::size_t>(group_size(s, g)) * s.hw, at = group_offset(s, g, c);

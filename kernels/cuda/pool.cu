@@ -1,4 +1,4 @@
-// 2-D max and average pooling on NCHW tensors of float or 16-bit values (loaded as float, summed in
+// 2-D max and average pooling on NCHW or NHWC tensors of float or 16-bit values (loaded as float, summed in
 // float32, stored rounded once): the twins of kernels/cpu/pool.cc. They replace the
 // cuDNN pooling wrapper for two reasons:
 // - Memory: the engine keeps a 1-byte argmax per output of a max pool for its backward, instead of the
@@ -26,16 +26,36 @@ using detail::blocks_for;
 using detail::global_index;
 using detail::kBlock;
 
-// Position of a flat NCHW index in a tensor of `rows` x `cols` planes: plane = sample * c + channel.
+// Position of flat index i in an [n, c, rows, cols] tensor laid out NCHW or NHWC.
 struct Pos {
-  std::size_t plane;
-  int row, col;
+  std::size_t n;
+  int c, row, col;
 };
 
-__device__ __forceinline__ Pos split(std::size_t i, int rows, int cols) {
-  const std::size_t r = i / static_cast<std::size_t>(cols);
-  return {r / static_cast<std::size_t>(rows), static_cast<int>(r % static_cast<std::size_t>(rows)),
-          static_cast<int>(i % static_cast<std::size_t>(cols))};
+__device__ __forceinline__ Pos split(std::size_t i, int c, int rows, int cols, Layout layout) {
+  const std::size_t uc = static_cast<std::size_t>(c), ur = static_cast<std::size_t>(rows),
+                    uw = static_cast<std::size_t>(cols);
+  if (layout == Layout::NHWC) {
+    const std::size_t cell = i / uc, line = cell / uw;  // cell = (n * rows + row) * cols + col
+    return {line / ur, static_cast<int>(i % uc), static_cast<int>(line % ur), static_cast<int>(cell % uw)};
+  }
+  const std::size_t line = i / uw, plane = line / ur;  // plane = n * c + channel
+  return {plane / uc, static_cast<int>(plane % uc), static_cast<int>(line % ur), static_cast<int>(i % uw)};
+}
+
+// The cells of one (sample, channel) plane of an [n, c, rows, cols] tensor: contiguous in NCHW, one every
+// c values in NHWC.
+struct Plane {
+  std::size_t base, step;
+  __device__ __forceinline__ std::size_t at(int row, int col, int cols) const {
+    return base + (static_cast<std::size_t>(row) * cols + col) * step;
+  }
+};
+
+__device__ __forceinline__ Plane plane_of(const Pos& p, int c, int rows, int cols, Layout layout) {
+  const std::size_t cells = static_cast<std::size_t>(rows) * cols;
+  if (layout == Layout::NHWC) return {p.n * cells * c + p.c, static_cast<std::size_t>(c)};
+  return {(p.n * c + p.c) * cells, 1};
 }
 
 // The window of output (oh, ow): its top-left corner (h0, w0) in input coordinates, negative inside the
@@ -86,17 +106,16 @@ template <class T>
 __device__ __forceinline__ void max_pool2d_forward_at(std::size_t i, T* __restrict__ y,
                                                       uint8_t* __restrict__ argmax, const T* __restrict__ x,
                                                       const cpu::Pool2dShape& s, bool nan_by_row) {
-  const Pos o = split(i, s.h_out, s.w_out);
+  const Pos o = split(i, s.c, s.h_out, s.w_out, s.layout);
   const Window win = window_of(s, o.row, o.col);
-  const T* xp = x + o.plane * (static_cast<std::size_t>(s.h) * s.w);
+  const Plane xp = plane_of(o, s.c, s.h, s.w, s.layout);
   float best = 0.0f;
   int at = -1;  // window offset of `best`; -1 before the first cell
   float nan_value = 0.0f;
   int nan_at = -1, nan_rank = INT_MAX;
   for (int ki = win.ki_lo; ki < win.ki_hi; ++ki) {
-    const T* row = xp + static_cast<std::size_t>(win.h0 + ki) * s.w;
     for (int kj = win.kj_lo; kj < win.kj_hi; ++kj) {
-      const float v = to_float(row[win.w0 + kj]);
+      const float v = to_float(x[xp.at(win.h0 + ki, win.w0 + kj, s.w)]);
       const int offset = ki * s.kw + kj;
       if (is_nan(v)) {
         const int rank = nan_by_row ? offset : kj * s.kh + ki;
@@ -127,19 +146,17 @@ template <class T>
 __device__ __forceinline__ void max_pool2d_backward_at(std::size_t i, T* __restrict__ dx,
                                                        const T* __restrict__ dy, const uint8_t* __restrict__ argmax,
                                                        const cpu::Pool2dShape& s, bool accumulate) {
-  const Pos in = split(i, s.h, s.w);
+  const Pos in = split(i, s.c, s.h, s.w, s.layout);
   const Range rows = covering(in.row, s.kh, s.stride_h, s.pad_h, s.h_out);
   const Range cols = covering(in.col, s.kw, s.stride_w, s.pad_w, s.w_out);
-  const std::size_t plane = in.plane * (static_cast<std::size_t>(s.h_out) * s.w_out);
-  const T* g = dy + plane;
-  const uint8_t* a = argmax + plane;
+  const Plane out = plane_of(in, s.c, s.h_out, s.w_out, s.layout);
   float sum = accumulate ? to_float(dx[i]) : 0.0f;
   for (int oh = rows.lo; oh < rows.hi; ++oh) {
     const int ki = in.row + s.pad_h - oh * s.stride_h;  // in [0, kh)
     for (int ow = cols.lo; ow < cols.hi; ++ow) {
       const int kj = in.col + s.pad_w - ow * s.stride_w;  // in [0, kw)
-      const std::size_t o = static_cast<std::size_t>(oh) * s.w_out + ow;
-      if (a[o] == ki * s.kw + kj) sum += to_float(g[o]);
+      const std::size_t o = out.at(oh, ow, s.w_out);
+      if (argmax[o] == ki * s.kw + kj) sum += to_float(dy[o]);
     }
   }
   dx[i] = from_float<T>(sum);
@@ -151,14 +168,13 @@ __device__ __forceinline__ void max_pool2d_backward_at(std::size_t i, T* __restr
 template <class T>
 __device__ __forceinline__ void avg_pool2d_forward_at(std::size_t i, T* __restrict__ y, const T* __restrict__ x,
                                                       const cpu::Pool2dShape& s, float inv_area) {
-  const Pos o = split(i, s.h_out, s.w_out);
+  const Pos o = split(i, s.c, s.h_out, s.w_out, s.layout);
   const Window win = window_of(s, o.row, o.col);
-  const T* xp = x + o.plane * (static_cast<std::size_t>(s.h) * s.w);
+  const Plane xp = plane_of(o, s.c, s.h, s.w, s.layout);
   float sum = 0.0f;
   for (int kj = win.kj_lo; kj < win.kj_hi; ++kj) {
     float column = 0.0f;
-    for (int ki = win.ki_lo; ki < win.ki_hi; ++ki)
-      column += to_float(xp[static_cast<std::size_t>(win.h0 + ki) * s.w + (win.w0 + kj)]);
+    for (int ki = win.ki_lo; ki < win.ki_hi; ++ki) column += to_float(x[xp.at(win.h0 + ki, win.w0 + kj, s.w)]);
     sum += column;
   }
   y[i] = from_float<T>(sum * inv_area);
@@ -175,15 +191,15 @@ template <class T>
 __device__ __forceinline__ void avg_pool2d_backward_at(std::size_t i, T* __restrict__ dx,
                                                        const T* __restrict__ dy, const cpu::Pool2dShape& s,
                                                        float inv_area, bool accumulate) {
-  const Pos in = split(i, s.h, s.w);
+  const Pos in = split(i, s.c, s.h, s.w, s.layout);
   const Range rows = covering(in.row, s.kh, s.stride_h, s.pad_h, s.h_out);
   const Range cols = covering(in.col, s.kw, s.stride_w, s.pad_w, s.w_out);
-  const T* g = dy + in.plane * (static_cast<std::size_t>(s.h_out) * s.w_out);
+  const Plane out = plane_of(in, s.c, s.h_out, s.w_out, s.layout);
   float sum = accumulate ? to_float(dx[i]) : 0.0f;
   for (int oh = rows.lo; oh < rows.hi; ++oh) {
-    const T* g_row = g + static_cast<std::size_t>(oh) * s.w_out;
     float column = 0.0f;
-    for (int ow = cols.hi - 1; ow >= cols.lo; --ow) column = fmaf(to_float(g_row[ow]), inv_area, column);
+    for (int ow = cols.hi - 1; ow >= cols.lo; --ow)
+      column = fmaf(to_float(dy[out.at(oh, ow, s.w_out)]), inv_area, column);
     sum += column;
   }
   dx[i] = from_float<T>(sum);
@@ -260,13 +276,13 @@ __global__ void adaptive_avg_pool2d_forward_kernel(T* y, const T* x, cpu::Adapti
                                                    std::size_t count) {
   const std::size_t idx = global_index();
   if (idx >= count) return;
-  const Pos p = split(idx, s.h_out, s.w_out);
-  const T* xp = x + p.plane * s.h * s.w;
+  const Pos p = split(idx, s.c, s.h_out, s.w_out, s.layout);
+  const Plane xp = plane_of(p, s.c, s.h, s.w, s.layout);
   const int r0 = cpu::adaptive_begin(p.row, s.h, s.h_out), r1 = cpu::adaptive_end(p.row, s.h, s.h_out);
   const int c0 = cpu::adaptive_begin(p.col, s.w, s.w_out), c1 = cpu::adaptive_end(p.col, s.w, s.w_out);
   float sum = 0.0f;
   for (int r = r0; r < r1; ++r)
-    for (int c = c0; c < c1; ++c) sum += to_float(xp[r * s.w + c]);
+    for (int c = c0; c < c1; ++c) sum += to_float(x[xp.at(r, c, s.w)]);
   y[idx] = from_float<T>(sum / static_cast<float>((r1 - r0) * (c1 - c0)));
 }
 
@@ -275,8 +291,8 @@ __global__ void adaptive_avg_pool2d_backward_kernel(T* dx, const T* dy, cpu::Ada
                                                     std::size_t count, bool accumulate) {
   const std::size_t idx = global_index();
   if (idx >= count) return;
-  const Pos p = split(idx, s.h, s.w);
-  const T* dyp = dy + p.plane * s.h_out * s.w_out;
+  const Pos p = split(idx, s.c, s.h, s.w, s.layout);
+  const Plane dyp = plane_of(p, s.c, s.h_out, s.w_out, s.layout);
   const int i0 = cpu::adaptive_first_bin(p.row, s.h, s.h_out), i1 = cpu::adaptive_last_bin(p.row, s.h, s.h_out);
   const int j0 = cpu::adaptive_first_bin(p.col, s.w, s.w_out), j1 = cpu::adaptive_last_bin(p.col, s.w, s.w_out);
   float sum = 0.0f;
@@ -284,7 +300,7 @@ __global__ void adaptive_avg_pool2d_backward_kernel(T* dx, const T* dy, cpu::Ada
     const int rows = cpu::adaptive_end(i, s.h, s.h_out) - cpu::adaptive_begin(i, s.h, s.h_out);
     for (int j = j0; j <= j1; ++j) {
       const int cols = cpu::adaptive_end(j, s.w, s.w_out) - cpu::adaptive_begin(j, s.w, s.w_out);
-      sum += to_float(dyp[i * s.w_out + j]) / static_cast<float>(rows * cols);
+      sum += to_float(dy[dyp.at(i, j, s.w_out)]) / static_cast<float>(rows * cols);
     }
   }
   detail::put(dx[idx], sum, accumulate);

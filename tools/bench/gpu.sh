@@ -236,9 +236,11 @@ fi
 # CPU), then ResNet-50 224x224 (synthetic, 1000 classes) in bf16 at batch 64: Crumb's --precision bf16
 # against PyTorch's autocast bf16 with channels_last, eager (cuDNN's default heuristics, no
 # torch.compile), interleaved, best of --repeat each by samples/s over 2 epochs of --precision-samples
-# (both count their first steps: plans, cuDNN start-up, Crumb's CUDA-graph capture). Target: ratio >= 1.0.
+# (both count their first steps: plans, cuDNN start-up, Crumb's CUDA-graph capture). Crumb runs twice per
+# round: channels-last (--channels-last on, bf16's default on CUDA) and NCHW (off), so the NHWC plan's gain
+# is measured beside the ratio. Target: ratio >= 1.0.
 if want precision; then
-  precision_filter='CudaHalf*:CudaPrecision.*:CudaLibraryTest.*Half'
+  precision_filter='CudaHalf*:CudaPrecision.*:CudaLibraryTest.*Half:CudaChannelsLast.*:*Nhwc*'
   bounded 180 "$tests" --gtest_filter="$precision_filter" > "$tmpd/precision.log" 2>&1
   { echo "==== precision tests ($precision_filter)"; cat "$tmpd/precision.log"; } >> "$tests_log"
   note "precision tests: $(grep -E '^\[  (PASSED  |FAILED  |SKIPPED )\] [0-9]+ test' "$tmpd/precision.log" | tr '\n' ' ')"
@@ -248,13 +250,18 @@ if want precision; then
             --batch "$precision_batch" --epochs 2 --limit-train "$precision_samples" --lr 0.01 --momentum 0.9
             --seed 0 --threads "$jobs" --device "$precision_device")
   torch_py=${CRUMB_BENCH_PYTHON:-python3}
-  best_crumb=0 best_torch=0
+  best_crumb=0 best_nchw=0 best_torch=0
   for ((r = 0; r < repeat; ++r)); do
-    line=$(bounded 150 "$build/train" "${p_common[@]}" --precision bf16 --limit-test "$precision_batch" "${extra[@]}" \
-             2>> "$train_log" | tail -n 1)
-    echo "precision crumb bf16: $line" >> "$train_log"
+    line=$(bounded 150 "$build/train" "${p_common[@]}" --precision bf16 --channels-last on --limit-test "$precision_batch" \
+             "${extra[@]}" 2>> "$train_log" | tail -n 1)
+    echo "precision crumb bf16 channels-last: $line" >> "$train_log"
     sps=$(json_field samples_per_s "$line")
     best_crumb=$(python3 -c "print(max($best_crumb, ${sps:-0}))")
+    line=$(bounded 150 "$build/train" "${p_common[@]}" --precision bf16 --channels-last off --limit-test "$precision_batch" \
+             "${extra[@]}" 2>> "$train_log" | tail -n 1)
+    echo "precision crumb bf16 NCHW: $line" >> "$train_log"
+    sps=$(json_field samples_per_s "$line")
+    best_nchw=$(python3 -c "print(max($best_nchw, ${sps:-0}))")
     line=$(bounded 150 "$torch_py" "$repo/tools/bench/torch_reference.py" "${p_common[@]}" --precision bf16 \
              --channels-last --tf32 default 2>> "$train_log" | tail -n 1)
     echo "precision torch autocast bf16 channels_last: $line" >> "$train_log"
@@ -262,8 +269,9 @@ if want precision; then
     best_torch=$(python3 -c "print(max($best_torch, ${sps:-0}))")
   done
   note "precision: $precision_model ${precision_input} bf16 batch $precision_batch on $precision_device (best of $repeat," \
-       "samples/s): crumb $best_crumb, torch autocast+channels_last $best_torch," \
-       "ratio $(python3 -c "print(f'{$best_crumb / $best_torch:.3f}' if $best_torch else 'n/a (a side failed: see train.log)')")"
+       "samples/s): crumb channels-last $best_crumb, crumb NCHW $best_nchw, torch autocast+channels_last $best_torch," \
+       "ratio $(python3 -c "print(f'{$best_crumb / $best_torch:.3f}' if $best_torch else 'n/a (a side failed: see train.log)')")" \
+       "(NCHW $(python3 -c "print(f'{$best_nchw / $best_torch:.3f}' if $best_torch else 'n/a')"))"
 fi
 
 # ---- kernel microbenchmarks on the GPU (issue 11): Crumb's kernels against cuDNN's exhaustive search and

@@ -178,6 +178,11 @@ Trains a model on Fashion-MNIST with Crumb's graph executor and reports test acc
   --loss-scale S       fp16: the initial loss scale, a power of two          (default 65536)
   --loss-scale-growth-interval N
                        fp16: clean steps in a row before the scale doubles   (default 2000)
+  --channels-last on|off|auto
+                       run convolutions, normalisation and pooling in NHWC (channels_last), with
+                       conversions where the network leaves them (default auto: on for bf16 and fp16
+                       on CUDA, where cuDNN's tensor-core kernels want NHWC; off otherwise). The
+                       result is the same up to float32 summation order; checkpoints stay NCHW
   --cuda-graphs on|off record each micro-batch's work once and replay it as one CUDA graph (default on)
   --explain            print the memory plan (breakdown, chosen micro-batch, live bytes per step)
                        and exit without training
@@ -325,7 +330,11 @@ Options parse_flags(const std::vector<std::string>& argv) {
     } else if (name == "loss-scale-growth-interval") {
       o.loss_scale.growth_interval = (int)parse_int(name, value, 1, 1 << 30);
     }
-    else if (name == "cuda-graphs") {
+    else if (name == "channels-last") {
+      CRUMB_CHECK(value == "on" || value == "off" || value == "auto", "--channels-last must be on, off or auto, got '",
+                  value, "'");
+      o.channels_last = value == "on" ? ChannelsLast::On : value == "off" ? ChannelsLast::Off : ChannelsLast::Auto;
+    } else if (name == "cuda-graphs") {
       CRUMB_CHECK(value == "on" || value == "off", "--cuda-graphs must be on or off, got '", value, "'");
       o.cuda_graphs = value == "on";
     }
@@ -515,6 +524,7 @@ TrainConfig config_of(const Options& o) {
   c.precision = o.precision;
   c.loss_scale = o.loss_scale;
   c.cuda_graphs = o.cuda_graphs;
+  c.channels_last = o.channels_last;
   c.save = o.save;
   c.load = o.load;
   c.resume = o.resume;

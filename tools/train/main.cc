@@ -64,8 +64,8 @@ int explain(const Options& o) {
   ReportOutput report(o.report, o.report_dir);
   const TrainConfig c = config_of(o);
   const RunPlan p = plan_run(c, data::data_shape(c.data), c.batch, pick_device(c));
-  std::cout << c.model << " on " << device_name(p.device) << " in " << precision_name(c.precision) << ", " << p.split
-            << "\n";
+  std::cout << c.model << " on " << device_name(p.device) << " in " << precision_name(c.precision)
+            << (uses_channels_last(c, p.device) ? ", channels-last" : "") << ", " << p.split << "\n";
   write_strategy_report(std::cout, p.graph, p.strategy);
   write_memory_report(std::cout, p.graph, p.strategy.plan.memory, p.strategy.plan.train.plan, p.budget);
   if (!o.explain_csv.empty()) {

@@ -195,7 +195,7 @@ using TensorDesc = std::shared_ptr<cuda::detail::TensorDescriptor>;
 
 TensorDesc nchw(int n, int c, int h, int w) {
   auto d = std::make_shared<cuda::detail::TensorDescriptor>();
-  cuda::detail::set_nchw(*d, n, c, h, w);
+  cuda::detail::set_image(*d, n, c, h, w);
   return d;
 }
 
