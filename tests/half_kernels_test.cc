@@ -119,8 +119,10 @@ TYPED_TEST(HalfKernels, Dropout) {
 
 TYPED_TEST(HalfKernels, Pooling) {
   using H = TypeParam;
-  // 2x2 / 2 (its own path), overlapping 3x3 / 2 padded (the band path), 3x3 / 1 over an odd map.
+  // 2x2 / 2 (its own path; on wide odd rows in several bands), overlapping 3x3 / 2 padded (the band
+  // path), 3x3 / 1 over an odd map.
   const std::vector<Pool2dShape> shapes{{3, 4, 8, 8, 2, 2, 2, 2, 0, 0, 4, 4},
+                                        {1, 2, 10, 1001, 2, 2, 2, 2, 0, 0, 5, 500},
                                         {2, 3, 9, 7, 3, 3, 2, 2, 1, 1, 5, 4},
                                         {2, 2, 5, 5, 3, 3, 1, 1, 0, 0, 3, 3}};
   for (const Pool2dShape& s : shapes) {

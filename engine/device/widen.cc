@@ -112,7 +112,10 @@ void commit(const StepArgs& a) {
 
 // ---- widened_in_slices: the OpImpl's three functions.
 
-// Samples per slice: an eighth of the micro-batch, and no more than kWidenSliceBytes of copies.
+// Samples per slice: an eighth of the micro-batch but at least kMinSliceSamples, and no more than
+// kWidenSliceBytes of copies. The floor keeps a linear layer's slice a matrix product: at 8 rows and
+// fewer, the kernel computes it a row at a time (kernels/cpu/kernel_util.h, kGemvMaxRows).
+constexpr int kMinSliceSamples = 32;
 int slice_samples(const Graph& g, const Node& n, int max_batch) {
   std::size_t per_sample = 0;
   for (const std::vector<ValueId>* vs : {&n.in, &n.out})
@@ -121,7 +124,7 @@ int slice_samples(const Graph& g, const Node& n, int max_batch) {
       if (is_half(v.dtype) && v.batched) per_sample += static_cast<std::size_t>(v.count(1)) * sizeof(float);
     }
   const int by_bytes = per_sample ? static_cast<int>(std::max<std::size_t>(1, kWidenSliceBytes / per_sample)) : max_batch;
-  return std::max(1, std::min({max_batch, (max_batch + 7) / 8, by_bytes}));
+  return std::max(1, std::min({max_batch, std::max(kMinSliceSamples, (max_batch + 7) / 8), by_bytes}));
 }
 
 std::unique_ptr<OpState> prepare_sliced(const Graph& g, const Node& n, int max_batch, Backend& b) {

@@ -20,7 +20,7 @@ CompiledStep compile_widened(Backend& b, const Graph& g, const Node& n, int max_
 // whose outputs are either all batched or all unbatched sums over the samples (a weight gradient): the
 // float32 row runs on slices of the micro-batch, each slice's 16-bit operands converted into the
 // workspace as it goes, so the copies are bounded by a slice (at most kWidenSliceBytes, and an eighth of
-// the micro-batch) instead of the whole operands. Unbatched 16-bit inputs (weight copies) are converted
+// the micro-batch unless that is under 32 samples) instead of the whole operands. Unbatched 16-bit inputs (weight copies) are converted
 // whole. Later slices add into unbatched outputs. For ops with no metrics and no random state:
 // convolutions and linear layers on the CPU, whose kernels are float32 GEMMs.
 inline constexpr std::size_t kWidenSliceBytes = std::size_t{1} << 20;

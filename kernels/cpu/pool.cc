@@ -158,14 +158,13 @@ template <class T> void add_to(T& dst, Arith<T> v) { dst = store<T>(load(dst) + 
 template <class T>
 int max_pool2x2_row(const T* __restrict r0, const T* __restrict r1, T* __restrict y, uint8_t* __restrict argmax,
                     int w_out) {
-  using A = Arith<T>;
   int nan = 0;
   for (int ow = 0; ow < w_out; ++ow) {
-    const A a = load(r0[2 * ow]), b = load(r0[2 * ow + 1]), c = load(r1[2 * ow]), d = load(r1[2 * ow + 1]);
+    const T a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
     const int tb = b > a, td = d > c;
-    const A top = tb ? b : a, bottom = td ? d : c;
+    const T top = tb ? b : a, bottom = td ? d : c;
     const int tbot = bottom > top;
-    y[ow] = store<T>(tbot ? bottom : top);
+    y[ow] = tbot ? bottom : top;
     argmax[ow] = static_cast<uint8_t>(tbot * (2 + td) + (1 - tbot) * tb);
     nan |= (a != a) | (b != b) | (c != c) | (d != d);
   }
@@ -174,26 +173,50 @@ int max_pool2x2_row(const T* __restrict r0, const T* __restrict r1, T* __restric
 
 // The same row with keep_max's rule (NaN wins), for the rare rows that hold a NaN.
 template <class T> void max_pool2x2_row_nan(const T* r0, const T* r1, T* y, uint8_t* argmax, int w_out) {
-  using A = Arith<T>;
   for (int ow = 0; ow < w_out; ++ow) {
-    const A v[4] = {load(r0[2 * ow]), load(r0[2 * ow + 1]), load(r1[2 * ow]), load(r1[2 * ow + 1])};
-    A best = v[0];
+    const T v[4] = {r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1]};
+    T best = v[0];
     int at = 0;
     for (int k = 1; k < 4; ++k) keep_max<true>(best, at, v[k], k);
-    y[ow] = store<T>(best);
+    y[ow] = best;
     argmax[ow] = static_cast<uint8_t>(at);
   }
 }
 
-// 2x2 windows with stride 2 and no padding: the common case, row by row.
+template <class T> void max_pool2x2_rows(const T* r0, const T* r1, T* y, uint8_t* argmax, int w_out) {
+  if (max_pool2x2_row(r0, r1, y, argmax, w_out)) max_pool2x2_row_nan(r0, r1, y, argmax, w_out);
+}
+
+// 2x2 windows with stride 2 and no padding: the common case, row by row. 16-bit input rows are
+// widened into a float32 band first, as many rows at once as the band holds, and the band's outputs
+// narrowed back (exactly: maxima are input values), so the row loop vectorises as float32's does (on
+// 16-bit values its strided loads do not).
 template <class T> void max_pool2x2_forward(T* y, uint8_t* argmax, const T* x, const Pool2dShape& s) {
   for_each_plane(s, [&](std::ptrdiff_t p, auto) {
     const T* xp = x + p * in_plane(s);
-    for (int oh = 0; oh < s.h_out; ++oh) {
-      const std::ptrdiff_t o = p * out_plane(s) + std::ptrdiff_t{oh} * s.w_out;
-      const T* r0 = xp + std::ptrdiff_t{2 * oh} * s.w;
-      if (max_pool2x2_row(r0, r0 + s.w, y + o, argmax + o, s.w_out))
-        max_pool2x2_row_nan(r0, r0 + s.w, y + o, argmax + o, s.w_out);
+    T* yp = y + p * out_plane(s);
+    uint8_t* ap = argmax + p * out_plane(s);
+    if constexpr (std::is_same_v<T, Arith<T>>) {
+      for (int oh = 0; oh < s.h_out; ++oh) {
+        const T* r0 = xp + std::ptrdiff_t{2 * oh} * s.w;
+        const std::ptrdiff_t o = std::ptrdiff_t{oh} * s.w_out;
+        max_pool2x2_rows(r0, r0 + s.w, yp + o, ap + o, s.w_out);
+      }
+    } else {
+      float in[2 * kBandBuffer], out[kBandBuffer];
+      const int step = std::max(1, kBandBuffer / s.w);
+      for (int oh0 = 0; oh0 < s.h_out; oh0 += step) {
+        const int rows = std::min(step, s.h_out - oh0), in_len = 2 * rows * s.w, out_len = rows * s.w_out;
+        const T* src = xp + std::ptrdiff_t{2 * oh0} * s.w;
+        T* dst = yp + std::ptrdiff_t{oh0} * s.w_out;
+#pragma omp simd
+        for (int j = 0; j < in_len; ++j) in[j] = load(src[j]);
+        for (int r = 0; r < rows; ++r)
+          max_pool2x2_rows(in + 2 * r * s.w, in + (2 * r + 1) * s.w, out + r * s.w_out,
+                           ap + std::ptrdiff_t{oh0 + r} * s.w_out, s.w_out);
+#pragma omp simd
+        for (int j = 0; j < out_len; ++j) dst[j] = store<T>(out[j]);
+      }
     }
   });
 }
