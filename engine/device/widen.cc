@@ -79,7 +79,7 @@ void run(const StepArgs& a) {
   row.state = s.row_state.get();
   row.workspace = s.row_workspace ? ws : nullptr;
   row.workspace_bytes = s.row_workspace;
-  for (int first = 0; first < a.n; first += s.slice) {
+  for (int first = 0; first == 0 || first < a.n; first += s.slice) {  // once at n = 0: outputs are still written
     row.n = std::min(s.slice, a.n - first);
     row.accumulate = a.accumulate || (s.sums && first > 0);
     for (const WidenState::Operand& o : s.operands) {

@@ -41,7 +41,7 @@ template <class F> void with_write_mode(bool accumulate, F&& body) {
 
 // A kernel templated on its storage type T (float, double, or bf16 and f16 of kernels/half.h) loads
 // with load(), computes in Arith<T> and stores with store<T>(), rounding to nearest even. Both are the
-// identity for float and double, so those instantiations compile to the code they always were.
+// identity for float and double, so those instantiations compute exactly what they always did.
 template <class T> inline Arith<T> load(T v) {
   if constexpr (std::is_same_v<T, Arith<T>>) {
     return v;
