@@ -17,7 +17,7 @@ namespace crumb::cpu {
 // write mode) and the backward (x = dy, the parameters' write mode) are the same map. y may alias x.
 template <class T>
 void dropout(T* y, const T* x, int n, std::size_t per_sample, const RandomKey& key, uint64_t layer,
-             uint32_t threshold, T scale, bool accumulate);
+             uint32_t threshold, Arith<T> scale, bool accumulate);
 
 }  // namespace crumb::cpu
 

@@ -82,4 +82,18 @@ template <> CRUMB_HOST_DEVICE float from_float<float>(float x) { return x; }
 template <> CRUMB_HOST_DEVICE bf16 from_float<bf16>(float x) { return to_bf16(x); }
 template <> CRUMB_HOST_DEVICE f16 from_float<f16>(float x) { return to_f16(x); }
 
+// Arith<T>: what a kernel of storage type T computes in, and the type of what mixed precision keeps
+// at full precision beside T's activations (normalisation parameters and statistics, probabilities):
+// float32 for the 16-bit types, T itself for float and double.
+template <class T> struct ArithOf {
+  using type = T;
+};
+template <> struct ArithOf<bf16> {
+  using type = float;
+};
+template <> struct ArithOf<f16> {
+  using type = float;
+};
+template <class T> using Arith = typename ArithOf<T>::type;
+
 }  // namespace crumb

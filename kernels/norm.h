@@ -15,7 +15,9 @@ namespace crumb::cpu {
 // ---- normalisation (NCHW). Statistics are accumulated in double, with the variance from the mean's
 // deviations (two passes), never E[x^2] - E[x]^2. invstd = 1 / sqrt(var + eps) with the biased var.
 // `stats` holds, per normalisation group, its mean and invstd: BatchNorm [groups][2][c] (means, then
-// invstds), GroupNorm [n][2][groups].
+// invstds), GroupNorm [n][2][groups]. The activations (x, y, dy, dx) are of storage type T; the
+// parameters, their gradients and all statistics are Arith<T> (kernels/half.h): float32 for the 16-bit
+// types, as mixed precision keeps them.
 //
 // BatchNorm, training: normalises with each group's statistics and writes them to stats. The running
 // statistics follow one of two rules. moments != null (deferred): each group's (count, mean, M2) per
@@ -24,12 +26,14 @@ namespace crumb::cpu {
 // with batch_norm_commit. running_mean != null (per-group): each group updates running_mean/var with
 // momentum (unbiased var) and adds 1 to *tracked, as PyTorch does once per forward.
 template <class T>
-void batch_norm_forward_train(T* y, T* stats, const T* x, const T* w, const T* b, const BatchNormShape& s, double eps,
-                              double* moments, T* running_mean, T* running_var, int64_t* tracked, double momentum);
+void batch_norm_forward_train(T* y, Arith<T>* stats, const T* x, const Arith<T>* w, const Arith<T>* b,
+                              const BatchNormShape& s, double eps, double* moments, Arith<T>* running_mean,
+                              Arith<T>* running_var, int64_t* tracked, double momentum);
 // The training forward's output again from the statistics it wrote (identical bits): what a recomputation
 // of a BatchNorm layer in the backward pass runs (engine/strategy/recompute.h).
 template <class T>
-void batch_norm_apply(T* y, const T* x, const T* w, const T* b, const T* stats, const BatchNormShape& s);
+void batch_norm_apply(T* y, const T* x, const Arith<T>* w, const Arith<T>* b, const Arith<T>* stats,
+                      const BatchNormShape& s);
 // One momentum update of the running statistics from the merged moments of a batch (unbiased variance
 // M2 / (count - 1); 0 when a channel saw one value), and *tracked += 1.
 template <class T>
@@ -37,20 +41,22 @@ void batch_norm_commit(T* running_mean, T* running_var, int64_t* tracked, const 
 // BatchNorm with the running statistics (evaluation, or a frozen layer in training). stats (may be null)
 // receives running_mean and 1 / sqrt(running_var + eps) for every group, for the backward.
 template <class T>
-void batch_norm_forward_frozen(T* y, T* stats, const T* x, const T* w, const T* b, const T* running_mean,
-                               const T* running_var, const BatchNormShape& s, double eps);
+void batch_norm_forward_frozen(T* y, Arith<T>* stats, const T* x, const Arith<T>* w, const Arith<T>* b,
+                               const Arith<T>* running_mean, const Arith<T>* running_var, const BatchNormShape& s,
+                               double eps);
 // dw, db (=|+=) sum of dy * xhat, sum of dy per channel; dx (= always; may be null) the gradient
 // through the group statistics (batch_stats) or through the affine map alone (a frozen layer).
 template <class T>
-void batch_norm_backward(T* dw, T* db, T* dx, const T* dy, const T* x, const T* w, const T* stats,
-                         const BatchNormShape& s, bool batch_stats, bool accumulate);
+void batch_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T* x, const Arith<T>* w,
+                         const Arith<T>* stats, const BatchNormShape& s, bool batch_stats, bool accumulate);
 
 // GroupNorm (same in training and evaluation).
 template <class T>
-void group_norm_forward(T* y, T* stats, const T* x, const T* w, const T* b, const GroupNormShape& s, double eps);
+void group_norm_forward(T* y, Arith<T>* stats, const T* x, const Arith<T>* w, const Arith<T>* b,
+                        const GroupNormShape& s, double eps);
 template <class T>
-void group_norm_backward(T* dw, T* db, T* dx, const T* dy, const T* x, const T* w, const T* stats,
-                         const GroupNormShape& s, bool accumulate);
+void group_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T* x, const Arith<T>* w,
+                         const Arith<T>* stats, const GroupNormShape& s, bool accumulate);
 
 }  // namespace crumb::cpu
 

@@ -1,6 +1,6 @@
 // Mixed precision on CUDA: which ops have native 16-bit rows (checked in every CUDA build, no device
 // needed), and whole bf16 and fp16 training steps of the reference models on the device against the same
-// precision on the CPU, which runs every op's float32 kernel on widened 16-bit values. The kernels one by
+// precision on the CPU, whose 16-bit rows compute in float32 (docs/precision.md). The kernels one by
 // one are in tests/cuda_kernels_test.cc (CudaHalf.*, CudaLibraryTest.*Half).
 #if CRUMB_HAVE_CUDA
 

@@ -229,6 +229,15 @@ std::vector<ValueId> recompute_clone(Graph& g, const Node& n, const std::vector<
     (table).add(op, Device::CPU, DType::F32, OpImpl(fn<float>) __VA_ARGS__);  \
     (table).add(op, Device::CPU, DType::F64, OpImpl(fn<double>) __VA_ARGS__); \
   } while (0)
+// CRUMB_CPU_ROWS and the rows of 16-bit graphs, for an implementation templated on the storage type of
+// the graph's float values (float, double, bf16, f16: kernels/half.h) whose 16-bit kernels compute in
+// float32.
+#define CRUMB_CPU_ROWS16(table, op, fn, ...)                                            \
+  do {                                                                                  \
+    CRUMB_CPU_ROWS(table, op, fn, __VA_ARGS__);                                         \
+    (table).add(op, Device::CPU, DType::BF16, OpImpl(fn<::crumb::bf16>) __VA_ARGS__);   \
+    (table).add(op, Device::CPU, DType::F16, OpImpl(fn<::crumb::f16>) __VA_ARGS__);     \
+  } while (0)
 }  // namespace ops
 
 }  // namespace crumb

@@ -6,6 +6,7 @@
 
 #include "engine/base/error.h"
 #include "engine/base/registry.h"
+#include "engine/device/widen.h"
 #include "kernels/conv2d.h"
 
 #if CRUMB_HAVE_CUDA
@@ -121,6 +122,7 @@ CRUMB_ON_LOAD {
   CRUMB_CPU_ROWS(t, kConv2dBwdData, bwd_data_cpu, .with_workspace(workspace<cpu::conv2d_backward_data_workspace>));
   CRUMB_CPU_ROWS(t, kConv2dBwdWeight, bwd_weight_cpu,
                  .with_workspace(workspace<cpu::conv2d_backward_weight_workspace>));
+  add_widened_in_slices(t, Device::CPU, {&kConv2d, &kConv2dBwdData, &kConv2dBwdWeight});
 }
 
 namespace nn {

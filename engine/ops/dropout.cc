@@ -50,7 +50,7 @@ template <class T> void dropout_cpu(const StepArgs& a) {
   }
   const DropoutAttrs& at = ops::attrs<DropoutAttrs>(*a.node);
   cpu::dropout<T>(a.out<T>(), a.in<T>(0), a.n, count / a.n, *a.random, at.layer, at.threshold(),
-                  static_cast<T>(at.scale()), a.accumulate);
+                  static_cast<Arith<T>>(at.scale()), a.accumulate);
 }
 
 }  // namespace
@@ -62,8 +62,8 @@ const OpDef kDropoutBwd = OpDef("dropout_backward", infer_dropout).with_inplace(
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
-  CRUMB_CPU_ROWS(t, kDropout, dropout_cpu);
-  CRUMB_CPU_ROWS(t, kDropoutBwd, dropout_cpu);
+  CRUMB_CPU_ROWS16(t, kDropout, dropout_cpu);
+  CRUMB_CPU_ROWS16(t, kDropoutBwd, dropout_cpu);
 }
 
 namespace nn {

@@ -106,9 +106,9 @@ const OpDef kReshape = OpDef("reshape", infer_reshape).with_backward(reshape_bac
 // Reshape is a view: it has no rows on any device.
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
-  CRUMB_CPU_ROWS(t, kRelu, relu_fwd_cpu);
-  CRUMB_CPU_ROWS(t, kReluBwd, relu_bwd_cpu);
-  CRUMB_CPU_ROWS(t, kAdd, add_cpu);
+  CRUMB_CPU_ROWS16(t, kRelu, relu_fwd_cpu);
+  CRUMB_CPU_ROWS16(t, kReluBwd, relu_bwd_cpu);
+  CRUMB_CPU_ROWS16(t, kAdd, add_cpu);
   // The casts exist in mixed-precision graphs only; their one run serves every device.
   for (Device d : {Device::CPU, Device::CUDA})
     for (DType dt : {DType::BF16, DType::F16}) {

@@ -4,6 +4,7 @@
 
 #include "engine/base/error.h"
 #include "engine/base/registry.h"
+#include "engine/device/widen.h"
 #include "kernels/linear.h"
 
 #if CRUMB_HAVE_CUDA
@@ -92,6 +93,7 @@ CRUMB_ON_LOAD {
   CRUMB_CPU_ROWS(t, kLinear, fwd_cpu);
   CRUMB_CPU_ROWS(t, kLinearBwdData, bwd_data_cpu);
   CRUMB_CPU_ROWS(t, kLinearBwdWeight, bwd_weight_cpu);
+  add_widened_in_slices(t, Device::CPU, {&kLinear, &kLinearBwdData, &kLinearBwdWeight});
 }
 
 namespace nn {

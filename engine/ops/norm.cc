@@ -106,8 +106,10 @@ void infer_bn_apply(Graph& g, Node& n) {
   ops::set_out_dims(g, n, 0, g.value(n.in[0]).dims);
 }
 
+// Activations are T; parameters, statistics and their gradients Arith<T> (float32 in a 16-bit graph).
 template <class T> void bn_apply_cpu(const StepArgs& a) {
-  cpu::batch_norm_apply<T>(a.out<T>(0), a.in<T>(0), a.in<T>(1), a.in<T>(2), a.in<T>(3), ops::batch_norm_shape(a));
+  using A = Arith<T>;
+  cpu::batch_norm_apply<T>(a.out<T>(0), a.in<T>(0), a.in<A>(1), a.in<A>(2), a.in<A>(3), ops::batch_norm_shape(a));
 }
 
 // The running statistics are inputs the layer updates in place: persistent State no other node reads in a
@@ -115,7 +117,8 @@ template <class T> void bn_apply_cpu(const StepArgs& a) {
 template <class T> void bn_commit_cpu(const StepArgs& a) {
   const BatchNormAttrs& at = ops::attrs<BatchNormAttrs>(*a.node);
   if (at.frozen || at.stats != BnStats::Deferred) return;
-  cpu::batch_norm_commit<T>(const_cast<T*>(a.in<T>(3)), const_cast<T*>(a.in<T>(4)), const_cast<int64_t*>(a.in<int64_t>(5)),
+  using A = Arith<T>;
+  cpu::batch_norm_commit<A>(const_cast<A*>(a.in<A>(3)), const_cast<A*>(a.in<A>(4)), const_cast<int64_t*>(a.in<int64_t>(5)),
                             a.out<double>(2), static_cast<int>(a.in_value(3).dims[0]), at.momentum);
 }
 
@@ -124,17 +127,18 @@ template <class T> void bn_fwd_cpu(const StepArgs& a) {
   const cpu::BatchNormShape s = ops::batch_norm_shape(a);
   // The running statistics are inputs the layer updates in place: persistent State no other node reads
   // in a training pass.
-  T* running_mean = const_cast<T*>(a.in<T>(3));
-  T* running_var = const_cast<T*>(a.in<T>(4));
+  using A = Arith<T>;
+  A* running_mean = const_cast<A*>(a.in<A>(3));
+  A* running_var = const_cast<A*>(a.in<A>(4));
   int64_t* tracked = const_cast<int64_t*>(a.in<int64_t>(5));
   if (!a.training || at.frozen) {
-    cpu::batch_norm_forward_frozen<T>(a.out<T>(0), a.training ? a.out<T>(1) : nullptr, a.in<T>(0), a.in<T>(1),
-                                      a.in<T>(2), running_mean, running_var, s, at.eps);
+    cpu::batch_norm_forward_frozen<T>(a.out<T>(0), a.training ? a.out<A>(1) : nullptr, a.in<T>(0), a.in<A>(1),
+                                      a.in<A>(2), running_mean, running_var, s, at.eps);
     return;
   }
   const bool deferred = at.stats == BnStats::Deferred;
   double* moments = a.out<double>(2);
-  cpu::batch_norm_forward_train<T>(a.out<T>(0), a.out<T>(1), a.in<T>(0), a.in<T>(1), a.in<T>(2), s, at.eps,
+  cpu::batch_norm_forward_train<T>(a.out<T>(0), a.out<A>(1), a.in<T>(0), a.in<A>(1), a.in<A>(2), s, at.eps,
                                    deferred ? moments : nullptr, deferred ? nullptr : running_mean,
                                    deferred ? nullptr : running_var, tracked, at.momentum);
   if (deferred && a.last && a.commit) bn_commit_cpu<T>(a);
@@ -142,8 +146,9 @@ template <class T> void bn_fwd_cpu(const StepArgs& a) {
 
 template <class T> void bn_bwd_cpu(const StepArgs& a) {
   const BatchNormAttrs& at = ops::attrs<BatchNormAttrs>(*a.node);
-  cpu::batch_norm_backward<T>(a.out<T>(0), a.out<T>(1), a.node->out.size() == 3 ? a.out<T>(2) : nullptr, a.in<T>(0),
-                              a.in<T>(1), a.in<T>(2), a.in<T>(3), ops::batch_norm_shape(a), !at.frozen, a.accumulate);
+  using A = Arith<T>;
+  cpu::batch_norm_backward<T>(a.out<A>(0), a.out<A>(1), a.node->out.size() == 3 ? a.out<T>(2) : nullptr, a.in<T>(0),
+                              a.in<T>(1), a.in<A>(2), a.in<A>(3), ops::batch_norm_shape(a), !at.frozen, a.accumulate);
 }
 
 // ---- GroupNorm: in = (x, weight, bias); out = (y, stats [groups][2] per sample).
@@ -176,13 +181,15 @@ void gn_backward(GradBuilder& gb, const Node& n) { norm_backward(gb, n, kGroupNo
 cpu::GroupNormShape gn_shape(const StepArgs& a) { return ops::at_batch<cpu::GroupNormShape>(*a.node, a.n); }
 
 template <class T> void gn_fwd_cpu(const StepArgs& a) {
-  cpu::group_norm_forward<T>(a.out<T>(0), a.out<T>(1), a.in<T>(0), a.in<T>(1), a.in<T>(2), gn_shape(a),
+  using A = Arith<T>;
+  cpu::group_norm_forward<T>(a.out<T>(0), a.out<A>(1), a.in<T>(0), a.in<A>(1), a.in<A>(2), gn_shape(a),
                              ops::attrs<GroupNormAttrs>(*a.node).eps);
 }
 
 template <class T> void gn_bwd_cpu(const StepArgs& a) {
-  cpu::group_norm_backward<T>(a.out<T>(0), a.out<T>(1), a.node->out.size() == 3 ? a.out<T>(2) : nullptr, a.in<T>(0),
-                              a.in<T>(1), a.in<T>(2), a.in<T>(3), gn_shape(a), a.accumulate);
+  using A = Arith<T>;
+  cpu::group_norm_backward<T>(a.out<A>(0), a.out<A>(1), a.node->out.size() == 3 ? a.out<T>(2) : nullptr, a.in<T>(0),
+                              a.in<T>(1), a.in<A>(2), a.in<A>(3), gn_shape(a), a.accumulate);
 }
 
 }  // namespace
@@ -229,10 +236,12 @@ CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
   t.add(kBatchNorm, Device::CPU, DType::F32, OpImpl(bn_fwd_cpu<float>).with_commit(bn_commit_cpu<float>));
   t.add(kBatchNorm, Device::CPU, DType::F64, OpImpl(bn_fwd_cpu<double>).with_commit(bn_commit_cpu<double>));
-  CRUMB_CPU_ROWS(t, kBatchNormBwd, bn_bwd_cpu);
-  CRUMB_CPU_ROWS(t, kBatchNormApply, bn_apply_cpu);
-  CRUMB_CPU_ROWS(t, kGroupNorm, gn_fwd_cpu);
-  CRUMB_CPU_ROWS(t, kGroupNormBwd, gn_bwd_cpu);
+  t.add(kBatchNorm, Device::CPU, DType::BF16, OpImpl(bn_fwd_cpu<bf16>).with_commit(bn_commit_cpu<bf16>));
+  t.add(kBatchNorm, Device::CPU, DType::F16, OpImpl(bn_fwd_cpu<f16>).with_commit(bn_commit_cpu<f16>));
+  CRUMB_CPU_ROWS16(t, kBatchNormBwd, bn_bwd_cpu);
+  CRUMB_CPU_ROWS16(t, kBatchNormApply, bn_apply_cpu);
+  CRUMB_CPU_ROWS16(t, kGroupNorm, gn_fwd_cpu);
+  CRUMB_CPU_ROWS16(t, kGroupNormBwd, gn_bwd_cpu);
 }
 
 namespace nn {

@@ -176,14 +176,14 @@ const OpDef kAdaptiveAvgPool2dBwd = OpDef("adaptive_avg_pool2d_backward", infer_
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
-  CRUMB_CPU_ROWS(t, kMaxPool2d, max_fwd_cpu);
-  CRUMB_CPU_ROWS(t, kMaxPool2dBwd, max_bwd_cpu);
-  CRUMB_CPU_ROWS(t, kAvgPool2d, avg_fwd_cpu);
-  CRUMB_CPU_ROWS(t, kAvgPool2dBwd, avg_bwd_cpu);
-  CRUMB_CPU_ROWS(t, kGlobalAvgPool, gap_fwd_cpu);
-  CRUMB_CPU_ROWS(t, kGlobalAvgPoolBwd, gap_bwd_cpu);
-  CRUMB_CPU_ROWS(t, kAdaptiveAvgPool2d, adaptive_fwd_cpu);
-  CRUMB_CPU_ROWS(t, kAdaptiveAvgPool2dBwd, adaptive_bwd_cpu);
+  CRUMB_CPU_ROWS16(t, kMaxPool2d, max_fwd_cpu);
+  CRUMB_CPU_ROWS16(t, kMaxPool2dBwd, max_bwd_cpu);
+  CRUMB_CPU_ROWS16(t, kAvgPool2d, avg_fwd_cpu);
+  CRUMB_CPU_ROWS16(t, kAvgPool2dBwd, avg_bwd_cpu);
+  CRUMB_CPU_ROWS16(t, kGlobalAvgPool, gap_fwd_cpu);
+  CRUMB_CPU_ROWS16(t, kGlobalAvgPoolBwd, gap_bwd_cpu);
+  CRUMB_CPU_ROWS16(t, kAdaptiveAvgPool2d, adaptive_fwd_cpu);
+  CRUMB_CPU_ROWS16(t, kAdaptiveAvgPool2dBwd, adaptive_bwd_cpu);
 }
 
 namespace nn {

@@ -49,13 +49,14 @@ int classes(const StepArgs& a) { return ops::geometry<ClassesGeometry>(*a.node).
 
 template <class T> void fwd_cpu(const StepArgs& a) {
   const int32_t* labels = a.in<int32_t>(1);
-  *a.out<double>(1) += cpu::softmax_xent_forward<T>(a.out<T>(), a.in<T>(0), labels, a.n, classes(a));
-  *a.out<int64_t>(2) += cpu::count_correct<T>(a.out<T>(), labels, a.n, classes(a));
+  Arith<T>* probs = a.out<Arith<T>>();
+  *a.out<double>(1) += cpu::softmax_xent_forward<T>(probs, a.in<T>(0), labels, a.n, classes(a));
+  *a.out<int64_t>(2) += cpu::count_correct(probs, labels, a.n, classes(a));
 }
 
 template <class T> void bwd_cpu(const StepArgs& a) {
-  cpu::softmax_xent_backward<T>(a.out<T>(), a.in<T>(0), a.in<int32_t>(1), a.n, classes(a),
-                                static_cast<T>(a.loss_scale), a.accumulate);
+  cpu::softmax_xent_backward<T>(a.out<T>(), a.in<Arith<T>>(0), a.in<int32_t>(1), a.n, classes(a),
+                                static_cast<Arith<T>>(a.loss_scale), a.accumulate);
 }
 
 }  // namespace
@@ -71,8 +72,8 @@ const OpDef kSoftmaxXentBwd = OpDef("softmax_cross_entropy_backward", infer_bwd)
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
-  CRUMB_CPU_ROWS(t, kSoftmaxXent, fwd_cpu);
-  CRUMB_CPU_ROWS(t, kSoftmaxXentBwd, bwd_cpu);
+  CRUMB_CPU_ROWS16(t, kSoftmaxXent, fwd_cpu);
+  CRUMB_CPU_ROWS16(t, kSoftmaxXentBwd, bwd_cpu);
 }
 
 namespace nn {

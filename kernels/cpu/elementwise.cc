@@ -6,7 +6,9 @@
 namespace crumb::cpu {
 namespace {
 using detail::kParallelGrain;
+using detail::load;
 using detail::put;
+using detail::store;
 using detail::with_write_mode;
 
 // Runs f(i) for i in [0, count), threaded only once the range is worth a fork/join. `simd` is safe
@@ -22,21 +24,28 @@ template <class F> void for_each_index(std::size_t count, F f) {
 // NaN propagates (NaN <= 0 is false), as in PyTorch: a diverged activation stays visible downstream
 // instead of turning into a plausible 0.
 template <class T> void relu_forward(T* y, const T* x, std::size_t count) {
-  for_each_index(count, [=](std::ptrdiff_t i) { y[i] = x[i] <= T(0) ? T(0) : x[i]; });
+  using A = Arith<T>;
+  for_each_index(count, [=](std::ptrdiff_t i) {
+    const A v = load(x[i]);
+    y[i] = store<T>(v <= A(0) ? A(0) : v);
+  });
 }
 
 template <class T> void relu_backward(T* dx, const T* dy, const T* y, std::size_t count, bool accumulate) {
+  using A = Arith<T>;
   with_write_mode(accumulate, [=](auto acc) {
-    for_each_index(count, [=](std::ptrdiff_t i) { put(acc, dx[i], y[i] > T(0) ? dy[i] : T(0)); });
+    for_each_index(count, [=](std::ptrdiff_t i) { put(acc, dx[i], load(y[i]) > A(0) ? load(dy[i]) : A(0)); });
   });
 }
 
 template <class T> void add_forward(T* y, const T* a, const T* b, std::size_t count) {
-  for_each_index(count, [=](std::ptrdiff_t i) { y[i] = a[i] + b[i]; });
+  for_each_index(count, [=](std::ptrdiff_t i) { y[i] = store<T>(load(a[i]) + load(b[i])); });
 }
 
 template <class T> void copy_or_accumulate(T* y, const T* x, std::size_t count, bool accumulate) {
-  with_write_mode(accumulate, [=](auto acc) { for_each_index(count, [=](std::ptrdiff_t i) { put(acc, y[i], x[i]); }); });
+  with_write_mode(accumulate, [=](auto acc) {
+    for_each_index(count, [=](std::ptrdiff_t i) { put(acc, y[i], load(x[i])); });
+  });
 }
 
 std::size_t count_nonfinite(const float* x, std::size_t count) {
@@ -54,6 +63,8 @@ std::size_t count_nonfinite(const float* x, std::size_t count) {
   template void copy_or_accumulate<T>(T*, const T*, std::size_t, bool);
 CRUMB_INSTANTIATE(float)
 CRUMB_INSTANTIATE(double)
+CRUMB_INSTANTIATE(bf16)
+CRUMB_INSTANTIATE(f16)
 #undef CRUMB_INSTANTIATE
 
 }  // namespace crumb::cpu

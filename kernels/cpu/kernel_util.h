@@ -7,6 +7,8 @@
 
 #include <omp.h>
 
+#include "kernels/half.h"
+
 // Eigen's parallel GEMM mallocs its shared packing buffers on every call, so Eigen never threads in
 // the kernels: they parallelise around their GEMMs themselves (see parallel_ranges). This must come
 // before any Eigen include in the kernel sources.
@@ -37,11 +39,30 @@ template <class F> void with_write_mode(bool accumulate, F&& body) {
   }
 }
 
-template <class Acc, class T> inline void put(Acc, T& dst, T value) {
-  if constexpr (Acc::value) {
-    dst += value;
+// A kernel templated on its storage type T (float, double, or bf16 and f16 of kernels/half.h) loads
+// with load(), computes in Arith<T> and stores with store<T>(), rounding to nearest even. Both are the
+// identity for float and double, so those instantiations compute exactly what they always did.
+template <class T> inline Arith<T> load(T v) {
+  if constexpr (std::is_same_v<T, Arith<T>>) {
+    return v;
   } else {
-    dst = value;
+    return to_float(v);
+  }
+}
+template <class T> inline T store(Arith<T> v) {
+  if constexpr (std::is_same_v<T, Arith<T>>) {
+    return v;
+  } else {
+    return from_float<T>(v);
+  }
+}
+
+// dst (=|+=) value; a 16-bit dst is loaded, added to in float32 and rounded once.
+template <class Acc, class T> inline void put(Acc, T& dst, Arith<T> value) {
+  if constexpr (Acc::value) {
+    dst = store<T>(load(dst) + value);
+  } else {
+    dst = store<T>(value);
   }
 }
 

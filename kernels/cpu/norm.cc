@@ -11,7 +11,9 @@
 namespace crumb::cpu {
 namespace {
 using detail::kParallelGrain;
+using detail::load;
 using detail::put;
+using detail::store;
 using detail::with_write_mode;
 
 // Mean and M2 (sum of squared deviations) of `runs` runs of `len` values, run r at x + r * stride.
@@ -37,45 +39,46 @@ template <class T> Moments moments_of(const T* x, int runs, std::ptrdiff_t strid
   for (int r = 0; r < runs; ++r) {
     const T* p = x + r * stride;
     if (len < kShortRun) {
-      for (int i = 0; i < len; ++i) sum += p[i];
+      for (int i = 0; i < len; ++i) sum += load(p[i]);
       continue;
     }
 #pragma omp simd reduction(+ : sum)
-    for (int i = 0; i < len; ++i) sum += p[i];
+    for (int i = 0; i < len; ++i) sum += load(p[i]);
   }
   const double count = double(runs) * len, mean = sum / count;
   double m2 = 0;
   for (int r = 0; r < runs; ++r) {
     const T* p = x + r * stride;
     if (len < kShortRun) {
-      for (int i = 0; i < len; ++i) m2 += (p[i] - mean) * (p[i] - mean);
+      for (int i = 0; i < len; ++i) m2 += (load(p[i]) - mean) * (load(p[i]) - mean);
       continue;
     }
 #pragma omp simd reduction(+ : m2)
-    for (int i = 0; i < len; ++i) m2 += (p[i] - mean) * (p[i] - mean);
+    for (int i = 0; i < len; ++i) m2 += (load(p[i]) - mean) * (load(p[i]) - mean);
   }
   return {mean, m2};
 }
 
 // y = x * scale + shift over `runs` runs of `len` values.
-template <class T> void affine_runs(T* y, const T* x, int runs, std::ptrdiff_t stride, int len, T scale, T shift) {
+template <class T>
+void affine_runs(T* y, const T* x, int runs, std::ptrdiff_t stride, int len, Arith<T> scale, Arith<T> shift) {
   for (int r = 0; r < runs; ++r) {
     const T* p = x + r * stride;
     T* q = y + r * stride;
 #pragma omp simd
-    for (int i = 0; i < len; ++i) q[i] = p[i] * scale + shift;
+    for (int i = 0; i < len; ++i) q[i] = store<T>(load(p[i]) * scale + shift);
   }
 }
 
 double inv_std(double var, double eps) { return 1.0 / std::sqrt(var + eps); }
 
 // y = (x - mean) * invstd * w + b over channel c of group g, from the group's statistics as stored (rounded
-// to T): batch_norm_apply recomputes the training forward's output bit for bit from them.
-template <class T>
-void normalize_group(T* y, const T* x, const T* w, const T* b, const T* stats, const BatchNormShape& s, int c, int g) {
+// to Arith<T>): batch_norm_apply recomputes the training forward's output bit for bit from them.
+template <class T, class A = Arith<T>>
+void normalize_group(T* y, const T* x, const A* w, const A* b, const A* stats, const BatchNormShape& s, int c, int g) {
   const std::ptrdiff_t stride = std::ptrdiff_t{s.c} * s.hw, at = g * s.group * stride + std::ptrdiff_t{c} * s.hw;
   const double mean = stats[(2 * g) * s.c + c], scale = w[c] * double(stats[(2 * g + 1) * s.c + c]);
-  affine_runs(y + at, x + at, s.group_size(g), stride, s.hw, T(scale), T(b[c] - mean * scale));
+  affine_runs(y + at, x + at, s.group_size(g), stride, s.hw, A(scale), A(b[c] - mean * scale));
 }
 
 bool parallel(const BatchNormShape& s) { return std::ptrdiff_t{s.n} * s.c * s.hw > kParallelGrain; }
@@ -83,8 +86,10 @@ bool parallel(const BatchNormShape& s) { return std::ptrdiff_t{s.n} * s.c * s.hw
 }  // namespace
 
 template <class T>
-void batch_norm_forward_train(T* y, T* stats, const T* x, const T* w, const T* b, const BatchNormShape& s, double eps,
-                              double* moments, T* running_mean, T* running_var, int64_t* tracked, double momentum) {
+void batch_norm_forward_train(T* y, Arith<T>* stats, const T* x, const Arith<T>* w, const Arith<T>* b,
+                              const BatchNormShape& s, double eps, double* moments, Arith<T>* running_mean,
+                              Arith<T>* running_var, int64_t* tracked, double momentum) {
+  using A = Arith<T>;
   const std::ptrdiff_t stride = std::ptrdiff_t{s.c} * s.hw;
   const int groups = s.groups();
 #pragma omp parallel for schedule(static) if (parallel(s))
@@ -94,8 +99,8 @@ void batch_norm_forward_train(T* y, T* stats, const T* x, const T* w, const T* b
       const std::ptrdiff_t at = g * s.group * stride + std::ptrdiff_t{c} * s.hw;
       const Moments mo = moments_of(x + at, samples, stride, s.hw);
       const double count = double(samples) * s.hw;
-      stats[(2 * g) * s.c + c] = T(mo.mean);
-      stats[(2 * g + 1) * s.c + c] = T(inv_std(mo.m2 / count, eps));
+      stats[(2 * g) * s.c + c] = A(mo.mean);
+      stats[(2 * g + 1) * s.c + c] = A(inv_std(mo.m2 / count, eps));
       normalize_group(y, x, w, b, stats, s, c, g);
       if (moments) {  // Chan et al.: merge (count, mean, m2) of the group into the channel's running total
         double& n_a = moments[c];
@@ -107,8 +112,8 @@ void batch_norm_forward_train(T* y, T* stats, const T* x, const T* w, const T* b
         n_a = total;
       }
       if (running_mean) {
-        running_mean[c] = T((1 - momentum) * running_mean[c] + momentum * mo.mean);
-        running_var[c] = T((1 - momentum) * running_var[c] + momentum * (count > 1 ? mo.m2 / (count - 1) : 0.0));
+        running_mean[c] = A((1 - momentum) * running_mean[c] + momentum * mo.mean);
+        running_var[c] = A((1 - momentum) * running_var[c] + momentum * (count > 1 ? mo.m2 / (count - 1) : 0.0));
       }
     }
   }
@@ -116,7 +121,8 @@ void batch_norm_forward_train(T* y, T* stats, const T* x, const T* w, const T* b
 }
 
 template <class T>
-void batch_norm_apply(T* y, const T* x, const T* w, const T* b, const T* stats, const BatchNormShape& s) {
+void batch_norm_apply(T* y, const T* x, const Arith<T>* w, const Arith<T>* b, const Arith<T>* stats,
+                      const BatchNormShape& s) {
   const int groups = s.groups();
 #pragma omp parallel for schedule(static) if (parallel(s))
   for (int c = 0; c < s.c; ++c)
@@ -134,17 +140,19 @@ void batch_norm_commit(T* running_mean, T* running_var, int64_t* tracked, const 
 }
 
 template <class T>
-void batch_norm_forward_frozen(T* y, T* stats, const T* x, const T* w, const T* b, const T* running_mean,
-                               const T* running_var, const BatchNormShape& s, double eps) {
+void batch_norm_forward_frozen(T* y, Arith<T>* stats, const T* x, const Arith<T>* w, const Arith<T>* b,
+                               const Arith<T>* running_mean, const Arith<T>* running_var, const BatchNormShape& s,
+                               double eps) {
+  using A = Arith<T>;
   const std::ptrdiff_t stride = std::ptrdiff_t{s.c} * s.hw;
   const int groups = s.groups();
 #pragma omp parallel for schedule(static) if (parallel(s))
   for (int c = 0; c < s.c; ++c) {
     // invstd rounded as stats stores it, so batch_norm_apply recomputes a frozen layer bit for bit too.
-    const T invstd = T(inv_std(running_var[c], eps));
+    const A invstd = A(inv_std(running_var[c], eps));
     const double scale = w[c] * double(invstd);
-    affine_runs(y + std::ptrdiff_t{c} * s.hw, x + std::ptrdiff_t{c} * s.hw, s.n, stride, s.hw, T(scale),
-                T(b[c] - running_mean[c] * scale));
+    affine_runs(y + std::ptrdiff_t{c} * s.hw, x + std::ptrdiff_t{c} * s.hw, s.n, stride, s.hw, A(scale),
+                A(b[c] - running_mean[c] * scale));
     if (stats)
       for (int g = 0; g < groups; ++g) {
         stats[(2 * g) * s.c + c] = running_mean[c];
@@ -154,8 +162,9 @@ void batch_norm_forward_frozen(T* y, T* stats, const T* x, const T* w, const T* 
 }
 
 template <class T>
-void batch_norm_backward(T* dw, T* db, T* dx, const T* dy, const T* x, const T* w, const T* stats,
-                         const BatchNormShape& s, bool batch_stats, bool accumulate) {
+void batch_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T* x, const Arith<T>* w,
+                         const Arith<T>* stats, const BatchNormShape& s, bool batch_stats, bool accumulate) {
+  using A = Arith<T>;
   const std::ptrdiff_t stride = std::ptrdiff_t{s.c} * s.hw;
   const int groups = s.groups();
   with_write_mode(accumulate, [&](auto acc) {
@@ -173,8 +182,8 @@ void batch_norm_backward(T* dw, T* db, T* dx, const T* dy, const T* x, const T* 
           if (r + 1 < samples) prefetch_run(pdy + stride, px + stride, s.hw);
 #pragma omp simd reduction(+ : sdy, sdyx)
           for (int i = 0; i < s.hw; ++i) {
-            sdy += pdy[i];
-            sdyx += pdy[i] * (px[i] - mean);
+            sdy += load(pdy[i]);
+            sdyx += load(pdy[i]) * (load(px[i]) - mean);
           }
         }
         sum_db += sdy;
@@ -182,25 +191,27 @@ void batch_norm_backward(T* dw, T* db, T* dx, const T* dy, const T* x, const T* 
         if (!dx) continue;
         // dx = w invstd (dy - mean(dy) - xhat mean(dy xhat)) with batch statistics, w invstd dy without.
         const double count = double(samples) * s.hw, k = w[c] * invstd;
-        const T a = T(batch_stats ? k * sdy / count : 0.0);
-        const T slope = T(batch_stats ? k * sdyx * invstd * invstd / count : 0.0);
-        const T kt = T(k), mt = T(mean);
+        const A a = A(batch_stats ? k * sdy / count : 0.0);
+        const A slope = A(batch_stats ? k * sdyx * invstd * invstd / count : 0.0);
+        const A kt = A(k), mt = A(mean);
         for (int r = 0; r < samples; ++r) {
           const T* pdy = dy + at + r * stride;
           const T* px = x + at + r * stride;
           T* pdx = dx + at + r * stride;
 #pragma omp simd
-          for (int i = 0; i < s.hw; ++i) pdx[i] = kt * pdy[i] - a - slope * (px[i] - mt);
+          for (int i = 0; i < s.hw; ++i) pdx[i] = store<T>(kt * load(pdy[i]) - a - slope * (load(px[i]) - mt));
         }
       }
-      put(acc, dw[c], T(sum_dw));
-      put(acc, db[c], T(sum_db));
+      put(acc, dw[c], A(sum_dw));
+      put(acc, db[c], A(sum_db));
     }
   });
 }
 
 template <class T>
-void group_norm_forward(T* y, T* stats, const T* x, const T* w, const T* b, const GroupNormShape& s, double eps) {
+void group_norm_forward(T* y, Arith<T>* stats, const T* x, const Arith<T>* w, const Arith<T>* b,
+                        const GroupNormShape& s, double eps) {
+  using A = Arith<T>;
   const int cpg = s.c / s.groups;
   const std::ptrdiff_t rows = std::ptrdiff_t{s.n} * s.groups, len = std::ptrdiff_t{cpg} * s.hw;
 #pragma omp parallel for schedule(static) if (rows * len > kParallelGrain)
@@ -209,19 +220,20 @@ void group_norm_forward(T* y, T* stats, const T* x, const T* w, const T* b, cons
     const std::ptrdiff_t at = row * len;  // the group's channels are consecutive: one contiguous block
     const Moments mo = moments_of(x + at, cpg, s.hw, s.hw);
     const double invstd = inv_std(mo.m2 / double(len), eps);
-    stats[sample * 2 * s.groups + g] = T(mo.mean);
-    stats[sample * 2 * s.groups + s.groups + g] = T(invstd);
+    stats[sample * 2 * s.groups + g] = A(mo.mean);
+    stats[sample * 2 * s.groups + s.groups + g] = A(invstd);
     for (int j = 0; j < cpg; ++j) {
       const int c = int(g) * cpg + j;
       const double scale = w[c] * invstd;
-      affine_runs(y + at + j * s.hw, x + at + j * s.hw, 1, 0, s.hw, T(scale), T(b[c] - mo.mean * scale));
+      affine_runs(y + at + j * s.hw, x + at + j * s.hw, 1, 0, s.hw, A(scale), A(b[c] - mo.mean * scale));
     }
   }
 }
 
 template <class T>
-void group_norm_backward(T* dw, T* db, T* dx, const T* dy, const T* x, const T* w, const T* stats,
-                         const GroupNormShape& s, bool accumulate) {
+void group_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T* x, const Arith<T>* w,
+                         const Arith<T>* stats, const GroupNormShape& s, bool accumulate) {
+  using A = Arith<T>;
   const int cpg = s.c / s.groups;
   const std::ptrdiff_t rows = std::ptrdiff_t{s.n} * s.groups, len = std::ptrdiff_t{cpg} * s.hw;
   const bool threads = rows * len > kParallelGrain;
@@ -243,21 +255,21 @@ void group_norm_backward(T* dw, T* db, T* dx, const T* dy, const T* x, const T* 
         double a = 0, bsum = 0;
 #pragma omp simd reduction(+ : a, bsum)
         for (int i = 0; i < s.hw; ++i) {
-          a += pdy[i];
-          bsum += pdy[i] * (px[i] - mean);
+          a += load(pdy[i]);
+          bsum += load(pdy[i]) * (load(px[i]) - mean);
         }
         sdyw += wc * a;
         sdywx += wc * bsum;
       }
-      const T a = T(invstd * sdyw / double(len)), slope = T(invstd * invstd * invstd * sdywx / double(len));
-      const T mt = T(mean);
+      const A a = A(invstd * sdyw / double(len)), slope = A(invstd * invstd * invstd * sdywx / double(len));
+      const A mt = A(mean);
       for (int j = 0; j < cpg; ++j) {
-        const T k = T(w[g * cpg + j] * invstd);
+        const A k = A(w[g * cpg + j] * invstd);
         const T* pdy = dy + at + j * s.hw;
         const T* px = x + at + j * s.hw;
         T* pdx = dx + at + j * s.hw;
 #pragma omp simd
-        for (int i = 0; i < s.hw; ++i) pdx[i] = k * pdy[i] - a - slope * (px[i] - mt);
+        for (int i = 0; i < s.hw; ++i) pdx[i] = store<T>(k * load(pdy[i]) - a - slope * (load(px[i]) - mt));
       }
     }
   }
@@ -273,32 +285,38 @@ void group_norm_backward(T* dw, T* db, T* dx, const T* dy, const T* x, const T* 
         double a = 0, bsum = 0;
 #pragma omp simd reduction(+ : a, bsum)
         for (int i = 0; i < s.hw; ++i) {
-          a += dy[at + i];
-          bsum += dy[at + i] * (x[at + i] - mean);
+          a += load(dy[at + i]);
+          bsum += load(dy[at + i]) * (load(x[at + i]) - mean);
         }
         sum_db += a;
         sum_dw += bsum * invstd;
       }
-      put(acc, dw[c], T(sum_dw));
-      put(acc, db[c], T(sum_db));
+      put(acc, dw[c], A(sum_dw));
+      put(acc, db[c], A(sum_db));
     }
   });
 }
 
-#define CRUMB_INSTANTIATE(T)                                                                                       \
-  template void batch_norm_forward_train<T>(T*, T*, const T*, const T*, const T*, const BatchNormShape&, double, \
-                                            double*, T*, T*, int64_t*, double);                                   \
-  template void batch_norm_apply<T>(T*, const T*, const T*, const T*, const T*, const BatchNormShape&);          \
-  template void batch_norm_commit<T>(T*, T*, int64_t*, const double*, int, double);                                \
-  template void batch_norm_forward_frozen<T>(T*, T*, const T*, const T*, const T*, const T*, const T*,            \
-                                             const BatchNormShape&, double);                                      \
-  template void batch_norm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const BatchNormShape&, \
-                                       bool, bool);                                                               \
-  template void group_norm_forward<T>(T*, T*, const T*, const T*, const T*, const GroupNormShape&, double);       \
-  template void group_norm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const GroupNormShape&, \
-                                       bool);
+#define CRUMB_INSTANTIATE(T)                                                                                  \
+  template void batch_norm_forward_train<T>(T*, Arith<T>*, const T*, const Arith<T>*, const Arith<T>*,              \
+                                            const BatchNormShape&, double, double*, Arith<T>*, Arith<T>*, int64_t*, \
+                                            double);                                                                \
+  template void batch_norm_apply<T>(T*, const T*, const Arith<T>*, const Arith<T>*, const Arith<T>*,                \
+                                    const BatchNormShape&);                                                         \
+  template void batch_norm_forward_frozen<T>(T*, Arith<T>*, const T*, const Arith<T>*, const Arith<T>*,             \
+                                             const Arith<T>*, const Arith<T>*, const BatchNormShape&, double);      \
+  template void batch_norm_backward<T>(Arith<T>*, Arith<T>*, T*, const T*, const T*, const Arith<T>*,              \
+                                       const Arith<T>*, const BatchNormShape&, bool, bool);                         \
+  template void group_norm_forward<T>(T*, Arith<T>*, const T*, const Arith<T>*, const Arith<T>*,                    \
+                                      const GroupNormShape&, double);                                               \
+  template void group_norm_backward<T>(Arith<T>*, Arith<T>*, T*, const T*, const T*, const Arith<T>*,              \
+                                       const Arith<T>*, const GroupNormShape&, bool);
 CRUMB_INSTANTIATE(float)
 CRUMB_INSTANTIATE(double)
+CRUMB_INSTANTIATE(bf16)
+CRUMB_INSTANTIATE(f16)
+template void batch_norm_commit<float>(float*, float*, int64_t*, const double*, int, double);
+template void batch_norm_commit<double>(double*, double*, int64_t*, const double*, int, double);
 #undef CRUMB_INSTANTIATE
 
 }  // namespace crumb::cpu

@@ -9,7 +9,9 @@
 namespace crumb::cpu {
 namespace {
 using detail::kParallelGrain;
+using detail::load;
 using detail::put;
+using detail::store;
 using detail::Range;
 using detail::valid_range;
 using detail::with_write_mode;
@@ -116,16 +118,17 @@ template <bool kAscending, class T> void keep_max(T& best, int& at, T v, int i) 
 // outputs (rows() * w_out of them, row-major) to emit(band, max, argmax).
 template <class T, class Stride, class Emit>
 void max_pool_plane(const Pool2dShape& s, const T* xp, Stride stride_w, Emit&& emit) {
-  constexpr T kEmpty = -std::numeric_limits<T>::infinity();
+  using A = Arith<T>;
+  constexpr A kEmpty = -std::numeric_limits<A>::infinity();
   for_each_band(s, [&](const Band& b) {
-    T col_max[kBandBuffer];
+    A col_max[kBandBuffer];
     int col_at[kBandBuffer];
     std::fill(col_max, col_max + b.rows() * s.w, kEmpty);
     std::fill(col_at, col_at + b.rows() * s.w, -1);
     for_each_col_tap(s, b, [xp, col_max = +col_max, col_at = +col_at](int q, int i) {
-      keep_max<true>(col_max[q], col_at[q], xp[i], i);
+      keep_max<true>(col_max[q], col_at[q], load(xp[i]), i);
     });
-    T best[kBandBuffer];
+    A best[kBandBuffer];
     int at[kBandBuffer];
     std::fill(best, best + b.rows() * s.w_out, kEmpty);
     std::fill(at, at + b.rows() * s.w_out, -1);
@@ -139,9 +142,12 @@ void max_pool_plane(const Pool2dShape& s, const T* xp, Stride stride_w, Emit&& e
 // Clears a plane of dx unless accumulating.
 template <class T> T* dx_plane(T* dx, std::ptrdiff_t p, const Pool2dShape& s, bool accumulate) {
   T* dxp = dx + p * in_plane(s);
-  if (!accumulate) std::fill(dxp, dxp + in_plane(s), T(0));
+  if (!accumulate) std::fill(dxp, dxp + in_plane(s), store<T>(0));
   return dxp;
 }
+
+// dst += v, rounded once for a 16-bit dst.
+template <class T> void add_to(T& dst, Arith<T> v) { dst = store<T>(load(dst) + v); }
 
 }  // namespace
 
@@ -177,15 +183,40 @@ template <class T> void max_pool2x2_row_nan(const T* r0, const T* r1, T* y, uint
   }
 }
 
-// 2x2 windows with stride 2 and no padding: the common case, row by row.
+template <class T> void max_pool2x2_rows(const T* r0, const T* r1, T* y, uint8_t* argmax, int w_out) {
+  if (max_pool2x2_row(r0, r1, y, argmax, w_out)) max_pool2x2_row_nan(r0, r1, y, argmax, w_out);
+}
+
+// 2x2 windows with stride 2 and no padding: the common case, row by row. 16-bit input rows are
+// widened into a float32 band first, as many rows at once as the band holds, and the band's outputs
+// narrowed back (exactly: maxima are input values), so the row loop vectorises as float32's does (on
+// 16-bit values its strided loads do not).
 template <class T> void max_pool2x2_forward(T* y, uint8_t* argmax, const T* x, const Pool2dShape& s) {
   for_each_plane(s, [&](std::ptrdiff_t p, auto) {
     const T* xp = x + p * in_plane(s);
-    for (int oh = 0; oh < s.h_out; ++oh) {
-      const std::ptrdiff_t o = p * out_plane(s) + std::ptrdiff_t{oh} * s.w_out;
-      const T* r0 = xp + std::ptrdiff_t{2 * oh} * s.w;
-      if (max_pool2x2_row(r0, r0 + s.w, y + o, argmax + o, s.w_out))
-        max_pool2x2_row_nan(r0, r0 + s.w, y + o, argmax + o, s.w_out);
+    T* yp = y + p * out_plane(s);
+    uint8_t* ap = argmax + p * out_plane(s);
+    if constexpr (std::is_same_v<T, Arith<T>>) {
+      for (int oh = 0; oh < s.h_out; ++oh) {
+        const T* r0 = xp + std::ptrdiff_t{2 * oh} * s.w;
+        const std::ptrdiff_t o = std::ptrdiff_t{oh} * s.w_out;
+        max_pool2x2_rows(r0, r0 + s.w, yp + o, ap + o, s.w_out);
+      }
+    } else {
+      float in[2 * kBandBuffer], out[kBandBuffer];
+      const int step = std::max(1, kBandBuffer / s.w);
+      for (int oh0 = 0; oh0 < s.h_out; oh0 += step) {
+        const int rows = std::min(step, s.h_out - oh0), in_len = 2 * rows * s.w, out_len = rows * s.w_out;
+        const T* src = xp + std::ptrdiff_t{2 * oh0} * s.w;
+        T* dst = yp + std::ptrdiff_t{oh0} * s.w_out;
+#pragma omp simd
+        for (int j = 0; j < in_len; ++j) in[j] = load(src[j]);
+        for (int r = 0; r < rows; ++r)
+          max_pool2x2_rows(in + 2 * r * s.w, in + (2 * r + 1) * s.w, out + r * s.w_out,
+                           ap + std::ptrdiff_t{oh0 + r} * s.w_out, s.w_out);
+#pragma omp simd
+        for (int j = 0; j < out_len; ++j) dst[j] = store<T>(out[j]);
+      }
     }
   });
 }
@@ -196,9 +227,9 @@ template <class T> void max_pool2d_forward(T* y, uint8_t* argmax, const T* x, co
   for_each_plane(s, [&](std::ptrdiff_t p, auto stride_w) {
     T* yp = y + p * out_plane(s);
     uint8_t* ap = argmax + p * out_plane(s);
-    max_pool_plane(s, x + p * in_plane(s), stride_w, [&](const Band& b, const T* best, const int* at) {
+    max_pool_plane(s, x + p * in_plane(s), stride_w, [&](const Band& b, const Arith<T>* best, const int* at) {
       const std::ptrdiff_t o0 = std::ptrdiff_t{b.oh0} * s.w_out;
-      std::copy(best, best + b.rows() * s.w_out, yp + o0);
+      std::transform(best, best + b.rows() * s.w_out, yp + o0, store<T>);
       for (int o = 0; o < b.rows() * s.w_out; ++o) {
         const int oh = b.oh0 + o / s.w_out, ow = o % s.w_out;
         const int ki = at[o] / s.w - (oh * s.stride_h - s.pad_h), kj = at[o] % s.w - (ow * s.stride_w - s.pad_w);
@@ -218,7 +249,7 @@ void max_pool2d_backward(T* dx, const T* dy, const uint8_t* argmax, const Pool2d
     for (int oh = 0, o = 0; oh < s.h_out; ++oh)
       for (int ow = 0; ow < s.w_out; ++ow, ++o) {
         const int ih = oh * s.stride_h - s.pad_h + ap[o] / s.kw, iw = ow * s.stride_w - s.pad_w + ap[o] % s.kw;
-        dxp[ih * s.w + iw] += g[o];
+        add_to(dxp[ih * s.w + iw], load(g[o]));
       }
   });
 }
@@ -226,55 +257,60 @@ void max_pool2d_backward(T* dx, const T* dy, const uint8_t* argmax, const Pool2d
 // Padding cells are never visited, so they count as zeros while the sum is divided by the full
 // window area.
 template <class T> void avg_pool2d_forward(T* y, const T* x, const Pool2dShape& s) {
-  const T inv_area = T(1) / (s.kh * s.kw);
+  using A = Arith<T>;
+  const A inv_area = A(1) / (s.kh * s.kw);
   for_each_plane(s, [&](std::ptrdiff_t p, auto stride_w) {
     const T* xp = x + p * in_plane(s);
     for_each_band(s, [&](const Band& b) {
-      T col_sum[kBandBuffer];
-      std::fill(col_sum, col_sum + b.rows() * s.w, T(0));
-      for_each_col_tap(s, b, [xp, col_sum = +col_sum](int q, int i) { col_sum[q] += xp[i]; });
+      A col_sum[kBandBuffer], sum[kBandBuffer];
+      std::fill(col_sum, col_sum + b.rows() * s.w, A(0));
+      for_each_col_tap(s, b, [xp, col_sum = +col_sum](int q, int i) { col_sum[q] += load(xp[i]); });
+      std::fill(sum, sum + b.rows() * s.w_out, A(0));
+      for_each_row_tap(s, b, stride_w, [sum = +sum, col_sum = +col_sum](int o, int q) { sum[o] += col_sum[q]; });
       T* yb = y + p * out_plane(s) + std::ptrdiff_t{b.oh0} * s.w_out;
-      std::fill(yb, yb + b.rows() * s.w_out, T(0));
-      for_each_row_tap(s, b, stride_w, [yb, col_sum = +col_sum](int o, int q) { yb[o] += col_sum[q]; });
-      for (int o = 0; o < b.rows() * s.w_out; ++o) yb[o] *= inv_area;
+      for (int o = 0; o < b.rows() * s.w_out; ++o) yb[o] = store<T>(sum[o] * inv_area);
     });
   });
 }
 
 // The transpose of the forward: spread each output's gradient over its window columns, then rows.
 template <class T> void avg_pool2d_backward(T* dx, const T* dy, const Pool2dShape& s, bool accumulate) {
-  const T inv_area = T(1) / (s.kh * s.kw);
+  using A = Arith<T>;
+  const A inv_area = A(1) / (s.kh * s.kw);
   for_each_plane(s, [&](std::ptrdiff_t p, auto stride_w) {
     T* dxp = dx_plane(dx, p, s, accumulate);
     for_each_band(s, [&](const Band& b) {
       const T* g = dy + p * out_plane(s) + std::ptrdiff_t{b.oh0} * s.w_out;
-      T col_grad[kBandBuffer];
-      std::fill(col_grad, col_grad + b.rows() * s.w, T(0));
-      for_each_row_tap(s, b, stride_w, [g, inv_area, col_grad = +col_grad](int o, int q) { col_grad[q] += g[o] * inv_area; });
-      for_each_col_tap(s, b, [dxp, col_grad = +col_grad](int q, int i) { dxp[i] += col_grad[q]; });
+      A col_grad[kBandBuffer];
+      std::fill(col_grad, col_grad + b.rows() * s.w, A(0));
+      for_each_row_tap(s, b, stride_w,
+                       [g, inv_area, col_grad = +col_grad](int o, int q) { col_grad[q] += load(g[o]) * inv_area; });
+      for_each_col_tap(s, b, [dxp, col_grad = +col_grad](int q, int i) { add_to(dxp[i], col_grad[q]); });
     });
   });
 }
 
 template <class T> void global_avg_pool_forward(T* y, const T* x, int n, int c, int hw) {
+  using A = Arith<T>;
   const std::ptrdiff_t rows = std::ptrdiff_t{n} * c;
-  const T inv = T(1) / hw;
+  const A inv = A(1) / hw;
 #pragma omp parallel for schedule(static) if (rows * hw > kParallelGrain)
   for (std::ptrdiff_t r = 0; r < rows; ++r) {
     const T* xr = x + r * hw;
-    T sum = 0;
-    for (int j = 0; j < hw; ++j) sum += xr[j];
-    y[r] = sum * inv;
+    A sum = 0;
+    for (int j = 0; j < hw; ++j) sum += load(xr[j]);
+    y[r] = store<T>(sum * inv);
   }
 }
 
 template <class T> void global_avg_pool_backward(T* dx, const T* dy, int n, int c, int hw, bool accumulate) {
+  using A = Arith<T>;
   const std::ptrdiff_t rows = std::ptrdiff_t{n} * c;
-  const T inv = T(1) / hw;
+  const A inv = A(1) / hw;
   with_write_mode(accumulate, [&](auto acc) {
 #pragma omp parallel for schedule(static) if (rows * hw > kParallelGrain)
     for (std::ptrdiff_t r = 0; r < rows; ++r) {
-      const T g = dy[r] * inv;
+      const A g = load(dy[r]) * inv;
       T* dxr = dx + r * hw;
       for (int j = 0; j < hw; ++j) put(acc, dxr[j], g);
     }
@@ -292,10 +328,10 @@ template <class T> void adaptive_avg_pool2d_forward(T* y, const T* x, const Adap
       const int r0 = adaptive_begin(i, s.h, s.h_out), r1 = adaptive_end(i, s.h, s.h_out);
       for (int j = 0; j < s.w_out; ++j) {
         const int c0 = adaptive_begin(j, s.w, s.w_out), c1 = adaptive_end(j, s.w, s.w_out);
-        T sum = 0;
+        Arith<T> sum = 0;
         for (int r = r0; r < r1; ++r)
-          for (int c = c0; c < c1; ++c) sum += xp[r * s.w + c];
-        yp[i * s.w_out + j] = sum / static_cast<T>((r1 - r0) * (c1 - c0));
+          for (int c = c0; c < c1; ++c) sum += load(xp[r * s.w + c]);
+        yp[i * s.w_out + j] = store<T>(sum / static_cast<Arith<T>>((r1 - r0) * (c1 - c0)));
       }
     }
   }
@@ -314,12 +350,12 @@ void adaptive_avg_pool2d_backward(T* dx, const T* dy, const AdaptivePool2dShape&
         const int i0 = adaptive_first_bin(r, s.h, s.h_out), i1 = adaptive_last_bin(r, s.h, s.h_out);
         for (int c = 0; c < s.w; ++c) {
           const int j0 = adaptive_first_bin(c, s.w, s.w_out), j1 = adaptive_last_bin(c, s.w, s.w_out);
-          T sum = 0;
+          Arith<T> sum = 0;
           for (int i = i0; i <= i1; ++i) {
             const int rows = adaptive_end(i, s.h, s.h_out) - adaptive_begin(i, s.h, s.h_out);
             for (int j = j0; j <= j1; ++j) {
               const int cols = adaptive_end(j, s.w, s.w_out) - adaptive_begin(j, s.w, s.w_out);
-              sum += dyp[i * s.w_out + j] / static_cast<T>(rows * cols);
+              sum += load(dyp[i * s.w_out + j]) / static_cast<Arith<T>>(rows * cols);
             }
           }
           put(acc, dxp[r * s.w + c], sum);
@@ -340,6 +376,8 @@ void adaptive_avg_pool2d_backward(T* dx, const T* dy, const AdaptivePool2dShape&
   template void adaptive_avg_pool2d_backward<T>(T*, const T*, const AdaptivePool2dShape&, bool);
 CRUMB_INSTANTIATE(float)
 CRUMB_INSTANTIATE(double)
+CRUMB_INSTANTIATE(bf16)
+CRUMB_INSTANTIATE(f16)
 #undef CRUMB_INSTANTIATE
 
 }  // namespace crumb::cpu

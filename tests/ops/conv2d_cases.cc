@@ -24,7 +24,11 @@ CRUMB_ON_LOAD {
        [](Graph& g, ValueId x) { return nn::conv2d(g, x, 3, 3, 2, 1, "conv", false); }},
       // Enough work for two threads: blocks inside each thread's slice of samples.
       {"Conv2dBlockedThreaded", {16, 8, 8}, 8,
-       [](Graph& g, ValueId x) { return nn::conv2d(g, x, 16, 3, 1, 1, "conv"); }}
+       [](Graph& g, ValueId x) { return nn::conv2d(g, x, 16, 3, 1, 1, "conv"); }},
+      // In 16 bits the CPU runs each pass in slices of 21 samples here (1 MiB of float32 copies,
+      // engine/device/widen.h): a full slice and a ragged one, the weight gradient summed over both.
+      {"Conv2dSixteenBitSlices", {1, 64, 64}, 24,
+       [](Graph& g, ValueId x) { return nn::conv2d(g, x, 2, 3, 1, 1, "conv"); }}
   });
 }
 
