@@ -244,7 +244,7 @@ class Run {
  public:
   explicit Run(std::vector<std::string> args) : options_(options_of(args)) {}
 
-  nb::dict fit(const Images& x, const Labels& y, std::optional<Images> xv, std::optional<Labels> yv, int classes,
+  void fit(const Images& x, const Labels& y, std::optional<Images> xv, std::optional<Labels> yv, int classes,
                std::optional<std::vector<float>> mean, std::optional<std::vector<float>> std, int epochs,
                nb::object on_step, nb::object on_epoch) {
     auto split = std::make_shared<data::DataSplit>();
@@ -258,10 +258,9 @@ class Run {
     else
       trainer_->train_more(split, epochs);
     PythonCallbacks callbacks(std::move(on_step), std::move(on_epoch));
-    FitResult r;
     {
       nb::gil_scoped_release release;
-      r = trainer_->fit({&callbacks});
+      trainer_->fit({&callbacks});
     }
     if (callbacks.last) {
       const StepInfo& s = *callbacks.last;
@@ -270,8 +269,6 @@ class Run {
       batch_ = epoch_done ? 0 : s.batch + 1;
     }
     if (callbacks.pending) throw std::move(*callbacks.pending);
-    return dict_of("steps", r.steps, "samples", r.samples, "seconds", r.train_seconds,
-                    "samples_per_s", r.samples_per_s(), "stopped", r.stopped);
   }
 
   nb::dict evaluate(const Images& x, const Labels& y, int classes) {
