@@ -367,6 +367,7 @@ class Run {
   nb::dict info() const {
     nb::dict d = dict_of("epoch", epoch_, "batch", batch_, "built", trainer_ != nullptr);
     if (trainer_) {
+      d["epochs"] = trainer_->config().epochs;  // where the run ends (later fits extend it)
       d["micro_batch"] = trainer_->micro_batch();
       d["split"] = trainer_->plan().split;
       d["device"] = device_name(trainer_->device());

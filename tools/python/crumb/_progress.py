@@ -22,9 +22,8 @@ def _bar(fraction: float, width: int = 24) -> str:
 
 
 class Progress:
-    def __init__(self, epochs: int, first_epoch: int = 0, enabled: bool = True):
+    def __init__(self, epochs: int, enabled: bool = True):
         self.epochs = epochs
-        self.first_epoch = first_epoch
         self.enabled = enabled
         self.notebook = enabled and _in_notebook()
         self.terminal = enabled and not self.notebook and sys.stderr.isatty()

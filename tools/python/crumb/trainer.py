@@ -100,8 +100,9 @@ class Trainer:
         epochs = self._epochs if epochs is None else int(epochs)
         if epochs < 1:
             raise Error(f"epochs must be >= 1, got {epochs}")
-        first_epoch = self._run.info()["epoch"]
-        bar = Progress(epochs if not self.history and first_epoch == 0 else first_epoch + epochs,
+        # The first fit trains to `epochs`; a later one (train_more) `epochs` past where the run ends.
+        info = self._run.info()
+        bar = Progress(info["epochs"] + epochs if info["built"] else epochs,
                        enabled=self._progress if progress is None else progress)
 
         def on_epoch(e: dict) -> None:
