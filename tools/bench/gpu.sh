@@ -1,22 +1,22 @@
 #!/usr/bin/env bash
 # Everything the GPU machine is for, in calls that fit its limits (one command of at most 10 minutes, at
-# most 8 files back): find cuDNN, NCCL and MPI, build with CUDA, run the GPU tests, the kernel
-# microbenchmarks, mixed precision against PyTorch's autocast, the copy bandwidths, the NCCL path under
-# mpirun, ResNet-50 beyond its memory, the rest
-# of the suite, train on the GPU and the CPU side by side, compare with the machine's PyTorch, then run
-# compute-sanitizer. Every phase is bounded against one deadline, so whatever ran comes back; phases that
-# no longer fit are skipped and say so. Files go to $OUT (or ./gpu-out); summary.txt is printed last.
+# most 8 files back): find cuDNN, NCCL and MPI, build with CUDA, run the GPU tests and compute-sanitizer,
+# the ResNets (float32, TF32, bf16) against PyTorch, the kernel microbenchmarks, the copy bandwidths, the
+# NCCL path under mpirun, ResNet-50 beyond its memory, the rest of the suite, train on the GPU and the CPU
+# side by side, compare with the machine's PyTorch. Every phase is bounded against one deadline, so
+# whatever ran comes back; phases that no longer fit are skipped and say so. Files go to $OUT (or
+# ./gpu-out); summary.txt is printed last.
 #
 # usage: tools/bench/gpu.sh [--deadline 560] [--phases LIST] [--models lenet5,cnn] [--batch 256]
 #          [--epochs 2] [--repeat 3] [--kernel-suites a,b] [--kernel-min-time 0.05]
-#          [--sanitize-filter GTEST_FILTER] [--precision-model resnet50] [--precision-input 3x224x224]
-#          [--precision-batch 64] [--precision-samples 1024] [--precision-device cuda] [-- extra train flags]
+#          [--sanitize-filter GTEST_FILTER|all] [--resnet20-train N] [--resnet50-input 3x224x224]
+#          [--resnet50-batch 64] [--resnet50-samples 1024] [--race-device cuda] [-- extra train flags]
 # LIST, comma-separated, run in this order whatever the order given: build (configure + build; configure
-#   alone configures only), cuda, precision, kernels, bandwidth, nccl, beyond, cpu, train, graphs, compare,
-#   budget, swap, sanitize. Default: all of them (more than one call can hold: pick some).
-# The --precision-* flags size the precision phase's timing (synthetic data, 1000 classes, 2 epochs of
-#   --precision-samples); --precision-device cpu with a small model rehearses it on a machine without a
-#   GPU (CRUMB_GPU_BUILD=build, and CRUMB_BENCH_PYTHON naming a python with torch).
+#   alone configures only), cuda, sanitize, resnets, kernels, bandwidth, nccl, beyond, cpu, train, graphs,
+#   compare, budget, swap. Default: all of them (more than one call can hold: pick some).
+# The --resnet* flags size the resnets phase (resnet20: 0 = the whole epoch); --race-device cpu with small
+#   sizes rehearses it on a machine without a GPU (CRUMB_GPU_BUILD=build, and CRUMB_BENCH_PYTHON naming a
+#   python with torch).
 # Needs gpu-carry/ (tools/bench/gpu_carry.sh) where the machine lacks Eigen, GoogleTest, zlib, Google
 # Benchmark, Open MPI or the data. CRUMB_GPU_BUILD sets the build folder (default build-gpu/).
 # Files back (8 at most): summary.txt, machine.txt, build.log, tests.log (GPU tests, other tests,
@@ -24,12 +24,12 @@
 set -uo pipefail  # no -e: a failing phase is recorded and the next one still runs
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-all_phases=build,cuda,precision,kernels,bandwidth,nccl,beyond,cpu,train,graphs,compare,budget,swap,sanitize
+all_phases=build,cuda,sanitize,resnets,kernels,bandwidth,nccl,beyond,cpu,train,graphs,compare,budget,swap
 deadline=560 phases=$all_phases models=lenet5,cnn batch=256 epochs=2 repeat=3
 kernel_suites=resnet50_224,deepbench,vgg11_bn_224,resnet18_28,resnet20,resnet20_28,vgg11_bn_32,cnn,lenet5
 kernel_min_time=0.05
-sanitize_filter="Cuda*:*OnCuda:OpParity.*:OpAccumulate.Cuda/*:-CudaEngine.TrainingLoopAllocatesNothing"
-precision_model=resnet50 precision_input=3x224x224 precision_batch=64 precision_samples=1024 precision_device=cuda
+sanitize_filter="CudaKernels.*:CudaNormChecks.*:CudaPoolChecks.*:*OnCuda:OpParity.CpuVsCuda/*Norm*:OpParity.CpuVsCuda/*Pool*:OpParity.CpuVsCuda/Dropout*:OpParity.CpuVsCuda/Nhwc*:OpParity.CpuVsCuda/ConvReluSwapped"
+resnet20_train=0 resnet50_input=3x224x224 resnet50_batch=64 resnet50_samples=1024 race_device=cuda
 extra=()
 usage() { sed -n '/^# usage:/,/^# Needs/p' "$0" | sed '$d' >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
@@ -43,11 +43,11 @@ while [[ $# -gt 0 ]]; do
     --kernel-suites) kernel_suites=$2; shift 2 ;;
     --kernel-min-time) kernel_min_time=$2; shift 2 ;;
     --sanitize-filter) sanitize_filter=$2; shift 2 ;;
-    --precision-model) precision_model=$2; shift 2 ;;
-    --precision-input) precision_input=$2; shift 2 ;;
-    --precision-batch) precision_batch=$2; shift 2 ;;
-    --precision-samples) precision_samples=$2; shift 2 ;;
-    --precision-device) precision_device=$2; shift 2 ;;
+    --resnet20-train) resnet20_train=$2; shift 2 ;;
+    --resnet50-input) resnet50_input=$2; shift 2 ;;
+    --resnet50-batch) resnet50_batch=$2; shift 2 ;;
+    --resnet50-samples) resnet50_samples=$2; shift 2 ;;
+    --race-device) race_device=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
     *) usage ;;
   esac
@@ -204,6 +204,7 @@ gpu_filter='Cuda*:*Cuda:OpParity.*:OpAccumulate.Cuda/*'
 mapfile -t gpu_tests < <("$tests" --gtest_list_tests --gtest_filter="$gpu_filter" 2>/dev/null |
                          awk '/^[^ ]/ { suite = $1 } /^  / { print suite $1 }')
 if want cuda; then
+  t0=$SECONDS
   echo "==== GPU tests ($gpu_filter), one process" >> "$tests_log"
   bounded 240 "$tests" --gtest_filter="$gpu_filter" > "$tmpd/cuda.log" 2>&1
   cat "$tmpd/cuda.log" >> "$tests_log"
@@ -228,50 +229,98 @@ if want cuda; then
     fi
   done
   skipped=$(grep -cE '^\[  SKIPPED \] .* \([0-9]+ ms\)$' "$tmpd/cuda.log")
-  note "cuda tests: $passed of ${#gpu_tests[@]} passed ($skipped skipped)${failed:+; FAILED: ${failed[*]}}${again:+; of those, passed alone: ${again[*]}}"
+  note "cuda tests: $passed of ${#gpu_tests[@]} passed ($skipped skipped) in $(( SECONDS - t0 )) s${failed:+; FAILED: ${failed[*]}}${again:+; of those, passed alone: ${again[*]}}"
+  note "cuda tests: slowest: $(sed -n 's/^\[       OK \] \(.*\) (\([0-9]*\) ms)$/\2 \1/p' "$tmpd/cuda.log" | sort -rn | head -n 4 |
+                               awk '{ printf "%s %.1f s; ", $2, $1 / 1000 }')"
+  # The 16-bit tests' measured errors (their bounds are estimates: CudaPrecision.TrainingStepMatchesCpu).
+  grep 'against the CPU, normwise' "$tmpd/cuda.log" | sed 's/^/precision: /' | tee -a "$summary"
 fi
 
-# ---- mixed precision (issue 27): the 16-bit tests (every kernel of a bf16/fp16 graph against the CPU's
-# float32 kernel on the same 16-bit values, the native-row table, bf16/fp16 training steps against the
-# CPU), then ResNet-50 224x224 (synthetic, 1000 classes) in bf16 at batch 64: Crumb's --precision bf16
-# against PyTorch's autocast bf16 with channels_last, eager (cuDNN's default heuristics, no
-# torch.compile), interleaved, best of --repeat each by samples/s over 2 epochs of --precision-samples
-# (both count their first steps: plans, cuDNN start-up, Crumb's CUDA-graph capture). Crumb runs twice per
-# round: channels-last (--channels-last on, bf16's default on CUDA) and NCHW (off), so the NHWC plan's gain
-# is measured beside the ratio. Target: ratio >= 1.0.
-if want precision; then
-  precision_filter='CudaHalf*:CudaPrecision.*:CudaLibraryTest.*Half:CudaChannelsLast.*:*Nhwc*'
-  bounded 180 "$tests" --gtest_filter="$precision_filter" > "$tmpd/precision.log" 2>&1
-  { echo "==== precision tests ($precision_filter)"; cat "$tmpd/precision.log"; } >> "$tests_log"
-  note "precision tests: $(grep -E '^\[  (PASSED  |FAILED  |SKIPPED )\] [0-9]+ test' "$tmpd/precision.log" | tr '\n' ' ')"
-  grep -E '^\[  FAILED  \] [A-Za-z].*\(' "$tmpd/precision.log" | head -n 20 | tee -a "$summary"
-  grep 'against the CPU, normwise' "$tmpd/precision.log" | sed 's/^/precision: /' | tee -a "$summary"
-  p_common=(--model "$precision_model" --dataset synthetic --input "$precision_input" --classes 1000
-            --batch "$precision_batch" --epochs 2 --limit-train "$precision_samples" --lr 0.01 --momentum 0.9
-            --seed 0 --threads "$jobs" --device "$precision_device")
-  torch_py=${CRUMB_BENCH_PYTHON:-python3}
-  best_crumb=0 best_nchw=0 best_torch=0
-  for ((r = 0; r < repeat; ++r)); do
-    line=$(bounded 150 "$build/train" "${p_common[@]}" --precision bf16 --channels-last on --limit-test "$precision_batch" \
-             "${extra[@]}" 2>> "$train_log" | tail -n 1)
-    echo "precision crumb bf16 channels-last: $line" >> "$train_log"
-    sps=$(json_field samples_per_s "$line")
-    best_crumb=$(python3 -c "print(max($best_crumb, ${sps:-0}))")
-    line=$(bounded 150 "$build/train" "${p_common[@]}" --precision bf16 --channels-last off --limit-test "$precision_batch" \
-             "${extra[@]}" 2>> "$train_log" | tail -n 1)
-    echo "precision crumb bf16 NCHW: $line" >> "$train_log"
-    sps=$(json_field samples_per_s "$line")
-    best_nchw=$(python3 -c "print(max($best_nchw, ${sps:-0}))")
-    line=$(bounded 150 "$torch_py" "$repo/tools/bench/torch_reference.py" "${p_common[@]}" --precision bf16 \
-             --channels-last --tf32 default 2>> "$train_log" | tail -n 1)
-    echo "precision torch autocast bf16 channels_last: $line" >> "$train_log"
-    sps=$(json_field samples_per_s "$line")
-    best_torch=$(python3 -c "print(max($best_torch, ${sps:-0}))")
+# ---- compute-sanitizer, straight after the tests it runs: memcheck over the GPU tests of
+# --sanitize-filter (default: the kernels written since the last GPU session and the tests that reach
+# them; "all" for every GPU test but the free-memory one, whose figure the tool's own allocations move),
+# racecheck and synccheck over the kernels that use shared memory or shuffles (the kernel tests, and the
+# norm, dropout and adaptive-pool op cases). Judged by each run's ERROR SUMMARY line; API errors that the
+# code handles itself are not reported.
+if want sanitize; then
+  [[ $sanitize_filter == all ]] && sanitize_filter="$gpu_filter:-CudaEngine.TrainingLoopAllocatesNothing"
+  for tool in memcheck racecheck synccheck; do
+    filter=$sanitize_filter
+    [[ $tool != memcheck ]] &&
+      filter='CudaKernels.*:OpParity.CpuVsCuda/*Norm*:OpParity.CpuVsCuda/Dropout*:OpParity.CpuVsCuda/AdaptiveAvgPool*'
+    t0=$SECONDS
+    bounded 150 compute-sanitizer --tool "$tool" --report-api-errors no "$tests" --gtest_filter="$filter" \
+      > "$tmpd/sanitizer.txt" 2>&1
+    { echo "==== compute-sanitizer $tool $filter"; cat "$tmpd/sanitizer.txt"; } >> "$tests_log"
+    verdict=$(grep -oE '(ERROR|RACECHECK) SUMMARY.*' "$tmpd/sanitizer.txt" | tail -1)
+    note "compute-sanitizer $tool ($(( SECONDS - t0 )) s, $(grep -cE '^\[       OK \]' "$tmpd/sanitizer.txt") tests passed):" \
+         "${verdict:-no ERROR SUMMARY line (cut off or failed to start)}"
   done
-  note "precision: $precision_model ${precision_input} bf16 batch $precision_batch on $precision_device (best of $repeat," \
-       "samples/s): crumb channels-last $best_crumb, crumb NCHW $best_nchw, torch autocast+channels_last $best_torch," \
-       "ratio $(python3 -c "print(f'{$best_crumb / $best_torch:.3f}' if $best_torch else 'n/a (a side failed: see train.log)')")" \
-       "(NCHW $(python3 -c "print(f'{$best_nchw / $best_torch:.3f}' if $best_torch else 'n/a')"))"
+fi
+
+# ---- ResNets against PyTorch on the same device (issue 25; issue 27's bf16 figure): resnet20 on
+# Fashion-MNIST written as CIFAR-10 files (3x32x32, tools/bench/fashion_cifar.py) at batch 128, one epoch
+# (--resnet20-train caps it), and ResNet-50 on synthetic --resnet50-input images (1000 classes) at batch
+# --resnet50-batch, 2 epochs of --resnet50-samples. Three pairings, interleaved, best of --repeat by
+# samples/s (both sides count their first steps: plans, cuDNN start-up, Crumb's CUDA-graph capture):
+# Crumb float32 against PyTorch eager float32 (TF32 off), Crumb --tf32 against PyTorch's defaults (TF32
+# convolutions), Crumb --precision bf16 (channels-last) against PyTorch autocast bf16 with channels_last;
+# Crumb bf16 in NCHW beside them, for what the NHWC plan gains. Eager PyTorch (cuDNN's default
+# heuristics, no torch.compile). Test accuracy is the best run's. Target: ratio >= 1.0 on each.
+if want resnets; then
+  cifar="$tmpd/fashion-cifar" torch_py=${CRUMB_BENCH_PYTHON:-python3}
+  "$torch_py" "$repo/tools/bench/fashion_cifar.py" "$cifar" --data "$data" >> "$train_log" 2>&1 ||
+    note "resnets: fashion_cifar.py FAILED (see train.log)"
+  variants=("fp32||--tf32 off" "tf32|--tf32|--tf32 default"
+            "bf16|--precision bf16 --channels-last on|--precision bf16 --channels-last --tf32 default"
+            "bf16-nchw|--precision bf16 --channels-last off|")
+  declare -A best=() best_acc=()
+  # keep KEY LINE: the run's samples/s and test accuracy, where it beats KEY's best so far.
+  keep() {
+    local sps acc
+    sps=$(json_field samples_per_s "$2") acc=$(json_field test_accuracy "$2")
+    [[ -n "$sps" ]] || return 0
+    if awk -v a="$sps" -v b="${best[$1]:-0}" 'BEGIN { exit !(a > b) }'; then best[$1]=$sps best_acc[$1]=${acc:-?}; fi
+  }
+  for ((r = 0; r < repeat; ++r)); do
+    for m in resnet20 resnet50; do
+      if [[ $m == resnet20 ]]; then
+        set_=(--model resnet20 --dataset cifar10 --data "$cifar" --batch 128 --epochs 1 --lr 0.05)
+        (( resnet20_train > 0 )) && set_+=(--limit-train "$resnet20_train")
+      else
+        set_=(--model resnet50 --dataset synthetic --input "$resnet50_input" --classes 1000 --batch "$resnet50_batch"
+              --epochs 2 --limit-train "$resnet50_samples" --lr 0.01)
+      fi
+      set_+=(--momentum 0.9 --seed 0 --threads "$jobs" --device "$race_device")
+      crumb_set=(--bn-group batch)  # BatchNorm over the whole batch, as PyTorch's
+      for v in "${variants[@]}"; do
+        IFS='|' read -r name crumb_flags torch_flags <<< "$v"
+        limit_test=()
+        [[ $m == resnet50 ]] && limit_test=(--limit-test "$resnet50_batch")  # synthetic: accuracy means nothing
+        # shellcheck disable=SC2086
+        line=$(bounded 150 "$build/train" "${set_[@]}" "${crumb_set[@]}" $crumb_flags "${limit_test[@]}" "${extra[@]}" 2>> "$train_log" | tail -n 1)
+        echo "resnets $m $name crumb: $line" >> "$train_log"
+        keep "$m $name crumb" "$line"
+        [[ -n "$torch_flags" ]] || continue
+        # shellcheck disable=SC2086
+        line=$(bounded 150 "$torch_py" "$repo/tools/bench/torch_reference.py" "${set_[@]}" $torch_flags 2>> "$train_log" | tail -n 1)
+        echo "resnets $m $name torch: $line" >> "$train_log"
+        keep "$m $name torch" "$line"
+      done
+    done
+  done
+  for m in resnet20 resnet50; do
+    for v in "${variants[@]}"; do
+      name=${v%%|*} c=${best[$m $name crumb]:-0} t=${best[$m $name torch]:-0}
+      row="resnets $m $name on $race_device (best of $repeat, samples/s): crumb $c (test accuracy ${best_acc[$m $name crumb]:-?})"
+      if [[ $name != bf16-nchw ]]; then
+        row+=", torch $t (${best_acc[$m $name torch]:-?}), ratio $(python3 -c "print(f'{$c / $t:.3f}' if $t else 'n/a (a side failed: see train.log)')")"
+      else
+        row+=", channels-last's gain $(python3 -c "b = ${best[$m bf16 crumb]:-0}; print(f'{b / $c:.3f}x' if $c else 'n/a')")"
+      fi
+      note "$row"
+    done
+  done
 fi
 
 # ---- kernel microbenchmarks on the GPU (issue 11): Crumb's kernels against cuDNN's exhaustive search and
@@ -337,6 +386,16 @@ for kernel, v in sorted(by_kernel.items()):
     print(f"  {kernel:30} {len(v):4d} {statistics.median(x[0] for x in r) if r else float('nan'):7.2f} "
           f"{worst[0] or float('nan'):7.2f} {worst[1][:32]:32} {statistics.median(x[2] for x in v):7.1f} "
           f"{max(x[3] for x in v) / 2**20:10.1f}")
+# The per-step passes over the parameter block: the divergence check (count_nonfinite) against the
+# optimizer step itself, per model (issue 25: the check's cost as a share of the step).
+passes, scale = {}, {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
+for b in merged:
+    parts = [p for p in b["name"].split("/") if p not in ("manual_time", "real_time")]
+    if b.get("run_type", "iteration") == "iteration" and not b.get("error_occurred") and len(parts) == 4 \
+       and parts[1] in ("count_nonfinite", "sgd_momentum_step", "adamw_step"):
+        passes.setdefault(parts[2], {})[parts[1]] = b["real_time"] * scale.get(b.get("time_unit", "ns"), 1e-3)
+for suite, t in sorted(passes.items()):
+    print(f"kernels: {suite}: " + ", ".join(f"{k} {v:.1f} us" for k, v in sorted(t.items())))
 PY
     python3 "$repo/tools/bench/kernels/plot.py" "$out/kernels.json" -o "$out/kernels.svg" --device cuda >> "$train_log" 2>&1 \
       && note "kernels: kernels.svg $(stat -c %s "$out/kernels.svg") bytes" || note "kernels: plot.py FAILED (see train.log)"
@@ -618,23 +677,6 @@ if want swap; then
     --input 3x224x224 --repeat 2 > "$tmpd/swap.txt" 2>> "$train_log"
   note "swap: $(tail -n 1 "$tmpd/swap.txt")"
   cat "$tmpd/swap.txt" >> "$train_log"
-fi
-
-# ---- compute-sanitizer, last: memcheck over the GPU tests (not the free-memory one: the tool's own
-# allocations move it; --sanitize-filter narrows it), racecheck and synccheck over the kernels that use
-# shared memory or shuffles (the kernel tests, and the norm, dropout and adaptive-pool op cases).
-# Judged by each run's ERROR SUMMARY line; API errors that the code handles itself are not reported.
-if want sanitize; then
-  for tool in memcheck racecheck synccheck; do
-    filter=$sanitize_filter
-    [[ $tool != memcheck ]] &&
-      filter='CudaKernels.*:OpParity.CpuVsCuda/*Norm*:OpParity.CpuVsCuda/Dropout*:OpParity.CpuVsCuda/AdaptiveAvgPool*'
-    bounded 240 compute-sanitizer --tool "$tool" --report-api-errors no "$tests" --gtest_filter="$filter" \
-      > "$tmpd/sanitizer.txt" 2>&1
-    { echo "==== compute-sanitizer $tool $filter"; cat "$tmpd/sanitizer.txt"; } >> "$tests_log"
-    verdict=$(grep -oE '(ERROR|RACECHECK) SUMMARY.*' "$tmpd/sanitizer.txt" | tail -1)
-    note "compute-sanitizer $tool: ${verdict:-no ERROR SUMMARY line (cut off or failed to start)}"
-  done
 fi
 
 finish 0
