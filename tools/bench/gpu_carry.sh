@@ -2,7 +2,7 @@
 # Assembles gpu-carry/ (git-ignored): what the bare GPU machine lacks to build and benchmark Crumb.
 # That machine has nvcc, CMake, ninja, PyTorch and compute-sanitizer but no package registry, so this
 # copies from this machine's Debian packages: the Fashion-MNIST files, Eigen's headers and CMake package,
-# GoogleTest's headers and static libraries, zlib's headers and static library, Google Benchmark (for
+# GoogleTest's headers and static libraries, zlib's headers and shared library, Google Benchmark (for
 # kernels_bench) and a relocatable Open MPI 4.1 runtime (mpirun, libmpi, PMIx; for the NCCL path, which
 # CMake builds only with MPI). Name gpu-carry in the device tool's `carry`, then run tools/bench/gpu.sh
 # there. The device tool sends at most 64 MiB (tracked files + carried folders): the size is checked.
@@ -20,7 +20,8 @@ cp -r /usr/share/eigen3 "$out/eigen/share/"   # Eigen3Config.cmake finds include
 cp -r /usr/include/gtest "$out/gtest/include/"
 cp $L/libgtest.a $L/libgtest_main.a "$out/gtest/lib/"
 cp /usr/include/zlib.h /usr/include/zconf.h "$out/zlib/include/"
-cp $L/libz.a "$out/zlib/lib/"
+# The shared library: libcrumb.so links zlib, and Debian's libz.a is not position-independent.
+cp -L $L/libz.so "$out/zlib/lib/libz.so"
 
 # Google Benchmark (libbenchmark-dev): its CMake package finds the prefix four folders up, so the
 # Debian layout is kept (-Dbenchmark_DIR=gpu-carry/benchmark/lib/x86_64-linux-gnu/cmake/benchmark).
