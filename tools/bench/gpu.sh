@@ -160,7 +160,7 @@ note "cuDNN: ${cudnn_lib#*=}; NCCL: ${nccl_lib#*=}"
 
 dep_args=()
 [[ -d "$carry" ]] && dep_args=(-DEigen3_DIR="$carry/eigen/share/eigen3/cmake" -DGTEST_ROOT="$carry/gtest"
-                               -DZLIB_ROOT="$carry/zlib" -DZLIB_LIBRARY="$carry/zlib/lib/libz.so"
+                               -DZLIB_ROOT="$carry/zlib" -DZLIB_LIBRARY="$carry/zlib/lib/libz.so" -DZLIB_LIBRARY_RELEASE="$carry/zlib/lib/libz.so"
                                -DZLIB_INCLUDE_DIR="$carry/zlib/include")
 [[ -d "$carry/benchmark" ]] && dep_args+=(-Dbenchmark_DIR="$carry/benchmark/lib/x86_64-linux-gnu/cmake/benchmark")
 # train's default data folder, and so the data-dependent tests' (engine/data/idx.h).
