@@ -56,9 +56,10 @@ TEST(CudaPrecision, SixteenBitRowsAreNative) {
 // One training batch of lenet5 and of resnet20 (BatchNorm over groups of 8, two micro-batches) in bf16 and
 // fp16 on the device against the CPU. The two differ where a sum rounds differently before its 16-bit
 // store (cuBLAS and cuDNN add in their own orders; the CPU's kernels in theirs), and a value one rounding
-// apart can switch a ReLU: so the bound is a fraction of the 16-bit graphs' own distance from float32
-// (tests/precision_test.cc), not float rounding. The float32 parameter gradients, running statistics and
-// num_batches_tracked are compared.
+// apart can switch a ReLU, whose effect BatchNorm then scales up: so the device's 16-bit gradients must be
+// as close to the float32 graph's (on the CPU) as the CPU's 16-bit gradients are, within a factor of 2,
+// rather than close to the CPU's own 16-bit run. Running statistics, the loss and num_batches_tracked are
+// compared with the CPU's 16-bit run directly.
 TEST(CudaPrecision, TrainingStepMatchesCpu) {
   CRUMB_REQUIRE_GPU();
   struct Case {
@@ -71,17 +72,20 @@ TEST(CudaPrecision, TrainingStepMatchesCpu) {
   const Case cases[] = {{"lenet5", {1, 28, 28, 10}, 32, 32}, {"resnet20", {3, 8, 8, 5, norm}, 16, 32}};
   for (DType dtype : {DType::BF16, DType::F16}) {
     // bf16 keeps 8 significant bits, fp16 11: their roundings differ by 8x.
-    const double grad_tol = dtype == DType::BF16 ? 0.1 : 0.02, loss_tol = dtype == DType::BF16 ? 1e-2 : 2e-3;
+    const double loss_tol = dtype == DType::BF16 ? 1e-2 : 2e-3;
     for (const Case& c : cases) {
       SCOPED_TRACE(std::string(c.model) + " " + dtype_name(dtype));
-      Graph g = models::build(c.model, c.spec, dtype);
+      Graph g = models::build(c.model, c.spec, dtype), g32 = models::build(c.model, c.spec, DType::F32);
       build_backward(g);
+      build_backward(g32);
       const test::BatchOutcome cpu = test::run_one_batch(g, c.m, c.batch, c.spec.classes),
-                               gpu = test::run_one_batch(g, c.m, c.batch, c.spec.classes, 0, {}, Device::CUDA);
+                               gpu = test::run_one_batch(g, c.m, c.batch, c.spec.classes, 0, {}, Device::CUDA),
+                               f32 = test::run_one_batch(g32, c.m, c.batch, c.spec.classes);
       EXPECT_NEAR(gpu.loss_sum, cpu.loss_sum, loss_tol * cpu.loss_sum);
-      const double grads = test::norm_error(gpu.grads, cpu.grads);
-      std::printf("%s %s: gradients on CUDA against the CPU, normwise %.3g\n", c.model, dtype_name(dtype), grads);
-      EXPECT_LE(grads, grad_tol);
+      const double on_cpu = test::norm_error(cpu.grads, f32.grads), on_gpu = test::norm_error(gpu.grads, f32.grads);
+      std::printf("%s %s: gradients against float32, normwise: CPU %.3g, CUDA %.3g; CUDA against the CPU, normwise "
+                  "%.3g\n", c.model, dtype_name(dtype), on_cpu, on_gpu, test::norm_error(gpu.grads, cpu.grads));
+      EXPECT_LE(on_gpu, 2 * on_cpu);
       EXPECT_LE(test::relative_error(gpu.state, cpu.state), loss_tol) << "running statistics";
       EXPECT_EQ(gpu.tracked, cpu.tracked) << "num_batches_tracked";
     }

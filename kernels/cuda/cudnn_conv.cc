@@ -5,6 +5,7 @@
 
 #include "engine/base/error.h"
 #include "kernels/cuda/check.h"
+#include "kernels/convert.h"
 #include "kernels/elementwise.h"
 
 namespace crumb::cuda {
@@ -18,6 +19,13 @@ std::string describe(const cpu::Conv2dShape& s) {
 
 const char* pass_name(ConvPass pass) {
   return pass == ConvPass::Forward ? "forward" : pass == ConvPass::BackwardData ? "backward-data" : "backward-filter";
+}
+
+// Where the algorithm's workspace starts after a restaged dw: cuDNN wants its workspace aligned.
+constexpr std::size_t kWorkspaceAlign = 256;
+
+DType dtype_of(cudnnDataType_t t) {
+  return t == CUDNN_DATA_BFLOAT16 ? DType::BF16 : t == CUDNN_DATA_HALF ? DType::F16 : DType::F32;
 }
 
 bool tensor_op(cudnnMathType_t math) {
@@ -55,6 +63,11 @@ ConvPlan::ConvPlan(cudnnHandle_t handle, const cpu::Conv2dShape& s, ConvPass pas
   detail::set_image(x_, s.n, s.c_in, s.h, s.w, dtype, layout);
   detail::set_image(y_, s.n, s.c_out, s.h_out, s.w_out, dtype, layout);
   detail::set_image(bias_, 1, s.c_out, 1, 1, dtype);
+  if (pass == ConvPass::BackwardFilter && layout == Layout::NHWC && filter_layout == Layout::NCHW) {
+    const std::size_t bytes = static_cast<std::size_t>(s.c_out) * s.c_in * s.kh * s.kw * dtype_size(dtype_of(dtype));
+    restage_bytes_ = (bytes + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign;
+    filter_layout = Layout::NHWC;
+  }
   CRUMB_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_.get(), dtype, detail::format_of(filter_layout), s.c_out, s.c_in,
                                                s.kh, s.kw));
   // Cross-correlation is what deep-learning frameworks call convolution (no kernel flip). The compute
@@ -204,12 +217,25 @@ void conv_backward_data(cudnnHandle_t handle, ConvPlan& plan, void* dx, const vo
 
 void conv_backward_filter(cudnnHandle_t handle, ConvPlan& plan, void* dw, void* db, const void* dy, const void* x,
                           void* workspace, std::size_t workspace_bytes, bool accumulate) {
-  const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  plan.run(handle, workspace_bytes, "cudnnConvolutionBackwardFilter", [&](int algo) {
+  const float one = 1.0f, zero = 0.0f, beta = accumulate ? 1.0f : 0.0f;
+  const std::size_t restage = plan.restage_bytes_;
+  CRUMB_CHECK(workspace_bytes >= restage, describe(plan.shape_), ": the backward-filter pass needs ",
+              plan.workspace_bytes(), " bytes of workspace, got ", workspace_bytes);
+  void* out = restage ? workspace : dw;
+  void* algo_workspace = static_cast<char*>(workspace) + restage;
+  plan.run(handle, workspace_bytes - restage, "cudnnConvolutionBackwardFilter", [&](int algo) {
     return cudnnConvolutionBackwardFilter(handle, &one, plan.x_.get(), x, plan.y_.get(), dy, plan.conv_.get(),
-                                          static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), workspace,
-                                          workspace_bytes, &beta, plan.w_.get(), dw);
+                                          static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), algo_workspace,
+                                          workspace_bytes - restage, restage ? &zero : &beta, plan.w_.get(), out);
   });
+  if (restage) {
+    cudaStream_t stream = nullptr;
+    CRUMB_CUDNN_CHECK(cudnnGetStream(handle, &stream));
+    const cpu::Conv2dShape& s = plan.shape_;
+    const DType t = dtype_of(plan.dtype_);
+    relayout(dw, t, out, t, ImageShape{s.c_out, s.c_in, static_cast<int64_t>(s.kh) * s.kw}, Layout::NCHW, accumulate,
+             stream);
+  }
   if (db) CRUMB_CUDNN_CHECK(cudnnConvolutionBackwardBias(handle, &one, plan.y_.get(), dy, &beta, plan.bias_.get(), db));
 }
 

@@ -33,7 +33,8 @@ class ConvPlan {
  public:
   // shape.n is the largest micro-batch. Throws if the pass has no algorithm within workspace_limit bytes.
   // layout is x's and y's (and dx's and dy's); filter_layout the filter's (or dw's): NHWC filters are
-  // [K, R, S, C]. cuDNN's tensor-core engines want both NHWC (engine/plan/layout.h).
+  // [K, R, S, C]. cuDNN's tensor-core engines want both NHWC (engine/plan/layout.h); its backward-filter
+  // algorithms refuse NHWC x and dy with an NCHW dw, which the plan therefore writes NHWC and moves.
   ConvPlan(cudnnHandle_t handle, const cpu::Conv2dShape& shape, ConvPass pass, std::size_t workspace_limit,
            bool tf32 = false, cudnnDataType_t dtype = CUDNN_DATA_FLOAT, Layout layout = Layout::NCHW,
            Layout filter_layout = Layout::NCHW);
@@ -48,7 +49,7 @@ class ConvPlan {
   ConvPass pass() const { return pass_; }
   cudnnDataType_t dtype() const { return dtype_; }
   // Workspace bytes the pass needs at any batch up to the planned one.
-  std::size_t workspace_bytes() const { return workspace_; }
+  std::size_t workspace_bytes() const { return restage_bytes_ + workspace_; }
   // The algorithm (cuDNN's enum value for the pass) the next run uses.
   int algorithm() const { return current_.algo; }
 
@@ -80,6 +81,9 @@ class ConvPlan {
   detail::ConvolutionDescriptor conv_;
   std::vector<Candidate> candidates_;
   std::size_t workspace_ = 0;
+  // An NHWC backward-filter pass whose dw is NCHW: cuDNN's algorithms take x, dy and dw in one layout, so
+  // dw is written [K, R, S, C] into the workspace's first restage_bytes_, then moved (or added) to NCHW.
+  std::size_t restage_bytes_ = 0;
   Candidate current_{};
   std::vector<std::pair<int, Candidate>> picked_;  // batch -> candidate, so revisiting a batch queries nothing
 };

@@ -234,7 +234,7 @@ if want cuda; then
   note "cuda tests: slowest: $(sed -n 's/^\[       OK \] \(.*\) (\([0-9]*\) ms)$/\2 \1/p' "$tmpd/cuda.log" | sort -rn | head -n 4 |
                                awk '{ printf "%s %.1f s; ", $2, $1 / 1000 }')"
   # The 16-bit tests' measured errors (their bounds are estimates: CudaPrecision.TrainingStepMatchesCpu).
-  grep 'against the CPU, normwise' "$tmpd/cuda.log" | sed 's/^/precision: /' | tee -a "$summary"
+  grep 'against float32, normwise' "$tmpd/cuda.log" | sed 's/^/precision: /' | tee -a "$summary"
 fi
 
 # ---- compute-sanitizer, straight after the tests it runs: memcheck over the GPU tests of
@@ -456,7 +456,7 @@ if want nccl; then
     mpirun --version 2>&1 | grep -q 'Open MPI' && mpi_run+=(--bind-to none --mca btl self,vader)
     common=(--model cnn --device cuda --batch 256 --micro-batch 64 --epochs 1 --limit-train 8192 --limit-test 1024
             --seed 0 --lr 0.05 --momentum 0.9 --threads "$jobs" --data "$data")
-    for run in plain nccl; do
+    for run in plain again nccl; do  # again: what two plain runs differ by (cuDNN algorithms with atomics)
       launcher=()
       [[ $run == nccl ]] && launcher=("${mpi_run[@]}")
       echo "==== nccl phase: $run: ${launcher[*]} train ${common[*]}" >> "$train_log"
@@ -471,7 +471,7 @@ if want nccl; then
         echo "$run (again) exit $?: $(tail -n 1 "$tmpd/$run.out")" >> "$train_log"
       fi
     done
-    python3 - "$tmpd"/{plain,nccl}.safetensors "$tmpd/nccl.out" <<'PY' 2>&1 | tee -a "$train_log" | tail -n 1 >> "$summary"
+    python3 - "$tmpd"/{plain,again,nccl}.safetensors "$tmpd/nccl.out" <<'PY' 2>&1 | tee -a "$train_log" | tail -n 1 >> "$summary"
 import array, json, struct, sys
 def load(path):
     with open(path, "rb") as f:
@@ -483,20 +483,21 @@ def load(path):
             a = array.array("f"); a.frombytes(blob[v["data_offsets"][0]:v["data_offsets"][1]]); out[k] = a
     return out
 try:
-    a, b = load(sys.argv[1]), load(sys.argv[2])
-    last = open(sys.argv[3]).read().strip().splitlines()[-1]
+    a, again, b = load(sys.argv[1]), load(sys.argv[2]), load(sys.argv[3])
+    last = open(sys.argv[4]).read().strip().splitlines()[-1]
     j = json.loads(last)
 except Exception as e:  # a run that failed: its error is in train.log
     print(f"nccl: FAILED ({type(e).__name__}: {e}); see train.log"); sys.exit(0)
-worst, differ = 0.0, 0
-for k in a:
-    scale = max(max(abs(x) for x in a[k]), 1e-30)
-    d = max(abs(x - y) for x, y in zip(a[k], b[k]))
-    differ += sum(x != y for x, y in zip(a[k], b[k]))
-    worst = max(worst, d / scale)
+def differ(a, b):
+    worst, n = 0.0, 0
+    for k in a:
+        scale = max(max(abs(x) for x in a[k]), 1e-30)
+        worst = max(worst, max(abs(x - y) for x, y in zip(a[k], b[k])) / scale)
+        n += sum(x != y for x, y in zip(a[k], b[k]))
+    return f"{n} values differ, worst relative {worst:.3g}"
 print(f"nccl: 1 rank under mpirun (ranks {j.get('ranks')}, {j.get('buckets')} buckets, all-reduce "
-      f"{j.get('allreduce_seconds')} s, {j.get('allreduce_wait_seconds')} s waited) against one process: "
-      f"{len(a)} tensors, {differ} values differ, worst relative {worst:.3g}; {j.get('samples_per_s')} samples/s")
+      f"{j.get('allreduce_seconds')} s, {j.get('allreduce_wait_seconds')} s waited) against one process, "
+      f"{len(a)} tensors: {differ(a, b)}; two plain runs: {differ(a, again)}; {j.get('samples_per_s')} samples/s")
 PY
     echo "==== MpiRun.* (CPU, 2 ranks) through $(command -v mpirun)" >> "$train_log"
     bounded 180 "$tests" --gtest_filter='MpiRun.*' > "$tmpd/mpirun.log" 2>&1
@@ -526,7 +527,7 @@ if want beyond; then
 import re, sys
 U = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 def least(line):
-    m = re.search(r"the least each needs: (.*) \(raise", line)
+    m = re.search(r"the least each needs: (.*?) \(", line)
     return {p.rsplit(" ", 2)[0]: float(p.rsplit(" ", 2)[1]) * U[p.rsplit(" ", 2)[2]] for p in m.group(1).split(", ")}
 a, b = least(sys.argv[1]), least(sys.argv[2])
 print(int(a["in memory"]), int(b["in memory"]), int(b["auto"]))
