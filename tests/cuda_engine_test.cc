@@ -18,6 +18,7 @@
 #include "engine/optim/optimizer.h"
 #include "engine/train/scheduler.h"
 #include "engine/ops/norm.h"
+#include "engine/plan/layout.h"
 #include "engine/train/model_registry.h"
 #include "tests/batch_outcome.h"
 #include "tests/test_util.h"
@@ -96,6 +97,34 @@ TEST(CudaEngine, NormalisedResnetMatchesCpu) {
       EXPECT_LE(relative_error(gpu.state, cpu.state), kTolerance) << "running statistics";
       EXPECT_EQ(gpu.tracked, cpu.tracked) << "num_batches_tracked";
     }
+  }
+}
+
+// Graph::deterministic (--deterministic) keeps cuDNN's deterministic algorithms only, and every Crumb
+// kernel reduces in a fixed order, so two runs of the same batch give the same gradient and running-
+// statistics bits (only the reported loss sum adds with atomics), in NCHW and in channels-last (whose
+// backward-filter pass writes dw through the workspace).
+TEST(CudaEngine, DeterministicRunsRepeatTheirBits) {
+  CRUMB_REQUIRE_GPU();
+  for (bool nhwc : {false, true}) {
+    SCOPED_TRACE(nhwc ? "channels-last" : "NCHW");
+    models::NormSpec norm;
+    norm.bn.group = 8;
+    Graph g = models::build("resnet20", {3, 8, 8, 5, norm});
+    build_backward(g);
+    if (nhwc) to_channels_last(g);
+    g.set_deterministic(true);
+    auto outcome = [&] {
+      ParamStore params(g, Device::CUDA);
+      params.init(5);
+      Arena arena(Device::CUDA);
+      Scheduler sched(g, params, arena, 16);
+      return test::run_one_batch(g, params, sched, 44, 5);
+    };
+    const test::BatchOutcome a = outcome(), b = outcome();
+    EXPECT_EQ(a.grads, b.grads);
+    EXPECT_EQ(a.state, b.state);
+    EXPECT_NEAR(a.loss_sum, b.loss_sum, 1e-12 * a.loss_sum);
   }
 }
 

@@ -83,6 +83,7 @@ TEST(TrainCli, BadFlags) {
   expect_one_error_line(run_train("--device gpu"), "--device must be cpu or cuda");
   expect_one_error_line(run_train("--cuda-graphs maybe"), "--cuda-graphs must be on or off, got 'maybe'");
   expect_one_error_line(run_train("--tf32=1"), "--tf32 takes no value");
+  expect_one_error_line(run_train("--deterministic=on"), "--deterministic takes no value");
   // Fashion-MNIST's 28x28 would leave vgg11_bn's fifth pool nothing to pool.
   expect_one_error_line(run_train("--model vgg11_bn"),
                         "model vgg11_bn needs images of at least 32x32, got 1x28x28: use --dataset cifar10, or "
@@ -189,6 +190,18 @@ TEST(TrainCli, AdamWWithCosineSchedule) {
   EXPECT_NE(r.out.find("\"optimizer\":\"adamw\",\"lr_schedule\":\"cosine\""), std::string::npos) << r.out;
   EXPECT_NEAR(json_number(r.out, "final_lr"), 0.002 * (1 + std::cos(M_PI * 125 / 126)) / 2, 1e-12);
   EXPECT_GT(json_number(r.out, "test_accuracy"), 0.6);
+}
+
+// --deterministic reaches the run (its CUDA effect: CudaEngine.DeterministicRunsRepeatTheirBits) and the
+// summary says so; the CPU's result does not change with it.
+TEST(TrainCli, DeterministicIsRecorded) {
+  const std::string common = "--model mlp --dataset synthetic --device cpu --epochs 1 --batch 16 --limit-train 64 "
+                             "--limit-test 16 --seed 3";
+  const Result plain = run_train(common), det = run_train(common + " --deterministic");
+  ASSERT_EQ(det.code, 0) << det.err;
+  EXPECT_NE(det.out.find("\"deterministic\":true"), std::string::npos) << det.out;
+  EXPECT_NE(plain.out.find("\"deterministic\":false"), std::string::npos) << plain.out;
+  EXPECT_EQ(json_number(det.out, "final_loss"), json_number(plain.out, "final_loss"));
 }
 
 TEST(TrainCli, MissingDataset) {

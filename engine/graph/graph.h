@@ -141,6 +141,11 @@ class Graph {
   // off by default, so every device computes the same float32 function. The CPU has no TF32 and ignores it.
   bool tf32() const { return tf32_; }
   void set_tf32(bool on) { tf32_ = on; }
+  // Whether the device may only run algorithms that give the same bits on every run (CUDA: cuDNN's
+  // deterministic convolution algorithms, as torch.backends.cudnn.deterministic). Off by default: some of
+  // cuDNN's fastest backward algorithms add with atomics. The CPU is deterministic either way.
+  bool deterministic() const { return deterministic_; }
+  void set_deterministic(bool on) { deterministic_ = on; }
 
  private:
   std::vector<Value> values_;
@@ -149,6 +154,7 @@ class Graph {
   ValueId loss_ = -1;
   DType float_dtype_ = DType::F32;
   bool tf32_ = false;
+  bool deterministic_ = false;
 };
 
 }  // namespace crumb

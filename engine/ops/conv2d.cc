@@ -159,8 +159,9 @@ namespace {
 
 struct ConvState : OpState {
   ConvState(cudnnHandle_t dnn, const cpu::Conv2dShape& s, cuda::ConvPass pass, bool tf32, cudnnDataType_t dtype,
-            Layout layout, Layout filter_layout)
-      : plan(dnn, s, pass, cuda::CudaBackend::kConvWorkspaceLimit, tf32, dtype, layout, filter_layout) {}
+            Layout layout, Layout filter_layout, bool deterministic)
+      : plan(dnn, s, pass, cuda::CudaBackend::kConvWorkspaceLimit, tf32, dtype, layout, filter_layout,
+             deterministic) {}
   cuda::ConvPlan plan;
 };
 
@@ -184,7 +185,7 @@ std::unique_ptr<OpState> prepare(const Graph& g, const Node& n, int max_batch, B
   const bool widened = !Native && is_half(g.float_dtype());
   return std::make_unique<ConvState>(cuda::CudaBackend::of(b).dnn(), ops::at_batch<cpu::Conv2dShape>(n, max_batch),
                                      Pass, g.tf32() || widened, Native ? data_type(g.float_dtype()) : CUDNN_DATA_FLOAT,
-                                     n.layout, filter_layout(g, n, Pass));
+                                     n.layout, filter_layout(g, n, Pass), g.deterministic());
 }
 
 std::size_t workspace(const Graph&, const Node&, int, const OpState* state) {

@@ -34,6 +34,7 @@ RunSummary summarize(Trainer& t, const FitResult& r) {
   s.loss_scale = t.loss_scaler().scale();
   s.skipped_steps = t.loss_scaler().skipped();
   s.cuda_graphs = t.scheduler().train_executor().recording();
+  s.deterministic = c.deterministic;
   s.optimizer = optimizer_name(opt.kind());
   s.lr_schedule = lr_schedule_name(c.optimizer.schedule.kind);
   s.final_lr = opt.lr(std::max(opt.steps() - 1, 0LL));
@@ -79,6 +80,7 @@ std::string to_json(const RunSummary& s) {
       .string("precision", s.precision)
       .boolean("tf32", s.tf32)
       .boolean("cuda_graphs", s.cuda_graphs)
+      .boolean("deterministic", s.deterministic)
       .string("optimizer", s.optimizer)
       .string("lr_schedule", s.lr_schedule)
       .number("final_lr", s.final_lr)

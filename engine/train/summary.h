@@ -20,6 +20,7 @@ struct RunSummary {
   std::string device;
   std::string precision;  // fp32 | tf32 | bf16 | fp16
   bool tf32 = false, cuda_graphs = false;  // tf32: the device rounded float32 products to TF32
+  bool deterministic = false;               // --deterministic
   // fp16: the loss scale at the end and the steps skipped for overflowing gradients.
   double loss_scale = 1;
   long long skipped_steps = 0;

@@ -227,6 +227,7 @@ RunPlan plan_run(const TrainConfig& c, const data::DataShape& shape, int batch, 
   p.graph = c.network.empty() ? models::build(c.model, spec, activation_dtype(c.precision))
                               : build_network(c.network, spec, activation_dtype(c.precision));
   p.graph.set_tf32(c.precision == Precision::TF32);
+  p.graph.set_deterministic(c.deterministic);
   build_backward(p.graph);
   if (uses_channels_last(c, device)) to_channels_last(p.graph);
   check_bn_group(c, p.graph, batch);

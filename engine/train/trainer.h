@@ -75,6 +75,7 @@ struct TrainConfig {
   LossScaleConfig loss_scale;  // fp16 only
   ChannelsLast channels_last = ChannelsLast::Auto;
   bool cuda_graphs = true;   // replay each micro-batch's work as a recorded CUDA graph
+  bool deterministic = false;  // the same bits on every run (Graph::deterministic)
   // Checkpoints: where to save (at every epoch's end, every save_every optimizer steps, when stopped and
   // at the end), which weights to start from, which run to continue.
   std::string save, load, resume;

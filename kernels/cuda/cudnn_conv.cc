@@ -35,11 +35,13 @@ bool tensor_op(cudnnMathType_t math) {
 // cuDNN 9 refines NOT_SUPPORTED into sub-codes 3001, 3002, ...: any of them means "try another algorithm".
 bool not_supported(cudnnStatus_t status) { return status / 1000 == CUDNN_STATUS_NOT_SUPPORTED / 1000; }
 
-// cuDNN's ranked results that ran, in the math allowed.
+// cuDNN's ranked results that ran, in the math allowed (and deterministic where asked).
 template <class Perf>
-void append_ranked(const Perf* perf, int count, bool tensor_ops, std::vector<std::pair<int, cudnnMathType_t>>* out) {
+void append_ranked(const Perf* perf, int count, bool tensor_ops, bool deterministic,
+                   std::vector<std::pair<int, cudnnMathType_t>>* out) {
   for (int i = 0; i < count; ++i)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS && (tensor_ops || !tensor_op(perf[i].mathType)))
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && (tensor_ops || !tensor_op(perf[i].mathType)) &&
+        (!deterministic || perf[i].determinism == CUDNN_DETERMINISTIC))
       out->emplace_back(static_cast<int>(perf[i].algo), perf[i].mathType);
 }
 
@@ -51,7 +53,7 @@ void check_workspace(std::size_t need, std::size_t have, ConvPass pass, const cp
 }  // namespace
 
 ConvPlan::ConvPlan(cudnnHandle_t handle, const cpu::Conv2dShape& s, ConvPass pass, std::size_t workspace_limit,
-                   bool tf32, cudnnDataType_t dtype, Layout layout, Layout filter_layout)
+                   bool tf32, cudnnDataType_t dtype, Layout layout, Layout filter_layout, bool deterministic)
     : shape_(s), pass_(pass), dtype_(dtype), layout_(layout), planned_n_(s.n) {
   CRUMB_CHECK(s.n >= 1 && s.c_in >= 1 && s.h >= 1 && s.w >= 1 && s.c_out >= 1 && s.kh >= 1 && s.kw >= 1 &&
                   s.stride_h >= 1 && s.stride_w >= 1 && s.pad_h >= 0 && s.pad_w >= 0,
@@ -87,17 +89,17 @@ ConvPlan::ConvPlan(cudnnHandle_t handle, const cpu::Conv2dShape& s, ConvPass pas
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     CRUMB_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, x_.get(), w_.get(), conv_.get(), y_.get(),
                                                              CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf));
-    append_ranked(perf, count, tensor_ops, &ranked);
+    append_ranked(perf, count, tensor_ops, deterministic, &ranked);
   } else if (pass == ConvPass::BackwardData) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     CRUMB_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
         handle, w_.get(), y_.get(), conv_.get(), x_.get(), CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, perf));
-    append_ranked(perf, count, tensor_ops, &ranked);
+    append_ranked(perf, count, tensor_ops, deterministic, &ranked);
   } else {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     CRUMB_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
         handle, x_.get(), y_.get(), conv_.get(), w_.get(), CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, perf));
-    append_ranked(perf, count, tensor_ops, &ranked);
+    append_ranked(perf, count, tensor_ops, deterministic, &ranked);
   }
   for (const auto& [algo, math] : ranked) {
     const Candidate cand{algo, math};
@@ -106,9 +108,11 @@ ConvPlan::ConvPlan(cudnnHandle_t handle, const cpu::Conv2dShape& s, ConvPass pas
     if (candidates_.empty()) workspace_ = bytes;
     candidates_.push_back(cand);
   }
-  CRUMB_CHECK(!candidates_.empty(), describe(s), ": no cuDNN ", pass_name(pass), " algorithm in ",
-              dtype != CUDNN_DATA_FLOAT ? "16-bit" : tf32 ? "FP32/TF32" : "FP32", " fits the workspace limit of ",
-              workspace_limit, " bytes (", count, " candidates); raise the limit");
+  CRUMB_CHECK(!candidates_.empty(), describe(s), ": no ", deterministic ? "deterministic " : "", "cuDNN ",
+              pass_name(pass), " algorithm in ", dtype != CUDNN_DATA_FLOAT ? "16-bit" : tf32 ? "FP32/TF32" : "FP32",
+              " for these layouts within the workspace limit of ", workspace_limit, " bytes (cuDNN ranked ", count,
+              ", of which ", ranked.size(), " are supported in that math",
+              ranked.empty() ? ": try --tf32 or --channels-last off)" : "; raise the limit)");
   pick(handle);
 }
 

@@ -28,7 +28,8 @@ enum class ConvPass { Forward, BackwardData, BackwardFilter };
 // plan's (cuDNN does not promise that a smaller batch needs less), and a candidate that cuDNN refuses
 // at run time (NOT_SUPPORTED) is dropped for the next. With tf32 off, math is FP32 FMA only, so results
 // match the CPU to float rounding; with it on, tensor-op (TF32) candidates are allowed too. A 16-bit plan
-// allows every math cuDNN offers for it: its tensor-op candidates are the fast ones.
+// allows every math cuDNN offers for it: its tensor-op candidates are the fast ones. deterministic keeps
+// only the algorithms cuDNN reports as giving the same bits on every run (no atomics).
 class ConvPlan {
  public:
   // shape.n is the largest micro-batch. Throws if the pass has no algorithm within workspace_limit bytes.
@@ -37,7 +38,7 @@ class ConvPlan {
   // algorithms refuse NHWC x and dy with an NCHW dw, which the plan therefore writes NHWC and moves.
   ConvPlan(cudnnHandle_t handle, const cpu::Conv2dShape& shape, ConvPass pass, std::size_t workspace_limit,
            bool tf32 = false, cudnnDataType_t dtype = CUDNN_DATA_FLOAT, Layout layout = Layout::NCHW,
-           Layout filter_layout = Layout::NCHW);
+           Layout filter_layout = Layout::NCHW, bool deterministic = false);
 
   // Re-targets the plan to n samples, 1 <= n <= the planned batch (the ragged last micro-batch; also back
   // to the full batch). Re-sets the x/y descriptors and picks the algorithm for n (remembered per n), which

@@ -10,7 +10,8 @@
 # usage: tools/bench/gpu.sh [--deadline 560] [--phases LIST] [--models lenet5,cnn] [--batch 256]
 #          [--epochs 2] [--repeat 3] [--kernel-suites a,b] [--kernel-min-time 0.05]
 #          [--sanitize-filter GTEST_FILTER|all] [--resnet20-train N] [--resnet50-input 3x224x224]
-#          [--resnet50-batch 64] [--resnet50-samples 1024] [--race-device cuda] [-- extra train flags]
+#          [--resnet50-batch 64] [--resnet50-samples 1024] [--race-device cuda]
+#          [--race-variants fp32,tf32,bf16,bf16-nchw] [-- extra train flags]
 # LIST, comma-separated, run in this order whatever the order given: build (configure + build; configure
 #   alone configures only), cuda, sanitize, resnets, kernels, bandwidth, nccl, beyond, cpu, train, graphs,
 #   compare, budget, swap. Default: all of them (more than one call can hold: pick some).
@@ -29,7 +30,7 @@ deadline=560 phases=$all_phases models=lenet5,cnn batch=256 epochs=2 repeat=3
 kernel_suites=resnet50_224,deepbench,vgg11_bn_224,resnet18_28,resnet20,resnet20_28,vgg11_bn_32,cnn,lenet5
 kernel_min_time=0.05
 sanitize_filter="CudaKernels.*:CudaNormChecks.*:CudaPoolChecks.*:*OnCuda:OpParity.CpuVsCuda/*Norm*:OpParity.CpuVsCuda/*Pool*:OpParity.CpuVsCuda/Dropout*:OpParity.CpuVsCuda/Nhwc*:OpParity.CpuVsCuda/ConvReluSwapped"
-resnet20_train=0 resnet50_input=3x224x224 resnet50_batch=64 resnet50_samples=1024 race_device=cuda
+race_variants=fp32,tf32,bf16,bf16-nchw resnet20_train=0 resnet50_input=3x224x224 resnet50_batch=64 resnet50_samples=1024 race_device=cuda
 extra=()
 usage() { sed -n '/^# usage:/,/^# Needs/p' "$0" | sed '$d' >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
@@ -48,6 +49,7 @@ while [[ $# -gt 0 ]]; do
     --resnet50-batch) resnet50_batch=$2; shift 2 ;;
     --resnet50-samples) resnet50_samples=$2; shift 2 ;;
     --race-device) race_device=$2; shift 2 ;;
+    --race-variants) race_variants=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
     *) usage ;;
   esac
@@ -296,6 +298,7 @@ if want resnets; then
       crumb_set=(--bn-group batch)  # BatchNorm over the whole batch, as PyTorch's
       for v in "${variants[@]}"; do
         IFS='|' read -r name crumb_flags torch_flags <<< "$v"
+        [[ ",$race_variants," == *",$name,"* ]] || continue
         limit_test=()
         [[ $m == resnet50 ]] && limit_test=(--limit-test "$resnet50_batch")  # synthetic: accuracy means nothing
         # shellcheck disable=SC2086
@@ -313,6 +316,7 @@ if want resnets; then
   for m in resnet20 resnet50; do
     for v in "${variants[@]}"; do
       name=${v%%|*} c=${best[$m $name crumb]:-0} t=${best[$m $name torch]:-0}
+      [[ ",$race_variants," == *",$name,"* ]] || continue
       row="resnets $m $name on $race_device (best of $repeat, samples/s): crumb $c (test accuracy ${best_acc[$m $name crumb]:-?})"
       if [[ $name != bf16-nchw ]]; then
         row+=", torch $t (${best_acc[$m $name torch]:-?}), ratio $(python3 -c "print(f'{$c / $t:.3f}' if $t else 'n/a (a side failed: see train.log)')")"
@@ -447,7 +451,8 @@ fi
 
 # ---- the NCCL path (issue 13) on this one GPU: the same training as one process and as one rank under
 # mpirun (NCCL communicator, gradient buckets summed by ncclAllReduce while the last micro-batch's
-# backward runs); the weights must agree. Then the CPU MPI tests (2 ranks) through the same mpirun.
+# backward runs); the weights must agree bit for bit, as two plain runs do (--deterministic: without it
+# cuDNN's backward algorithms that add with atomics make every run differ in the last bits). Then the CPU MPI tests (2 ranks) through the same mpirun.
 if want nccl; then
   if ! ldd "$build/train" 2>/dev/null | grep -q libnccl; then
     note "nccl: not run: this build has no NCCL path (configure needs MPI and NCCL; see build.log)"
@@ -455,8 +460,8 @@ if want nccl; then
     mpi_run=(mpirun -np 1)
     mpirun --version 2>&1 | grep -q 'Open MPI' && mpi_run+=(--bind-to none --mca btl self,vader)
     common=(--model cnn --device cuda --batch 256 --micro-batch 64 --epochs 1 --limit-train 8192 --limit-test 1024
-            --seed 0 --lr 0.05 --momentum 0.9 --threads "$jobs" --data "$data")
-    for run in plain again nccl; do  # again: what two plain runs differ by (cuDNN algorithms with atomics)
+            --seed 0 --lr 0.05 --momentum 0.9 --threads "$jobs" --data "$data" --deterministic)
+    for run in plain again nccl; do
       launcher=()
       [[ $run == nccl ]] && launcher=("${mpi_run[@]}")
       echo "==== nccl phase: $run: ${launcher[*]} train ${common[*]}" >> "$train_log"

@@ -184,6 +184,9 @@ Trains a model on Fashion-MNIST with Crumb's graph executor and reports test acc
                        on CUDA, where cuDNN's tensor-core kernels want NHWC; off otherwise). The
                        result is the same up to float32 summation order; checkpoints stay NCHW
   --cuda-graphs on|off record each micro-batch's work once and replay it as one CUDA graph (default on)
+  --deterministic      CUDA: only convolution algorithms that give the same bits on every run, as
+                       torch.backends.cudnn.deterministic (some of cuDNN's fastest backward ones add
+                       with atomics); the CPU is deterministic without it
   --explain            print the memory plan (breakdown, chosen micro-batch, live bytes per step)
                        and exit without training
   --explain-csv FILE   with --explain: also write the per-step timeline as CSV
@@ -230,11 +233,13 @@ Options parse_flags(const std::vector<std::string>& argv) {
       name = name.substr(0, eq);
     }
     CRUMB_CHECK(given.insert(name).second, "--", name, " is given twice");
-    if (name == "help" || name == "explain" || name == "tf32" || name == "nesterov" || name == "fresh-optimizer") {
+    if (name == "help" || name == "explain" || name == "tf32" || name == "nesterov" || name == "fresh-optimizer" ||
+        name == "deterministic") {
       CRUMB_CHECK(eq == std::string::npos, "--", name, " takes no value");
       o.args.push_back("--" + name);
       if (name == "tf32") o.precision = Precision::TF32;
-      else (name == "help" ? o.help : name == "explain" ? o.explain : name == "nesterov" ? opt.nesterov : o.fresh_optimizer) = true;
+      else (name == "help" ? o.help : name == "explain" ? o.explain : name == "nesterov" ? opt.nesterov
+            : name == "deterministic" ? o.deterministic : o.fresh_optimizer) = true;
       continue;
     }
     if (eq == std::string::npos) {
@@ -405,7 +410,7 @@ Options parse_flags(const std::vector<std::string>& argv) {
 
 Options resume_flags(const std::vector<std::string>& recorded, const Options& given) {
   static const std::set<std::string> changeable = {"epochs", "save", "save-every", "log", "data", "threads",
-                                                   "device", "memory-budget", "micro-batch", "cuda-graphs",
+                                                   "device", "memory-budget", "micro-batch", "cuda-graphs", "deterministic",
                                                    "limit-test", "resume", "report", "report-dir", "sweep",
                                                    "strategy", "bucket-cap", "dist-timeout", "fresh-optimizer"};
   auto name_of = [](const std::string& arg) { return arg.substr(2, arg.find('=') - 2); };
@@ -450,7 +455,7 @@ Options resume_flags(const std::vector<std::string>& recorded, const Options& gi
                 " cannot change when resuming: the run recorded ", was ? shown(value_of(*was)) : "its default",
                 ", given ", shown(value_of(arg)), " (a resumed run continues with its recorded settings; it may set --epochs, --save, "
                 "--save-every, --log, --data, --threads, --device, --memory-budget, --micro-batch, --cuda-graphs, "
-                "--limit-test, --report, --report-dir, --sweep, --strategy, --bucket-cap, --dist-timeout, "
+                "--deterministic, --limit-test, --report, --report-dir, --sweep, --strategy, --bucket-cap, --dist-timeout, "
                 "--fresh-optimizer)");
   }
   std::vector<std::string> args;
@@ -524,6 +529,7 @@ TrainConfig config_of(const Options& o) {
   c.precision = o.precision;
   c.loss_scale = o.loss_scale;
   c.cuda_graphs = o.cuda_graphs;
+  c.deterministic = o.deterministic;
   c.channels_last = o.channels_last;
   c.save = o.save;
   c.load = o.load;
