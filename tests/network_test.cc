@@ -90,7 +90,7 @@ TEST(NetworkJson, FullGrammarReadsWhatDescriptionsUse) {
   EXPECT_EQ(n[5].integer, 7u);
   EXPECT_EQ(n[5].number, 7.0);
   EXPECT_EQ(v.find("o")->items[0].find("a")->kind, json::Value::Kind::Array);
-  for (const std::string& bad : {"null", "tru", "-", "1.", "1e", ".5", "01", "-01", "1e999", "[1,]", "[true false]"}) {
+  for (const char* bad : {"null", "tru", "-", "1.", "1e", ".5", "01", "-01", "1e999", "[1,]", "[true false]"}) {
     try {
       json::parse(bad, "src", json::Grammar::Full);
       ADD_FAILURE() << "accepted: " << bad;
