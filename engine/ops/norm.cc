@@ -303,6 +303,15 @@ cpu::BatchNormShape bn_shape(const StepArgs& a) {
   return s;
 }
 
+// Scratch for the cross-block partial sums of a run of `batch` samples (a group of 0 is the whole batch),
+// which bound those of every smaller batch.
+template <std::size_t (*Bytes)(const cpu::BatchNormShape&)>
+std::size_t bn_workspace(const Graph&, const Node& n, int batch, const OpState*) {
+  cpu::BatchNormShape s = ops::at_batch<cpu::BatchNormShape>(n, batch);
+  if (s.group == 0) s.group = batch;
+  return ops::attrs<BatchNormAttrs>(n).frozen ? 0 : Bytes(s);
+}
+
 // As the CPU rows': group 0 normalises the whole micro-batch as one group.
 template <class T> void bn_fwd(const StepArgs& a) {
   const BatchNormAttrs& at = ops::attrs<BatchNormAttrs>(*a.node);
@@ -322,7 +331,8 @@ template <class T> void bn_fwd(const StepArgs& a) {
   double* moments = a.out<double>(2);
   cuda::batch_norm_forward_train(a.out<T>(0), a.out<float>(1), a.in<T>(0), a.in<float>(1), a.in<float>(2), s, at.eps,
                                  deferred ? moments : nullptr, deferred ? nullptr : running_mean,
-                                 deferred ? nullptr : running_var, tracked, at.momentum, stream);
+                                 deferred ? nullptr : running_var, tracked, at.momentum, a.workspace,
+                                 a.workspace_bytes, stream);
   if (deferred && a.last && a.commit) bn_commit(a);
 }
 
@@ -330,7 +340,8 @@ template <class T> void bn_bwd(const StepArgs& a) {
   const BatchNormAttrs& at = ops::attrs<BatchNormAttrs>(*a.node);
   cuda::batch_norm_backward(a.out<float>(0), a.out<float>(1), a.node->out.size() == 3 ? a.out<T>(2) : nullptr,
                             a.in<T>(0), a.in<T>(1), a.in<float>(2), a.in<float>(3), bn_shape(a),
-                            !at.frozen, a.accumulate, cuda::CudaBackend::of(a).compute());
+                            !at.frozen, a.accumulate, a.workspace, a.workspace_bytes,
+                            cuda::CudaBackend::of(a).compute());
 }
 
 template <class T> void bn_apply(const StepArgs& a) {
@@ -355,8 +366,12 @@ template <class T> void gn_bwd(const StepArgs& a) {
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
-  CRUMB_CUDA_ROWS(t, kBatchNorm, bn_fwd, .with_commit(bn_commit).with_nhwc(true));
-  CRUMB_CUDA_ROWS(t, kBatchNormBwd, bn_bwd, .with_nhwc(true));
+  CRUMB_CUDA_ROWS(t, kBatchNorm, bn_fwd,
+                  .with_commit(bn_commit)
+                      .with_workspace(bn_workspace<cuda::batch_norm_forward_train_workspace>)
+                      .with_nhwc(true));
+  CRUMB_CUDA_ROWS(t, kBatchNormBwd, bn_bwd,
+                  .with_workspace(bn_workspace<cuda::batch_norm_backward_workspace>).with_nhwc(true));
   CRUMB_CUDA_ROWS(t, kBatchNormApply, bn_apply, .with_nhwc(true));
   CRUMB_CUDA_ROWS(t, kGroupNorm, gn_fwd);
   CRUMB_CUDA_ROWS(t, kGroupNormBwd, gn_bwd);
