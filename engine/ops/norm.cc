@@ -296,20 +296,24 @@ void bn_commit(const StepArgs& a) {
                           static_cast<int>(a.in_value(3).dims[0]), at.momentum, cuda::CudaBackend::of(a).compute());
 }
 
-// The kernels take the node's layout: BatchNorm runs natively in channels-last plans.
-cpu::BatchNormShape bn_shape(const StepArgs& a) {
-  cpu::BatchNormShape s = ops::batch_norm_shape(a);
-  s.layout = a.node->layout;
+// The kernels' shape of a node at `batch` samples (a group of 0 is the whole batch) in the node's layout:
+// BatchNorm runs natively in channels-last plans.
+cpu::BatchNormShape bn_shape_at(const Node& n, int batch) {
+  cpu::BatchNormShape s = ops::at_batch<cpu::BatchNormShape>(n, batch);
+  if (s.group == 0) s.group = batch;
+  s.layout = n.layout;
   return s;
 }
 
-// Scratch for the cross-block partial sums of a run of `batch` samples (a group of 0 is the whole batch),
-// which bound those of every smaller batch.
-template <std::size_t (*Bytes)(const cpu::BatchNormShape&)>
-std::size_t bn_workspace(const Graph&, const Node& n, int batch, const OpState*) {
-  cpu::BatchNormShape s = ops::at_batch<cpu::BatchNormShape>(n, batch);
-  if (s.group == 0) s.group = batch;
-  return ops::attrs<BatchNormAttrs>(n).frozen ? 0 : Bytes(s);
+cpu::BatchNormShape bn_shape(const StepArgs& a) { return bn_shape_at(*a.node, a.n); }
+
+// Scratch for the cross-block partial sums of `batch` samples, which bound those of fewer. A frozen
+// layer's forward sums nothing; its backward still sums dw and db.
+std::size_t bn_fwd_workspace(const Graph&, const Node& n, int batch, const OpState*) {
+  return ops::attrs<BatchNormAttrs>(n).frozen ? 0 : cuda::batch_norm_forward_train_workspace(bn_shape_at(n, batch));
+}
+std::size_t bn_bwd_workspace(const Graph&, const Node& n, int batch, const OpState*) {
+  return cuda::batch_norm_backward_workspace(bn_shape_at(n, batch));
 }
 
 // As the CPU rows': group 0 normalises the whole micro-batch as one group.
@@ -368,10 +372,10 @@ CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
   CRUMB_CUDA_ROWS(t, kBatchNorm, bn_fwd,
                   .with_commit(bn_commit)
-                      .with_workspace(bn_workspace<cuda::batch_norm_forward_train_workspace>)
+                      .with_workspace(bn_fwd_workspace)
                       .with_nhwc(true));
   CRUMB_CUDA_ROWS(t, kBatchNormBwd, bn_bwd,
-                  .with_workspace(bn_workspace<cuda::batch_norm_backward_workspace>).with_nhwc(true));
+                  .with_workspace(bn_bwd_workspace).with_nhwc(true));
   CRUMB_CUDA_ROWS(t, kBatchNormApply, bn_apply, .with_nhwc(true));
   CRUMB_CUDA_ROWS(t, kGroupNorm, gn_fwd);
   CRUMB_CUDA_ROWS(t, kGroupNormBwd, gn_bwd);

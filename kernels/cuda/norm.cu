@@ -3,10 +3,11 @@
 // E[x^2] - E[x]^2); parameters, their gradients, stats and running statistics are float32 (moments
 // double) whatever the activations' storage type.
 // Every reduction is a fixed-order sum, without atomics, so results are deterministic:
-// - BatchNorm: each (group, channel) split into ranges fixed by the shape, one block each, two passes per
-//   range (its mean, then its squared deviations); one thread per channel merges the ranges in order and
-//   then the groups in order, so moments and running statistics are merged in the CPU's order. y and dx
-//   are then a grid over all values, 4 at a time where aligned;
+// - BatchNorm: each (group, channel) split into ranges fixed by the shape, reduced by blocks (one channel
+//   each on NCHW, a tile of channels on NHWC) in two passes per range (its mean, then its squared
+//   deviations) into a workspace; one thread per channel merges the ranges in order and then the groups
+//   in order, so moments and running statistics are merged in the CPU's order. y and dx are then a grid
+//   over all values, 4 at a time where aligned;
 // - GroupNorm: one block per (sample, group) row for the forward and the input gradient (a row is
 //   contiguous), and one block per channel for the weight and bias gradients (a sum over samples).
 #include <algorithm>
@@ -103,11 +104,14 @@ template <class T, int V> __device__ __forceinline__ void store(T* p, const Pack
 // ---- BatchNorm. The reductions (statistics, weight gradients) split each (group, channel) into `splits`
 // ranges of about kSplitElems values, one block each, which writes its Partial to the workspace; one
 // thread per channel then combines a channel's partials in split order and its groups in group order.
-// The splits depend on the shape alone, so results do not depend on the device. The elementwise passes
-// (y, dx) are a separate grid over all values.
+// The splits depend on the shape alone, so results do not depend on the device. NCHW: a block reduces one
+// channel's range. NHWC: a block reduces a tile of kWarp consecutive channels over a range of positions,
+// lanes on channels (so a warp's loads are one run of memory) and each warp every kTileRows-th position.
+// The elementwise passes (y, dx) are a separate grid over all values.
 constexpr std::size_t kSplitElems = 8192;
 constexpr std::size_t kMaxSplits = 4096;
 constexpr int kSplitBlock = 256;
+constexpr int kTileRows = kSplitBlock / kWarp;
 // Blocks of a grid-stride elementwise pass at most.
 constexpr std::size_t kMaxMapBlocks = 1 << 16;
 
@@ -120,9 +124,11 @@ struct Coeff {
   float k, a, slope, mean;
 };
 
+// Splits of a group's values of a channel (NCHW) or its positions (NHWC, for a tile of kWarp channels).
 int bn_splits(const cpu::BatchNormShape& s) {
   const std::size_t per_group = static_cast<std::size_t>(s.group) * s.hw;
-  return static_cast<int>(std::min((per_group + kSplitElems - 1) / kSplitElems, kMaxSplits));
+  const std::size_t per_split = s.layout == Layout::NHWC ? kSplitElems / kWarp : kSplitElems;
+  return static_cast<int>(std::min((per_group + per_split - 1) / per_split, kMaxSplits));
 }
 
 std::size_t bn_partials(const cpu::BatchNormShape& s) {
@@ -155,8 +161,8 @@ __device__ ScaleShift scale_shift(float w, float b, float mean, float invstd) {
   return {static_cast<float>(scale), static_cast<float>(b - mean * scale)};
 }
 
-// Split k of (group g, channel ch), in units of V values: the channel's values in a group are runs of
-// `run` units (NCHW: a feature map; NHWC: one value) `stride` values apart; the split covers units
+// Split k of (group g, channel ch) of an NCHW tensor, in units of V values: the channel's values in a
+// group are runs of `run` units (a feature map) `stride` values apart; the split covers units
 // [u0, u0 + len) of them, and unit j of it is at(j) from x.
 struct SplitRange {
   std::size_t first, stride, r0;
@@ -166,18 +172,23 @@ struct SplitRange {
     return first + (r0 + r) * stride + static_cast<std::size_t>(q - r * run) * V;
   }
 };
+// Units [u0, u0 + len) of split k of `units` (a group's share of splits of the full group's units).
+struct Span {
+  std::size_t u0;
+  unsigned len;
+};
+__device__ Span split_span(std::size_t units, std::size_t full, int k, int splits) {
+  const std::size_t per_split = (full + splits - 1) / splits, start = k * per_split,
+                    u0 = start < units ? start : units;
+  return {u0, static_cast<unsigned>(units - u0 < per_split ? units - u0 : per_split)};
+}
 template <int V> __device__ SplitRange split_range(const cpu::BatchNormShape& s, int g, int ch, int k, int splits) {
-  const bool nhwc = s.layout == Layout::NHWC;
-  const unsigned run = nhwc ? 1u : static_cast<unsigned>(s.hw / V);
-  const std::size_t per_sample = static_cast<std::size_t>(s.hw / V);  // units; NHWC: V is 1
-  const std::size_t units = static_cast<std::size_t>(min(s.group, s.n - g * s.group)) * per_sample;
-  const std::size_t per_split = (static_cast<std::size_t>(s.group) * per_sample + splits - 1) / splits;
-  const std::size_t start = k * per_split, u0 = start < units ? start : units,
-                    u1 = units - u0 < per_split ? units : u0 + per_split;
-  const std::size_t r0 = u0 / run;
-  return {static_cast<std::size_t>(g) * s.group * s.c * s.hw + (nhwc ? ch : static_cast<std::size_t>(ch) * s.hw),
-          nhwc ? static_cast<std::size_t>(s.c) : static_cast<std::size_t>(s.c) * s.hw, r0, run,
-          static_cast<unsigned>(u0 - r0 * run), static_cast<unsigned>(u1 - u0)};
+  const unsigned run = static_cast<unsigned>(s.hw / V);
+  const Span span = split_span(static_cast<std::size_t>(min(s.group, s.n - g * s.group)) * run,
+                               static_cast<std::size_t>(s.group) * run, k, splits);
+  const std::size_t r0 = span.u0 / run;
+  return {static_cast<std::size_t>(g) * s.group * s.c * s.hw + static_cast<std::size_t>(ch) * s.hw,
+          static_cast<std::size_t>(s.c) * s.hw, r0, run, static_cast<unsigned>(span.u0 - r0 * run), span.len};
 }
 
 // Block (ch * splits + k, g): its split's Partial. Forward (dy null): two passes over the split, the mean
@@ -228,6 +239,68 @@ __global__ void __launch_bounds__(kSplitBlock)
     p.b = block_sum(dev);
   }
   if (threadIdx.x == 0) partials[(static_cast<std::size_t>(g) * s.c + ch) * splits + k] = p;
+}
+
+// Sums v over the block's warps, lane by lane in warp order; every thread gets its lane's total. Every
+// thread of the block must call it; successive calls need no barrier between them (as block_sums).
+__device__ double tile_sum(double v) {
+  __shared__ double partial[kTileRows][kWarp];
+  __shared__ double total[kWarp];
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  partial[warp][lane] = v;
+  __syncthreads();
+  if (warp == 0) {
+    double t = 0;
+    for (int w = 0; w < kTileRows; ++w) t += partial[w][lane];
+    total[lane] = t;
+  }
+  __syncthreads();
+  return total[lane];
+}
+
+// Block (tile * splits + k, g) of an NHWC tensor: the Partial of each channel of its tile over split k of
+// the group's positions, as batch_norm_partial_kernel computes it for one channel.
+template <class T>
+__global__ void __launch_bounds__(kSplitBlock)
+    batch_norm_partial_nhwc_kernel(Partial* partials, const T* x, const T* dy, const float* stats,
+                                   cpu::BatchNormShape s, int splits) {
+  const int tile = blockIdx.x / splits, k = blockIdx.x - tile * splits, g = blockIdx.y;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, ch = tile * kWarp + lane;
+  const bool live = ch < s.c;
+  const Span span = split_span(static_cast<std::size_t>(min(s.group, s.n - g * s.group)) * s.hw,
+                               static_cast<std::size_t>(s.group) * s.hw, k, splits);
+  // Offset of this lane's channel at the split's first position.
+  const std::size_t first = (static_cast<std::size_t>(g) * s.group * s.hw + span.u0) * s.c + ch;
+  const unsigned len = live ? span.len : 0u;
+  const double count = span.len;
+  Partial p{count, 0, 0};
+  if (dy) {
+    const double mean = live ? stats[stats_index(s, g, ch)] : 0.0;
+    double sdy = 0, sdyx = 0;
+#pragma unroll 4
+    for (unsigned r = warp; r < len; r += kTileRows) {
+      const std::size_t i = first + static_cast<std::size_t>(r) * s.c;
+      const double d = to_float(dy[i]);
+      sdy += d;
+      sdyx += d * (to_float(x[i]) - mean);
+    }
+    p.a = tile_sum(sdy);
+    p.b = tile_sum(sdyx);
+  } else {
+    double sum = 0;
+#pragma unroll 4
+    for (unsigned r = warp; r < len; r += kTileRows) sum += to_float(x[first + static_cast<std::size_t>(r) * s.c]);
+    const double total = tile_sum(sum), mean = count > 0 ? total / count : 0.0;
+    double dev = 0;
+#pragma unroll 4
+    for (unsigned r = warp; r < len; r += kTileRows) {
+      const double d = to_float(x[first + static_cast<std::size_t>(r) * s.c]) - mean;
+      dev += d * d;
+    }
+    p.a = mean;
+    p.b = tile_sum(dev);
+  }
+  if (live && warp == 0) partials[(static_cast<std::size_t>(g) * s.c + ch) * splits + k] = p;
 }
 
 // One thread per channel: its groups' statistics from their partials, in split order, and the running
@@ -400,12 +473,19 @@ void bn_map(const Op& op, const cpu::BatchNormShape& s, bool packed, cudaStream_
 // The partials of every (group, channel, split); dy null: the forward's.
 template <class T>
 void launch_partials(Partial* partials, const T* x, const T* dy, const float* stats, const cpu::BatchNormShape& s,
-                 int groups, int splits, cudaStream_t stream) {
-  CRUMB_CHECK(static_cast<std::size_t>(s.c) * splits <= static_cast<std::size_t>(INT_MAX) && groups <= 65535,
-              "BatchNorm: ", s.c, " channels in ", groups, " groups exceed the grid limit");
-  const dim3 grid(static_cast<unsigned>(s.c * splits), static_cast<unsigned>(groups));
-  // A feature map's packs are aligned where x's are; NHWC reads a channel one value at a time.
-  if (s.layout == Layout::NCHW && packs_of_4<T>(s, {x, dy})) {
+                     int groups, int splits, cudaStream_t stream) {
+  const bool nhwc = s.layout == Layout::NHWC;
+  const std::size_t columns = nhwc ? (static_cast<std::size_t>(s.c) + kWarp - 1) / kWarp : s.c;
+  CRUMB_CHECK(columns * splits <= static_cast<std::size_t>(INT_MAX) && groups <= 65535, "BatchNorm: ", s.c,
+              " channels in ", groups, " groups exceed the grid limit");
+  // The kernels count a split's values, and their offset within a feature map, in 32 bits.
+  const std::size_t per_split = (static_cast<std::size_t>(s.group) * s.hw + splits - 1) / splits;
+  CRUMB_CHECK(per_split + s.hw <= UINT_MAX, "BatchNorm: groups of ", s.group, " samples of ", s.hw,
+              " values per channel exceed the kernels' 32-bit ranges");
+  const dim3 grid(static_cast<unsigned>(columns * splits), static_cast<unsigned>(groups));
+  if (nhwc) {
+    batch_norm_partial_nhwc_kernel<T><<<grid, kSplitBlock, 0, stream>>>(partials, x, dy, stats, s, splits);
+  } else if (packs_of_4<T>(s, {x, dy})) {  // a feature map's packs are aligned where x's are
     batch_norm_partial_kernel<T, 4><<<grid, kSplitBlock, 0, stream>>>(partials, x, dy, stats, s, splits);
   } else {
     batch_norm_partial_kernel<T, 1><<<grid, kSplitBlock, 0, stream>>>(partials, x, dy, stats, s, splits);
