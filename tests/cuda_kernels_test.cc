@@ -780,6 +780,58 @@ TEST(CudaKernels, GroupNorm) {
   }
 }
 
+// [n, c, hw] values from NCHW to NHWC (back = false) or back.
+Floats relayout(const Floats& v, int n, int c, int hw, bool back) {
+  Floats out(v.size());
+  for (int i = 0; i < n; ++i)
+    for (int ch = 0; ch < c; ++ch)
+      for (int p = 0; p < hw; ++p) {
+        const std::size_t nchw = (std::size_t(i) * c + ch) * hw + p, nhwc = (std::size_t(i) * hw + p) * c + ch;
+        out[back ? nchw : nhwc] = v[back ? nhwc : nchw];
+      }
+  return out;
+}
+
+// BatchNorm on NHWC (channel tiles of 32 lanes, elementwise passes over channel packs) against the CPU on
+// NCHW: a ragged last tile and group, several splits per group over two tiles, an odd channel count.
+TEST(CudaKernels, BatchNormNhwc) {
+  CRUMB_REQUIRE_GPU();
+  for (cpu::BatchNormShape s : std::vector<cpu::BatchNormShape>{{6, 40, 49, 4}, {4, 64, 300, 4}, {9, 33, 100, 2}}) {
+    const std::string at = norm_name(s.n, s.c, s.hw, "group", s.group) + " NHWC";
+    const std::size_t c = s.c, count = std::size_t(s.n) * s.c * s.hw, stats_count = std::size_t(2) * s.groups() * s.c;
+    const Floats x = norm_input(s.n, s.c, s.hw, 1), w = random_floats(c, 2), b = random_floats(c, 3),
+                 dy = random_floats(count, 6);
+    Floats y(count), stats(stats_count), dw(c), db(c), dx(count);
+    std::vector<double> moments(3 * c, 0.0);
+    int64_t tracked = 0;
+    cpu::batch_norm_forward_train<float>(y.data(), stats.data(), x.data(), w.data(), b.data(), s, 1e-5, moments.data(),
+                                         nullptr, nullptr, &tracked, 0.1);
+    cpu::batch_norm_backward<float>(dw.data(), db.data(), dx.data(), dy.data(), x.data(), w.data(), stats.data(), s,
+                                    true, false);
+    s.layout = Layout::NHWC;
+    const DeviceArray<float> dev_x(relayout(x, s.n, s.c, s.hw, false)), dev_dy(relayout(dy, s.n, s.c, s.hw, false)),
+        dev_w(w), dev_b(b);
+    DeviceArray<float> dev_y(Floats(count, kNaN)), dev_stats(Floats(stats_count, kNaN)), dev_dx(Floats(count, kNaN)),
+        dev_dw(Floats(c, kNaN)), dev_db(Floats(c, kNaN)), dev_applied(Floats(count, kNaN));
+    DeviceArray<double> dev_moments(std::vector<double>(3 * c, 0.0));
+    DeviceArray<int64_t> dev_tracked(std::vector<int64_t>{0});
+    const Scratch forward_scratch(batch_norm_forward_train_workspace(s)), scratch(batch_norm_backward_workspace(s));
+    batch_norm_forward_train(dev_y.get(), dev_stats.get(), dev_x.get(), dev_w.get(), dev_b.get(), s, 1e-5,
+                             dev_moments.get(), nullptr, nullptr, dev_tracked.get(), 0.1, forward_scratch.array.get(),
+                             forward_scratch.bytes, nullptr);
+    expect_close(relayout(dev_y.download(), s.n, s.c, s.hw, true), y, "batch_norm_forward_train y" + at);
+    expect_close(dev_stats.download(), stats, "batch_norm_forward_train stats" + at);
+    test::expect_close(dev_moments.download(), moments, 1e-9, "moments" + at, test::rms_at_least_1(moments));
+    batch_norm_apply(dev_applied.get(), dev_x.get(), dev_w.get(), dev_b.get(), dev_stats.get(), s, nullptr);
+    expect_bits(dev_applied.download(), dev_y.download(), "batch_norm_apply y" + at);
+    batch_norm_backward(dev_dw.get(), dev_db.get(), dev_dx.get(), dev_dy.get(), dev_x.get(), dev_w.get(),
+                        dev_stats.get(), s, true, false, scratch.array.get(), scratch.bytes, nullptr);
+    expect_close(relayout(dev_dx.download(), s.n, s.c, s.hw, true), dx, "batch_norm_backward dx" + at);
+    expect_close(dev_dw.download(), dw, "batch_norm_backward dw" + at);
+    expect_close(dev_db.download(), db, "batch_norm_backward db" + at);
+  }
+}
+
 // The gradient of an empty batch is zero: write mode stores it, accumulate mode leaves the sums alone.
 TEST(CudaKernels, NormEmptyBatchGradients) {
   CRUMB_REQUIRE_GPU();
