@@ -780,6 +780,19 @@ TEST(CudaKernels, GroupNorm) {
   }
 }
 
+// The training forward on the device with deferred moments from zero: writes y and stats, returns the
+// moments.
+template <class T>
+std::vector<double> forward_with_moments(T* y, float* stats, const T* x, const float* w, const float* b,
+                                         const cpu::BatchNormShape& s) {
+  DeviceArray<double> moments(std::vector<double>(3 * std::size_t(s.c), 0.0));
+  DeviceArray<int64_t> tracked(std::vector<int64_t>{0});
+  const Scratch scratch(batch_norm_forward_train_workspace(s));
+  batch_norm_forward_train(y, stats, x, w, b, s, 1e-5, moments.get(), nullptr, nullptr, tracked.get(), 0.1,
+                           scratch.array.get(), scratch.bytes, nullptr);
+  return moments.download();
+}
+
 // [n, c, hw] values from NCHW to NHWC (back = false) or back.
 Floats relayout(const Floats& v, int n, int c, int hw, bool back) {
   Floats out(v.size());
@@ -813,15 +826,11 @@ TEST(CudaKernels, BatchNormNhwc) {
         dev_w(w), dev_b(b);
     DeviceArray<float> dev_y(Floats(count, kNaN)), dev_stats(Floats(stats_count, kNaN)), dev_dx(Floats(count, kNaN)),
         dev_dw(Floats(c, kNaN)), dev_db(Floats(c, kNaN)), dev_applied(Floats(count, kNaN));
-    DeviceArray<double> dev_moments(std::vector<double>(3 * c, 0.0));
-    DeviceArray<int64_t> dev_tracked(std::vector<int64_t>{0});
-    const Scratch forward_scratch(batch_norm_forward_train_workspace(s)), scratch(batch_norm_backward_workspace(s));
-    batch_norm_forward_train(dev_y.get(), dev_stats.get(), dev_x.get(), dev_w.get(), dev_b.get(), s, 1e-5,
-                             dev_moments.get(), nullptr, nullptr, dev_tracked.get(), 0.1, forward_scratch.array.get(),
-                             forward_scratch.bytes, nullptr);
+    test::expect_close(forward_with_moments(dev_y.get(), dev_stats.get(), dev_x.get(), dev_w.get(), dev_b.get(), s),
+                       moments, 1e-9, "moments" + at, test::rms_at_least_1(moments));
     expect_close(relayout(dev_y.download(), s.n, s.c, s.hw, true), y, "batch_norm_forward_train y" + at);
     expect_close(dev_stats.download(), stats, "batch_norm_forward_train stats" + at);
-    test::expect_close(dev_moments.download(), moments, 1e-9, "moments" + at, test::rms_at_least_1(moments));
+    const Scratch scratch(batch_norm_backward_workspace(s));
     batch_norm_apply(dev_applied.get(), dev_x.get(), dev_w.get(), dev_b.get(), dev_stats.get(), s, nullptr);
     expect_bits(dev_applied.download(), dev_y.download(), "batch_norm_apply y" + at);
     batch_norm_backward(dev_dw.get(), dev_db.get(), dev_dx.get(), dev_dy.get(), dev_x.get(), dev_w.get(),
@@ -1322,15 +1331,11 @@ TYPED_TEST(CudaHalf, Normalisation) {
                                          nullptr, nullptr, &tracked, 0.1);
     DeviceArray<T> dev_y(narrow<T>(Floats(count, kNaN)));
     DeviceArray<float> dev_stats(Floats(stats_count, kNaN));
-    DeviceArray<double> dev_moments(std::vector<double>(3 * c, 0.0));
-    DeviceArray<int64_t> dev_tracked(std::vector<int64_t>{0});
-    const Scratch forward_scratch(batch_norm_forward_train_workspace(s)), scratch(batch_norm_backward_workspace(s));
-    batch_norm_forward_train(dev_y.get(), dev_stats.get(), dev_x.get(), dev_w.get(), dev_b.get(), s, 1e-5,
-                             dev_moments.get(), nullptr, nullptr, dev_tracked.get(), 0.1, forward_scratch.array.get(),
-                             forward_scratch.bytes, nullptr);
+    test::expect_close(forward_with_moments(dev_y.get(), dev_stats.get(), dev_x.get(), dev_w.get(), dev_b.get(), s),
+                       moments, 1e-9, "moments" + at, test::rms_at_least_1(moments));
     test::expect_close(widen(dev_y.download()), y, kUlp<T>, "batch_norm_forward_train y" + at, test::rms_at_least_1(y));
     expect_close(dev_stats.download(), stats, "batch_norm_forward_train stats" + at);
-    test::expect_close(dev_moments.download(), moments, 1e-9, "moments" + at, test::rms_at_least_1(moments));
+    const Scratch scratch(batch_norm_backward_workspace(s));
     DeviceArray<T> dev_applied(narrow<T>(Floats(count, kNaN)));
     batch_norm_apply(dev_applied.get(), dev_x.get(), dev_w.get(), dev_b.get(), dev_stats.get(), s, nullptr);
     expect_bits(bits(dev_applied.download()), bits(dev_y.download()), "batch_norm_apply y" + at);
