@@ -64,21 +64,26 @@ namespace crumb::cuda {
 
 // ---- normalisation on NCHW (BatchNorm also on NHWC, the shape's layout): the semantics and layouts of
 // the CPU twins (above):
-// statistics in double from the mean's deviations (two passes), stats per group [groups][2][c]
-// (BatchNorm) or [n][2][groups] (GroupNorm), moments [3][c] in double. Every sum is one block's
-// fixed-order reduction (one block per BatchNorm channel, visiting its groups in order; one per GroupNorm
-// (sample, group) row, and one per channel for its dw, db), so results are deterministic. The running
-// statistics, *tracked and moments are read and updated on the device, by one thread each. No output
-// may alias an input. The activations (x, y, dy, dx) are of storage type T: float, bf16 or f16
-// (kernels/half.h), loaded as float; everything else is float32 (moments double) for every T, as
-// mixed precision keeps normalisation parameters, their gradients and statistics.
+// statistics in double, stats per group [groups][2][c] (BatchNorm) or [n][2][groups] (GroupNorm), moments
+// [3][c] in double. Results are deterministic: no atomics, every sum in a fixed order. GroupNorm: one
+// block per (sample, group) row, two passes (the mean, then the squared deviations), and one block per
+// channel for dw, db. BatchNorm splits each (group, channel) into ranges of a size fixed by the shape,
+// one block each (two passes over its range for the statistics), whose partial sums go to the workspace
+// and are combined by one thread per channel in range order (Chan et al.'s merge of (count, mean, M2) for
+// the statistics), visiting the groups in order; the running statistics, *tracked and moments are updated
+// there, on the device. No output may alias an input. The activations (x, y, dy, dx) are of storage type
+// T: float, bf16 or f16 (kernels/half.h), loaded as float; everything else is float32 (moments double)
+// for every T, as mixed precision keeps normalisation parameters, their gradients and statistics.
 // BatchNorm, training: deferred (moments != null: each group Chan-merged into moments in group order) or
 // per group (running_mean/var != null: a momentum update per group, unbiased var, and *tracked += the
-// groups); s.group 0 is valid only for n == 0.
+// groups); s.group 0 is valid only for n == 0. workspace: at least
+// batch_norm_forward_train_workspace(s) bytes of device scratch, 8-byte aligned.
+std::size_t batch_norm_forward_train_workspace(const cpu::BatchNormShape& s);
 template <class T>
 void batch_norm_forward_train(T* y, float* stats, const T* x, const float* w, const float* b,
                               const cpu::BatchNormShape& s, double eps, double* moments, float* running_mean,
-                              float* running_var, int64_t* tracked, double momentum, cudaStream_t stream);
+                              float* running_var, int64_t* tracked, double momentum, void* workspace,
+                              std::size_t workspace_bytes, cudaStream_t stream);
 // The training forward's output again from the statistics it stored (identical bits; a recomputation).
 template <class T>
 void batch_norm_apply(T* y, const T* x, const float* w, const float* b, const float* stats,
@@ -92,11 +97,12 @@ void batch_norm_forward_frozen(T* y, float* stats, const T* x, const float* w, c
                                const float* running_mean, const float* running_var, const cpu::BatchNormShape& s,
                                double eps, cudaStream_t stream);
 // dw, db (=|+=) per channel; dx (= always; may be null) through the group statistics (batch_stats) or the
-// affine map alone.
+// affine map alone. workspace: at least batch_norm_backward_workspace(s) bytes, 8-byte aligned.
+std::size_t batch_norm_backward_workspace(const cpu::BatchNormShape& s);
 template <class T>
 void batch_norm_backward(float* dw, float* db, T* dx, const T* dy, const T* x, const float* w,
                          const float* stats, const cpu::BatchNormShape& s, bool batch_stats, bool accumulate,
-                         cudaStream_t stream);
+                         void* workspace, std::size_t workspace_bytes, cudaStream_t stream);
 template <class T>
 void group_norm_forward(T* y, float* stats, const T* x, const float* w, const float* b,
                         const cpu::GroupNormShape& s, double eps, cudaStream_t stream);

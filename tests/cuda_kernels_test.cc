@@ -595,9 +595,19 @@ Floats norm_input(int n, int c, int hw, unsigned seed) {
 }
 
 // [n, c, hw, group]: ragged groups, the whole batch as one group, 1x1 feature maps, groups of one sample,
-// a group longer than the batch; the last two have channel runs longer than a block (8 x 49, 2 x 700).
-const std::vector<cpu::BatchNormShape> kBatchNormShapes = {{5, 3, 12, 2}, {4, 2, 12, 4}, {6, 4, 1, 3},
-                                                           {3, 3, 9, 1},  {37, 5, 49, 8}, {2, 3, 700, 32}};
+// a group longer than the batch; channel runs longer than a block (8 x 49, 2 x 700); a group's channel
+// split over several blocks: two, the ragged last group's filling only the first; odd feature maps, so
+// splits end inside one and values are read one at a time; fifteen.
+const std::vector<cpu::BatchNormShape> kBatchNormShapes = {
+    {5, 3, 12, 2},  {4, 2, 12, 4},    {6, 4, 1, 3},     {3, 3, 9, 1},
+    {37, 5, 49, 8}, {2, 3, 700, 32}, {10, 3, 3000, 4}, {7, 2, 4999, 3}, {3, 2, 40000, 3}};
+
+// Device scratch for a BatchNorm launcher: as many bytes as its workspace function asks for.
+struct Scratch {
+  explicit Scratch(std::size_t size) : bytes(size), array(size) {}
+  std::size_t bytes;
+  DeviceArray<unsigned char> array;
+};
 
 std::string norm_name(int n, int c, int hw, const char* groups, int g) {
   return " n=" + std::to_string(n) + " c=" + std::to_string(c) + " hw=" + std::to_string(hw) + " " + groups + "=" +
@@ -621,6 +631,7 @@ TEST(CudaKernels, BatchNormForwardTrain) {
       DeviceArray<double> dev_moments(moments);
       DeviceArray<float> dev_mean(mean), dev_var(var);
       DeviceArray<int64_t> dev_tracked(std::vector<int64_t>{tracked});
+      const Scratch scratch(batch_norm_forward_train_workspace(s));
       for (const Floats& x : xs) {
         Floats y(count), stats(stats_count);
         cpu::batch_norm_forward_train(y.data(), stats.data(), x.data(), w.data(), b.data(), s, 1e-5,
@@ -630,7 +641,8 @@ TEST(CudaKernels, BatchNormForwardTrain) {
         DeviceArray<float> dev_y(Floats(count, kNaN)), dev_stats(Floats(stats_count, kNaN));
         batch_norm_forward_train(dev_y.get(), dev_stats.get(), dev_x.get(), dev_w.get(), dev_b.get(), s, 1e-5,
                                  deferred ? dev_moments.get() : nullptr, deferred ? nullptr : dev_mean.get(),
-                                 deferred ? nullptr : dev_var.get(), dev_tracked.get(), 0.1, nullptr);
+                                 deferred ? nullptr : dev_var.get(), dev_tracked.get(), 0.1, scratch.array.get(),
+                                 scratch.bytes, nullptr);
         expect_close(dev_y.download(), y, "batch_norm_forward_train y" + at);
         expect_close(dev_stats.download(), stats, "batch_norm_forward_train stats" + at);
         // A recomputation (engine/strategy/recompute.h) from the stored statistics: the forward's bits.
@@ -695,6 +707,7 @@ TEST(CudaKernels, BatchNormFrozenAndBackward) {
     cpu::batch_norm_forward_train<float>(y.data(), stats.data(), x.data(), w.data(), b.data(), s, 1e-5, nullptr,
                                          nullptr, nullptr, &tracked, 0.1);
     const DeviceArray<float> dev_stats(stats);
+    const Scratch scratch(batch_norm_backward_workspace(s));
     for (bool batch_stats : {true, false}) {
       const std::string mode = at + (batch_stats ? " batch statistics" : " frozen");
       check_against_cpu(
@@ -705,7 +718,7 @@ TEST(CudaKernels, BatchNormFrozenAndBackward) {
           },
           [&](auto& o, bool acc) {
             batch_norm_backward(o[0], o[1], o[2], dev_dy.get(), dev_x.get(), dev_w.get(), dev_stats.get(), s,
-                                batch_stats, acc, nullptr);
+                                batch_stats, acc, scratch.array.get(), scratch.bytes, nullptr);
           },
           "batch_norm_backward" + mode);
       check_against_cpu(
@@ -716,7 +729,7 @@ TEST(CudaKernels, BatchNormFrozenAndBackward) {
           },
           [&](auto& o, bool acc) {
             batch_norm_backward<float>(o[0], o[1], nullptr, dev_dy.get(), dev_x.get(), dev_w.get(), dev_stats.get(), s,
-                                batch_stats, acc, nullptr);
+                                       batch_stats, acc, scratch.array.get(), scratch.bytes, nullptr);
           },
           "batch_norm_backward without dx" + mode);
     }
@@ -767,6 +780,67 @@ TEST(CudaKernels, GroupNorm) {
   }
 }
 
+// The training forward on the device with deferred moments from zero: writes y and stats, returns the
+// moments.
+template <class T>
+std::vector<double> forward_with_moments(T* y, float* stats, const T* x, const float* w, const float* b,
+                                         const cpu::BatchNormShape& s) {
+  DeviceArray<double> moments(std::vector<double>(3 * std::size_t(s.c), 0.0));
+  DeviceArray<int64_t> tracked(std::vector<int64_t>{0});
+  const Scratch scratch(batch_norm_forward_train_workspace(s));
+  batch_norm_forward_train(y, stats, x, w, b, s, 1e-5, moments.get(), nullptr, nullptr, tracked.get(), 0.1,
+                           scratch.array.get(), scratch.bytes, nullptr);
+  return moments.download();
+}
+
+// [n, c, hw] values from NCHW to NHWC (back = false) or back.
+Floats relayout(const Floats& v, int n, int c, int hw, bool back) {
+  Floats out(v.size());
+  for (int i = 0; i < n; ++i)
+    for (int ch = 0; ch < c; ++ch)
+      for (int p = 0; p < hw; ++p) {
+        const std::size_t nchw = (std::size_t(i) * c + ch) * hw + p, nhwc = (std::size_t(i) * hw + p) * c + ch;
+        out[back ? nchw : nhwc] = v[back ? nhwc : nchw];
+      }
+  return out;
+}
+
+// BatchNorm on NHWC (channel tiles of 32 lanes, elementwise passes over channel packs) against the CPU on
+// NCHW: a ragged last tile and group, several splits per group over two tiles, an odd channel count.
+TEST(CudaKernels, BatchNormNhwc) {
+  CRUMB_REQUIRE_GPU();
+  for (cpu::BatchNormShape s : std::vector<cpu::BatchNormShape>{{6, 40, 49, 4}, {4, 64, 300, 4}, {9, 33, 100, 2}}) {
+    const std::string at = norm_name(s.n, s.c, s.hw, "group", s.group) + " NHWC";
+    const std::size_t c = s.c, count = std::size_t(s.n) * s.c * s.hw, stats_count = std::size_t(2) * s.groups() * s.c;
+    const Floats x = norm_input(s.n, s.c, s.hw, 1), w = random_floats(c, 2), b = random_floats(c, 3),
+                 dy = random_floats(count, 6);
+    Floats y(count), stats(stats_count), dw(c), db(c), dx(count);
+    std::vector<double> moments(3 * c, 0.0);
+    int64_t tracked = 0;
+    cpu::batch_norm_forward_train<float>(y.data(), stats.data(), x.data(), w.data(), b.data(), s, 1e-5, moments.data(),
+                                         nullptr, nullptr, &tracked, 0.1);
+    cpu::batch_norm_backward<float>(dw.data(), db.data(), dx.data(), dy.data(), x.data(), w.data(), stats.data(), s,
+                                    true, false);
+    s.layout = Layout::NHWC;
+    const DeviceArray<float> dev_x(relayout(x, s.n, s.c, s.hw, false)), dev_dy(relayout(dy, s.n, s.c, s.hw, false)),
+        dev_w(w), dev_b(b);
+    DeviceArray<float> dev_y(Floats(count, kNaN)), dev_stats(Floats(stats_count, kNaN)), dev_dx(Floats(count, kNaN)),
+        dev_dw(Floats(c, kNaN)), dev_db(Floats(c, kNaN)), dev_applied(Floats(count, kNaN));
+    test::expect_close(forward_with_moments(dev_y.get(), dev_stats.get(), dev_x.get(), dev_w.get(), dev_b.get(), s),
+                       moments, 1e-9, "moments" + at, test::rms_at_least_1(moments));
+    expect_close(relayout(dev_y.download(), s.n, s.c, s.hw, true), y, "batch_norm_forward_train y" + at);
+    expect_close(dev_stats.download(), stats, "batch_norm_forward_train stats" + at);
+    const Scratch scratch(batch_norm_backward_workspace(s));
+    batch_norm_apply(dev_applied.get(), dev_x.get(), dev_w.get(), dev_b.get(), dev_stats.get(), s, nullptr);
+    expect_bits(dev_applied.download(), dev_y.download(), "batch_norm_apply y" + at);
+    batch_norm_backward(dev_dw.get(), dev_db.get(), dev_dx.get(), dev_dy.get(), dev_x.get(), dev_w.get(),
+                        dev_stats.get(), s, true, false, scratch.array.get(), scratch.bytes, nullptr);
+    expect_close(relayout(dev_dx.download(), s.n, s.c, s.hw, true), dx, "batch_norm_backward dx" + at);
+    expect_close(dev_dw.download(), dw, "batch_norm_backward dw" + at);
+    expect_close(dev_db.download(), db, "batch_norm_backward db" + at);
+  }
+}
+
 // The gradient of an empty batch is zero: write mode stores it, accumulate mode leaves the sums alone.
 TEST(CudaKernels, NormEmptyBatchGradients) {
   CRUMB_REQUIRE_GPU();
@@ -774,7 +848,7 @@ TEST(CudaKernels, NormEmptyBatchGradients) {
   for (bool acc : {false, true}) {
     DeviceArray<float> dw(acc ? sums : Floats(3, kNaN)), db(acc ? sums : Floats(3, kNaN));
     batch_norm_backward<float>(dw.get(), db.get(), nullptr, nullptr, nullptr, nullptr, nullptr, {0, 3, 4, 0}, true, acc,
-                        nullptr);
+                               nullptr, 0, nullptr);
     expect_same(dw.download(), acc ? sums : Floats(3, 0.0f), "batch_norm_backward dw, empty batch");
     expect_same(db.download(), acc ? sums : Floats(3, 0.0f), "batch_norm_backward db, empty batch");
     dw.upload(acc ? sums : Floats(3, kNaN));
@@ -793,7 +867,7 @@ TEST(CudaNormChecks, RejectBadShapes) {
   auto bn_train = [](const cpu::BatchNormShape& s, float* running_mean = nullptr) {
     return message_of([&] {
       batch_norm_forward_train<float>(nullptr, nullptr, nullptr, nullptr, nullptr, s, 1e-5, nullptr, running_mean,
-                                      nullptr, nullptr, 0.1, nullptr);
+                                      nullptr, nullptr, 0.1, nullptr, 0, nullptr);
     });
   };
   auto has = [](const std::string& msg, const char* part) { return msg.find(part) != std::string::npos; };
@@ -809,7 +883,7 @@ TEST(CudaNormChecks, RejectBadShapes) {
   EXPECT_TRUE(has(frozen, "bad group")) << frozen;
   const std::string backward = message_of([] {
     batch_norm_backward<float>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, {2, -3, 4, 2}, true,
-                               false, nullptr);
+                               false, nullptr, 0, nullptr);
   });
   EXPECT_TRUE(has(backward, "bad shape")) << backward;
   const std::string gn = message_of([] {
@@ -1257,13 +1331,11 @@ TYPED_TEST(CudaHalf, Normalisation) {
                                          nullptr, nullptr, &tracked, 0.1);
     DeviceArray<T> dev_y(narrow<T>(Floats(count, kNaN)));
     DeviceArray<float> dev_stats(Floats(stats_count, kNaN));
-    DeviceArray<double> dev_moments(std::vector<double>(3 * c, 0.0));
-    DeviceArray<int64_t> dev_tracked(std::vector<int64_t>{0});
-    batch_norm_forward_train(dev_y.get(), dev_stats.get(), dev_x.get(), dev_w.get(), dev_b.get(), s, 1e-5,
-                             dev_moments.get(), nullptr, nullptr, dev_tracked.get(), 0.1, nullptr);
+    test::expect_close(forward_with_moments(dev_y.get(), dev_stats.get(), dev_x.get(), dev_w.get(), dev_b.get(), s),
+                       moments, 1e-9, "moments" + at, test::rms_at_least_1(moments));
     test::expect_close(widen(dev_y.download()), y, kUlp<T>, "batch_norm_forward_train y" + at, test::rms_at_least_1(y));
     expect_close(dev_stats.download(), stats, "batch_norm_forward_train stats" + at);
-    test::expect_close(dev_moments.download(), moments, 1e-9, "moments" + at, test::rms_at_least_1(moments));
+    const Scratch scratch(batch_norm_backward_workspace(s));
     DeviceArray<T> dev_applied(narrow<T>(Floats(count, kNaN)));
     batch_norm_apply(dev_applied.get(), dev_x.get(), dev_w.get(), dev_b.get(), dev_stats.get(), s, nullptr);
     expect_bits(bits(dev_applied.download()), bits(dev_y.download()), "batch_norm_apply y" + at);
@@ -1278,7 +1350,7 @@ TYPED_TEST(CudaHalf, Normalisation) {
         },
         [&](auto& o, bool acc) {
           batch_norm_backward<T>(o[0], o[1], nullptr, dev_dy.get(), dev_x.get(), dev_w.get(), dev_stats.get(), s, true,
-                                 acc, nullptr);
+                                 acc, scratch.array.get(), scratch.bytes, nullptr);
         },
         "batch_norm_backward dw, db" + at);
     DeviceArray<float> dw(c), db(c);
@@ -1291,7 +1363,7 @@ TYPED_TEST(CudaHalf, Normalisation) {
         },
         [&](auto& o, bool) {
           batch_norm_backward<T>(dw.get(), db.get(), o[0], dev_dy.get(), dev_x.get(), dev_w.get(), dev_stats.get(), s,
-                                 true, false, nullptr);
+                                 true, false, scratch.array.get(), scratch.bytes, nullptr);
         },
         "batch_norm_backward dx" + at, kUlp<T>);
   }

@@ -296,11 +296,24 @@ void bn_commit(const StepArgs& a) {
                           static_cast<int>(a.in_value(3).dims[0]), at.momentum, cuda::CudaBackend::of(a).compute());
 }
 
-// The kernels take the node's layout: BatchNorm runs natively in channels-last plans.
-cpu::BatchNormShape bn_shape(const StepArgs& a) {
-  cpu::BatchNormShape s = ops::batch_norm_shape(a);
-  s.layout = a.node->layout;
+// The kernels' shape of a node at `batch` samples (a group of 0 is the whole batch) in the node's layout:
+// BatchNorm runs natively in channels-last plans.
+cpu::BatchNormShape bn_shape_at(const Node& n, int batch) {
+  cpu::BatchNormShape s = ops::at_batch<cpu::BatchNormShape>(n, batch);
+  if (s.group == 0) s.group = batch;
+  s.layout = n.layout;
   return s;
+}
+
+cpu::BatchNormShape bn_shape(const StepArgs& a) { return bn_shape_at(*a.node, a.n); }
+
+// Scratch for the cross-block partial sums of `batch` samples, which bound those of fewer. A frozen
+// layer's forward sums nothing; its backward still sums dw and db.
+std::size_t bn_fwd_workspace(const Graph&, const Node& n, int batch, const OpState*) {
+  return ops::attrs<BatchNormAttrs>(n).frozen ? 0 : cuda::batch_norm_forward_train_workspace(bn_shape_at(n, batch));
+}
+std::size_t bn_bwd_workspace(const Graph&, const Node& n, int batch, const OpState*) {
+  return cuda::batch_norm_backward_workspace(bn_shape_at(n, batch));
 }
 
 // As the CPU rows': group 0 normalises the whole micro-batch as one group.
@@ -322,7 +335,8 @@ template <class T> void bn_fwd(const StepArgs& a) {
   double* moments = a.out<double>(2);
   cuda::batch_norm_forward_train(a.out<T>(0), a.out<float>(1), a.in<T>(0), a.in<float>(1), a.in<float>(2), s, at.eps,
                                  deferred ? moments : nullptr, deferred ? nullptr : running_mean,
-                                 deferred ? nullptr : running_var, tracked, at.momentum, stream);
+                                 deferred ? nullptr : running_var, tracked, at.momentum, a.workspace,
+                                 a.workspace_bytes, stream);
   if (deferred && a.last && a.commit) bn_commit(a);
 }
 
@@ -330,7 +344,8 @@ template <class T> void bn_bwd(const StepArgs& a) {
   const BatchNormAttrs& at = ops::attrs<BatchNormAttrs>(*a.node);
   cuda::batch_norm_backward(a.out<float>(0), a.out<float>(1), a.node->out.size() == 3 ? a.out<T>(2) : nullptr,
                             a.in<T>(0), a.in<T>(1), a.in<float>(2), a.in<float>(3), bn_shape(a),
-                            !at.frozen, a.accumulate, cuda::CudaBackend::of(a).compute());
+                            !at.frozen, a.accumulate, a.workspace, a.workspace_bytes,
+                            cuda::CudaBackend::of(a).compute());
 }
 
 template <class T> void bn_apply(const StepArgs& a) {
@@ -355,8 +370,12 @@ template <class T> void gn_bwd(const StepArgs& a) {
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
-  CRUMB_CUDA_ROWS(t, kBatchNorm, bn_fwd, .with_commit(bn_commit).with_nhwc(true));
-  CRUMB_CUDA_ROWS(t, kBatchNormBwd, bn_bwd, .with_nhwc(true));
+  CRUMB_CUDA_ROWS(t, kBatchNorm, bn_fwd,
+                  .with_commit(bn_commit)
+                      .with_workspace(bn_fwd_workspace)
+                      .with_nhwc(true));
+  CRUMB_CUDA_ROWS(t, kBatchNormBwd, bn_bwd,
+                  .with_workspace(bn_bwd_workspace).with_nhwc(true));
   CRUMB_CUDA_ROWS(t, kBatchNormApply, bn_apply, .with_nhwc(true));
   CRUMB_CUDA_ROWS(t, kGroupNorm, gn_fwd);
   CRUMB_CUDA_ROWS(t, kGroupNormBwd, gn_bwd);
