@@ -2,8 +2,11 @@
 // strategies): the loss, the gradient block, every float32 state value (running statistics) and every
 // num_batches_tracked, from the same random batch every time.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/run/params.h"
@@ -41,6 +44,27 @@ inline BatchOutcome run_one_batch(const Graph& g, ParamStore& params, Scheduler&
   }
   out.arena = sched.train_executor().plan().arena_bytes;
   out.host_pool = sched.train_executor().plan().host_pool_bytes;
+  return out;
+}
+
+// The k parameters of g whose gradients differ most between two outcomes' grads, by their own normwise
+// distance ("layer1.0.conv1.weight 0.31, ..."): what a failed comparison of whole gradient blocks prints.
+inline std::string worst_parameters(const Graph& g, const std::vector<float>& got, const std::vector<float>& want,
+                                    std::size_t k = 4) {
+  ParamStore layout(g, Device::CPU);
+  const float* base = static_cast<const float*>(layout.grad_block());
+  std::vector<std::pair<double, std::string>> errors;
+  for (ValueId p : g.params()) {
+    const std::size_t at = static_cast<const float*>(layout.grad(p)) - base, count = g.value(p).count(1);
+    if (at + count > got.size() || at + count > want.size()) continue;
+    errors.emplace_back(norm_error(std::vector<float>(got.begin() + at, got.begin() + at + count),
+                                   std::vector<float>(want.begin() + at, want.begin() + at + count)),
+                        g.value(p).name);
+  }
+  std::sort(errors.rbegin(), errors.rend());
+  std::string out;
+  for (std::size_t i = 0; i < errors.size() && i < k; ++i)
+    out += (i ? ", " : "") + errors[i].second + " " + std::to_string(errors[i].first);
   return out;
 }
 

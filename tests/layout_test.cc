@@ -302,21 +302,30 @@ TEST(CudaChannelsLast, NativeNhwcRows) {
 }
 
 // An NHWC plan on CUDA (cuDNN's channels-last convolutions, BatchNorm and pooling on NHWC memory, the
-// relayout kernel) against the same plan on the CPU, which gives the NCHW plan's bits (above); the bounds are
-// CudaPrecision.TrainingStepMatchesCpu's for the NCHW plan. Prints the measured distances.
+// relayout kernel) against the same plan on the CPU, which gives the NCHW plan's bits (above). float32:
+// within 1e-3 normwise of the CPU; 16 bits: as close to the float32 plan's gradients (on the CPU) as the
+// CPU's own 16-bit run is, within a factor of 2 (CudaPrecision.TrainingStepMatchesCpu's rule). Prints the
+// measured distances, and the parameters that differ most where a bound fails.
 TEST(CudaChannelsLast, TrainingStepMatchesCpu) {
   CRUMB_REQUIRE_GPU();
+  const Graph g32 = built("resnet20", 3, DType::F32, true);
+  const test::BatchOutcome f32 = test::run_one_batch(g32, 16, 32, kClasses);
   for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
     SCOPED_TRACE(dtype_name(dtype));
-    const double grad_tol = dtype == DType::BF16 ? 0.1 : dtype == DType::F16 ? 0.02 : 1e-3,
-                 loss_tol = dtype == DType::BF16 ? 1e-2 : dtype == DType::F16 ? 2e-3 : 1e-4;
+    const double loss_tol = dtype == DType::BF16 ? 1e-2 : dtype == DType::F16 ? 2e-3 : 1e-4;
     const Graph g = built("resnet20", 3, dtype, true);
     const test::BatchOutcome cpu = test::run_one_batch(g, 16, 32, kClasses),
                              gpu = test::run_one_batch(g, 16, 32, kClasses, 0, {}, Device::CUDA);
     EXPECT_NEAR(gpu.loss_sum, cpu.loss_sum, loss_tol * cpu.loss_sum);
-    const double grads = test::norm_error(gpu.grads, cpu.grads);
-    std::printf("resnet20 NHWC %s: gradients on CUDA against the CPU, normwise %.3g\n", dtype_name(dtype), grads);
-    EXPECT_LE(grads, grad_tol);
+    const double grads = test::norm_error(gpu.grads, cpu.grads), on_cpu = test::norm_error(cpu.grads, f32.grads),
+                 on_gpu = test::norm_error(gpu.grads, f32.grads);
+    std::printf("resnet20 NHWC %s: gradients on CUDA against the CPU, normwise %.3g; against float32: CPU %.3g, "
+                "CUDA %.3g\n", dtype_name(dtype), grads, on_cpu, on_gpu);
+    if (dtype == DType::F32) {
+      EXPECT_LE(grads, 1e-3) << test::worst_parameters(g, gpu.grads, cpu.grads);
+    } else {
+      EXPECT_LE(on_gpu, 2 * on_cpu) << test::worst_parameters(g, gpu.grads, f32.grads);
+    }
     EXPECT_LE(test::relative_error(gpu.state, cpu.state), loss_tol) << "running statistics";
     EXPECT_EQ(gpu.tracked, cpu.tracked);
   }

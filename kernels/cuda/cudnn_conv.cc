@@ -1,10 +1,12 @@
 #include "kernels/cuda/cudnn_conv.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "engine/base/error.h"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/reduce.h"
 #include "kernels/convert.h"
 #include "kernels/elementwise.h"
 
@@ -28,6 +30,12 @@ DType dtype_of(cudnnDataType_t t) {
   return t == CUDNN_DATA_BFLOAT16 ? DType::BF16 : t == CUDNN_DATA_HALF ? DType::F16 : DType::F32;
 }
 
+cudaStream_t stream_of(cudnnHandle_t handle) {
+  cudaStream_t stream = nullptr;
+  CRUMB_CUDNN_CHECK(cudnnGetStream(handle, &stream));
+  return stream;
+}
+
 bool tensor_op(cudnnMathType_t math) {
   return math == CUDNN_TENSOR_OP_MATH || math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
 }
@@ -43,6 +51,18 @@ void append_ranked(const Perf* perf, int count, bool tensor_ops, bool determinis
     if (perf[i].status == CUDNN_STATUS_SUCCESS && (tensor_ops || !tensor_op(perf[i].mathType)) &&
         (!deterministic || perf[i].determinism == CUDNN_DETERMINISTIC))
       out->emplace_back(static_cast<int>(perf[i].algo), perf[i].mathType);
+}
+
+// y's (or dy's) shape for the bias kernels, which index [n, c, hw]: NHWC memory is [n * hw, c, 1].
+struct BiasShape {
+  int n, c, hw;
+};
+BiasShape bias_shape(const ConvPlan& plan) {
+  const cpu::Conv2dShape& s = plan.shape();
+  const int64_t hw = static_cast<int64_t>(s.h_out) * s.w_out;
+  if (plan.layout() == Layout::NCHW) return {s.n, s.c_out, static_cast<int>(hw)};
+  CRUMB_CHECK(s.n * hw <= INT32_MAX, describe(s), ": more than 2^31 output positions for the bias kernels");
+  return {static_cast<int>(s.n * hw), s.c_out, 1};
 }
 
 void check_workspace(std::size_t need, std::size_t have, ConvPass pass, const cpu::Conv2dShape& s) {
@@ -191,20 +211,20 @@ void conv_forward(cudnnHandle_t handle, ConvPlan& plan, void* y, const void* x, 
                                    plan.y_.get(), y);
   });
   if (!b) return;
-  if (plan.dtype_ == CUDNN_DATA_FLOAT) {
+  if (plan.dtype_ == CUDNN_DATA_FLOAT && plan.layout_ == Layout::NCHW) {
     CRUMB_CUDNN_CHECK(cudnnAddTensor(handle, &one, plan.bias_.get(), b, &one, plan.y_.get(), y));
     return;
   }
   // A 16-bit bias is added by Crumb's own kernel (float32 add, one rounding), which cudnnAddTensor is not
-  // documented to do for bf16.
-  cudaStream_t stream = nullptr;
-  CRUMB_CUDNN_CHECK(cudnnGetStream(handle, &stream));
-  const cpu::Conv2dShape& s = plan.shape_;
-  const int hw = s.h_out * s.w_out;
-  if (plan.dtype_ == CUDNN_DATA_BFLOAT16) {
-    bias_add_nchw(static_cast<bf16*>(y), static_cast<const bf16*>(b), s.n, s.c_out, hw, stream);
+  // documented to do for bf16; so is an NHWC one, which cuDNN's bias calls do not take.
+  const BiasShape bs = bias_shape(plan);
+  const cudaStream_t stream = stream_of(handle);
+  if (plan.dtype_ == CUDNN_DATA_FLOAT) {
+    bias_add_nchw(static_cast<float*>(y), static_cast<const float*>(b), bs.n, bs.c, bs.hw, stream);
+  } else if (plan.dtype_ == CUDNN_DATA_BFLOAT16) {
+    bias_add_nchw(static_cast<bf16*>(y), static_cast<const bf16*>(b), bs.n, bs.c, bs.hw, stream);
   } else {
-    bias_add_nchw(static_cast<f16*>(y), static_cast<const f16*>(b), s.n, s.c_out, hw, stream);
+    bias_add_nchw(static_cast<f16*>(y), static_cast<const f16*>(b), bs.n, bs.c, bs.hw, stream);
   }
 }
 
@@ -233,14 +253,22 @@ void conv_backward_filter(cudnnHandle_t handle, ConvPlan& plan, void* dw, void* 
                                           workspace_bytes - restage, restage ? &zero : &beta, plan.w_.get(), out);
   });
   if (restage) {
-    cudaStream_t stream = nullptr;
-    CRUMB_CUDNN_CHECK(cudnnGetStream(handle, &stream));
     const cpu::Conv2dShape& s = plan.shape_;
     const DType t = dtype_of(plan.dtype_);
     relayout(dw, t, out, t, ImageShape{s.c_out, s.c_in, static_cast<int64_t>(s.kh) * s.kw}, Layout::NCHW, accumulate,
-             stream);
+             stream_of(handle));
   }
-  if (db) CRUMB_CUDNN_CHECK(cudnnConvolutionBackwardBias(handle, &one, plan.y_.get(), dy, &beta, plan.bias_.get(), db));
+  if (!db) return;
+  if (plan.layout_ == Layout::NCHW) {
+    CRUMB_CUDNN_CHECK(cudnnConvolutionBackwardBias(handle, &one, plan.y_.get(), dy, &beta, plan.bias_.get(), db));
+    return;
+  }
+  // NHWC: Crumb's float32 reduction. With cudnnConvolutionBackwardBias, every NHWC op case with a bias
+  // failed on the H100 (2026-11-26) and every one without passed.
+  CRUMB_CHECK(plan.dtype_ == CUDNN_DATA_FLOAT, describe(plan.shape_), ": an NHWC bias gradient is float32");
+  const BiasShape bs = bias_shape(plan);
+  bias_backward_nchw(static_cast<float*>(db), static_cast<const float*>(dy), bs.n, bs.c, bs.hw, accumulate,
+                     stream_of(handle));
 }
 
 }  // namespace crumb::cuda

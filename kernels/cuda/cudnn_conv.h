@@ -49,6 +49,7 @@ class ConvPlan {
   const cpu::Conv2dShape& shape() const { return shape_; }
   ConvPass pass() const { return pass_; }
   cudnnDataType_t dtype() const { return dtype_; }
+  Layout layout() const { return layout_; }
   // Workspace bytes the pass needs at any batch up to the planned one.
   std::size_t workspace_bytes() const { return restage_bytes_ + workspace_; }
   // The algorithm (cuDNN's enum value for the pass) the next run uses.

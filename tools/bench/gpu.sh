@@ -551,7 +551,7 @@ PY
     { echo "==== beyond: --explain at micro-batch 256 under $budget bytes"
       grep -vE '^ +[0-9]+ +(forward|backward) ' "$tmpd/explain.txt"; } >> "$train_log"
     runs=("memory256 0 --micro-batch 256 --strategy none"
-          "memory32 $budget --micro-batch 32 --strategy none"
+          "memory32 $budget --micro-batch 32 --strategy micro-batch"
           "auto256 $budget --micro-batch 256 --strategy auto"
           "swap256 $budget --micro-batch 256 --strategy swap"
           "auto $(( in32 * 105 / 100 )) --strategy auto"
