@@ -6,7 +6,6 @@
 
 #include "engine/base/error.h"
 #include "kernels/cuda/check.h"
-#include "kernels/cuda/reduce.h"
 #include "kernels/convert.h"
 #include "kernels/elementwise.h"
 
@@ -211,17 +210,15 @@ void conv_forward(cudnnHandle_t handle, ConvPlan& plan, void* y, const void* x, 
                                    plan.y_.get(), y);
   });
   if (!b) return;
-  if (plan.dtype_ == CUDNN_DATA_FLOAT && plan.layout_ == Layout::NCHW) {
+  if (plan.dtype_ == CUDNN_DATA_FLOAT) {
     CRUMB_CUDNN_CHECK(cudnnAddTensor(handle, &one, plan.bias_.get(), b, &one, plan.y_.get(), y));
     return;
   }
   // A 16-bit bias is added by Crumb's own kernel (float32 add, one rounding), which cudnnAddTensor is not
-  // documented to do for bf16; so is an NHWC one, which cuDNN's bias calls do not take.
+  // documented to do for bf16; on NHWC memory as [n * h * w, c] rows.
   const BiasShape bs = bias_shape(plan);
   const cudaStream_t stream = stream_of(handle);
-  if (plan.dtype_ == CUDNN_DATA_FLOAT) {
-    bias_add_nchw(static_cast<float*>(y), static_cast<const float*>(b), bs.n, bs.c, bs.hw, stream);
-  } else if (plan.dtype_ == CUDNN_DATA_BFLOAT16) {
+  if (plan.dtype_ == CUDNN_DATA_BFLOAT16) {
     bias_add_nchw(static_cast<bf16*>(y), static_cast<const bf16*>(b), bs.n, bs.c, bs.hw, stream);
   } else {
     bias_add_nchw(static_cast<f16*>(y), static_cast<const f16*>(b), bs.n, bs.c, bs.hw, stream);
@@ -258,17 +255,7 @@ void conv_backward_filter(cudnnHandle_t handle, ConvPlan& plan, void* dw, void* 
     relayout(dw, t, out, t, ImageShape{s.c_out, s.c_in, static_cast<int64_t>(s.kh) * s.kw}, Layout::NCHW, accumulate,
              stream_of(handle));
   }
-  if (!db) return;
-  if (plan.layout_ == Layout::NCHW) {
-    CRUMB_CUDNN_CHECK(cudnnConvolutionBackwardBias(handle, &one, plan.y_.get(), dy, &beta, plan.bias_.get(), db));
-    return;
-  }
-  // NHWC: Crumb's float32 reduction. With cudnnConvolutionBackwardBias, every NHWC op case with a bias
-  // failed on the H100 (2026-11-26) and every one without passed.
-  CRUMB_CHECK(plan.dtype_ == CUDNN_DATA_FLOAT, describe(plan.shape_), ": an NHWC bias gradient is float32");
-  const BiasShape bs = bias_shape(plan);
-  bias_backward_nchw(static_cast<float*>(db), static_cast<const float*>(dy), bs.n, bs.c, bs.hw, accumulate,
-                     stream_of(handle));
+  if (db) CRUMB_CUDNN_CHECK(cudnnConvolutionBackwardBias(handle, &one, plan.y_.get(), dy, &beta, plan.bias_.get(), db));
 }
 
 }  // namespace crumb::cuda
