@@ -35,19 +35,16 @@ cudaStream_t stream_of(cudnnHandle_t handle) {
   return stream;
 }
 
-bool tensor_op(cudnnMathType_t math) {
-  return math == CUDNN_TENSOR_OP_MATH || math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
-}
-
 // cuDNN 9 refines NOT_SUPPORTED into sub-codes 3001, 3002, ...: any of them means "try another algorithm".
 bool not_supported(cudnnStatus_t status) { return status / 1000 == CUDNN_STATUS_NOT_SUPPORTED / 1000; }
 
-// cuDNN's ranked results that ran, in the math allowed (and deterministic where asked).
+// cuDNN's ranked results that ran, in the math allowed (and deterministic where asked). Without tensor
+// ops only CUDNN_FMA_MATH: CUDNN_DEFAULT_MATH may use TF32 on sm_80 and newer (PyTorch asserts FMA too).
 template <class Perf>
 void append_ranked(const Perf* perf, int count, bool tensor_ops, bool deterministic,
                    std::vector<std::pair<int, cudnnMathType_t>>* out) {
   for (int i = 0; i < count; ++i)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS && (tensor_ops || !tensor_op(perf[i].mathType)) &&
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && (tensor_ops || perf[i].mathType == CUDNN_FMA_MATH) &&
         (!deterministic || perf[i].determinism == CUDNN_DETERMINISTIC))
       out->emplace_back(static_cast<int>(perf[i].algo), perf[i].mathType);
 }
@@ -240,8 +237,8 @@ void conv_backward_filter(cudnnHandle_t handle, ConvPlan& plan, void* dw, void* 
                           void* workspace, std::size_t workspace_bytes, bool accumulate) {
   const float one = 1.0f, zero = 0.0f, beta = accumulate ? 1.0f : 0.0f;
   const std::size_t restage = plan.restage_bytes_;
-  CRUMB_CHECK(workspace_bytes >= restage, describe(plan.shape_), ": the backward-filter pass needs ",
-              plan.workspace_bytes(), " bytes of workspace, got ", workspace_bytes);
+  CRUMB_CHECK(workspace_bytes >= restage, describe(plan.shape_), ": the backward-filter pass needs ", restage,
+              " bytes of workspace for dw in NHWC and the algorithm's after them, got ", workspace_bytes);
   void* out = restage ? workspace : dw;
   void* algo_workspace = static_cast<char*>(workspace) + restage;
   plan.run(handle, workspace_bytes - restage, "cudnnConvolutionBackwardFilter", [&](int algo) {
