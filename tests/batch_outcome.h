@@ -4,8 +4,8 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
-#include <random>
 #include <functional>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
