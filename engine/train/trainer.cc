@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 
 #include "engine/base/error.h"
@@ -64,6 +65,17 @@ int metadata_int(const CheckpointMetadata& meta, const std::string& key, const s
   CRUMB_CHECK(!v.empty() && v.size() <= 9 && v.find_first_not_of("0123456789") == std::string::npos, path, ": \"",
               key, "\" is \"", v, "\", not a count");
   return std::stoi(v);
+}
+
+// Exact decimal text of floats, comma-separated (what the data keys of a checkpoint record).
+std::string floats_text(const std::vector<float>& v) {
+  std::string out;
+  char buf[32];
+  for (float f : v) {
+    std::snprintf(buf, sizeof buf, "%.9g", f);
+    out += (out.empty() ? "" : ",") + std::string(buf);
+  }
+  return out;
 }
 
 // Every rank starts from rank 0's weights and state (its load or resume, or its initialisation).
@@ -255,8 +267,9 @@ Trainer::Trainer(TrainConfig cfg, std::shared_ptr<const data::DataSplit> data, s
   if (!comm_) comm_ = connect_ranks(device, cfg_.dist_timeout);
   data_ = data ? std::move(data) : std::make_shared<const data::DataSplit>(data::load_data(cfg_.data));
   const data::Dataset& train = data_->train;
-  // A batch larger than the dataset is the whole dataset: buffers are sized by what can be filled.
-  batch_ = std::min(cfg_.batch, train.count);
+  // A batch larger than the dataset is the whole dataset: buffers are sized by what can be filled. With
+  // no samples yet (a trainer that predicts until train_more), the batch training would use.
+  batch_ = train.count > 0 ? std::min(cfg_.batch, train.count) : cfg_.batch;
   // Each rank plans for the largest share, rank 0's.
   plan_ = plan_run(cfg_, {train.channels, train.height, train.width, train.num_classes},
                    batch_share(batch_, ranks(), 0).size, device);
@@ -275,6 +288,11 @@ void Trainer::prepare() {
   const int m = micro_batch();
   params_ = std::make_unique<ParamStore>(plan_.graph, device);
   params_->init(cfg_.seed);
+  if (initial_state_) {
+    initial_state_(*params_);
+    params_->to_device();
+    initial_state_ = nullptr;
+  }
   make_loaders();
   // The schedule counts optimizer steps (batches, never micro-batches); cosine anneals to 0 at the end
   // of this run, which continues the step count of a loaded checkpoint.
@@ -313,7 +331,7 @@ void Trainer::prepare() {
       scaler_.restore(std::ldexp(1.0, metadata_int(meta, "train.loss_scale_exponent", cfg_.resume)),
                       metadata_int(meta, "train.loss_scale_clean_steps", cfg_.resume),
                       metadata_int(meta, "train.skipped_steps", cfg_.resume));
-    CRUMB_CHECK(start_batch_ <= batches_per_epoch(), cfg_.resume, " stopped at batch ", start_batch_,
+    CRUMB_CHECK(start_batch_ <= batches_per_epoch() || data_->train.count == 0, cfg_.resume, " stopped at batch ", start_batch_,
                 " of an epoch, but this data has ", batches_per_epoch(), " batches per epoch");
     const int threads = metadata_int(meta, "train.threads", cfg_.resume);
     const int saved_m = metadata_int(meta, "train.micro_batch", cfg_.resume);
@@ -338,7 +356,12 @@ void Trainer::prepare() {
         plan_buckets(*params_, cfg_.bucket_cap, std::min(cfg_.bucket_cap, kFirstBucketBytes)));
     sched_->set_data_parallel(reducer_.get());
   }
-  epoch_ = start_epoch_;
+  epoch_ = epochs_done_ = start_epoch_;
+}
+
+void Trainer::set_initial_state(std::function<void(ParamStore&)> set) {
+  CRUMB_CHECK(!prepared(), "set_initial_state: the parameters are already set (call it before prepare or fit)");
+  initial_state_ = std::move(set);
 }
 
 void Trainer::make_loaders() {
@@ -378,9 +401,10 @@ void Trainer::train_more(std::shared_ptr<const data::DataSplit> data, int epochs
   data_ = std::move(data);
   batch_ = batch;
   make_loaders();
-  start_epoch_ = epoch_ = cfg_.epochs;
+  // From the last whole epoch: a fit stopped within an epoch starts that epoch again, on this data.
+  start_epoch_ = epoch_ = epochs_done_;
   start_batch_ = 0;
-  cfg_.epochs += epochs;
+  cfg_.epochs = epochs_done_ + epochs;
   opt_->set_total_steps(opt_->steps() + static_cast<long long>(epochs) * batches_per_epoch());
 }
 
@@ -410,6 +434,7 @@ bool Trainer::train_batch(StepInfo& info) {
   micro_batches_ += r.micro_batches;
   const bool stop = interrupted() != 0 || stop_requested_;
   stop_requested_ = comm_ ? sum_over_ranks(*comm_, r, stop) : stop;
+  stop_agreed_ = stop_requested_;
   CRUMB_CHECK(std::isfinite(r.loss_sum), "loss became ", r.loss_sum, " at epoch ", epoch_ + 1, " batch ", b.index + 1,
               ": training diverged (lower --lr)");
   check_finite(epoch_, b.index);
@@ -511,11 +536,25 @@ void Trainer::save(int epoch, int batch, const std::string& path) {
   }
   if (!cfg_.network.empty())
     meta.push_back({"train.network", network_json(parse_network(cfg_.network, "the network description"))});
+  const data::Dataset& t = data_->train;
+  meta.insert(meta.end(),
+              {{kDataShapeKey, std::to_string(t.channels) + "x" + std::to_string(t.height) + "x" + std::to_string(t.width)},
+               {kDataClassesKey, std::to_string(t.num_classes)},
+               {kDataPixelsKey, t.pixel_type() == data::PixelType::F32 ? "float32" : "uint8"},
+               {kDataMeanKey, floats_text(data_->norm.mean)},
+               {kDataStdKey, floats_text(data_->norm.std)}});
   save_checkpoint_or_rescue(target, *params_, opt_.get(), cfg_.model, meta);
 }
 
 FitResult Trainer::fit(const std::vector<Callback*>& callbacks) {
   prepare();
+  CRUMB_CHECK(data_->train.count > 0 || cfg_.epochs <= start_epoch_,
+              "there are no training samples: give the trainer data (train_more) before fit");
+  // A stop asked for (by a callback or another thread) ends this fit only, however it ends.
+  struct ClearStop {
+    std::atomic<bool>& requested;
+    ~ClearStop() { requested = false; }
+  } clear_stop{stop_requested_};
   StopOnSignal stop_on_signal;
   const bool saving = lead() && !cfg_.save.empty();
   FitResult result;
@@ -539,7 +578,8 @@ FitResult Trainer::fit(const std::vector<Callback*>& callbacks) {
       info.samples_per_s = (result.samples + epoch_samples) / (result.train_seconds + seconds_since(t0));
       if (lead())
         for (Callback* c : callbacks) c->on_step(*this, info);
-      const bool stop = stop_requested_;
+      // One rank alone stops at once; ranks stop together, after the step all of them know of the request.
+      const bool stop = ranks() == 1 ? stop_requested_.load() : stop_agreed_;
       if (saving && (stop || (cfg_.save_every && !info.skipped && opt_->steps() % cfg_.save_every == 0))) {
         check_finite(epoch, info.batch + 1);
         const bool epoch_done = info.batch + 1 == info.batches;
@@ -557,6 +597,7 @@ FitResult Trainer::fit(const std::vector<Callback*>& callbacks) {
       break;
     }
     check_finite(epoch, batches_per_epoch());
+    epochs_done_ = epoch + 1;
     // Before the evaluation, which a signal may cut short.
     if (saving) save(epoch + 1, 0);
     result.train_seconds += seconds_since(t0);
@@ -577,6 +618,12 @@ FitResult Trainer::fit(const std::vector<Callback*>& callbacks) {
     e.seconds = seconds_since(t0);
     e.samples_per_s = result.samples / result.train_seconds;
     for (Callback* c : callbacks) c->on_epoch_end(*this, e);
+    // A stop asked for at the epoch's end (early stopping) ends the run here, its epoch saved; with
+    // several ranks it ends after the next step, which every rank agrees on.
+    if (ranks() == 1 && stop_requested_ && epoch + 1 < cfg_.epochs) {
+      result.stopped = true;
+      break;
+    }
   }
   // No epoch to train (--epochs 0): evaluate the loaded weights, and save them where asked.
   if (lead() && cfg_.epochs <= start_epoch_ && test_loader_) {

@@ -13,8 +13,10 @@
 // saves on the checkpoint policy, and stops at a signal (engine/train/signals.h) or at a callback's
 // request, after the optimizer step in progress and a save: no work is lost.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -120,6 +122,15 @@ RunPlan plan_run(const TrainConfig& cfg, const data::DataShape& shape, int batch
 // The value `key` recorded in the metadata of the checkpoint at `path` (an error where it records no run).
 std::string recorded_value(const CheckpointMetadata& meta, const std::string& key, const std::string& path);
 
+// What every checkpoint records of the data its weights were trained on, so that the checkpoint alone is
+// enough to predict: the image shape "CxHxW", the number of classes, the pixel type ("uint8" | "float32")
+// and the per-channel normalisation (comma-separated floats; engine/data/dataset.h's Normalization).
+inline constexpr const char* kDataShapeKey = "data.shape";
+inline constexpr const char* kDataClassesKey = "data.classes";
+inline constexpr const char* kDataPixelsKey = "data.pixels";
+inline constexpr const char* kDataMeanKey = "data.mean";
+inline constexpr const char* kDataStdKey = "data.std";
+
 // Accuracy and mean loss over a set of samples (none evaluated: samples 0, and both are 0).
 struct Evaluation {
   double accuracy = 0, loss = 0;
@@ -185,7 +196,9 @@ class Trainer {
  public:
   // Reads the data (or takes `data`, shared with other trainers), connects the ranks when launched by
   // MPI (or takes `comm`, connected by the caller: connect_ranks(pick_device(cfg), cfg.dist_timeout)),
-  // builds the model and plans it for the budget. Nothing is allocated for training yet: the plan can be
+  // builds the model and plans it for the budget. A training set of no samples (only its image shape and
+  // classes) makes a trainer that evaluates and predicts, planned for cfg.batch as training would be,
+  // until train_more() gives it data. Nothing is allocated for training yet: the plan can be
   // inspected (plan()) before prepare() or fit() allocate.
   explicit Trainer(TrainConfig cfg, std::shared_ptr<const data::DataSplit> data = nullptr,
                    std::shared_ptr<Communicator> comm = nullptr);
@@ -196,6 +209,10 @@ class Trainer {
   // Allocates and initialises the parameters, the optimizer and the arena, loads cfg.load and resumes
   // cfg.resume, gives every rank rank 0's weights. Once; fit() calls it.
   void prepare();
+  // Starting weights of the caller's (a converted model's, a state dict given before the first step):
+  // prepare() calls `set` after initialising the parameters and before loading cfg.load or resuming
+  // cfg.resume, so a checkpoint named in the config always wins over them. Before prepare().
+  void set_initial_state(std::function<void(ParamStore&)> set);
   // Trains from where the run stands to cfg.epochs, evaluating after each epoch.
   FitResult fit(const std::vector<Callback*>& callbacks = {});
   // Starts an epoch (0-based) at batch first_batch; then train_batch() trains its batches one by one and
@@ -211,13 +228,17 @@ class Trainer {
   void predict(const data::Dataset& ds, float* logits);
   int classes() const { return data_->train.num_classes; }
   // Continues the run for `epochs` more epochs on `data` (same image shape and classes as the run's),
-  // its schedule extended to their end: the next fit() trains them. After prepare().
+  // after its last whole epoch (a fit stopped within an epoch starts that epoch again), its schedule
+  // extended to their end: the next fit() trains them.
   void train_more(std::shared_ptr<const data::DataSplit> data, int epochs);
   // Writes a checkpoint of the weights, the optimizer and where the run stands (after `epoch` whole
-  // epochs and `batch` batches of the next), to cfg.save unless a path is given; a failed save writes
+  // epochs and `batch` batches of the next), with what the model's inputs were (kDataShapeKey and the
+  // other data keys below), to cfg.save unless a path is given; a failed save writes
   // the same checkpoint to a new crumb-rescue-XXXXXX.safetensors in $TMPDIR (else /tmp), the save's
   // folder or the current folder, the first that takes it, and throws, saying the save failed and where.
   void save(int epoch, int batch, const std::string& path = "");
+  // Ends fit() after the step in progress, with a save, as a signal does. fit() clears the request when it
+  // returns, so the next fit() trains.
   void request_stop() { stop_requested_ = true; }
 
   const TrainConfig& config() const { return cfg_; }
@@ -265,7 +286,10 @@ class Trainer {
   std::unique_ptr<GradientReducer> reducer_;
   int start_epoch_ = 0, start_batch_ = 0;
   int epoch_ = 0;
-  bool stop_requested_ = false;
+  int epochs_done_ = 0;  // whole epochs trained (resumed ones included)
+  std::atomic<bool> stop_requested_{false};  // request_stop() may come from another thread
+  bool stop_agreed_ = false;  // the last step's stop decision, the same on every rank
+  std::function<void(ParamStore&)> initial_state_;
   std::vector<std::string> warnings_;
   // What train_batch ran: forward + backward of every micro-batch, without the optimizer.
   double batch_seconds_ = 0;

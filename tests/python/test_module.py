@@ -78,7 +78,7 @@ def test_fit_gives_the_weights_of_train(train_bin, tmp_path):
     # train normalises uint8 .npy images with mean 0.5 and std 0.5 (engine/data/npy.h).
     t = crumb.Trainer(model="cnn", mean=0.5, std=0.5, progress=False, **flags)
     history = t.fit(x, y, epochs=2, validation=(xt, yt))
-    assert [h["epoch"] for h in history] == [0, 1]
+    assert [h["epoch"] for h in history] == [1, 2]
     assert all(k in history[-1] for k in ("loss", "accuracy", "val_loss", "val_accuracy", "samples_per_s",
                                           "memory_bytes", "max_rss_bytes"))
     assert history[-1]["arena_bytes"] < history[-1]["memory_bytes"] < history[-1]["max_rss_bytes"]
@@ -111,7 +111,7 @@ def test_later_fits_continue_the_run():
     t = crumb.Trainer(model="cnn", batch=16, progress=False, seed=1)
     t.fit(x, y, epochs=1)
     t.fit(x, y, epochs=2)
-    assert [h["epoch"] for h in t.history] == [0, 1, 2]
+    assert [h["epoch"] for h in t.history] == [1, 2, 3]
     assert t.history[-1]["step"] == 12
     whole = crumb.Trainer(model="cnn", batch=16, progress=False, seed=1)
     whole.fit(x, y, epochs=3)
@@ -144,10 +144,10 @@ BAD_ARRAYS = [
     (lambda x, y: (x[:, 0], y), "4 dimensions"),
     (lambda x, y: (x, y[:-1]), "one label per sample"),
     (lambda x, y: (x, y.astype(np.float32)), "integer class labels"),
-    (lambda x, y: (x, y - 5), "negative"),
+    (lambda x, y: (x, y - 5), r"outside \[0, 2\^31 - 1\): -5"),
     (lambda x, y: (np.full(x.shape, np.nan, np.float32), y), "NaN"),
     (lambda x, y: (x[:0], y[:0]), "no samples"),
-    (lambda x, y: (list(x), y), "numpy array"),
+    (lambda x, y: (object(), y), "numpy array or a torch tensor"),
 ]
 
 
@@ -183,9 +183,9 @@ def test_errors_during_a_run_are_errors_not_crashes():
     with pytest.raises(crumb.Error, match="no weights yet"):
         t.state_dict()
     t.fit(x, y)
-    with pytest.raises(crumb.Error, match="3x12x12 but the model was planned for 1x12x12"):
+    with pytest.raises(crumb.Error, match="3x12x12 but the model takes 1x12x12"):
         t.fit(*images(32, shape=(3, 12, 12)))
-    with pytest.raises(crumb.Error, match="planned for 1x12x12"):
+    with pytest.raises(crumb.Error, match="1x16x16 but the model takes 1x12x12"):
         t.predict(images(4, shape=(1, 16, 16))[0])
     with pytest.raises(crumb.Error, match="missing"):
         t.load_state_dict({"0.weight": t.state_dict()["0.weight"]})
@@ -206,7 +206,7 @@ def test_resume_continues_the_run(tmp_path):
     first.fit(x, y, epochs=1)
     resumed = crumb.Trainer(model="cnn", progress=False, resume=tmp_path / "run.safetensors", **flags)
     resumed.fit(x, y, epochs=3)  # train's --epochs: to the third, momentum and step count restored
-    assert [h["epoch"] for h in resumed.history] == [1, 2]
+    assert [h["epoch"] for h in resumed.history] == [2, 3]
     assert resumed.history[-1]["step"] == 18
     for name, value in whole.state_dict().items():
         np.testing.assert_array_equal(resumed.state_dict()[name], value, err_msg=name)

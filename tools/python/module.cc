@@ -16,10 +16,12 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/base/error.h"
 #include "engine/base/rss.h"
+#include "engine/data/loader.h"
 #include "engine/data/statistics.h"
 #include "engine/io/checkpoint.h"
 #include "engine/strategy/memory_report.h"
@@ -34,9 +36,11 @@ using namespace nb::literals;
 namespace crumb::python {
 namespace {
 
-using Images = nb::ndarray<nb::numpy, nb::c_contig, nb::device::cpu, nb::ndim<4>>;
-using Labels = nb::ndarray<nb::numpy, int32_t, nb::c_contig, nb::device::cpu, nb::ndim<1>>;
-using Tensors = std::vector<std::pair<std::string, nb::ndarray<nb::c_contig, nb::device::cpu>>>;
+// Read-only arrays (np.frombuffer, memory maps, write=False) are taken as they are: nothing here writes
+// into the caller's arrays.
+using Images = nb::ndarray<nb::numpy, nb::ro, nb::c_contig, nb::device::cpu, nb::ndim<4>>;
+using Labels = nb::ndarray<nb::numpy, nb::ro, int32_t, nb::c_contig, nb::device::cpu, nb::ndim<1>>;
+using Tensors = std::vector<std::pair<std::string, nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>>>;
 
 // train's flags as Options; with --resume, the recorded run's flags with the given ones (train's rules).
 train::Options options_of(const std::vector<std::string>& args) {
@@ -148,9 +152,9 @@ class Plan {
   train::ReportData report_;
 };
 
-// Checkpoint metadata: the per-channel normalisation a model trained from Python was trained with.
-constexpr const char* kMeanKey = "python.mean";
-constexpr const char* kStdKey = "python.std";
+// Where older checkpoints of the module recorded the normalisation (now the engine's kDataMeanKey/kDataStdKey).
+constexpr const char* kOldMeanKey = "python.mean";
+constexpr const char* kOldStdKey = "python.std";
 
 // Keeps a numpy array alive for as long as a dataset reads its memory in place (released under the GIL,
 // from whichever thread drops the dataset last).
@@ -161,8 +165,8 @@ std::shared_ptr<const void> hold(const Images& array) {
   });
 }
 
-// The images in place (uint8 or float32, N x C x H x W) and a copy of the labels (int32, checked by the
-// Python half against the class count).
+// The images in place (uint8 or float32, N x C x H x W, read-only arrays and memory maps included) and a
+// copy of the labels (int32, checked by the Python half against the class count).
 data::Dataset dataset_of(const Images& x, const int32_t* labels, std::size_t count, int classes) {
   const bool u8 = x.dtype() == nb::dtype<uint8_t>();
   CRUMB_CHECK(u8 || x.dtype() == nb::dtype<float>(), "images must be uint8 or float32");
@@ -183,95 +187,93 @@ data::Dataset dataset_of(const Images& x, const int32_t* labels, std::size_t cou
   return ds;
 }
 
-// What fit calls back, into Python: on_step and on_epoch receive dicts. A Python exception in them (a
-// KeyboardInterrupt from Ctrl-C, noticed here at each step) stops the run after the step, as a signal
-// stops train, and fit raises it once the run has stopped (and saved, with save=).
-class PythonCallbacks : public Callback {
+// Samples without labels (what predict and preprocess read): every label 0.
+data::Dataset unlabelled(const Images& x, int classes) {
+  const std::vector<int32_t> zeros(x.shape(0), 0);
+  return dataset_of(x, zeros.data(), zeros.size(), classes);
+}
+
+class Run;
+
+// fit's callbacks into Python: one callable receives (event, dict) for the events "fit_begin",
+// "epoch_begin", "step", "epoch_end" and "fit_end"; epochs and batches are counted from 1. An exception
+// raised there (a KeyboardInterrupt from Ctrl-C, noticed at each step; a BrokenPipeError of a progress
+// line; the user's own) stops the run after the step in progress, with its save, as a signal stops
+// train; later events are not sent, and fit raises the exception itself once the run has stopped.
+class PythonEvents : public Callback {
  public:
-  PythonCallbacks(nb::object on_step, nb::object on_epoch) : on_step_(std::move(on_step)), on_epoch_(std::move(on_epoch)) {}
-  void on_step(Trainer& t, const StepInfo& s) override {
-    last = s;
-    nb::gil_scoped_acquire gil;
-    if (pending) return;
-    if (PyErr_CheckSignals() != 0) {
-      stop(t);
-      return;
-    }
-    if (on_step_.is_none()) return;
-    call(t, on_step_, dict_of("epoch", s.epoch, "batch", s.batch, "batches", s.batches,
-                               "samples", s.samples, "loss", s.loss, "step", s.step, "lr", s.lr,
-                               "epoch_loss", s.epoch_loss, "skipped", s.skipped,
-                               "loss_scale", s.loss_scale, "samples_per_s", s.samples_per_s));
-  }
-  void on_epoch_end(Trainer& t, const EpochInfo& e) override {
-    nb::gil_scoped_acquire gil;
-    if (pending || on_epoch_.is_none()) return;
-    nb::dict d = dict_of("epoch", e.epoch, "loss", e.train_loss, "accuracy", e.train_accuracy,
-               "seconds", e.seconds, "samples_per_s", e.samples_per_s, "micro_batch", t.micro_batch(),
-               "arena_bytes", t.arena_bytes(), "memory_bytes", t.plan().strategy.plan.memory.total(),
-               "max_rss_bytes", max_rss_bytes(), "step", t.optimizer().steps());
-    if (e.test.samples) {
-      d["val_loss"] = e.test.loss;
-      d["val_accuracy"] = e.test.accuracy;
-    }
-    call(t, on_epoch_, d);
-  }
+  PythonEvents(Run& run, nb::object fn) : run_(run), fn_(std::move(fn)) {}
+  void on_fit_begin(Trainer& t) override;
+  void on_epoch_begin(Trainer& t, int epoch) override;
+  void on_step(Trainer& t, const StepInfo& s) override;
+  void on_epoch_end(Trainer& t, const EpochInfo& e) override;
+  void on_fit_end(Trainer& t, bool stopped, int signal) override;
+  // The first exception a callback raised (destroyed with the GIL held, by fit).
   std::unique_ptr<nb::python_error> pending;
-  std::optional<StepInfo> last;
 
  private:
-  void call(Trainer& t, nb::handle fn, nb::dict d) {
+  // With the GIL held.
+  template <class MakeDict>
+  void send(Trainer& t, const char* event, MakeDict make) {
+    if (pending) return;
     try {
-      fn(d);
-    } catch (nb::python_error&) {
-      stop(t);
+      fn_(event, make());
+    } catch (nb::python_error& e) {
+      pending = std::make_unique<nb::python_error>(std::move(e));
+      t.request_stop();
     }
   }
-  void stop(Trainer& t) {
-    pending = std::make_unique<nb::python_error>();
-    t.request_stop();
-  }
-  nb::object on_step_, on_epoch_;
+  Run& run_;
+  nb::object fn_;
 };
 
 nb::dict evaluation_dict(const Evaluation& e) {
   return dict_of("loss", e.loss, "accuracy", e.accuracy, "samples", e.samples);
 }
 
-// A training run on arrays. Built by the first fit (or evaluate/predict/state_dict), which plans the model
-// for the arrays' image shape; later fits continue it.
+// A training run on arrays. Built by the first fit (or evaluate/predict/preprocess/state_dict), which
+// plans the model for the arrays' image shape; later fits continue it.
+//
+// One call at a time: the GIL is released while the engine runs, so a second thread could otherwise enter
+// the same run and corrupt it. Each call holds the run (Call, checked and set under the GIL); a call from
+// another thread meanwhile is an error, and a callback of fit may only make the calls that leave the
+// training state alone (state_dict, load_state_dict, evaluate, predict, preprocess, save).
 class Run {
  public:
   explicit Run(std::vector<std::string> args) : options_(options_of(args)) {}
 
+  // The per-channel normalisation to apply (mean/std of the Trainer), instead of the one the weights
+  // were trained with or the training images' own.
+  void set_normalization(std::vector<float> mean, std::vector<float> std) {
+    Call call(*this, "set_normalization", false);
+    CRUMB_CHECK(!trainer_, "the normalisation is set before the model is built");
+    given_norm_ = data::Normalization(std::move(mean), std::move(std));
+  }
+
   void fit(const Images& x, const Labels& y, std::optional<Images> xv, std::optional<Labels> yv, int classes,
-               std::optional<std::vector<float>> mean, std::optional<std::vector<float>> std, int epochs,
-               nb::object on_step, nb::object on_epoch) {
+           int epochs, nb::object events) {
+    Call call(*this, "fit", false);
     auto split = std::make_shared<data::DataSplit>();
     split->train = dataset_of(x, y.data(), y.shape(0), classes);
     if (xv) split->test = dataset_of(*xv, yv->data(), yv->shape(0), classes);
     // Later fits normalise like the first, whose statistics the weights have learnt.
-    split->norm = trainer_ && !mean ? trainer_->data().norm : normalization(split->train, mean, std);
+    split->norm = norm_settled_ ? trainer_->data().norm : normalization(split->train);
     split->source = "numpy arrays";
     if (!trainer_)
       build(split, epochs);
     else
       trainer_->train_more(split, epochs);
-    PythonCallbacks callbacks(std::move(on_step), std::move(on_epoch));
+    norm_settled_ = true;
+    PythonEvents callbacks(*this, std::move(events));
     {
       nb::gil_scoped_release release;
       trainer_->fit({&callbacks});
-    }
-    if (callbacks.last) {
-      const StepInfo& s = *callbacks.last;
-      const bool epoch_done = s.batch + 1 == s.batches;
-      epoch_ = s.epoch + epoch_done;
-      batch_ = epoch_done ? 0 : s.batch + 1;
     }
     if (callbacks.pending) throw std::move(*callbacks.pending);
   }
 
   nb::dict evaluate(const Images& x, const Labels& y, int classes) {
+    Call call(*this, "evaluate", true);
     const data::Dataset ds = dataset_of(x, y.data(), y.shape(0), classes);
     ensure(ds);
     Evaluation e;
@@ -283,8 +285,8 @@ class Run {
   }
 
   nb::ndarray<nb::numpy, float> predict(const Images& x, int classes) {
-    const std::vector<int32_t> zeros(x.shape(0), 0);
-    const data::Dataset ds = dataset_of(x, zeros.data(), zeros.size(), classes);
+    Call call(*this, "predict", true);
+    const data::Dataset ds = unlabelled(x, classes);
     ensure(ds);
     auto* out = new std::vector<float>(static_cast<std::size_t>(ds.count) * trainer_->classes());
     nb::capsule owner(out, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
@@ -296,8 +298,29 @@ class Run {
                                                       static_cast<std::size_t>(trainer_->classes())}, owner);
   }
 
+  // x as the network sees it: float32, normalised by the loader that feeds training and prediction.
+  nb::ndarray<nb::numpy, float> preprocess(const Images& x, int classes) {
+    Call call(*this, "preprocess", true);
+    const data::Dataset ds = unlabelled(x, classes);
+    ensure(ds);
+    const std::size_t sample = ds.sample_size();
+    auto* out = new std::vector<float>(static_cast<std::size_t>(ds.count) * sample);
+    nb::capsule owner(out, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+    {
+      nb::gil_scoped_release release;
+      const int chunk = std::min(ds.count, 256);
+      data::Loader loader(ds, chunk, trainer_->data().norm, /*shuffle=*/false, 0);
+      loader.start_epoch(0);
+      data::Batch b;
+      for (std::size_t at = 0; loader.next(b); at += static_cast<std::size_t>(b.size) * sample)
+        std::copy_n(b.x, static_cast<std::size_t>(b.size) * sample, out->data() + at);
+    }
+    return nb::ndarray<nb::numpy, float>(out->data(), {x.shape(0), x.shape(1), x.shape(2), x.shape(3)}, owner);
+  }
+
   // Parameters and state (running statistics) by their PyTorch names, as float32/... numpy copies.
   nb::list state_dict() {
+    Call call(*this, "state_dict", true);
     CRUMB_CHECK(trainer_, "the model has no weights yet: fit, evaluate or predict first (or load_state_dict)");
     ParamStore& p = trainer_->params();
     p.to_host();
@@ -315,17 +338,99 @@ class Run {
     return out;
   }
 
-  // Exact names, shapes and dtypes (torch's strict load): anything missing or extra is an error. Before
-  // the model is built (by the first fit, evaluate or predict), they are kept and loaded then.
+  // Exact names, shapes and dtypes (torch's strict load): anything missing or extra is an error, and
+  // nothing is written unless everything fits. Before the model is built (by the first fit, evaluate or
+  // predict) they are kept, and become its starting weights then; the latest of load_state_dict and load
+  // wins.
   void load_state_dict(const Tensors& tensors) {
+    Call call(*this, "load_state_dict", true);
     if (!trainer_) {
       initial_ = tensors;
+      options_.load.clear();
       return;
     }
     ParamStore& p = trainer_->params();
     p.to_host();
+    copy_state(tensors, p);
+    p.to_device();
+  }
+
+  // Starts over from the checkpoint's weights and optimizer state (train's --load) and the normalisation,
+  // classes and image shape it records: the model is planned again at the next call.
+  void load(const std::string& path) {
+    Call call(*this, "load", false);
+    {
+      nb::gil_scoped_release release;
+      checkpoint_metadata(path);  // a damaged or missing file fails here, leaving the run as it was
+    }
+    trainer_.reset();
+    initial_.reset();
+    options_.load = path;
+    norm_settled_ = false;
+    epoch_ = batch_ = 0;
+  }
+
+  // A checkpoint of the weights, the optimizer and where the run stands, as train --save writes it.
+  void save(const std::string& path) {
+    Call call(*this, "save", true);
+    CRUMB_CHECK(trainer_ && trainer_->prepared(), "save: nothing to save before the first fit");
+    const int epoch = epoch_, batch = batch_;
+    nb::gil_scoped_release release;
+    trainer_->save(epoch, batch, path);
+  }
+
+  // Ends the fit in progress after its step, with a save, as Ctrl-C does (from a callback or any thread).
+  void request_stop() {
+    if (trainer_) trainer_->request_stop();
+  }
+
+  nb::dict info() const {
+    nb::dict d = dict_of("epoch", epoch_, "batch", batch_, "built", trainer_ != nullptr);
+    if (trainer_) {
+      d["epochs"] = trainer_->config().epochs;  // where the run ends (later fits extend it)
+      d["micro_batch"] = trainer_->micro_batch();
+      d["split"] = trainer_->plan().split;
+      d["device"] = device_name(trainer_->device());
+      d["steps"] = trainer_->prepared() ? trainer_->optimizer().steps() : 0LL;
+      d["mean"] = trainer_->data().norm.mean;
+      d["std"] = trainer_->data().norm.std;
+    }
+    return d;
+  }
+
+ private:
+  friend class PythonEvents;
+
+  class Call {
+   public:
+    Call(Run& run, const char* what, bool from_callback) : run_(run) {
+      if (run.depth_ > 0) {
+        CRUMB_CHECK(run.owner_ == std::this_thread::get_id(), what, ": this Trainer is running ", run.what_,
+                    " in another thread; a Trainer runs one call at a time (wait for it, or use a Trainer per thread)");
+        CRUMB_CHECK(from_callback, what, " cannot be called from a callback of ", run.what_);
+      } else {
+        run.owner_ = std::this_thread::get_id();
+        run.what_ = what;
+      }
+      ++run.depth_;
+    }
+    ~Call() { --run_.depth_; }
+    Call(const Call&) = delete;
+    Call& operator=(const Call&) = delete;
+
+   private:
+    Run& run_;
+  };
+
+  // Parameters are held in the master dtype; state values in their own.
+  static DType dtype_of(const ParamStore& p, ValueId v) {
+    return p.graph().value(v).kind == ValueKind::Param ? p.dtype() : p.graph().value(v).dtype;
+  }
+  // Every tensor checked (name, shape, dtype) before any is written.
+  static void copy_state(const Tensors& tensors, ParamStore& p) {
     const Graph& g = p.graph();
     std::vector<bool> seen(g.num_values(), false);
+    std::vector<std::pair<ValueId, const void*>> copies;
     for (const auto& [name, array] : tensors) {
       const ValueId v = g.find_value(name);
       const bool param = v >= 0 && g.value(v).kind == ValueKind::Param;
@@ -338,65 +443,35 @@ class Run {
       CRUMB_CHECK(want == got, "load_state_dict: '", name, "' has shape (", got, ") but the model's is (", want, ")");
       const DType dtype = dtype_of(p, v);
       CRUMB_CHECK(array.dtype() == numpy_dtype(dtype), "load_state_dict: '", name, "' must be ", dtype_name(dtype));
-      std::memcpy(param ? p.data(v) : p.state(v), array.data(),
-                  static_cast<std::size_t>(value.count(1)) * dtype_size(dtype));
+      CRUMB_CHECK(!seen[v], "load_state_dict: '", name, "' is given twice");
       seen[v] = true;
+      copies.emplace_back(v, array.data());
     }
     for (ValueId v : g.params()) CRUMB_CHECK(seen[v], "load_state_dict: '", g.value(v).name, "' is missing");
     for (ValueId v : g.states()) CRUMB_CHECK(seen[v], "load_state_dict: '", g.value(v).name, "' is missing");
-    p.to_device();
-  }
-
-  // The weights of a checkpoint (train --load's), now or once the model is built.
-  void load(const std::string& path) {
-    if (!trainer_) {
-      options_.load = path;
-      return;
+    for (const auto& [v, data] : copies) {
+      const bool param = g.value(v).kind == ValueKind::Param;
+      std::memcpy(param ? p.data(v) : p.state(v), data,
+                  static_cast<std::size_t>(g.value(v).count(1)) * dtype_size(dtype_of(p, v)));
     }
-    nb::gil_scoped_release release;
-    load_checkpoint(path, trainer_->params(), nullptr);
-  }
-
-  // A checkpoint of the weights, the optimizer and where the run stands, as train --save writes it.
-  void save(const std::string& path) {
-    CRUMB_CHECK(trainer_, "save: nothing to save before the first fit");
-    nb::gil_scoped_release release;
-    trainer_->save(epoch_, batch_, path);
-  }
-
-  nb::dict info() const {
-    nb::dict d = dict_of("epoch", epoch_, "batch", batch_, "built", trainer_ != nullptr);
-    if (trainer_) {
-      d["epochs"] = trainer_->config().epochs;  // where the run ends (later fits extend it)
-      d["micro_batch"] = trainer_->micro_batch();
-      d["split"] = trainer_->plan().split;
-      d["device"] = device_name(trainer_->device());
-      d["steps"] = trainer_->prepared() ? trainer_->optimizer().steps() : 0LL;
-    }
-    return d;
-  }
-
- private:
-  // Parameters are held in the master dtype; state values in their own.
-  static DType dtype_of(const ParamStore& p, ValueId v) {
-    return p.graph().value(v).kind == ValueKind::Param ? p.dtype() : p.graph().value(v).dtype;
   }
   // Given, else the one the weights were trained with (recorded in the checkpoint they come from), else the
-  // training images' own (uint8), else none (float32 images are taken as they are).
-  data::Normalization normalization(const data::Dataset& train, const std::optional<std::vector<float>>& mean,
-                                    const std::optional<std::vector<float>>& std) const {
-    CRUMB_CHECK(mean.has_value() == std.has_value(), "give mean and std together");
-    if (mean) return {*mean, *std};
+  // images' own (uint8), else none (float32 images are taken as they are).
+  data::Normalization normalization(const data::Dataset& images) const {
+    if (given_norm_) return *given_norm_;
     for (const std::string& path : {options_.resume, options_.load}) {
       if (path.empty()) continue;
-      std::vector<float> m, s;
+      std::vector<float> m, s, old_m, old_s;
       for (const auto& [key, value] : checkpoint_metadata(path)) {
-        if (key == kMeanKey) m = floats(value, path);
-        if (key == kStdKey) s = floats(value, path);
+        if (key == kDataMeanKey) m = floats(value, path);
+        if (key == kDataStdKey) s = floats(value, path);
+        if (key == kOldMeanKey) old_m = floats(value, path);
+        if (key == kOldStdKey) old_s = floats(value, path);
       }
       if (!m.empty() && !s.empty()) return {m, s};
+      if (!old_m.empty() && !old_s.empty()) return {old_m, old_s};
     }
-    if (train.pixel_type() == data::PixelType::U8) return data::channel_statistics(train);
+    if (images.pixel_type() == data::PixelType::U8) return data::channel_statistics(images);
     return {0.f, 1.f};
   }
   static std::vector<float> floats(const std::string& text, const std::string& path) {
@@ -409,12 +484,6 @@ class Run {
                   "' is not a list of numbers");
     }
     return out;
-  }
-  static std::string text_of(const std::vector<float>& v) {
-    std::ostringstream os;
-    os.precision(9);
-    for (std::size_t i = 0; i < v.size(); ++i) os << (i ? "," : "") << v[i];
-    return os.str();
   }
   static nb::dlpack::dtype numpy_dtype(DType t) {
     switch (t) {
@@ -432,12 +501,20 @@ class Run {
     return nb::cast(nb::ndarray<nb::numpy>(copy->data(), shape.size(), shape.data(), owner, nullptr,
                                            numpy_dtype(dtype)));
   }
-  // A trainer for data that only evaluates or predicts (weights from load=/resume=, or the initial ones).
+  // A trainer that evaluates and predicts (weights from load=/resume=, a state dict, or the initial ones),
+  // planned for the configured batch as training would be: so a BatchNorm model predicts a single image
+  // with the plan that later trains, whatever its group size. A later fit gives it data.
   void ensure(const data::Dataset& ds) {
     if (trainer_) return;
     auto split = std::make_shared<data::DataSplit>();
-    split->train = ds;
-    split->norm = normalization(ds, std::nullopt, std::nullopt);
+    split->train.channels = ds.channels;
+    split->train.height = ds.height;
+    split->train.width = ds.width;
+    split->train.num_classes = ds.num_classes;
+    split->train.count = 0;
+    split->norm = normalization(ds);
+    split->source = "numpy arrays";
+    norm_settled_ = given_norm_ || !options_.load.empty() || !options_.resume.empty();
     build(split, 0);
   }
   void build(std::shared_ptr<const data::DataSplit> split, int epochs) {
@@ -445,24 +522,85 @@ class Run {
     if (epochs > 0) o.epochs = epochs;
     TrainConfig cfg = train::config_of(o);
     cfg.data.dataset = "numpy";
-    // Saved with the weights, so that a model loaded elsewhere sees its inputs as it was trained on them.
-    cfg.record.insert(cfg.record.end(), {{kMeanKey, text_of(split->norm.mean)}, {kStdKey, text_of(split->norm.std)}});
+    std::optional<Tensors> initial = std::move(initial_);
+    initial_.reset();
     {
       nb::gil_scoped_release release;
       trainer_ = std::make_unique<Trainer>(cfg, std::move(split));
-      trainer_->prepare();
-    }
-    if (initial_) {
-      load_state_dict(*initial_);
-      initial_.reset();
+      if (initial)
+        trainer_->set_initial_state([&](ParamStore& p) {
+          nb::gil_scoped_acquire gil;  // the arrays are Python objects
+          copy_state(*initial, p);
+        });
+      try {
+        trainer_->prepare();
+      } catch (...) {
+        trainer_.reset();
+        throw;
+      }
     }
   }
 
   train::Options options_;
   std::unique_ptr<Trainer> trainer_;
   std::optional<Tensors> initial_;  // load_state_dict's before the model was built
-  int epoch_ = 0, batch_ = 0;  // where the run stands (what a save records)
+  std::optional<data::Normalization> given_norm_;
+  // The trainer's normalisation came from mean/std, a checkpoint or training data (not from the images
+  // of a prediction made before any of them).
+  bool norm_settled_ = false;
+  int epoch_ = 0, batch_ = 0;  // where the run stands (what a save records): whole epochs, then batches
+  std::thread::id owner_;      // the thread of the call in progress (depth_ > 0)
+  const char* what_ = "";
+  int depth_ = 0;
 };
+
+void PythonEvents::on_fit_begin(Trainer& t) {
+  nb::gil_scoped_acquire gil;
+  send(t, "fit_begin", [] { return nb::dict(); });
+}
+
+void PythonEvents::on_epoch_begin(Trainer& t, int epoch) {
+  nb::gil_scoped_acquire gil;
+  send(t, "epoch_begin", [&] { return dict_of("epoch", epoch + 1, "epochs", t.config().epochs); });
+}
+
+void PythonEvents::on_step(Trainer& t, const StepInfo& s) {
+  nb::gil_scoped_acquire gil;
+  const bool epoch_done = s.batch + 1 == s.batches;
+  run_.epoch_ = s.epoch + epoch_done;
+  run_.batch_ = epoch_done ? 0 : s.batch + 1;
+  if (pending) return;
+  if (PyErr_CheckSignals() != 0) {
+    pending = std::make_unique<nb::python_error>();
+    t.request_stop();
+    return;
+  }
+  send(t, "step", [&] {
+    return dict_of("epoch", s.epoch + 1, "epochs", t.config().epochs, "batch", s.batch + 1, "batches", s.batches,
+                   "samples", s.samples, "loss", s.loss, "step", s.step, "lr", s.lr, "epoch_loss", s.epoch_loss,
+                   "skipped", s.skipped, "loss_scale", s.loss_scale, "samples_per_s", s.samples_per_s);
+  });
+}
+
+void PythonEvents::on_epoch_end(Trainer& t, const EpochInfo& e) {
+  nb::gil_scoped_acquire gil;
+  send(t, "epoch_end", [&] {
+    nb::dict d = dict_of("epoch", e.epoch + 1, "loss", e.train_loss, "accuracy", e.train_accuracy, "seconds",
+                         e.seconds, "samples_per_s", e.samples_per_s, "micro_batch", t.micro_batch(), "arena_bytes",
+                         t.arena_bytes(), "memory_bytes", t.plan().strategy.plan.memory.total(), "max_rss_bytes",
+                         max_rss_bytes(), "step", t.optimizer().steps());
+    if (e.test.samples) {
+      d["val_loss"] = e.test.loss;
+      d["val_accuracy"] = e.test.accuracy;
+    }
+    return d;
+  });
+}
+
+void PythonEvents::on_fit_end(Trainer& t, bool stopped, int signal) {
+  nb::gil_scoped_acquire gil;
+  send(t, "fit_end", [&] { return dict_of("stopped", stopped, "signal", signal, "step", t.optimizer().steps()); });
+}
 
 }  // namespace
 }  // namespace crumb::python
@@ -477,6 +615,9 @@ NB_MODULE(_crumb, m) {
   m.def("parse_flags", [](const std::vector<std::string>& args) { crumb::python::options_of(args); },
         "Checks train's flags, raising crumb.Error with train's message for a bad one.");
   m.def("models", [] { return models::names(); });
+  m.def("checkpoint_metadata", [](const std::string& path) { return checkpoint_metadata(path); },
+        "The checkpoint's metadata entries, in file order (its header is validated; no tensor is read).");
+  m.def("recorded_args", &train::recorded_args, "The flags of the run a checkpoint records.");
   m.def("format_bytes", &format_bytes);
   m.def("parse_bytes", &parse_bytes);
 
@@ -506,13 +647,15 @@ NB_MODULE(_crumb, m) {
 
   nb::class_<Run>(m, "Run")
       .def(nb::init<std::vector<std::string>>())
-      .def("fit", &Run::fit, "x"_a, "y"_a, "xv"_a.none(), "yv"_a.none(), "classes"_a, "mean"_a.none(),
-           "std"_a.none(), "epochs"_a, "on_step"_a.none(), "on_epoch"_a.none())
+      .def("set_normalization", &Run::set_normalization)
+      .def("fit", &Run::fit, "x"_a, "y"_a, "xv"_a.none(), "yv"_a.none(), "classes"_a, "epochs"_a, "events"_a)
       .def("evaluate", &Run::evaluate)
       .def("predict", &Run::predict)
+      .def("preprocess", &Run::preprocess)
       .def("state_dict", &Run::state_dict)
       .def("load_state_dict", &Run::load_state_dict)
       .def("save", &Run::save)
       .def("load", &Run::load)
+      .def("request_stop", &Run::request_stop)
       .def("info", &Run::info);
 }

@@ -33,12 +33,14 @@ _share_cuda_libraries()
 
 from ._crumb import Error, format_bytes, parse_bytes
 from ._crumb import models as _models
-from . import nn
+from . import callbacks, nn
+from .callbacks import Callback, EarlyStopping, LambdaCallback
 from .plan import Plan, plan
 from .torch_convert import from_torch
 from .trainer import Trainer
 
-__all__ = ["Error", "Plan", "Trainer", "format_bytes", "from_torch", "models", "nn", "parse_bytes", "plan"]
+__all__ = ["Callback", "EarlyStopping", "Error", "LambdaCallback", "Plan", "Trainer", "callbacks", "format_bytes",
+           "from_torch", "models", "nn", "parse_bytes", "plan"]
 
 
 def models() -> list[str]:

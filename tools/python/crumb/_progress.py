@@ -22,17 +22,17 @@ def _bar(fraction: float, width: int = 24) -> str:
 
 
 class Progress:
-    def __init__(self, epochs: int, enabled: bool = True):
-        self.epochs = epochs
+    def __init__(self, enabled: bool = True):
         self.enabled = enabled
         self.notebook = enabled and _in_notebook()
         self.terminal = enabled and not self.notebook and sys.stderr.isatty()
         self.handle = None
         self.last = 0.0
+        self.epochs = 0  # where the run ends, as the steps report it
 
     def _line(self, s: dict) -> str:
-        return (f"epoch {s['epoch'] + 1}/{self.epochs} {_bar((s['batch'] + 1) / s['batches'])} "
-                f"{s['batch'] + 1}/{s['batches']}  loss {s['epoch_loss']:.4f}  {s['samples_per_s']:.0f} samples/s")
+        return (f"epoch {s['epoch']}/{s['epochs']} {_bar(s['batch'] / s['batches'])} "
+                f"{s['batch']}/{s['batches']}  loss {s['epoch_loss']:.4f}  {s['samples_per_s']:.0f} samples/s")
 
     def _show(self, text: str, final: bool) -> None:
         if self.notebook:
@@ -51,10 +51,11 @@ class Progress:
             print(text, file=sys.stderr)
 
     def step(self, s: dict) -> None:
+        self.epochs = s["epochs"]
         if not self.enabled:
             return
         now = time.monotonic()
-        if now - self.last < 0.2 and s["batch"] + 1 < s["batches"]:
+        if now - self.last < 0.2 and s["batch"] < s["batches"]:
             return
         self.last = now
         if self.notebook or self.terminal:
@@ -63,7 +64,7 @@ class Progress:
     def epoch(self, e: dict) -> None:
         if not self.enabled:
             return
-        text = (f"epoch {e['epoch'] + 1}/{self.epochs}  loss {e['loss']:.4f}  accuracy {e['accuracy']:.4f}")
+        text = (f"epoch {e['epoch']}/{self.epochs}  loss {e['loss']:.4f}  accuracy {e['accuracy']:.4f}")
         if "val_loss" in e:
             text += f"  val_loss {e['val_loss']:.4f}  val_accuracy {e['val_accuracy']:.4f}"
         text += f"  {e['samples_per_s']:.0f} samples/s  {e['seconds']:.1f} s"
