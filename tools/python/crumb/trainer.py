@@ -68,6 +68,7 @@ class Trainer:
             self._run.load_state_dict(_tensors(weights))
         if (mean is None) != (std is None):
             raise Error("give mean and std together")
+        self._norm_given = mean is not None
         if mean is not None:
             self._run.set_normalization([float(v) for v in np.atleast_1d(mean)], [float(v) for v in np.atleast_1d(std)])
         recorded = int(meta["data.classes"]) if "data.classes" in meta else None
@@ -76,7 +77,7 @@ class Trainer:
         self._classes = classes if classes is not None else recorded
         self._shape = tuple(int(v) for v in meta["data.shape"].split("x")) if "data.shape" in meta else None
         self._pixels = meta.get("data.pixels")
-        self._norm_known = mean is not None or "data.mean" in meta or "python.mean" in meta
+        self._norm = _norm_of(meta, mean, std)
         self._progress = progress
         self.history: list[dict] = []
 
@@ -121,7 +122,7 @@ class Trainer:
             self._shape = tuple(x.shape[1:])
 
     def _unsettled_norm(self, x: np.ndarray) -> None:
-        if not self._norm_known and not self._run.info()["built"] and x.dtype == np.uint8:
+        if self._norm is None and not self._run.info()["built"] and x.dtype == np.uint8:
             warnings.warn("no normalisation is known for these weights (no fit, checkpoint or mean=/std=): the "
                           "images are normalised with their own per-channel statistics; give mean= and std= as the "
                           "weights were trained with", stacklevel=3)
@@ -176,7 +177,6 @@ class Trainer:
                 getattr(c, "on_" + event)(self, logs)
 
         self._run.fit(x, y, xv, yv, classes, epochs, events)
-        self._norm_known = True
         return done
 
     def stop(self) -> None:
@@ -211,13 +211,16 @@ class Trainer:
 
     @property
     def mean(self) -> list[float] | None:
-        """The per-channel mean the images are normalised with (None before it is known)."""
-        return self._run.info().get("mean")
+        """The per-channel mean the images are normalised with (None until it is known: given, from a
+        checkpoint, or from the first images seen)."""
+        info = self._run.info()
+        return info["mean"] if info["built"] else self._norm and self._norm[0]
 
     @property
     def std(self) -> list[float] | None:
-        """The per-channel standard deviation the images are normalised with (None before it is known)."""
-        return self._run.info().get("std")
+        """The per-channel standard deviation the images are normalised with (as ``mean``)."""
+        info = self._run.info()
+        return info["std"] if info["built"] else self._norm and self._norm[1]
 
     @property
     def classes(self) -> int | None:
@@ -253,7 +256,8 @@ class Trainer:
         if "data.shape" in meta:
             self._shape = tuple(int(v) for v in meta["data.shape"].split("x"))
         self._pixels = meta.get("data.pixels", self._pixels)
-        self._norm_known = self._norm_known or "data.mean" in meta or "python.mean" in meta
+        if self._norm is None or not self._norm_given:
+            self._norm = _norm_of(meta, None, None)
 
     @property
     def micro_batch(self) -> int | None:
@@ -262,6 +266,16 @@ class Trainer:
     def __repr__(self) -> str:
         info = self._run.info()
         return f"<crumb.Trainer {info.get('split', 'not planned yet')}, epoch {info['epoch']}>"
+
+
+def _norm_of(meta: dict, mean, std):
+    """(mean, std) as lists: the given ones, else the checkpoint's, else None."""
+    if mean is not None:
+        return [float(v) for v in np.atleast_1d(mean)], [float(v) for v in np.atleast_1d(std)]
+    for m, s in (("data.mean", "data.std"), ("python.mean", "python.std")):
+        if m in meta and s in meta:
+            return [float(v) for v in meta[m].split(",")], [float(v) for v in meta[s].split(",")]
+    return None
 
 
 def _tensors(state) -> list:

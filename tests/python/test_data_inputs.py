@@ -1,0 +1,95 @@
+"""Data as people have it: read-only arrays (np.frombuffer, write=False), memory maps (np.load(mmap_mode="r"),
+np.memmap), torch tensors (contiguous or not) and channels-last images train, evaluate and predict as the
+plain arrays do, read in place where their layout allows."""
+
+import numpy as np
+import pytest
+
+import crumb
+
+
+def images(n, seed=0, shape=(1, 12, 12)):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 256, size=(n, *shape), dtype=np.uint8)
+    y = (x.reshape(n, -1).mean(axis=1) > 127.5).astype(np.int64) + 2 * (x[:, 0, 0, 0] > 127)
+    return x, y
+
+
+def run(x, y, **kwargs):
+    """Weights after one epoch, then evaluate and predict, on the arrays given."""
+    t = crumb.Trainer(model="cnn", batch=16, seed=1, progress=False)
+    t.fit(x, y, epochs=1, validation=(x[:16], y[:16]), **kwargs)
+    return t.state_dict(), t.evaluate(x[:32], y[:32], **kwargs), t.predict(x[:8], **kwargs)
+
+
+def same(a, b):
+    for name, value in a[0].items():
+        np.testing.assert_array_equal(b[0][name], value, err_msg=name)
+    assert a[1] == b[1]
+    np.testing.assert_array_equal(a[2], b[2])
+
+
+@pytest.fixture(scope="module")
+def reference():
+    x, y = images(64)
+    return x, y, run(x, y)
+
+
+def test_read_only_arrays(reference):
+    x, y, want = reference
+    locked, labels = x.copy(), y.copy()
+    locked.flags.writeable = False
+    labels.flags.writeable = False
+    same(run(locked, labels), want)
+    # How IDX files are read: np.frombuffer over bytes.
+    buffer = np.frombuffer(x.tobytes(), dtype=np.uint8).reshape(x.shape)
+    assert not buffer.flags.writeable
+    same(run(buffer, np.frombuffer(y.astype(np.int32).tobytes(), dtype=np.int32)), want)
+
+
+def test_memory_maps(reference, tmp_path):
+    x, y, want = reference
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    mapped = np.load(tmp_path / "x.npy", mmap_mode="r")
+    assert isinstance(mapped, np.memmap) and not mapped.flags.writeable
+    same(run(mapped, np.load(tmp_path / "y.npy", mmap_mode="r")), want)
+    raw = np.memmap(tmp_path / "raw.bin", dtype=np.uint8, mode="w+", shape=x.shape)
+    raw[:] = x
+    raw.flush()
+    same(run(np.memmap(tmp_path / "raw.bin", dtype=np.uint8, mode="r", shape=x.shape), y), want)
+
+
+def test_torch_tensors(reference):
+    torch = pytest.importorskip("torch")
+    x, y, want = reference
+    same(run(torch.from_numpy(x), torch.from_numpy(y)), want)
+    # Not contiguous: every other channel of a tensor with two copies of each (copied once into C order).
+    strided = torch.from_numpy(np.concatenate([x, x], axis=1))[:, ::2]
+    assert not strided.is_contiguous()
+    same(run(strided, torch.from_numpy(y)), want)
+    floats = torch.from_numpy(x.astype(np.float32) / 255).requires_grad_()
+    t = crumb.Trainer(model="cnn", batch=16, progress=False)
+    t.fit(floats, torch.from_numpy(y), epochs=1)
+
+
+def test_channels_last_images(reference):
+    x, y, want = reference
+    nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    t = crumb.Trainer(model="cnn", batch=16, progress=False)
+    with pytest.raises(crumb.Error, match=r"looks like N x H x W x C.*layout='nhwc'"):
+        t.fit(nhwc, y)
+    same(run(nhwc, y, layout="nhwc"), want)
+    trained = crumb.Trainer(model="cnn", batch=16, progress=False)
+    trained.fit(x, y, epochs=1)
+    with pytest.raises(crumb.Error, match="looks like N x H x W x C"):
+        trained.predict(nhwc[:2])
+    with pytest.raises(crumb.Error, match="one image\\? add the batch dimension"):
+        trained.predict(x[0])
+
+
+def test_a_one_class_data_set_is_refused():
+    x, y = images(32)
+    with pytest.raises(crumb.Error, match="at least 2 classes"):
+        crumb.Trainer(model="cnn", progress=False).fit(x, np.zeros(32, np.int64))
+    crumb.Trainer(model="cnn", classes=2, progress=False, batch=16).fit(x, np.zeros(32, np.int64))
