@@ -2,6 +2,9 @@
 np.memmap), torch tensors (contiguous or not) and channels-last images train, evaluate and predict as the
 plain arrays do, read in place where their layout allows."""
 
+import os
+import pathlib
+
 import numpy as np
 import pytest
 
@@ -93,3 +96,79 @@ def test_a_one_class_data_set_is_refused():
     with pytest.raises(crumb.Error, match="at least 2 classes"):
         crumb.Trainer(model="cnn", progress=False).fit(x, np.zeros(32, np.int64))
     crumb.Trainer(model="cnn", classes=2, progress=False, batch=16).fit(x, np.zeros(32, np.int64))
+
+
+def test_an_iterable_of_chunks(reference, tmp_path):
+    x, y, want = reference
+
+    def chunks():  # a generator, read once: uneven chunks, across batch boundaries
+        for start, stop in ((0, 10), (10, 37), (37, 64)):
+            yield x[start:stop], y[start:stop]
+
+    t = crumb.Trainer(model="cnn", batch=16, seed=1, progress=False)
+    t.fit(chunks(), epochs=1, validation=chunks(), spool_dir=tmp_path)
+    same((t.state_dict(), t.evaluate(x[:32], y[:32]), t.predict(x[:8])), want)
+    assert not list(tmp_path.iterdir())  # the spool file is gone (its space returns with the map)
+    torch = pytest.importorskip("torch")
+    data = torch.utils.data.TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
+    loader = torch.utils.data.DataLoader(data, batch_size=24)
+    t = crumb.Trainer(model="cnn", batch=16, seed=1, progress=False)
+    t.fit(loader, epochs=1, validation=(x[:16], y[:16]))
+    same((t.state_dict(), t.evaluate(x[:32], y[:32]), t.predict(x[:8])), want)
+    with pytest.raises(crumb.Error, match="chunk 1 must be a pair"):
+        crumb.Trainer(model="cnn", progress=False).fit(iter([(x, y), x]))
+    with pytest.raises(crumb.Error, match="chunk 1 x has images of 1x8x8 but the model takes 1x12x12"):
+        crumb.Trainer(model="cnn", progress=False).fit(iter([(x, y), images(4, shape=(1, 8, 8))]))
+    with pytest.raises(crumb.Error, match="y is missing"):
+        crumb.Trainer(model="cnn", progress=False).fit(x)
+
+
+LARGER_THAN_MEMORY = """
+import sys, numpy as np, crumb
+n = crumb.nn
+x = np.load(sys.argv[1], mmap_mode="r")
+y = np.load(sys.argv[2])
+model = n.Sequential(n.AvgPool2d(8), n.Flatten(), n.Linear(3 * 8 * 8, 10))  # cheap: the data is the point
+h = crumb.Trainer(model=model, batch=512, threads=2, progress=False).fit(x, y, epochs=1)
+print(len(x), x.nbytes, h[-1]["loss"])
+"""
+
+
+def test_a_memory_map_larger_than_the_memory_allowed_trains(tmp_path):
+    """A data set 4x larger than the memory the process may use (a memory cgroup's limit) trains: the images
+    are read in place from the map, the page cache reclaimed as the epoch goes."""
+    import subprocess
+    import sys
+    cgroup = pathlib.Path("/sys/fs/cgroup/memory") / f"crumb-test-{os.getpid()}"
+    try:
+        cgroup.mkdir()
+    except OSError as e:
+        pytest.skip(f"no memory cgroup to limit the process with ({e})")
+    try:
+        limit, shape = 256 << 20, (3, 64, 64)
+        (cgroup / "memory.limit_in_bytes").write_text(str(limit))
+        n = -(-4 * limit // int(np.prod(shape)))
+        x = np.lib.format.open_memmap(tmp_path / "x.npy", mode="w+", dtype=np.uint8, shape=(n, *shape))
+        rng = np.random.default_rng(0)
+        for start in range(0, n, 4096):
+            x[start:start + 4096] = rng.integers(0, 256, (min(4096, n - start), *shape), dtype=np.uint8)
+        x.flush()
+        del x
+        np.save(tmp_path / "y.npy", rng.integers(0, 10, n).astype(np.uint8))
+        (tmp_path / "fit.py").write_text(LARGER_THAN_MEMORY)
+        r = subprocess.run(["sh", "-c", f'echo $$ > {cgroup}/cgroup.procs && exec "$0" "$@"', sys.executable,
+                            str(tmp_path / "fit.py"), str(tmp_path / "x.npy"), str(tmp_path / "y.npy")],
+                           capture_output=True, text=True, timeout=1200)
+        assert r.returncode == 0, r.stderr
+        count, nbytes, loss = r.stdout.split()
+        assert int(count) == n and int(nbytes) >= 4 * limit
+        assert np.isfinite(float(loss))
+        assert int((cgroup / "memory.max_usage_in_bytes").read_text()) <= limit
+    finally:
+        for _ in range(50):
+            try:
+                cgroup.rmdir()
+                break
+            except OSError:
+                import time
+                time.sleep(0.1)

@@ -4,6 +4,9 @@ float32, C order) without a copy where the layout allows."""
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import numpy as np
 
 from ._crumb import Error
@@ -84,3 +87,38 @@ def labels(y, count: int, what: str) -> np.ndarray:
     if count and (int(y.min()) < 0 or int(y.max()) >= 2**31 - 1):
         raise Error(f"{what} holds a label outside [0, 2^31 - 1): {int(y.min())}..{int(y.max())}")
     return np.ascontiguousarray(y, dtype=np.int32)
+
+
+def is_chunks(data) -> bool:
+    """Whether data is an iterable of (x, y) chunks rather than an array."""
+    if isinstance(data, (np.ndarray, str, bytes, dict)) or hasattr(data, "__array__") or hasattr(data, "detach"):
+        return False
+    return hasattr(data, "__iter__")
+
+
+def spool(chunks, what: str, layout: str, shape, folder=None) -> tuple[np.ndarray, np.ndarray]:
+    """The (x, y) chunks of an iterable (a generator over files, a torch DataLoader, ...) written one after
+    the other into a temporary file and mapped back: images of any total size in bounded memory, read by
+    the engine in place as a memory map is (the file is unlinked at once; its space returns when the map
+    is released). Labels are kept in memory (4 bytes a sample)."""
+    fd, path = tempfile.mkstemp(prefix="crumb-chunks-", suffix=".bin", dir=folder)
+    labels_, count, dtype = [], 0, None
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for i, chunk in enumerate(chunks):
+                if not isinstance(chunk, (tuple, list)) or len(chunk) != 2:
+                    raise Error(f"{what}: chunk {i} must be a pair (x, y), got {type(chunk).__name__}")
+                x = images(chunk[0], f"{what} chunk {i} x", layout, shape)
+                y = labels(chunk[1], x.shape[0], f"{what} chunk {i} y")
+                if dtype is not None and x.dtype != dtype:
+                    raise Error(f"{what}: chunk {i} is {x.dtype}, the first chunk {dtype}")
+                dtype, shape = x.dtype, tuple(x.shape[1:])
+                out.write(memoryview(x).cast("B"))
+                labels_.append(y)
+                count += x.shape[0]
+        if count == 0:
+            raise Error(f"{what}: the iterable gave no chunks")
+        x = np.memmap(path, dtype=dtype, mode="r", shape=(count, *shape))
+    finally:
+        os.unlink(path)
+    return x, np.concatenate(labels_)

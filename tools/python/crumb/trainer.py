@@ -129,10 +129,14 @@ class Trainer:
 
     # ---- training
 
-    def fit(self, x, y, epochs: int | None = None, validation=None, progress: bool | None = None,
-            callbacks=(), layout: str = "auto") -> list[dict]:
+    def fit(self, x, y=None, epochs: int | None = None, validation=None, progress: bool | None = None,
+            callbacks=(), layout: str = "auto", spool_dir=None) -> list[dict]:
         """Trains on x (N x C x H x W, uint8 or float32: a numpy array, read-only or memory-mapped, or a CPU
-        torch tensor) and y (N integer labels). The first fit trains to ``epochs`` (train's --epochs: a
+        torch tensor) and y (N integer labels); or on an iterable of (x, y) chunks given as x alone (a
+        generator, a torch DataLoader), written once into a temporary file in ``spool_dir`` (default: the
+        system's temporary folder) and read from there as a memory map is, so its size is bounded by the
+        disk, not the memory. Memory maps and chunks are read in place through the loader's two
+        micro-batch slots, so a data set larger than RAM trains. The first fit trains to ``epochs`` (train's --epochs: a
         resumed run continues to it); each later fit trains ``epochs`` more. ``callbacks``: crumb.Callback
         objects (crumb.callbacks: EarlyStopping, LambdaCallback, your own). ``layout="nhwc"`` takes N x H x W
         x C images.
@@ -143,13 +147,24 @@ class Trainer:
         every fit's. Ctrl-C (or an exception in a callback) stops after the optimizer step in progress, saves
         with save=, and raises KeyboardInterrupt (the exception) with the weights intact; ``stop()`` from a
         callback stops the same way and returns."""
+        if y is None:
+            if not _arrays.is_chunks(x):
+                raise Error("fit(x, y): y is missing (or give x as an iterable of (x, y) chunks)")
+            x, y = _arrays.spool(x, "x", layout, self._shape, spool_dir)
+            layout = "nchw"  # the chunks' own layout was taken on the way
         x = self._images(x, "x", layout)
         y = _arrays.labels(y, x.shape[0], "y")
         xv = yv = None
         if validation is not None:
-            if not isinstance(validation, (tuple, list)) or len(validation) != 2:
-                raise Error("validation must be a pair (x, y)")
-            xv = _arrays.images(validation[0], "validation x", layout, tuple(x.shape[1:]))
+            pair = isinstance(validation, (tuple, list)) and len(validation) == 2 and not isinstance(
+                validation[0], (tuple, list))
+            vlayout = layout
+            if not pair and _arrays.is_chunks(validation):
+                validation = _arrays.spool(validation, "validation", layout, tuple(x.shape[1:]), spool_dir)
+                vlayout = "nchw"
+            elif not pair:
+                raise Error("validation must be a pair (x, y) or an iterable of (x, y) chunks")
+            xv = _arrays.images(validation[0], "validation x", vlayout, tuple(x.shape[1:]))
             yv = _arrays.labels(validation[1], xv.shape[0], "validation y")
             if xv.dtype != x.dtype:
                 raise Error(f"validation images are {xv.dtype} but training images {x.dtype}")
