@@ -165,6 +165,9 @@ def check_report(train, args, expect_trials=False):
             check(parts == int(g.get("data-total")), f"{name}: m = {m}: parts add up to {parts}, not the total")
         sizes = [int(m) for m in bars]
         check(sizes == sorted(sizes) and int(chosen) in sizes, f"{name}: sweep sizes {sizes}")
+        # Readable bars whatever the sizes (m and m + 1 side by side included).
+        widths = [float(r.get("width")) for g in bars.values() for r in g.iter(f"{SVG}rect")]
+        check(min(widths) >= 8, f"{name}: sweep bars {min(widths):.1f} px wide")
 
         # The folder: the same pictures, and the tables behind them.
         for file, svg_id in [("arena_map.svg", "arena-map"), ("timeline.svg", "timeline"), ("sweep.svg", "sweep")] + (

@@ -8,6 +8,10 @@
 namespace crumb::train {
 
 double Scale::operator()(double v) const {
+  if (!slots.empty()) {
+    const double i = double(std::lower_bound(slots.begin(), slots.end(), v) - slots.begin());
+    return p0 + (i + 0.5) * (p1 - p0) / double(slots.size());
+  }
   const double t = log2 ? (std::log2(v) - std::log2(d0)) / (std::log2(d1) - std::log2(d0)) : (v - d0) / (d1 - d0);
   return p0 + (d1 == d0 ? 0.0 : t) * (p1 - p0);
 }
@@ -69,7 +73,10 @@ std::vector<Tick> labelled(const std::vector<double>& values, std::string (*labe
 double text_width(const std::string& s, double font_size) { return 0.6 * font_size * static_cast<double>(s.size()); }
 
 // Ticks past the end of an axis (round ticks overshoot its data) are left out.
-bool on_axis(const Scale& s, double v) { return v >= std::min(s.d0, s.d1) - 1e-9 && v <= std::max(s.d0, s.d1) + 1e-9; }
+bool on_axis(const Scale& s, double v) {
+  if (!s.slots.empty()) return std::binary_search(s.slots.begin(), s.slots.end(), v);
+  return v >= std::min(s.d0, s.d1) - 1e-9 && v <= std::max(s.d0, s.d1) + 1e-9;
+}
 
 void y_axis(XmlWriter& w, const Frame& f, const Scale& y, const std::vector<Tick>& ticks, const std::string& title) {
   for (const Tick& t : ticks) {

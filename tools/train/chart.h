@@ -16,10 +16,13 @@ struct Frame {
   double bottom() const { return top + height; }
 };
 
-// Maps data [d0, d1] onto pixels [p0, p1], linearly or by log2 (positive data only).
+// Maps data [d0, d1] onto pixels [p0, p1], linearly or by log2 (positive data only); or, with slots, each
+// of a few values (ascending) to the middle of an equal share of [p0, p1], so that close values (micro-batch
+// sizes 63 and 64) stand apart as far as distant ones.
 struct Scale {
   double d0, d1, p0, p1;
   bool log2 = false;
+  std::vector<double> slots;
   double operator()(double v) const;
 };
 

@@ -55,16 +55,18 @@ void off_scale(XmlWriter& w, const Frame& f, const std::string& text) {
 
 // The micro-batch sizes on the sweep's axis (the sweep's and the trials'), and a log2 scale over them
 // with half a step of margin on both sides.
+// One slot per micro-batch size of the sweep or the trials.
 Scale micro_batch_scale(const ReportData& r, const Frame& f) {
-  double lo = r.sweep.front().micro_batch, hi = r.sweep.back().micro_batch;
-  for (const Trial& t : r.trials) lo = std::min<double>(lo, t.micro_batch), hi = std::max<double>(hi, t.micro_batch);
-  return {lo / 1.6, hi * 1.6, f.left, f.right(), true};
+  Scale s{0, 1, f.left, f.right()};
+  for (const MemoryBreakdown& mb : r.sweep) s.slots.push_back(mb.micro_batch);
+  for (const Trial& t : r.trials) s.slots.push_back(t.micro_batch);
+  std::sort(s.slots.begin(), s.slots.end());
+  s.slots.erase(std::unique(s.slots.begin(), s.slots.end()), s.slots.end());
+  return s;
 }
 
 std::vector<Tick> micro_batch_ticks(const ReportData& r) {
-  std::vector<Tick> ticks;
-  for (const MemoryBreakdown& mb : r.sweep) ticks.push_back({double(mb.micro_batch), count_label(mb.micro_batch)});
-  return ticks;
+  return labelled(micro_batch_scale(r, Frame{}).slots, count_label);
 }
 
 // The frame's outline drawn over the plot, the x axis under it, and the finished SVG.
@@ -272,7 +274,7 @@ std::string sweep_svg(const ReportData& r) {
   open_svg(w, kWidth, height, {{"id", "sweep"}, {"data-budget", std::to_string(r.budget)},
                                {"data-chosen", std::to_string(r.micro_batch())}});
   heading(w, "Batch sweep: " + r.title + ", batch " + std::to_string(r.batch),
-          "Total memory of a run against its micro-batch size m (log scale; the plan of each m, compiled). Chosen: m = " +
+          "Total memory of a run against its micro-batch size m (one slot per size; the plan of each m, compiled). Chosen: m = " +
               std::to_string(r.micro_batch()) + ". Hover a bar for its parts.");
   std::vector<LegendItem> items;
   for (const MemoryPart* part : parts) items.push_back({part->colour, part->name});

@@ -134,7 +134,16 @@ void html_table(XmlWriter& w, const Table& t, bool folded) {
   w.close().close().open("tbody");
   for (const auto& row : t.rows) {
     w.open("tr");
-    for (const std::string& cell : row) w.leaf("td", {}, cell);
+    for (const std::string& cell : row) {
+      // A label indented by spaces (a part of the row above, as --explain prints it) keeps its indent,
+      // which HTML would collapse.
+      const std::size_t indent = cell.find_first_not_of(' ');
+      if (indent == 0 || indent == std::string::npos)
+        w.leaf("td", {}, cell);
+      else
+        w.leaf("td", {{"class", "part"}, {"style", "padding-left: " + std::to_string(indent + 1) + "ch"}},
+               cell.substr(indent));
+    }
     w.close();
   }
   w.close().close();
