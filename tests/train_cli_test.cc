@@ -121,7 +121,7 @@ TEST(TrainCli, SpecialFilesAndFailedOutput) {
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
   std::filesystem::create_symlink(fifo, dir / "train-images-idx3-ubyte");
   std::filesystem::create_symlink(fifo, dir / "train-labels-idx1-ubyte");
-  expect_one_error_line(run_train("--data " + dir.string()), "is not a regular file");
+  expect_one_error_line(run_train("--data " + dir.string()), "': not a regular file (a FIFO)");
   expect_one_error_line(run_train("--load " + fifo), "not a regular file");
   std::filesystem::create_symlink(dir / "loop_b", dir / "loop_a");
   std::filesystem::create_symlink(dir / "loop_a", dir / "loop_b");
@@ -867,7 +867,7 @@ TEST(TrainOutputs, NoOutputIsAnInput) {
 TEST(TrainOutputs, NoOutputIsAnotherOutput) {
   const auto dir = fresh_dir("output_clashes");
   const std::string d = dir.string() + "/", run = kTiny + "--limit-train 64 ";
-  expect_conflict(run_train(run + "--save " + d + "b.st --report " + d + "./b.st"), "--save", "--report");
+  expect_conflict(run_train(run + "--save " + d + "b.st --report " + d + "./b.st"), "--report", "--save");
   expect_conflict(run_train(run + "--save " + d + "c.st --log " + dir.string() + "/../" + dir.filename().string() +
                             "/c.st"),
                   "--log", "--save");
@@ -1127,7 +1127,7 @@ TEST(TrainCli, ModelFileMistakes) {
   const std::string file = (dir / "net.json").string();
   const std::string data = "--dataset synthetic --input 1x12x12 --classes 4 --limit-train 32 --limit-test 16 ";
   expect_one_error_line(run_train(data + "--model-file " + (dir / "none.json").string()),
-                        "--model-file " + (dir / "none.json").string() + ": cannot open it: No such file or directory");
+                        "--model-file " + (dir / "none.json").string() + ": not found");
   std::ofstream(file) << "{\"nodes\": [\n{\"name\": \"r\", \"op\": \"relu\",}]}";
   expect_one_error_line(run_train(data + "--model-file " + file),
                         "--model-file " + file + ": invalid JSON at byte 39: expected a string key");
