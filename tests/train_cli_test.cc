@@ -576,7 +576,7 @@ TEST(TrainCli, Cifar10) {
   expect_one_error_line(run_train("--dataset cifar10"), "--dataset cifar10 needs --data DIR");
   expect_one_error_line(run_train("--dataset imagenet"), "--dataset must be fashion-mnist, cifar10, synthetic or npy");
   std::filesystem::remove(dir / "test_batch.bin");
-  expect_one_error_line(run_train("--dataset cifar10 --data " + dir.string()), "test_batch.bin' not found");
+  expect_one_error_line(run_train("--dataset cifar10 --data " + dir.string()), "test_batch.bin': not found");
   std::filesystem::remove_all(dir);
 }
 
