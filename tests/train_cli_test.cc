@@ -1259,6 +1259,9 @@ TEST(TrainOutputs, TheNetworkFileAndTheDataNamesAreInputs) {
   expect_conflict(run_train(run + "--log " + net), "--log", "--model-file");
   expect_conflict(run_train(run + "--report " + d + "./net.json"), "--report", "--model-file");
   expect_conflict(run_train(run + "--explain --explain-csv " + net), "--explain-csv", "--model-file");
+  // Resuming with the file given again (it is read to compare with the recorded network).
+  ASSERT_EQ(run_train(run + "--save " + d + "r.st").code, 0);
+  expect_conflict(run_train(run + "--resume " + d + "r.st --epochs 2 --log " + net), "--log", "--model-file");
   EXPECT_EQ(read_text(net), kCnnFile);
   std::filesystem::create_directories(dir / "npy");
   write_npy_split(dir / "npy", "", 40);

@@ -143,7 +143,12 @@ int main(int argc, char** argv) {
   };
   try {
     o = crumb::train::parse_flags(argc, argv);
-    if (!o.resume.empty()) o = crumb::train::resume_flags(crumb::train::recorded_args(o.resume), o);
+    if (!o.resume.empty()) {
+      // The run's network is recorded; a --model-file given again was read all the same: still an input.
+      const std::string model_file = o.model_file;
+      o = crumb::train::resume_flags(crumb::train::recorded_args(o.resume), o);
+      o.model_file = model_file;
+    }
   } catch (const crumb::Error& e) {
     std::fprintf(stderr, "train: error: %s\n", e.what());
     return 2;
