@@ -584,7 +584,7 @@ TEST(Checkpoint, CorruptFilesAreClearErrors) {
     c.make();
     expect_load_error(path, m, c.what);
   }
-  expect_load_error(temp_path("does_not_exist"), m, {"cannot open checkpoint"});
+  expect_load_error(temp_path("does_not_exist"), m, {"checkpoint", ": not found"});
   remove_checkpoint(good);
   remove_checkpoint(path);
 }

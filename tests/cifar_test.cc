@@ -56,9 +56,9 @@ TEST_F(Cifar, ReadsTheFiveBatchesInOrder) {
 TEST_F(Cifar, MalformedFoldersAndFilesAreClearErrors) {
   EXPECT_NE(error_of("validation").find("split must be train or test"), std::string::npos);
   fs::remove(dir_ / "data_batch_3.bin");
-  EXPECT_NE(error_of("train").find("data_batch_3.bin' not found; --data must name the folder"), std::string::npos);
+  EXPECT_NE(error_of("train").find("data_batch_3.bin': not found; --data must name the folder"), std::string::npos);
   fs::create_directory(dir_ / "data_batch_3.bin");
-  EXPECT_NE(error_of("train").find("data_batch_3.bin' is not a regular file"), std::string::npos);
+  EXPECT_NE(error_of("train").find("data_batch_3.bin': not a regular file (a folder)"), std::string::npos);
   fs::remove(dir_ / "data_batch_3.bin");
   test::write_cifar_dir(dir_, {1, 1, 1, 1, 1}, 0);
   EXPECT_NE(error_of("test").find("hold no records"), std::string::npos);

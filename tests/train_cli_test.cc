@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 #include <string>
 
 #include "engine/device/backend.h"
@@ -21,6 +22,7 @@
 #include "engine/io/checkpoint.h"
 #include "engine/train/trainer.h"
 #include "tests/cifar_files.h"
+#include "tests/npy_files.h"
 
 namespace {
 
@@ -121,7 +123,7 @@ TEST(TrainCli, SpecialFilesAndFailedOutput) {
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
   std::filesystem::create_symlink(fifo, dir / "train-images-idx3-ubyte");
   std::filesystem::create_symlink(fifo, dir / "train-labels-idx1-ubyte");
-  expect_one_error_line(run_train("--data " + dir.string()), "is not a regular file");
+  expect_one_error_line(run_train("--data " + dir.string()), "': not a regular file (a FIFO)");
   expect_one_error_line(run_train("--load " + fifo), "not a regular file");
   std::filesystem::create_symlink(dir / "loop_b", dir / "loop_a");
   std::filesystem::create_symlink(dir / "loop_a", dir / "loop_b");
@@ -574,7 +576,7 @@ TEST(TrainCli, Cifar10) {
   expect_one_error_line(run_train("--dataset cifar10"), "--dataset cifar10 needs --data DIR");
   expect_one_error_line(run_train("--dataset imagenet"), "--dataset must be fashion-mnist, cifar10, synthetic or npy");
   std::filesystem::remove(dir / "test_batch.bin");
-  expect_one_error_line(run_train("--dataset cifar10 --data " + dir.string()), "test_batch.bin' not found");
+  expect_one_error_line(run_train("--dataset cifar10 --data " + dir.string()), "test_batch.bin': not found");
   std::filesystem::remove_all(dir);
 }
 
@@ -624,11 +626,7 @@ TEST(TrainCli, NpyData) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("crumb_cli_npy_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   auto write = [&](const std::string& name, const std::string& descr, const std::string& shape, const std::string& data) {
-    std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
-    while ((10 + header.size() + 1) % 64) header += ' ';
-    header += '\n';
-    std::ofstream(dir / name, std::ios::binary) << "\x93NUMPY\x01" << '\0' << char(header.size() & 255)
-                                                << char(header.size() >> 8) << header << data;
+    std::ofstream(dir / name, std::ios::binary) << crumb::test::npy(descr, shape, data.data(), data.size());
   };
   // 200 images of 1x8x8 whose class (of 3) is their brightness.
   std::string x, y;
@@ -867,7 +865,7 @@ TEST(TrainOutputs, NoOutputIsAnInput) {
 TEST(TrainOutputs, NoOutputIsAnotherOutput) {
   const auto dir = fresh_dir("output_clashes");
   const std::string d = dir.string() + "/", run = kTiny + "--limit-train 64 ";
-  expect_conflict(run_train(run + "--save " + d + "b.st --report " + d + "./b.st"), "--save", "--report");
+  expect_conflict(run_train(run + "--save " + d + "b.st --report " + d + "./b.st"), "--report", "--save");
   expect_conflict(run_train(run + "--save " + d + "c.st --log " + dir.string() + "/../" + dir.filename().string() +
                             "/c.st"),
                   "--log", "--save");
@@ -1127,7 +1125,7 @@ TEST(TrainCli, ModelFileMistakes) {
   const std::string file = (dir / "net.json").string();
   const std::string data = "--dataset synthetic --input 1x12x12 --classes 4 --limit-train 32 --limit-test 16 ";
   expect_one_error_line(run_train(data + "--model-file " + (dir / "none.json").string()),
-                        "--model-file " + (dir / "none.json").string() + ": cannot open it: No such file or directory");
+                        "--model-file " + (dir / "none.json").string() + ": not found");
   std::ofstream(file) << "{\"nodes\": [\n{\"name\": \"r\", \"op\": \"relu\",}]}";
   expect_one_error_line(run_train(data + "--model-file " + file),
                         "--model-file " + file + ": invalid JSON at byte 39: expected a string key");
@@ -1151,6 +1149,128 @@ TEST(TrainCli, ModelFileMistakes) {
                         "layer 'bn' normalises groups of 32 samples, more than the batch of 4");
   expect_one_error_line(run_train(data + "--network '{\"nodes\": [{\"name\": \"c\", \"op\": \"conv\"}]}'"),
                         "network 'network': node 'c': unknown op 'conv' (known: conv2d");
+  std::filesystem::remove_all(dir);
+}
+
+// count images of 1x8x8 whose class (of 3) is their brightness, as DIR/x<split>.npy and DIR/y<split>.npy.
+void write_npy_split(const std::filesystem::path& dir, const std::string& split, int count) {
+  std::string x, y;
+  for (int i = 0; i < count; ++i) {
+    y += char(i % 3);
+    x += std::string(64, char(40 + 80 * (i % 3) + i % 7));
+  }
+  const std::string n = std::to_string(count);
+  std::ofstream(dir / ("x" + split + ".npy"), std::ios::binary) << crumb::test::npy("|u1", "(" + n + ", 1, 8, 8)", x.data(), x.size());
+  std::ofstream(dir / ("y" + split + ".npy"), std::ios::binary) << crumb::test::npy("|u1", "(" + n + ",)", y.data(), y.size());
+}
+
+// Every input is opened without blocking and must be a regular file: a FIFO as a data file, a test label
+// file (even for --explain, which reads the shapes), a network description or a checkpoint used to hang
+// until killed, /dev/zero as --model-file to read until out of memory. Under a timeout, so that a
+// regression fails instead of hanging.
+TEST(TrainCli, SpecialInputsAreRefusedAtOnce) {
+  const auto dir = fresh_dir("special_inputs");
+  const std::string d = dir.string() + "/", fifo = d + "fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::string timeout = "timeout 10 ";
+  std::filesystem::create_directories(dir / "npy");
+  write_npy_split(dir / "npy", "", 40);
+  std::filesystem::remove(dir / "npy" / "x.npy");
+  ASSERT_EQ(mkfifo((d + "npy/x.npy").c_str(), 0600), 0);
+  expect_one_error_line(run_train("--model mlp --dataset npy --data " + d + "npy", timeout),
+                        d + "npy/x.npy: not a regular file (a FIFO)");
+  std::filesystem::create_directories(dir / "npy_test");
+  write_npy_split(dir / "npy_test", "", 40);
+  write_npy_split(dir / "npy_test", "_test", 10);
+  std::filesystem::remove(dir / "npy_test" / "y_test.npy");
+  ASSERT_EQ(mkfifo((d + "npy_test/y_test.npy").c_str(), 0600), 0);
+  expect_one_error_line(run_train("--model mlp --explain --dataset npy --data " + d + "npy_test", timeout),
+                        d + "npy_test/y_test.npy: not a regular file (a FIFO)");
+  expect_one_error_line(run_train("--model-file " + fifo, timeout), "--model-file " + fifo + ": not a regular file (a FIFO)");
+  expect_one_error_line(run_train("--model-file /dev/zero", timeout),
+                        "--model-file /dev/zero: not a regular file (a device)");
+  std::ofstream(d + "big.json") << "{}";
+  std::filesystem::resize_file(d + "big.json", std::uintmax_t{40} << 20);
+  expect_one_error_line(run_train("--model-file " + d + "big.json", timeout),
+                        "more than the 32 MiB a network description may hold");
+  expect_one_error_line(run_train("--resume " + fifo, timeout), "checkpoint " + fifo + ": not a regular file (a FIFO)");
+  crumb::test::write_cifar_dir(dir / "cifar", {1, 1, 1, 1, 1}, 1);
+  std::filesystem::remove(dir / "cifar" / "data_batch_2.bin");
+  ASSERT_EQ(mkfifo((d + "cifar/data_batch_2.bin").c_str(), 0600), 0);
+  expect_one_error_line(run_train("--model cnn --dataset cifar10 --data " + d + "cifar", timeout),
+                        "data_batch_2.bin': not a regular file (a FIFO)");
+  std::filesystem::remove_all(dir);
+}
+
+// A data file truncated while train reads it (numpy.save over a file in use) used to end the process with
+// SIGBUS: no error line, no save. Now: one error line naming the file, after the last good optimizer step
+// is saved; restored, the file trains on from there.
+TEST(TrainCli, ADataFileTruncatedMidRunIsOneErrorAfterASave) {
+  const auto dir = fresh_dir("npy_truncated");
+  const std::string d = dir.string() + "/", x = d + "x.npy", save = d + "run.st", log = d + "run.jsonl";
+  write_npy_split(dir, "", 4000);
+  write_npy_split(dir, "_test", 30);
+  const std::string kept = read_text(x);
+  const std::string run = "--model mlp --dataset npy --data " + dir.string() + " --batch 10 --threads 1 --save " + save;
+  const std::string err = d + "err.txt";
+  FILE* p = popen(("timeout 120 " CRUMB_TRAIN_BIN " " + run + " --epochs 100 --log " + log + " 2>" + err).c_str(), "r");
+  ASSERT_TRUE(p);
+  for (int i = 0; i < 1200 && read_text(log).find("\"step\"") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::filesystem::resize_file(x, 4096);
+  char buf[4096];
+  while (fread(buf, 1, sizeof buf, p) > 0) {
+  }
+  const int status = pclose(p);
+  Result r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.err = read_text(err);
+  expect_one_error_line(r, x + " was truncated while training (");
+  std::string steps, epoch;
+  for (const auto& [key, value] : crumb::checkpoint_metadata(save)) {
+    if (key == "optimizer_steps") steps = value;
+    if (key == "train.epoch") epoch = value;
+  }
+  EXPECT_NE(r.err.find("; saved the last optimizer step (" + steps + ") in " + save + ": --resume " + save +
+                       " continues the run\n"),
+            std::string::npos)
+      << r.err;
+  // The last step logged is the one saved.
+  const std::string logged = read_text(log);
+  const std::size_t last = logged.rfind("\"step\":");
+  ASSERT_NE(last, std::string::npos);
+  EXPECT_EQ(std::stoll(logged.substr(last + 7)), std::stoll(steps));
+  std::ofstream(x, std::ios::binary) << kept;
+  const Result resumed = run_train("--resume " + save + " --epochs " + std::to_string(std::stoi(epoch) + 1));
+  EXPECT_EQ(resumed.code, 0) << resumed.err;
+  std::filesystem::remove_all(dir);
+}
+
+// Every input takes part in the check that no output replaces it: the network description, and every file
+// the data set could read in its folder, existing or not (a --log written as DIR/x_test.npy would break
+// every later run on DIR).
+TEST(TrainOutputs, TheNetworkFileAndTheDataNamesAreInputs) {
+  const auto dir = fresh_dir("more_inputs");
+  const std::string d = dir.string() + "/", net = d + "net.json";
+  std::ofstream(net) << kCnnFile;
+  const std::string run = "--dataset synthetic --input 1x12x12 --classes 4 --limit-train 32 --limit-test 16 "
+                          "--model-file " + net + " ";
+  expect_conflict(run_train(run + "--save " + net), "--save", "--model-file");
+  expect_conflict(run_train(run + "--log " + net), "--log", "--model-file");
+  expect_conflict(run_train(run + "--report " + d + "./net.json"), "--report", "--model-file");
+  expect_conflict(run_train(run + "--explain --explain-csv " + net), "--explain-csv", "--model-file");
+  // Resuming with the file given again (it is read to compare with the recorded network).
+  ASSERT_EQ(run_train(run + "--save " + d + "r.st").code, 0);
+  expect_conflict(run_train(run + "--resume " + d + "r.st --epochs 2 --log " + net), "--log", "--model-file");
+  EXPECT_EQ(read_text(net), kCnnFile);
+  std::filesystem::create_directories(dir / "npy");
+  write_npy_split(dir / "npy", "", 40);
+  const std::string npy = "--model mlp --dataset npy --data " + d + "npy ";
+  expect_conflict(run_train(npy + "--log " + d + "npy/x_test.npy"), "--log", "--data");
+  expect_conflict(run_train(npy + "--save " + d + "npy/y_test.npy"), "--save", "--data");
+  expect_conflict(run_train(npy + "--save " + d + "npy/y.npy"), "--save", "--data");
+  EXPECT_FALSE(std::filesystem::exists(d + "npy/x_test.npy"));
+  EXPECT_FALSE(std::filesystem::exists(d + "npy/y_test.npy"));
   std::filesystem::remove_all(dir);
 }
 

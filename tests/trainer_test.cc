@@ -6,6 +6,8 @@
 #include <condition_variable>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 #include <thread>
 #include <unistd.h>
@@ -13,6 +15,7 @@
 
 #include "engine/train/trainer.h"
 #include "tests/alloc_counter.h"
+#include "tests/npy_files.h"
 #include "tests/small_run.h"
 #include "tests/test_util.h"
 
@@ -122,6 +125,118 @@ TEST(Trainer, StepsDoNotAllocate) {
   EXPECT_EQ(steps, 5);
   EXPECT_EQ(after.news, before.news) << "operator new called during training steps";
   EXPECT_EQ(after.mallocs, before.mallocs) << "malloc called during training steps";
+}
+
+// small_run's data as --dataset npy files in dir (x.npy and y.npy, x_test.npy and y_test.npy), and the
+// config that trains on them.
+TrainConfig npy_run(const std::filesystem::path& dir) {
+  TrainConfig c = small_run();
+  const auto data = synthetic_data(c);
+  std::filesystem::create_directories(dir);
+  for (const auto& [split, ds] : {std::pair<std::string, const data::Dataset*>{"", &data->train}, {"_test", &data->test}}) {
+    const std::string n = std::to_string(ds->count);
+    std::ofstream(dir / ("x" + split + ".npy"), std::ios::binary) << test::npy("|u1", "(" + n + ", 1, 12, 12)", ds->pixels);
+    std::ofstream(dir / ("y" + split + ".npy"), std::ios::binary) << test::npy("<i4", "(" + n + ",)", ds->labels);
+  }
+  c.data.dataset = "npy";
+  c.data.dir = dir.string();
+  return c;
+}
+
+// Truncates `file` after step `at` (what numpy.save over a file in use does).
+class TruncateAfter : public Callback {
+ public:
+  TruncateAfter(long long at, std::string file) : at_(at), file_(std::move(file)) {}
+  void on_step(Trainer&, const StepInfo& s) override {
+    last = s;
+    if (s.step == at_) std::filesystem::resize_file(file_, 1024);
+  }
+  StepInfo last;
+
+ private:
+  long long at_;
+  std::string file_;
+};
+
+// A data file truncated mid-run ends the fit with one error naming it, after the last good optimizer step
+// is saved (as a stop saves it); the run resumed from that save, with the file restored, ends with the
+// weights of the run left alone. Without --save the error says that nothing was saved.
+TEST(Trainer, AFailureMidRunSavesTheLastGoodStep) {
+  const std::filesystem::path dir = temp_path("npy_run");
+  const TrainConfig c = npy_run(dir);
+  const std::string x = (dir / "x.npy").string(), x_bytes = [&] {
+    std::ifstream f(x, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  }();
+  Trainer whole(c);
+  whole.fit();
+
+  const std::string path = (dir / "run.safetensors").string();
+  TrainConfig saving = c;
+  saving.save = path;
+  TruncateAfter cut(4, x);
+  const std::string msg = test::error_of([&] { Trainer(saving).fit({&cut}); });
+  EXPECT_EQ(msg.rfind(x + " was truncated while training (", 0), 0u) << msg;
+  const std::string saved = "; saved the last optimizer step (" + std::to_string(cut.last.step) + ") in " + path +
+                            ": --resume " + path + " continues the run";
+  EXPECT_NE(msg.find(saved), std::string::npos) << msg;
+  EXPECT_GE(cut.last.step, 4);
+  for (const auto& [key, value] : checkpoint_metadata(path)) {
+    if (key == "optimizer_steps") {
+      EXPECT_EQ(value, std::to_string(cut.last.step));
+    }
+  }
+
+  std::ofstream(x, std::ios::binary) << x_bytes;
+  TrainConfig rest = c;
+  rest.resume = rest.save = path;
+  Trainer resumed(rest);
+  resumed.fit();
+  EXPECT_EQ(resumed.start_batch_index(), cut.last.step);
+  EXPECT_EQ(weights(resumed), weights(whole));
+
+  TruncateAfter again(2, x);
+  const std::string unsaved = test::error_of([&] { Trainer(c).fit({&again}); });
+  EXPECT_NE(unsaved.find(" was truncated while training ("), std::string::npos) << unsaved;
+  const std::string nothing = "; nothing was saved (no --save)";
+  EXPECT_EQ(unsaved.substr(unsaved.size() - nothing.size()), nothing) << unsaved;
+  std::filesystem::remove_all(dir);
+}
+
+// A run that diverged saves nothing: its weights are not worth keeping.
+TEST(Trainer, ADivergedRunSavesNothing) {
+  TrainConfig c = small_run();
+  c.optimizer.lr = 1e12;
+  c.save = temp_path("diverged.safetensors");
+  const std::string msg = test::error_of([&] { Trainer(c, synthetic_data(c)).fit(); });
+  EXPECT_NE(msg.find("diverged"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("saved the last"), std::string::npos) << msg;
+  EXPECT_FALSE(std::filesystem::exists(c.save));
+}
+
+// The Trainer refuses outputs that are its inputs for every client, not only for train.
+TEST(Trainer, NoOutputIsAnInput) {
+  TrainConfig c = small_run();
+  const std::string a = temp_path("in.safetensors");
+  c.save = a;
+  Trainer(c, synthetic_data(c)).fit();
+  const std::string before = [&] {
+    std::ifstream f(a, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  }();
+  TrainConfig both = c;
+  both.load = a;
+  EXPECT_EQ(test::error_of([&] { Trainer(both, synthetic_data(c)); }),
+            "--save " + a + " is the same file as --load " + a + ", which the run reads: give --save a file of its own");
+  TrainConfig named = small_run();
+  named.files.push_back({"--model-file", a, false, ""});
+  named.files.push_back({"--log", a, true, ""});
+  EXPECT_EQ(test::error_of([&] { Trainer(named, synthetic_data(c)); }),
+            "--log " + a + " is the same file as --model-file " + a + ", which the run reads: give --log a file of its own");
+  std::ifstream f(a, std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(f), {}), before);
+  std::filesystem::remove(a);
+  std::filesystem::remove(optimizer_path(a));
 }
 
 // Ranks as threads: every collective waits for all ranks at a barrier, then rank 0 does the work in

@@ -1,13 +1,10 @@
 #include "engine/data/cifar.h"
 
-#include <sys/stat.h>
-
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
+#include <cstdint>
 #include <vector>
 
 #include "engine/base/error.h"
+#include "engine/io/input_file.h"
 
 namespace crumb::data {
 namespace {
@@ -17,24 +14,15 @@ constexpr long long kMaxFileBytes = 1LL << 31;
 
 // Appends the records of one file to ds.
 void read_batch_file(const std::string& path, Dataset& ds) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) {
-    const int err = errno;
-    CRUMB_FAIL("CIFAR-10 file '", path, "' ", err == ENOENT ? "not found" : std::strerror(err),
-               "; --data must name the folder of the binary version (data_batch_1.bin .. data_batch_5.bin, "
-               "test_batch.bin)");
-  }
-  CRUMB_CHECK(S_ISREG(st.st_mode), "CIFAR-10 file '", path, "' is not a regular file");
-  const long long size = st.st_size;
-  CRUMB_CHECK(size <= kMaxFileBytes, "CIFAR-10 file '", path, "' is ", size, " bytes, larger than any batch file");
-  CRUMB_CHECK(size % kCifarRecordBytes == 0, "CIFAR-10 file '", path, "' is ", size, " bytes, not a whole number of ",
+  const InputFile f(path, "CIFAR-10 file '" + path + "'",
+                    "--data must name the folder of the binary version (data_batch_1.bin .. data_batch_5.bin, "
+                    "test_batch.bin)");
+  const long long size = static_cast<long long>(f.size());
+  CRUMB_CHECK(f.size() <= uint64_t(kMaxFileBytes), f.name(), " is ", f.size(), " bytes, larger than any batch file");
+  CRUMB_CHECK(size % kCifarRecordBytes == 0, f.name(), " is ", size, " bytes, not a whole number of ",
               kCifarRecordBytes, "-byte records (truncated or not a CIFAR-10 binary batch)");
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  CRUMB_CHECK(f, "CIFAR-10 file '", path, "': cannot open: ", std::strerror(errno));
   std::vector<unsigned char> bytes(static_cast<std::size_t>(size));
-  const std::size_t got = bytes.empty() ? 0 : std::fread(bytes.data(), 1, bytes.size(), f);
-  std::fclose(f);
-  CRUMB_CHECK(got == bytes.size(), "CIFAR-10 file '", path, "': read ", got, " of ", bytes.size(), " bytes");
+  f.read_at(bytes.data(), bytes.size(), 0);
   const long long records = size / kCifarRecordBytes;
   CRUMB_CHECK(ds.count + records <= (1LL << 30), "CIFAR-10: too many records in '", path, "'");
   ds.pixels.reserve(ds.pixels.size() + static_cast<std::size_t>(records) * (kCifarRecordBytes - 1));

@@ -8,6 +8,10 @@
 #include <utility>
 #include <vector>
 
+namespace crumb {
+class MappedFile;
+}
+
 namespace crumb::data {
 
 enum class PixelType : uint8_t { U8, F32 };
@@ -19,10 +23,13 @@ struct Dataset {
   std::vector<uint8_t> pixels;   // [count, channels, height, width], row-major, unless `mapped` holds them
   std::vector<int32_t> labels;   // [count], each in [0, num_classes)
   // Samples outside `pixels`: [count, channels, height, width] at data, kept alive (mapped) by owner.
+  // When they lie in a file's map, `file` is that map (owner keeps it alive): every read of the samples
+  // then goes through file->read (engine/io/mapped_file.h), which survives the file being cut short.
   struct Mapped {
     const void* data = nullptr;
     PixelType type = PixelType::U8;
     std::shared_ptr<const void> owner;
+    const MappedFile* file = nullptr;
   } mapped;
   int sample_size() const { return channels * height * width; }
   PixelType pixel_type() const { return mapped.data ? mapped.type : PixelType::U8; }

@@ -1,16 +1,15 @@
 #include "engine/data/idx.h"
 
-#include <sys/stat.h>
+#include <unistd.h>
 
 #include <zlib.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 
 #include "engine/base/error.h"
+#include "engine/io/input_file.h"
 
 namespace crumb::data {
 namespace {
@@ -28,17 +27,14 @@ const char* kInstallHint =
 // code path serves both compressed and plain IDX files.
 class Reader {
  public:
+  // Opened as every input is (engine/io/input_file.h: a regular file, never blocking on a FIFO).
   explicit Reader(const std::string& path) : path_(path) {
-    // Opening a FIFO blocks until a writer appears, and a device never ends: only regular files are read.
-    struct stat st;
-    if (::stat(path.c_str(), &st) == 0)
-      CRUMB_CHECK(S_ISREG(st.st_mode), "IDX file '", path, "' is not a regular file");
-    gz_ = gzopen(path.c_str(), "rb");
+    InputFile file(path, "IDX file '" + path + "'", kInstallHint);
+    const int fd = file.release();
+    gz_ = gzdopen(fd, "rb");
     if (!gz_) {
-      const int err = errno;
-      if (err == ENOENT)
-        CRUMB_FAIL("IDX file '", path, "' not found; ", kInstallHint);
-      CRUMB_FAIL("IDX file '", path, "': cannot open: ", std::strerror(err));
+      ::close(fd);
+      CRUMB_FAIL("IDX file '", path, "': cannot read: out of memory");
     }
     gzbuffer(gz_, 1 << 17);
   }

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <numeric>
 #include <type_traits>
+#include <utility>
 
 #include "engine/base/error.h"
 #include "engine/graph/rng.h"
+#include "engine/io/mapped_file.h"
 
 namespace crumb::data {
 
@@ -161,6 +163,7 @@ void Loader::start_epoch(int epoch, int first_batch) {
     for (size_t i = order_.size(); i > 1; --i) std::swap(order_[i - 1], order_[rng() % i]);
   }
   started_ = true;
+  failure_ = nullptr;
   rng_batch_ = -1;
   ready_slot_ = consumer_slot_ = -1;
   held_ = {};
@@ -184,9 +187,18 @@ void Loader::take(std::unique_lock<std::mutex>& lock, Part p) {
     requested_ = pending_ = p;
     fill_slot_ = 0;
     ready_slot_ = consumer_slot_ = -1;
+    failure_ = nullptr;  // the skipped part's
     cv_.notify_all();
   }
   cv_.wait(lock, [&] { return ready_slot_ >= 0; });
+  if (failure_) {
+    // The part could not be assembled (its file changed): the epoch ends here, start_epoch() starts over.
+    ready_slot_ = consumer_slot_ = -1;
+    pending_ = held_ = {};
+    batch_ = -1;
+    started_ = false;
+    std::rethrow_exception(std::exchange(failure_, nullptr));
+  }
   consumer_slot_ = ready_slot_;
   ready_slot_ = -1;
   held_ = p;
@@ -247,19 +259,27 @@ void Loader::worker() {
     requested_ = {};
     busy_ = true;
     lock.unlock();
-    if (ds_.pixel_type() == PixelType::F32)
-      fill(slot, part, static_cast<const float*>(ds_.samples()));
-    else
-      fill(slot, part, static_cast<const uint8_t*>(ds_.samples()));
+    // An error (a mapped file cut short) goes to the caller, in take().
+    std::exception_ptr failure;
+    try {
+      if (ds_.pixel_type() == PixelType::F32)
+        fill(slot, part, static_cast<const float*>(ds_.samples()));
+      else
+        fill(slot, part, static_cast<const uint8_t*>(ds_.samples()));
+    } catch (...) {
+      failure = std::current_exception();
+    }
     lock.lock();
     busy_ = false;
+    failure_ = failure;
     ready_slot_ = slot;
     cv_.notify_all();
   }
 }
 
 // Runs on the worker without the lock: it only touches slot `slot`, which the caller does not read
-// until the handshake hands it over, and order_, which start_epoch() changes only while idle.
+// until the handshake hands it over, and order_, which start_epoch() changes only while idle. Samples in a
+// file's map are copied under its guard (MappedFile::read): a file cut short is an error, not a SIGBUS.
 template <class T>
 void Loader::fill(int slot, Part part, const T* pixels) {
   const int sample = ds_.sample_size();
@@ -275,17 +295,24 @@ void Loader::fill(int slot, Part part, const T* pixels) {
     rng_ = Rng(Rng(seed_ ^ 0xa5a5a5a5ull)() + uint64_t(epoch_) * 1000003u + uint64_t(part.batch));
     for (int i = 0; i < first; ++i) draw(rng_, augment_);
   }
-  for (int i = 0; i < size; ++i) {
-    const int src = order_[begin + i];
-    const T* p = pixels + size_t(src) * sample;
-    float* dst = x + size_t(i) * sample;
-    const Shift s = augment ? draw(rng_, augment_) : Shift{};
-    if constexpr (std::is_same_v<T, uint8_t>)
-      put_sample(p, dst, ds_.channels, ds_.height, ds_.width, augment, s, FromU8{lut_.data()});
-    else
-      put_sample(p, dst, ds_.channels, ds_.height, ds_.width, augment, s, FromF32{mean_.data(), std_.data()});
-    y[i] = ds_.labels[src];
-  }
+  // Plain reads and writes only (MappedFile::read's rule): a failed read leaves it by siglongjmp.
+  auto assemble = [&] {
+    for (int i = 0; i < size; ++i) {
+      const int src = order_[begin + i];
+      const T* p = pixels + size_t(src) * sample;
+      float* dst = x + size_t(i) * sample;
+      const Shift s = augment ? draw(rng_, augment_) : Shift{};
+      if constexpr (std::is_same_v<T, uint8_t>)
+        put_sample(p, dst, ds_.channels, ds_.height, ds_.width, augment, s, FromU8{lut_.data()});
+      else
+        put_sample(p, dst, ds_.channels, ds_.height, ds_.width, augment, s, FromF32{mean_.data(), std_.data()});
+      y[i] = ds_.labels[src];
+    }
+  };
+  if (ds_.mapped.file)
+    ds_.mapped.file->read(assemble);
+  else
+    assemble();
   rng_batch_ = part.batch;
   rng_at_ = first + size;
 }

@@ -13,6 +13,7 @@
 #pragma once
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -64,7 +65,9 @@ class Loader final : public MicroBatchSource {
   void start_epoch(int epoch, int first_batch = 0);
   // Moves to the next batch of the current epoch, or returns false at the end of the epoch. The returned
   // pointers stay valid until the next call to next() or start_epoch(); micro-batches of a batch not
-  // streamed are skipped.
+  // streamed are skipped. A micro-batch that could not be assembled (its mapped file was truncated or
+  // rewritten, engine/io/mapped_file.h) throws its crumb::Error here or in next() below, in the caller's
+  // thread, and ends the epoch: start_epoch() must come next.
   bool next(Batch& out);
   int batches_per_epoch() const;
 
@@ -120,6 +123,7 @@ class Loader final : public MicroBatchSource {
   int fill_slot_ = 0;        // slot that request goes into
   bool busy_ = false;        // the worker is filling a slot right now
   int ready_slot_ = -1;      // slot holding a filled, not yet taken part, -1 = none
+  std::exception_ptr failure_;  // why the ready part could not be filled (take() throws it), or null
   Part pending_;             // the part requested, being filled or ready: the next one take() gets
   Part held_;                // the part in consumer_slot_, the caller's
   int consumer_slot_ = -1;   // slot the caller is reading

@@ -1,18 +1,14 @@
 #include "engine/data/npy.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <limits>
 #include <memory>
 
 #include "engine/base/error.h"
+#include "engine/io/input_file.h"
+#include "engine/io/mapped_file.h"
 
 namespace crumb::data {
 namespace {
@@ -112,49 +108,20 @@ uint32_t little_endian(const uint8_t* p, int bytes) {
   return v;
 }
 
-// A whole file mapped read-only; the pages are read when touched. Kept alive by the data sets viewing it.
-struct Mapping {
-  const uint8_t* data = nullptr;
-  std::size_t size = 0;
-  ~Mapping() {
-    if (size) ::munmap(const_cast<uint8_t*>(data), size);
-  }
-};
-
-std::shared_ptr<const Mapping> map_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    CRUMB_CHECK(err != ENOENT, path, ": not found (--dataset npy reads DIR/x.npy and DIR/y.npy)");
-    CRUMB_FAIL(path, ": cannot open: ", std::strerror(err));
-  }
-  struct stat st;
-  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
-  auto m = std::make_shared<Mapping>();
-  if (regular && st.st_size > 0) {
-    void* p = ::mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p != MAP_FAILED) {
-      m->data = static_cast<const uint8_t*>(p);
-      m->size = static_cast<std::size_t>(st.st_size);
-    }
-  }
-  const int err = errno;
-  ::close(fd);
-  CRUMB_CHECK(regular, path, ": not a regular file");
-  CRUMB_CHECK(st.st_size == 0 || m->data, path, ": cannot map into memory: ", std::strerror(err));
-  return m;
-}
-
-// Labels of any integer dtype, each checked to lie in [0, classes) (classes 0: any non-negative value).
-std::vector<int32_t> labels_of(const NpyArray& y, int classes, const std::string& path) {
+// The labels of the .npy file opened as f, of any integer dtype, each checked to lie in [0, classes)
+// (classes 0: any non-negative value). Their shape is checked before their data is read.
+std::vector<int32_t> read_labels(const InputFile& f, const NpyArray& y, int classes) {
+  const std::string& path = f.name();
   CRUMB_CHECK(y.kind == 'i' || y.kind == 'u', path, ": labels must be integers, got dtype ", y.dtype());
   CRUMB_CHECK(y.shape.size() == 1, path, ": labels must have shape (N,), got ", y.shape.size(), " dimensions");
   CRUMB_CHECK(y.shape[0] <= std::numeric_limits<int32_t>::max(), path, ": ", y.shape[0], " labels are too many");
+  std::vector<uint8_t> data(static_cast<std::size_t>(y.shape[0]) * y.itemsize);
+  f.read_at(data.data(), data.size(), y.offset);
   std::vector<int32_t> labels(static_cast<std::size_t>(y.shape[0]));
   const uint64_t limit = classes ? uint64_t(classes) : uint64_t{1} << 31;
   for (std::size_t i = 0; i < labels.size(); ++i) {
     uint64_t raw = 0;
-    std::memcpy(&raw, y.data + i * y.itemsize, y.itemsize);  // little-endian, like the host
+    std::memcpy(&raw, data.data() + i * y.itemsize, y.itemsize);  // little-endian, like the host
     if (y.kind == 'i') {
       const int shift = 64 - 8 * y.itemsize;  // sign-extends the element
       const int64_t v = static_cast<int64_t>(raw << shift) >> shift;
@@ -166,6 +133,15 @@ std::vector<int32_t> labels_of(const NpyArray& y, int classes, const std::string
   }
   return labels;
 }
+
+// The header of the .npy file opened as f, read from its first bytes.
+NpyArray read_header(const InputFile& f) {
+  std::vector<uint8_t> head(static_cast<std::size_t>(std::min<uint64_t>(f.size(), 12 + kMaxNpyHeaderBytes)));
+  f.read_at(head.data(), head.size(), 0);
+  return parse_npy_header(head.data(), head.size(), f.size(), f.name());
+}
+
+const char* kNpyFiles = "--dataset npy reads DIR/x.npy and DIR/y.npy";
 
 }  // namespace
 
@@ -180,7 +156,7 @@ std::string NpyArray::dtype() const {
   }
 }
 
-NpyArray parse_npy(const uint8_t* bytes, std::size_t size, const std::string& path) {
+NpyArray parse_npy_header(const uint8_t* bytes, std::size_t size, uint64_t file_size, const std::string& path) {
   static const uint8_t kMagic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
   CRUMB_CHECK(size >= 10 && std::memcmp(bytes, kMagic, 6) == 0, path,
               ": not a .npy file (no \\x93NUMPY magic; write it with numpy.save)");
@@ -191,8 +167,12 @@ NpyArray parse_npy(const uint8_t* bytes, std::size_t size, const std::string& pa
   const std::size_t start = 8 + len_bytes;
   CRUMB_CHECK(size >= start, path, ": truncated .npy header");
   const std::size_t header_len = little_endian(bytes + 8, len_bytes);
-  CRUMB_CHECK(header_len <= size - start, path, ": truncated .npy header (", header_len, " bytes announced, ",
-              size - start, " there)");
+  CRUMB_CHECK(header_len <= file_size - start, path, ": truncated .npy header (", header_len, " bytes announced, ",
+              file_size - start, " there)");
+  CRUMB_CHECK(header_len <= kMaxNpyHeaderBytes, path, ": .npy header of ", header_len, " bytes, more than the ",
+              kMaxNpyHeaderBytes >> 20, " MiB a header may hold here");
+  CRUMB_CHECK(header_len <= size - start, path, ": parse_npy_header was given ", size, " of its first bytes, not the "
+              "whole header");
   std::string descr;
   bool fortran = false;
   NpyArray a;
@@ -217,21 +197,27 @@ NpyArray parse_npy(const uint8_t* bytes, std::size_t size, const std::string& pa
   }
   const std::size_t data_start = start + header_len;
   CRUMB_CHECK(elements <= (uint64_t{1} << 62) / static_cast<uint64_t>(a.itemsize), path, ": shape is too large");
-  const uint64_t need = elements * static_cast<uint64_t>(a.itemsize), have = size - data_start;
+  const uint64_t need = elements * static_cast<uint64_t>(a.itemsize), have = file_size - data_start;
   CRUMB_CHECK(have >= need, path, ": truncated: its shape and dtype need ", need, " bytes of data, the file holds ",
               have);
   CRUMB_CHECK(have == need, path, ": ", have - need, " bytes after the data its shape and dtype describe");
   // Elements are read in place: they must be aligned (numpy.save pads the header to 64 bytes).
   CRUMB_CHECK(data_start % static_cast<std::size_t>(a.itemsize) == 0, path, ": the data starts at byte ", data_start,
               ", not a multiple of its ", a.itemsize, "-byte elements");
-  a.data = bytes + data_start;
+  a.offset = data_start;
+  return a;
+}
+
+NpyArray parse_npy(const uint8_t* bytes, std::size_t size, const std::string& path) {
+  NpyArray a = parse_npy_header(bytes, size, size, path);
+  a.data = bytes + a.offset;
   return a;
 }
 
 Dataset load_npy(const std::string& x_path, const std::string& y_path, int classes) {
-  const std::shared_ptr<const Mapping> xm = map_file(x_path), ym = map_file(y_path);
-  const NpyArray x = parse_npy(xm->data, xm->size, x_path);
-  const NpyArray y = parse_npy(ym->data, ym->size, y_path);
+  InputFile xf(x_path, x_path, kNpyFiles);
+  const InputFile yf(y_path, y_path, kNpyFiles);
+  const NpyArray x = read_header(xf), y = read_header(yf);
   const bool u8 = x.kind == 'u' && x.itemsize == 1, f32 = x.kind == 'f' && x.itemsize == 4;
   CRUMB_CHECK(u8 || f32, x_path, ": images must be uint8 or float32, got ", x.dtype(),
               " (convert with x.astype('float32'))");
@@ -242,7 +228,7 @@ Dataset load_npy(const std::string& x_path, const std::string& y_path, int class
   CRUMB_CHECK(x.shape[0] <= std::numeric_limits<int32_t>::max() && sample <= std::numeric_limits<int32_t>::max(),
               x_path, ": ", x.shape[0], " images of ", sample, " values are too large");
   Dataset ds;
-  ds.labels = labels_of(y, classes, y_path);
+  ds.labels = read_labels(yf, y, classes);
   CRUMB_CHECK(int64_t(ds.labels.size()) == x.shape[0], y_path, ": holds ", ds.labels.size(), " labels, but ", x_path,
               " holds ", x.shape[0], " images");
   ds.count = static_cast<int>(x.shape[0]);
@@ -250,7 +236,9 @@ Dataset load_npy(const std::string& x_path, const std::string& y_path, int class
   ds.height = static_cast<int>(x.shape[2]);
   ds.width = static_cast<int>(x.shape[3]);
   ds.num_classes = classes ? classes : 1 + (ds.labels.empty() ? 0 : *std::max_element(ds.labels.begin(), ds.labels.end()));
-  ds.mapped = {x.data, f32 ? PixelType::F32 : PixelType::U8, xm};
+  // Mapped as large as the header was checked against: every image lies inside the map.
+  auto map = std::make_shared<const MappedFile>(std::move(xf));
+  ds.mapped = {map->data() + x.offset, f32 ? PixelType::F32 : PixelType::U8, map, map.get()};
   return ds;
 }
 

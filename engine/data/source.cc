@@ -62,7 +62,7 @@ DataSplit load_data(const DataSpec& s) {
 }
 
 std::vector<std::string> data_files(const DataSpec& s) {
-  if (s.dataset == "synthetic") return {};
+  if (s.dataset == "synthetic" || s.dataset == "numpy") return {};
   const std::string dir = (s.dir.empty() ? default_data_dir() : s.dir) + "/";
   std::vector<std::string> names;
   if (s.dataset == "cifar10") {

@@ -10,7 +10,7 @@
 namespace crumb::data {
 
 struct DataSpec {
-  std::string dataset = "fashion-mnist";  // "fashion-mnist" | "cifar10" | "npy" | "synthetic"
+  std::string dataset = "fashion-mnist";  // "fashion-mnist" | "cifar10" | "npy" | "synthetic" | "numpy"
   std::string dir;                        // empty: default_data_dir() (Fashion-MNIST)
   int channels = 1, height = 28, width = 28;  // synthetic: the images' shape
   int classes = 10;                           // synthetic
@@ -27,7 +27,8 @@ struct DataSplit {
 // Reads both splits (an error names the file at fault), cut to the limits; the two must have one image shape.
 DataSplit load_data(const DataSpec& spec);
 
-// The paths of the files a run on spec may read (some may not exist): what no output may overwrite.
+// The paths of every file a run on spec may read in its folder, existing or not: what no output may take
+// (none for synthetic data and the Python module's arrays, "numpy").
 std::vector<std::string> data_files(const DataSpec& spec);
 
 struct DataShape {

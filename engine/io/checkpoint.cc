@@ -1,6 +1,5 @@
 #include "engine/io/checkpoint.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "engine/base/error.h"
+#include "engine/io/input_file.h"
 #include "engine/io/json.h"
 #include "engine/io/output_file.h"
 
@@ -75,17 +75,9 @@ struct FileTensor {
   uint64_t begin = 0, end = 0;
 };
 
-void read_at(int fd, char* p, std::size_t n, uint64_t offset, const std::string& path) {
-  while (n > 0) {
-    const ssize_t r = ::pread(fd, p, n, static_cast<off_t>(offset));
-    if (r < 0 && errno == EINTR) continue;
-    CRUMB_CHECK(r >= 0, "cannot read checkpoint ", path, ": ", std::strerror(errno));
-    CRUMB_CHECK(r > 0, path, ": unexpected end of file (was it truncated while loading?)");
-    p += r;
-    n -= static_cast<std::size_t>(r);
-    offset += static_cast<uint64_t>(r);
-  }
-}
+// The safetensors format's own bound on a header (safetensors' HeaderTooLarge): a length field beyond it is
+// a damaged or foreign file, never a reason to allocate gigabytes.
+constexpr uint64_t kMaxHeaderBytes = 100000000;
 
 const json::Value& field(const json::Value& entry, const char* key, json::Value::Kind kind, const std::string& path,
                          const std::string& tensor) {
@@ -192,22 +184,19 @@ struct TensorFile {
 TensorFile read_tensor_file(const std::string& path, bool with_data = true) {
   TensorFile f;
   f.path = path;
-  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below as no regular file).
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-  CRUMB_CHECK(fd.get() >= 0, "cannot open checkpoint ", path, ": ", std::strerror(errno));
-  struct stat st;
-  CRUMB_CHECK(::fstat(fd.get(), &st) == 0, "cannot read checkpoint ", path, ": ", std::strerror(errno));
-  CRUMB_CHECK(S_ISREG(st.st_mode), "cannot read checkpoint ", path, ": not a regular file");
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  const InputFile file(path, "checkpoint " + path);
+  const uint64_t size = file.size();
   CRUMB_CHECK(size >= 8, path, ": not a safetensors file: ", size, " bytes, shorter than the 8-byte header length");
   unsigned char len[8];
-  read_at(fd.get(), reinterpret_cast<char*>(len), 8, 0, path);
+  file.read_at(len, 8, 0);
   uint64_t header_size = 0;
   for (int i = 0; i < 8; ++i) header_size |= static_cast<uint64_t>(len[i]) << (8 * i);
   CRUMB_CHECK(header_size <= size - 8, path, ": header length ", header_size, " exceeds the file size of ", size,
               " bytes (truncated or not a safetensors file)");
+  CRUMB_CHECK(header_size <= kMaxHeaderBytes, path, ": header length ", header_size, " is more than the ",
+              byte_limit_text(kMaxHeaderBytes), " a safetensors header may hold (damaged or not a safetensors file)");
   std::string header(header_size, '\0');
-  read_at(fd.get(), header.data(), header.size(), 8, path);
+  file.read_at(header.data(), header.size(), 8);
   const json::Value root = json::parse(header, path + " header");
   CRUMB_CHECK(root.kind == json::Value::Kind::Object, path, ": header must be a JSON object, found ",
               json::kind_name(root.kind));
@@ -223,7 +212,7 @@ TensorFile read_tensor_file(const std::string& path, bool with_data = true) {
   check_coverage(all, data_size, path);
   if (with_data) {
     f.data.resize(data_size);
-    read_at(fd.get(), f.data.data(), f.data.size(), data_start, path);
+    file.read_at(f.data.data(), f.data.size(), data_start);
   }
   return f;
 }

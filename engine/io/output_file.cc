@@ -64,16 +64,6 @@ bool same_file(const Identity& a, const Identity& b) {
 
 }  // namespace
 
-Fd::~Fd() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
-int Fd::close() {
-  const int rc = ::close(fd_);
-  fd_ = -1;
-  return rc;
-}
-
 void write_file_atomically(const std::string& path, const std::vector<std::string_view>& pieces,
                            const std::string& what) {
   // A name of its own (two writers never share one), created exclusively and never through a link: a
@@ -117,7 +107,7 @@ void check_file_uses(const std::vector<FileUse>& uses) {
       if (!uses[i].output && !uses[j].output) continue;
       const std::size_t wi = uses[i].output ? i : j, oi = wi == i ? j : i;  // wi writes; oi writes or reads
       const FileUse &w = uses[wi], &o = uses[oi];
-      if (!o.output && (!ids[oi].exists || w.may_replace == o.flag)) continue;
+      if (!o.output && w.may_replace == o.flag) continue;
       if (!same_file(ids[wi], ids[oi])) continue;
       CRUMB_FAIL(w.flag, " ", w.path, " is the same file as ", o.flag, " ", o.path, ", which the run ",
                  o.output ? "also writes" : "reads", ": give ", w.flag, " a file of its own");

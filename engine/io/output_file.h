@@ -5,22 +5,9 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/io/fd.h"
+
 namespace crumb {
-
-// A file descriptor, closed when it goes out of scope.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd();
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  // Closing can report a deferred write error (NFS, quota), so a writer checks it.
-  int close();
-
- private:
-  int fd_;
-};
 
 // Writes the pieces, in order, to path through a temporary file of its own beside it
 // ("<path>.tmp.<pid>.<n>", created exclusively, never through a link), fsynced, renamed over path and
@@ -47,8 +34,8 @@ struct FileUse {
 // as another output: the same path however written ("a", "./a", "d/../a"), or an existing file reached by a
 // hard or symbolic link (compared by device and inode). Also refuses an output path that exists as a
 // symbolic link or as anything but a regular file (a FIFO would block the run, a device swallow it).
-// Reads nothing and opens nothing, so it runs before a run touches any file. Inputs that do not exist are
-// skipped (their reader reports them).
+// Reads nothing and opens nothing, so it runs before a run touches any file. Inputs that do not exist yet
+// count too, by path: an output may not take the name of a file a later run would read.
 void check_file_uses(const std::vector<FileUse>& uses);
 
 }  // namespace crumb

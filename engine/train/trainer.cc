@@ -16,6 +16,7 @@
 #include "engine/ops/norm.h"
 #include "engine/plan/layout.h"
 #include "engine/train/network.h"
+#include "engine/train/run_files.h"
 #include "engine/train/signals.h"
 
 namespace crumb {
@@ -260,6 +261,8 @@ RunPlan plan_run(const TrainConfig& c, const data::DataShape& shape, int batch, 
 
 Trainer::Trainer(TrainConfig cfg, std::shared_ptr<const data::DataSplit> data, std::shared_ptr<Communicator> comm)
     : cfg_(std::move(cfg)), comm_(std::move(comm)), scaler_(cfg_.loss_scale, cfg_.precision == Precision::FP16) {
+  // Before any file is read: no output of the run may replace one of its inputs.
+  check_run_files(cfg_);
   cfg_.model = model_name(cfg_);
   CRUMB_CHECK(!cfg_.fresh_optimizer || !cfg_.resume.empty(), "--fresh-optimizer needs --resume");
   set_num_threads(cfg_.threads);
@@ -356,7 +359,8 @@ void Trainer::prepare() {
         plan_buckets(*params_, cfg_.bucket_cap, std::min(cfg_.bucket_cap, kFirstBucketBytes)));
     sched_->set_data_parallel(reducer_.get());
   }
-  epoch_ = epochs_done_ = start_epoch_;
+  epoch_ = epochs_done_ = at_epoch_ = start_epoch_;
+  at_batch_ = start_batch_;
 }
 
 void Trainer::set_initial_state(std::function<void(ParamStore&)> set) {
@@ -402,8 +406,8 @@ void Trainer::train_more(std::shared_ptr<const data::DataSplit> data, int epochs
   batch_ = batch;
   make_loaders();
   // From the last whole epoch: a fit stopped within an epoch starts that epoch again, on this data.
-  start_epoch_ = epoch_ = epochs_done_;
-  start_batch_ = 0;
+  start_epoch_ = epoch_ = at_epoch_ = epochs_done_;
+  start_batch_ = at_batch_ = 0;
   cfg_.epochs = epochs_done_ + epochs;
   opt_->set_total_steps(opt_->steps() + static_cast<long long>(epochs) * batches_per_epoch());
 }
@@ -411,6 +415,8 @@ void Trainer::train_more(std::shared_ptr<const data::DataSplit> data, int epochs
 void Trainer::start_epoch(int epoch, int first_batch) {
   prepare();
   epoch_ = epoch;
+  at_epoch_ = epoch;
+  at_batch_ = first_batch;
   train_loader_->start_epoch(epoch, first_batch);
 }
 
@@ -419,6 +425,7 @@ void Trainer::start_epoch(int epoch, int first_batch) {
 // so a network whose weights went NaN can still report a finite loss.
 void Trainer::check_finite(int epoch, int batch) {
   const uint64_t bad = opt_->nonfinite_parameters();
+  diverged_ = bad != 0;
   CRUMB_CHECK(bad == 0, "training diverged: ", bad, " parameters became NaN or infinite at optimizer step ",
               opt_->steps(), " (epoch ", epoch + 1, ", before batch ", batch + 1,
               "); nothing was saved (lower --lr, or add --warmup-steps)");
@@ -435,12 +442,19 @@ bool Trainer::train_batch(StepInfo& info) {
   const bool stop = interrupted() != 0 || stop_requested_;
   stop_requested_ = comm_ ? sum_over_ranks(*comm_, r, stop) : stop;
   stop_agreed_ = stop_requested_;
-  CRUMB_CHECK(std::isfinite(r.loss_sum), "loss became ", r.loss_sum, " at epoch ", epoch_ + 1, " batch ", b.index + 1,
+  diverged_ = !std::isfinite(r.loss_sum);
+  CRUMB_CHECK(!diverged_, "loss became ", r.loss_sum, " at epoch ", epoch_ + 1, " batch ", b.index + 1,
               ": training diverged (lower --lr)");
   check_finite(epoch_, b.index);
+  // Until the step is whole, the weights are neither the last step's nor this one's.
+  stepping_ = true;
   // fp16: one check of the whole step's gradient (after the sum over ranks, so every rank decides alike).
   info.skipped = scaler_.enabled() && !scaler_.update(opt_->nonfinite_gradients());
   if (!info.skipped) opt_->step(static_cast<float>(1.0 / loss_scale));
+  stepping_ = false;
+  const bool epoch_done = b.index + 1 == batches_per_epoch();
+  at_epoch_ = epoch_ + epoch_done;
+  at_batch_ = epoch_done ? 0 : b.index + 1;
   info.loss_scale = scaler_.scale();
   info.epoch = epoch_;
   info.batch = b.index;
@@ -484,7 +498,8 @@ Evaluation Trainer::evaluate_with(data::Loader& loader, int count, const Schedul
     loss_sum += r.loss_sum;
   }
   // A ReLU network with NaN weights still classifies (every logit NaN): the loss says it diverged.
-  CRUMB_CHECK(std::isfinite(loss_sum), "training diverged: the test loss is ", loss_sum, " after optimizer step ",
+  diverged_ = !std::isfinite(loss_sum);
+  CRUMB_CHECK(!diverged_, "training diverged: the test loss is ", loss_sum, " after optimizer step ",
               opt_->steps(), " (lower --lr, or add --warmup-steps)");
   return {static_cast<double>(correct) / count, loss_sum / count, count};
 }
@@ -543,7 +558,33 @@ void Trainer::save(int epoch, int batch, const std::string& path) {
                {kDataPixelsKey, t.pixel_type() == data::PixelType::F32 ? "float32" : "uint8"},
                {kDataMeanKey, floats_text(data_->norm.mean)},
                {kDataStdKey, floats_text(data_->norm.std)}});
-  save_checkpoint_or_rescue(target, *params_, opt_.get(), cfg_.model, meta);
+  try {
+    save_checkpoint_or_rescue(target, *params_, opt_.get(), cfg_.model, meta);
+  } catch (...) {
+    save_failed_ = true;
+    throw;
+  }
+  if (target == cfg_.save) {
+    saved_epoch_ = epoch;
+    saved_batch_ = batch;
+  }
+}
+
+std::string Trainer::after_failure() {
+  // A divergence says itself that nothing was saved; a failed save where the weights went.
+  if (!lead() || diverged_ || save_failed_) return "";
+  if (stepping_)
+    return "; nothing was saved: the failure came during an optimizer step, so the weights are not a step's";
+  if (cfg_.save.empty()) return "; nothing was saved (no --save)";
+  const std::string step = "the last optimizer step (" + std::to_string(opt_->steps()) + ")";
+  if (saved_epoch_ == at_epoch_ && saved_batch_ == at_batch_)
+    return "; " + cfg_.save + " holds " + step + ": --resume " + cfg_.save + " continues the run";
+  try {
+    save(at_epoch_, at_batch_);
+  } catch (const Error& e) {
+    return std::string("; saving ") + step + " failed: " + e.what();
+  }
+  return "; saved " + step + " in " + cfg_.save + ": --resume " + cfg_.save + " continues the run";
 }
 
 FitResult Trainer::fit(const std::vector<Callback*>& callbacks) {
@@ -555,6 +596,21 @@ FitResult Trainer::fit(const std::vector<Callback*>& callbacks) {
     std::atomic<bool>& requested;
     ~ClearStop() { requested = false; }
   } clear_stop{stop_requested_};
+  diverged_ = stepping_ = save_failed_ = false;
+  // A failure mid-run (a data file cut short, out of memory, a callback's error) keeps the work done: the
+  // last good optimizer step is saved, as a stop saves it, and the error says so.
+  try {
+    return fit_epochs(callbacks);
+  } catch (const std::bad_alloc&) {
+    throw Error("out of host memory (lower --batch, --micro-batch or --memory-budget)" + after_failure());
+  } catch (const std::exception& e) {
+    const std::string note = after_failure();
+    if (note.empty()) throw;
+    throw Error(e.what() + note);
+  }
+}
+
+FitResult Trainer::fit_epochs(const std::vector<Callback*>& callbacks) {
   StopOnSignal stop_on_signal;
   const bool saving = lead() && !cfg_.save.empty();
   FitResult result;

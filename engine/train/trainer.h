@@ -28,6 +28,7 @@
 #include "engine/dist/communicator.h"
 #include "engine/dist/grad_reducer.h"
 #include "engine/io/checkpoint.h"
+#include "engine/io/output_file.h"
 #include "engine/optim/loss_scaler.h"
 #include "engine/optim/optimizer.h"
 #include "engine/run/params.h"
@@ -87,6 +88,9 @@ struct TrainConfig {
   bool fresh_optimizer = false;
   // What the caller records in every checkpoint beside where the run stands (train: its flags).
   CheckpointMetadata record;
+  // The files the caller itself reads or writes (train: --model-file, --log, --report), which take part in
+  // the check that no output replaces an input (engine/train/run_files.h).
+  std::vector<FileUse> files;
   // Data parallel, when launched by MPI: bytes per gradient bucket, seconds a collective may take.
   std::size_t bucket_cap = std::size_t{25} << 20;
   double dist_timeout = 300;
@@ -213,7 +217,11 @@ class Trainer {
   // prepare() calls `set` after initialising the parameters and before loading cfg.load or resuming
   // cfg.resume, so a checkpoint named in the config always wins over them. Before prepare().
   void set_initial_state(std::function<void(ParamStore&)> set);
-  // Trains from where the run stands to cfg.epochs, evaluating after each epoch.
+  // Trains from where the run stands to cfg.epochs, evaluating after each epoch. An error mid-run (a data
+  // file truncated under its memory map, out of memory, a callback's) first saves the last optimizer step
+  // to cfg.save, as a stop does, unless the run diverged or an optimizer step failed half-way; its message
+  // then ends with what was saved ("; saved the last optimizer step (12) in a.st: --resume a.st continues
+  // the run", or "; nothing was saved (no --save)").
   FitResult fit(const std::vector<Callback*>& callbacks = {});
   // Starts an epoch (0-based) at batch first_batch; then train_batch() trains its batches one by one and
   // returns false at its end. The building blocks of fit, for callers that drive the loop themselves.
@@ -267,6 +275,9 @@ class Trainer {
 
  private:
   void check_finite(int epoch, int batch);
+  FitResult fit_epochs(const std::vector<Callback*>& callbacks);
+  // After an error escaped fit: saves the last good step where there is one and says what was saved.
+  std::string after_failure();
   void make_loaders();
   // Checks that ds's images have the run's shape and its labels the run's classes (what = its role).
   void check_like_training(const data::Dataset& ds, const char* what) const;
@@ -287,6 +298,11 @@ class Trainer {
   int start_epoch_ = 0, start_batch_ = 0;
   int epoch_ = 0;
   int epochs_done_ = 0;  // whole epochs trained (resumed ones included)
+  int at_epoch_ = 0, at_batch_ = 0;          // where the run stands: the next batch to train
+  int saved_epoch_ = -1, saved_batch_ = -1;  // where the last save to cfg.save left it
+  bool diverged_ = false;     // a divergence check failed: the weights are not worth saving
+  bool stepping_ = false;     // inside an optimizer step: the weights are half-way between two steps
+  bool save_failed_ = false;  // a save failed (its error says where the weights went)
   std::atomic<bool> stop_requested_{false};  // request_stop() may come from another thread
   bool stop_agreed_ = false;  // the last step's stop decision, the same on every rank
   std::function<void(ParamStore&)> initial_state_;

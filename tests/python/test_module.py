@@ -197,6 +197,23 @@ def test_errors_during_a_run_are_errors_not_crashes():
         crumb.Trainer(model="cnn", lr=1e5, progress=False, batch=8).fit(x, y, epochs=3)
 
 
+def test_outputs_never_replace_inputs(tmp_path, train_bin):
+    """The Trainer checks its files for every client: load= and save= naming one checkpoint is train's error,
+    before anything is written."""
+    x, y = images(64)
+    a = tmp_path / "a.safetensors"
+    crumb.Trainer(model="cnn", batch=16, progress=False, save=a).fit(x, y, epochs=1)
+    before = a.read_bytes()
+    r = subprocess.run([train_bin, "--model=cnn", f"--load={a}", f"--save={a}"], capture_output=True, text=True)
+    assert r.returncode == 1
+    said = r.stderr.strip().splitlines()[-1].removeprefix("train: error: ")
+    assert said == f"--save {a} is the same file as --load {a}, which the run reads: give --save a file of its own"
+    with pytest.raises(crumb.Error) as e:
+        crumb.Trainer(model="cnn", batch=16, progress=False, load=a, save=a).fit(x, y, epochs=1)
+    assert str(e.value) == said
+    assert a.read_bytes() == before
+
+
 def test_resume_continues_the_run(tmp_path):
     x, y = images(96)
     flags = dict(batch=16, seed=2, lr=0.05, momentum=0.9)  # a constant learning rate

@@ -8,13 +8,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "engine/base/error.h"
 #include "engine/strategy/memory_report.h"
 #include "engine/train/network.h"
+#include "engine/train/network_file.h"
 
 namespace crumb::train {
 namespace {
@@ -23,16 +22,6 @@ namespace {
 bool plain_integer(const std::string& s) {
   const std::size_t start = !s.empty() && s[0] == '-' ? 1 : 0;
   return s.size() > start && s.find_first_not_of("0123456789", start) == std::string::npos;
-}
-
-// The text of a --model-file, with the reason where it cannot be read.
-std::string read_network_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  CRUMB_CHECK(in, "--model-file ", path, ": cannot open it: ", std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  CRUMB_CHECK(!in.bad(), "--model-file ", path, ": cannot read it: ", std::strerror(errno));
-  return text.str();
 }
 
 long long parse_int(const std::string& flag, const std::string& s, long long lo, long long hi) {
@@ -253,6 +242,7 @@ Options parse_flags(const std::vector<std::string>& argv) {
     if (name == "model-file" || name == "network") {
       CRUMB_CHECK(!given.count("model-file") || !given.count("network"),
                   "--model-file and --network both give the network: give one of them");
+      if (name == "model-file") o.model_file = value;
       const std::string source = "--" + name + (name == "model-file" ? " " + value : "");
       value = network_json(parse_network(name == "model-file" ? read_network_file(value) : value, source));
       name = "network";
@@ -537,6 +527,7 @@ TrainConfig config_of(const Options& o) {
   c.save_every = o.save_every;
   c.fresh_optimizer = o.fresh_optimizer;
   c.record = {{"train.args", encode_args(o.args)}};
+  if (!o.model_file.empty()) c.files.push_back({"--model-file", o.model_file, false, ""});
   c.bucket_cap = o.bucket_cap;
   c.dist_timeout = o.dist_timeout;
   return c;

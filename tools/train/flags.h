@@ -18,6 +18,7 @@ OptimizerConfig default_optimizer(OptimizerKind kind);
 struct Options {
   std::string model = "lenet5";  // with --model-file or --network: the network's name
   std::string network;           // --model-file / --network: the description, canonical (network_json)
+  std::string model_file;        // --model-file: where it was read (an input no output may replace)
   int epochs = 1;
   int batch = 64;
   int micro_batch = 0;  // 0: the whole batch

@@ -13,6 +13,7 @@
 #include "engine/base/rss.h"
 #include "engine/io/output_file.h"
 #include "engine/train/progress.h"
+#include "engine/train/run_files.h"
 #include "engine/train/run_log.h"
 #include "engine/train/signals.h"
 #include "engine/train/summary.h"
@@ -34,35 +35,25 @@ ReportData report_data(const TrainConfig& c, const RunPlan& p, const std::vector
   return r;
 }
 
-// Every file the run reads or writes, checked against each other before any is opened: no output may
-// destroy an input or another output. --save may replace the --resume checkpoint it continues (read
-// whole before the first save, then replaced atomically).
-void check_files(const Options& o) {
-  std::vector<FileUse> uses = report_outputs(o.report, o.report_dir);
-  auto checkpoint = [&](const std::string& flag, const std::string& path, bool output) {
-    if (path.empty()) return;
-    uses.push_back({flag, path, output, output ? "--resume" : ""});
-    uses.push_back(
-        {flag + "'s optimizer file", optimizer_path(path), output, output ? "--resume's optimizer file" : ""});
-    uses.push_back({flag + "'s previous optimizer file", previous_optimizer_path(path), output,
-                    output ? "--resume's previous optimizer file" : ""});
-  };
+// The Trainer's config for the options, with the files train itself writes (--log, the report,
+// --explain-csv): the Trainer checks that none of them, nor --save, replaces an input or another output;
+// train checks the same at once, before it reads anything. --explain writes only its own files.
+TrainConfig config_with_files(const Options& o) {
+  TrainConfig c = config_of(o);
+  const std::vector<FileUse> report = report_outputs(o.report, o.report_dir);
+  c.files.insert(c.files.end(), report.begin(), report.end());
   if (o.explain) {
-    if (!o.explain_csv.empty()) uses.push_back({"--explain-csv", o.explain_csv, true, ""});
-  } else {
-    checkpoint("--save", o.save, true);
-    if (!o.log.empty()) uses.push_back({"--log", o.log, true, ""});
+    c.save.clear();
+    if (!o.explain_csv.empty()) c.files.push_back({"--explain-csv", o.explain_csv, true, ""});
+  } else if (!o.log.empty()) {
+    c.files.push_back({"--log", o.log, true, ""});
   }
-  checkpoint("--load", o.load, false);
-  checkpoint("--resume", o.resume, false);
-  for (const std::string& f : data::data_files(config_of(o).data)) uses.push_back({"--data", f, false, ""});
-  check_file_uses(uses);
+  return c;
 }
 
 // --explain: the plan of the run, from the data's shape alone (its files are not read).
-int explain(const Options& o) {
+int explain(const Options& o, const TrainConfig& c) {
   ReportOutput report(o.report, o.report_dir);
-  const TrainConfig c = config_of(o);
   const RunPlan p = plan_run(c, data::data_shape(c.data), c.batch, pick_device(c));
   std::cout << c.model << " on " << device_name(p.device) << " in " << precision_name(c.precision)
             << (uses_channels_last(c, p.device) ? ", channels-last" : "") << ", " << p.split << "\n";
@@ -82,11 +73,11 @@ int run(const Options& o, std::shared_ptr<Communicator>& comm) {
   // Before training there is nothing to save: a signal ends the process at once; during fit it stops the
   // run at the next step and saves (engine/train/signals.h).
   catch_interrupts();
-  check_files(o);
-  if (o.explain) return explain(o);
+  const TrainConfig cfg = config_with_files(o);
+  check_run_files(cfg);
+  if (o.explain) return explain(o, cfg);
   // Checked before the data loads, so a bad path fails at once.
   ReportOutput report(o.report, o.report_dir);
-  const TrainConfig cfg = config_of(o);
   comm = connect_ranks(pick_device(cfg), cfg.dist_timeout);
   auto data = std::make_shared<const data::DataSplit>(data::load_data(cfg.data));
   Trainer t(cfg, data, comm);
@@ -152,7 +143,12 @@ int main(int argc, char** argv) {
   };
   try {
     o = crumb::train::parse_flags(argc, argv);
-    if (!o.resume.empty()) o = crumb::train::resume_flags(crumb::train::recorded_args(o.resume), o);
+    if (!o.resume.empty()) {
+      // The run's network is recorded; a --model-file given again was read all the same: still an input.
+      const std::string model_file = o.model_file;
+      o = crumb::train::resume_flags(crumb::train::recorded_args(o.resume), o);
+      o.model_file = model_file;
+    }
   } catch (const crumb::Error& e) {
     std::fprintf(stderr, "train: error: %s\n", e.what());
     return 2;
