@@ -2,6 +2,8 @@
 runs of `train` from a native build and from a portable one, alternately, best of N samples/s each. The
 portable build runs with the kernels the loader picks for this CPU, and again with the loader held to
 x86-64-v3 (AVX2 + FMA) and to the x86-64-v2 baseline, as on CPUs without AVX-512 or without AVX2.
+Besides samples/s (wall clock), each run's CPU seconds (user + sys, the whole run): on a machine shared
+with other jobs they move far less than the wall clock, and with one thread they are the run's cost.
 
     cmake -S . -B build-portable -G Ninja -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCRUMB_NATIVE=OFF \\
           -DCRUMB_CUDA=OFF -DCRUMB_BUILD_TESTS=OFF -DCRUMB_BUILD_BENCH=OFF && cmake --build build-portable
@@ -12,6 +14,7 @@ import argparse
 import json
 import pathlib
 import re
+import resource
 import subprocess
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -41,15 +44,21 @@ def main():
         builds[f"portable, {level} kernels"] = [LOADER, "--glibc-hwcaps-mask", level, a.portable]
     for model in a.models.split(","):
         best = dict.fromkeys(builds, 0.0)
+        cpu = dict.fromkeys(builds, float("inf"))
         for i in range(a.repeat):
             for name, command in builds.items():
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 out = subprocess.run([*command, *MODELS[model], f"--threads={a.threads}", "--seed=0"],
                                      capture_output=True, text=True, check=True).stdout
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                seconds = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
                 speed = json.loads(out.strip().splitlines()[-1])["samples_per_s"]
-                print(f"{model} run {i + 1}: {name} {speed:.0f} samples/s", flush=True)
-                best[name] = max(best[name], speed)
+                print(f"{model} run {i + 1}: {name} {speed:.0f} samples/s, {seconds:.2f} CPU s", flush=True)
+                best[name], cpu[name] = max(best[name], speed), min(cpu[name], seconds)
         summary = ", ".join(f"{name} {s:.0f} ({s / best['native']:.2f})" for name, s in best.items())
         print(f"{model}, best of {a.repeat} (samples/s, against native): {summary}", flush=True)
+        summary = ", ".join(f"{name} {s:.2f} ({cpu['native'] / s:.2f})" for name, s in cpu.items())
+        print(f"{model}, least of {a.repeat} (CPU s, native's over this): {summary}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
-"""The build backend of `pip install .` (pyproject.toml): scikit-build-core's, with three defaults of its own.
+"""The build backend of `pip install .` (pyproject.toml): scikit-build-core's, with defaults of its own.
 
 - The CMake build folder lives in the user's cache, one per checkout and wheel tag
-  ($XDG_CACHE_HOME or ~/.cache, then crumb/pip-build/<checkout hash>/<tag>), so the checkout stays clean
-  and a second install with nothing changed rebuilds nothing. `-C build-dir=DIR` or $SKBUILD_BUILD_DIR
-  choose another; where the cache cannot be written, the build is in a temporary folder.
+  ($XDG_CACHE_HOME or ~/.cache, then crumb/pip-build/<checkout hash>/<tag>), so the checkout stays clean,
+  and it is kept across pip's throwaway build environments, so a second install with nothing changed
+  compiles nothing. `-C build-dir=DIR` or $SKBUILD_BUILD_DIR choose another; where the cache cannot be
+  written, the build is in a temporary folder.
 - ccache, where it is installed, compiles (as in tools/setup.sh), unless $CMAKE_CXX_COMPILER_LAUNCHER says
   otherwise: a new build folder then compiles only what no earlier build did.
 - pip shows a build's output only with -v. Without it, where there is a terminal, the build's progress
