@@ -95,37 +95,43 @@ _STEP = re.compile(rb"^\[(\d+)/(\d+)\] (?:Building \S+ object |Linking \S+ (?:\S
 
 
 class _Progress:
-    """Copies everything the build writes to fds 1 and 2 on to where they went (pip), and writes its
-    [step/steps] lines to the terminal as one line, rewritten in place. pip's spinner backspaces over the
-    last character it wrote and turns at the end of that line."""
+    """Copies everything the build writes to fds 1 and 2 on to where they went (pip), each to its own, and
+    writes its [step/steps] lines to the terminal as one line, rewritten in place. pip's spinner backspaces
+    over the last character it wrote and turns at the end of that line."""
 
     def __init__(self, tty):
         self.tty = tty
         self.start = time.monotonic()
         self.steps = None
-        self.read_fd, write_fd = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
-        self.saved = os.dup(1), os.dup(2)
-        os.dup2(write_fd, 1)
-        os.dup2(write_fd, 2)
-        os.close(write_fd)
-        self.thread = threading.Thread(target=self._copy, daemon=True)
-        self.thread.start()
+        self.saved, self.threads = [], []
+        for fd in (1, 2):
+            read_fd, write_fd = os.pipe()
+            saved = os.dup(fd)
+            os.dup2(write_fd, fd)
+            os.close(write_fd)
+            self.saved.append(saved)
+            thread = threading.Thread(target=self._copy, args=(read_fd, saved), daemon=True)
+            thread.start()
+            self.threads.append(thread)
         self._show("crumb: configuring (CMake) ...")
 
     def _show(self, text):
         width = shutil.get_terminal_size((100, 20)).columns
-        self.tty.write("\r  " + text[: max(10, width - 6)] + " \033[K")
-        self.tty.flush()
+        try:
+            self.tty.write("\r  " + text[: max(10, width - 6)] + " \033[K")
+            self.tty.flush()
+        except (OSError, ValueError):  # the terminal went away, or a late copy outlived it
+            pass
 
-    def _copy(self):
+    def _copy(self, read_fd, to_fd):
         pending = b""
         while True:
-            chunk = os.read(self.read_fd, 65536)
+            chunk = os.read(read_fd, 65536)
             if not chunk:
                 break
-            os.write(self.saved[0], chunk)
+            os.write(to_fd, chunk)
             pending += chunk
             *lines, pending = pending.split(b"\n")
             for line in lines:
@@ -135,21 +141,20 @@ class _Progress:
                     what = m.group(3).decode(errors="replace").split(" ")[0]
                     what = re.sub(r"^CMakeFiles/[^/]+\.dir/|\.o$", "", what)
                     self._show(f"crumb: building [{m.group(1).decode()}/{self.steps}] {what}")
+        os.close(read_fd)
+        os.close(to_fd)
 
     def close(self):
         sys.stdout.flush()
         sys.stderr.flush()
-        os.dup2(self.saved[0], 1)
-        os.dup2(self.saved[1], 2)
-        self.thread.join(timeout=10)  # a process the build left running may hold the pipe open
-        if not self.thread.is_alive():
-            os.close(self.read_fd)
-        for fd in self.saved:
-            os.close(fd)
-        seconds = time.monotonic() - self.start
+        for fd, saved in zip((1, 2), self.saved):
+            os.dup2(saved, fd)
+        # The copies end when every writer is gone; a process the build left running may hold a pipe open,
+        # and then its copy goes on in the background.
+        for thread in self.threads:
+            thread.join(timeout=10)
         if self.steps:
-            self._show(f"crumb: built in {seconds:.0f} s ({self.steps} steps) ... ")
-        self.tty.close()
+            self._show(f"crumb: built in {time.monotonic() - self.start:.0f} s ({self.steps} steps) ... ")
 
 
 @contextlib.contextmanager
@@ -168,6 +173,7 @@ def _progress():
         yield
     finally:
         progress.close()
+        tty.close()
 
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
