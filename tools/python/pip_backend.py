@@ -38,7 +38,7 @@ def _cache_build_dir():
     root = pathlib.Path(cache) / "crumb" / "pip-build" / hashlib.sha256(source.encode()).hexdigest()[:12]
     try:
         root.mkdir(parents=True, exist_ok=True)
-        probe = root / ".writable"
+        probe = root / f".writable-{os.getpid()}"
         probe.touch()
         probe.unlink()
     except OSError:
