@@ -8,10 +8,11 @@ shift || true
 
 # python3: the report and kernel-benchmark checks (standard library only). Open MPI: data-parallel
 # training (mpirun -np N train) and its tests.
-# python3-venv, python3-dev: the Python module and its tests (tools/python/test.sh). ccache: the module's
-# own build (pip install .) then reuses this one's objects.
+# python3-venv, python3-dev: the Python module and its tests (tools/python/test.sh); qemu-user: those
+# tests run it on older emulated CPUs. ccache: a build compiles only what no earlier one did (this one,
+# another checkout's, pip install .'s).
 packages=(cmake ninja-build g++ libeigen3-dev zlib1g-dev libgtest-dev libbenchmark-dev python3 python3-venv python3-dev
-          dataset-fashion-mnist openmpi-bin libopenmpi-dev ccache)
+          dataset-fashion-mnist openmpi-bin libopenmpi-dev ccache qemu-user)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

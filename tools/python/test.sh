@@ -13,12 +13,9 @@ if ! "$py" -c 'import numpy, pytest, nbclient, nbformat, ipykernel, safetensors,
   # From the default index (its Linux torch brings CUDA's libraries, ~5 GB; about 2 minutes here).
   "$py" -m pip install -q numpy pytest nbclient nbformat ipykernel safetensors torch torchvision
 fi
-# The same compiler cache as the C++ build (tools/setup.sh): the module's build then compiles little.
-launcher=()
-if command -v ccache >/dev/null; then
-  launcher=(-C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache -C cmake.define.CMAKE_CUDA_COMPILER_LAUNCHER=ccache)
-fi
-"$py" -m pip install -q "${launcher[@]}" .
+# As a user installs it (docs/python.md): the build folder in ~/.cache/crumb, compiled with ccache where
+# it is installed (tools/python/pip_backend.py), so a second run with nothing changed takes seconds.
+"$py" -m pip install -q .
 # From outside the tree, so `import crumb` is the installed package.
 repo=$PWD
 (cd /tmp && CRUMB_TRAIN="${CRUMB_TRAIN:-$repo/build/train}" "$repo/$py" -m pytest -q -p no:cacheprovider "$repo/tests/python")
