@@ -511,7 +511,8 @@ TEST(TrainCli, StrategySwapsAndRecomputesToFit) {
   EXPECT_GT(json_number(swapped.out, "predicted_step_s"), 0);
   EXPECT_GT(json_number(swapped.out, "measured_step_s"), 0);
   EXPECT_EQ(json_number(in_memory.out, "swapped"), 0);
-  expect_one_error_line(run_train("--strategy offload"), "unknown --strategy 'offload'");
+  expect_one_error_line(run_train("--strategy offload"),
+                        "--strategy must be auto, micro-batch, swap, recompute or none, got 'offload'");
 }
 
 }  // namespace
@@ -591,7 +592,8 @@ TEST(TrainCli, SyntheticData) {
   EXPECT_NE(plan.out.find("micro-batch"), std::string::npos) << plan.out;
   expect_one_error_line(run_train("--dataset synthetic --input 3x224"), "--input must be CxHxW");
   expect_one_error_line(run_train("--dataset synthetic --input 0x8x8"), "--input channels: 0 is out of range");
-  expect_one_error_line(run_train("--input 3x8x8"), "--input and --classes need --dataset synthetic");
+  expect_one_error_line(run_train("--input 3x8x8"), "--input needs --dataset synthetic");
+  expect_one_error_line(run_train("--classes 3"), "--classes needs --dataset synthetic");
   expect_one_error_line(run_train("--dataset synthetic --classes 1"), "--classes: 1 is out of range");
   expect_one_error_line(run_train("--dataset synthetic --data /tmp"), "reads no files");
   const Result aug = run_train("--dataset synthetic --input 3x16x16 --classes 4 --model cnn --epochs 2 --batch 32 "

@@ -257,7 +257,7 @@ TEST(Trainer, RanksThatDisagreeStopWithOneErrorEach) {
     EXPECT_NE(errors[1].find("rank 1 of 2 was started with other settings than rank 0: "), std::string::npos)
         << errors[1];
     EXPECT_NE(errors[1].find(variant ? "\"model\":\"lenet5\" where rank 0 has \"model\":\"cnn\""
-                                     : "\"lr\":0.1 where rank 0 has \"lr\":0.05"),
+                                     : "\"lr\":\"0.1\" where rank 0 has \"lr\":\"0.05\""),
               std::string::npos)
         << errors[1];
   }

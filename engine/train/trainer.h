@@ -49,6 +49,14 @@ DType activation_dtype(Precision p);
 // numbers either way, through transposed copies).
 enum class ChannelsLast : uint8_t { Auto, On, Off };
 
+// The optimizers' defaults in a run: SGD at lr 0.05 with momentum 0.9; AdamW with PyTorch's (lr 1e-3, weight
+// decay 0.01).
+OptimizerConfig default_optimizer(OptimizerKind kind);
+
+class RunLog;
+
+// A run's whole description. Its options (engine/train/options.h) fill it: train's flags and the Python
+// module's keyword arguments; a C++ program sets its fields. The defaults are train's.
 struct TrainConfig {
   // The model: a registered name (engine/train/model_registry.h), its normalisation and dropout.
   std::string model = "lenet5";
@@ -65,7 +73,7 @@ struct TrainConfig {
   int batch = 64;        // a batch larger than the training set is the whole set
   int micro_batch = 0;   // 0: the largest that fits the budget
   bool drop_last = false;  // skip each epoch's short last batch
-  OptimizerConfig optimizer;  // its schedule's horizon is set by the run
+  OptimizerConfig optimizer = default_optimizer(OptimizerKind::Sgd);  // its schedule's horizon is set by the run
   std::optional<Device> device;  // none: CUDA where a GPU is usable, else the CPU
   int threads = 2;
   uint64_t seed = 0;
@@ -85,14 +93,23 @@ struct TrainConfig {
   bool fresh_optimizer = false;
   // What the caller records in every checkpoint beside where the run stands (train: its flags).
   CheckpointMetadata record;
+  // A JSON line per optimizer step and per epoch (engine/train/run_log.h), written by the lead rank; a
+  // resumed run appends.
+  std::string log;
   // Data parallel, when launched by MPI: bytes per gradient bucket, seconds a collective may take.
   std::size_t bucket_cap = std::size_t{25} << 20;
   double dist_timeout = 300;
+
+  // The checks across fields (--micro-batch <= --batch, an optimizer's or a model's own options only with
+  // it, ...), as one crumb::Error naming the option; each option's own range is its row's
+  // (engine/train/options.h). The Trainer calls it.
+  void validate() const;
 };
 
 // The settings of cfg that change a run's result (model, data, batch, optimizer, seed, ...), as one JSON
 // object, without those that do not (threads, budget, micro-batch, paths, epochs): equal strings, the
-// same run. A resumed run and the ranks of a data-parallel one must agree on it.
+// same run. A resumed run and the ranks of a data-parallel one must agree on it. Made from the option
+// table's rows that change the result (engine/train/options.cc).
 std::string result_settings(const TrainConfig& cfg);
 
 // The name a run's model goes by: the network's when cfg.network is set, else cfg.model.
@@ -194,9 +211,10 @@ class Trainer {
   Trainer& operator=(const Trainer&) = delete;
 
   // Allocates and initialises the parameters, the optimizer and the arena, loads cfg.load and resumes
-  // cfg.resume, gives every rank rank 0's weights. Once; fit() calls it.
+  // cfg.resume, gives every rank rank 0's weights, opens cfg.log. Once; fit() calls it.
   void prepare();
-  // Trains from where the run stands to cfg.epochs, evaluating after each epoch.
+  // Trains from where the run stands to cfg.epochs, evaluating after each epoch. cfg.log's lines are
+  // written after the given callbacks'.
   FitResult fit(const std::vector<Callback*>& callbacks = {});
   // Starts an epoch (0-based) at batch first_batch; then train_batch() trains its batches one by one and
   // returns false at its end. The building blocks of fit, for callers that drive the loop themselves.
@@ -263,6 +281,7 @@ class Trainer {
   std::unique_ptr<Arena> arena_;
   std::unique_ptr<Scheduler> sched_;
   std::unique_ptr<GradientReducer> reducer_;
+  std::unique_ptr<RunLog> log_;  // cfg.log, on the lead rank
   int start_epoch_ = 0, start_batch_ = 0;
   int epoch_ = 0;
   bool stop_requested_ = false;

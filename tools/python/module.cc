@@ -1,7 +1,7 @@
 // crumb._crumb: the native half of the Python module. Plans and training runs over the engine's Trainer,
-// configured by train's own flags (tools/train/flags.h), so a keyword argument means what the flag means and
-// fails with the flag's message. The Python half (tools/python/crumb) turns keyword arguments into those
-// flags and checks the arrays; this file holds no engine logic either.
+// configured by the option table (engine/train/options.h) that train's flags come from, so a keyword argument
+// means what the flag means and fails with the flag's message. The Python half (tools/python/crumb) checks
+// the keywords' types and the arrays; this file holds no engine logic either.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -38,11 +38,19 @@ using Images = nb::ndarray<nb::numpy, nb::c_contig, nb::device::cpu, nb::ndim<4>
 using Labels = nb::ndarray<nb::numpy, int32_t, nb::c_contig, nb::device::cpu, nb::ndim<1>>;
 using Tensors = std::vector<std::pair<std::string, nb::ndarray<nb::c_contig, nb::device::cpu>>>;
 
-// train's flags as Options; with --resume, the recorded run's flags with the given ones (train's rules).
-train::Options options_of(const std::vector<std::string>& args) {
-  train::Options o = train::parse_flags(args);
-  if (!o.resume.empty()) o = train::resume_flags(train::recorded_args(o.resume), o);
-  return o;
+// Options by name and value, as text ("micro-batch", "8"), from the Python half.
+using Given = std::vector<std::pair<std::string, std::string>>;
+
+// The config of the given options; with resume=, of the run it continues (train's rules, against train's
+// table, which knows every option a checkpoint may record).
+TrainConfig config_of(const Given& given) {
+  Settings settings;
+  for (const auto& [name, value] : given) {
+    const Option* o = find_option(train::flag_table(), name);
+    CRUMB_CHECK(o, "no option named '", name, "'");
+    settings.push_back(setting(*o, value));
+  }
+  return configure(resumed(train::flag_table(), settings));
 }
 
 void put(nb::dict&) {}
@@ -59,6 +67,24 @@ nb::dict dict_of(A&&... a) {
   return d;
 }
 
+// The option table, for the Python half's keyword arguments (tools/python/gen_keywords.py writes their
+// signatures from it) and its type checks.
+nb::list option_table() {
+  nb::list rows;
+  for (const Option& o : train::flag_table()) {
+    nb::list clients;
+    for (auto [bit, name] : {std::pair<unsigned, const char*>{kTrainFlag, "train"}, {kPythonTrainer, "Trainer"},
+                             {kPythonPlan, "plan"}})
+      if (o.clients & bit) clients.append(name);
+    const std::string def = o.default_value();
+    rows.append(dict_of("name", o.name, "type", option_type_name(o.type), "metavar", o.metavar, "help", o.help,
+                        "default", def.empty() ? nb::none() : nb::cast(def), "default_help", o.default_help,
+                        "lo", o.lo, "hi", o.hi, "choices", o.choices, "bare", o.bare, "result", o.result,
+                        "resumable", o.resumable, "clients", clients));
+  }
+  return rows;
+}
+
 nb::dict breakdown_dict(const MemoryBreakdown& mb, std::size_t budget) {
   nb::dict d;
   d["micro_batch"] = mb.micro_batch;
@@ -71,9 +97,8 @@ nb::dict breakdown_dict(const MemoryBreakdown& mb, std::size_t budget) {
 // The plan of a run, before anything is allocated: what train --explain and --report show.
 class Plan {
  public:
-  explicit Plan(const std::vector<std::string>& args) {
-    const train::Options o = options_of(args);
-    cfg_ = train::config_of(o);
+  explicit Plan(const Given& given) {
+    cfg_ = config_of(given);
     const data::DataShape shape = data::data_shape(cfg_.data);
     run_ = std::make_unique<RunPlan>(plan_run(cfg_, shape, cfg_.batch, pick_device(cfg_)));
     report_ = train::collect_report(run_->graph, run_->strategy.plan, run_->batch, run_->budget, cfg_.optimizer,
@@ -242,7 +267,7 @@ nb::dict evaluation_dict(const Evaluation& e) {
 // for the arrays' image shape; later fits continue it.
 class Run {
  public:
-  explicit Run(std::vector<std::string> args) : options_(options_of(args)) {}
+  explicit Run(const Given& given) : config_(config_of(given)) {}
 
   void fit(const Images& x, const Labels& y, std::optional<Images> xv, std::optional<Labels> yv, int classes,
                std::optional<std::vector<float>> mean, std::optional<std::vector<float>> std, int epochs,
@@ -350,7 +375,7 @@ class Run {
   // The weights of a checkpoint (train --load's), now or once the model is built.
   void load(const std::string& path) {
     if (!trainer_) {
-      options_.load = path;
+      config_.load = path;
       return;
     }
     nb::gil_scoped_release release;
@@ -387,7 +412,7 @@ class Run {
                                     const std::optional<std::vector<float>>& std) const {
     CRUMB_CHECK(mean.has_value() == std.has_value(), "give mean and std together");
     if (mean) return {*mean, *std};
-    for (const std::string& path : {options_.resume, options_.load}) {
+    for (const std::string& path : {config_.resume, config_.load}) {
       if (path.empty()) continue;
       std::vector<float> m, s;
       for (const auto& [key, value] : checkpoint_metadata(path)) {
@@ -441,9 +466,8 @@ class Run {
     build(split, 0);
   }
   void build(std::shared_ptr<const data::DataSplit> split, int epochs) {
-    train::Options o = options_;
-    if (epochs > 0) o.epochs = epochs;
-    TrainConfig cfg = train::config_of(o);
+    TrainConfig cfg = config_;
+    if (epochs > 0) cfg.epochs = epochs;
     cfg.data.dataset = "numpy";
     // Saved with the weights, so that a model loaded elsewhere sees its inputs as it was trained on them.
     cfg.record.insert(cfg.record.end(), {{kMeanKey, text_of(split->norm.mean)}, {kStdKey, text_of(split->norm.std)}});
@@ -458,7 +482,7 @@ class Run {
     }
   }
 
-  train::Options options_;
+  TrainConfig config_;
   std::unique_ptr<Trainer> trainer_;
   std::optional<Tensors> initial_;  // load_state_dict's before the model was built
   int epoch_ = 0, batch_ = 0;  // where the run stands (what a save records)
@@ -474,14 +498,13 @@ NB_MODULE(_crumb, m) {
   m.doc() = "Crumb's engine: plans and training runs (use the crumb package, not this module)";
   nb::exception<Error>(m, "Error", PyExc_RuntimeError);
 
-  m.def("parse_flags", [](const std::vector<std::string>& args) { crumb::python::options_of(args); },
-        "Checks train's flags, raising crumb.Error with train's message for a bad one.");
+  m.def("options", &crumb::python::option_table, "The option table: name, type, default, help, clients, ...");
   m.def("models", [] { return models::names(); });
   m.def("format_bytes", &format_bytes);
   m.def("parse_bytes", &parse_bytes);
 
   nb::class_<Plan>(m, "Plan")
-      .def(nb::init<const std::vector<std::string>&>())
+      .def(nb::init<const crumb::python::Given&>())
       .def_prop_ro("micro_batch", &Plan::micro_batch)
       .def_prop_ro("arena_bytes", [](const Plan& p) { return p.memory().arena; })
       .def_prop_ro("activation_bytes", [](const Plan& p) { return p.memory().activations; })
@@ -505,7 +528,7 @@ NB_MODULE(_crumb, m) {
       .def("default_sweep", &Plan::default_sweep);
 
   nb::class_<Run>(m, "Run")
-      .def(nb::init<std::vector<std::string>>())
+      .def(nb::init<const crumb::python::Given&>())
       .def("fit", &Run::fit, "x"_a, "y"_a, "xv"_a.none(), "yv"_a.none(), "classes"_a, "mean"_a.none(),
            "std"_a.none(), "epochs"_a, "on_step"_a.none(), "on_epoch"_a.none())
       .def("evaluate", &Run::evaluate)

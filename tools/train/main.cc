@@ -13,7 +13,6 @@
 #include "engine/base/rss.h"
 #include "engine/io/output_file.h"
 #include "engine/train/progress.h"
-#include "engine/train/run_log.h"
 #include "engine/train/signals.h"
 #include "engine/train/summary.h"
 #include "engine/train/trainer.h"
@@ -47,22 +46,23 @@ void check_files(const Options& o) {
     uses.push_back({flag + "'s previous optimizer file", previous_optimizer_path(path), output,
                     output ? "--resume's previous optimizer file" : ""});
   };
+  const TrainConfig& c = o.config;
   if (o.explain) {
     if (!o.explain_csv.empty()) uses.push_back({"--explain-csv", o.explain_csv, true, ""});
   } else {
-    checkpoint("--save", o.save, true);
-    if (!o.log.empty()) uses.push_back({"--log", o.log, true, ""});
+    checkpoint("--save", c.save, true);
+    if (!c.log.empty()) uses.push_back({"--log", c.log, true, ""});
   }
-  checkpoint("--load", o.load, false);
-  checkpoint("--resume", o.resume, false);
-  for (const std::string& f : data::data_files(config_of(o).data)) uses.push_back({"--data", f, false, ""});
+  checkpoint("--load", c.load, false);
+  checkpoint("--resume", c.resume, false);
+  for (const std::string& f : data::data_files(c.data)) uses.push_back({"--data", f, false, ""});
   check_file_uses(uses);
 }
 
 // --explain: the plan of the run, from the data's shape alone (its files are not read).
 int explain(const Options& o) {
   ReportOutput report(o.report, o.report_dir);
-  const TrainConfig c = config_of(o);
+  const TrainConfig& c = o.config;
   const RunPlan p = plan_run(c, data::data_shape(c.data), c.batch, pick_device(c));
   std::cout << c.model << " on " << device_name(p.device) << " in " << precision_name(c.precision)
             << (uses_channels_last(c, p.device) ? ", channels-last" : "") << ", " << p.split << "\n";
@@ -86,7 +86,7 @@ int run(const Options& o, std::shared_ptr<Communicator>& comm) {
   if (o.explain) return explain(o);
   // Checked before the data loads, so a bad path fails at once.
   ReportOutput report(o.report, o.report_dir);
-  const TrainConfig cfg = config_of(o);
+  const TrainConfig& cfg = o.config;
   comm = connect_ranks(pick_device(cfg), cfg.dist_timeout);
   auto data = std::make_shared<const data::DataSplit>(data::load_data(cfg.data));
   Trainer t(cfg, data, comm);
@@ -102,23 +102,19 @@ int run(const Options& o, std::shared_ptr<Communicator>& comm) {
   t.prepare();
   if (t.lead()) {
     for (const std::string& w : t.warnings()) std::fprintf(stderr, "train: warning: %s\n", w.c_str());
-    if (!o.resume.empty())
-      std::fprintf(stderr, "resuming %s at epoch %d, batch %d (optimizer step %lld)\n", o.resume.c_str(),
+    if (!cfg.resume.empty())
+      std::fprintf(stderr, "resuming %s at epoch %d, batch %d (optimizer step %lld)\n", cfg.resume.c_str(),
                    t.start_epoch_index() + 1, t.start_batch_index() + 1, t.optimizer().steps());
   }
-  // Opened before training, so a bad path fails at once rather than after the first epoch.
-  std::unique_ptr<RunLog> log;
-  if (t.lead() && !o.log.empty()) log = std::make_unique<RunLog>(o.log, !o.resume.empty());
+  // The Trainer writes --log (TrainConfig::log).
   Progress progress;
-  std::vector<Callback*> callbacks = {&progress};
-  if (log) callbacks.push_back(log.get());
-  const FitResult r = t.fit(callbacks);
+  const FitResult r = t.fit({&progress});
   if (r.stopped) {
     const int signal = r.signal ? r.signal : SIGTERM;
     if (t.lead())
       std::fprintf(stderr, "train: interrupted by %s after optimizer step %lld; %s\n",
                    signal == SIGINT ? "SIGINT" : "SIGTERM", t.optimizer().steps(),
-                   o.save.empty() ? "nothing was saved (no --save)" : ("saved " + o.save).c_str());
+                   cfg.save.empty() ? "nothing was saved (no --save)" : ("saved " + cfg.save).c_str());
     return 128 + signal;
   }
   if (!t.lead()) return 0;
@@ -150,9 +146,11 @@ int main(int argc, char** argv) {
     if (comm && !comm->failed_together()) comm->abort(code);
     return code;
   };
+  bool help = false;
   try {
-    o = crumb::train::parse_flags(argc, argv);
-    if (!o.resume.empty()) o = crumb::train::resume_flags(crumb::train::recorded_args(o.resume), o);
+    const crumb::Settings given = crumb::train::parse_flags(argc, argv);
+    help = crumb::train::wants_help(given);
+    if (!help) o = crumb::train::options_of(given);
   } catch (const crumb::Error& e) {
     std::fprintf(stderr, "train: error: %s\n", e.what());
     return 2;
@@ -166,8 +164,8 @@ int main(int argc, char** argv) {
     }
     return code;
   };
-  if (o.help) {
-    std::fputs(crumb::train::usage(), stdout);
+  if (help) {
+    std::fputs(crumb::train::usage().c_str(), stdout);
     return flushed(0);
   }
   try {
