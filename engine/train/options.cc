@@ -629,13 +629,17 @@ TrainConfig configure(const Settings& given) {
 }
 
 void TrainConfig::validate() const {
-  // An option that does not apply must keep its default (with the chosen optimizer's hyper-parameters).
-  TrainConfig defaults;
-  defaults.optimizer = default_optimizer(optimizer.kind);
+  // An option that does not apply must keep its default: TrainConfig's, or the chosen optimizer's (a program
+  // that sets only optimizer.kind = AdamW keeps SGD's momentum, which AdamW ignores).
+  const TrainConfig defaults;
+  TrainConfig kind_defaults;
+  kind_defaults.optimizer = default_optimizer(optimizer.kind);
   for (const Option& o : run_options()) {
     if (!o.needs || !o.get) continue;
     const std::string needs = o.needs(*this);
-    CRUMB_CHECK(needs.empty() || o.get(*this) == o.get(defaults), "--", o.name, " needs ", needs);
+    const std::string value = o.get(*this);
+    CRUMB_CHECK(needs.empty() || value == o.get(defaults) || value == o.get(kind_defaults), "--", o.name, " needs ",
+                needs);
   }
   CRUMB_CHECK(micro_batch <= batch, "--micro-batch ", micro_batch, " is larger than --batch ", batch);
   CRUMB_CHECK(!optimizer.nesterov || optimizer.momentum > 0, "--nesterov needs --momentum > 0");
@@ -679,9 +683,19 @@ Settings resume_settings(const std::vector<Option>& table, const Settings& recor
     }
     // The original command line with --resume added is fine, and so is any option given as the run recorded
     // it: one that leaves the run's result as recorded is accepted; one that would change it is an error.
+    // (--model and --network give the same thing: either replaces the other.)
     Settings with = without(run, s.name());
+    if (s.name() == "model" || s.name() == "network") with = without(with, s.name() == "model" ? "network" : "model");
     with.push_back(s);
-    CRUMB_CHECK(result_settings(configure(with)) == settings, "--", s.name(),
+    bool same = false;
+    try {
+      same = result_settings(configure(with)) == settings;
+    } catch (const Error& e) {
+      // About the option itself (--beta1 on an SGD run: "needs --optimizer adamw"), that is the message; about
+      // another (--precision bf16 leaves the run's --loss-scale without fp16), the option changes the run.
+      if (std::string(e.what()).rfind("--" + s.name() + " ", 0) == 0) throw;
+    }
+    CRUMB_CHECK(same, "--", s.name(),
                 " cannot change when resuming: the run recorded ", was ? value_shown(*was) : "its default", ", given ",
                 value_shown(s), " (a resumed run continues with its recorded settings; it may set ", may_set, ")");
   }

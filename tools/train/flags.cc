@@ -176,16 +176,17 @@ std::string usage() {
     out += head + wrapped(o.help + (def.empty() ? "" : " " + def), kWidth - kColumn, kColumn) + "\n";
   }
   return out + R"(
-Data-parallel training: mpirun -np N train ... splits every batch over N processes (docs/distributed.md).
+Data-parallel training: mpirun -np N train ... splits every batch over N processes
+(docs/distributed.md).
 
-No output (--save, --log, --report, --report-dir, --explain-csv) may be an input (--load, --resume, the
-data files) or another output, by any name or link (--save may replace the --resume checkpoint); outputs
-are regular files, never written through a symbolic link.
+No output (--save, --log, --report, --report-dir, --explain-csv) may be an input (--load, --resume,
+the data files) or another output, by any name or link (--save may replace the --resume checkpoint);
+outputs are regular files, never written through a symbolic link.
 
-Flags are "--name value" or "--name=value", each at most once, never with an empty value; integers are
-plain decimal digits. Progress goes to stderr (a bar on a terminal, plain lines otherwise); the last
-stdout line is a JSON summary (a failed write to stdout is an error). The Python module takes the same
-options as keyword arguments (micro_batch=8 is --micro-batch 8; docs/python.md).
+Flags are "--name value" or "--name=value", each at most once, never with an empty value; integers
+are plain decimal digits. Progress goes to stderr (a bar on a terminal, plain lines otherwise); the
+last stdout line is a JSON summary (a failed write to stdout is an error). The Python module takes
+the same options as keyword arguments (micro_batch=8 is --micro-batch 8; docs/python.md).
 )";
 }
 
