@@ -25,11 +25,15 @@ WIDTH = 120  # the project's line length
 # The parameters each client has of its own, before the table's keywords: (name, annotation, default, help).
 MODEL = ("model", "str | nn.Module", '"lenet5"',
          "a built-in model's name ({help}), or a network from crumb.nn or crumb.from_torch")
+# Trainer's: none given, a resumed run's own model (the checkpoint records it).
+RUN_MODEL = ("model", "str | nn.Module | None", "None",
+             "a built-in model's name ({help}), or a network from crumb.nn or crumb.from_torch (default: with "
+             "``resume``, the run's model; else lenet5)")
 CLIENTS = {
     "Trainer": dict(
         file="trainer.py", indent="    ", name="__init__", first="self", returns="None", impl='"_configure"',
         positional=["model"],
-        own=[MODEL,
+        own=[RUN_MODEL,
              ("classes", "int | None", "None", "the number of classes (default: the largest label of the first "
                                                "fit's y, plus 1)"),
              ("mean", "float | Sequence[float] | None", "None",

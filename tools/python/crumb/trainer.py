@@ -50,7 +50,7 @@ class Trainer:
     @_keywords.options("Trainer", "_configure")
     def __init__(
         self,
-        model: str | nn.Module = "lenet5",
+        model: str | nn.Module | None = None,
         *,
         classes: int | None = None,
         mean: float | Sequence[float] | None = None,
@@ -106,7 +106,7 @@ class Trainer:
         Keywords:
             model: a built-in model's name (cnn | lenet5 | mlp | resnet18 | resnet20 | resnet50 | vgg11_bn
                 (vgg11_bn: images of at least 32x32, e.g. --dataset cifar10)), or a network from crumb.nn or
-                crumb.from_torch
+                crumb.from_torch (default: with ``resume``, the run's model; else lenet5)
             classes: the number of classes (default: the largest label of the first fit's y, plus 1)
             mean: per-channel normalisation, with std (default: the first fit's per-channel statistics for uint8
                 images, scaled to [0, 1]; float32 images as they are)
