@@ -173,6 +173,7 @@ using test::synthetic_data;
 TrainConfig fp16_run() {
   TrainConfig c = test::small_run();
   c.augment = false;
+  c.optimizer.schedule = LrSchedule();  // the step schedule's size and factor would not apply (validate)
   c.optimizer.schedule.kind = LrSchedule::Kind::Cosine;
   c.precision = Precision::FP16;
   return c;

@@ -20,6 +20,7 @@
 #include "engine/device/backend.h"
 #include "engine/data/idx.h"
 #include "engine/io/checkpoint.h"
+#include "engine/train/options.h"
 #include "engine/train/trainer.h"
 #include "tests/cifar_files.h"
 #include "tests/npy_files.h"
@@ -68,10 +69,39 @@ void expect_one_error_line(const Result& r, const std::string& what) {
 // train's own default (honours $CRUMB_DATA), so the data-dependent tests run wherever train finds data.
 const std::string kData = crumb::data::default_data_dir();
 
+// --help is the option table's: a line for every option with its help and default, at most 100 columns.
 TEST(TrainCli, Help) {
   const Result r = run_train("--help");
   EXPECT_EQ(r.code, 0);
-  EXPECT_NE(r.out.find("--micro-batch"), std::string::npos);
+  std::istringstream lines(r.out);
+  std::string flat;  // the text with its line breaks and indentation as single spaces
+  for (std::string line; std::getline(lines, line);) {
+    EXPECT_LE(line.size(), 100u) << line;
+    std::istringstream words(line);
+    for (std::string w; words >> w;) flat += w + " ";
+  }
+  auto first_words = [](const std::string& text, int n) {
+    std::istringstream in(text);
+    std::string out, w;
+    for (int i = 0; i < n && in >> w; ++i) out += w + " ";
+    return out;
+  };
+  for (const crumb::Option& o : crumb::run_options()) {
+    SCOPED_TRACE(o.name);
+    const std::string head = "\n  --" + o.name + (o.metavar.empty() ? "" : " " + o.metavar);
+    EXPECT_NE(r.out.find(head), std::string::npos);
+    EXPECT_NE(flat.find(first_words(o.help, 6)), std::string::npos);
+    EXPECT_NE(flat.find(first_words(o.default_text(), 8)), std::string::npos);
+  }
+  for (const char* own : {"--model-file FILE", "--explain ", "--explain-csv FILE", "--report FILE.html",
+                          "--report-dir DIR", "--sweep M1,M2,...", "--help "})
+    EXPECT_NE(r.out.find(std::string("\n  ") + own), std::string::npos) << own;
+  EXPECT_NE(r.out.find("(default 64)"), std::string::npos);
+  EXPECT_NE(r.out.find("\nData-parallel training: mpirun -np N train ..."), std::string::npos);
+  EXPECT_NE(r.out.find("\nNo output (--save, --log,"), std::string::npos);
+  // --help answers whatever else is given, but not a misspelt flag, which names the nearest.
+  EXPECT_EQ(run_train("--help --resume /nonexistent.st").code, 0);
+  expect_one_error_line(run_train("--help --micro-bach 8"), "unknown flag --micro-bach (did you mean --micro-batch?)");
 }
 
 TEST(TrainCli, BadFlags) {
@@ -513,7 +543,8 @@ TEST(TrainCli, StrategySwapsAndRecomputesToFit) {
   EXPECT_GT(json_number(swapped.out, "predicted_step_s"), 0);
   EXPECT_GT(json_number(swapped.out, "measured_step_s"), 0);
   EXPECT_EQ(json_number(in_memory.out, "swapped"), 0);
-  expect_one_error_line(run_train("--strategy offload"), "unknown --strategy 'offload'");
+  expect_one_error_line(run_train("--strategy offload"),
+                        "--strategy must be auto, micro-batch, swap, recompute or none, got 'offload'");
 }
 
 }  // namespace
@@ -593,7 +624,8 @@ TEST(TrainCli, SyntheticData) {
   EXPECT_NE(plan.out.find("micro-batch"), std::string::npos) << plan.out;
   expect_one_error_line(run_train("--dataset synthetic --input 3x224"), "--input must be CxHxW");
   expect_one_error_line(run_train("--dataset synthetic --input 0x8x8"), "--input channels: 0 is out of range");
-  expect_one_error_line(run_train("--input 3x8x8"), "--input and --classes need --dataset synthetic");
+  expect_one_error_line(run_train("--input 3x8x8"), "--input needs --dataset synthetic");
+  expect_one_error_line(run_train("--classes 3"), "--classes needs --dataset synthetic");
   expect_one_error_line(run_train("--dataset synthetic --classes 1"), "--classes: 1 is out of range");
   expect_one_error_line(run_train("--dataset synthetic --data /tmp"), "reads no files");
   const Result aug = run_train("--dataset synthetic --input 3x16x16 --classes 4 --model cnn --epochs 2 --batch 32 "
@@ -729,6 +761,29 @@ TEST(TrainCli, ResumeNeverMovesBackwards) {
   expect_one_error_line(run_train(data + "--fresh-optimizer"), "--fresh-optimizer needs --resume");
   const Result fresh = run_train("--resume " + ck + " --epochs 3 --fresh-optimizer");
   EXPECT_EQ(fresh.code, 0) << fresh.err;
+  std::filesystem::remove_all(dir);
+}
+
+// A flag that cannot change on resume is accepted as the run recorded it, checked against the run's
+// settings, not train's defaults (issue 37: --loss-scale of an fp16 run said "needs --precision fp16");
+// one that would change the run names both values.
+TEST(TrainCli, ResumeAcceptsFlagsAsRecorded) {
+  const auto dir = std::filesystem::temp_directory_path() / ("crumb_resume_flags_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string ck = (dir / "ck.st").string();
+  const std::string run = "--model mlp --dataset synthetic --input 1x8x8 --classes 3 --limit-train 128 "
+                          "--limit-test 32 --batch 32 --precision fp16 --loss-scale 1024 --threads 1 ";
+  ASSERT_EQ(run_train(run + "--epochs 1 --save " + ck).code, 0);
+  const Result r = run_train("--resume " + ck + " --epochs 2 --loss-scale 1024 --micro-batch 16");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(json_number(r.out, "micro_batch"), 16);
+  expect_one_error_line(run_train("--resume " + ck + " --epochs 3 --loss-scale 2048"),
+                        "--loss-scale cannot change when resuming: the run recorded 1024, given 2048 (a resumed run "
+                        "continues with its recorded settings; it may set --epochs, --micro-batch");
+  expect_one_error_line(run_train("--resume " + ck + " --epochs 3 --precision bf16"),
+                        "--precision cannot change when resuming: the run recorded fp16, given bf16");
+  expect_one_error_line(run_train("--resume " + ck + " --epochs 3 --micro-batch 64"),
+                        "--micro-batch 64 is larger than --batch 32");
   std::filesystem::remove_all(dir);
 }
 

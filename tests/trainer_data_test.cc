@@ -128,7 +128,7 @@ TEST(TrainerData, TrainsWithoutTestDataAndRejectsOtherShapes) {
 TEST(TrainerData, TrainingMoreEpochsContinuesTheRun) {
   // Constant learning rate: one epoch, then one more, is two epochs.
   TrainConfig c = small_run();
-  c.optimizer.schedule.kind = LrSchedule::Kind::Constant;
+  c.optimizer.schedule = LrSchedule();
   auto data = synthetic_data(c);
   Trainer whole(c, data);
   whole.fit();

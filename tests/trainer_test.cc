@@ -138,8 +138,10 @@ TrainConfig npy_run(const std::filesystem::path& dir) {
     std::ofstream(dir / ("x" + split + ".npy"), std::ios::binary) << test::npy("|u1", "(" + n + ", 1, 12, 12)", ds->pixels);
     std::ofstream(dir / ("y" + split + ".npy"), std::ios::binary) << test::npy("<i4", "(" + n + ",)", ds->labels);
   }
-  c.data.dataset = "npy";
-  c.data.dir = dir.string();
+  // The npy files give the shape and classes: the synthetic ones' settings go back to their defaults.
+  const data::DataSpec defaults;
+  c.data = {"npy", dir.string(), defaults.channels, defaults.height, defaults.width, defaults.classes,
+            c.data.limit_train, c.data.limit_test, c.data.seed};
   return c;
 }
 
@@ -372,7 +374,7 @@ TEST(Trainer, RanksThatDisagreeStopWithOneErrorEach) {
     EXPECT_NE(errors[1].find("rank 1 of 2 was started with other settings than rank 0: "), std::string::npos)
         << errors[1];
     EXPECT_NE(errors[1].find(variant ? "\"model\":\"lenet5\" where rank 0 has \"model\":\"cnn\""
-                                     : "\"lr\":0.1 where rank 0 has \"lr\":0.05"),
+                                     : "\"lr\":\"0.1\" where rank 0 has \"lr\":\"0.05\""),
               std::string::npos)
         << errors[1];
   }

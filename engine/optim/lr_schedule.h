@@ -18,7 +18,7 @@ struct LrSchedule {
   enum class Kind { Constant, Step, Cosine };
   Kind kind = Kind::Constant;
   long long warmup_steps = 0;  // 0 or 1: no warmup
-  long long step_size = 1;     // step: decay every step_size optimizer steps
+  long long step_size = 1000;  // step: decay every step_size optimizer steps
   double gamma = 0.1;          // step: factor per decay
   long long total_steps = 0;   // cosine: the horizon (T_max); must be >= 1
 

@@ -24,6 +24,7 @@ std::vector<FileUse> run_files(const TrainConfig& c) {
   checkpoint("--resume", c.resume, false);
   for (const std::string& f : data::data_files(c.data)) uses.push_back({"--data", f, false, ""});
   uses.insert(uses.end(), c.files.begin(), c.files.end());
+  if (!c.log.empty()) uses.push_back({"--log", c.log, true, ""});
   return uses;
 }
 

@@ -9,7 +9,7 @@
 namespace crumb {
 
 // Every file a run on cfg reads or writes, named by its flag: --save and its optimizer files (outputs;
-// they may replace the --resume checkpoint they continue), --load, --resume and their optimizer files,
+// they may replace the --resume checkpoint they continue), --log, --load, --resume and their optimizer files,
 // every file the data set could read (engine/data/source.h's data_files, existing or not: an output must
 // not take the name of a file a later run would read) and the client's own (cfg.files).
 std::vector<FileUse> run_files(const TrainConfig& cfg);

@@ -12,11 +12,11 @@
 #include "engine/dist/batch_share.h"
 #include "engine/graph/autograd.h"
 #include "engine/graph/rng.h"
-#include "engine/io/json.h"
 #include "engine/ops/norm.h"
 #include "engine/plan/layout.h"
 #include "engine/train/network.h"
 #include "engine/train/run_files.h"
+#include "engine/train/run_log.h"
 #include "engine/train/signals.h"
 
 namespace crumb {
@@ -159,6 +159,15 @@ bool precision_named(const std::string& name, Precision& out) {
   return false;
 }
 
+OptimizerConfig default_optimizer(OptimizerKind kind) {
+  OptimizerConfig c;
+  c.kind = kind;
+  c.lr = kind == OptimizerKind::Sgd ? 0.05 : 1e-3;
+  c.weight_decay = kind == OptimizerKind::Sgd ? 0.0 : 0.01;
+  c.momentum = kind == OptimizerKind::Sgd ? 0.9 : 0.0;
+  return c;
+}
+
 DType activation_dtype(Precision p) {
   return p == Precision::BF16 ? DType::BF16 : p == Precision::FP16 ? DType::F16 : DType::F32;
 }
@@ -172,45 +181,6 @@ std::string recorded_value(const CheckpointMetadata& meta, const std::string& ke
 
 std::string model_name(const TrainConfig& c) {
   return c.network.empty() ? c.model : parse_network(c.network, "the network description").name;
-}
-
-std::string result_settings(const TrainConfig& c) {
-  const OptimizerConfig& o = c.optimizer;
-  const models::NormSpec& n = c.norm;
-  return json::ObjectWriter()
-      .string("model", model_name(c))
-      .string("network", c.network.empty() ? "" : network_json(parse_network(c.network, "the network description")))
-      .integer("norm", static_cast<int>(n.kind))
-      .integer("bn_group", n.bn.group)
-      .integer("bn_stats", static_cast<int>(n.bn.stats))
-      .integer("gn_groups", n.gn_groups)
-      .number("dropout", c.dropout)
-      .string("dataset", c.data.dataset)
-      .integer("channels", c.data.channels)
-      .integer("height", c.data.height)
-      .integer("width", c.data.width)
-      .integer("classes", c.data.classes)
-      .integer("limit_train", c.data.limit_train)
-      .boolean("augment", c.augment)
-      .integer("batch", c.batch)
-      .boolean("drop_last", c.drop_last)
-      .integer("optimizer", static_cast<int>(o.kind))
-      .number("lr", o.lr)
-      .number("weight_decay", o.weight_decay)
-      .number("momentum", o.momentum)
-      .boolean("nesterov", o.nesterov)
-      .number("beta1", o.beta1)
-      .number("beta2", o.beta2)
-      .number("eps", o.eps)
-      .integer("lr_schedule", static_cast<int>(o.schedule.kind))
-      .integer("warmup_steps", o.schedule.warmup_steps)
-      .integer("step_size", o.schedule.step_size)
-      .number("gamma", o.schedule.gamma)
-      .integer("seed", static_cast<long long>(c.seed))
-      .string("precision", precision_name(c.precision))
-      .number("loss_scale", c.precision == Precision::FP16 ? c.loss_scale.init : 0)
-      .integer("loss_scale_growth_interval", c.precision == Precision::FP16 ? c.loss_scale.growth_interval : 0)
-      .str();
 }
 
 Device pick_device(const TrainConfig& c) {
@@ -261,10 +231,10 @@ RunPlan plan_run(const TrainConfig& c, const data::DataShape& shape, int batch, 
 
 Trainer::Trainer(TrainConfig cfg, std::shared_ptr<const data::DataSplit> data, std::shared_ptr<Communicator> comm)
     : cfg_(std::move(cfg)), comm_(std::move(comm)), scaler_(cfg_.loss_scale, cfg_.precision == Precision::FP16) {
+  cfg_.validate();
   // Before any file is read: no output of the run may replace one of its inputs.
   check_run_files(cfg_);
   cfg_.model = model_name(cfg_);
-  CRUMB_CHECK(!cfg_.fresh_optimizer || !cfg_.resume.empty(), "--fresh-optimizer needs --resume");
   set_num_threads(cfg_.threads);
   const Device device = pick_device(cfg_);
   if (!comm_) comm_ = connect_ranks(device, cfg_.dist_timeout);
@@ -349,6 +319,8 @@ void Trainer::prepare() {
   }
   if (comm_) broadcast_weights(*comm_, *params_);
   if (lead() && !cfg_.save.empty()) check_checkpoint_path(cfg_.save);
+  // Opened before training, so a bad path fails at once rather than after the first epoch.
+  if (lead() && !cfg_.log.empty()) log_ = std::make_unique<RunLog>(cfg_.log, !cfg_.resume.empty());
   arena_ = std::make_unique<Arena>(device);
   sched_ = std::make_unique<Scheduler>(plan_.graph, *params_, *arena_, std::move(plan_.strategy.plan.train),
                                        std::move(plan_.strategy.plan.eval));
@@ -587,7 +559,7 @@ std::string Trainer::after_failure() {
   return "; saved " + step + " in " + cfg_.save + ": --resume " + cfg_.save + " continues the run";
 }
 
-FitResult Trainer::fit(const std::vector<Callback*>& callbacks) {
+FitResult Trainer::fit(const std::vector<Callback*>& given) {
   prepare();
   CRUMB_CHECK(data_->train.count > 0 || cfg_.epochs <= start_epoch_,
               "there are no training samples: give the trainer data (train_more) before fit");
@@ -600,7 +572,7 @@ FitResult Trainer::fit(const std::vector<Callback*>& callbacks) {
   // A failure mid-run (a data file cut short, out of memory, a callback's error) keeps the work done: the
   // last good optimizer step is saved, as a stop saves it, and the error says so.
   try {
-    return fit_epochs(callbacks);
+    return fit_epochs(given);
   } catch (const std::bad_alloc&) {
     throw Error("out of host memory (lower --batch, --micro-batch or --memory-budget)" + after_failure());
   } catch (const std::exception& e) {
@@ -610,7 +582,9 @@ FitResult Trainer::fit(const std::vector<Callback*>& callbacks) {
   }
 }
 
-FitResult Trainer::fit_epochs(const std::vector<Callback*>& callbacks) {
+FitResult Trainer::fit_epochs(const std::vector<Callback*>& given) {
+  std::vector<Callback*> callbacks = given;
+  if (log_) callbacks.push_back(log_.get());
   StopOnSignal stop_on_signal;
   const bool saving = lead() && !cfg_.save.empty();
   FitResult result;

@@ -52,6 +52,14 @@ DType activation_dtype(Precision p);
 // numbers either way, through transposed copies).
 enum class ChannelsLast : uint8_t { Auto, On, Off };
 
+// The optimizers' defaults in a run: SGD at lr 0.05 with momentum 0.9; AdamW with PyTorch's (lr 1e-3, weight
+// decay 0.01).
+OptimizerConfig default_optimizer(OptimizerKind kind);
+
+class RunLog;
+
+// A run's whole description. Its options (engine/train/options.h) fill it: train's flags and the Python
+// module's keyword arguments; a C++ program sets its fields. The defaults are train's.
 struct TrainConfig {
   // The model: a registered name (engine/train/model_registry.h), its normalisation and dropout.
   std::string model = "lenet5";
@@ -68,7 +76,7 @@ struct TrainConfig {
   int batch = 64;        // a batch larger than the training set is the whole set
   int micro_batch = 0;   // 0: the largest that fits the budget
   bool drop_last = false;  // skip each epoch's short last batch
-  OptimizerConfig optimizer;  // its schedule's horizon is set by the run
+  OptimizerConfig optimizer = default_optimizer(OptimizerKind::Sgd);  // its schedule's horizon is set by the run
   std::optional<Device> device;  // none: CUDA where a GPU is usable, else the CPU
   int threads = 2;
   uint64_t seed = 0;
@@ -88,17 +96,26 @@ struct TrainConfig {
   bool fresh_optimizer = false;
   // What the caller records in every checkpoint beside where the run stands (train: its flags).
   CheckpointMetadata record;
-  // The files the caller itself reads or writes (train: --model-file, --log, --report), which take part in
+  // The files the caller itself reads or writes (train: --model-file, --report), which take part in
   // the check that no output replaces an input (engine/train/run_files.h).
   std::vector<FileUse> files;
+  // A JSON line per optimizer step and per epoch (engine/train/run_log.h), written by the lead rank; a
+  // resumed run appends.
+  std::string log;
   // Data parallel, when launched by MPI: bytes per gradient bucket, seconds a collective may take.
   std::size_t bucket_cap = std::size_t{25} << 20;
   double dist_timeout = 300;
+
+  // The checks across fields (--micro-batch <= --batch, an optimizer's or a model's own options only with
+  // it, ...), as one crumb::Error naming the option; each option's own range is its row's
+  // (engine/train/options.h). The Trainer calls it.
+  void validate() const;
 };
 
 // The settings of cfg that change a run's result (model, data, batch, optimizer, seed, ...), as one JSON
 // object, without those that do not (threads, budget, micro-batch, paths, epochs): equal strings, the
-// same run. A resumed run and the ranks of a data-parallel one must agree on it.
+// same run. A resumed run and the ranks of a data-parallel one must agree on it. Made from the option
+// table's rows that change the result (engine/train/options.cc).
 std::string result_settings(const TrainConfig& cfg);
 
 // The name a run's model goes by: the network's when cfg.network is set, else cfg.model.
@@ -211,13 +228,14 @@ class Trainer {
   Trainer& operator=(const Trainer&) = delete;
 
   // Allocates and initialises the parameters, the optimizer and the arena, loads cfg.load and resumes
-  // cfg.resume, gives every rank rank 0's weights. Once; fit() calls it.
+  // cfg.resume, gives every rank rank 0's weights, opens cfg.log. Once; fit() calls it.
   void prepare();
   // Starting weights of the caller's (a converted model's, a state dict given before the first step):
   // prepare() calls `set` after initialising the parameters and before loading cfg.load or resuming
   // cfg.resume, so a checkpoint named in the config always wins over them. Before prepare().
   void set_initial_state(std::function<void(ParamStore&)> set);
-  // Trains from where the run stands to cfg.epochs, evaluating after each epoch. An error mid-run (a data
+  // Trains from where the run stands to cfg.epochs, evaluating after each epoch; cfg.log's lines are
+  // written after the given callbacks'. An error mid-run (a data
   // file truncated under its memory map, out of memory, a callback's) first saves the last optimizer step
   // to cfg.save, as a stop does, unless the run diverged or an optimizer step failed half-way; its message
   // then ends with what was saved ("; saved the last optimizer step (12) in a.st: --resume a.st continues
@@ -295,6 +313,7 @@ class Trainer {
   std::unique_ptr<Arena> arena_;
   std::unique_ptr<Scheduler> sched_;
   std::unique_ptr<GradientReducer> reducer_;
+  std::unique_ptr<RunLog> log_;  // cfg.log, on the lead rank
   int start_epoch_ = 0, start_batch_ = 0;
   int epoch_ = 0;
   int epochs_done_ = 0;  // whole epochs trained (resumed ones included)

@@ -1,7 +1,7 @@
 // crumb._crumb: the native half of the Python module. Plans and training runs over the engine's Trainer,
-// configured by train's own flags (tools/train/flags.h), so a keyword argument means what the flag means and
-// fails with the flag's message. The Python half (tools/python/crumb) turns keyword arguments into those
-// flags and checks the arrays; this file holds no engine logic either.
+// configured by the option table (engine/train/options.h) that train's flags come from, so a keyword argument
+// means what the flag means and fails with the flag's message. The Python half (tools/python/crumb) checks
+// the keywords' types and the arrays; this file holds no engine logic either.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -42,11 +42,19 @@ using Images = nb::ndarray<nb::numpy, nb::ro, nb::c_contig, nb::device::cpu, nb:
 using Labels = nb::ndarray<nb::numpy, nb::ro, int32_t, nb::c_contig, nb::device::cpu, nb::ndim<1>>;
 using Tensors = std::vector<std::pair<std::string, nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>>>;
 
-// train's flags as Options; with --resume, the recorded run's flags with the given ones (train's rules).
-train::Options options_of(const std::vector<std::string>& args) {
-  train::Options o = train::parse_flags(args);
-  if (!o.resume.empty()) o = train::resume_flags(train::recorded_args(o.resume), o);
-  return o;
+// Options by name and value, as text ("micro-batch", "8"), from the Python half.
+using Given = std::vector<std::pair<std::string, std::string>>;
+
+// The config of the given options; with resume=, of the run it continues (train's rules, against train's
+// table, which knows every option a checkpoint may record).
+TrainConfig config_of(const Given& given) {
+  Settings settings;
+  for (const auto& [name, value] : given) {
+    const Option* o = find_option(train::flag_table(), name);
+    CRUMB_CHECK(o, "no option named '", name, "'");
+    settings.push_back(setting(*o, value));
+  }
+  return configure(resumed(train::flag_table(), settings));
 }
 
 void put(nb::dict&) {}
@@ -63,6 +71,24 @@ nb::dict dict_of(A&&... a) {
   return d;
 }
 
+// The option table, for the Python half's keyword arguments (tools/python/gen_keywords.py writes their
+// signatures from it) and its type checks.
+nb::list option_table() {
+  nb::list rows;
+  for (const Option& o : train::flag_table()) {
+    nb::list clients;
+    for (auto [bit, name] : {std::pair<unsigned, const char*>{kTrainFlag, "train"}, {kPythonTrainer, "Trainer"},
+                             {kPythonPlan, "plan"}})
+      if (o.clients & bit) clients.append(name);
+    const std::string def = o.default_value();
+    rows.append(dict_of("name", o.name, "type", option_type_name(o.type), "metavar", o.metavar, "help", o.help,
+                        "default", def.empty() ? nb::none() : nb::cast(def), "default_help", o.default_help,
+                        "lo", o.lo, "hi", o.hi, "choices", o.choices, "bare", o.bare, "result", o.result,
+                        "resumable", o.resumable, "clients", clients));
+  }
+  return rows;
+}
+
 nb::dict breakdown_dict(const MemoryBreakdown& mb, std::size_t budget) {
   nb::dict d;
   d["micro_batch"] = mb.micro_batch;
@@ -75,9 +101,8 @@ nb::dict breakdown_dict(const MemoryBreakdown& mb, std::size_t budget) {
 // The plan of a run, before anything is allocated: what train --explain and --report show.
 class Plan {
  public:
-  explicit Plan(const std::vector<std::string>& args) {
-    const train::Options o = options_of(args);
-    cfg_ = train::config_of(o);
+  explicit Plan(const Given& given) {
+    cfg_ = config_of(given);
     const data::DataShape shape = data::data_shape(cfg_.data);
     run_ = std::make_unique<RunPlan>(plan_run(cfg_, shape, cfg_.batch, pick_device(cfg_)));
     report_ = train::collect_report(run_->graph, run_->strategy.plan, run_->batch, run_->budget, cfg_.optimizer,
@@ -240,7 +265,7 @@ nb::dict evaluation_dict(const Evaluation& e) {
 // training state alone (state_dict, load_state_dict, evaluate, predict, preprocess, save).
 class Run {
  public:
-  explicit Run(std::vector<std::string> args) : options_(options_of(args)) {}
+  explicit Run(const Given& given) : config_(config_of(given)) {}
 
   // The per-channel normalisation to apply (mean/std of the Trainer), instead of the one the weights
   // were trained with or the training images' own.
@@ -346,7 +371,7 @@ class Run {
     Call call(*this, "load_state_dict", true);
     if (!trainer_) {
       initial_ = tensors;
-      options_.load.clear();
+      config_.load.clear();
       return;
     }
     ParamStore& p = trainer_->params();
@@ -365,7 +390,7 @@ class Run {
     }
     trainer_.reset();
     initial_.reset();
-    options_.load = path;
+    config_.load = path;
     norm_settled_ = false;
     epoch_ = batch_ = 0;
   }
@@ -459,7 +484,7 @@ class Run {
   // images' own (uint8), else none (float32 images are taken as they are).
   data::Normalization normalization(const data::Dataset& images) const {
     if (given_norm_) return *given_norm_;
-    for (const std::string& path : {options_.resume, options_.load}) {
+    for (const std::string& path : {config_.resume, config_.load}) {
       if (path.empty()) continue;
       std::vector<float> m, s, old_m, old_s;
       for (const auto& [key, value] : checkpoint_metadata(path)) {
@@ -514,13 +539,12 @@ class Run {
     split->train.count = 0;
     split->norm = normalization(ds);
     split->source = "numpy arrays";
-    norm_settled_ = given_norm_ || !options_.load.empty() || !options_.resume.empty();
+    norm_settled_ = given_norm_ || !config_.load.empty() || !config_.resume.empty();
     build(split, 0);
   }
   void build(std::shared_ptr<const data::DataSplit> split, int epochs) {
-    train::Options o = options_;
-    if (epochs > 0) o.epochs = epochs;
-    TrainConfig cfg = train::config_of(o);
+    TrainConfig cfg = config_;
+    if (epochs > 0) cfg.epochs = epochs;
     cfg.data.dataset = "numpy";
     std::optional<Tensors> initial = std::move(initial_);
     initial_.reset();
@@ -541,7 +565,7 @@ class Run {
     }
   }
 
-  train::Options options_;
+  TrainConfig config_;
   std::unique_ptr<Trainer> trainer_;
   std::optional<Tensors> initial_;  // load_state_dict's before the model was built
   std::optional<data::Normalization> given_norm_;
@@ -612,17 +636,23 @@ NB_MODULE(_crumb, m) {
   m.doc() = "Crumb's engine: plans and training runs (use the crumb package, not this module)";
   nb::exception<Error>(m, "Error", PyExc_RuntimeError);
 
-  m.def("parse_flags", [](const std::vector<std::string>& args) { crumb::python::options_of(args); },
-        "Checks train's flags, raising crumb.Error with train's message for a bad one.");
+  m.def("options", &crumb::python::option_table, "The option table: name, type, default, help, clients, ...");
   m.def("models", [] { return models::names(); });
   m.def("checkpoint_metadata", [](const std::string& path) { return checkpoint_metadata(path); },
         "The checkpoint's metadata entries, in file order (its header is validated; no tensor is read).");
-  m.def("recorded_args", &train::recorded_args, "The flags of the run a checkpoint records.");
+  m.def(
+      "recorded_options",
+      [](const std::string& path) {
+        std::vector<std::pair<std::string, std::string>> out;
+        for (const Setting& s : recorded_settings(train::flag_table(), path)) out.emplace_back(s.name(), s.value);
+        return out;
+      },
+      "The options of the run a checkpoint records, as (name, value) pairs.");
   m.def("format_bytes", &format_bytes);
   m.def("parse_bytes", &parse_bytes);
 
   nb::class_<Plan>(m, "Plan")
-      .def(nb::init<const std::vector<std::string>&>())
+      .def(nb::init<const crumb::python::Given&>())
       .def_prop_ro("micro_batch", &Plan::micro_batch)
       .def_prop_ro("arena_bytes", [](const Plan& p) { return p.memory().arena; })
       .def_prop_ro("activation_bytes", [](const Plan& p) { return p.memory().activations; })
@@ -646,7 +676,7 @@ NB_MODULE(_crumb, m) {
       .def("default_sweep", &Plan::default_sweep);
 
   nb::class_<Run>(m, "Run")
-      .def(nb::init<std::vector<std::string>>())
+      .def(nb::init<const crumb::python::Given&>())
       .def("set_normalization", &Run::set_normalization)
       .def("fit", &Run::fit, "x"_a, "y"_a, "xv"_a.none(), "yv"_a.none(), "classes"_a, "epochs"_a, "events"_a)
       .def("evaluate", &Run::evaluate)

@@ -14,7 +14,6 @@
 #include "engine/io/output_file.h"
 #include "engine/train/progress.h"
 #include "engine/train/run_files.h"
-#include "engine/train/run_log.h"
 #include "engine/train/signals.h"
 #include "engine/train/summary.h"
 #include "engine/train/trainer.h"
@@ -35,18 +34,19 @@ ReportData report_data(const TrainConfig& c, const RunPlan& p, const std::vector
   return r;
 }
 
-// The Trainer's config for the options, with the files train itself writes (--log, the report,
-// --explain-csv): the Trainer checks that none of them, nor --save, replaces an input or another output;
-// train checks the same at once, before it reads anything. --explain writes only its own files.
+// The Trainer's config for the options, with the files train itself reads and writes (--model-file, the
+// report, --explain-csv): the Trainer checks that no output, --save and --log included, replaces an input
+// or another output; train checks the same at once, before it reads anything. --explain writes only its
+// own files.
 TrainConfig config_with_files(const Options& o) {
-  TrainConfig c = config_of(o);
+  TrainConfig c = o.config;
   const std::vector<FileUse> report = report_outputs(o.report, o.report_dir);
   c.files.insert(c.files.end(), report.begin(), report.end());
+  if (!o.model_file.empty()) c.files.push_back({"--model-file", o.model_file, false, ""});
   if (o.explain) {
     c.save.clear();
+    c.log.clear();
     if (!o.explain_csv.empty()) c.files.push_back({"--explain-csv", o.explain_csv, true, ""});
-  } else if (!o.log.empty()) {
-    c.files.push_back({"--log", o.log, true, ""});
   }
   return c;
 }
@@ -93,23 +93,19 @@ int run(const Options& o, std::shared_ptr<Communicator>& comm) {
   t.prepare();
   if (t.lead()) {
     for (const std::string& w : t.warnings()) std::fprintf(stderr, "train: warning: %s\n", w.c_str());
-    if (!o.resume.empty())
-      std::fprintf(stderr, "resuming %s at epoch %d, batch %d (optimizer step %lld)\n", o.resume.c_str(),
+    if (!cfg.resume.empty())
+      std::fprintf(stderr, "resuming %s at epoch %d, batch %d (optimizer step %lld)\n", cfg.resume.c_str(),
                    t.start_epoch_index() + 1, t.start_batch_index() + 1, t.optimizer().steps());
   }
-  // Opened before training, so a bad path fails at once rather than after the first epoch.
-  std::unique_ptr<RunLog> log;
-  if (t.lead() && !o.log.empty()) log = std::make_unique<RunLog>(o.log, !o.resume.empty());
+  // The Trainer writes --log (TrainConfig::log).
   Progress progress;
-  std::vector<Callback*> callbacks = {&progress};
-  if (log) callbacks.push_back(log.get());
-  const FitResult r = t.fit(callbacks);
+  const FitResult r = t.fit({&progress});
   if (r.stopped) {
     const int signal = r.signal ? r.signal : SIGTERM;
     if (t.lead())
       std::fprintf(stderr, "train: interrupted by %s after optimizer step %lld; %s\n",
                    signal == SIGINT ? "SIGINT" : "SIGTERM", t.optimizer().steps(),
-                   o.save.empty() ? "nothing was saved (no --save)" : ("saved " + o.save).c_str());
+                   cfg.save.empty() ? "nothing was saved (no --save)" : ("saved " + cfg.save).c_str());
     return 128 + signal;
   }
   if (!t.lead()) return 0;
@@ -141,14 +137,13 @@ int main(int argc, char** argv) {
     if (comm && !comm->failed_together()) comm->abort(code);
     return code;
   };
+  bool help = false;
   try {
-    o = crumb::train::parse_flags(argc, argv);
-    if (!o.resume.empty()) {
-      // The run's network is recorded; a --model-file given again was read all the same: still an input.
-      const std::string model_file = o.model_file;
-      o = crumb::train::resume_flags(crumb::train::recorded_args(o.resume), o);
-      o.model_file = model_file;
-    }
+    std::string model_file;
+    const crumb::Settings given = crumb::train::parse_flags(argc, argv, &model_file);
+    help = crumb::train::wants_help(given);
+    if (!help) o = crumb::train::options_of(given);
+    o.model_file = model_file;
   } catch (const crumb::Error& e) {
     std::fprintf(stderr, "train: error: %s\n", e.what());
     return 2;
@@ -162,8 +157,8 @@ int main(int argc, char** argv) {
     }
     return code;
   };
-  if (o.help) {
-    std::fputs(crumb::train::usage(), stdout);
+  if (help) {
+    std::fputs(crumb::train::usage().c_str(), stdout);
     return flushed(0);
   }
   try {

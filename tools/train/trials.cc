@@ -37,9 +37,13 @@ Trial run_trial(const TrainConfig& run, const std::shared_ptr<const data::DataSp
   cfg.strategy = Strategy::MicroBatch;  // exactly micro-batches of m, in memory
   cfg.drop_last = true;  // every timed step trains a full batch
   cfg.epochs = 1 << 20;
+  // No checkpoint or log of the run's: a trial starts from fresh weights and writes nothing.
   cfg.save.clear();
+  cfg.save_every = 0;
   cfg.load.clear();
   cfg.resume.clear();
+  cfg.fresh_optimizer = false;
+  cfg.log.clear();
   Trainer t(cfg, data);
   int epoch = 0;
   t.start_epoch(epoch);
