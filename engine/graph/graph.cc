@@ -27,8 +27,10 @@ DType Graph::dtype_of(OutDType t) const {
 }
 
 ValueId Graph::add_value(Value v) {
+  const ValueId id = static_cast<ValueId>(values_.size());
+  by_name_.emplace(v.name, id);
   values_.push_back(std::move(v));
-  return static_cast<ValueId>(values_.size() - 1);
+  return id;
 }
 
 NodeId Graph::add_node(Node n) {
@@ -160,9 +162,8 @@ ValueId Graph::param(const std::string& name, Dims dims, ParamInit init, ParamDT
 }
 
 ValueId Graph::find_value(const std::string& name) const {
-  for (int i = 0; i < num_values(); ++i)
-    if (values_[i].name == name) return i;
-  return -1;
+  const auto it = by_name_.find(name);
+  return it == by_name_.end() ? -1 : it->second;
 }
 
 ValueId Graph::storage_root(ValueId v) const {
