@@ -145,13 +145,14 @@ std::shared_ptr<const Mapping> map_file(const std::string& path) {
   return m;
 }
 
-// Labels of any integer dtype, each checked to lie in [0, classes) (classes 0: any non-negative value).
+// Labels of any integer dtype, each checked to lie in [0, classes) (classes 0: the classes are the largest
+// label + 1, which must fit an int). Compared as 64-bit values, before any is narrowed to int32.
 std::vector<int32_t> labels_of(const NpyArray& y, int classes, const std::string& path) {
   CRUMB_CHECK(y.kind == 'i' || y.kind == 'u', path, ": labels must be integers, got dtype ", y.dtype());
   CRUMB_CHECK(y.shape.size() == 1, path, ": labels must have shape (N,), got ", y.shape.size(), " dimensions");
   CRUMB_CHECK(y.shape[0] <= std::numeric_limits<int32_t>::max(), path, ": ", y.shape[0], " labels are too many");
   std::vector<int32_t> labels(static_cast<std::size_t>(y.shape[0]));
-  const uint64_t limit = classes ? uint64_t(classes) : uint64_t{1} << 31;
+  const uint64_t limit = classes ? uint64_t(classes) : uint64_t{std::numeric_limits<int32_t>::max()};
   for (std::size_t i = 0; i < labels.size(); ++i) {
     uint64_t raw = 0;
     std::memcpy(&raw, y.data + i * y.itemsize, y.itemsize);  // little-endian, like the host
@@ -161,7 +162,9 @@ std::vector<int32_t> labels_of(const NpyArray& y, int classes, const std::string
       CRUMB_CHECK(v >= 0, path, ": label ", v, " at index ", i, " is negative");
     }
     CRUMB_CHECK(raw < limit, path, ": label ", raw, " at index ", i,
-                classes ? " is not below the " + std::to_string(classes) + " classes of the training labels" : " is too large");
+                classes ? " is not below the " + std::to_string(classes) + " classes of the training labels"
+                        : " would make " + std::to_string(raw + 1) + " classes (the largest label + 1), more than the " +
+                              std::to_string(limit) + " a class count can be: check the labels");
     labels[i] = static_cast<int32_t>(raw);
   }
   return labels;
@@ -249,8 +252,10 @@ Dataset load_npy(const std::string& x_path, const std::string& y_path, int class
   ds.channels = static_cast<int>(x.shape[1]);
   ds.height = static_cast<int>(x.shape[2]);
   ds.width = static_cast<int>(x.shape[3]);
+  // Every label is below INT32_MAX (labels_of), so the largest + 1 fits.
   ds.num_classes = classes ? classes : 1 + (ds.labels.empty() ? 0 : *std::max_element(ds.labels.begin(), ds.labels.end()));
   ds.mapped = {x.data, f32 ? PixelType::F32 : PixelType::U8, xm};
+  ds.images = x_path;
   return ds;
 }
 
@@ -281,6 +286,7 @@ void load_npy_dir(const std::string& dir, Dataset& train, Dataset& test) {
   test.count = held;
   test.labels.assign(train.labels.begin() + kept, train.labels.end());
   test.mapped.data = static_cast<const uint8_t*>(train.mapped.data) + std::size_t(kept) * train.sample_size() * element;
+  test.first = kept;
   train.keep_first(kept);
 }
 
