@@ -261,17 +261,21 @@ std::optional<Trial> best_fit(const Search& s, Strategy strategy, std::size_t bu
 }
 
 // Measures the costs for a search that fits the budget (fits), within the budget: the kernels run the
-// graph in memory at the timing batch where that fits, else the technique's least-memory rewrite, which
-// fits at the search's micro-batch and so at the timing batch (memory grows with the micro-batch); the
-// copies take a constant 32 MiB (measure_costs).
+// graph in memory at the timing batch where that fits, else the least-memory rewrite that fits at the
+// search's micro-batch, and so at the timing batch (memory grows with the micro-batch), with the smallest
+// host pool (on the CPU the host pool is process memory too); the copies take a constant 32 MiB after
+// that (measure_costs).
 CostModel measure_within(const Graph& g, const Search& s, const StrategyRequest& r) {
   const int timing = timing_batch(s.micro_batch(), r.device, r.index);
   MicroBatchPlan in_memory = plan_micro_batch(g, timing, r.optimizer, r.device, r.index);
   count_loader(g, r.batch, in_memory);
   if (in_memory.memory.total() <= r.budget) return measure_costs(g, timing, r.device, r.index);
   const Trial* smallest = nullptr;
-  for (const Technique& t : techniques(r.strategy))
-    if (!smallest || least(s, t).total < smallest->total) smallest = &least(s, t);
+  auto held = [](const Trial& t) { return t.total + t.plan.host_pool_bytes; };
+  for (const Technique& t : techniques(r.strategy)) {
+    const Trial& least_t = least(s, t);
+    if (least_t.total <= r.budget && (!smallest || held(least_t) < held(*smallest))) smallest = &least_t;
+  }
   return measure_costs(smallest->graph, timing, r.device, r.index);
 }
 
