@@ -37,7 +37,7 @@ cpu::Conv2dShape check_conv(const Node& n, const Value& xv, const Dims& w) {
     ops::fail(n, "kernel " + std::to_string(a.kh) + "x" + std::to_string(a.kw) + " is larger than the padded input " +
                      dims_str(xv.dims));
   cpu::Conv2dShape s{};
-  ops::set_window(n, s, xv.dims, a);
+  ops::set_window(n, s, xv.dims, a, xv.dims[0]);
   s.c_in = (int)xv.dims[0];
   s.c_out = (int)w[0];
   return s;

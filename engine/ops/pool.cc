@@ -39,7 +39,7 @@ cpu::Pool2dShape check_pool(const Node& n, const Value& xv) {
     ops::fail(n, "window " + std::to_string(a.kh) + "x" + std::to_string(a.kw) + " is larger than the input " +
                      dims_str(xv.dims));
   cpu::Pool2dShape s{};
-  ops::set_window(n, s, xv.dims, a);
+  ops::set_window(n, s, xv.dims, a, 1);
   s.c = (int)xv.dims[0];
   return s;
 }

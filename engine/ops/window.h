@@ -24,13 +24,15 @@ struct WindowAttrs {
 namespace ops {
 // The window fields of a conv/pool kernel shape (spatial extent, kernel, stride, padding, floor-mode
 // output extent) from per-sample [c, h, w] dims and node n's attributes; batch 1. The extents are computed
-// in 64 bits: one that the shape's int fields cannot hold is an error naming the layer and the shapes.
-template <class Shape> void set_window(const Node& n, Shape& s, const Dims& x, const WindowAttrs& a) {
+// in 64 bits: one that the shape's int fields cannot hold is an error naming the layer and the shapes, as is
+// a window (of `channels` channels: a convolution's input channels, 1 for a pool) past 2^31 - 1 elements.
+template <class Shape>
+void set_window(const Node& n, Shape& s, const Dims& x, const WindowAttrs& a, int64_t channels) {
   const int64_t h_out = (x[1] + 2 * int64_t{a.pad_h} - a.kh) / a.stride_h + 1,
                 w_out = (x[2] + 2 * int64_t{a.pad_w} - a.kw) / a.stride_w + 1;
-  if (x[0] * a.kh * int64_t{a.kw} > INT32_MAX)
-    fail(n, "its window of " + std::to_string(x[0]) + " channels x " + std::to_string(a.kh) + "x" +
-                std::to_string(a.kw) + " holds more than 2^31 - 1 elements");
+  if (channels * a.kh * int64_t{a.kw} > INT32_MAX)
+    fail(n, "its window of " + (channels > 1 ? std::to_string(channels) + " channels x " : std::string()) +
+                std::to_string(a.kh) + "x" + std::to_string(a.kw) + " holds more than 2^31 - 1 elements");
   if (h_out > INT32_MAX || w_out > INT32_MAX)
     fail(n, "its input " + dims_str(x) + " with kernel " + std::to_string(a.kh) + "x" + std::to_string(a.kw) +
                 ", stride " + std::to_string(a.stride_h) + "x" + std::to_string(a.stride_w) + " and padding " +
