@@ -37,8 +37,9 @@ def _labels(y, count: int, what: str) -> np.ndarray:
         raise Error(f"{what} must be one label per sample ({count}), got shape {y.shape}")
     if not np.issubdtype(y.dtype, np.integer):
         raise Error(f"{what} must hold integer class labels, got {y.dtype}")
-    if count and (y.min() < 0 or y.max() >= 2**31):
-        raise Error(f"{what} holds a negative or too large label ({y.min()}..{y.max()})")
+    # The class count (the largest label + 1) must fit an int32, as the engine counts classes.
+    if count and (y.min() < 0 or y.max() >= 2**31 - 1):
+        raise Error(f"{what} holds a negative or too large label ({y.min()}..{y.max()}; labels are 0 to 2^31 - 2)")
     return np.ascontiguousarray(y, dtype=np.int32)
 
 
