@@ -194,6 +194,8 @@ def test_errors_during_a_run_are_errors_not_crashes():
     t = crumb.Trainer(model="cnn", classes=4, progress=False)
     with pytest.raises(crumb.Error, match="classes"):
         t.fit(x, y + 4)
+    with pytest.raises(crumb.Error, match="more than a 32-bit class count"):
+        crumb.Trainer(model="cnn", classes=2**31, progress=False).fit(x, y)
     with pytest.raises(crumb.Error, match="no weights yet"):
         t.state_dict()
     t.fit(x, y)
