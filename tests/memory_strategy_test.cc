@@ -10,9 +10,12 @@
 
 #include "engine/graph/autograd.h"
 #include "engine/base/error.h"
+#include "engine/base/rss.h"
 #include "engine/strategy/memory_strategy.h"
 #include "engine/train/scheduler.h"
 #include "engine/train/model_registry.h"
+#include "engine/train/network.h"
+#include "tests/alloc_counter.h"
 #include "tests/batch_outcome.h"
 #include "tests/test_util.h"
 
@@ -182,6 +185,97 @@ TEST(MemoryStrategy, StrategyNoneWithASmallerMicroBatchIsAnError) {
   EXPECT_NE(msg.find("--strategy none runs the batch of 16 as one micro-batch in memory, but --micro-batch is 8"),
             std::string::npos)
       << msg;
+}
+
+}  // namespace
+}  // namespace crumb
+
+namespace crumb {
+namespace {
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+
+// Whether resident memory is what the program holds: not under sanitizers, whose shadow memory and
+// quarantine of freed blocks add to it (alloc_counter_enabled is false exactly there).
+bool rss_is_the_programs() { return alloc_counter_enabled(); }
+
+Graph with_backward(Graph g) {
+  build_backward(g);
+  return g;
+}
+
+// Planning costs memory in proportion to the graph, not to its tensors: whether any plan fits is decided
+// from sizes, so a budget none can meet fails with the budget error, naming the least that fits and the
+// parameter that takes it, before any kernel is timed or any buffer allocated (it once measured kernels
+// with buffers of the model's size: gigabytes for a 64 MiB budget).
+TEST(MemoryStrategy, APlanThatCannotFitFailsFromSizesAlone) {
+  struct Case {
+    const char* what;
+    Graph graph;
+    const char* parameter;
+  };
+  const std::string huge_linear = R"({"nodes": [{"name": "flat", "op": "flatten"},
+      {"name": "wide", "op": "linear", "out_features": 16777216}, {"name": "fc", "op": "linear", "out_features": 10}]})";
+  Case cases[] = {
+      {"lenet5 on 2048x2048 images", with_backward(models::build("lenet5", {1, 2048, 2048, 10})), "'7.weight' [120, 4161600]"},
+      {"one huge linear layer", with_backward(build_network(huge_linear, {1, 28, 28, 10})), "'wide.weight' [16777216, 784]"},
+      {"10^8 classes", with_backward(models::build("mlp", {1, 28, 28, 100000000})), "[100000000, 128]"},
+  };
+  for (Case& c : cases)
+    for (Strategy s : {Strategy::Auto, Strategy::MicroBatch, Strategy::Swap, Strategy::Recompute}) {
+      SCOPED_TRACE(std::string(c.what) + ", --strategy " + strategy_name(s));
+      const RssGrowth rss;
+      const std::string msg = test::error_of([&] {
+        Graph g = c.graph;
+        plan_strategy(g, request(s, 64 * kMiB, 0));
+      });
+      EXPECT_NE(msg.find("memory budget 64.00 MiB cannot hold"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("the persistent state alone"), std::string::npos) << msg;
+      EXPECT_NE(msg.find(c.parameter), std::string::npos) << msg;
+      // The graph's copies and plans, nothing of the model's size (parameters alone are gigabytes).
+      if (rss_is_the_programs()) EXPECT_LT(rss.peak_bytes(), 16 * kMiB);
+    }
+}
+
+// Sixteen GroupNorm + ReLU layers on 8 x 256 x 256 activations: cheap to run, and at a micro-batch of 4
+// they need 148 MiB in memory against 100 MiB when recomputed.
+Graph norm_stack() {
+  std::string nodes = R"({"name": "c", "op": "conv2d", "out_channels": 8, "kernel_size": 1})";
+  for (int i = 0; i < 16; ++i)
+    nodes += ", {\"name\": \"g" + std::to_string(i) + "\", \"op\": \"group_norm\", \"num_groups\": 1}, {\"name\": \"r" +
+             std::to_string(i) + "\", \"op\": \"relu\"}";
+  nodes += R"(, {"name": "p", "op": "adaptive_avg_pool2d", "output_size": 1}, {"name": "f", "op": "flatten"},
+             {"name": "fc", "op": "linear", "out_features": 10})";
+  return with_backward(build_network("{\"nodes\": [" + nodes + "]}", {1, 256, 256, 10}));
+}
+
+// Where swapping or recomputing is needed, the kernel timings run a graph that fits the budget (the least
+// memory rewrite, here recomputed), not the graph in memory: the process grows by the budget and the copy
+// measurement's constant at most.
+TEST(MemoryStrategy, MeasuringKernelTimesStaysWithinTheBudget) {
+  const Graph plain = norm_stack();
+  StrategyRequest r = request(Strategy::Recompute, 0, 4);
+  r.batch = 4;
+  const std::size_t in_memory = measure_memory(plain, 4, OptimizerConfig{}, Device::CPU, 0, 4).total();
+  const std::string msg = test::error_of([&] {
+    Graph g = plain;
+    plan_strategy(g, r);
+  });
+  const std::size_t at = msg.find("(--memory-budget ");
+  ASSERT_NE(at, std::string::npos) << msg;
+  r.budget = std::stoull(msg.substr(at + 17));
+  ASSERT_GT(in_memory, r.budget + 40 * kMiB) << "the graph in memory must not fit the bound below";
+  for (Strategy s : {Strategy::Recompute, Strategy::Auto}) {
+    SCOPED_TRACE(strategy_name(s));
+    r.strategy = s;
+    Graph g = plain;
+    const RssGrowth rss;
+    const StrategyPlan p = plan_strategy(g, r);
+    EXPECT_LE(p.plan.memory.total(), r.budget);
+    EXPECT_GT(p.choice.predicted_seconds, 0.0) << "kernel times were measured";
+    // The graph in memory would take 48 MiB more (the measurement once took 150 MB here for a 105 MB budget).
+    if (rss_is_the_programs()) EXPECT_LT(rss.peak_bytes(), r.budget + 16 * kMiB) << "in memory: " << in_memory;
+  }
 }
 
 }  // namespace

@@ -107,6 +107,21 @@ TEST_F(NpyFiles, Float32ImagesAndATestSet) {
   EXPECT_EQ(static_cast<const float*>(test.samples())[1], 8.f);
 }
 
+// Class counts are the largest label + 1, computed in 64 bits: a stray large label gives that many classes
+// (for the budget to refuse, engine/strategy), up to the largest count an int holds.
+TEST_F(NpyFiles, LargeLabelsGiveTheirClassCountExactly) {
+  write("x.npy", npy("|u1", "(4, 1, 1, 1)", std::vector<uint8_t>{1, 2, 3, 4}));
+  for (int64_t label : {int64_t{100000000}, int64_t{INT32_MAX} - 1}) {
+    write("y.npy", npy("<i8", "(4,)", std::vector<int64_t>{0, 1, label, 1}));
+    Dataset train, test;
+    load_npy_dir(dir_.string(), train, test);
+    EXPECT_EQ(train.num_classes, label + 1);
+    EXPECT_EQ(train.images, path("x.npy"));
+    EXPECT_EQ(train.first, 0);
+    EXPECT_EQ(test.first, 3) << "the held-out tail starts at image 3 of x.npy";
+  }
+}
+
 // Each defect: the file it is in, its bytes, and what the one error line must say.
 TEST_F(NpyFiles, EveryDefectIsOneErrorLineNamingTheFile) {
   const std::vector<uint8_t> x = bytes_0_to(4 * 4);
@@ -138,7 +153,12 @@ TEST_F(NpyFiles, EveryDefectIsOneErrorLineNamingTheFile) {
       {"y.npy", npy("<i8", "(4, 1)", std::vector<int64_t>(4)), "shape (N,)"},
       {"y.npy", npy("|i1", "(4,)", std::vector<int8_t>{0, 1, -1, 2}), "label -1 at index 2 is negative"},
       {"y.npy", npy("<i8", "(3,)", std::vector<int64_t>{0, 1, 2}), "holds 3 labels, but"},
-      {"y.npy", npy("<u8", "(4,)", std::vector<uint64_t>{0, 1, uint64_t(1) << 40, 1}), "label 1099511627776 at index 2 is too large"},
+      {"y.npy", npy("<u8", "(4,)", std::vector<uint64_t>{0, 1, uint64_t(1) << 40, 1}),
+       "label 1099511627776 at index 2 would make 1099511627777 classes (the largest label + 1), more than the "
+       "2147483647"},
+      // The largest int32 label: its class count does not fit an int (it once wrapped to "every label is 0").
+      {"y.npy", npy("<i4", "(4,)", std::vector<int32_t>{0, 1, INT32_MAX, 1}),
+       "label 2147483647 at index 2 would make 2147483648 classes"},
       {"y.npy", npy("<i8", "(4,)", std::vector<int64_t>(4, 0)), "at least 2 classes"},
       {"y_test.npy", npy("<i2", "(4,)", std::vector<int16_t>{0, 3, 1, 1}), "label 3 at index 1 is not below the 3 classes"},
       {"x_test.npy", npy("|u1", "(4, 1, 4, 1)", x), "images are 1x4x1 but those of"},

@@ -653,12 +653,32 @@ TEST(TrainCli, LargeBatchUnderASmallBudget) {
   EXPECT_GT(json_number(r.out, "micro_batch"), 64);
 }
 
+namespace {
+
+// A .npy file of dtype descr and shape (a tuple's text) holding data, in dir.
+void write_npy(const std::filesystem::path& dir, const std::string& name, const std::string& descr,
+               const std::string& shape, const std::string& data) {
+  std::ofstream(dir / name, std::ios::binary) << crumb::test::npy(descr, shape, data.data(), data.size());
+}
+
+template <class T> std::string bytes_of(const std::vector<T>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+// The peak resident memory of the largest child process waited for so far (train, run through the shell).
+std::size_t children_peak_rss() {
+  struct rusage u;
+  return ::getrusage(RUSAGE_CHILDREN, &u) == 0 ? static_cast<std::size_t>(u.ru_maxrss) * 1024 : 0;
+}
+
+}  // namespace
+
 // --dataset npy: a folder of .npy files trains; a bad one is one error line naming the file.
 TEST(TrainCli, NpyData) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("crumb_cli_npy_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   auto write = [&](const std::string& name, const std::string& descr, const std::string& shape, const std::string& data) {
-    std::ofstream(dir / name, std::ios::binary) << crumb::test::npy(descr, shape, data.data(), data.size());
+    write_npy(dir, name, descr, shape, data);
   };
   // 200 images of 1x8x8 whose class (of 3) is their brightness.
   std::string x, y;
@@ -679,6 +699,74 @@ TEST(TrainCli, NpyData) {
   expect_one_error_line(run_train("--model mlp --dataset npy --data " + dir.string()),
                         (dir / "y.npy").string() + ": label -1 at index 6 is negative");
   std::filesystem::remove_all(dir);
+}
+
+// Data whose defect shows late (a NaN pixel, a stray label) is reported as what it is: the pixel, not
+// divergence; the label, not "every label is 0" or a run out of host memory.
+TEST(TrainCli, NpyDataDefectsNameTheirCause) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("crumb_cli_npy_defects_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string args = "--model mlp --dataset npy --data " + dir.string() + " --epochs 1 --batch 16";
+  std::vector<float> x(200 * 64);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = float(i % 97) / 97.f;
+  std::vector<int64_t> y(200);
+  for (int i = 0; i < 200; ++i) y[i] = i % 3;
+  x[123 * 64 + 9] = std::nanf("");
+  write_npy(dir, "x.npy", "<f4", "(200, 1, 8, 8)", bytes_of(x));
+  write_npy(dir, "y.npy", "<i8", "(200,)", bytes_of(y));
+  const Result nan = run_train(args);
+  expect_one_error_line(nan, "sample 123 (image 123 of " + (dir / "x.npy").string() +
+                                 ") holds nan at element 9 (channel 0, row 1, column 1): the images must be finite");
+  EXPECT_EQ(nan.err.find("diverged"), std::string::npos) << nan.err;
+  x[123 * 64 + 9] = 0.5f;
+  write_npy(dir, "x.npy", "<f4", "(200, 1, 8, 8)", bytes_of(x));
+  y[17] = INT32_MAX;
+  write_npy(dir, "y.npy", "<i8", "(200,)", bytes_of(y));
+  expect_one_error_line(run_train(args), "label 2147483647 at index 17 would make 2147483648 classes");
+  y[17] = 0;
+  write_npy(dir, "y.npy", "<i8", "(200,)", bytes_of(std::vector<int64_t>(200, 0)));
+  expect_one_error_line(run_train(args), "every label is 0; training needs at least 2 classes");
+  // A stray label of 10^8: 10^8 + 1 classes, which planning refuses from sizes, at once and within the
+  // budget, naming the layer they make too large (it once planned 10 GB into "out of host memory").
+  y[17] = 100000000;
+  write_npy(dir, "y.npy", "<i8", "(200,)", bytes_of(y));
+  const Result small = run_train(args + " --explain --memory-budget 64MiB --limit-train 1");
+  const std::size_t before = children_peak_rss();
+  for (const char* strategy : {"auto", "micro-batch", "recompute"})
+    expect_one_error_line(run_train(args + " --explain --memory-budget 64MiB --strategy " + strategy),
+                          "the largest parameter is '5.weight' [100000001, 128]");
+  EXPECT_LT(children_peak_rss(), before + (96 << 20)) << "before: " << before << ", " << small.err;
+  std::filesystem::remove_all(dir);
+}
+
+// Planning never takes more than the budget: a model whose parameters alone exceed it fails with the
+// budget error before anything is measured or allocated, --explain and --strategy auto included.
+TEST(TrainCli, PlanningStaysWithinTheBudget) {
+  const Result small = run_train("--model lenet5 --dataset synthetic --explain --memory-budget 64MiB");
+  ASSERT_EQ(small.code, 0) << small.err;
+  const std::size_t before = children_peak_rss();
+  const auto start = std::chrono::steady_clock::now();
+  for (const char* strategy : {"auto", "swap", "recompute", "micro-batch"})
+    for (const char* explain : {"--explain", "--epochs 1 --limit-train 2 --limit-test 1"})
+      expect_one_error_line(run_train(std::string("--model lenet5 --dataset synthetic --input 1x2048x2048 ") + explain +
+                                      " --memory-budget 64MiB --strategy " + strategy),
+                            "memory budget 64.00 MiB cannot hold");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 60.0);
+  // 4.3 GB resident, once, for --explain --strategy auto.
+  EXPECT_LT(children_peak_rss(), before + (96 << 20)) << "before: " << before;
+}
+
+// A layer whose output is too large to index is refused by name, with its shapes, when the network is built.
+TEST(TrainCli, ShapeOverflowNamesTheLayer) {
+  expect_one_error_line(
+      run_train(R"(--dataset synthetic --explain --network '{"nodes": [{"name": "c", "op": "conv2d", "out_channels": 1,
+                   "kernel_size": 1, "padding": 16777216}, {"name": "f", "op": "flatten"},
+                   {"name": "fc", "op": "linear", "out_features": 10}]}')"),
+      "layer 'c' (conv2d): output 'c' would be per-sample [1, 33554460, 33554460]");
+  expect_one_error_line(run_train("--dataset synthetic --explain --network '{\"nodes\": [{\"name\": \"f\xff\", \"op\": "
+                                  "\"flatten\"}, {\"name\": \"fc\", \"op\": \"linear\", \"out_features\": 10}]}'"),
+                        "a string that is not UTF-8 (byte 0xff)");
 }
 
 namespace {

@@ -22,6 +22,10 @@ struct Dataset {
   int num_classes = 10;
   std::vector<uint8_t> pixels;   // [count, channels, height, width], row-major, unless `mapped` holds them
   std::vector<int32_t> labels;   // [count], each in [0, num_classes)
+  // Where the samples come from, for error messages: the file ("DIR/x.npy"; empty: not one file), and the
+  // index in it of sample 0 (a test set cut from the end of x.npy starts past the training samples).
+  std::string images;
+  int64_t first = 0;
   // Samples outside `pixels`: [count, channels, height, width] at data, kept alive (mapped) by owner.
   // When they lie in a file's map, `file` is that map (owner keeps it alive): every read of the samples
   // then goes through file->read (engine/io/mapped_file.h), which survives the file being cut short.

@@ -118,7 +118,7 @@ std::vector<int32_t> read_labels(const InputFile& f, const NpyArray& y, int clas
   std::vector<uint8_t> data(static_cast<std::size_t>(y.shape[0]) * y.itemsize);
   f.read_at(data.data(), data.size(), y.offset);
   std::vector<int32_t> labels(static_cast<std::size_t>(y.shape[0]));
-  const uint64_t limit = classes ? uint64_t(classes) : uint64_t{1} << 31;
+  const uint64_t limit = classes ? uint64_t(classes) : uint64_t{std::numeric_limits<int32_t>::max()};
   for (std::size_t i = 0; i < labels.size(); ++i) {
     uint64_t raw = 0;
     std::memcpy(&raw, data.data() + i * y.itemsize, y.itemsize);  // little-endian, like the host
@@ -128,7 +128,9 @@ std::vector<int32_t> read_labels(const InputFile& f, const NpyArray& y, int clas
       CRUMB_CHECK(v >= 0, path, ": label ", v, " at index ", i, " is negative");
     }
     CRUMB_CHECK(raw < limit, path, ": label ", raw, " at index ", i,
-                classes ? " is not below the " + std::to_string(classes) + " classes of the training labels" : " is too large");
+                classes ? " is not below the " + std::to_string(classes) + " classes of the training labels"
+                        : " would make " + std::to_string(raw + 1) + " classes (the largest label + 1), more than the " +
+                              std::to_string(limit) + " a class count can be: check the labels");
     labels[i] = static_cast<int32_t>(raw);
   }
   return labels;
@@ -235,10 +237,12 @@ Dataset load_npy(const std::string& x_path, const std::string& y_path, int class
   ds.channels = static_cast<int>(x.shape[1]);
   ds.height = static_cast<int>(x.shape[2]);
   ds.width = static_cast<int>(x.shape[3]);
+  // Every label is below INT32_MAX (read_labels), so the largest + 1 fits.
   ds.num_classes = classes ? classes : 1 + (ds.labels.empty() ? 0 : *std::max_element(ds.labels.begin(), ds.labels.end()));
   // Mapped as large as the header was checked against: every image lies inside the map.
   auto map = std::make_shared<const MappedFile>(std::move(xf));
   ds.mapped = {map->data() + x.offset, f32 ? PixelType::F32 : PixelType::U8, map, map.get()};
+  ds.images = x_path;
   return ds;
 }
 
@@ -269,6 +273,7 @@ void load_npy_dir(const std::string& dir, Dataset& train, Dataset& test) {
   test.count = held;
   test.labels.assign(train.labels.begin() + kept, train.labels.end());
   test.mapped.data = static_cast<const uint8_t*>(train.mapped.data) + std::size_t(kept) * train.sample_size() * element;
+  test.first = kept;
   train.keep_first(kept);
 }
 

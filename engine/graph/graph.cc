@@ -1,11 +1,38 @@
 #include "engine/graph/graph.h"
 
+#include <cstdint>
 #include <sstream>
 
 #include "engine/base/error.h"
 #include "engine/graph/op.h"
 
 namespace crumb {
+namespace {
+
+// The largest element counts a value may have: a sample of a batched value (the kernels' shapes index one
+// with int), and an unbatched (persistent) value, whose bytes summed over a whole model stay far inside
+// 64 bits.
+constexpr int64_t kMaxSampleCount = INT32_MAX, kMaxWholeCount = int64_t{1} << 48;
+
+// What is wrong with v's size, or "" when nothing is: computed in 64 bits, with no step that can overflow.
+std::string size_problem(const Value& v) {
+  const int64_t limit = v.batched ? kMaxSampleCount : kMaxWholeCount;
+  int64_t count = 1;
+  double approx = 1;
+  bool over = false;
+  for (int64_t d : v.dims) {
+    if (d < 0) return detail::concat("'", v.name, "' ", dims_str(v.dims), " has a negative size");
+    approx *= double(d);
+    over = over || (d > 0 && count > limit / d);
+    if (!over) count *= d;
+  }
+  if (!over) return "";
+  return detail::concat("'", v.name, "' would be ", v.batched ? "per-sample " : "", dims_str(v.dims), ", about ",
+                        approx, " elements, more than the ", limit, v.batched ? " (2^31 - 1) a sample" : " (2^48) a value",
+                        " may hold");
+}
+
+}  // namespace
 
 std::string dims_str(const Dims& d) {
   std::ostringstream os;
@@ -27,8 +54,10 @@ DType Graph::dtype_of(OutDType t) const {
 }
 
 ValueId Graph::add_value(Value v) {
+  const ValueId id = static_cast<ValueId>(values_.size());
+  by_name_.emplace(v.name, id);
   values_.push_back(std::move(v));
-  return static_cast<ValueId>(values_.size() - 1);
+  return id;
 }
 
 NodeId Graph::add_node(Node n) {
@@ -50,6 +79,15 @@ NodeId Graph::add_node(Node n) {
   }
   const NodeId id = static_cast<NodeId>(nodes_.size());
   n.def->infer(*this, n);
+  for (ValueId v : n.out) {
+    const std::string problem = size_problem(value(v));
+    if (problem.empty()) continue;
+    std::string inputs;
+    for (ValueId i : n.in)
+      inputs += detail::concat(inputs.empty() ? "" : ", ", "'", value(i).name, "' ", dims_str(value(i).dims));
+    ops::fail(n, detail::concat("output ", problem, " (check the layer's sizes, kernel, stride and padding against ",
+                                "its inputs ", inputs, ")"));
+  }
   if (n.def->view) values_.at(n.out.at(0)).view_of = n.in.at(0);
   for (ValueId v : n.out) {
     Value& val = values_.at(v);
@@ -124,6 +162,8 @@ ValueId Graph::input(const std::string& name, Dims per_sample, DType dtype, bool
   v.dims = std::move(per_sample);
   v.batched = true;
   v.requires_grad = requires_grad;
+  const std::string problem = size_problem(v);
+  CRUMB_CHECK(problem.empty(), "input ", problem);
   const ValueId id = add_value(std::move(v));
   inputs_.push_back(id);
   if (dtype == DType::I32 || !is_half(float_dtype_)) return id;
@@ -140,6 +180,8 @@ ValueId Graph::state(const std::string& name, Dims dims, double fill, DType dtyp
   v.dtype = dtype == DType::F32 ? master_dtype() : dtype;
   v.dims = std::move(dims);
   v.init.fill = fill;
+  const std::string problem = size_problem(v);
+  CRUMB_CHECK(problem.empty(), "state ", problem);
   const ValueId id = add_value(std::move(v));
   states_.push_back(id);
   return id;
@@ -154,15 +196,16 @@ ValueId Graph::param(const std::string& name, Dims dims, ParamInit init, ParamDT
   v.dims = std::move(dims);
   v.requires_grad = true;
   v.init = init;
+  const std::string problem = size_problem(v);
+  CRUMB_CHECK(problem.empty(), "parameter ", problem, " (make the layer smaller)");
   const ValueId id = add_value(std::move(v));
   params_.push_back(id);
   return id;
 }
 
 ValueId Graph::find_value(const std::string& name) const {
-  for (int i = 0; i < num_values(); ++i)
-    if (values_[i].name == name) return i;
-  return -1;
+  const auto it = by_name_.find(name);
+  return it == by_name_.end() ? -1 : it->second;
 }
 
 ValueId Graph::storage_root(ValueId v) const {

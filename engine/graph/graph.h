@@ -5,6 +5,7 @@
 #include <any>
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/base/tensor.h"
@@ -125,7 +126,7 @@ class Graph {
   const std::vector<ValueId>& states() const { return states_; }
   const std::vector<ValueId>& inputs() const { return inputs_; }
   ValueId loss() const { return loss_; }
-  ValueId find_value(const std::string& name) const;  // -1 if absent
+  ValueId find_value(const std::string& name) const;  // the first value of that name, -1 if absent
   // Follows view_of to the value that owns the storage.
   ValueId storage_root(ValueId v) const;
   // The dtype of this graph's floating-point activations and their gradients: F32 for training, F64
@@ -151,6 +152,9 @@ class Graph {
   std::vector<Value> values_;
   std::vector<Node> nodes_;
   std::vector<ValueId> params_, states_, inputs_;
+  // The first value of each name (find_value): lookups and the duplicate checks of param() and state() in
+  // constant time, so building a graph of n layers takes time linear in n.
+  std::unordered_map<std::string, ValueId> by_name_;
   ValueId loss_ = -1;
   DType float_dtype_ = DType::F32;
   bool tf32_ = false;

@@ -174,12 +174,20 @@ class Parser {
   }
 
   std::string string() {
-    ++i_;  // opening quote
+    const std::size_t start = ++i_;  // after the opening quote
     std::string out;
     while (true) {
       if (i_ == s_.size()) fail("unterminated string");
       const char c = s_[i_++];
-      if (c == '"') return out;
+      if (c == '"') {
+        // The literal as written (its escapes are ASCII), so that the error names the byte in the text.
+        std::size_t bad = 0;
+        if (!valid_utf8(std::string_view(s_).substr(start, i_ - 1 - start), &bad)) {
+          i_ = start + bad;
+          fail("a string that is not UTF-8 (", shown(s_[i_]), "); save the text as UTF-8");
+        }
+        return out;
+      }
       if (static_cast<unsigned char>(c) < 0x20) fail("control character in a string");
       if (c != '\\') {
         out += c;
@@ -223,7 +231,40 @@ Value parse(const std::string& text, const std::string& source, Grammar grammar)
   return Parser(text, source, grammar).document();
 }
 
+bool valid_utf8(std::string_view s, std::size_t* bad) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    // Lead byte: the sequence length and the range its second byte must be in (which rules out overlong
+    // forms, surrogates and code points past U+10FFFF); continuation bytes after it are 0x80-0xbf.
+    int len = 0;
+    unsigned char lo = 0x80, hi = 0xbf;
+    if (c < 0x80) len = 1;
+    else if (c >= 0xc2 && c <= 0xdf) len = 2;
+    else if (c == 0xe0) len = 3, lo = 0xa0;
+    else if (c == 0xed) len = 3, hi = 0x9f;
+    else if (c >= 0xe1 && c <= 0xef) len = 3;
+    else if (c == 0xf0) len = 4, lo = 0x90;
+    else if (c == 0xf4) len = 4, hi = 0x8f;
+    else if (c >= 0xf1 && c <= 0xf3) len = 4;
+    bool ok = len > 0 && i + len <= s.size();
+    for (int k = 1; ok && k < len; ++k) {
+      const unsigned char b = static_cast<unsigned char>(s[i + k]);
+      ok = k == 1 ? b >= lo && b <= hi : b >= 0x80 && b <= 0xbf;
+    }
+    if (!ok) {
+      if (bad) *bad = i;
+      return false;
+    }
+    i += len;
+  }
+  return true;
+}
+
 std::string quote(const std::string& s) {
+  std::size_t bad = 0;
+  CRUMB_CHECK(valid_utf8(s, &bad), "cannot write \"", s.substr(0, bad), "...\" as JSON: byte ", bad,
+              " is not UTF-8 (names and text in JSON and checkpoint headers must be UTF-8)");
   std::string out = "\"";
   for (char c : s) {
     CRUMB_CHECK(static_cast<unsigned char>(c) >= 0x20, "cannot write control characters in JSON string \"", s, "\"");

@@ -4,10 +4,13 @@
 //   half-understood.
 // - Full: JSON without null (network descriptions, engine/train/network.h): also booleans, negative and
 //   fractional numbers, and arrays of any values.
-// Only \" and \\ escapes are supported in either (names never need others).
+// Only \" and \\ escapes are supported in either (names never need others). Strings must be UTF-8, as JSON
+// requires: names reach checkpoint headers, which safetensors refuses otherwise.
 #pragma once
 #include <cstdint>
+#include <cstddef>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -48,7 +51,11 @@ class ObjectWriter {
 enum class Grammar { Subset, Full };
 // Parses one value followed only by whitespace. Errors name `source` and the byte offset.
 Value parse(const std::string& text, const std::string& source, Grammar grammar = Grammar::Subset);
-// `s` as a JSON string literal, quotes included. Throws on control characters.
+// `s` as a JSON string literal, quotes included. Throws on control characters and on text that is not UTF-8.
 std::string quote(const std::string& s);
+
+// Whether s is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF). Where it is
+// not, bad (if given) is set to the offset of the first byte that does not fit.
+bool valid_utf8(std::string_view s, std::size_t* bad = nullptr);
 
 }  // namespace crumb::json

@@ -33,11 +33,11 @@ cpu::Conv2dShape check_conv(const Node& n, const Value& xv, const Dims& w) {
                      std::to_string(w[1]));
   if (a.stride_h < 1 || a.stride_w < 1 || a.pad_h < 0 || a.pad_w < 0)
     ops::fail(n, "stride must be >= 1 and padding >= 0");
-  if (xv.dims[1] + 2 * a.pad_h < a.kh || xv.dims[2] + 2 * a.pad_w < a.kw)
+  if (xv.dims[1] + 2 * int64_t{a.pad_h} < a.kh || xv.dims[2] + 2 * int64_t{a.pad_w} < a.kw)
     ops::fail(n, "kernel " + std::to_string(a.kh) + "x" + std::to_string(a.kw) + " is larger than the padded input " +
                      dims_str(xv.dims));
   cpu::Conv2dShape s{};
-  ops::set_window(s, xv.dims, a);
+  ops::set_window(n, s, xv.dims, a, xv.dims[0]);
   s.c_in = (int)xv.dims[0];
   s.c_out = (int)w[0];
   return s;

@@ -31,15 +31,15 @@ cpu::Pool2dShape check_pool(const Node& n, const Value& xv) {
   check_image(n, xv);
   if (a.kh < 1 || a.kw < 1 || a.stride_h < 1 || a.stride_w < 1 || a.pad_h < 0 || a.pad_w < 0)
     ops::fail(n, "kernel and stride must be >= 1, padding >= 0");
-  if (2 * a.pad_h > a.kh || 2 * a.pad_w > a.kw) ops::fail(n, "padding must be at most half the kernel size");
+  if (2 * int64_t{a.pad_h} > a.kh || 2 * int64_t{a.pad_w} > a.kw) ops::fail(n, "padding must be at most half the kernel size");
   if (xv.dims[2] > cpu::kMaxPoolWidth)
     ops::fail(n, "input width " + std::to_string(xv.dims[2]) + " exceeds the supported " +
                      std::to_string(cpu::kMaxPoolWidth));
-  if (xv.dims[1] + 2 * a.pad_h < a.kh || xv.dims[2] + 2 * a.pad_w < a.kw)
+  if (xv.dims[1] + 2 * int64_t{a.pad_h} < a.kh || xv.dims[2] + 2 * int64_t{a.pad_w} < a.kw)
     ops::fail(n, "window " + std::to_string(a.kh) + "x" + std::to_string(a.kw) + " is larger than the input " +
                      dims_str(xv.dims));
   cpu::Pool2dShape s{};
-  ops::set_window(s, xv.dims, a);
+  ops::set_window(n, s, xv.dims, a, 1);
   s.c = (int)xv.dims[0];
   return s;
 }
@@ -48,7 +48,7 @@ cpu::Pool2dShape check_pool(const Node& n, const Value& xv) {
 void infer_max(Graph& g, Node& n) {
   ops::expect_arity(n, 1, 1, 2);
   const cpu::Pool2dShape s = check_pool(n, g.value(n.in[0]));
-  if (s.kh * s.kw > 256) ops::fail(n, "windows larger than 256 elements are not supported");
+  if (int64_t{s.kh} * s.kw > 256) ops::fail(n, "windows larger than 256 elements are not supported");
   n.geometry = s;
   ops::set_out_dims(g, n, 0, out_dims(s));
   ops::set_out_dims(g, n, 1, out_dims(s));

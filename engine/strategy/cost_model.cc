@@ -62,10 +62,14 @@ CostModel estimate_costs(const Graph& g, int m) {
   return c;
 }
 
+int timing_batch(int m, Device device, int index) {
+  return std::max(1, std::min(m, backend(device, index).timing_batch()));
+}
+
 CostModel measure_costs(const Graph& g, int m, Device device, int index) {
   CostModel c;
   Backend& b = backend(device, index);
-  c.measured_batch = std::max(1, std::min(m, b.timing_batch()));
+  c.measured_batch = timing_batch(m, device, index);
   {
     ParamStore params(g, device, index);
     params.init(1);

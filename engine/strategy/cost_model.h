@@ -29,9 +29,15 @@ struct CostModel {
   double simulate(const Graph& g, int m) const;
 };
 
-// Runs g's training pass (g must have its backward) at min(m, Backend::timing_batch()) samples (4 on the
-// CPU, 32 on a GPU): once to warm up, then two timed runs, keeping each node's fastest; then copies of
-// 16 MiB each way, fastest of three.
+// The samples measure_costs times a micro-batch of m at: min(m, Backend::timing_batch()) (4 on the CPU, 32
+// on a GPU).
+int timing_batch(int m, Device device, int index = 0);
+
+// Runs g's training pass (g must have its backward) at timing_batch(m) samples: once to warm up, then two
+// timed runs, keeping each node's fastest; then copies of 16 MiB each way, fastest of three. It allocates
+// what a run of g in memory at that micro-batch does without the optimizer state and the loader (the
+// parameters and their gradients, the arena, the inputs), freed before the copies' 32 MiB: a caller
+// that keeps within a budget checks that plan first (engine/strategy/memory_strategy.cc).
 CostModel measure_costs(const Graph& g, int m, Device device, int index = 0);
 
 // A model that measures nothing: each node's floating-point work (OpDef::flops) at 100 GFLOP/s plus the

@@ -95,7 +95,7 @@ MicroBatchPlan choose_micro_batch(const Graph& g, int batch, std::size_t budget,
               smallest, ": it needs at least ", format_bytes(one.total()), " (persistent ",
               format_bytes(one.persistent()), " + arena ", format_bytes(one.arena), " + staging ",
               format_bytes(one.staging), " + runtime ", format_bytes(one.runtime), " + loader buffers ",
-              format_bytes(one.loader), "); raise --memory-budget");
+              format_bytes(one.loader), ")", persistent_note(g, one, budget), "; raise --memory-budget");
   // Memory is monotone in m: binary search for the largest k whose m(k) fits, keeping its compiled passes.
   int lo = 1, hi = (batch + q - 1) / q;
   while (lo < hi) {
@@ -110,6 +110,19 @@ MicroBatchPlan choose_micro_batch(const Graph& g, int batch, std::size_t budget,
     }
   }
   return best;
+}
+
+std::string persistent_note(const Graph& g, const MemoryBreakdown& mb, std::size_t budget) {
+  if (mb.persistent() <= budget || g.params().empty()) return "";
+  ValueId largest = g.params().front();
+  for (ValueId p : g.params())
+    if (g.value(p).count(1) > g.value(largest).count(1)) largest = p;
+  const Value& p = g.value(largest);
+  const std::size_t bytes = static_cast<std::size_t>(p.count(1)) * dtype_size(mb.master_dtype);
+  return detail::concat("; the persistent state alone (parameters, gradients, optimizer state), which no micro-batch "
+                        "size or strategy lowers, needs ", format_bytes(mb.persistent()), ": the largest parameter is '",
+                        p.name, "' ", dims_str(p.dims), " (", format_bytes(bytes),
+                        " a copy): make that layer smaller (fewer classes or features, a smaller input)");
 }
 
 void check_micro_batch(const Graph& g, int m, int batch) {

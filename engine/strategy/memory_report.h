@@ -72,6 +72,11 @@ MicroBatchPlan choose_micro_batch(const Graph& g, int batch, std::size_t budget,
 // samples, evaluation slots of m.
 void count_loader(const Graph& g, int batch, MicroBatchPlan& plan);
 
+// Where the persistent memory of mb alone (parameters, gradients, optimizer state: the same at every
+// micro-batch, which no strategy lowers) exceeds budget, a clause for a budget error that says so and names
+// the largest parameter ("; the persistent state alone ... 'fc1.weight' [120, 4194304] ..."); else "".
+std::string persistent_note(const Graph& g, const MemoryBreakdown& mb, std::size_t budget);
+
 // Throws crumb::Error unless batches of `batch` samples may run in micro-batches of m: every one but the
 // last holds whole BatchNorm groups (micro_batch_multiple).
 void check_micro_batch(const Graph& g, int m, int batch);

@@ -50,9 +50,10 @@ struct Trial {
 
 class Search {
  public:
-  Search(const Graph& g, const StrategyRequest& r, int m, const CostModel& costs)
-      : g_(g), m_(m), costs_(costs), estimated_(estimate_costs(g, m)),
-        base_(plan_micro_batch(g, m, r.optimizer, r.device, r.index)) {
+  // Plans only: nothing is measured or allocated, so a search costs memory in proportion to the graph,
+  // not to its tensors.
+  Search(const Graph& g, const StrategyRequest& r, int m)
+      : g_(g), m_(m), estimated_(estimate_costs(g, m)), base_(plan_micro_batch(g, m, r.optimizer, r.device, r.index)) {
     count_loader(g, r.batch, base_);
     fixed_ = base_.memory.total() - base_.memory.arena;
     const std::vector<NodeId>& order = base_.train.plan.order;
@@ -62,6 +63,9 @@ class Search {
     for (const SavedValue& s : saved_) is_saved_[s.value] = true;
   }
 
+  int micro_batch() const { return m_; }
+  const Graph& graph() const { return g_; }
+  const MemoryBreakdown& in_memory() const { return base_.memory; }
   std::size_t in_memory_total() const { return base_.memory.total(); }
 
   // costs: the cost model that times swaps.
@@ -91,10 +95,10 @@ class Search {
   // or nothing live at the peak can go. A step that does not lower the total is undone and its first
   // value set aside (recomputed values still take memory in the backward pass, so a value does not
   // always save what it weighs). Returns the trial that fits, else the smallest one seen. Values go in order
-  // of bytes saved per predicted second: by the measured costs, or (measured false) by the estimate that
-  // is the same every run.
-  Trial greedy(bool allow_swap, bool allow_recompute, std::size_t budget, bool measured = true) const {
-    const CostModel* costs = measured ? &costs_ : &estimated_;
+  // of bytes saved per predicted second: by `measured` costs, or (null) by the estimate that is the same
+  // every run.
+  Trial greedy(bool allow_swap, bool allow_recompute, std::size_t budget, const CostModel* measured) const {
+    const CostModel* costs = measured ? measured : &estimated_;
     std::vector<ValueId> recomputed, swapped;
     std::vector<bool> taken(g_.num_values(), false);
     Trial best = trial(recomputed, swapped, costs);
@@ -140,7 +144,7 @@ class Search {
   // every run). Computed once per search.
   const Trial& least(bool allow_swap, bool allow_recompute) const {
     std::optional<Trial>& cached = least_[allow_swap * 2 + allow_recompute];
-    if (!cached) cached = greedy(allow_swap, allow_recompute, 0, false);
+    if (!cached) cached = greedy(allow_swap, allow_recompute, 0, nullptr);
     return *cached;
   }
 
@@ -206,7 +210,6 @@ class Search {
 
   const Graph& g_;
   int m_;
-  const CostModel& costs_;
   CostModel estimated_;  // estimate_costs: what decides whether a budget fits
   mutable std::optional<Trial> least_[4];  // least(), by technique
   MicroBatchPlan base_;
@@ -230,24 +233,50 @@ std::vector<Technique> techniques(Strategy s) {
 // times, so it is the same every run.
 const Trial& least(const Search& s, const Technique& t) { return s.least(t.swap, t.recompute); }
 
+// Whether some technique of the strategy fits the budget at this search's micro-batch: decided by the
+// search that does not depend on measured times (a budget fits exactly when it is at least Search::least's
+// total, which is what a failure reports), from sizes alone, before anything is measured.
+bool fits(const Search& s, Strategy strategy, std::size_t budget) {
+  for (const Technique& t : techniques(strategy))
+    if (least(s, t).total <= budget) return true;
+  return false;
+}
+
 // The trial that fits the budget at this search's micro-batch with the least predicted step time, if any.
-// Whether one fits is decided by the search that does not depend on measured times: a budget fits
-// exactly when it is at least Search::least's total, which is what a failure reports. Measured costs only choose
-// among the trials that fit.
-std::optional<Trial> best_fit(const Search& s, Strategy strategy, std::size_t budget, const CostModel& costs, int m) {
+// Measured costs only choose among the trials that fit.
+std::optional<Trial> best_fit(const Search& s, Strategy strategy, std::size_t budget, const CostModel& costs) {
   std::optional<Trial> best;
   double best_seconds = 0;
   for (const Technique& t : techniques(strategy)) {
     if (least(s, t).total > budget) continue;
     // The cost-ordered greedy's path depends on the budget (each step covers half the excess); where it
     // stops short, its path to the least it reaches may fit, else the deterministic one does.
-    Trial trial = s.greedy(t.swap, t.recompute, budget);
-    if (trial.total > budget) trial = s.greedy(t.swap, t.recompute, 0);
+    Trial trial = s.greedy(t.swap, t.recompute, budget, &costs);
+    if (trial.total > budget) trial = s.greedy(t.swap, t.recompute, 0, &costs);
     if (trial.total > budget) trial = least(s, t);
-    const double seconds = costs.simulate(trial.graph, m);
+    const double seconds = costs.simulate(trial.graph, s.micro_batch());
     if (!best || seconds < best_seconds) best = std::move(trial), best_seconds = seconds;
   }
   return best;
+}
+
+// Measures the costs for a search that fits the budget (fits), within the budget: the kernels run the
+// graph in memory at the timing batch where that fits, else the least-memory rewrite that fits at the
+// search's micro-batch, and so at the timing batch (memory grows with the micro-batch), with the smallest
+// host pool (on the CPU the host pool is process memory too); the copies take a constant 32 MiB after
+// that (measure_costs).
+CostModel measure_within(const Graph& g, const Search& s, const StrategyRequest& r) {
+  const int timing = timing_batch(s.micro_batch(), r.device, r.index);
+  MicroBatchPlan in_memory = plan_micro_batch(g, timing, r.optimizer, r.device, r.index);
+  count_loader(g, r.batch, in_memory);
+  if (in_memory.memory.total() <= r.budget) return measure_costs(g, timing, r.device, r.index);
+  const Trial* smallest = nullptr;
+  auto held = [](const Trial& t) { return t.total + t.plan.host_pool_bytes; };
+  for (const Technique& t : techniques(r.strategy)) {
+    const Trial& least_t = least(s, t);
+    if (least_t.total <= r.budget && (!smallest || held(least_t) < held(*smallest))) smallest = &least_t;
+  }
+  return measure_costs(smallest->graph, timing, r.device, r.index);
 }
 
 // what_m: the micro-batch and why it is that size ("--micro-batch 32", "micro-batch 32 (one BatchNorm group)").
@@ -262,7 +291,8 @@ std::optional<Trial> best_fit(const Search& s, Strategy strategy, std::size_t bu
   CRUMB_FAIL("memory budget ", format_bytes(budget), " cannot hold ", what_m, " with ",
              strategy == Strategy::Auto ? "any strategy" : "--strategy " + std::string(strategy_name(strategy)),
              "; the least each needs: in memory ", format_bytes(s.in_memory_total()), least, " (--memory-budget ",
-             fits, " is the least that fits; raise --memory-budget, or lower --micro-batch / --bn-group)");
+             fits, " is the least that fits", persistent_note(s.graph(), s.in_memory(), budget),
+             "; raise --memory-budget, or lower --micro-batch / --bn-group)");
 }
 
 }  // namespace
@@ -309,10 +339,8 @@ StrategyPlan plan_strategy(Graph& g, const StrategyRequest& r) {
   const int q = multiple == 0 ? r.batch : multiple;
   auto m_of = [&](int k) { return static_cast<int>(std::min<int64_t>(int64_t{k} * q, r.batch)); };
   int m = forced ? std::min(r.micro_batch, r.batch) : m_of(1);
-  CostModel costs = measure_costs(g, m, r.device, r.index);
-  auto search = std::make_unique<Search>(g, r, m, costs);
-  std::optional<Trial> chosen = best_fit(*search, r.strategy, r.budget, costs, m);
-  if (!chosen)
+  auto search = std::make_unique<Search>(g, r, m);
+  if (!fits(*search, r.strategy, r.budget))
     fail_budget(*search, r.strategy,
                 forced          ? "--micro-batch " + std::to_string(m)
                 : multiple == 0 ? "the whole batch of " + std::to_string(m) +
@@ -321,13 +349,15 @@ StrategyPlan plan_strategy(Graph& g, const StrategyRequest& r) {
                 : q > 1         ? "micro-batch " + std::to_string(m) + " (one BatchNorm group, --bn-group)"
                                 : "micro-batch 1",
                 r.budget);
+  CostModel costs = measure_within(g, *search, r);
+  std::optional<Trial> chosen = best_fit(*search, r.strategy, r.budget, costs);
   // --strategy swap or recompute with m free: the largest m they fit (memory grows with m).
   if (!forced && r.strategy != Strategy::Auto) {
     int lo = 1, hi = (r.batch + q - 1) / q;
     while (lo < hi) {
       const int mid = lo + (hi - lo + 1) / 2;
-      auto candidate = std::make_unique<Search>(g, r, m_of(mid), costs);
-      std::optional<Trial> t = best_fit(*candidate, r.strategy, r.budget, costs, m_of(mid));
+      auto candidate = std::make_unique<Search>(g, r, m_of(mid));
+      std::optional<Trial> t = best_fit(*candidate, r.strategy, r.budget, costs);
       if (t) {
         lo = mid;
         chosen = std::move(t);

@@ -9,9 +9,11 @@
 
 #include "engine/base/error.h"
 #include "engine/base/threads.h"
+#include "engine/data/data_checks.h"
 #include "engine/dist/batch_share.h"
 #include "engine/graph/autograd.h"
 #include "engine/graph/rng.h"
+#include "engine/io/json.h"
 #include "engine/ops/norm.h"
 #include "engine/plan/layout.h"
 #include "engine/train/network.h"
@@ -28,6 +30,20 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 // PyTorch DDP's first bucket (dist._DEFAULT_FIRST_BUCKET_BYTES): small, so the first sum starts early.
 constexpr std::size_t kFirstBucketBytes = std::size_t{1} << 20;
+
+// What the run writes into JSON (the summary, checkpoint headers) must be UTF-8, which JSON and
+// safetensors require: checked before the run starts rather than when its first checkpoint is saved.
+void check_utf8(const TrainConfig& c) {
+  for (const auto& [key, value] : c.record)
+    for (const std::string* text : {&key, &value}) {
+      std::size_t bad = 0;
+      CRUMB_CHECK(json::valid_utf8(*text, &bad), "the run's record \"", key.substr(0, 64), "\" (kept in checkpoint ",
+                  "headers) is not UTF-8 at byte ", bad, " (", text->substr(0, bad), "...): give names and paths in UTF-8");
+    }
+  std::size_t bad = 0;
+  CRUMB_CHECK(json::valid_utf8(c.model, &bad), "the model name is not UTF-8 at byte ", bad, " (", c.model.substr(0, bad),
+              "...): give it in UTF-8");
+}
 
 // A BatchNorm group must fit in the batch it normalises.
 void check_bn_group(const TrainConfig& c, const Graph& g, int batch) {
@@ -240,6 +256,8 @@ Trainer::Trainer(TrainConfig cfg, std::shared_ptr<const data::DataSplit> data, s
   if (!comm_) comm_ = connect_ranks(device, cfg_.dist_timeout);
   data_ = data ? std::move(data) : std::make_shared<const data::DataSplit>(data::load_data(cfg_.data));
   const data::Dataset& train = data_->train;
+  data::check_split(*data_);
+  check_utf8(cfg_);
   // A batch larger than the dataset is the whole dataset: buffers are sized by what can be filled. With
   // no samples yet (a trainer that predicts until train_more), the batch training would use.
   batch_ = train.count > 0 ? std::min(cfg_.batch, train.count) : cfg_.batch;
@@ -369,6 +387,7 @@ void Trainer::train_more(std::shared_ptr<const data::DataSplit> data, int epochs
   prepare();
   CRUMB_CHECK(epochs >= 1, "epochs must be >= 1, got ", epochs);
   CRUMB_CHECK(data && data->train.count > 0, "no training samples");
+  data::check_split(*data);
   check_like_training(data->train, "the training data");
   if (data->test.count) check_like_training(data->test, "the test data");
   const int batch = std::min(cfg_.batch, data->train.count);
@@ -397,10 +416,21 @@ void Trainer::start_epoch(int epoch, int first_batch) {
 // so a network whose weights went NaN can still report a finite loss.
 void Trainer::check_finite(int epoch, int batch) {
   const uint64_t bad = opt_->nonfinite_parameters();
-  diverged_ = bad != 0;
-  CRUMB_CHECK(bad == 0, "training diverged: ", bad, " parameters became NaN or infinite at optimizer step ",
-              opt_->steps(), " (epoch ", epoch + 1, ", before batch ", batch + 1,
-              "); nothing was saved (lower --lr, or add --warmup-steps)");
+  if (bad == 0) return;
+  diverged_ = true;
+  fail_nonfinite(data_->train, "training",
+                 detail::concat(bad, " parameters became NaN or infinite at optimizer step ", opt_->steps(), " (epoch ",
+                                epoch + 1, ", before batch ", batch + 1, "); nothing was saved"),
+                 "lower --lr, or add --warmup-steps");
+}
+
+void Trainer::fail_nonfinite(const data::Dataset& ds, const char* split, const std::string& what,
+                             const char* advice) const {
+  // A NaN pixel makes the same symptoms as a learning rate too high: the data is looked at first.
+  if (const std::optional<data::NonFinite> bad = data::find_nonfinite(ds, data_->norm))
+    CRUMB_FAIL(data::describe_nonfinite(ds, *bad, detail::concat("the ", split, " images of ", data_->source)), "; ",
+               what, " because of it");
+  CRUMB_FAIL("training diverged: ", what, " (", advice, ")");
 }
 
 bool Trainer::train_batch(StepInfo& info) {
@@ -415,8 +445,10 @@ bool Trainer::train_batch(StepInfo& info) {
   stop_requested_ = comm_ ? sum_over_ranks(*comm_, r, stop) : stop;
   stop_agreed_ = stop_requested_;
   diverged_ = !std::isfinite(r.loss_sum);
-  CRUMB_CHECK(!diverged_, "loss became ", r.loss_sum, " at epoch ", epoch_ + 1, " batch ", b.index + 1,
-              ": training diverged (lower --lr)");
+  if (diverged_)
+    fail_nonfinite(data_->train, "training",
+                   detail::concat("the loss became ", r.loss_sum, " at epoch ", epoch_ + 1, " batch ", b.index + 1),
+                   "lower --lr");
   check_finite(epoch_, b.index);
   // Until the step is whole, the weights are neither the last step's nor this one's.
   stepping_ = true;
@@ -442,7 +474,7 @@ bool Trainer::train_batch(StepInfo& info) {
 Evaluation Trainer::evaluate() {
   prepare();
   CRUMB_CHECK(test_loader_, "there is no test data to evaluate on");
-  return evaluate_with(*test_loader_, data_->test.count);
+  return evaluate_with(data_->test, *test_loader_);
 }
 
 Evaluation Trainer::evaluate(const data::Dataset& ds) {
@@ -451,10 +483,11 @@ Evaluation Trainer::evaluate(const data::Dataset& ds) {
   check_like_training(ds, "the evaluation data");
   data::Loader loader(ds, std::min(micro_batch(), ds.count), data_->norm, /*shuffle=*/false, 0, false,
                       backend(plan_.device).host_memory());
-  return evaluate_with(loader, ds.count);
+  return evaluate_with(ds, loader);
 }
 
-Evaluation Trainer::evaluate_with(data::Loader& loader, int count, const Scheduler::AfterChunk& after) {
+Evaluation Trainer::evaluate_with(const data::Dataset& ds, data::Loader& loader, const Scheduler::AfterChunk& after) {
+  const int count = ds.count;
   loader.start_epoch(0);
   data::Batch b;
   int64_t correct = 0;
@@ -471,8 +504,9 @@ Evaluation Trainer::evaluate_with(data::Loader& loader, int count, const Schedul
   }
   // A ReLU network with NaN weights still classifies (every logit NaN): the loss says it diverged.
   diverged_ = !std::isfinite(loss_sum);
-  CRUMB_CHECK(!diverged_, "training diverged: the test loss is ", loss_sum, " after optimizer step ",
-              opt_->steps(), " (lower --lr, or add --warmup-steps)");
+  if (diverged_)
+    fail_nonfinite(ds, "evaluation", detail::concat("the test loss is ", loss_sum, " after optimizer step ", opt_->steps()),
+                   "lower --lr, or add --warmup-steps");
   return {static_cast<double>(correct) / count, loss_sum / count, count};
 }
 
@@ -492,7 +526,7 @@ void Trainer::predict(const data::Dataset& ds, float* logits) {
   std::vector<unsigned char> chunk;
   data::Loader loader(ds, std::min(micro_batch(), ds.count), data_->norm, /*shuffle=*/false, 0, false,
                       device.host_memory());
-  evaluate_with(loader, ds.count, [&](int first, int n) {
+  evaluate_with(ds, loader, [&](int first, int n) {
     const std::size_t count = n * row;
     chunk.resize(count * dtype_size(dtype));
     device.read_back(chunk.data(), sched_->eval_executor().data(out), chunk.size());

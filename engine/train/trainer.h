@@ -299,7 +299,12 @@ class Trainer {
   void make_loaders();
   // Checks that ds's images have the run's shape and its labels the run's classes (what = its role).
   void check_like_training(const data::Dataset& ds, const char* what) const;
-  Evaluation evaluate_with(data::Loader& loader, int count, const Scheduler::AfterChunk& after = {});
+  // Evaluates ds, whose batches loader assembles.
+  Evaluation evaluate_with(const data::Dataset& ds, data::Loader& loader, const Scheduler::AfterChunk& after = {});
+  // Where a loss or parameter is no longer finite (what: the error's account of it), blames the data when
+  // ds holds a value that is not finite once normalised, and the learning rate otherwise (advice).
+  [[noreturn]] void fail_nonfinite(const data::Dataset& ds, const char* split, const std::string& what,
+                                   const char* advice) const;
 
   TrainConfig cfg_;
   std::shared_ptr<Communicator> comm_;

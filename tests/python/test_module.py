@@ -145,6 +145,9 @@ BAD_ARRAYS = [
     (lambda x, y: (x, y[:-1]), "one label per sample"),
     (lambda x, y: (x, y.astype(np.float32)), "integer class labels"),
     (lambda x, y: (x, y - 5), r"outside \[0, 2\^31 - 1\): -5"),
+    (lambda x, y: (x, np.where(np.arange(len(y)) == 3, 2**31 - 1, y)), r"outside \[0, 2\^31 - 1\): 0\.\.2147483647"),
+    # The engine refuses one class for every client, as train refuses all-zero labels.
+    (lambda x, y: (x, np.zeros_like(y)), "has 1 class \\(every label is 0\\): training needs at least 2 classes"),
     (lambda x, y: (np.full(x.shape, np.nan, np.float32), y), "NaN"),
     (lambda x, y: (x[:0], y[:0]), "no samples"),
     (lambda x, y: (object(), y), "numpy array or a torch tensor"),
@@ -157,6 +160,17 @@ def test_bad_arrays_raise_one_error(make, message):
     t = crumb.Trainer(model="cnn", progress=False)
     with pytest.raises(crumb.Error, match=message):
         t.fit(*make(x, y))
+
+
+@pytest.mark.parametrize("mean,std,message", [
+    (float("nan"), 1.0, r"mean\[0\] is nan"),
+    (0.5, 0.0, r"std\[0\] is 0"),
+    (0.5, float("inf"), r"std\[0\] is inf"),
+])
+def test_bad_normalisation_is_refused_where_it_is_given(mean, std, message):
+    x, y = images(32)
+    with pytest.raises(crumb.Error, match=message):
+        crumb.Trainer(model="cnn", mean=mean, std=std, progress=False).fit(x, y)
 
 
 @pytest.mark.parametrize("kwargs,message", [
@@ -178,6 +192,8 @@ def test_errors_during_a_run_are_errors_not_crashes():
     t = crumb.Trainer(model="cnn", classes=4, progress=False)
     with pytest.raises(crumb.Error, match="classes"):
         t.fit(x, y + 4)
+    with pytest.raises(crumb.Error, match="more than a 32-bit class count"):
+        crumb.Trainer(model="cnn", classes=2**31, progress=False).fit(x, y)
     with pytest.raises(crumb.Error, match="no weights yet"):
         t.state_dict()
     t.fit(x, y)

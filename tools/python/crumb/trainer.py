@@ -228,9 +228,8 @@ class Trainer:
     def _classes_for(self, *label_arrays) -> int:
         if self._classes is None:
             self._classes = int(max(int(y.max()) for y in label_arrays if len(y))) + 1
-            if self._classes < 2:
-                raise Error(f"every label is {self._classes - 1}: a classifier needs at least 2 classes "
-                            f"(give classes= if the data holds only some of them)")
+        if self._classes > 2**31 - 1:
+            raise Error(f"classes={self._classes} is more than a 32-bit class count holds (2^31 - 1)")
         for y in label_arrays:
             if len(y) and y.max() >= self._classes:
                 raise Error(f"label {int(y.max())} is outside [0, {self._classes}) (classes={self._classes})")
