@@ -433,6 +433,53 @@ TYPED_TEST(CpuKernelTest, Elementwise) {
   }
 }
 
+// LeakyReLU and Hardtanh against their definitions (PyTorch's: the slope at 0 is negative_slope, a
+// bound itself passes no gradient), both write modes, in place, and NaN through the forward only.
+TYPED_TEST(CpuKernelTest, LeakyReluAndHardtanh) {
+  using T = TypeParam;
+  const std::size_t count = 40003;
+  Vec x = random_doubles(count, 4, -8, 8), dy = random_doubles(count, 5);
+  round_to<T>(x), round_to<T>(dy);
+  x[0] = 0, x[1] = 6, x[2] = -1;  // at ReLU6's bounds, and the value -1 that the clamp below keeps
+  const double slope = 0.25, lo = -1, hi = 6;
+  Vec leaky(count), dleaky(count), clamp(count), dclamp(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    leaky[i] = x[i] > 0 ? x[i] : slope * x[i];
+    dleaky[i] = x[i] > 0 ? dy[i] : slope * dy[i];
+    clamp[i] = std::min(std::max(x[i], lo), hi);
+    dclamp[i] = x[i] > lo && x[i] < hi ? dy[i] : 0;
+  }
+  const auto tx = cast<T>(x), tdy = cast<T>(dy), tleaky = cast<T>(leaky), tclamp = cast<T>(clamp);
+  check_outputs<T>({leaky}, false, [&](auto& o, bool) { leaky_relu_forward(o[0], tx.data(), count, slope); });
+  check_outputs<T>({dleaky}, true, [&](auto& o, bool acc) {
+    leaky_relu_backward(o[0], tdy.data(), tleaky.data(), count, slope, acc);
+  });
+  check_outputs<T>({clamp}, false, [&](auto& o, bool) { hardtanh_forward(o[0], tx.data(), count, lo, hi); });
+  check_outputs<T>({dclamp}, true, [&](auto& o, bool acc) {
+    hardtanh_backward(o[0], tdy.data(), tclamp.data(), count, lo, hi, acc);
+  });
+  auto buf = tx;
+  hardtanh_forward(buf.data(), buf.data(), count, lo, hi);
+  expect_close(buf, clamp, "hardtanh in place");
+  buf = tdy;
+  leaky_relu_backward(buf.data(), buf.data(), tleaky.data(), count, slope, false);
+  expect_close(buf, dleaky, "leaky relu backward in place");
+
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  const std::vector<T> nx{nan, T(-2)}, ones{T(1), T(1)};
+  std::vector<T> y(2), dx(2);
+  leaky_relu_forward(y.data(), nx.data(), 2, slope);
+  EXPECT_TRUE(std::isnan(y[0]));
+  EXPECT_EQ(y[1], T(-0.5));
+  leaky_relu_backward(dx.data(), ones.data(), y.data(), 2, slope, false);
+  EXPECT_EQ(dx, (std::vector<T>{T(0), T(0.25)}));
+  hardtanh_forward(y.data(), nx.data(), 2, lo, hi);
+  EXPECT_TRUE(std::isnan(y[0]));
+  EXPECT_EQ(y[1], T(-1));
+  hardtanh_backward(dx.data(), ones.data(), y.data(), 2, lo, hi, false);
+  EXPECT_EQ(dx, (std::vector<T>{T(0), T(0)}));
+}
+
 // ---- softmax cross-entropy
 
 TYPED_TEST(CpuKernelTest, SoftmaxXent) {
