@@ -132,21 +132,23 @@ void for_each_tap(const Conv2dShape& s, const std::function<void(long, long, lon
     for (int co = 0; co < s.c_out; ++co)
       for (int oh = 0; oh < s.h_out; ++oh)
         for (int ow = 0; ow < s.w_out; ++ow)
-          for (int ci = 0; ci < s.c_in; ++ci)
+          for (int cg = 0; cg < s.c_in / s.groups; ++cg)  // input channel cg of co's group
             for (int ki = 0; ki < s.kh; ++ki)
               for (int kj = 0; kj < s.kw; ++kj) {
                 const int ih = oh * s.stride_h - s.pad_h + ki, iw = ow * s.stride_w - s.pad_w + kj;
                 if (ih < 0 || ih >= s.h || iw < 0 || iw >= s.w) continue;
+                const int ci = co / (s.c_out / s.groups) * (s.c_in / s.groups) + cg;
                 f(((long(i) * s.c_out + co) * s.h_out + oh) * s.w_out + ow, ((long(i) * s.c_in + ci) * s.h + ih) * s.w + iw,
-                  ((long(co) * s.c_in + ci) * s.kh + ki) * s.kw + kj, co);
+                  ((long(co) * (s.c_in / s.groups) + cg) * s.kh + ki) * s.kw + kj, co);
               }
 }
 
 template <class T> void check_conv(const Conv2dShape& s) {
   SCOPED_TRACE(::testing::Message() << "conv n=" << s.n << " c_in=" << s.c_in << " " << s.h << "x" << s.w
                                     << " c_out=" << s.c_out << " k=" << s.kh << "x" << s.kw << " stride=" << s.stride_h
-                                    << "," << s.stride_w << " pad=" << s.pad_h << "," << s.pad_w);
-  const long w_count = long(s.c_out) * s.c_in * s.kh * s.kw;
+                                    << "," << s.stride_w << " pad=" << s.pad_h << "," << s.pad_w
+                                    << " groups=" << s.groups);
+  const long w_count = long(s.c_out) * (s.c_in / s.groups) * s.kh * s.kw;
   Vec x = random_doubles(s.in_count(), 1), w = random_doubles(w_count, 2), b = random_doubles(s.c_out, 3);
   Vec dy = random_doubles(s.out_count(), 4);
   round_to<T>(x), round_to<T>(w), round_to<T>(b), round_to<T>(dy);
@@ -217,6 +219,27 @@ TYPED_TEST(CpuKernelTest, Conv2d) {
            conv_shape(3, 2, 3, 6, 3, 5, 5, 1, 1, 2, 2),     // 5x5 on 3x6: no interior at all
            conv_shape(130, 3, 7, 7, 2, 5, 5, 1, 1, 2, 2),   // 5x5 on 7x7, 65 a slice: chunks of 64 + 1
            conv_shape(3, 4, 7, 7, 5, 1, 1, 1, 1, 0, 0),     // 1x1 on 7x7: not small (plain GEMM)
+       }) {
+    check_conv<TypeParam>(s);
+  }
+}
+
+Conv2dShape grouped(Conv2dShape s, int groups) {
+  s.groups = groups;
+  return s;
+}
+
+// Grouped convolutions against the same definition, each input channel reaching its group's outputs only.
+TYPED_TEST(CpuKernelTest, Conv2dGrouped) {
+  for (const Conv2dShape& s : {
+           grouped(conv_shape(3, 4, 7, 6, 6, 3, 3, 1, 1, 1, 1), 2),     // two groups: the ungrouped kernels
+           grouped(conv_shape(2, 6, 6, 7, 9, 2, 3, 1, 2, 0, 1), 3),     // non-square kernel, mixed stride / pad
+           grouped(conv_shape(20, 8, 4, 4, 8, 3, 3, 1, 1, 1, 1), 2),    // small maps, blocked samples
+           grouped(conv_shape(3, 5, 7, 6, 5, 3, 3, 1, 1, 1, 1), 5),     // depthwise
+           grouped(conv_shape(2, 3, 9, 8, 6, 3, 5, 2, 1, 1, 2), 3),     // depthwise x2, kh != kw, strides differ
+           grouped(conv_shape(2, 2, 8, 7, 2, 2, 2, 3, 3, 0, 0), 2),     // depthwise, stride > kernel
+           grouped(conv_shape(2, 3, 2, 3, 3, 5, 5, 1, 1, 2, 2), 3),     // depthwise, kernel past the map
+           grouped(conv_shape(8, 32, 24, 24, 32, 3, 3, 1, 1, 1, 1), 32),  // depthwise, split across threads
        }) {
     check_conv<TypeParam>(s);
   }
