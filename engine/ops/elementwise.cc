@@ -46,8 +46,7 @@ template <const OpDef& Bwd> void activation_backward(GradBuilder& gb, const Node
 
 void infer_leaky_relu(Graph& g, Node& n) {
   const double s = ops::attrs<LeakyReluAttrs>(n).negative_slope;
-  if (!(s >= 0 && s < 1e30))
-    ops::fail(n, "negative_slope must be a finite number >= 0, got " + std::to_string(s));
+  if (!(s >= 0) || !std::isfinite(s)) ops::fail(n, "negative_slope must be a finite number >= 0, got " + std::to_string(s));
   infer_same(g, n);
 }
 
@@ -185,6 +184,10 @@ ValueId hardtanh(Graph& g, ValueId x, double min_val, double max_val, const std:
 
 ValueId flatten(Graph& g, ValueId x, const std::string& name) {
   return g.apply(kReshape, {x}, name, ReshapeAttrs{{dims_count(g.value(x).dims)}});
+}
+
+ValueId reshape(Graph& g, ValueId x, const Dims& dims, const std::string& name) {
+  return g.apply(kReshape, {x}, name, ReshapeAttrs{dims});
 }
 
 ValueId add(Graph& g, ValueId a, ValueId b, const std::string& name) { return g.apply(kAdd, {a, b}, name); }

@@ -32,6 +32,8 @@ ValueId leaky_relu(Graph& g, ValueId x, double negative_slope, const std::string
 // min(max(x, min_val), max_val); ReLU6 is hardtanh(x, 0, 6).
 ValueId hardtanh(Graph& g, ValueId x, double min_val, double max_val, const std::string& name);
 ValueId flatten(Graph& g, ValueId x, const std::string& name);
+// x as per-sample `dims` (a view; the element count must match).
+ValueId reshape(Graph& g, ValueId x, const Dims& dims, const std::string& name);
 ValueId add(Graph& g, ValueId a, ValueId b, const std::string& name);
 }  // namespace nn
 
