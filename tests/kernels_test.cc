@@ -240,6 +240,7 @@ TYPED_TEST(CpuKernelTest, Conv2dGrouped) {
            grouped(conv_shape(2, 2, 8, 7, 2, 2, 2, 3, 3, 0, 0), 2),     // depthwise, stride > kernel
            grouped(conv_shape(2, 3, 2, 3, 3, 5, 5, 1, 1, 2, 2), 3),     // depthwise, kernel past the map
            grouped(conv_shape(8, 32, 24, 24, 32, 3, 3, 1, 1, 1, 1), 32),  // depthwise, split across threads
+           grouped(conv_shape(4, 960, 2, 2, 960, 3, 3, 1, 1, 1, 1), 960),  // MobileNetV2 on 48x48: features.17
        }) {
     check_conv<TypeParam>(s);
   }
