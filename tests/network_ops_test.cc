@@ -15,14 +15,11 @@
 #include "engine/ops/elementwise.h"
 #include "engine/ops/window.h"
 #include "engine/train/network.h"
-#include "engine/train/trainer.h"
 #include "tests/small_run.h"
+#include "tests/test_util.h"
 
 namespace crumb {
 namespace {
-
-using test::small_run;
-using test::synthetic_data;
 
 // MobileNetV2's inverted residual on 1x12x12 images: expand, depthwise, project, then the new
 // activations and a reshape to [features] and back.
@@ -77,25 +74,8 @@ TEST(NetworkOps, BuildTheEngineOpsWithTheirAttributes) {
 
 // BatchNorm over groups of 4, so micro-batches of 4 compute what whole batches of 16 do.
 TEST(NetworkOps, MicroBatchingIsExact) {
-  TrainConfig whole = small_run();
-  whole.network = kMobile;
-  whole.micro_batch = 16;
-  TrainConfig micro = whole;
-  micro.micro_batch = 4;
-  const auto data = synthetic_data(whole);
-  Trainer a(whole, data), b(micro, data);
-  a.fit();
-  b.fit();
-  EXPECT_EQ(b.micro_batch(), 4);
-  const auto* wa = static_cast<const float*>(a.params().data_block());
-  const auto* wb = static_cast<const float*>(b.params().data_block());
-  double worst = 0, scale = 0;
-  for (std::size_t i = 0; i < a.params().bytes() / sizeof(float); ++i) {
-    worst = std::max(worst, double(std::fabs(wa[i] - wb[i])));
-    scale = std::max(scale, double(std::fabs(wa[i])));
-  }
-  EXPECT_GT(scale, 0);
-  EXPECT_LE(worst / scale, 1e-5);
+  const auto [micro, whole] = test::micro_and_whole(kMobile, 4);
+  EXPECT_LE(test::relative_error(micro, whole), 1e-5);
 }
 
 std::string with_nodes(const std::string& nodes) {
@@ -104,18 +84,15 @@ std::string with_nodes(const std::string& nodes) {
 }
 
 void expect_error(const std::string& text, const std::string& what, bool build) {
-  try {
+  const std::string msg = test::error_of([&] {
     if (build) {
       build_network(text, {6, 12, 12, 4});
     } else {
       parse_network(text, "desc");
     }
-    ADD_FAILURE() << "accepted: " << text;
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find(what), std::string::npos) << msg;
-    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
-  }
+  });
+  EXPECT_NE(msg.find(what), std::string::npos) << msg << " (for " << text << ")";
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
 }
 
 TEST(NetworkOps, EveryMistakeIsOneErrorNamingTheNode) {

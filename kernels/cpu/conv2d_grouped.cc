@@ -183,51 +183,58 @@ std::size_t grouped_backward_weight_workspace(const Conv2dShape& s) {
   return depthwise(s) ? 0 : copies(s) + conv2d_backward_weight_workspace(group_shape(s));
 }
 
-// The group loops: x_g [n, c_in / groups, h, w] and y_g [n, c_out / groups, h_out, w_out] (or dx_g and
-// dy_g) at the workspace's start, the ungrouped kernel's workspace after them.
+// One group's copies in the workspace: its input channels (x_g or dx_g, [n, c_in / groups, h, w]) at
+// the start, its output channels (y_g or dy_g, [n, c_out / groups, h_out, w_out]) after them, the
+// ungrouped kernel's workspace after both. Group k's weights (and bias) are a contiguous slice.
+template <class T> struct GroupCopies {
+  GroupCopies(const Conv2dShape& shape, T* workspace)
+      : s(shape), g(group_shape(shape)), in(workspace), out(workspace + std::ptrdiff_t{s.n} * g.c_in * in_plane(s)),
+        inner(workspace + copies(s)), w_len(std::ptrdiff_t{g.c_out} * g.c_in * s.kh * s.kw) {}
+  void gather_in(const T* v, int k) { gather(in, v, s.n, s.c_in, k * g.c_in, g.c_in, in_plane(s)); }
+  void gather_out(const T* v, int k) { gather(out, v, s.n, s.c_out, k * g.c_out, g.c_out, out_plane(s)); }
+  void scatter_in(T* v, int k, bool accumulate) {
+    scatter(v, in, s.n, s.c_in, k * g.c_in, g.c_in, in_plane(s), accumulate);
+  }
+  void scatter_out(T* v, int k) { scatter(v, out, s.n, s.c_out, k * g.c_out, g.c_out, out_plane(s), false); }
+  template <class P> P* bias(P* b, int k) const { return b ? b + k * g.c_out : nullptr; }
+
+  const Conv2dShape& s;
+  const Conv2dShape g;  // one group's shape
+  T *in, *out, *inner;
+  const std::ptrdiff_t w_len;
+};
+
 template <class T> void grouped_forward(T* y, const T* x, const T* w, const T* b, const Conv2dShape& s, T* workspace) {
   if (depthwise(s)) return depthwise_forward(y, x, w, b, s);
-  const Conv2dShape g = group_shape(s);
-  T* xg = workspace;
-  T* yg = xg + std::ptrdiff_t{s.n} * g.c_in * in_plane(s);
-  T* inner = workspace + copies(s);
-  const std::ptrdiff_t w_len = std::ptrdiff_t{g.c_out} * g.c_in * s.kh * s.kw;
+  GroupCopies<T> c(s, workspace);
   for (int k = 0; k < s.groups; ++k) {
-    gather(xg, x, s.n, s.c_in, k * g.c_in, g.c_in, in_plane(s));
-    conv2d_forward(yg, xg, w + k * w_len, b ? b + k * g.c_out : nullptr, g, inner);
-    scatter(y, yg, s.n, s.c_out, k * g.c_out, g.c_out, out_plane(s), false);
+    c.gather_in(x, k);
+    conv2d_forward(c.out, c.in, w + k * c.w_len, c.bias(b, k), c.g, c.inner);
+    c.scatter_out(y, k);
   }
 }
 
 template <class T>
 void grouped_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, T* workspace, bool accumulate) {
   if (depthwise(s)) return depthwise_backward_data(dx, dy, w, s, accumulate);
-  const Conv2dShape g = group_shape(s);
-  T* dxg = workspace;
-  T* dyg = dxg + std::ptrdiff_t{s.n} * g.c_in * in_plane(s);
-  T* inner = workspace + copies(s);
-  const std::ptrdiff_t w_len = std::ptrdiff_t{g.c_out} * g.c_in * s.kh * s.kw;
+  GroupCopies<T> c(s, workspace);
   for (int k = 0; k < s.groups; ++k) {
-    gather(dyg, dy, s.n, s.c_out, k * g.c_out, g.c_out, out_plane(s));
-    conv2d_backward_data(dxg, dyg, w + k * w_len, g, inner, false);
-    scatter(dx, dxg, s.n, s.c_in, k * g.c_in, g.c_in, in_plane(s), accumulate);
+    c.gather_out(dy, k);
+    conv2d_backward_data(c.in, c.out, w + k * c.w_len, c.g, c.inner, false);
+    c.scatter_in(dx, k, accumulate);
   }
 }
 
-// Group k's dw and db are contiguous slices of dw and db: the ungrouped kernel writes (or adds) them.
+// The ungrouped kernel writes (or adds) group k's slices of dw and db.
 template <class T>
 void grouped_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dShape& s, T* workspace,
                              bool accumulate) {
   if (depthwise(s)) return depthwise_backward_weight(dw, db, dy, x, s, accumulate);
-  const Conv2dShape g = group_shape(s);
-  T* xg = workspace;
-  T* dyg = xg + std::ptrdiff_t{s.n} * g.c_in * in_plane(s);
-  T* inner = workspace + copies(s);
-  const std::ptrdiff_t w_len = std::ptrdiff_t{g.c_out} * g.c_in * s.kh * s.kw;
+  GroupCopies<T> c(s, workspace);
   for (int k = 0; k < s.groups; ++k) {
-    gather(xg, x, s.n, s.c_in, k * g.c_in, g.c_in, in_plane(s));
-    gather(dyg, dy, s.n, s.c_out, k * g.c_out, g.c_out, out_plane(s));
-    conv2d_backward_weight(dw + k * w_len, db ? db + k * g.c_out : nullptr, dyg, xg, g, inner, accumulate);
+    c.gather_in(x, k);
+    c.gather_out(dy, k);
+    conv2d_backward_weight(dw + k * c.w_len, c.bias(db, k), c.out, c.in, c.g, c.inner, accumulate);
   }
 }
 
