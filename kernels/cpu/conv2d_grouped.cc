@@ -23,7 +23,7 @@ std::ptrdiff_t in_plane(const Conv2dShape& s) { return std::ptrdiff_t{s.h} * s.w
 std::ptrdiff_t out_plane(const Conv2dShape& s) { return std::ptrdiff_t{s.h_out} * s.w_out; }
 double macs(const Conv2dShape& s) { return 1.0 * s.n * s.c_out * out_plane(s) * s.kh * s.kw; }
 
-// The copies of one group's input and output channels, then the ungrouped kernel's workspace.
+// Elements of the copies of one group's input and output channels (GroupCopies).
 std::size_t copies(const Conv2dShape& s) {
   const Conv2dShape g = group_shape(s);
   return static_cast<std::size_t>(std::ptrdiff_t{s.n} * (g.c_in * in_plane(s) + g.c_out * out_plane(s)));
@@ -51,7 +51,7 @@ void scatter(T* v, const T* dense, int n, int channels, int first, int count, st
 
 // ---- depthwise: output channel co reads input channel co / m, m = c_out / c_in.
 
-// Calls f(oh, ih, ki) for each kernel row ki of output row oh that lands inside the image (row ih).
+// Calls f(ih, ki) for each kernel row ki of output row oh that lands inside the image, on input row ih.
 template <class F> void for_each_row_tap(const Conv2dShape& s, int oh, F&& f) {
   for (int ki = 0; ki < s.kh; ++ki) {
     const int ih = oh * s.stride_h - s.pad_h + ki;

@@ -220,10 +220,8 @@ def _convert_function(node, what, torch):
 
 
 def _log_softmax_input(node, what, torch):
-    """The input of a log_softmax over the classes (F.log_softmax, torch.log_softmax, x.log_softmax,
-    nn.LogSoftmax), or None if node is none."""
-    if node.op == "call_module":
-        return None
+    """The input of a call_function or call_method node that is a log_softmax over the classes
+    (F.log_softmax, torch.log_softmax, x.log_softmax), or None if it is none."""
     t = node.target
     if not (t in (torch.nn.functional.log_softmax, torch.log_softmax) or
             (node.op == "call_method" and t == "log_softmax")):
