@@ -7,7 +7,7 @@
 
 namespace crumb::cpu {
 
-// ---- conv2d (NCHW), w [c_out, c_in, kh, kw], b [c_out] (may be null)
+// ---- conv2d (NCHW), w [c_out, c_in / groups, kh, kw], b [c_out] (may be null)
 // Workspace sizes are in elements of T.
 std::size_t conv2d_forward_workspace(const Conv2dShape& s);
 std::size_t conv2d_backward_data_workspace(const Conv2dShape& s);

@@ -16,6 +16,18 @@ namespace crumb::cpu {
 template <class T> void relu_forward(T* y, const T* x, std::size_t count);
 // dx = dy where y > 0 else 0 (uses the forward *output*, so the forward may run in place)
 template <class T> void relu_backward(T* dx, const T* dy, const T* y, std::size_t count, bool accumulate);
+// y = x where x > 0 else slope * x, NaN propagating (torch.nn.LeakyReLU); slope >= 0, so that y > 0 exactly
+// where x > 0 and the backward can read the output.
+template <class T> void leaky_relu_forward(T* y, const T* x, std::size_t count, double slope);
+// dx (=|+=) dy where y > 0 else slope * dy (the forward *output*, so the forward may run in place)
+template <class T>
+void leaky_relu_backward(T* dx, const T* dy, const T* y, std::size_t count, double slope, bool accumulate);
+// y = min(max(x, lo), hi), NaN propagating (torch.nn.Hardtanh; ReLU6 is lo 0, hi 6); lo < hi.
+template <class T> void hardtanh_forward(T* y, const T* x, std::size_t count, double lo, double hi);
+// dx (=|+=) dy where y is strictly inside the bounds (as T stores them) else 0: y is inside exactly where
+// x is (PyTorch's rule, up to a 16-bit rounding onto a bound), so the forward may run in place
+template <class T>
+void hardtanh_backward(T* dx, const T* dy, const T* y, std::size_t count, double lo, double hi, bool accumulate);
 // y = a + b (y may alias a or b)
 template <class T> void add_forward(T* y, const T* a, const T* b, std::size_t count);
 // y (=|+=) x
@@ -36,6 +48,15 @@ template <class T> void relu_forward(T* y, const T* x, std::size_t count, cudaSt
 // dx (=|+=) dy where y > 0 else 0 (the forward *output*, so the forward may run in place)
 template <class T>
 void relu_backward(T* dx, const T* dy, const T* y, std::size_t count, bool accumulate, cudaStream_t stream);
+// The CPU twins' activations; slope, lo and hi as float (what the kernels compute in).
+template <class T> void leaky_relu_forward(T* y, const T* x, std::size_t count, float slope, cudaStream_t stream);
+template <class T>
+void leaky_relu_backward(T* dx, const T* dy, const T* y, std::size_t count, float slope, bool accumulate,
+                         cudaStream_t stream);
+template <class T> void hardtanh_forward(T* y, const T* x, std::size_t count, float lo, float hi, cudaStream_t stream);
+template <class T>
+void hardtanh_backward(T* dx, const T* dy, const T* y, std::size_t count, float lo, float hi, bool accumulate,
+                       cudaStream_t stream);
 // y = a + b (y may alias a or b)
 template <class T> void add_forward(T* y, const T* a, const T* b, std::size_t count, cudaStream_t stream);
 // y (=|+=) x

@@ -36,7 +36,8 @@ TEST(CudaPrecision, SixteenBitRowsAreNative) {
       &kAdd,           &kMaxPool2d,        &kMaxPool2dBwd,      &kAvgPool2d,     &kAvgPool2dBwd,
       &kGlobalAvgPool, &kGlobalAvgPoolBwd, &kAdaptiveAvgPool2d, &kAdaptiveAvgPool2dBwd,
       &kBatchNorm,     &kBatchNormBwd,     &kBatchNormApply,    &kGroupNorm,     &kGroupNormBwd,
-      &kSoftmaxXent,   &kSoftmaxXentBwd,   &kDropout,           &kDropoutBwd,
+      &kSoftmaxXent,   &kSoftmaxXentBwd,   &kDropout,           &kDropoutBwd,     &kLeakyRelu,
+      &kLeakyReluBwd,  &kHardtanh,         &kHardtanhBwd,
 #if CRUMB_HAVE_CUDNN
       &kConv2d,        &kConv2dBwdData,
 #endif

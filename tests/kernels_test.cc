@@ -132,21 +132,23 @@ void for_each_tap(const Conv2dShape& s, const std::function<void(long, long, lon
     for (int co = 0; co < s.c_out; ++co)
       for (int oh = 0; oh < s.h_out; ++oh)
         for (int ow = 0; ow < s.w_out; ++ow)
-          for (int ci = 0; ci < s.c_in; ++ci)
+          for (int cg = 0; cg < s.c_in / s.groups; ++cg)  // input channel cg of co's group
             for (int ki = 0; ki < s.kh; ++ki)
               for (int kj = 0; kj < s.kw; ++kj) {
                 const int ih = oh * s.stride_h - s.pad_h + ki, iw = ow * s.stride_w - s.pad_w + kj;
                 if (ih < 0 || ih >= s.h || iw < 0 || iw >= s.w) continue;
+                const int ci = co / (s.c_out / s.groups) * (s.c_in / s.groups) + cg;
                 f(((long(i) * s.c_out + co) * s.h_out + oh) * s.w_out + ow, ((long(i) * s.c_in + ci) * s.h + ih) * s.w + iw,
-                  ((long(co) * s.c_in + ci) * s.kh + ki) * s.kw + kj, co);
+                  ((long(co) * (s.c_in / s.groups) + cg) * s.kh + ki) * s.kw + kj, co);
               }
 }
 
 template <class T> void check_conv(const Conv2dShape& s) {
   SCOPED_TRACE(::testing::Message() << "conv n=" << s.n << " c_in=" << s.c_in << " " << s.h << "x" << s.w
                                     << " c_out=" << s.c_out << " k=" << s.kh << "x" << s.kw << " stride=" << s.stride_h
-                                    << "," << s.stride_w << " pad=" << s.pad_h << "," << s.pad_w);
-  const long w_count = long(s.c_out) * s.c_in * s.kh * s.kw;
+                                    << "," << s.stride_w << " pad=" << s.pad_h << "," << s.pad_w
+                                    << " groups=" << s.groups);
+  const long w_count = long(s.c_out) * (s.c_in / s.groups) * s.kh * s.kw;
   Vec x = random_doubles(s.in_count(), 1), w = random_doubles(w_count, 2), b = random_doubles(s.c_out, 3);
   Vec dy = random_doubles(s.out_count(), 4);
   round_to<T>(x), round_to<T>(w), round_to<T>(b), round_to<T>(dy);
@@ -217,6 +219,28 @@ TYPED_TEST(CpuKernelTest, Conv2d) {
            conv_shape(3, 2, 3, 6, 3, 5, 5, 1, 1, 2, 2),     // 5x5 on 3x6: no interior at all
            conv_shape(130, 3, 7, 7, 2, 5, 5, 1, 1, 2, 2),   // 5x5 on 7x7, 65 a slice: chunks of 64 + 1
            conv_shape(3, 4, 7, 7, 5, 1, 1, 1, 1, 0, 0),     // 1x1 on 7x7: not small (plain GEMM)
+       }) {
+    check_conv<TypeParam>(s);
+  }
+}
+
+Conv2dShape grouped(Conv2dShape s, int groups) {
+  s.groups = groups;
+  return s;
+}
+
+// Grouped convolutions against the same definition, each input channel reaching its group's outputs only.
+TYPED_TEST(CpuKernelTest, Conv2dGrouped) {
+  for (const Conv2dShape& s : {
+           grouped(conv_shape(3, 4, 7, 6, 6, 3, 3, 1, 1, 1, 1), 2),     // two groups: the ungrouped kernels
+           grouped(conv_shape(2, 6, 6, 7, 9, 2, 3, 1, 2, 0, 1), 3),     // non-square kernel, mixed stride / pad
+           grouped(conv_shape(20, 8, 4, 4, 8, 3, 3, 1, 1, 1, 1), 2),    // small maps, blocked samples
+           grouped(conv_shape(3, 5, 7, 6, 5, 3, 3, 1, 1, 1, 1), 5),     // depthwise
+           grouped(conv_shape(2, 3, 9, 8, 6, 3, 5, 2, 1, 1, 2), 3),     // depthwise x2, kh != kw, strides differ
+           grouped(conv_shape(2, 2, 8, 7, 2, 2, 2, 3, 3, 0, 0), 2),     // depthwise, stride > kernel
+           grouped(conv_shape(2, 3, 2, 3, 3, 5, 5, 1, 1, 2, 2), 3),     // depthwise, kernel past the map
+           grouped(conv_shape(8, 32, 24, 24, 32, 3, 3, 1, 1, 1, 1), 32),  // depthwise, split across threads
+           grouped(conv_shape(4, 960, 2, 2, 960, 3, 3, 1, 1, 1, 1), 960),  // MobileNetV2 on 48x48: features.17
        }) {
     check_conv<TypeParam>(s);
   }
@@ -431,6 +455,53 @@ TYPED_TEST(CpuKernelTest, Elementwise) {
     add_forward(buf.data(), buf.data(), ta.data(), count);
     expect_close(buf, sum, "add in place");
   }
+}
+
+// LeakyReLU and Hardtanh against their definitions (PyTorch's: the slope at 0 is negative_slope, a
+// bound itself passes no gradient), both write modes, in place, and NaN through the forward only.
+TYPED_TEST(CpuKernelTest, LeakyReluAndHardtanh) {
+  using T = TypeParam;
+  const std::size_t count = 40003;
+  Vec x = random_doubles(count, 4, -8, 8), dy = random_doubles(count, 5);
+  round_to<T>(x), round_to<T>(dy);
+  x[0] = 0, x[1] = 6, x[2] = -1;  // at ReLU6's bounds, and the value -1 that the clamp below keeps
+  const double slope = 0.25, lo = -1, hi = 6;
+  Vec leaky(count), dleaky(count), clamp(count), dclamp(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    leaky[i] = x[i] > 0 ? x[i] : slope * x[i];
+    dleaky[i] = x[i] > 0 ? dy[i] : slope * dy[i];
+    clamp[i] = std::min(std::max(x[i], lo), hi);
+    dclamp[i] = x[i] > lo && x[i] < hi ? dy[i] : 0;
+  }
+  const auto tx = cast<T>(x), tdy = cast<T>(dy), tleaky = cast<T>(leaky), tclamp = cast<T>(clamp);
+  check_outputs<T>({leaky}, false, [&](auto& o, bool) { leaky_relu_forward(o[0], tx.data(), count, slope); });
+  check_outputs<T>({dleaky}, true, [&](auto& o, bool acc) {
+    leaky_relu_backward(o[0], tdy.data(), tleaky.data(), count, slope, acc);
+  });
+  check_outputs<T>({clamp}, false, [&](auto& o, bool) { hardtanh_forward(o[0], tx.data(), count, lo, hi); });
+  check_outputs<T>({dclamp}, true, [&](auto& o, bool acc) {
+    hardtanh_backward(o[0], tdy.data(), tclamp.data(), count, lo, hi, acc);
+  });
+  auto buf = tx;
+  hardtanh_forward(buf.data(), buf.data(), count, lo, hi);
+  expect_close(buf, clamp, "hardtanh in place");
+  buf = tdy;
+  leaky_relu_backward(buf.data(), buf.data(), tleaky.data(), count, slope, false);
+  expect_close(buf, dleaky, "leaky relu backward in place");
+
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  const std::vector<T> nx{nan, T(-2)}, ones{T(1), T(1)};
+  std::vector<T> y(2), dx(2);
+  leaky_relu_forward(y.data(), nx.data(), 2, slope);
+  EXPECT_TRUE(std::isnan(y[0]));
+  EXPECT_EQ(y[1], T(-0.5));
+  leaky_relu_backward(dx.data(), ones.data(), y.data(), 2, slope, false);
+  EXPECT_EQ(dx, (std::vector<T>{T(0), T(0.25)}));
+  hardtanh_forward(y.data(), nx.data(), 2, lo, hi);
+  EXPECT_TRUE(std::isnan(y[0]));
+  EXPECT_EQ(y[1], T(-1));
+  hardtanh_backward(dx.data(), ones.data(), y.data(), 2, lo, hi, false);
+  EXPECT_EQ(dx, (std::vector<T>{T(0), T(0)}));
 }
 
 // ---- softmax cross-entropy

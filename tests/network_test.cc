@@ -213,23 +213,11 @@ TEST(Network, MicroBatchingAnOwnNetworkIsExact) {
     {"name": "flat", "op": "flatten"},
     {"name": "drop", "op": "dropout", "p": 0.25},
     {"name": "fc", "op": "linear", "in_features": 32, "out_features": 4}]})";
-  TrainConfig whole = small_run();
-  whole.network = net;
-  whole.micro_batch = 16;
-  TrainConfig micro = whole;
-  micro.micro_batch = 4;
-  const auto data = synthetic_data(whole);
-  Trainer a(whole, data), b(micro, data);
-  a.fit();
-  b.fit();
-  EXPECT_EQ(b.micro_batch(), 4);
-  const auto* wa = static_cast<const float*>(a.params().data_block());
-  const auto* wb = static_cast<const float*>(b.params().data_block());
-  const std::size_t n = a.params().bytes() / sizeof(float);
+  const auto [micro, whole] = test::micro_and_whole(net, 4);
   double worst = 0, scale = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    worst = std::max(worst, double(std::fabs(wa[i] - wb[i])));
-    scale = std::max(scale, double(std::fabs(wa[i])));
+  for (std::size_t i = 0; i < whole.size(); ++i) {
+    worst = std::max(worst, double(std::fabs(whole[i] - micro[i])));
+    scale = std::max(scale, double(std::fabs(whole[i])));
   }
   EXPECT_LE(worst / scale, 1e-5);
 }
@@ -418,7 +406,7 @@ TEST(Network, TenMegabyteDescriptionsParseInLinearTime) {
   EXPECT_LT(seconds([&] { net = parse_network(valid, "big"); }), 5.0);
   EXPECT_EQ(net.nodes.size(), static_cast<std::size_t>(n) + 2);
   const std::string wrong_input = valid.substr(0, valid.size() - 5) + "x\"]}]}";  // the last input: "relu...x"
-  const std::string wrong_op = valid.substr(0, valid.rfind("\"relu\"")) + "\"relu6\", \"inputs\": [\"fc\"]}]}";
+  const std::string wrong_op = valid.substr(0, valid.rfind("\"relu\"")) + "\"relu7\", \"inputs\": [\"fc\"]}]}";  // no such op
   for (const std::string* text : {&wrong_input, &wrong_op}) {
     std::string msg;
     EXPECT_LT(seconds([&] { msg = test::error_of([&] { parse_network(*text, "big"); }); }), 5.0);

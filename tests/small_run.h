@@ -3,7 +3,11 @@
 // everything a resume must restore.
 #pragma once
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "engine/base/error.h"
 #include "engine/train/trainer.h"
 
 namespace crumb::test {
@@ -31,6 +35,27 @@ inline TrainConfig small_run() {
   c.threads = 1;
   c.device = Device::CPU;
   return c;
+}
+
+// The weights after small_run() of a network description in micro-batches of `micro` and in whole
+// batches: what micro-batching must not change (up to float32 reordering).
+inline std::pair<std::vector<float>, std::vector<float>> micro_and_whole(const std::string& network, int micro) {
+  TrainConfig whole = small_run();
+  whole.network = network;
+  whole.micro_batch = whole.batch;
+  TrainConfig part = whole;
+  part.micro_batch = micro;
+  const auto data = synthetic_data(whole);
+  Trainer a(part, data), b(whole, data);
+  a.fit();
+  b.fit();
+  auto weights = [](Trainer& t) {
+    const auto* p = static_cast<const float*>(t.params().data_block());
+    return std::vector<float>(p, p + t.params().bytes() / sizeof(float));
+  };
+  if (a.micro_batch() != micro) throw Error("micro_and_whole: planned micro-batches of " +
+                                            std::to_string(a.micro_batch()) + ", not " + std::to_string(micro));
+  return {weights(a), weights(b)};
 }
 
 }  // namespace crumb::test

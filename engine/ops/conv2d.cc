@@ -1,4 +1,4 @@
-// conv2d on NCHW: x [n, c_in, h, w], w [c_out, c_in, kh, kw], optional b [c_out]. The shape rule of the
+// conv2d on NCHW: x [n, c_in, h, w], w [c_out, c_in / groups, kh, kw], optional b [c_out]. The shape rule of the
 // forward computes the kernel geometry (cpu::Conv2dShape per sample); the backward nodes carry it.
 // The declaration, its CPU rows (im2col + GEMM) and its graph builder; the CUDA rows (cuDNN) are at
 // the end, in CUDA builds.
@@ -28,9 +28,14 @@ cpu::Conv2dShape check_conv(const Node& n, const Value& xv, const Dims& w) {
     ops::fail(n, "input '" + xv.name + "' must be [batch, channels, height, width], got per-sample " + dims_str(xv.dims));
   if (w.size() != 4 || w[0] <= 0 || w[2] != a.kh || w[3] != a.kw)
     ops::fail(n, "weight " + dims_str(w) + " does not match the kernel size");
-  if (w[1] != xv.dims[0])
+  if (a.groups < 1 || xv.dims[0] % a.groups || w[0] % a.groups)
+    ops::fail(n, "groups " + std::to_string(a.groups) + " must divide the input's " + std::to_string(xv.dims[0]) +
+                     " channels and the weight's " + std::to_string(w[0]) + " output channels");
+  if (w[1] * a.groups != xv.dims[0]) {
+    const std::string in_groups = a.groups > 1 ? " (" + std::to_string(a.groups) + " groups)" : "";
     ops::fail(n, "input has " + std::to_string(xv.dims[0]) + " channels but the weight " + dims_str(w) + " expects " +
-                     std::to_string(w[1]));
+                     std::to_string(w[1] * a.groups) + in_groups);
+  }
   if (a.stride_h < 1 || a.stride_w < 1 || a.pad_h < 0 || a.pad_w < 0)
     ops::fail(n, "stride must be >= 1 and padding >= 0");
   if (xv.dims[1] + 2 * int64_t{a.pad_h} < a.kh || xv.dims[2] + 2 * int64_t{a.pad_w} < a.kw)
@@ -40,12 +45,13 @@ cpu::Conv2dShape check_conv(const Node& n, const Value& xv, const Dims& w) {
   ops::set_window(n, s, xv.dims, a, xv.dims[0]);
   s.c_in = (int)xv.dims[0];
   s.c_out = (int)w[0];
+  s.groups = a.groups;
   return s;
 }
 
 Dims in_dims(const cpu::Conv2dShape& s) { return {s.c_in, s.h, s.w}; }
 Dims out_dims(const cpu::Conv2dShape& s) { return {s.c_out, s.h_out, s.w_out}; }
-Dims weight_dims(const cpu::Conv2dShape& s) { return {s.c_out, s.c_in, s.kh, s.kw}; }
+Dims weight_dims(const cpu::Conv2dShape& s) { return {s.c_out, s.c_in / s.groups, s.kh, s.kw}; }
 
 void infer_fwd(Graph& g, Node& n) {
   ops::expect_arity(n, 2, 3, 1);
@@ -103,7 +109,7 @@ void bwd_weight_cpu(const StepArgs& a) {
 // Direct-convolution FLOPs, the same for all three passes, whatever algorithm runs.
 double flops(const Graph&, const Node& n, int batch) {
   const cpu::Conv2dShape s = ops::at_batch<cpu::Conv2dShape>(n, batch);
-  return 2.0 * s.out_count() * s.c_in * s.kh * s.kw;
+  return 2.0 * s.out_count() * (s.c_in / s.groups) * s.kh * s.kw;
 }
 
 }  // namespace
@@ -128,15 +134,21 @@ CRUMB_ON_LOAD {
 namespace nn {
 
 ValueId conv2d(Graph& g, ValueId x, int out_channels, int kernel, int stride, int pad, const std::string& name,
-               bool bias) {
+               bool bias, int groups) {
   const Value& xv = g.value(x);
   CRUMB_CHECK(xv.dims.size() == 3, "layer '", name, "' (conv2d): input '", xv.name,
               "' must be [batch, channels, height, width], got per-sample ", dims_str(xv.dims));
   CRUMB_CHECK(out_channels > 0 && kernel > 0, "layer '", name, "' (conv2d): channels and kernel must be > 0");
-  const int64_t c_in = xv.dims[0], fan_in = c_in * kernel * kernel;
-  std::vector<ValueId> ins{x, g.param(name + ".weight", {out_channels, c_in, kernel, kernel}, {fan_in})};
+  CRUMB_CHECK(groups >= 1 && xv.dims[0] % groups == 0 && out_channels % groups == 0, "layer '", name,
+              "' (conv2d): groups ", groups, " must divide both the input's ", xv.dims[0], " channels and the ",
+              out_channels, " output channels");
+  // PyTorch's fan-in of a grouped convolution: the inputs one output sees.
+  const int64_t c_group = xv.dims[0] / groups, fan_in = c_group * kernel * kernel;
+  std::vector<ValueId> ins{x, g.param(name + ".weight", {out_channels, c_group, kernel, kernel}, {fan_in})};
   if (bias) ins.push_back(g.param(name + ".bias", {out_channels}, {fan_in}));
-  return g.apply(kConv2d, ins, name, WindowAttrs::square(kernel, stride, pad));
+  WindowAttrs a = WindowAttrs::square(kernel, stride, pad);
+  a.groups = groups;
+  return g.apply(kConv2d, ins, name, a);
 }
 
 }  // namespace nn

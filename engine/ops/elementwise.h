@@ -1,4 +1,4 @@
-// Elementwise ops: ReLU, add, and reshape (a view). kAdd is declared in engine/graph/autograd.h, which
+// Elementwise ops: ReLU, LeakyReLU, Hardtanh (ReLU6), add, and reshape (a view). kAdd is declared in engine/graph/autograd.h, which
 // sums gradients with it.
 #pragma once
 #include <string>
@@ -11,6 +11,16 @@ namespace crumb {
 
 // kCast (to the float dtype) is declared in engine/graph/op.h; kCastMaster casts to the master dtype.
 extern const OpDef kRelu, kReluBwd, kReshape, kCastMaster;
+// LeakyReLU and Hardtanh, in place as ReLU: their backward reads the output, which determines the slope.
+extern const OpDef kLeakyRelu, kLeakyReluBwd, kHardtanh, kHardtanhBwd;
+
+struct LeakyReluAttrs {
+  double negative_slope = 0.01;  // >= 0 (a negative one would make the output ambiguous for the backward)
+};
+
+struct HardtanhAttrs {
+  double min_val = -1, max_val = 1;  // min_val < max_val
+};
 
 struct ReshapeAttrs {
   Dims dims;  // target per-sample dims
@@ -18,7 +28,12 @@ struct ReshapeAttrs {
 
 namespace nn {
 ValueId relu(Graph& g, ValueId x, const std::string& name);
+ValueId leaky_relu(Graph& g, ValueId x, double negative_slope, const std::string& name);
+// min(max(x, min_val), max_val); ReLU6 is hardtanh(x, 0, 6).
+ValueId hardtanh(Graph& g, ValueId x, double min_val, double max_val, const std::string& name);
 ValueId flatten(Graph& g, ValueId x, const std::string& name);
+// x as per-sample `dims` (a view; the element count must match).
+ValueId reshape(Graph& g, ValueId x, const Dims& dims, const std::string& name);
 ValueId add(Graph& g, ValueId a, ValueId b, const std::string& name);
 }  // namespace nn
 

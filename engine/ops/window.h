@@ -11,6 +11,7 @@ namespace crumb {
 
 struct WindowAttrs {
   int kh = 0, kw = 0, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+  int groups = 1;  // a convolution's channel groups (Conv2dShape::groups); pools have 1
   // A kernel x kernel window, the same stride and padding in both directions.
   static WindowAttrs square(int kernel, int stride, int pad) {
     WindowAttrs a;

@@ -30,16 +30,21 @@ struct OpSpec {
 };
 
 const OpSpec kOps[] = {
-    {NetworkOp::Conv2d, "conv2d", {"*out_channels", "*kernel_size", "stride", "padding", "bias", "in_channels"}},
+    {NetworkOp::Conv2d, "conv2d",
+     {"*out_channels", "*kernel_size", "stride", "padding", "bias", "groups", "in_channels"}},
     {NetworkOp::BatchNorm2d, "batch_norm2d", {"num_features", "eps", "momentum", "group"}},
     {NetworkOp::GroupNorm, "group_norm", {"*num_groups", "num_channels", "eps"}},
     {NetworkOp::Relu, "relu", {}},
+    {NetworkOp::LeakyRelu, "leaky_relu", {"negative_slope"}},
+    {NetworkOp::Relu6, "relu6", {}},
+    {NetworkOp::Hardtanh, "hardtanh", {"min_val", "max_val"}},
     {NetworkOp::MaxPool2d, "max_pool2d", {"*kernel_size", "stride", "padding"}},
     {NetworkOp::AvgPool2d, "avg_pool2d", {"*kernel_size", "stride", "padding"}},
     {NetworkOp::AdaptiveAvgPool2d, "adaptive_avg_pool2d", {"*output_size"}},
     {NetworkOp::Linear, "linear", {"*out_features", "in_features", "bias"}},
     {NetworkOp::Dropout, "dropout", {"p"}},
     {NetworkOp::Flatten, "flatten", {}},
+    {NetworkOp::Reshape, "reshape", {"*shape"}},
     {NetworkOp::Add, "add", {}, 2},
 };
 
@@ -142,6 +147,9 @@ void read_attrs(NetworkNode& n, const NodeReader& r) {
       n.stride = r.integer("stride", 1, 1);
       n.padding = r.integer("padding", 0, 0);
       n.bias = r.boolean("bias", true);
+      n.groups = r.integer("groups", 1, 1);
+      CRUMB_CHECK(n.out % n.groups == 0 && (n.in == 0 || n.in % n.groups == 0), r.where(), ": groups ", n.groups,
+                  " must divide in_channels and out_channels");
       break;
     case NetworkOp::BatchNorm2d: {
       n.in = r.integer("num_features", 1, 0);
@@ -190,7 +198,33 @@ void read_attrs(NetworkNode& n, const NodeReader& r) {
       n.p = r.number("p", 0.5);
       CRUMB_CHECK(n.p >= 0 && n.p < 1, r.where(), ": \"p\" must be in [0, 1), got ", n.p);
       break;
+    case NetworkOp::LeakyRelu:
+      n.negative_slope = r.number("negative_slope", 0.01);
+      CRUMB_CHECK(n.negative_slope >= 0 && std::isfinite(n.negative_slope), r.where(),
+                  ": \"negative_slope\" must be a finite number >= 0, got ", n.negative_slope);
+      break;
+    case NetworkOp::Hardtanh:
+      n.min_val = r.number("min_val", -1);
+      n.max_val = r.number("max_val", 1);
+      CRUMB_CHECK(n.min_val < n.max_val && std::isfinite(n.min_val) && std::isfinite(n.max_val), r.where(),
+                  ": \"min_val\" must be below \"max_val\", got ", n.min_val, " and ", n.max_val);
+      break;
+    case NetworkOp::Reshape: {
+      const json::Value* s = r.find("shape");
+      CRUMB_CHECK(s->kind == json::Value::Kind::Array && !s->items.empty() && s->items.size() <= 3, r.where(),
+                  ": \"shape\" must be the per-sample dims, an array of 1 to 3 positive integers");
+      int64_t count = 1;
+      for (const json::Value& d : s->items) {
+        CRUMB_CHECK(d.kind == json::Value::Kind::Integer && d.integer >= 1 && d.integer <= (1u << 24), r.where(),
+                    ": \"shape\" must hold positive integers up to ", 1 << 24);
+        count *= static_cast<int64_t>(d.integer);
+        CRUMB_CHECK(count <= (int64_t{1} << 31), r.where(), ": \"shape\" has more than 2^31 elements per sample");
+        n.shape.push_back(static_cast<int>(d.integer));
+      }
+      break;
+    }
     case NetworkOp::Relu:
+    case NetworkOp::Relu6:
     case NetworkOp::Flatten:
     case NetworkOp::Add:
       break;
@@ -341,6 +375,7 @@ std::string network_json(const Network& net) {
         integer("out_channels", n.out);
         window();
         boolean("bias", n.bias);
+        integer("groups", n.groups);
         break;
       case NetworkOp::BatchNorm2d:
         stated("num_features");
@@ -369,7 +404,18 @@ std::string network_json(const Network& net) {
         boolean("bias", n.bias);
         break;
       case NetworkOp::Dropout: number("p", n.p); break;
+      case NetworkOp::LeakyRelu: number("negative_slope", n.negative_slope); break;
+      case NetworkOp::Hardtanh:
+        number("min_val", n.min_val);
+        number("max_val", n.max_val);
+        break;
+      case NetworkOp::Reshape:
+        out += ",\"shape\":[";
+        for (std::size_t j = 0; j < n.shape.size(); ++j) out += (j ? "," : "") + std::to_string(n.shape[j]);
+        out += "]";
+        break;
       case NetworkOp::Relu:
+      case NetworkOp::Relu6:
       case NetworkOp::Flatten:
       case NetworkOp::Add: break;
     }
@@ -394,7 +440,9 @@ ValueId add_node(Graph& g, const NetworkNode& n, const std::vector<ValueId>& in,
   switch (n.op) {
     case NetworkOp::Conv2d:
       check_stated(n, where, "in_channels", x, 3);
-      return nn::conv2d(g, in[0], n.out, n.kernel, n.stride, n.padding, n.name, n.bias);
+      CRUMB_CHECK(x.dims[0] % n.groups == 0, where, ": groups ", n.groups, " does not divide the ", x.dims[0],
+                  " channels of its input '", x.name, "'");
+      return nn::conv2d(g, in[0], n.out, n.kernel, n.stride, n.padding, n.name, n.bias, n.groups);
     case NetworkOp::BatchNorm2d: {
       check_stated(n, where, "num_features", x, 3);
       BatchNormAttrs a = spec.norm.bn;
@@ -409,6 +457,9 @@ ValueId add_node(Graph& g, const NetworkNode& n, const std::vector<ValueId>& in,
                   " channels of its input '", x.name, "'");
       return nn::group_norm(g, in[0], n.out, n.name, n.eps);
     case NetworkOp::Relu: return nn::relu(g, in[0], n.name);
+    case NetworkOp::LeakyRelu: return nn::leaky_relu(g, in[0], n.negative_slope, n.name);
+    case NetworkOp::Relu6: return nn::hardtanh(g, in[0], 0, 6, n.name);
+    case NetworkOp::Hardtanh: return nn::hardtanh(g, in[0], n.min_val, n.max_val, n.name);
     case NetworkOp::MaxPool2d: return nn::max_pool2d(g, in[0], n.kernel, n.stride, n.name, n.padding);
     case NetworkOp::AvgPool2d: return nn::avg_pool2d(g, in[0], n.kernel, n.stride, n.name, n.padding);
     case NetworkOp::AdaptiveAvgPool2d: {
@@ -423,6 +474,12 @@ ValueId add_node(Graph& g, const NetworkNode& n, const std::vector<ValueId>& in,
       return nn::linear(g, in[0], n.out, n.name, n.bias);
     case NetworkOp::Dropout: return nn::dropout(g, in[0], n.p, n.name);
     case NetworkOp::Flatten: return nn::flatten(g, in[0], n.name);
+    case NetworkOp::Reshape: {
+      const Dims to(n.shape.begin(), n.shape.end());
+      CRUMB_CHECK(dims_count(to) == dims_count(x.dims), where, ": cannot reshape its input '", x.name, "' ",
+                  dims_str(x.dims), " to ", dims_str(to), " (", dims_count(x.dims), " values per sample)");
+      return nn::reshape(g, in[0], to, n.name);
+    }
     case NetworkOp::Add: {
       const Value& b = g.value(in[1]);
       CRUMB_CHECK(x.dims == b.dims, where, ": its inputs '", x.name, "' ", dims_str(x.dims), " and '", b.name, "' ",

@@ -24,7 +24,8 @@
 namespace crumb {
 
 enum class NetworkOp {
-  Conv2d, BatchNorm2d, GroupNorm, Relu, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, Linear, Dropout, Flatten, Add
+  Conv2d, BatchNorm2d, GroupNorm, Relu, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, Linear, Dropout, Flatten, Add,
+  LeakyRelu, Relu6, Hardtanh, Reshape
 };
 
 // One layer, its attributes checked. Sizes that a node may state (in_channels, in_features,
@@ -36,10 +37,14 @@ struct NetworkNode {
   int out = 0;              // conv2d out_channels, linear out_features, group_norm num_groups
   int in = 0;               // the stated input size (see above)
   int kernel = 0, stride = 1, padding = 0;  // conv2d and pools: square windows
+  int groups = 1;                           // conv2d
   int out_h = 1, out_w = 1;                 // adaptive_avg_pool2d output_size
   bool bias = true;
   double p = 0.5;                   // dropout
   double eps = 1e-5, momentum = 0.1;  // normalisation
+  double negative_slope = 0.01;       // leaky_relu
+  double min_val = -1, max_val = 1;   // hardtanh
+  std::vector<int> shape;             // reshape: per-sample dims
   std::optional<int> group;         // batch_norm2d: samples per group (0: the whole batch); none: the run's
 };
 

@@ -1,5 +1,5 @@
 // conv2d on the CPU: three ways, picked per pass by the shape of one sample (never n, so the forward
-// pass stays bitwise the same at every micro-batch size).
+// pass stays bitwise the same at every micro-batch size). Grouped convolutions go to conv2d_grouped.h.
 // - Output maps of 4x4 and under (conv2d_small.h): one GEMM per output pixel over the taps inside the
 //   image, samples as columns; up to 7x7 the forward of same-size maps, and the backward passes in
 //   slices with enough samples.
@@ -22,6 +22,7 @@
 #include <omp.h>
 
 #include "kernels/cpu/conv2d_direct.h"
+#include "kernels/cpu/conv2d_grouped.h"
 #include "kernels/cpu/conv2d_small.h"
 #include "kernels/cpu/kernel_util.h"
 #include "kernels/cpu/ordered_gemm.h"
@@ -265,23 +266,27 @@ template <class T> void gather(T* block, const T* v, std::ptrdiff_t rows, const 
 }  // namespace
 
 std::size_t conv2d_forward_workspace(const Conv2dShape& s) {
+  if (s.groups > 1) return detail::grouped_forward_workspace(s);
   return static_cast<std::size_t>(workspace_slices(s) * Geom(s, detail::ConvPass::Forward).slice_len());
 }
 
 // The direct path's flipped weights go after the slices.
 std::size_t conv2d_backward_data_workspace(const Conv2dShape& s) {
+  if (s.groups > 1) return detail::grouped_backward_data_workspace(s);
   const Geom g(s, detail::ConvPass::Data);
   return static_cast<std::size_t>(workspace_slices(s) * g.slice_len() + (g.direct ? detail::direct_shared_len(s) : 0));
 }
 
 // Slice 0 accumulates straight into dw/db; the others into partial sums folded in at the end.
 std::size_t conv2d_backward_weight_workspace(const Conv2dShape& s) {
+  if (s.groups > 1) return detail::grouped_backward_weight_workspace(s);
   const Geom g(s, detail::ConvPass::Weight);
   const int slices = workspace_slices(s);
   return static_cast<std::size_t>(slices * g.slice_len() + (slices - 1) * (s.c_out * g.k + s.c_out));
 }
 
 template <class T> void conv2d_forward(T* y, const T* x, const T* w, const T* b, const Conv2dShape& s, T* workspace) {
+  if (s.groups > 1) return detail::grouped_forward(y, x, w, b, s, workspace);
   const Geom g(s, detail::ConvPass::Forward);
   const CMatR<T> W(w, s.c_out, g.k);
   for_each_slice(active_slices(s, g), s.n, [&](int slice, int i0, int i1) {
@@ -312,6 +317,7 @@ template <class T> void conv2d_forward(T* y, const T* x, const T* w, const T* b,
 
 template <class T>
 void conv2d_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, T* workspace, bool accumulate) {
+  if (s.groups > 1) return detail::grouped_backward_data(dx, dy, w, s, workspace, accumulate);
   const Geom g(s, detail::ConvPass::Data);
   const auto Wt = CMatR<T>(w, s.c_out, g.k).transpose();
   T* flipped = workspace + workspace_slices(s) * g.slice_len();
@@ -359,6 +365,7 @@ void conv2d_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, 
 template <class T>
 void conv2d_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dShape& s, T* workspace,
                             bool accumulate) {
+  if (s.groups > 1) return detail::grouped_backward_weight(dw, db, dy, x, s, workspace, accumulate);
   const Geom g(s, detail::ConvPass::Weight);
   const std::ptrdiff_t dw_len = s.c_out * g.k;
   const std::ptrdiff_t partial_len = dw_len + s.c_out;

@@ -38,6 +38,51 @@ template <class T> void relu_backward(T* dx, const T* dy, const T* y, std::size_
   });
 }
 
+// Comparisons as ReLU's: NaN fails every one, so it passes through the forward and stops the gradient.
+template <class T> void leaky_relu_forward(T* y, const T* x, std::size_t count, double slope) {
+  using A = Arith<T>;
+  const A s = static_cast<A>(slope);
+  for_each_index(count, [=](std::ptrdiff_t i) {
+    const A v = load(x[i]);
+    y[i] = store<T>(v < A(0) ? s * v : v);
+  });
+}
+
+template <class T>
+void leaky_relu_backward(T* dx, const T* dy, const T* y, std::size_t count, double slope, bool accumulate) {
+  using A = Arith<T>;
+  const A s = static_cast<A>(slope);
+  with_write_mode(accumulate, [=](auto acc) {
+    for_each_index(count, [=](std::ptrdiff_t i) {
+      const A g = load(dy[i]), v = load(y[i]);
+      put(acc, dx[i], v > A(0) ? g : v <= A(0) ? s * g : A(0));
+    });
+  });
+}
+
+template <class T> void hardtanh_forward(T* y, const T* x, std::size_t count, double lo, double hi) {
+  using A = Arith<T>;
+  const A l = static_cast<A>(lo), h = static_cast<A>(hi);
+  for_each_index(count, [=](std::ptrdiff_t i) {
+    const A v = load(x[i]);
+    y[i] = store<T>(v < l ? l : v > h ? h : v);
+  });
+}
+
+// The bounds as the forward stored them: in 16 bits, a clamped output is the bound rounded, which a
+// comparison with the exact bound could take for a value inside.
+template <class T>
+void hardtanh_backward(T* dx, const T* dy, const T* y, std::size_t count, double lo, double hi, bool accumulate) {
+  using A = Arith<T>;
+  const A l = load(store<T>(static_cast<A>(lo))), h = load(store<T>(static_cast<A>(hi)));
+  with_write_mode(accumulate, [=](auto acc) {
+    for_each_index(count, [=](std::ptrdiff_t i) {
+      const A v = load(y[i]);
+      put(acc, dx[i], v > l && v < h ? load(dy[i]) : A(0));
+    });
+  });
+}
+
 template <class T> void add_forward(T* y, const T* a, const T* b, std::size_t count) {
   for_each_index(count, [=](std::ptrdiff_t i) { y[i] = store<T>(load(a[i]) + load(b[i])); });
 }
@@ -59,6 +104,10 @@ std::size_t count_nonfinite(const float* x, std::size_t count) {
 #define CRUMB_INSTANTIATE(T)                                                            \
   template void relu_forward<T>(T*, const T*, std::size_t);                            \
   template void relu_backward<T>(T*, const T*, const T*, std::size_t, bool);           \
+  template void leaky_relu_forward<T>(T*, const T*, std::size_t, double);               \
+  template void leaky_relu_backward<T>(T*, const T*, const T*, std::size_t, double, bool); \
+  template void hardtanh_forward<T>(T*, const T*, std::size_t, double, double);          \
+  template void hardtanh_backward<T>(T*, const T*, const T*, std::size_t, double, double, bool); \
   template void add_forward<T>(T*, const T*, const T*, std::size_t);                   \
   template void copy_or_accumulate<T>(T*, const T*, std::size_t, bool);
 CRUMB_INSTANTIATE(float)

@@ -7,12 +7,15 @@
 
 namespace crumb::cpu {
 
-// conv2d on NCHW tensors. x [n, c_in, h, w], w [c_out, c_in, kh, kw], y [n, c_out, h_out, w_out].
+// conv2d on NCHW tensors. x [n, c_in, h, w], w [c_out, c_in / groups, kh, kw], y [n, c_out, h_out, w_out].
+// groups divides c_in and c_out: input channels [k * c_in / groups, (k + 1) * c_in / groups) feed output
+// channels [k * c_out / groups, (k + 1) * c_out / groups) only (groups == c_in: depthwise).
 struct Conv2dShape {
   int n, c_in, h, w;
   int c_out, kh, kw;
   int stride_h, stride_w, pad_h, pad_w;
   int h_out, w_out;
+  int groups = 1;
   long long in_count() const { return 1LL * n * c_in * h * w; }
   long long out_count() const { return 1LL * n * c_out * h_out * w_out; }
 };

@@ -13,9 +13,10 @@ namespace crumb::cuda {
 namespace {
 
 std::string describe(const cpu::Conv2dShape& s) {
-  return crumb::detail::concat("conv2d x [", s.n, ", ", s.c_in, ", ", s.h, ", ", s.w, "] w [", s.c_out, ", ", s.c_in,
-                               ", ", s.kh, ", ", s.kw, "] stride ", s.stride_h, "x", s.stride_w, " pad ", s.pad_h, "x",
-                               s.pad_w);
+  return crumb::detail::concat("conv2d x [", s.n, ", ", s.c_in, ", ", s.h, ", ", s.w, "] w [", s.c_out, ", ",
+                               s.c_in / s.groups, ", ", s.kh, ", ", s.kw, "] stride ", s.stride_h, "x", s.stride_w,
+                               " pad ", s.pad_h, "x", s.pad_w, s.groups > 1 ? " groups " : "",
+                               s.groups > 1 ? std::to_string(s.groups) : "");
 }
 
 const char* pass_name(ConvPass pass) {
@@ -72,8 +73,10 @@ ConvPlan::ConvPlan(cudnnHandle_t handle, const cpu::Conv2dShape& s, ConvPass pas
                    bool tf32, cudnnDataType_t dtype, Layout layout, Layout filter_layout, bool deterministic)
     : shape_(s), pass_(pass), dtype_(dtype), layout_(layout), planned_n_(s.n) {
   CRUMB_CHECK(s.n >= 1 && s.c_in >= 1 && s.h >= 1 && s.w >= 1 && s.c_out >= 1 && s.kh >= 1 && s.kw >= 1 &&
-                  s.stride_h >= 1 && s.stride_w >= 1 && s.pad_h >= 0 && s.pad_w >= 0,
+                  s.stride_h >= 1 && s.stride_w >= 1 && s.pad_h >= 0 && s.pad_w >= 0 && s.groups >= 1 &&
+                  s.c_in % s.groups == 0 && s.c_out % s.groups == 0,
               describe(s), ": bad shape");
+  const int c_group = s.c_in / s.groups;  // the filter's input channels
   CRUMB_CHECK(dtype == CUDNN_DATA_FLOAT || dtype == CUDNN_DATA_BFLOAT16 || dtype == CUDNN_DATA_HALF, describe(s),
               ": storage type must be float, bfloat16 or half");
   // Tensor cores: TF32 for float when allowed; always for 16-bit operands, which they read as they are.
@@ -82,16 +85,17 @@ ConvPlan::ConvPlan(cudnnHandle_t handle, const cpu::Conv2dShape& s, ConvPass pas
   detail::set_image(y_, s.n, s.c_out, s.h_out, s.w_out, dtype, layout);
   detail::set_image(bias_, 1, s.c_out, 1, 1, dtype);
   if (pass == ConvPass::BackwardFilter && layout == Layout::NHWC && filter_layout == Layout::NCHW) {
-    const std::size_t bytes = static_cast<std::size_t>(s.c_out) * s.c_in * s.kh * s.kw * dtype_size(dtype_of(dtype));
+    const std::size_t bytes = static_cast<std::size_t>(s.c_out) * c_group * s.kh * s.kw * dtype_size(dtype_of(dtype));
     restage_bytes_ = (bytes + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign;
     filter_layout = Layout::NHWC;
   }
-  CRUMB_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_.get(), dtype, detail::format_of(filter_layout), s.c_out, s.c_in,
+  CRUMB_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_.get(), dtype, detail::format_of(filter_layout), s.c_out, c_group,
                                                s.kh, s.kw));
   // Cross-correlation is what deep-learning frameworks call convolution (no kernel flip). The compute
   // type is float for every storage type: 16-bit products accumulate in float32.
   CRUMB_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv_.get(), s.pad_h, s.pad_w, s.stride_h, s.stride_w, 1, 1,
                                                     CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  CRUMB_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv_.get(), s.groups));
   CRUMB_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_.get(), tensor_ops ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
 
   int n = 0, c = 0, h = 0, w = 0;
@@ -249,8 +253,8 @@ void conv_backward_filter(cudnnHandle_t handle, ConvPlan& plan, void* dw, void* 
   if (restage) {
     const cpu::Conv2dShape& s = plan.shape_;
     const DType t = dtype_of(plan.dtype_);
-    relayout(dw, t, out, t, ImageShape{s.c_out, s.c_in, static_cast<int64_t>(s.kh) * s.kw}, Layout::NCHW, accumulate,
-             stream_of(handle));
+    relayout(dw, t, out, t, ImageShape{s.c_out, s.c_in / s.groups, static_cast<int64_t>(s.kh) * s.kw}, Layout::NCHW,
+             accumulate, stream_of(handle));
   }
   if (db) CRUMB_CUDNN_CHECK(cudnnConvolutionBackwardBias(handle, &one, plan.y_.get(), dy, &beta, plan.bias_.get(), db));
 }

@@ -1,8 +1,9 @@
 // conv2d on cuDNN (NCHW; shapes and write modes as the CPU twins in kernels/conv2d.h):
-// x [n, c_in, h, w], w [c_out, c_in, kh, kw], b [c_out], y [n, c_out, h_out, w_out], all of the plan's
-// storage type: float, or bf16 / f16 (kernels/half.h) computed in float32 (cuDNN's PSEUDO_BFLOAT16 and
-// PSEUDO_HALF configurations) on tensor cores. cuDNN's legacy API writes a weight gradient of the
-// operands' type only, so a 16-bit backward-filter plan's dw and db are 16-bit too.
+// x [n, c_in, h, w], w [c_out, c_in / groups, kh, kw] (cuDNN's group count), b [c_out],
+// y [n, c_out, h_out, w_out], all of the plan's storage type: float, or bf16 / f16 (kernels/half.h)
+// computed in float32 (cuDNN's PSEUDO_BFLOAT16 and PSEUDO_HALF configurations) on tensor cores. cuDNN's
+// legacy API writes a weight gradient of the operands' type only, so a 16-bit backward-filter plan's dw
+// and db are 16-bit too.
 // The handle carries the stream (cudnnSetStream, set once by the engine).
 // Uses cuDNN's legacy convolution API (deprecated in cuDNN 9, still complete there), which needs no
 // graph building: a plan is a handful of descriptors and a ranked list of algorithm ids.

@@ -1,8 +1,9 @@
-// Elementwise kernels: activations, sums, copies and the per-channel broadcasts (bias add,
-// global-average-pool backward), for every storage type (float, bf16, f16), computing in float32. All
-// are memory bound; each thread touches its own elements of every array only, which is what makes the
-// documented in-place aliasing safe. The maps (ReLU, add, copy) load and store 16 bytes at a time (4
-// floats, 8 16-bit values) where every array is 16-byte aligned, which the engine's arena is.
+// Elementwise kernels: activations (ReLU, LeakyReLU, Hardtanh), sums, copies and the per-channel
+// broadcasts (bias add, global-average-pool backward), for every storage type (float, bf16, f16),
+// computing in float32. All are memory bound; each thread touches its own elements of every array only,
+// which is what makes the documented in-place aliasing safe. The maps (activations, add, copy) load and
+// store 16 bytes at a time (4 floats, 8 16-bit values) where every array is 16-byte aligned, which the
+// engine's arena is.
 #include <cstdint>
 
 #include "kernels/cuda/check.h"
@@ -24,6 +25,23 @@ struct Relu {
 };
 struct ReluBackward {  // a = dy, b = y
   __device__ float operator()(float dy, float y) const { return y > 0.0f ? dy : 0.0f; }
+};
+// NaN fails every comparison: it passes through the forwards and stops the gradient, as on the CPU.
+struct LeakyRelu {
+  float slope;
+  __device__ float operator()(float x, float) const { return x < 0.0f ? slope * x : x; }
+};
+struct LeakyReluBackward {  // a = dy, b = y
+  float slope;
+  __device__ float operator()(float dy, float y) const { return y > 0.0f ? dy : y <= 0.0f ? slope * dy : 0.0f; }
+};
+struct Hardtanh {
+  float lo, hi;
+  __device__ float operator()(float x, float) const { return x < lo ? lo : x > hi ? hi : x; }
+};
+struct HardtanhBackward {  // a = dy, b = y
+  float lo, hi;
+  __device__ float operator()(float dy, float y) const { return y > lo && y < hi ? dy : 0.0f; }
 };
 struct Add {
   __device__ float operator()(float a, float b) const { return a + b; }
@@ -63,11 +81,11 @@ __global__ void map_kernel(T* out, const T* a, const T* b, std::size_t count, bo
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
 template <class T, class F>
-void map(T* out, const T* a, const T* b, std::size_t count, bool accumulate, cudaStream_t stream) {
+void map(T* out, const T* a, const T* b, std::size_t count, bool accumulate, cudaStream_t stream, F f = F{}) {
   if (count == 0) return;
   const bool packed = aligned16(out) && aligned16(a) && (!b || aligned16(b));
   const std::size_t threads = (count + kPack<T> - 1) / kPack<T>;
-  map_kernel<<<blocks_for(threads), kBlock, 0, stream>>>(out, a, b, count, accumulate, packed, F{});
+  map_kernel<<<blocks_for(threads), kBlock, 0, stream>>>(out, a, b, count, accumulate, packed, f);
   CRUMB_CUDA_CHECK_LAUNCH();
 }
 
@@ -94,6 +112,28 @@ template <class T> void relu_forward(T* y, const T* x, std::size_t count, cudaSt
 template <class T>
 void relu_backward(T* dx, const T* dy, const T* y, std::size_t count, bool accumulate, cudaStream_t stream) {
   map<T, ReluBackward>(dx, dy, y, count, accumulate, stream);
+}
+
+template <class T> void leaky_relu_forward(T* y, const T* x, std::size_t count, float slope, cudaStream_t stream) {
+  map<T, LeakyRelu>(y, x, nullptr, count, false, stream, LeakyRelu{slope});
+}
+
+template <class T>
+void leaky_relu_backward(T* dx, const T* dy, const T* y, std::size_t count, float slope, bool accumulate,
+                         cudaStream_t stream) {
+  map<T, LeakyReluBackward>(dx, dy, y, count, accumulate, stream, LeakyReluBackward{slope});
+}
+
+template <class T> void hardtanh_forward(T* y, const T* x, std::size_t count, float lo, float hi, cudaStream_t stream) {
+  map<T, Hardtanh>(y, x, nullptr, count, false, stream, Hardtanh{lo, hi});
+}
+
+template <class T>
+void hardtanh_backward(T* dx, const T* dy, const T* y, std::size_t count, float lo, float hi, bool accumulate,
+                       cudaStream_t stream) {
+  // The bounds as the forward stored them (see the CPU twin).
+  map<T, HardtanhBackward>(dx, dy, y, count, accumulate, stream,
+                           HardtanhBackward{to_float(from_float<T>(lo)), to_float(from_float<T>(hi))});
 }
 
 template <class T> void add_forward(T* y, const T* a, const T* b, std::size_t count, cudaStream_t stream) {
@@ -124,6 +164,10 @@ void global_avg_pool_backward(T* dx, const T* dy, int n, int c, int hw, bool acc
 #define CRUMB_INSTANTIATE(T)                                                                                  \
   template void relu_forward<T>(T*, const T*, std::size_t, cudaStream_t);                                    \
   template void relu_backward<T>(T*, const T*, const T*, std::size_t, bool, cudaStream_t);                   \
+  template void leaky_relu_forward<T>(T*, const T*, std::size_t, float, cudaStream_t);                      \
+  template void leaky_relu_backward<T>(T*, const T*, const T*, std::size_t, float, bool, cudaStream_t);      \
+  template void hardtanh_forward<T>(T*, const T*, std::size_t, float, float, cudaStream_t);                  \
+  template void hardtanh_backward<T>(T*, const T*, const T*, std::size_t, float, float, bool, cudaStream_t);  \
   template void add_forward<T>(T*, const T*, const T*, std::size_t, cudaStream_t);                           \
   template void copy_or_accumulate<T>(T*, const T*, std::size_t, bool, cudaStream_t);                        \
   template void bias_add_nchw<T>(T*, const T*, int, int, int, cudaStream_t);                                 \

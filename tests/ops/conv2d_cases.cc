@@ -25,6 +25,22 @@ CRUMB_ON_LOAD {
       // Enough work for two threads: blocks inside each thread's slice of samples.
       {"Conv2dBlockedThreaded", {16, 8, 8}, 8,
        [](Graph& g, ValueId x) { return nn::conv2d(g, x, 16, 3, 1, 1, "conv"); }},
+      // Grouped: each group through the ungrouped kernels on copies of its channels (two groups, and
+      // four of one output channel each on a 3x3 output map, conv2d_small.h's path).
+      {"Conv2dGroups", {4, 6, 5}, 3, [](Graph& g, ValueId x) { return nn::conv2d(g, x, 6, 3, 1, 1, "conv", true, 2); }},
+      {"Conv2dGroupsStridedSmallMap", {8, 5, 5}, 5,
+       [](Graph& g, ValueId x) { return nn::conv2d(g, x, 4, 3, 2, 1, "conv", false, 4); }},
+      // Depthwise (one input channel per group): MobileNet's 3x3 with padding 1, strided, and with two
+      // output channels per input channel, a 5x5 kernel wider than the padded edge.
+      {"Conv2dDepthwise", {3, 6, 7}, 3,
+       [](Graph& g, ValueId x) { return nn::conv2d(g, x, 3, 3, 1, 1, "conv", true, 3); }},
+      {"Conv2dDepthwiseStrided", {4, 7, 6}, 2,
+       [](Graph& g, ValueId x) { return nn::conv2d(g, x, 4, 3, 2, 1, "conv", false, 4); }},
+      {"Conv2dDepthwiseMultiplier5x5", {2, 6, 6}, 3,
+       [](Graph& g, ValueId x) { return nn::conv2d(g, x, 4, 5, 1, 1, "conv", true, 2); }},
+      // Enough work for the depthwise loops to run threaded.
+      {"Conv2dDepthwiseThreaded", {32, 24, 24}, 8,
+       [](Graph& g, ValueId x) { return nn::conv2d(g, x, 32, 3, 1, 1, "conv", false, 32); }},
       // In 16 bits the CPU runs each pass in slices of 21 samples here (1 MiB of float32 copies,
       // engine/device/widen.h): a full slice and a ragged one, the weight gradient summed over both.
       {"Conv2dSixteenBitSlices", {1, 64, 64}, 24,

@@ -63,6 +63,17 @@ CRUMB_ON_LOAD {
          return nn::adaptive_avg_pool2d(g, nn::conv2d(g, x, 3, 3, 1, 1, "conv"), 2, 3, "pool");
        },
        channels_last},
+      // MobileNetV2's block: a depthwise convolution (its [K, 1, R, S] filter converted like any other),
+      // BatchNorm and ReLU6 in NHWC, a pointwise convolution and LeakyReLU.
+      {"NhwcDepthwiseRelu6", {4, 6, 6}, 4,
+       [](Graph& g, ValueId x) {
+         BatchNormAttrs a;
+         a.group = 2;
+         const ValueId d = nn::batch_norm2d(g, nn::conv2d(g, x, 4, 3, 1, 1, "dw", false, 4), "bn", a);
+         const ValueId h = nn::hardtanh(g, d, 0, 6, "relu6");
+         return nn::leaky_relu(g, nn::conv2d(g, h, 3, 1, 1, 0, "pw"), 0.1, "lrelu");
+       },
+       channels_last},
       // The conversions on their own, as a model would write them.
       {"ToNhwcAndBack", {3, 2, 4}, 2,
        [](Graph& g, ValueId x) {

@@ -53,6 +53,13 @@ def test_names_follow_torch():
     (lambda: nn.BatchNorm2d(8, group="all"), "BatchNorm2d: group must be an integer >= 1, got 'all'"),
     (lambda: nn.BatchNorm2d(8, momentum=2), "BatchNorm2d: eps must be > 0 and momentum in [0, 1]"),
     (lambda: nn.Dropout(1.0), "Dropout: p must be in [0, 1)"),
+    (lambda: nn.Conv2d(4, 6, 3, groups=4), "Conv2d: groups 4 must divide in_channels 4 and out_channels 6"),
+    (lambda: nn.Conv2d(4, 4, 4, padding="same"), "Conv2d: padding='same' with the even kernel_size 4 pads 1 before "
+                                                 "and 2 after"),
+    (lambda: nn.Conv2d(4, 4, 3, stride=2, padding="same"), "padding='same' needs stride 1"),
+    (lambda: nn.Conv2d(4, 4, 3, padding="full"), "Conv2d: padding must be an integer, got 'full'"),
+    (lambda: nn.LeakyReLU(-0.5), "LeakyReLU: negative_slope must be a finite number >= 0, got -0.5"),
+    (lambda: nn.Hardtanh(1, 1), "Hardtanh: min_val must be below max_val"),
     (lambda: nn.Sequential(nn.ReLU(), "relu"), "Sequential: '1' is str, not a crumb.nn module"),
     (lambda: nn.Residual(nn.ReLU(), 3), "Residual: shortcut is int"),
     (lambda: nn.Sequential().to_json(), "the network has no layers"),
@@ -101,3 +108,26 @@ def test_hand_written_cnn_trains_as_in_pytorch(crumb_run):
     start = {k: v.detach().numpy().copy() for k, v in theirs.state_dict().items()}
     check_parity(crumb_run, theirs, (1, 28, 28), n=8, extra=("--bn-group", "batch"), net=nn.Network(mine.to_json(), start),
                  seed=3)
+
+
+def test_mobile_layers_train_as_in_pytorch(crumb_run):
+    """Grouped and depthwise convolutions, padding="same", LeakyReLU, ReLU6 and Hardtanh."""
+    torch = pytest.importorskip("torch")
+    from test_from_torch import check_parity
+
+    mine = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding="same", bias=False), nn.BatchNorm2d(8), nn.ReLU6(),
+        nn.Conv2d(8, 8, 3, 2, 1, groups=8), nn.LeakyReLU(0.1), nn.Conv2d(8, 12, 1, groups=4, padding="valid"),
+        nn.Hardtanh(-0.5, 0.5), nn.Flatten(), nn.Linear(12 * 6 * 6, 5))
+    d = mine.description()["nodes"]
+    assert d[0]["padding"] == 1 and d[3]["groups"] == 8 and d[5]["groups"] == 4 and "groups" not in d[0]
+    assert [n["op"] for n in d][2:7] == ["relu6", "conv2d", "leaky_relu", "conv2d", "hardtanh"]
+    torch.manual_seed(5)
+    tnn = torch.nn
+    theirs = tnn.Sequential(
+        tnn.Conv2d(3, 8, 3, padding="same", bias=False), tnn.BatchNorm2d(8), tnn.ReLU6(),
+        tnn.Conv2d(8, 8, 3, 2, 1, groups=8), tnn.LeakyReLU(0.1), tnn.Conv2d(8, 12, 1, groups=4, padding="valid"),
+        tnn.Hardtanh(-0.5, 0.5), tnn.Flatten(), tnn.Linear(12 * 6 * 6, 5))
+    start = {k: v.detach().numpy().copy() for k, v in theirs.state_dict().items()}
+    check_parity(crumb_run, theirs, (3, 12, 12), n=6, classes=5, extra=("--bn-group", "batch"),
+                 net=nn.Network(mine.to_json(), start))

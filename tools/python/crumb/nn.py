@@ -19,8 +19,8 @@ import json
 from ._crumb import Error
 
 __all__ = [
-    "Module", "Network", "Conv2d", "BatchNorm2d", "GroupNorm", "ReLU", "MaxPool2d", "AvgPool2d",
-    "AdaptiveAvgPool2d", "Linear", "Dropout", "Flatten", "Sequential", "Residual",
+    "Module", "Network", "Conv2d", "BatchNorm2d", "GroupNorm", "ReLU", "LeakyReLU", "ReLU6", "Hardtanh", "MaxPool2d",
+    "AvgPool2d", "AdaptiveAvgPool2d", "Linear", "Dropout", "Flatten", "Sequential", "Residual",
 ]
 
 
@@ -34,6 +34,19 @@ def _square(layer, what, value):
     if isinstance(value, bool) or not isinstance(value, int):
         raise Error(f"{layer}: {what} must be an integer, got {value!r}")
     return value
+
+
+def _same_padding(layer, kernel_size, stride=1, dilation=1):
+    """The symmetric padding of torch's padding="same" (stride 1, an odd kernel): (kernel_size - 1) / 2. An even
+    kernel pads one more after than before, which Crumb's symmetric padding cannot express: an error."""
+    if stride != 1 or dilation != 1:
+        raise Error(f"{layer}: padding='same' needs stride 1 and dilation 1 (as in torch), got stride={stride!r}, "
+                    f"dilation={dilation!r}")
+    if kernel_size % 2 == 0:
+        raise Error(f"{layer}: padding='same' with the even kernel_size {kernel_size} pads {kernel_size // 2 - 1} "
+                    f"before and {kernel_size // 2} after; Crumb pads both sides alike: use an odd kernel or an "
+                    f"integer padding")
+    return (kernel_size - 1) // 2
 
 
 def _count(layer, what, value, low=1):
@@ -133,19 +146,33 @@ class _Layer(Module):
 
 
 class Conv2d(_Layer):
+    """torch.nn.Conv2d's arguments: padding an integer, "valid" (0) or "same" (stride 1, odd kernels); groups
+    divides both channel counts (groups=in_channels: depthwise)."""
+
     _op, _default_name = "conv2d", "conv"
 
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, bias=True):
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, bias=True, groups=1):
         self.in_channels = _count("Conv2d", "in_channels", in_channels)
         self.out_channels = _count("Conv2d", "out_channels", out_channels)
         self.kernel_size = _count("Conv2d", "kernel_size", _square("Conv2d", "kernel_size", kernel_size))
         self.stride = _count("Conv2d", "stride", _square("Conv2d", "stride", stride))
+        if padding == "valid":
+            padding = 0
+        elif padding == "same":
+            padding = _same_padding("Conv2d", self.kernel_size, self.stride)
         self.padding = _count("Conv2d", "padding", _square("Conv2d", "padding", padding), 0)
         self.bias = bool(bias)
+        self.groups = _count("Conv2d", "groups", groups)
+        if in_channels % groups or out_channels % groups:
+            raise Error(f"Conv2d: groups {groups} must divide in_channels {in_channels} and out_channels "
+                        f"{out_channels}")
 
     def _attrs(self):
-        return dict(in_channels=self.in_channels, out_channels=self.out_channels, kernel_size=self.kernel_size,
-                    stride=self.stride, padding=self.padding, bias=self.bias)
+        a = dict(in_channels=self.in_channels, out_channels=self.out_channels, kernel_size=self.kernel_size,
+                 stride=self.stride, padding=self.padding, bias=self.bias)
+        if self.groups != 1:
+            a["groups"] = self.groups
+        return a
 
 
 class BatchNorm2d(_Layer):
@@ -189,6 +216,43 @@ class ReLU(_Layer):
 
     def __init__(self, inplace=False):
         self.inplace = inplace  # accepted as torch does; Crumb's planner places ReLU in place itself
+
+
+class LeakyReLU(_Layer):
+    _op, _default_name = "leaky_relu", "relu"
+
+    def __init__(self, negative_slope=0.01, inplace=False):
+        if isinstance(negative_slope, bool) or not isinstance(negative_slope, (int, float)) or \
+                not 0 <= negative_slope < float("inf"):
+            raise Error(f"LeakyReLU: negative_slope must be a finite number >= 0, got {negative_slope!r}")
+        self.negative_slope, self.inplace = float(negative_slope), inplace
+
+    def _attrs(self):
+        return dict(negative_slope=self.negative_slope)
+
+
+class Hardtanh(_Layer):
+    """min(max(x, min_val), max_val)."""
+
+    _op, _default_name = "hardtanh", "hardtanh"
+
+    def __init__(self, min_val=-1.0, max_val=1.0, inplace=False):
+        ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (min_val, max_val))
+        if not ok or not float("-inf") < min_val < max_val < float("inf"):
+            raise Error(f"Hardtanh: min_val must be below max_val (finite numbers), got {min_val!r}, {max_val!r}")
+        self.min_val, self.max_val, self.inplace = float(min_val), float(max_val), inplace
+
+    def _attrs(self):
+        return dict(min_val=self.min_val, max_val=self.max_val)
+
+
+class ReLU6(_Layer):
+    """min(max(x, 0), 6), as MobileNet uses."""
+
+    _op, _default_name = "relu6", "relu"
+
+    def __init__(self, inplace=False):
+        self.inplace = inplace
 
 
 class _Pool(_Layer):
