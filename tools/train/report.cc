@@ -130,18 +130,24 @@ void html_table(XmlWriter& w, const Table& t, bool folded) {
   w.open("table", {{"id", t.id}});
   if (!folded) w.leaf("caption", {}, t.caption);
   w.open("thead").open("tr");
-  for (const std::string& h : t.header) w.leaf("th", {}, h);
+  // The first column (the row labels) is aligned left inline, so a page's own style (a notebook right-aligns
+  // table cells) keeps the labels readable.
+  for (std::size_t i = 0; i < t.header.size(); ++i)
+    w.leaf("th", i ? Attrs{} : Attrs{{"style", "text-align: left"}}, t.header[i]);
   w.close().close().open("tbody");
   for (const auto& row : t.rows) {
     w.open("tr");
-    for (const std::string& cell : row) {
+    for (std::size_t i = 0; i < row.size(); ++i) {
       // A label indented by spaces (a part of the row above, as --explain prints it) keeps its indent,
       // which HTML would collapse.
-      const std::size_t indent = cell.find_first_not_of(' ');
-      if (indent == 0 || indent == std::string::npos)
+      const std::string& cell = row[i];
+      const std::size_t indent = std::min(cell.find_first_not_of(' '), cell.size());
+      if (i > 0)
         w.leaf("td", {}, cell);
+      else if (indent == 0)
+        w.leaf("td", {{"style", "text-align: left"}}, cell);
       else
-        w.leaf("td", {{"class", "part"}, {"style", "padding-left: " + std::to_string(indent + 1) + "ch"}},
+        w.leaf("td", {{"class", "part"}, {"style", "text-align: left; padding-left: " + std::to_string(indent + 1) + "ch"}},
                cell.substr(indent));
     }
     w.close();
