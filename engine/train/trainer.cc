@@ -11,6 +11,7 @@
 #include "engine/base/threads.h"
 #include "engine/dist/batch_share.h"
 #include "engine/graph/autograd.h"
+#include "engine/graph/fusion.h"
 #include "engine/graph/rng.h"
 #include "engine/io/json.h"
 #include "engine/ops/norm.h"
@@ -39,10 +40,9 @@ void check_bn_group(const TrainConfig& c, const Graph& g, int batch) {
   }
   for (NodeId i = 0; i < g.num_nodes(); ++i) {
     const Node& n = g.node(i);
-    if (n.def != &kBatchNorm) continue;
-    const BatchNormAttrs& a = ops::attrs<BatchNormAttrs>(n);
-    if (a.frozen) continue;
-    const int group = a.group;
+    const BatchNormAttrs* bn = batch_norm_attrs(n);
+    if (!bn || bn->frozen) continue;
+    const int group = bn->group;
     CRUMB_CHECK(group <= batch, "layer '", n.name, "' normalises groups of ", group, " samples, more than the batch of ",
                 batch, " (use a larger --batch, or a smaller group: its \"group\", or --bn-group where it gives none)");
   }
@@ -242,6 +242,7 @@ RunPlan plan_run(const TrainConfig& c, const data::DataShape& shape, int batch, 
   p.graph.set_tf32(c.precision == Precision::TF32);
   p.graph.set_deterministic(c.deterministic);
   build_backward(p.graph);
+  if (c.fuse) fuse(p.graph);
   if (uses_channels_last(c, device)) to_channels_last(p.graph);
   check_bn_group(c, p.graph, batch);
   p.device = device;

@@ -59,15 +59,38 @@ template <class T> Moments moments_of(const T* x, int runs, std::ptrdiff_t strid
   return {mean, m2};
 }
 
-// y = x * scale + shift over `runs` runs of `len` values.
+// The ReLU of a value already rounded to T, which it leaves exact (NaN propagates, as relu_forward's).
+template <class A> A relu_of(A v) { return v <= A(0) ? A(0) : v; }
+
+// y = x * scale + shift over `runs` runs of `len` values, then the fused epilogue: + the residual (res, at
+// x's offsets; null: none) and the ReLU, rounded to T after each part as the separate ops round.
 template <class T>
-void affine_runs(T* y, const T* x, int runs, std::ptrdiff_t stride, int len, Arith<T> scale, Arith<T> shift) {
+void affine_runs(T* y, const T* x, int runs, std::ptrdiff_t stride, int len, Arith<T> scale, Arith<T> shift,
+                 const T* res = nullptr, bool relu = false) {
   for (int r = 0; r < runs; ++r) {
     const T* p = x + r * stride;
+    const T* pr = res ? res + r * stride : nullptr;
     T* q = y + r * stride;
+    if (pr && relu) {
 #pragma omp simd
-    for (int i = 0; i < len; ++i) q[i] = store<T>(load(p[i]) * scale + shift);
+      for (int i = 0; i < len; ++i) q[i] = store<T>(relu_of(load(store<T>(load(store<T>(load(p[i]) * scale + shift)) + load(pr[i])))));
+    } else if (pr) {
+#pragma omp simd
+      for (int i = 0; i < len; ++i) q[i] = store<T>(load(store<T>(load(p[i]) * scale + shift)) + load(pr[i]));
+    } else if (relu) {
+#pragma omp simd
+      for (int i = 0; i < len; ++i) q[i] = store<T>(relu_of(load(store<T>(load(p[i]) * scale + shift))));
+    } else {
+#pragma omp simd
+      for (int i = 0; i < len; ++i) q[i] = store<T>(load(p[i]) * scale + shift);
+    }
   }
+}
+
+// The gradient reaching a fused normalisation at i: dy, masked where the ReLU's output y is not positive
+// (relu_backward's rule), or dy itself without a ReLU (y null).
+template <class T> Arith<T> masked(const T* dy, const T* y, std::ptrdiff_t i) {
+  return !y || load(y[i]) > Arith<T>(0) ? load(dy[i]) : Arith<T>(0);
 }
 
 double inv_std(double var, double eps) { return 1.0 / std::sqrt(var + eps); }
@@ -75,10 +98,12 @@ double inv_std(double var, double eps) { return 1.0 / std::sqrt(var + eps); }
 // y = (x - mean) * invstd * w + b over channel c of group g, from the group's statistics as stored (rounded
 // to Arith<T>): batch_norm_apply recomputes the training forward's output bit for bit from them.
 template <class T, class A = Arith<T>>
-void normalize_group(T* y, const T* x, const A* w, const A* b, const A* stats, const BatchNormShape& s, int c, int g) {
+void normalize_group(T* y, const T* x, const A* w, const A* b, const A* stats, const BatchNormShape& s, int c, int g,
+                     const NormEpilogue<T>& e) {
   const std::ptrdiff_t stride = std::ptrdiff_t{s.c} * s.hw, at = g * s.group * stride + std::ptrdiff_t{c} * s.hw;
   const double mean = stats[(2 * g) * s.c + c], scale = w[c] * double(stats[(2 * g + 1) * s.c + c]);
-  affine_runs(y + at, x + at, s.group_size(g), stride, s.hw, A(scale), A(b[c] - mean * scale));
+  affine_runs(y + at, x + at, s.group_size(g), stride, s.hw, A(scale), A(b[c] - mean * scale),
+              e.residual ? e.residual + at : nullptr, e.relu);
 }
 
 bool parallel(const BatchNormShape& s) { return std::ptrdiff_t{s.n} * s.c * s.hw > kParallelGrain; }
@@ -88,7 +113,8 @@ bool parallel(const BatchNormShape& s) { return std::ptrdiff_t{s.n} * s.c * s.hw
 template <class T>
 void batch_norm_forward_train(T* y, Arith<T>* stats, const T* x, const Arith<T>* w, const Arith<T>* b,
                               const BatchNormShape& s, double eps, double* moments, Arith<T>* running_mean,
-                              Arith<T>* running_var, int64_t* tracked, double momentum) {
+                              Arith<T>* running_var, int64_t* tracked, double momentum,
+                              const NormEpilogue<T>& epilogue) {
   using A = Arith<T>;
   const std::ptrdiff_t stride = std::ptrdiff_t{s.c} * s.hw;
   const int groups = s.groups();
@@ -101,7 +127,7 @@ void batch_norm_forward_train(T* y, Arith<T>* stats, const T* x, const Arith<T>*
       const double count = double(samples) * s.hw;
       stats[(2 * g) * s.c + c] = A(mo.mean);
       stats[(2 * g + 1) * s.c + c] = A(inv_std(mo.m2 / count, eps));
-      normalize_group(y, x, w, b, stats, s, c, g);
+      normalize_group(y, x, w, b, stats, s, c, g, epilogue);
       if (moments) {  // Chan et al.: merge (count, mean, m2) of the group into the channel's running total
         double& n_a = moments[c];
         double& mean_a = moments[s.c + c];
@@ -122,11 +148,11 @@ void batch_norm_forward_train(T* y, Arith<T>* stats, const T* x, const Arith<T>*
 
 template <class T>
 void batch_norm_apply(T* y, const T* x, const Arith<T>* w, const Arith<T>* b, const Arith<T>* stats,
-                      const BatchNormShape& s) {
+                      const BatchNormShape& s, const NormEpilogue<T>& epilogue) {
   const int groups = s.groups();
 #pragma omp parallel for schedule(static) if (parallel(s))
   for (int c = 0; c < s.c; ++c)
-    for (int g = 0; g < groups; ++g) normalize_group(y, x, w, b, stats, s, c, g);
+    for (int g = 0; g < groups; ++g) normalize_group(y, x, w, b, stats, s, c, g, epilogue);
 }
 
 template <class T>
@@ -142,7 +168,7 @@ void batch_norm_commit(T* running_mean, T* running_var, int64_t* tracked, const 
 template <class T>
 void batch_norm_forward_frozen(T* y, Arith<T>* stats, const T* x, const Arith<T>* w, const Arith<T>* b,
                                const Arith<T>* running_mean, const Arith<T>* running_var, const BatchNormShape& s,
-                               double eps) {
+                               double eps, const NormEpilogue<T>& epilogue) {
   using A = Arith<T>;
   const std::ptrdiff_t stride = std::ptrdiff_t{s.c} * s.hw;
   const int groups = s.groups();
@@ -151,8 +177,9 @@ void batch_norm_forward_frozen(T* y, Arith<T>* stats, const T* x, const Arith<T>
     // invstd rounded as stats stores it, so batch_norm_apply recomputes a frozen layer bit for bit too.
     const A invstd = A(inv_std(running_var[c], eps));
     const double scale = w[c] * double(invstd);
-    affine_runs(y + std::ptrdiff_t{c} * s.hw, x + std::ptrdiff_t{c} * s.hw, s.n, stride, s.hw, A(scale),
-                A(b[c] - running_mean[c] * scale));
+    const std::ptrdiff_t at = std::ptrdiff_t{c} * s.hw;
+    affine_runs(y + at, x + at, s.n, stride, s.hw, A(scale), A(b[c] - running_mean[c] * scale),
+                epilogue.residual ? epilogue.residual + at : nullptr, epilogue.relu);
     if (stats)
       for (int g = 0; g < groups; ++g) {
         stats[(2 * g) * s.c + c] = running_mean[c];
@@ -163,7 +190,8 @@ void batch_norm_forward_frozen(T* y, Arith<T>* stats, const T* x, const Arith<T>
 
 template <class T>
 void batch_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T* x, const Arith<T>* w,
-                         const Arith<T>* stats, const BatchNormShape& s, bool batch_stats, bool accumulate) {
+                         const Arith<T>* stats, const BatchNormShape& s, bool batch_stats, bool accumulate,
+                         const NormReluGrad<T>& relu) {
   using A = Arith<T>;
   const std::ptrdiff_t stride = std::ptrdiff_t{s.c} * s.hw;
   const int groups = s.groups();
@@ -177,9 +205,22 @@ void batch_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T
         const double mean = stats[(2 * g) * s.c + c], invstd = stats[(2 * g + 1) * s.c + c];
         double sdy = 0, sdyx = 0;  // sum of dy and of dy * (x - mean) over the group
         for (int r = 0; r < samples; ++r) {
-          const T* pdy = dy + at + r * stride;
-          const T* px = x + at + r * stride;
+          const std::ptrdiff_t run = at + r * stride;
+          const T* pdy = dy + run;
+          const T* px = x + run;
           if (r + 1 < samples) prefetch_run(pdy + stride, px + stride, s.hw);
+          if (relu.y) {  // the fused ReLU's backward: dy masked by its output, kept for the residual if asked
+            const T* py = relu.y + run;
+            T* pdr = relu.dresidual ? relu.dresidual + run : nullptr;
+#pragma omp simd reduction(+ : sdy, sdyx)
+            for (int i = 0; i < s.hw; ++i) {
+              const A d = masked(pdy, py, i);
+              if (pdr) pdr[i] = store<T>(d);
+              sdy += d;
+              sdyx += d * (load(px[i]) - mean);
+            }
+            continue;
+          }
 #pragma omp simd reduction(+ : sdy, sdyx)
           for (int i = 0; i < s.hw; ++i) {
             sdy += load(pdy[i]);
@@ -195,11 +236,13 @@ void batch_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T
         const A slope = A(batch_stats ? k * sdyx * invstd * invstd / count : 0.0);
         const A kt = A(k), mt = A(mean);
         for (int r = 0; r < samples; ++r) {
-          const T* pdy = dy + at + r * stride;
-          const T* px = x + at + r * stride;
-          T* pdx = dx + at + r * stride;
+          const std::ptrdiff_t run = at + r * stride;
+          const T* pdy = dy + run;
+          const T* px = x + run;
+          const T* py = relu.y ? relu.y + run : nullptr;
+          T* pdx = dx + run;
 #pragma omp simd
-          for (int i = 0; i < s.hw; ++i) pdx[i] = store<T>(kt * load(pdy[i]) - a - slope * (load(px[i]) - mt));
+          for (int i = 0; i < s.hw; ++i) pdx[i] = store<T>(kt * masked(pdy, py, i) - a - slope * (load(px[i]) - mt));
         }
       }
       put(acc, dw[c], A(sum_dw));
@@ -210,7 +253,7 @@ void batch_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T
 
 template <class T>
 void group_norm_forward(T* y, Arith<T>* stats, const T* x, const Arith<T>* w, const Arith<T>* b,
-                        const GroupNormShape& s, double eps) {
+                        const GroupNormShape& s, double eps, const NormEpilogue<T>& epilogue) {
   using A = Arith<T>;
   const int cpg = s.c / s.groups;
   const std::ptrdiff_t rows = std::ptrdiff_t{s.n} * s.groups, len = std::ptrdiff_t{cpg} * s.hw;
@@ -225,14 +268,17 @@ void group_norm_forward(T* y, Arith<T>* stats, const T* x, const Arith<T>* w, co
     for (int j = 0; j < cpg; ++j) {
       const int c = int(g) * cpg + j;
       const double scale = w[c] * invstd;
-      affine_runs(y + at + j * s.hw, x + at + j * s.hw, 1, 0, s.hw, A(scale), A(b[c] - mo.mean * scale));
+      const std::ptrdiff_t run = at + j * s.hw;
+      affine_runs(y + run, x + run, 1, 0, s.hw, A(scale), A(b[c] - mo.mean * scale),
+                  epilogue.residual ? epilogue.residual + run : nullptr, epilogue.relu);
     }
   }
 }
 
 template <class T>
 void group_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T* x, const Arith<T>* w,
-                         const Arith<T>* stats, const GroupNormShape& s, bool accumulate) {
+                         const Arith<T>* stats, const GroupNormShape& s, bool accumulate,
+                         const NormReluGrad<T>& relu) {
   using A = Arith<T>;
   const int cpg = s.c / s.groups;
   const std::ptrdiff_t rows = std::ptrdiff_t{s.n} * s.groups, len = std::ptrdiff_t{cpg} * s.hw;
@@ -252,11 +298,13 @@ void group_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T
         const double wc = w[g * cpg + j];
         const T* pdy = dy + at + j * s.hw;
         const T* px = x + at + j * s.hw;
+        const T* py = relu.y ? relu.y + at + j * s.hw : nullptr;
         double a = 0, bsum = 0;
 #pragma omp simd reduction(+ : a, bsum)
         for (int i = 0; i < s.hw; ++i) {
-          a += load(pdy[i]);
-          bsum += load(pdy[i]) * (load(px[i]) - mean);
+          const A d = masked(pdy, py, i);
+          a += d;
+          bsum += d * (load(px[i]) - mean);
         }
         sdyw += wc * a;
         sdywx += wc * bsum;
@@ -267,13 +315,15 @@ void group_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T
         const A k = A(w[g * cpg + j] * invstd);
         const T* pdy = dy + at + j * s.hw;
         const T* px = x + at + j * s.hw;
+        const T* py = relu.y ? relu.y + at + j * s.hw : nullptr;
         T* pdx = dx + at + j * s.hw;
 #pragma omp simd
-        for (int i = 0; i < s.hw; ++i) pdx[i] = store<T>(k * load(pdy[i]) - a - slope * (load(px[i]) - mt));
+        for (int i = 0; i < s.hw; ++i) pdx[i] = store<T>(k * masked(pdy, py, i) - a - slope * (load(px[i]) - mt));
       }
     }
   }
-  // dw, db reduce over samples: a second pass split over channels, so no two threads write one channel.
+  // dw, db reduce over samples: a second pass split over channels, so no two threads write one channel. It
+  // writes the residual's gradient (each value once, after the first pass read it: dresidual may alias dy).
   with_write_mode(accumulate, [&](auto acc) {
 #pragma omp parallel for schedule(static) if (threads)
     for (int c = 0; c < s.c; ++c) {
@@ -283,10 +333,21 @@ void group_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T
         const std::ptrdiff_t at = (std::ptrdiff_t{sample} * s.c + c) * s.hw;
         const double mean = mean_of(sample, g), invstd = invstd_of(sample, g);
         double a = 0, bsum = 0;
+        if (relu.y) {
+          T* pdr = relu.dresidual ? relu.dresidual + at : nullptr;
 #pragma omp simd reduction(+ : a, bsum)
-        for (int i = 0; i < s.hw; ++i) {
-          a += load(dy[at + i]);
-          bsum += load(dy[at + i]) * (load(x[at + i]) - mean);
+          for (int i = 0; i < s.hw; ++i) {
+            const A d = masked(dy + at, relu.y + at, i);
+            if (pdr) pdr[i] = store<T>(d);
+            a += d;
+            bsum += d * (load(x[at + i]) - mean);
+          }
+        } else {
+#pragma omp simd reduction(+ : a, bsum)
+          for (int i = 0; i < s.hw; ++i) {
+            a += load(dy[at + i]);
+            bsum += load(dy[at + i]) * (load(x[at + i]) - mean);
+          }
         }
         sum_db += a;
         sum_dw += bsum * invstd;
@@ -300,17 +361,18 @@ void group_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T
 #define CRUMB_INSTANTIATE(T)                                                                                  \
   template void batch_norm_forward_train<T>(T*, Arith<T>*, const T*, const Arith<T>*, const Arith<T>*,              \
                                             const BatchNormShape&, double, double*, Arith<T>*, Arith<T>*, int64_t*, \
-                                            double);                                                                \
+                                            double, const NormEpilogue<T>&);                                        \
   template void batch_norm_apply<T>(T*, const T*, const Arith<T>*, const Arith<T>*, const Arith<T>*,                \
-                                    const BatchNormShape&);                                                         \
+                                    const BatchNormShape&, const NormEpilogue<T>&);                                 \
   template void batch_norm_forward_frozen<T>(T*, Arith<T>*, const T*, const Arith<T>*, const Arith<T>*,             \
-                                             const Arith<T>*, const Arith<T>*, const BatchNormShape&, double);      \
+                                             const Arith<T>*, const Arith<T>*, const BatchNormShape&, double,       \
+                                             const NormEpilogue<T>&);                                               \
   template void batch_norm_backward<T>(Arith<T>*, Arith<T>*, T*, const T*, const T*, const Arith<T>*,              \
-                                       const Arith<T>*, const BatchNormShape&, bool, bool);                         \
+                                       const Arith<T>*, const BatchNormShape&, bool, bool, const NormReluGrad<T>&); \
   template void group_norm_forward<T>(T*, Arith<T>*, const T*, const Arith<T>*, const Arith<T>*,                    \
-                                      const GroupNormShape&, double);                                               \
+                                      const GroupNormShape&, double, const NormEpilogue<T>&);                       \
   template void group_norm_backward<T>(Arith<T>*, Arith<T>*, T*, const T*, const T*, const Arith<T>*,              \
-                                       const Arith<T>*, const GroupNormShape&, bool);
+                                       const Arith<T>*, const GroupNormShape&, bool, const NormReluGrad<T>&);
 CRUMB_INSTANTIATE(float)
 CRUMB_INSTANTIATE(double)
 CRUMB_INSTANTIATE(bf16)

@@ -101,6 +101,21 @@ template <class T, int V> __device__ __forceinline__ void store(T* p, const Pack
   *reinterpret_cast<Pack<T, V>*>(p) = v;
 }
 
+// The gradient reaching a fused normalisation: dy, masked where the ReLU's output y is not positive
+// (relu_backward's rule); dy itself without a ReLU (y null).
+template <class T> __device__ __forceinline__ float masked(T dy, const T* y, std::size_t i) {
+  return !y || to_float(y[i]) > 0.0f ? to_float(dy) : 0.0f;
+}
+
+// The fused epilogue of a normalised value v (kernels/norm.h, NormEpilogue): + the residual at i and the
+// ReLU, rounded to T after each part as the separate ops round.
+template <class T> __device__ __forceinline__ T epilogue(float v, const T* res, bool relu, std::size_t i) {
+  T out = from_float<T>(v);
+  if (res) out = from_float<T>(to_float(out) + to_float(res[i]));
+  if (relu && to_float(out) <= 0.0f) out = from_float<T>(0.0f);
+  return out;
+}
+
 // ---- BatchNorm. The reductions (statistics, weight gradients) split each (group, channel) into `splits`
 // ranges of about kSplitElems values, one block each, which writes its Partial to the workspace; one
 // thread per channel then combines a channel's partials in split order and its groups in group order.
@@ -197,7 +212,7 @@ template <int V> __device__ SplitRange split_range(const cpu::BatchNormShape& s,
 template <class T, int V>
 __global__ void __launch_bounds__(kSplitBlock)
     batch_norm_partial_kernel(Partial* partials, const T* x, const T* dy, const float* stats, cpu::BatchNormShape s,
-                              int splits) {
+                              int splits, NormReluGrad<T> relu) {
   const int ch = blockIdx.x / splits, k = blockIdx.x - ch * splits, g = blockIdx.y;
   const SplitRange r = split_range<V>(s, g, ch, k, splits);
   const double count = static_cast<double>(r.len) * V;
@@ -209,11 +224,16 @@ __global__ void __launch_bounds__(kSplitBlock)
     for (unsigned j = threadIdx.x; j < r.len; j += blockDim.x) {
       const std::size_t i = r.at<V>(j);
       const Pack<T, V> d = load<T, V>(dy + i), v = load<T, V>(x + i);
+      Pack<T, V> dr;
       for (int e = 0; e < V; ++e) {
-        const double de = to_float(d.v[e]);
+        const float m = masked(d.v[e], relu.y, i + e);
+        dr.v[e] = from_float<T>(m);
+        const double de = m;
         sdy += de;
         sdyx += de * (to_float(v.v[e]) - mean);
       }
+      // Each value is in one split: this thread alone reads and writes it (dresidual may alias dy).
+      if (relu.dresidual) store<T, V>(relu.dresidual + i, dr);
     }
     const Sums t = block_sums(sdy, sdyx);
     p.a = t.a;
@@ -263,7 +283,7 @@ __device__ double tile_sum(double v) {
 template <class T>
 __global__ void __launch_bounds__(kSplitBlock)
     batch_norm_partial_nhwc_kernel(Partial* partials, const T* x, const T* dy, const float* stats,
-                                   cpu::BatchNormShape s, int splits) {
+                                   cpu::BatchNormShape s, int splits, NormReluGrad<T> relu) {
   const int tile = blockIdx.x / splits, k = blockIdx.x - tile * splits, g = blockIdx.y;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, ch = tile * kWarp + lane;
   const bool live = ch < s.c;
@@ -280,7 +300,9 @@ __global__ void __launch_bounds__(kSplitBlock)
 #pragma unroll 4
     for (unsigned r = warp; r < len; r += kTileRows) {
       const std::size_t i = first + static_cast<std::size_t>(r) * s.c;
-      const double d = to_float(dy[i]);
+      const float m = masked(dy[i], relu.y, i);
+      if (relu.dresidual) relu.dresidual[i] = from_float<T>(m);
+      const double d = m;
       sdy += d;
       sdyx += d * (to_float(x[i]) - mean);
     }
@@ -397,6 +419,7 @@ template <class T> struct AffineOp {
   const float *w, *b, *stats, *running_mean, *running_var;
   double eps;
   int c;
+  NormEpilogue<T> epi;
   __device__ ScaleShift at(int g, int ch) const {
     if (running_var) return scale_shift(w[ch], b[ch], running_mean[ch], static_cast<float>(inv_std(running_var[ch], eps)));
     const std::size_t k = static_cast<std::size_t>(2 * g) * c + ch;
@@ -408,7 +431,7 @@ template <class T> struct AffineOp {
     ScaleShift a = at(g, ch);
     for (int e = 0; e < V; ++e) {
       if (step && e) a = at(g, ch + e);
-      out.v[e] = from_float<T>(to_float(in.v[e]) * a.scale + a.shift);
+      out.v[e] = epilogue<T>(to_float(in.v[e]) * a.scale + a.shift, epi.residual, epi.relu, i + e);
     }
     store<T, V>(y + i, out);
   }
@@ -419,6 +442,7 @@ template <class T> struct InputGradOp {
   const T *dy, *x;
   const Coeff* coeffs;
   int c;
+  const T* y;  // the fused ReLU's output (null: none)
   template <int V> __device__ void operator()(std::size_t i, int g, int ch, int step) const {
     const Pack<T, V> d = load<T, V>(dy + i), v = load<T, V>(x + i);
     Pack<T, V> out;
@@ -426,7 +450,7 @@ template <class T> struct InputGradOp {
     Coeff k = row[ch];
     for (int e = 0; e < V; ++e) {
       if (step && e) k = row[ch + e];
-      out.v[e] = from_float<T>(k.k * to_float(d.v[e]) - k.a - k.slope * (to_float(v.v[e]) - k.mean));
+      out.v[e] = from_float<T>(k.k * masked(d.v[e], y, i + e) - k.a - k.slope * (to_float(v.v[e]) - k.mean));
     }
     store<T, V>(dx + i, out);
   }
@@ -473,7 +497,7 @@ void bn_map(const Op& op, const cpu::BatchNormShape& s, bool packed, cudaStream_
 // The partials of every (group, channel, split); dy null: the forward's.
 template <class T>
 void launch_partials(Partial* partials, const T* x, const T* dy, const float* stats, const cpu::BatchNormShape& s,
-                     int groups, int splits, cudaStream_t stream) {
+                     int groups, int splits, cudaStream_t stream, const NormReluGrad<T>& relu = {}) {
   const bool nhwc = s.layout == Layout::NHWC;
   const std::size_t columns = nhwc ? (static_cast<std::size_t>(s.c) + kWarp - 1) / kWarp : s.c;
   CRUMB_CHECK(columns * splits <= static_cast<std::size_t>(INT_MAX) && groups <= 65535, "BatchNorm: ", s.c,
@@ -484,11 +508,11 @@ void launch_partials(Partial* partials, const T* x, const T* dy, const float* st
               " values per channel exceed the kernels' 32-bit ranges");
   const dim3 grid(static_cast<unsigned>(columns * splits), static_cast<unsigned>(groups));
   if (nhwc) {
-    batch_norm_partial_nhwc_kernel<T><<<grid, kSplitBlock, 0, stream>>>(partials, x, dy, stats, s, splits);
-  } else if (packs_of_4<T>(s, {x, dy})) {  // a feature map's packs are aligned where x's are
-    batch_norm_partial_kernel<T, 4><<<grid, kSplitBlock, 0, stream>>>(partials, x, dy, stats, s, splits);
+    batch_norm_partial_nhwc_kernel<T><<<grid, kSplitBlock, 0, stream>>>(partials, x, dy, stats, s, splits, relu);
+  } else if (packs_of_4<T>(s, {x, dy, relu.dresidual})) {  // a feature map's packs are aligned where x's are
+    batch_norm_partial_kernel<T, 4><<<grid, kSplitBlock, 0, stream>>>(partials, x, dy, stats, s, splits, relu);
   } else {
-    batch_norm_partial_kernel<T, 1><<<grid, kSplitBlock, 0, stream>>>(partials, x, dy, stats, s, splits);
+    batch_norm_partial_kernel<T, 1><<<grid, kSplitBlock, 0, stream>>>(partials, x, dy, stats, s, splits, relu);
   }
   CRUMB_CUDA_CHECK_LAUNCH();
 }
@@ -503,7 +527,7 @@ void check_workspace(std::size_t bytes, std::size_t needed, const char* what, co
 template <class T>
 __global__ void __launch_bounds__(kRowBlock)
     group_norm_forward_kernel(T* y, float* stats, const T* x, const float* w, const float* b,
-                              cpu::GroupNormShape s, double eps) {
+                              cpu::GroupNormShape s, double eps, NormEpilogue<T> epi) {
   const std::size_t row = blockIdx.x, sample = row / s.groups, g = row % s.groups;
   const int cpg = s.c / s.groups;
   const std::size_t len = static_cast<std::size_t>(cpg) * s.hw, at = row * len;
@@ -525,7 +549,8 @@ __global__ void __launch_bounds__(kRowBlock)
   for (std::size_t e = threadIdx.x; e < len; e += blockDim.x) {
     const std::size_t c = g * cpg + e / s.hw;
     const double scale = w[c] * invstd;
-    yr[e] = from_float<T>(to_float(xr[e]) * static_cast<float>(scale) + static_cast<float>(b[c] - mean * scale));
+    yr[e] = epilogue<T>(to_float(xr[e]) * static_cast<float>(scale) + static_cast<float>(b[c] - mean * scale),
+                        epi.residual ? epi.residual + at : nullptr, epi.relu, e);
   }
 }
 
@@ -533,16 +558,17 @@ __global__ void __launch_bounds__(kRowBlock)
 template <class T>
 __global__ void __launch_bounds__(kRowBlock)
     group_norm_backward_data_kernel(T* dx, const T* dy, const T* x, const float* w, const float* stats,
-                                    cpu::GroupNormShape s) {
+                                    cpu::GroupNormShape s, const T* y) {
   const std::size_t row = blockIdx.x, sample = row / s.groups, g = row % s.groups;
   const int cpg = s.c / s.groups;
   const std::size_t len = static_cast<std::size_t>(cpg) * s.hw, at = row * len;
   const double mean = stats[sample * 2 * s.groups + g], invstd = stats[sample * 2 * s.groups + s.groups + g];
   const T* dyr = dy + at;
   const T* xr = x + at;
+  const T* yr = y ? y + at : nullptr;
   double sdyw = 0, sdywx = 0;  // sum of dy w and of dy w (x - mean) over the row
   for (std::size_t e = threadIdx.x; e < len; e += blockDim.x) {
-    const double dyw = static_cast<double>(to_float(dyr[e])) * w[g * cpg + e / s.hw];
+    const double dyw = static_cast<double>(masked(dyr[e], yr, e)) * w[g * cpg + e / s.hw];
     sdyw += dyw;
     sdywx += dyw * (to_float(xr[e]) - mean);
   }
@@ -554,7 +580,7 @@ __global__ void __launch_bounds__(kRowBlock)
   T* dxr = dx + at;
   for (std::size_t e = threadIdx.x; e < len; e += blockDim.x) {
     const float k = static_cast<float>(w[g * cpg + e / s.hw] * invstd);
-    dxr[e] = from_float<T>(k * to_float(dyr[e]) - a - slope * (to_float(xr[e]) - mean_f));
+    dxr[e] = from_float<T>(k * masked(dyr[e], yr, e) - a - slope * (to_float(xr[e]) - mean_f));
   }
 }
 
@@ -562,7 +588,7 @@ __global__ void __launch_bounds__(kRowBlock)
 template <class T>
 __global__ void __launch_bounds__(kChannelBlock)
     group_norm_backward_weight_kernel(float* dw, float* db, const T* dy, const T* x, const float* stats,
-                                      cpu::GroupNormShape s, bool accumulate) {
+                                      cpu::GroupNormShape s, bool accumulate, NormReluGrad<T> relu) {
   const int c = blockIdx.x;
   const std::size_t g = c / (s.c / s.groups);
   const ChannelRuns runs{static_cast<std::size_t>(s.hw), static_cast<std::size_t>(s.c) * s.hw};
@@ -571,7 +597,10 @@ __global__ void __launch_bounds__(kChannelBlock)
   for (std::size_t e = threadIdx.x; e < count; e += blockDim.x) {
     const std::size_t sample = e / s.hw, i = first + runs.at(e);
     const double mean = stats[sample * 2 * s.groups + g], invstd = stats[sample * 2 * s.groups + s.groups + g];
-    const double d = to_float(dy[i]);
+    const float m = masked(dy[i], relu.y, i);
+    // The data kernel has run (same stream): this block alone writes these values (dresidual may alias dy).
+    if (relu.dresidual) relu.dresidual[i] = from_float<T>(m);
+    const double d = m;
     sum_db += d;
     sum_dw += d * (to_float(x[i]) - mean) * invstd;
   }
@@ -615,7 +644,7 @@ template <class T>
 void batch_norm_forward_train(T* y, float* stats, const T* x, const float* w, const float* b,
                               const cpu::BatchNormShape& s, double eps, double* moments, float* running_mean,
                               float* running_var, int64_t* tracked, double momentum, void* workspace,
-                              std::size_t workspace_bytes, cudaStream_t stream) {
+                              std::size_t workspace_bytes, cudaStream_t stream, const NormEpilogue<T>& epilogue) {
   const int groups = bn_groups(s, "batch_norm_forward_train");
   CRUMB_CHECK((running_mean == nullptr) == (running_var == nullptr) && (!running_mean || tracked),
               "batch_norm_forward_train: running_mean, running_var and tracked go together");
@@ -628,7 +657,7 @@ void batch_norm_forward_train(T* y, float* stats, const T* x, const float* w, co
   batch_norm_stats_kernel<<<blocks_for(std::max(s.c, 1)), kBlock, 0, stream>>>(
       stats, partials, s, groups, splits, eps, moments, running_mean, running_var, tracked, momentum);
   CRUMB_CUDA_CHECK_LAUNCH();
-  bn_map<T>(AffineOp<T>{y, x, w, b, stats, nullptr, nullptr, eps, s.c}, s, packs_of_4<T>(s, {y, x}), stream);
+  bn_map<T>(AffineOp<T>{y, x, w, b, stats, nullptr, nullptr, eps, s.c, epilogue}, s, packs_of_4<T>(s, {y, x}), stream);
 }
 
 void batch_norm_commit(float* running_mean, float* running_var, int64_t* tracked, const double* moments, int c,
@@ -643,15 +672,15 @@ void batch_norm_commit(float* running_mean, float* running_var, int64_t* tracked
 
 template <class T>
 void batch_norm_apply(T* y, const T* x, const float* w, const float* b, const float* stats,
-                      const cpu::BatchNormShape& s, cudaStream_t stream) {
+                      const cpu::BatchNormShape& s, cudaStream_t stream, const NormEpilogue<T>& epilogue) {
   bn_groups(s, "batch_norm_apply");
-  bn_map<T>(AffineOp<T>{y, x, w, b, stats, nullptr, nullptr, 0.0, s.c}, s, packs_of_4<T>(s, {y, x}), stream);
+  bn_map<T>(AffineOp<T>{y, x, w, b, stats, nullptr, nullptr, 0.0, s.c, epilogue}, s, packs_of_4<T>(s, {y, x}), stream);
 }
 
 template <class T>
 void batch_norm_forward_frozen(T* y, float* stats, const T* x, const float* w, const float* b,
                                const float* running_mean, const float* running_var, const cpu::BatchNormShape& s,
-                               double eps, cudaStream_t stream) {
+                               double eps, cudaStream_t stream, const NormEpilogue<T>& epilogue) {
   const int groups = bn_groups(s, "batch_norm_forward_frozen");
   if (groups == 0 || s.c == 0) return;
   if (stats) {
@@ -659,65 +688,70 @@ void batch_norm_forward_frozen(T* y, float* stats, const T* x, const float* w, c
                                                                            eps);
     CRUMB_CUDA_CHECK_LAUNCH();
   }
-  bn_map<T>(AffineOp<T>{y, x, w, b, nullptr, running_mean, running_var, eps, s.c}, s, packs_of_4<T>(s, {y, x}),
-            stream);
+  bn_map<T>(AffineOp<T>{y, x, w, b, nullptr, running_mean, running_var, eps, s.c, epilogue}, s,
+            packs_of_4<T>(s, {y, x}), stream);
 }
 
 template <class T>
 void batch_norm_backward(float* dw, float* db, T* dx, const T* dy, const T* x, const float* w,
                          const float* stats, const cpu::BatchNormShape& s, bool batch_stats, bool accumulate,
-                         void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
+                         void* workspace, std::size_t workspace_bytes, cudaStream_t stream,
+                         const NormReluGrad<T>& relu) {
   const int groups = bn_groups(s, "batch_norm_backward");
   if (s.c == 0) return;
   check_workspace(workspace_bytes, batch_norm_backward_workspace(s), "batch_norm_backward", s);
   const int splits = groups > 0 ? bn_splits(s) : 0;
   Partial* partials = static_cast<Partial*>(workspace);
   Coeff* coeffs = dx && groups > 0 ? reinterpret_cast<Coeff*>(partials + bn_partials(s)) : nullptr;
-  if (groups > 0) launch_partials<T>(partials, x, dy, stats, s, groups, splits, stream);
+  if (groups > 0) launch_partials<T>(partials, x, dy, stats, s, groups, splits, stream, relu);
   // n == 0 still launches: the gradient of an empty batch is zero, which write mode must store.
   batch_norm_grad_kernel<<<blocks_for(s.c), kBlock, 0, stream>>>(dw, db, coeffs, partials, w, stats, s, groups, splits,
                                                                  batch_stats, accumulate);
   CRUMB_CUDA_CHECK_LAUNCH();
-  if (coeffs) bn_map<T>(InputGradOp<T>{dx, dy, x, coeffs, s.c}, s, packs_of_4<T>(s, {dx, dy, x}), stream);
+  if (coeffs) bn_map<T>(InputGradOp<T>{dx, dy, x, coeffs, s.c, relu.y}, s, packs_of_4<T>(s, {dx, dy, x}), stream);
 }
 
 template <class T>
 void group_norm_forward(T* y, float* stats, const T* x, const float* w, const float* b,
-                        const cpu::GroupNormShape& s, double eps, cudaStream_t stream) {
+                        const cpu::GroupNormShape& s, double eps, cudaStream_t stream,
+                        const NormEpilogue<T>& epilogue) {
   const unsigned rows = gn_rows(s, "group_norm_forward");
   if (rows == 0 || s.c == 0) return;
-  group_norm_forward_kernel<<<rows, kRowBlock, 0, stream>>>(y, stats, x, w, b, s, eps);
+  group_norm_forward_kernel<<<rows, kRowBlock, 0, stream>>>(y, stats, x, w, b, s, eps, epilogue);
   CRUMB_CUDA_CHECK_LAUNCH();
 }
 
 template <class T>
 void group_norm_backward(float* dw, float* db, T* dx, const T* dy, const T* x, const float* w,
-                         const float* stats, const cpu::GroupNormShape& s, bool accumulate, cudaStream_t stream) {
+                         const float* stats, const cpu::GroupNormShape& s, bool accumulate, cudaStream_t stream,
+                         const NormReluGrad<T>& relu) {
   const unsigned rows = gn_rows(s, "group_norm_backward");
   if (s.c == 0) return;
   if (dx && rows > 0) {
-    group_norm_backward_data_kernel<<<rows, kRowBlock, 0, stream>>>(dx, dy, x, w, stats, s);
+    group_norm_backward_data_kernel<<<rows, kRowBlock, 0, stream>>>(dx, dy, x, w, stats, s, relu.y);
     CRUMB_CUDA_CHECK_LAUNCH();
   }
   // n == 0 still launches, as above.
-  group_norm_backward_weight_kernel<<<s.c, kChannelBlock, 0, stream>>>(dw, db, dy, x, stats, s, accumulate);
+  group_norm_backward_weight_kernel<<<s.c, kChannelBlock, 0, stream>>>(dw, db, dy, x, stats, s, accumulate, relu);
   CRUMB_CUDA_CHECK_LAUNCH();
 }
 
 #define CRUMB_INSTANTIATE(T)                                                                                    \
   template void batch_norm_forward_train<T>(T*, float*, const T*, const float*, const float*,                       \
                                             const cpu::BatchNormShape&, double, double*, float*, float*, int64_t*, \
-                                            double, void*, std::size_t, cudaStream_t);                             \
+                                            double, void*, std::size_t, cudaStream_t, const NormEpilogue<T>&);     \
   template void batch_norm_apply<T>(T*, const T*, const float*, const float*, const float*,                        \
-                                    const cpu::BatchNormShape&, cudaStream_t);                                     \
+                                    const cpu::BatchNormShape&, cudaStream_t, const NormEpilogue<T>&);             \
   template void batch_norm_forward_frozen<T>(T*, float*, const T*, const float*, const float*, const float*,        \
-                                             const float*, const cpu::BatchNormShape&, double, cudaStream_t);      \
+                                             const float*, const cpu::BatchNormShape&, double, cudaStream_t,       \
+                                             const NormEpilogue<T>&);                                              \
   template void batch_norm_backward<T>(float*, float*, T*, const T*, const T*, const float*, const float*,         \
-                                       const cpu::BatchNormShape&, bool, bool, void*, std::size_t, cudaStream_t);  \
+                                       const cpu::BatchNormShape&, bool, bool, void*, std::size_t, cudaStream_t,   \
+                                       const NormReluGrad<T>&);                                                    \
   template void group_norm_forward<T>(T*, float*, const T*, const float*, const float*, const cpu::GroupNormShape&, \
-                                      double, cudaStream_t);                                                       \
+                                      double, cudaStream_t, const NormEpilogue<T>&);                               \
   template void group_norm_backward<T>(float*, float*, T*, const T*, const T*, const float*, const float*,         \
-                                       const cpu::GroupNormShape&, bool, cudaStream_t);
+                                       const cpu::GroupNormShape&, bool, cudaStream_t, const NormReluGrad<T>&);
 CRUMB_CUDA_FOR_FLOAT_TYPES(CRUMB_INSTANTIATE)
 #undef CRUMB_INSTANTIATE
 

@@ -173,6 +173,9 @@ Trains a model on Fashion-MNIST with Crumb's graph executor and reports test acc
                        on CUDA, where cuDNN's tensor-core kernels want NHWC; off otherwise). The
                        result is the same up to float32 summation order; checkpoints stay NCHW
   --cuda-graphs on|off record each micro-batch's work once and replay it as one CUDA graph (default on)
+  --fuse on|off        fuse chains of ops into one op each after autograd: BatchNorm or GroupNorm (+ the
+                       residual add) + ReLU, forward and backward; --explain names the fused steps
+                       (default on). The result is the same up to float32 rounding order
   --deterministic      CUDA: only convolution algorithms that give the same bits on every run, as
                        torch.backends.cudnn.deterministic (some of cuDNN's fastest backward ones add
                        with atomics); the CPU is deterministic without it
@@ -332,6 +335,9 @@ Options parse_flags(const std::vector<std::string>& argv) {
     } else if (name == "cuda-graphs") {
       CRUMB_CHECK(value == "on" || value == "off", "--cuda-graphs must be on or off, got '", value, "'");
       o.cuda_graphs = value == "on";
+    } else if (name == "fuse") {
+      CRUMB_CHECK(value == "on" || value == "off", "--fuse must be on or off, got '", value, "'");
+      o.fuse = value == "on";
     }
     else if (name == "limit-train") o.limit_train = (int)parse_int(name, value, 1, 1 << 30);
     else if (name == "limit-test") o.limit_test = (int)parse_int(name, value, 1, 1 << 30);
@@ -400,7 +406,7 @@ Options parse_flags(const std::vector<std::string>& argv) {
 
 Options resume_flags(const std::vector<std::string>& recorded, const Options& given) {
   static const std::set<std::string> changeable = {"epochs", "save", "save-every", "log", "data", "threads",
-                                                   "device", "memory-budget", "micro-batch", "cuda-graphs", "deterministic",
+                                                   "device", "memory-budget", "micro-batch", "cuda-graphs", "fuse", "deterministic",
                                                    "limit-test", "resume", "report", "report-dir", "sweep",
                                                    "strategy", "bucket-cap", "dist-timeout", "fresh-optimizer"};
   auto name_of = [](const std::string& arg) { return arg.substr(2, arg.find('=') - 2); };
@@ -444,7 +450,7 @@ Options resume_flags(const std::vector<std::string>& recorded, const Options& gi
     CRUMB_CHECK(result_settings(config_of(parse_flags(with))) == settings, "--", name,
                 " cannot change when resuming: the run recorded ", was ? shown(value_of(*was)) : "its default",
                 ", given ", shown(value_of(arg)), " (a resumed run continues with its recorded settings; it may set --epochs, --save, "
-                "--save-every, --log, --data, --threads, --device, --memory-budget, --micro-batch, --cuda-graphs, "
+                "--save-every, --log, --data, --threads, --device, --memory-budget, --micro-batch, --cuda-graphs, --fuse, "
                 "--deterministic, --limit-test, --report, --report-dir, --sweep, --strategy, --bucket-cap, --dist-timeout, "
                 "--fresh-optimizer)");
   }
@@ -519,6 +525,7 @@ TrainConfig config_of(const Options& o) {
   c.precision = o.precision;
   c.loss_scale = o.loss_scale;
   c.cuda_graphs = o.cuda_graphs;
+  c.fuse = o.fuse;
   c.deterministic = o.deterministic;
   c.channels_last = o.channels_last;
   c.save = o.save;

@@ -49,6 +49,7 @@ struct Options {
   Precision precision = Precision::FP32;  // --precision (--tf32 is --precision tf32)
   LossScaleConfig loss_scale;             // fp16: --loss-scale, --loss-scale-growth-interval
   bool cuda_graphs = true;   // replay each micro-batch's work as a recorded CUDA graph
+  bool fuse = true;          // fuse chains of ops after autograd (TrainConfig::fuse)
   bool deterministic = false;  // CUDA: only algorithms that repeat their bits (Graph::deterministic)
   ChannelsLast channels_last = ChannelsLast::Auto;  // --channels-last
   bool explain = false;

@@ -6,9 +6,15 @@ from __future__ import annotations
 import os
 
 
+# Flags that take on|off: True and False mean on and off (False must not read as "not given").
+ON_OFF = {"fuse", "cuda_graphs", "channels_last"}
+
+
 def to_args(kwargs: dict) -> list[str]:
     args = []
     for key, value in kwargs.items():
+        if key in ON_OFF and isinstance(value, bool):
+            value = "on" if value else "off"
         if value is None or value is False:
             continue
         flag = "--" + key.replace("_", "-")
