@@ -797,7 +797,7 @@ TEST(TrainCli, SignalEndsPlanningAtOnce) {
   const auto start = std::chrono::steady_clock::now();
   const int status = std::system(("sh -c '" + std::string(CRUMB_TRAIN_BIN) +
                                   " --model resnet50 --dataset synthetic --input 3x224x224 --classes 1000 --batch 512 "
-                                  "--memory-budget 2GiB --explain >/dev/null 2>&1 & pid=$!; sleep 0.5; kill -INT $pid; "
+                                  "--memory-budget 1GiB --explain >/dev/null 2>&1 & pid=$!; sleep 0.5; kill -INT $pid; "
                                   "wait $pid'")
                                      .c_str());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -11,7 +11,18 @@ std::vector<FusionRule>& table() {
   static std::vector<FusionRule> rules;
   return rules;
 }
+std::vector<const OpDef*>& in_place_table() {
+  static std::vector<const OpDef*> ops;
+  return ops;
+}
 }  // namespace
+
+void add_in_place_op(const OpDef& op) { in_place_table().push_back(&op); }
+
+bool in_place_op(const OpDef& op) {
+  const std::vector<const OpDef*>& ops = in_place_table();
+  return std::find(ops.begin(), ops.end(), &op) != ops.end();
+}
 
 void add_fusion_rule(const FusionRule& rule) {
   CRUMB_CHECK(rule.name && rule.apply, "a fusion rule needs a name and a rewrite");

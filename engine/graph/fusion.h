@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/graph/graph.h"
+#include "engine/graph/op.h"
 
 namespace crumb {
 
@@ -30,6 +31,13 @@ std::vector<FusionRule> fusion_rules();
 // Applies every rule to g, a graph after build_backward and before any layout or memory rewrite; returns
 // the chains fused. A forward-only graph fuses its forward chains alone.
 int fuse(Graph& g);
+
+// Fused ops whose output a fused plan computes again in the backward pass instead of keeping it, because
+// it is cheap to compute from the input the backward keeps anyway (In-Place ABN's memory: a normalisation
+// -> ReLU chain keeps one tensor where it kept two; engine/strategy/in_place.h). Their families mark them
+// when the library loads, as they register their rules.
+void add_in_place_op(const OpDef& op);
+bool in_place_op(const OpDef& op);
 
 // Which nodes read each value, for rules matching chains (a node reading a value twice is listed twice).
 class Readers {

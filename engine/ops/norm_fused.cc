@@ -48,18 +48,21 @@ void infer_fused(Graph& g, Node& n, const OpDef& plain, std::size_t inputs) {
 void infer_bn_relu(Graph& g, Node& n) { infer_fused(g, n, kBatchNorm, 6); }
 void infer_gn_relu(Graph& g, Node& n) { infer_fused(g, n, kGroupNorm, 3); }
 
-// A fused backward's shape rule: in = (dy, y, x, weight, stats), out = ([dr,] dweight, dbias[, dx]); the
-// normalisation's backward rule on (dy, x, weight, stats) -> (dweight, dbias[, dx]).
+// A fused backward's shape rule: in = (dy, x, weight, stats, bias[, r]) (the bias and the residual compute the
+// ReLU's mask again from x), out = ([dr,] dweight, dbias[, dx]); the normalisation's backward rule on
+// (dy, x, weight, stats) -> (dweight, dbias[, dx]).
 void infer_fused_bwd(Graph& g, Node& n, const OpDef& plain, bool residual) {
   const std::size_t first = residual ? 1 : 0;
-  if (n.in.size() != 5 || n.out.size() < first + 2 || n.out.size() > first + 3)
-    ops::fail(n, "expects (dy, y, x, w, stats) -> (" + std::string(residual ? "dr, " : "") + "dw, db[, dx])");
-  if (g.value(n.in[1]).dims != g.value(n.in[0]).dims) ops::fail(n, "gradient and output do not match");
+  if (n.in.size() != (residual ? 6u : 5u) || n.out.size() < first + 2 || n.out.size() > first + 3)
+    ops::fail(n, std::string("expects (dy, x, w, stats, b") + (residual ? ", r) -> (dr, " : ") -> (") + "dw, db[, dx])");
+  const Dims& dy = g.value(n.in[0]).dims;
+  if (residual && g.value(n.in[5]).dims != dy) ops::fail(n, "gradient and residual do not match");
+  if (g.value(n.in[4]).dims != g.value(n.in[2]).dims) ops::fail(n, "bias and weight do not match");
   Node norm = n;
-  norm.in = {n.in[0], n.in[2], n.in[3], n.in[4]};
+  norm.in = {n.in[0], n.in[1], n.in[2], n.in[3]};
   norm.out.assign(n.out.begin() + first, n.out.end());
   plain.infer(g, norm);
-  if (residual) ops::set_out_dims(g, n, 0, g.value(n.in[0]).dims);
+  if (residual) ops::set_out_dims(g, n, 0, dy);
 }
 void infer_bn_relu_bwd(Graph& g, Node& n) { infer_fused_bwd(g, n, kBatchNormBwd, false); }
 void infer_bn_add_relu_bwd(Graph& g, Node& n) { infer_fused_bwd(g, n, kBatchNormBwd, true); }
@@ -83,9 +86,9 @@ std::vector<ValueId> bn_relu_recompute(Graph& g, const Node& n, const std::vecto
 template <class T> const T* residual(const StepArgs& a, std::size_t plain) {
   return a.node->in.size() > plain ? a.in<T>(static_cast<int>(plain)) : nullptr;
 }
-// The ReLU's output and the residual's gradient of a fused backward step.
+// A fused backward step's bias and residual, which give where its ReLU passed, and the residual's gradient.
 template <class T> NormReluGrad<T> relu_grad(const StepArgs& a, bool residual) {
-  return {a.in<T>(1), residual ? a.out<T>(0) : nullptr};
+  return {a.in<Arith<T>>(4), residual ? a.in<T>(5) : nullptr, residual ? a.out<T>(0) : nullptr};
 }
 bool has_residual_grad(const Node& n) { return n.def == &kBatchNormAddReluBwd || n.def == &kGroupNormAddReluBwd; }
 
@@ -96,7 +99,7 @@ template <class T> void bn_relu_bwd_cpu(const StepArgs& a) {
   const bool res = has_residual_grad(*a.node);
   const int o = res ? 1 : 0;
   cpu::batch_norm_backward<T>(a.out<A>(o), a.out<A>(o + 1), a.node->out.size() == o + 3u ? a.out<T>(o + 2) : nullptr,
-                              a.in<T>(0), a.in<T>(2), a.in<A>(3), a.in<A>(4), ops::batch_norm_shape(a),
+                              a.in<T>(0), a.in<T>(1), a.in<A>(2), a.in<A>(3), ops::batch_norm_shape(a),
                               !ops::attrs<BatchNormAttrs>(*a.node).frozen, a.accumulate, relu_grad<T>(a, res));
 }
 
@@ -119,7 +122,7 @@ template <class T> void gn_relu_bwd_cpu(const StepArgs& a) {
   const bool res = has_residual_grad(*a.node);
   const int o = res ? 1 : 0;
   cpu::group_norm_backward<T>(a.out<A>(o), a.out<A>(o + 1), a.node->out.size() == o + 3u ? a.out<T>(o + 2) : nullptr,
-                              a.in<T>(0), a.in<T>(2), a.in<A>(3), a.in<A>(4), gn_shape(a), a.accumulate,
+                              a.in<T>(0), a.in<T>(1), a.in<A>(2), a.in<A>(3), gn_shape(a), a.accumulate,
                               relu_grad<T>(a, res));
 }
 
@@ -183,6 +186,14 @@ void place(Graph& g, NodeId at, Node n) {
   g.node(at) = std::move(n);
 }
 
+// Whether the backward pass has v without keeping it for the fused backward alone: a graph input or a
+// parameter, or a value some backward node reads anyway.
+bool in_backward_anyway(const Graph& g, const Readers& readers, ValueId v) {
+  if (g.value(v).kind != ValueKind::Activation) return true;
+  const std::vector<NodeId>& r = readers.of(v);
+  return std::any_of(r.begin(), r.end(), [&](NodeId b) { return g.node(b).backward; });
+}
+
 int fuse_chains(Graph& g, const Family& f, bool with_add) {
   const Readers readers(g);
   std::vector<NodeId> dead;
@@ -196,13 +207,20 @@ int fuse_chains(Graph& g, const Family& f, bool with_add) {
     fwd.name = fused_name(norm.name, with_add ? std::vector<std::string>{"add", "relu"} : std::vector<std::string>{"relu"});
     fwd.out[0] = g.node(r).out[0];
     if (with_add) fwd.in.push_back(c.residual);
-    if (c.relu_bwd >= 0) {
+    // The fused backward computes the ReLU's mask again from x and the residual. Where the residual is kept
+    // for that alone (a downsampling shortcut's BatchNorm output), autograd's two backward nodes stay
+    // instead: relu_backward reading y, then the normalisation's, which need no more memory at once than
+    // the chain did unfused.
+    if (c.relu_bwd >= 0 && (!with_add || in_backward_anyway(g, readers, c.residual))) {
       const Node& nb = g.node(c.norm_bwd);
       Node bwd = nb;
       bwd.def = with_add ? &f.fused_add_bwd : &f.fused_bwd;
       bwd.name = fwd.name + ".backward";
-      bwd.in = {g.node(c.relu_bwd).in[0], fwd.out[0], nb.in[1], nb.in[2], nb.in[3]};
-      if (with_add) bwd.out.insert(bwd.out.begin(), g.node(c.relu_bwd).out[0]);
+      bwd.in = {g.node(c.relu_bwd).in[0], nb.in[1], nb.in[2], nb.in[3], norm.in[2]};
+      if (with_add) {
+        bwd.in.push_back(c.residual);
+        bwd.out.insert(bwd.out.begin(), g.node(c.relu_bwd).out[0]);
+      }
       place(g, c.relu_bwd, std::move(bwd));
       dead.push_back(c.norm_bwd);
     }
@@ -222,9 +240,11 @@ const Family kGroupNormFamily{kGroupNorm, kGroupNormBwd, kGroupNormRelu, kGroupN
 
 }  // namespace
 
-const OpDef kBatchNormRelu = OpDef("batch_norm_relu", infer_bn_relu).with_outputs({OutDType::Float, OutDType::Master, OutSpec::metric(OutDType::F64)})
+const OpDef kBatchNormRelu = OpDef("batch_norm_relu", infer_bn_relu)
+                             .with_outputs({OutDType::Float, OutDType::Master, OutSpec::metric(OutDType::F64)})
                              .with_recompute(bn_relu_recompute).with_layouts(Layouts::Nhwc);
-const OpDef kBatchNormAddRelu = OpDef("batch_norm_add_relu", infer_bn_relu)   .with_outputs({OutDType::Float, OutDType::Master, OutSpec::metric(OutDType::F64)})
+const OpDef kBatchNormAddRelu = OpDef("batch_norm_add_relu", infer_bn_relu)
+                                .with_outputs({OutDType::Float, OutDType::Master, OutSpec::metric(OutDType::F64)})
                                 .with_recompute(bn_relu_recompute).with_layouts(Layouts::Nhwc);
 const OpDef kBatchNormReluBwd = OpDef("batch_norm_relu_backward", infer_bn_relu_bwd)
                                 .with_outputs({OutDType::Float, OutDType::Float, OutDType::Float})
@@ -234,9 +254,11 @@ const OpDef kBatchNormAddReluBwd = OpDef("batch_norm_add_relu_backward", infer_b
                                    .with_required_outputs(3).with_inplace(true).with_layouts(Layouts::Nhwc);
 const OpDef kBatchNormApplyRelu = OpDef("batch_norm_apply_relu", infer_bn_apply_relu).with_inplace(true)
                                   .with_layouts(Layouts::Nhwc);
-const OpDef kGroupNormRelu = OpDef("group_norm_relu", infer_gn_relu).with_outputs({OutDType::Float, OutDType::Master}).with_recompute(ops::recompute_clone)
+const OpDef kGroupNormRelu = OpDef("group_norm_relu", infer_gn_relu)
+                             .with_outputs({OutDType::Float, OutDType::Master}).with_recompute(ops::recompute_clone)
                              .with_layouts(Layouts::Nhwc);
-const OpDef kGroupNormAddRelu = OpDef("group_norm_add_relu", infer_gn_relu)   .with_outputs({OutDType::Float, OutDType::Master}).with_recompute(ops::recompute_clone)
+const OpDef kGroupNormAddRelu = OpDef("group_norm_add_relu", infer_gn_relu)
+                                .with_outputs({OutDType::Float, OutDType::Master}).with_recompute(ops::recompute_clone)
                                 .with_layouts(Layouts::Nhwc);
 const OpDef kGroupNormReluBwd = OpDef("group_norm_relu_backward", infer_gn_relu_bwd)
                                 .with_outputs({OutDType::Float, OutDType::Float, OutDType::Float})
@@ -261,6 +283,8 @@ CRUMB_ON_LOAD {
   CRUMB_CPU_ROWS16(t, kGroupNormReluBwd, gn_relu_bwd_cpu);
   CRUMB_CPU_ROWS16(t, kGroupNormAddReluBwd, gn_relu_bwd_cpu);
 
+  // Their outputs are computed again from x for the backward pass (engine/strategy/in_place.h).
+  for (const OpDef* op : {&kBatchNormRelu, &kBatchNormAddRelu, &kGroupNormRelu, &kGroupNormAddRelu}) add_in_place_op(*op);
   // The add chains first: norm -> relu would otherwise take none of them (its norm feeds the add), but
   // the order says what is meant.
   add_fusion_rule({"batch_norm+add+relu", 0, [](Graph& g) { return fuse_chains(g, kBatchNormFamily, true); }});
@@ -285,8 +309,8 @@ template <class T> void bn_relu_bwd(const StepArgs& a) {
   const bool res = has_residual_grad(*a.node);
   const int o = res ? 1 : 0;
   cuda::batch_norm_backward(a.out<float>(o), a.out<float>(o + 1),
-                            a.node->out.size() == o + 3u ? a.out<T>(o + 2) : nullptr, a.in<T>(0), a.in<T>(2),
-                            a.in<float>(3), a.in<float>(4), batch_norm_shape(a),
+                            a.node->out.size() == o + 3u ? a.out<T>(o + 2) : nullptr, a.in<T>(0), a.in<T>(1),
+                            a.in<float>(2), a.in<float>(3), batch_norm_shape(a),
                             !ops::attrs<BatchNormAttrs>(*a.node).frozen, a.accumulate, a.workspace, a.workspace_bytes,
                             cuda::CudaBackend::of(a).compute(), relu_grad<T>(a, res));
 }
@@ -306,8 +330,8 @@ template <class T> void gn_relu_bwd(const StepArgs& a) {
   const bool res = has_residual_grad(*a.node);
   const int o = res ? 1 : 0;
   cuda::group_norm_backward(a.out<float>(o), a.out<float>(o + 1),
-                            a.node->out.size() == o + 3u ? a.out<T>(o + 2) : nullptr, a.in<T>(0), a.in<T>(2),
-                            a.in<float>(3), a.in<float>(4), gn_shape(a), a.accumulate,
+                            a.node->out.size() == o + 3u ? a.out<T>(o + 2) : nullptr, a.in<T>(0), a.in<T>(1),
+                            a.in<float>(2), a.in<float>(3), gn_shape(a), a.accumulate,
                             cuda::CudaBackend::of(a).compute(), relu_grad<T>(a, res));
 }
 

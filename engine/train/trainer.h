@@ -116,6 +116,9 @@ struct RunPlan {
   int batch = 0;  // samples per batch (a data-parallel rank plans for the largest share, rank 0's)
   // "batch 64 in 1 micro-batch(es) of 64 (largest that fits the budget)".
   std::string split;
+  // Whether the fused normalisations keep their inputs alone and compute their outputs again for the
+  // backward pass (engine/strategy/in_place.h): where that lets micro-batching fit the budget better.
+  bool in_place = false;
 };
 // The device a config runs on (building the CUDA context where it asks for one, which reports exactly
 // why there is none), and its budget.

@@ -87,10 +87,27 @@ void affine_runs(T* y, const T* x, int runs, std::ptrdiff_t stride, int len, Ari
   }
 }
 
-// The gradient reaching a fused normalisation at i: dy, masked where the ReLU's output y is not positive
-// (relu_backward's rule), or dy itself without a ReLU (y null).
-template <class T> Arith<T> masked(const T* dy, const T* y, std::ptrdiff_t i) {
-  return !y || load(y[i]) > Arith<T>(0) ? load(dy[i]) : Arith<T>(0);
+// Where a fused backward lets the gradient through (NormReluGrad), over one run of x at some offset: where
+// the forward's pre-activation, computed again from x (and the residual) with the run's affine map and the
+// forward's roundings (affine_runs), is > 0; everywhere without a ReLU.
+template <class T> struct ReluMask {
+  using A = Arith<T>;
+  const T *x = nullptr, *res = nullptr;
+  A scale = 0, shift = 0;
+  bool open(std::ptrdiff_t i) const {
+    A v = load(store<T>(load(x[i]) * scale + shift));
+    if (res) v = load(store<T>(v + load(res[i])));
+    return v > A(0);
+  }
+  // The gradient reaching the normalisation at i.
+  A operator()(const T* dy, std::ptrdiff_t i) const { return !x || open(i) ? load(dy[i]) : A(0); }
+  bool relu() const { return x; }
+};
+// The mask of the run at offset `run` of x and the residual, whose affine map is (scale, shift).
+template <class T>
+ReluMask<T> relu_mask(const NormReluGrad<T>& r, const T* x, std::ptrdiff_t run, Arith<T> scale, Arith<T> shift) {
+  if (!r.bias) return {};
+  return {x + run, r.residual ? r.residual + run : nullptr, scale, shift};
 }
 
 double inv_std(double var, double eps) { return 1.0 / std::sqrt(var + eps); }
@@ -203,18 +220,21 @@ void batch_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T
         const int samples = s.group_size(g);
         const std::ptrdiff_t at = g * s.group * stride + std::ptrdiff_t{c} * s.hw;
         const double mean = stats[(2 * g) * s.c + c], invstd = stats[(2 * g + 1) * s.c + c];
+        // The forward's affine map (normalize_group), for a mask computed again from x.
+        const double scale = relu.bias ? w[c] * invstd : 0.0;
+        const A scale_t = A(scale), shift_t = A(relu.bias ? relu.bias[c] - mean * scale : 0.0);
         double sdy = 0, sdyx = 0;  // sum of dy and of dy * (x - mean) over the group
         for (int r = 0; r < samples; ++r) {
           const std::ptrdiff_t run = at + r * stride;
           const T* pdy = dy + run;
           const T* px = x + run;
           if (r + 1 < samples) prefetch_run(pdy + stride, px + stride, s.hw);
-          if (relu.y) {  // the fused ReLU's backward: dy masked by its output, kept for the residual if asked
-            const T* py = relu.y + run;
+          const ReluMask<T> mask = relu_mask(relu, x, run, scale_t, shift_t);
+          if (mask.relu()) {  // the fused ReLU's backward: dy masked, kept for the residual if asked
             T* pdr = relu.dresidual ? relu.dresidual + run : nullptr;
 #pragma omp simd reduction(+ : sdy, sdyx)
             for (int i = 0; i < s.hw; ++i) {
-              const A d = masked(pdy, py, i);
+              const A d = mask(pdy, i);
               if (pdr) pdr[i] = store<T>(d);
               sdy += d;
               sdyx += d * (load(px[i]) - mean);
@@ -239,10 +259,10 @@ void batch_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T
           const std::ptrdiff_t run = at + r * stride;
           const T* pdy = dy + run;
           const T* px = x + run;
-          const T* py = relu.y ? relu.y + run : nullptr;
+          const ReluMask<T> mask = relu_mask(relu, x, run, scale_t, shift_t);
           T* pdx = dx + run;
 #pragma omp simd
-          for (int i = 0; i < s.hw; ++i) pdx[i] = store<T>(kt * masked(pdy, py, i) - a - slope * (load(px[i]) - mt));
+          for (int i = 0; i < s.hw; ++i) pdx[i] = store<T>(kt * mask(pdy, i) - a - slope * (load(px[i]) - mt));
         }
       }
       put(acc, dw[c], A(sum_dw));
@@ -262,17 +282,29 @@ void group_norm_forward(T* y, Arith<T>* stats, const T* x, const Arith<T>* w, co
     const std::ptrdiff_t sample = row / s.groups, g = row % s.groups;
     const std::ptrdiff_t at = row * len;  // the group's channels are consecutive: one contiguous block
     const Moments mo = moments_of(x + at, cpg, s.hw, s.hw);
-    const double invstd = inv_std(mo.m2 / double(len), eps);
-    stats[sample * 2 * s.groups + g] = A(mo.mean);
-    stats[sample * 2 * s.groups + s.groups + g] = A(invstd);
+    // The affine map from the statistics as stored, as a fused backward computes it again (ReluMask).
+    const A mean = A(mo.mean), invstd = A(inv_std(mo.m2 / double(len), eps));
+    stats[sample * 2 * s.groups + g] = mean;
+    stats[sample * 2 * s.groups + s.groups + g] = invstd;
     for (int j = 0; j < cpg; ++j) {
       const int c = int(g) * cpg + j;
-      const double scale = w[c] * invstd;
+      const double scale = w[c] * double(invstd);
       const std::ptrdiff_t run = at + j * s.hw;
-      affine_runs(y + run, x + run, 1, 0, s.hw, A(scale), A(b[c] - mo.mean * scale),
+      affine_runs(y + run, x + run, 1, 0, s.hw, A(scale), A(b[c] - mean * scale),
                   epilogue.residual ? epilogue.residual + run : nullptr, epilogue.relu);
     }
   }
+}
+
+// A fused GroupNorm's mask over channel c of a sample, at offset `run` (group_norm_forward's affine map).
+template <class T, class A = Arith<T>>
+ReluMask<T> gn_mask(const NormReluGrad<T>& r, const T* x, const A* w, const A* stats, const GroupNormShape& s,
+                    std::ptrdiff_t sample, int c, std::ptrdiff_t run) {
+  if (!r.bias) return {};
+  const int g = c / (s.c / s.groups);
+  const A mean = stats[sample * 2 * s.groups + g], invstd = stats[sample * 2 * s.groups + s.groups + g];
+  const double scale = w[c] * double(invstd);
+  return relu_mask(r, x, run, A(scale), A(r.bias[c] - mean * scale));
 }
 
 template <class T>
@@ -298,11 +330,11 @@ void group_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T
         const double wc = w[g * cpg + j];
         const T* pdy = dy + at + j * s.hw;
         const T* px = x + at + j * s.hw;
-        const T* py = relu.y ? relu.y + at + j * s.hw : nullptr;
+        const ReluMask<T> mask = gn_mask(relu, x, w, stats, s, sample, g * cpg + j, at + j * s.hw);
         double a = 0, bsum = 0;
 #pragma omp simd reduction(+ : a, bsum)
         for (int i = 0; i < s.hw; ++i) {
-          const A d = masked(pdy, py, i);
+          const A d = mask(pdy, i);
           a += d;
           bsum += d * (load(px[i]) - mean);
         }
@@ -315,10 +347,10 @@ void group_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T
         const A k = A(w[g * cpg + j] * invstd);
         const T* pdy = dy + at + j * s.hw;
         const T* px = x + at + j * s.hw;
-        const T* py = relu.y ? relu.y + at + j * s.hw : nullptr;
+        const ReluMask<T> mask = gn_mask(relu, x, w, stats, s, sample, g * cpg + j, at + j * s.hw);
         T* pdx = dx + at + j * s.hw;
 #pragma omp simd
-        for (int i = 0; i < s.hw; ++i) pdx[i] = store<T>(k * masked(pdy, py, i) - a - slope * (load(px[i]) - mt));
+        for (int i = 0; i < s.hw; ++i) pdx[i] = store<T>(k * mask(pdy, i) - a - slope * (load(px[i]) - mt));
       }
     }
   }
@@ -333,11 +365,12 @@ void group_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T
         const std::ptrdiff_t at = (std::ptrdiff_t{sample} * s.c + c) * s.hw;
         const double mean = mean_of(sample, g), invstd = invstd_of(sample, g);
         double a = 0, bsum = 0;
-        if (relu.y) {
+        const ReluMask<T> mask = gn_mask(relu, x, w, stats, s, sample, c, at);
+        if (mask.relu()) {
           T* pdr = relu.dresidual ? relu.dresidual + at : nullptr;
 #pragma omp simd reduction(+ : a, bsum)
           for (int i = 0; i < s.hw; ++i) {
-            const A d = masked(dy + at, relu.y + at, i);
+            const A d = mask(dy + at, i);
             if (pdr) pdr[i] = store<T>(d);
             a += d;
             bsum += d * (load(x[at + i]) - mean);
