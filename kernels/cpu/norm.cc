@@ -91,23 +91,96 @@ void affine_runs(T* y, const T* x, int runs, std::ptrdiff_t stride, int len, Ari
 // the forward's pre-activation, computed again from x (and the residual) with the run's affine map and the
 // forward's roundings (affine_runs), is > 0; everywhere without a ReLU.
 template <class T> struct ReluMask {
-  using A = Arith<T>;
-  const T *x = nullptr, *res = nullptr;
-  A scale = 0, shift = 0;
-  bool open(std::ptrdiff_t i) const {
-    A v = load(store<T>(load(x[i]) * scale + shift));
-    if (res) v = load(store<T>(v + load(res[i])));
-    return v > A(0);
-  }
-  // The gradient reaching the normalisation at i.
-  A operator()(const T* dy, std::ptrdiff_t i) const { return !x || open(i) ? load(dy[i]) : A(0); }
-  bool relu() const { return x; }
+  const T *x = nullptr, *res = nullptr;  // x null: no ReLU
+  Arith<T> scale = 0, shift = 0;
 };
-// The mask of the run at offset `run` of x and the residual, whose affine map is (scale, shift).
+// The gradient reaching the normalisation over `len` values from `from` into g: dy where the mask is open.
+// A loop of its own over plain arguments, so that it vectorises (with the mask's fields read through a
+// struct inside the sums' loops, the compiler could not).
 template <class T>
-ReluMask<T> relu_mask(const NormReluGrad<T>& r, const T* x, std::ptrdiff_t run, Arith<T> scale, Arith<T> shift) {
+void gate_run(Arith<T>* g, const T* dy, const ReluMask<T>& m, std::ptrdiff_t from, int len) {
+  using A = Arith<T>;
+  const T* d = dy + from;
+  const T* x = m.x + from;
+  const A scale = m.scale, shift = m.shift;
+  if (!m.res) {
+#pragma omp simd
+    for (int i = 0; i < len; ++i) {
+      const A v = load(store<T>(load(x[i]) * scale + shift)), di = load(d[i]);
+      g[i] = v > A(0) ? di : A(0);
+    }
+    return;
+  }
+  const T* r = m.res + from;
+#pragma omp simd
+  for (int i = 0; i < len; ++i) {
+    const A v = load(store<T>(load(store<T>(load(x[i]) * scale + shift)) + load(r[i]))), di = load(d[i]);
+    g[i] = v > A(0) ? di : A(0);
+  }
+}
+// Values per chunk of gate_run's output, on the stack: a feature map of up to 64x64 is one chunk, whose
+// sums then run in the unfused backward's order.
+constexpr int kGateChunk = 4096;
+
+// sg += sum of g, sgx += sum of g (x - mean) over the run of `len` values at `run`, g the gradient reaching
+// the normalisation (dy itself without a ReLU), written to dr there where given.
+template <class T>
+void sums_run(double& sg, double& sgx, const T* dy, const T* x, T* dr, const ReluMask<T>& m, std::ptrdiff_t run, int len,
+              double mean) {
+  using A = Arith<T>;
+  const T* px = x + run;
+  if (!m.x) {
+    const T* pdy = dy + run;
+#pragma omp simd reduction(+ : sg, sgx)
+    for (int i = 0; i < len; ++i) {
+      sg += load(pdy[i]);
+      sgx += load(pdy[i]) * (load(px[i]) - mean);
+    }
+    return;
+  }
+  A g[kGateChunk];
+  for (int from = 0; from < len; from += kGateChunk) {
+    const int n = std::min(kGateChunk, len - from);
+    gate_run(g, dy, m, run + from, n);
+    if (dr)
+      for (int i = 0; i < n; ++i) dr[run + from + i] = store<T>(g[i]);
+    const T* xc = px + from;
+#pragma omp simd reduction(+ : sg, sgx)
+    for (int i = 0; i < n; ++i) {
+      sg += g[i];
+      sgx += g[i] * (load(xc[i]) - mean);
+    }
+  }
+}
+
+// dx = k g - a - slope (x - mean) over the run of `len` values at `run`, g as above.
+template <class T>
+void dx_run(T* dx, const T* dy, const T* x, const ReluMask<T>& m, std::ptrdiff_t run, int len, Arith<T> k, Arith<T> a,
+            Arith<T> slope, Arith<T> mean) {
+  using A = Arith<T>;
+  T* pdx = dx + run;
+  const T* px = x + run;
+  if (!m.x) {
+    const T* pdy = dy + run;
+#pragma omp simd
+    for (int i = 0; i < len; ++i) pdx[i] = store<T>(k * load(pdy[i]) - a - slope * (load(px[i]) - mean));
+    return;
+  }
+  A g[kGateChunk];
+  for (int from = 0; from < len; from += kGateChunk) {
+    const int n = std::min(kGateChunk, len - from);
+    gate_run(g, dy, m, run + from, n);
+    T* d = pdx + from;
+    const T* xc = px + from;
+#pragma omp simd
+    for (int i = 0; i < n; ++i) d[i] = store<T>(k * g[i] - a - slope * (load(xc[i]) - mean));
+  }
+}
+
+// The mask of a run whose affine map is (scale, shift) (x null: no ReLU).
+template <class T> ReluMask<T> relu_mask(const NormReluGrad<T>& r, const T* x, Arith<T> scale, Arith<T> shift) {
   if (!r.bias) return {};
-  return {x + run, r.residual ? r.residual + run : nullptr, scale, shift};
+  return {x, r.residual, scale, shift};
 }
 
 double inv_std(double var, double eps) { return 1.0 / std::sqrt(var + eps); }
@@ -229,23 +302,8 @@ void batch_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T
           const T* pdy = dy + run;
           const T* px = x + run;
           if (r + 1 < samples) prefetch_run(pdy + stride, px + stride, s.hw);
-          const ReluMask<T> mask = relu_mask(relu, x, run, scale_t, shift_t);
-          if (mask.relu()) {  // the fused ReLU's backward: dy masked, kept for the residual if asked
-            T* pdr = relu.dresidual ? relu.dresidual + run : nullptr;
-#pragma omp simd reduction(+ : sdy, sdyx)
-            for (int i = 0; i < s.hw; ++i) {
-              const A d = mask(pdy, i);
-              if (pdr) pdr[i] = store<T>(d);
-              sdy += d;
-              sdyx += d * (load(px[i]) - mean);
-            }
-            continue;
-          }
-#pragma omp simd reduction(+ : sdy, sdyx)
-          for (int i = 0; i < s.hw; ++i) {
-            sdy += load(pdy[i]);
-            sdyx += load(pdy[i]) * (load(px[i]) - mean);
-          }
+          // The fused ReLU's backward, if any: dy masked, kept for the residual if asked.
+          sums_run(sdy, sdyx, dy, x, relu.dresidual, relu_mask(relu, x, scale_t, shift_t), run, s.hw, mean);
         }
         sum_db += sdy;
         sum_dw += sdyx * invstd;
@@ -257,12 +315,7 @@ void batch_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T
         const A kt = A(k), mt = A(mean);
         for (int r = 0; r < samples; ++r) {
           const std::ptrdiff_t run = at + r * stride;
-          const T* pdy = dy + run;
-          const T* px = x + run;
-          const ReluMask<T> mask = relu_mask(relu, x, run, scale_t, shift_t);
-          T* pdx = dx + run;
-#pragma omp simd
-          for (int i = 0; i < s.hw; ++i) pdx[i] = store<T>(kt * mask(pdy, i) - a - slope * (load(px[i]) - mt));
+          dx_run(dx, dy, x, relu_mask(relu, x, scale_t, shift_t), run, s.hw, kt, a, slope, mt);
         }
       }
       put(acc, dw[c], A(sum_dw));
@@ -296,15 +349,15 @@ void group_norm_forward(T* y, Arith<T>* stats, const T* x, const Arith<T>* w, co
   }
 }
 
-// A fused GroupNorm's mask over channel c of a sample, at offset `run` (group_norm_forward's affine map).
+// A fused GroupNorm's mask over channel c of a sample (group_norm_forward's affine map).
 template <class T, class A = Arith<T>>
 ReluMask<T> gn_mask(const NormReluGrad<T>& r, const T* x, const A* w, const A* stats, const GroupNormShape& s,
-                    std::ptrdiff_t sample, int c, std::ptrdiff_t run) {
+                    std::ptrdiff_t sample, int c) {
   if (!r.bias) return {};
   const int g = c / (s.c / s.groups);
   const A mean = stats[sample * 2 * s.groups + g], invstd = stats[sample * 2 * s.groups + s.groups + g];
   const double scale = w[c] * double(invstd);
-  return relu_mask(r, x, run, A(scale), A(r.bias[c] - mean * scale));
+  return relu_mask(r, x, A(scale), A(r.bias[c] - mean * scale));
 }
 
 template <class T>
@@ -328,16 +381,9 @@ void group_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T
       double sdyw = 0, sdywx = 0;
       for (int j = 0; j < cpg; ++j) {
         const double wc = w[g * cpg + j];
-        const T* pdy = dy + at + j * s.hw;
-        const T* px = x + at + j * s.hw;
-        const ReluMask<T> mask = gn_mask(relu, x, w, stats, s, sample, g * cpg + j, at + j * s.hw);
         double a = 0, bsum = 0;
-#pragma omp simd reduction(+ : a, bsum)
-        for (int i = 0; i < s.hw; ++i) {
-          const A d = mask(pdy, i);
-          a += d;
-          bsum += d * (load(px[i]) - mean);
-        }
+        sums_run(a, bsum, dy, x, static_cast<T*>(nullptr), gn_mask(relu, x, w, stats, s, sample, g * cpg + j), at + j * s.hw,
+                 s.hw, mean);
         sdyw += wc * a;
         sdywx += wc * bsum;
       }
@@ -345,12 +391,7 @@ void group_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T
       const A mt = A(mean);
       for (int j = 0; j < cpg; ++j) {
         const A k = A(w[g * cpg + j] * invstd);
-        const T* pdy = dy + at + j * s.hw;
-        const T* px = x + at + j * s.hw;
-        const ReluMask<T> mask = gn_mask(relu, x, w, stats, s, sample, g * cpg + j, at + j * s.hw);
-        T* pdx = dx + at + j * s.hw;
-#pragma omp simd
-        for (int i = 0; i < s.hw; ++i) pdx[i] = store<T>(k * mask(pdy, i) - a - slope * (load(px[i]) - mt));
+        dx_run(dx, dy, x, gn_mask(relu, x, w, stats, s, sample, g * cpg + j), at + j * s.hw, s.hw, k, a, slope, mt);
       }
     }
   }
@@ -365,23 +406,7 @@ void group_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T
         const std::ptrdiff_t at = (std::ptrdiff_t{sample} * s.c + c) * s.hw;
         const double mean = mean_of(sample, g), invstd = invstd_of(sample, g);
         double a = 0, bsum = 0;
-        const ReluMask<T> mask = gn_mask(relu, x, w, stats, s, sample, c, at);
-        if (mask.relu()) {
-          T* pdr = relu.dresidual ? relu.dresidual + at : nullptr;
-#pragma omp simd reduction(+ : a, bsum)
-          for (int i = 0; i < s.hw; ++i) {
-            const A d = mask(dy + at, i);
-            if (pdr) pdr[i] = store<T>(d);
-            a += d;
-            bsum += d * (load(x[at + i]) - mean);
-          }
-        } else {
-#pragma omp simd reduction(+ : a, bsum)
-          for (int i = 0; i < s.hw; ++i) {
-            a += load(dy[at + i]);
-            bsum += load(dy[at + i]) * (load(x[at + i]) - mean);
-          }
-        }
+        sums_run(a, bsum, dy, x, relu.dresidual, gn_mask(relu, x, w, stats, s, sample, c), at, s.hw, mean);
         sum_db += a;
         sum_dw += bsum * invstd;
       }

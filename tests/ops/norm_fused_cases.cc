@@ -121,6 +121,11 @@ CRUMB_ON_LOAD {
          fused_bn_add(g);
          CRUMB_CHECK(to_channels_last(g) > 0, "the channels-last rewrite added no conversion");
        }},
+      {"NhwcFusedBatchNormRelu", {3, 6, 6}, 4, [](Graph& g, ValueId x) { return conv_bn_relu(g, x, -1); },
+       [](Graph& g) {
+         fused_bn(g);
+         CRUMB_CHECK(to_channels_last(g) > 0, "the channels-last rewrite added no conversion");
+       }},
       {"NhwcFusedGroupNormRelu", {4, 5, 5}, 3,
        [](Graph& g, ValueId x) {
          return nn::relu(g, nn::group_norm(g, nn::conv2d(g, x, 4, 3, 1, 1, "conv"), 2, "gn"), "relu");
