@@ -27,7 +27,7 @@ template <class T> struct NormEpilogue {
 template <class T> struct NormReluGrad {
   const Arith<T>* bias = nullptr;  // the normalisation's bias; null: no ReLU
   const T* residual = nullptr;     // the forward's residual, if it had one
-  T* dresidual = nullptr;          // null: not wanted
+  T* dresidual = nullptr;          // null: not wanted (BatchNorm on the CPU: given wherever a residual is)
 };
 
 }  // namespace crumb

@@ -198,6 +198,21 @@ void normalize_group(T* y, const T* x, const A* w, const A* b, const A* stats, c
 
 bool parallel(const BatchNormShape& s) { return std::ptrdiff_t{s.n} * s.c * s.hw > kParallelGrain; }
 
+// A BatchNorm's residual epilogue, y = relu(y + residual) (rounded as the add and the ReLU round), as a pass
+// of its own over the whole tensor after the normalisation: the per-channel loops visit a channel's runs a
+// sample apart, and a third stream of such runs costs more than one contiguous pass (measured on the CPU).
+template <class T> void residual_pass(T* y, const NormEpilogue<T>& e, const BatchNormShape& s) {
+  const std::ptrdiff_t count = std::ptrdiff_t{s.n} * s.c * s.hw;
+  const T* r = e.residual;
+  if (e.relu) {
+#pragma omp parallel for simd schedule(static) if (count > kParallelGrain)
+    for (std::ptrdiff_t i = 0; i < count; ++i) y[i] = store<T>(relu_of(load(store<T>(load(y[i]) + load(r[i])))));
+  } else {
+#pragma omp parallel for simd schedule(static) if (count > kParallelGrain)
+    for (std::ptrdiff_t i = 0; i < count; ++i) y[i] = store<T>(load(y[i]) + load(r[i]));
+  }
+}
+
 }  // namespace
 
 template <class T>
@@ -205,6 +220,11 @@ void batch_norm_forward_train(T* y, Arith<T>* stats, const T* x, const Arith<T>*
                               const BatchNormShape& s, double eps, double* moments, Arith<T>* running_mean,
                               Arith<T>* running_var, int64_t* tracked, double momentum,
                               const NormEpilogue<T>& epilogue) {
+  if (epilogue.residual) {
+    batch_norm_forward_train<T>(y, stats, x, w, b, s, eps, moments, running_mean, running_var, tracked, momentum, {});
+    residual_pass(y, epilogue, s);
+    return;
+  }
   using A = Arith<T>;
   const std::ptrdiff_t stride = std::ptrdiff_t{s.c} * s.hw;
   const int groups = s.groups();
@@ -239,6 +259,11 @@ void batch_norm_forward_train(T* y, Arith<T>* stats, const T* x, const Arith<T>*
 template <class T>
 void batch_norm_apply(T* y, const T* x, const Arith<T>* w, const Arith<T>* b, const Arith<T>* stats,
                       const BatchNormShape& s, const NormEpilogue<T>& epilogue) {
+  if (epilogue.residual) {
+    batch_norm_apply<T>(y, x, w, b, stats, s, {});
+    residual_pass(y, epilogue, s);
+    return;
+  }
   const int groups = s.groups();
 #pragma omp parallel for schedule(static) if (parallel(s))
   for (int c = 0; c < s.c; ++c)
@@ -259,6 +284,11 @@ template <class T>
 void batch_norm_forward_frozen(T* y, Arith<T>* stats, const T* x, const Arith<T>* w, const Arith<T>* b,
                                const Arith<T>* running_mean, const Arith<T>* running_var, const BatchNormShape& s,
                                double eps, const NormEpilogue<T>& epilogue) {
+  if (epilogue.residual) {
+    batch_norm_forward_frozen<T>(y, stats, x, w, b, running_mean, running_var, s, eps, {});
+    residual_pass(y, epilogue, s);
+    return;
+  }
   using A = Arith<T>;
   const std::ptrdiff_t stride = std::ptrdiff_t{s.c} * s.hw;
   const int groups = s.groups();
@@ -285,6 +315,28 @@ void batch_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T
   using A = Arith<T>;
   const std::ptrdiff_t stride = std::ptrdiff_t{s.c} * s.hw;
   const int groups = s.groups();
+  if (relu.bias && relu.residual) {
+    // After a residual add, the masked gradient (the residual's) first, in one pass over (sample, channel)
+    // runs in memory order (as residual_pass, for the same reason), then the normalisation's backward
+    // from it.
+    const std::ptrdiff_t runs = std::ptrdiff_t{s.n} * s.c;
+#pragma omp parallel for schedule(static) if (parallel(s))
+    for (std::ptrdiff_t run = 0; run < runs; ++run) {
+      const int c = static_cast<int>(run % s.c), g = static_cast<int>(run / s.c) / s.group;
+      const double mean = stats[(2 * g) * s.c + c], scale = w[c] * double(stats[(2 * g + 1) * s.c + c]);
+      const ReluMask<T> mask = relu_mask(relu, x, A(scale), A(relu.bias[c] - mean * scale));
+      A gate[kGateChunk];
+      for (int from = 0; from < s.hw; from += kGateChunk) {
+        const int len = std::min(kGateChunk, s.hw - from);
+        gate_run(gate, dy, mask, run * s.hw + from, len);
+        T* dr = relu.dresidual + run * s.hw + from;
+#pragma omp simd
+        for (int i = 0; i < len; ++i) dr[i] = store<T>(gate[i]);
+      }
+    }
+    batch_norm_backward<T>(dw, db, dx, relu.dresidual, x, w, stats, s, batch_stats, accumulate, {});
+    return;
+  }
   with_write_mode(accumulate, [&](auto acc) {
 #pragma omp parallel for schedule(static) if (parallel(s))
     for (int c = 0; c < s.c; ++c) {
