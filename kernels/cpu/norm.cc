@@ -118,6 +118,15 @@ void gate_run(Arith<T>* g, const T* dy, const ReluMask<T>& m, std::ptrdiff_t fro
     g[i] = v > A(0) ? di : A(0);
   }
 }
+// The same at one value, for runs too short to be worth a loop of their own (a ResNet's last maps).
+template <class T> Arith<T> gate_at(const T* dy, const ReluMask<T>& m, std::ptrdiff_t i) {
+  using A = Arith<T>;
+  if (!m.x) return load(dy[i]);
+  A v = load(store<T>(load(m.x[i]) * m.scale + m.shift));
+  if (m.res) v = load(store<T>(v + load(m.res[i])));
+  return v > A(0) ? load(dy[i]) : A(0);
+}
+
 // Values per chunk of gate_run's output, on the stack: a feature map of up to 64x64 is one chunk, whose
 // sums then run in the unfused backward's order.
 constexpr int kGateChunk = 4096;
@@ -129,6 +138,17 @@ void sums_run(double& sg, double& sgx, const T* dy, const T* x, T* dr, const Rel
               double mean) {
   using A = Arith<T>;
   const T* px = x + run;
+  // Short runs (a ResNet's last maps) in a plain loop: a vectorised reduction's set-up per run would cost
+  // more than the run.
+  if (len < kShortRun) {
+    for (int i = 0; i < len; ++i) {
+      const A g = gate_at(dy, m, run + i);
+      if (dr && m.x) dr[run + i] = store<T>(g);
+      sg += g;
+      sgx += g * (load(px[i]) - mean);
+    }
+    return;
+  }
   if (!m.x) {
     const T* pdy = dy + run;
 #pragma omp simd reduction(+ : sg, sgx)
@@ -160,6 +180,10 @@ void dx_run(T* dx, const T* dy, const T* x, const ReluMask<T>& m, std::ptrdiff_t
   using A = Arith<T>;
   T* pdx = dx + run;
   const T* px = x + run;
+  if (len < kShortRun) {
+    for (int i = 0; i < len; ++i) pdx[i] = store<T>(k * gate_at(dy, m, run + i) - a - slope * (load(px[i]) - mean));
+    return;
+  }
   if (!m.x) {
     const T* pdy = dy + run;
 #pragma omp simd
