@@ -372,14 +372,16 @@ void batch_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T
         // The forward's affine map (normalize_group), for a mask computed again from x.
         const double scale = relu.bias ? w[c] * invstd : 0.0;
         const A scale_t = A(scale), shift_t = A(relu.bias ? relu.bias[c] - mean * scale : 0.0);
+        // The fused ReLU's backward, if any: dy masked once, into dx (its values are needed by the input
+        // gradient below, which then overwrites them in place).
+        const ReluMask<T> mask = relu_mask(relu, x, scale_t, shift_t);
         double sdy = 0, sdyx = 0;  // sum of dy and of dy * (x - mean) over the group
         for (int r = 0; r < samples; ++r) {
           const std::ptrdiff_t run = at + r * stride;
           const T* pdy = dy + run;
           const T* px = x + run;
           if (r + 1 < samples) prefetch_run(pdy + stride, px + stride, s.hw);
-          // The fused ReLU's backward, if any: dy masked, kept for the residual if asked.
-          sums_run(sdy, sdyx, dy, x, relu.dresidual, relu_mask(relu, x, scale_t, shift_t), run, s.hw, mean);
+          sums_run(sdy, sdyx, dy, x, dx, mask, run, s.hw, mean);
         }
         sum_db += sdy;
         sum_dw += sdyx * invstd;
@@ -389,10 +391,8 @@ void batch_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T
         const A a = A(batch_stats ? k * sdy / count : 0.0);
         const A slope = A(batch_stats ? k * sdyx * invstd * invstd / count : 0.0);
         const A kt = A(k), mt = A(mean);
-        for (int r = 0; r < samples; ++r) {
-          const std::ptrdiff_t run = at + r * stride;
-          dx_run(dx, dy, x, relu_mask(relu, x, scale_t, shift_t), run, s.hw, kt, a, slope, mt);
-        }
+        for (int r = 0; r < samples; ++r)
+          dx_run(dx, mask.x ? dx : dy, x, ReluMask<T>{}, at + r * stride, s.hw, kt, a, slope, mt);
       }
       put(acc, dw[c], A(sum_dw));
       put(acc, db[c], A(sum_db));
