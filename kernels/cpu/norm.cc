@@ -127,6 +127,18 @@ template <class T> Arith<T> gate_at(const T* dy, const ReluMask<T>& m, std::ptrd
   return v > A(0) ? load(dy[i]) : A(0);
 }
 
+// The residual's gradient over a run: dr = dy where relu(x * scale + shift + r), rounded as the forward,
+// passed (dr may alias dy).
+template <class T>
+void residual_grad_run(T* dr, const T* dy, const T* x, const T* r, int len, Arith<T> scale, Arith<T> shift) {
+  using A = Arith<T>;
+#pragma omp simd
+  for (int i = 0; i < len; ++i) {
+    const A v = load(store<T>(load(store<T>(load(x[i]) * scale + shift)) + load(r[i]))), d = load(dy[i]);
+    dr[i] = store<T>(v > A(0) ? d : A(0));
+  }
+}
+
 // Values per chunk of gate_run's output, on the stack: a feature map of up to 64x64 is one chunk, whose
 // sums then run in the unfused backward's order.
 constexpr int kGateChunk = 4096;
@@ -348,15 +360,9 @@ void batch_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T
     for (std::ptrdiff_t run = 0; run < runs; ++run) {
       const int c = static_cast<int>(run % s.c), g = static_cast<int>(run / s.c) / s.group;
       const double mean = stats[(2 * g) * s.c + c], scale = w[c] * double(stats[(2 * g + 1) * s.c + c]);
-      const ReluMask<T> mask = relu_mask(relu, x, A(scale), A(relu.bias[c] - mean * scale));
-      A gate[kGateChunk];
-      for (int from = 0; from < s.hw; from += kGateChunk) {
-        const int len = std::min(kGateChunk, s.hw - from);
-        gate_run(gate, dy, mask, run * s.hw + from, len);
-        T* dr = relu.dresidual + run * s.hw + from;
-#pragma omp simd
-        for (int i = 0; i < len; ++i) dr[i] = store<T>(gate[i]);
-      }
+      const std::ptrdiff_t at = run * s.hw;
+      residual_grad_run(relu.dresidual + at, dy + at, x + at, relu.residual + at, s.hw, A(scale),
+                        A(relu.bias[c] - mean * scale));
     }
     batch_norm_backward<T>(dw, db, dx, relu.dresidual, x, w, stats, s, batch_stats, accumulate, {});
     return;
