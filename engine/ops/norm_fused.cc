@@ -3,12 +3,12 @@
 // fusion.h). The declarations (engine/ops/norm.h), their CPU rows and the rules; the CUDA rows are at the
 // end, in CUDA builds.
 //
-// The forward reads x (and the residual) once and writes y once, where the chain wrote the normalised
-// value, read it back to add, and again to clamp it. The backward takes the gradient of the ReLU's output
-// and masks it where y <= 0 as it sums (ReLU's backward folded in: the chain's separate masked tensor is
-// gone, except as the residual's gradient where there is an add, which the backward then writes in place
-// of dy). Every part rounds as the separate ops do, so a fused op computes the chain's bits: the same
-// kernels (kernels/norm.h) with an epilogue.
+// The forward writes y once, where the chain wrote the normalised value, read it back to add, and again to
+// clamp it. The backward takes the gradient of the ReLU's output and masks it where the ReLU clamped,
+// computing that again from x, the statistics and the bias as the forward computed it (ReLU's backward
+// folded in: neither y nor a separate masked tensor is read; where there is an add, the masked gradient
+// is the residual's, written in place of dy). Every part rounds as the separate ops do, so a fused op
+// computes the chain's bits: the same kernels (kernels/norm.h) with an epilogue.
 #include <string>
 #include <vector>
 

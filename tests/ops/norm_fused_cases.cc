@@ -79,15 +79,7 @@ CRUMB_ON_LOAD {
        fused_bn},
       // Normalised with running statistics (PyTorch's eval() layer), differentiated.
       {"FusedBatchNormReluFrozen", {2, 3, 3}, 3,
-       [](Graph& g, ValueId x) {
-         BatchNormAttrs a;
-         a.frozen = true;
-         const ValueId h = nn::batch_norm2d(g, nn::conv2d(g, x, 3, 3, 1, 1, "conv"), "bn", a);
-         g.value(g.find_value("bn.running_mean")).init.fill = 0.3;
-         g.value(g.find_value("bn.running_var")).init.fill = 2.5;
-         return nn::relu(g, h, "relu");
-       },
-       fused_bn},
+       [](Graph& g, ValueId x) { return nn::relu(g, frozen_conv_bn(g, x), "relu"); }, fused_bn},
       // A recomputed fused forward: batch_norm_apply_relu in the backward pass, the residual's BatchNorm
       // recomputed with it.
       {"FusedBatchNormAddReluRecomputed", {2, 4, 4}, 5,
