@@ -10,6 +10,28 @@
 #include "kernels/half.h"
 #include "kernels/host_device.h"
 
+namespace crumb {
+
+// What a fused normalisation does around its affine map (engine/ops/norm_fused.cc). Forward: y =
+// relu(norm(x) + residual), each part optional, rounded to T after each part as the separate ops round, so
+// a fused op computes the bits of the chain it replaces. Backward: the gradient given is that of the ReLU's
+// output y, and it passes where the ReLU did (ReLU's backward, folded in: no separate tensor). Where that
+// was is computed again from x, never read from y: the forward's pre-activation x * scale + shift
+// (+ residual), the affine map from the stored statistics and the bias, rounded as the forward rounded it,
+// so the mask is the forward's and y need not be kept. The masked gradient, which is also the residual's,
+// is written to dresidual when given (it may alias dy).
+template <class T> struct NormEpilogue {
+  const T* residual = nullptr;  // shaped and laid out like x; null: none
+  bool relu = false;
+};
+template <class T> struct NormReluGrad {
+  const Arith<T>* bias = nullptr;  // the normalisation's bias; null: no ReLU
+  const T* residual = nullptr;     // the forward's residual, if it had one
+  T* dresidual = nullptr;          // null: not wanted (BatchNorm on the CPU: given wherever a residual is)
+};
+
+}  // namespace crumb
+
 namespace crumb::cpu {
 
 // ---- normalisation (NCHW). Statistics are accumulated in double, with the variance from the mean's
@@ -28,12 +50,13 @@ namespace crumb::cpu {
 template <class T>
 void batch_norm_forward_train(T* y, Arith<T>* stats, const T* x, const Arith<T>* w, const Arith<T>* b,
                               const BatchNormShape& s, double eps, double* moments, Arith<T>* running_mean,
-                              Arith<T>* running_var, int64_t* tracked, double momentum);
+                              Arith<T>* running_var, int64_t* tracked, double momentum,
+                              const NormEpilogue<T>& epilogue = {});
 // The training forward's output again from the statistics it wrote (identical bits): what a recomputation
 // of a BatchNorm layer in the backward pass runs (engine/strategy/recompute.h).
 template <class T>
 void batch_norm_apply(T* y, const T* x, const Arith<T>* w, const Arith<T>* b, const Arith<T>* stats,
-                      const BatchNormShape& s);
+                      const BatchNormShape& s, const NormEpilogue<T>& epilogue = {});
 // One momentum update of the running statistics from the merged moments of a batch (unbiased variance
 // M2 / (count - 1); 0 when a channel saw one value), and *tracked += 1.
 template <class T>
@@ -43,27 +66,30 @@ void batch_norm_commit(T* running_mean, T* running_var, int64_t* tracked, const 
 template <class T>
 void batch_norm_forward_frozen(T* y, Arith<T>* stats, const T* x, const Arith<T>* w, const Arith<T>* b,
                                const Arith<T>* running_mean, const Arith<T>* running_var, const BatchNormShape& s,
-                               double eps);
+                               double eps, const NormEpilogue<T>& epilogue = {});
 // dw, db (=|+=) sum of dy * xhat, sum of dy per channel; dx (= always; may be null) the gradient
 // through the group statistics (batch_stats) or through the affine map alone (a frozen layer).
 template <class T>
 void batch_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T* x, const Arith<T>* w,
-                         const Arith<T>* stats, const BatchNormShape& s, bool batch_stats, bool accumulate);
+                         const Arith<T>* stats, const BatchNormShape& s, bool batch_stats, bool accumulate,
+                         const NormReluGrad<T>& relu = {});
 
-// GroupNorm (same in training and evaluation).
+// GroupNorm (same in training and evaluation). Its affine map, like BatchNorm's, is computed from the
+// statistics as stored, so the fused backward's mask is the forward's.
 template <class T>
 void group_norm_forward(T* y, Arith<T>* stats, const T* x, const Arith<T>* w, const Arith<T>* b,
-                        const GroupNormShape& s, double eps);
+                        const GroupNormShape& s, double eps, const NormEpilogue<T>& epilogue = {});
 template <class T>
 void group_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T* x, const Arith<T>* w,
-                         const Arith<T>* stats, const GroupNormShape& s, bool accumulate);
+                         const Arith<T>* stats, const GroupNormShape& s, bool accumulate,
+                         const NormReluGrad<T>& relu = {});
 
 }  // namespace crumb::cpu
 
 namespace crumb::cuda {
 
 // ---- normalisation on NCHW (BatchNorm also on NHWC, the shape's layout): the semantics and layouts of
-// the CPU twins (above):
+// the CPU twins (above), the fused epilogues (NormEpilogue, NormReluGrad) included:
 // statistics in double, stats per group [groups][2][c] (BatchNorm) or [n][2][groups] (GroupNorm), moments
 // [3][c] in double. Results are deterministic: no atomics, every sum in a fixed order. GroupNorm: one
 // block per (sample, group) row, two passes (the mean, then the squared deviations), and one block per
@@ -83,11 +109,11 @@ template <class T>
 void batch_norm_forward_train(T* y, float* stats, const T* x, const float* w, const float* b,
                               const cpu::BatchNormShape& s, double eps, double* moments, float* running_mean,
                               float* running_var, int64_t* tracked, double momentum, void* workspace,
-                              std::size_t workspace_bytes, cudaStream_t stream);
+                              std::size_t workspace_bytes, cudaStream_t stream, const NormEpilogue<T>& epilogue = {});
 // The training forward's output again from the statistics it stored (identical bits; a recomputation).
 template <class T>
 void batch_norm_apply(T* y, const T* x, const float* w, const float* b, const float* stats,
-                      const cpu::BatchNormShape& s, cudaStream_t stream);
+                      const cpu::BatchNormShape& s, cudaStream_t stream, const NormEpilogue<T>& epilogue = {});
 // One momentum update from a batch's merged moments, and *tracked += 1 (also for c == 0).
 void batch_norm_commit(float* running_mean, float* running_var, int64_t* tracked, const double* moments, int c,
                        double momentum, cudaStream_t stream);
@@ -95,20 +121,23 @@ void batch_norm_commit(float* running_mean, float* running_var, int64_t* tracked
 template <class T>
 void batch_norm_forward_frozen(T* y, float* stats, const T* x, const float* w, const float* b,
                                const float* running_mean, const float* running_var, const cpu::BatchNormShape& s,
-                               double eps, cudaStream_t stream);
+                               double eps, cudaStream_t stream, const NormEpilogue<T>& epilogue = {});
 // dw, db (=|+=) per channel; dx (= always; may be null) through the group statistics (batch_stats) or the
 // affine map alone. workspace: at least batch_norm_backward_workspace(s) bytes, 8-byte aligned.
 std::size_t batch_norm_backward_workspace(const cpu::BatchNormShape& s);
 template <class T>
 void batch_norm_backward(float* dw, float* db, T* dx, const T* dy, const T* x, const float* w,
                          const float* stats, const cpu::BatchNormShape& s, bool batch_stats, bool accumulate,
-                         void* workspace, std::size_t workspace_bytes, cudaStream_t stream);
+                         void* workspace, std::size_t workspace_bytes, cudaStream_t stream,
+                         const NormReluGrad<T>& relu = {});
 template <class T>
 void group_norm_forward(T* y, float* stats, const T* x, const float* w, const float* b,
-                        const cpu::GroupNormShape& s, double eps, cudaStream_t stream);
+                        const cpu::GroupNormShape& s, double eps, cudaStream_t stream,
+                        const NormEpilogue<T>& epilogue = {});
 // dw, db (=|+=); dx (= always; may be null).
 template <class T>
 void group_norm_backward(float* dw, float* db, T* dx, const T* dy, const T* x, const float* w,
-                         const float* stats, const cpu::GroupNormShape& s, bool accumulate, cudaStream_t stream);
+                         const float* stats, const cpu::GroupNormShape& s, bool accumulate, cudaStream_t stream,
+                         const NormReluGrad<T>& relu = {});
 
 }  // namespace crumb::cuda

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/graph/autograd.h"
+#include "engine/graph/fusion.h"
 #include "engine/base/error.h"
 #include "engine/ops/elementwise.h"
 #include "engine/ops/linear.h"
@@ -124,12 +125,17 @@ std::set<std::string> op_names(const Graph& g) {
   return names;
 }
 
+// A reference model's training graph, fused (engine/graph/fusion.h) or not.
+Graph model_graph(const std::string& name, bool fused) {
+  Graph g = models::build(name, test::spec_for(name));
+  build_backward(g);
+  if (fused) fuse(g);
+  return g;
+}
+
 TEST(Ops, ImplementationTableCoversTheReferenceModels) {
-  for (const std::string& name : models::names()) {
-    Graph g = models::build(name, test::spec_for(name));
-    build_backward(g);
-    expect_rows(g, name);
-  }
+  for (const std::string& name : models::names())
+    for (bool fused : {false, true}) expect_rows(model_graph(name, fused), name + (fused ? " fused" : ""));
 }
 
 // The op cases (tests/ops) reach the ops no reference model uses (the swap and recompute ops), and every op
@@ -142,12 +148,12 @@ TEST(Ops, ImplementationTableCoversTheOpCases) {
     const std::set<std::string> ops = op_names(g);
     tested.insert(ops.begin(), ops.end());
   }
-  for (const char* op : {"swap_copy", "swap_wait", "batch_norm_apply"}) EXPECT_EQ(tested.count(op), 1u) << op;
-  for (const std::string& name : models::names()) {
-    Graph g = models::build(name, test::spec_for(name));
-    build_backward(g);
-    for (const std::string& op : op_names(g)) EXPECT_EQ(tested.count(op), 1u) << name << " uses " << op;
-  }
+  for (const char* op : {"swap_copy", "swap_wait", "batch_norm_apply", "batch_norm_apply_relu"})
+    EXPECT_EQ(tested.count(op), 1u) << op;
+  for (const std::string& name : models::names())
+    for (bool fused : {false, true})
+      for (const std::string& op : op_names(model_graph(name, fused)))
+        EXPECT_EQ(tested.count(op), 1u) << name << (fused ? " fused" : "") << " uses " << op;
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <thread>
 #include <string>
@@ -581,6 +582,30 @@ TEST(TrainCli, ExplainPlansTheShapeOfTheData) {
   std::filesystem::remove_all(dir);
 }
 
+// --fuse on (the default) plans fused steps, and --explain, its CSV and the report name them after their
+// chain; --fuse off plans the ops one by one.
+TEST(TrainCli, FuseNamesTheFusedSteps) {
+  const auto csv = std::filesystem::temp_directory_path() / ("crumb_fuse_" + std::to_string(getpid()) + ".csv");
+  const auto html = std::filesystem::temp_directory_path() / ("crumb_fuse_" + std::to_string(getpid()) + ".html");
+  const std::string run = "--model resnet20 --dataset synthetic --input 3x16x16 --classes 4 --batch 16 --explain ";
+  const Result fused = run_train(run + "--explain-csv " + csv.string() + " --report " + html.string());
+  ASSERT_EQ(fused.code, 0) << fused.err;
+  for (const char* step : {"layer1.0.bn2+add+relu ", "batch_norm_add_relu_backward", "layer1.0.bn1+relu "})
+    EXPECT_NE(fused.out.find(step), std::string::npos) << step << "\n" << fused.out;
+  EXPECT_EQ(fused.out.find("layer1.0.relu2 "), std::string::npos) << fused.out;
+  for (const auto& file : {csv, html}) {
+    std::ifstream f(file);
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("layer1.0.bn2+add+relu"), std::string::npos) << file;
+    std::filesystem::remove(file);
+  }
+  const Result plain = run_train(run + "--fuse off");
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  EXPECT_NE(plain.out.find("layer1.0.relu2 "), std::string::npos) << plain.out;
+  EXPECT_EQ(plain.out.find("+relu"), std::string::npos) << plain.out;
+  expect_one_error_line(run_train(run + "--fuse maybe"), "--fuse must be on or off, got 'maybe'");
+}
+
 TEST(TrainCli, TestImagesOfAnotherSizeAreAnError) {
   const auto dir = std::filesystem::temp_directory_path() / ("crumb_mismatch_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
@@ -940,7 +965,7 @@ TEST(TrainCli, SignalEndsPlanningAtOnce) {
   const auto start = std::chrono::steady_clock::now();
   const int status = std::system(("sh -c '" + std::string(CRUMB_TRAIN_BIN) +
                                   " --model resnet50 --dataset synthetic --input 3x224x224 --classes 1000 --batch 512 "
-                                  "--memory-budget 2GiB --explain >/dev/null 2>&1 & pid=$!; sleep 0.5; kill -INT $pid; "
+                                  "--memory-budget 1GiB --explain >/dev/null 2>&1 & pid=$!; sleep 0.5; kill -INT $pid; "
                                   "wait $pid'")
                                      .c_str());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -133,6 +133,29 @@ void Graph::reorder(const std::vector<NodeId>& order) {
     if (v.producer >= 0) v.producer = new_id[v.producer];
 }
 
+void Graph::remove_nodes(const std::vector<NodeId>& ids) {
+  std::vector<bool> removed(nodes_.size(), false);
+  for (NodeId id : ids) {
+    CRUMB_CHECK(id >= 0 && id < num_nodes(), "remove_nodes: no node ", id);
+    removed[id] = true;
+  }
+  std::vector<NodeId> new_id(nodes_.size(), -1);
+  std::vector<Node> nodes;
+  for (NodeId id = 0; id < num_nodes(); ++id) {
+    if (removed[id]) continue;
+    for (ValueId v : nodes_[id].in) {
+      const NodeId p = values_[v].producer;
+      CRUMB_CHECK(p < 0 || !removed[p], "remove_nodes: layer '", nodes_[id].name, "' reads '", values_[v].name,
+                  "', which removed layer '", nodes_[p].name, "' computes");
+    }
+    new_id[id] = static_cast<NodeId>(nodes.size());
+    nodes.push_back(std::move(nodes_[id]));
+  }
+  nodes_ = std::move(nodes);
+  for (Value& v : values_)
+    if (v.producer >= 0) v.producer = new_id[v.producer];
+}
+
 ValueId Graph::apply(const OpDef& def, std::vector<ValueId> in, const std::string& name, std::any attrs) {
   CRUMB_CHECK(!in.empty(), "layer '", name, "' (", def.name, ") needs an input");
   Node n;

@@ -121,6 +121,10 @@ class Graph {
   // Puts the nodes in this execution order (a permutation of all node ids); node ids change accordingly.
   // Every node must still come after the producers of its inputs.
   void reorder(const std::vector<NodeId>& order);
+  // Removes these nodes (a rewrite replaced them); the others keep their order, and their ids change
+  // accordingly. Nothing left may read an output of a removed node: those values stay in the graph,
+  // unproduced and unread.
+  void remove_nodes(const std::vector<NodeId>& ids);
 
   const std::vector<ValueId>& params() const { return params_; }
   const std::vector<ValueId>& states() const { return states_; }

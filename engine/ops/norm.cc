@@ -15,6 +15,8 @@
 
 #include <numeric>
 
+#include "engine/ops/norm_rows.h"
+
 #include "engine/graph/autograd.h"
 #include "engine/base/error.h"
 #include "engine/base/registry.h"
@@ -112,37 +114,7 @@ template <class T> void bn_apply_cpu(const StepArgs& a) {
   cpu::batch_norm_apply<T>(a.out<T>(0), a.in<T>(0), a.in<A>(1), a.in<A>(2), a.in<A>(3), ops::batch_norm_shape(a));
 }
 
-// The running statistics are inputs the layer updates in place: persistent State no other node reads in a
-// training pass.
-template <class T> void bn_commit_cpu(const StepArgs& a) {
-  const BatchNormAttrs& at = ops::attrs<BatchNormAttrs>(*a.node);
-  if (at.frozen || at.stats != BnStats::Deferred) return;
-  using A = Arith<T>;
-  cpu::batch_norm_commit<A>(const_cast<A*>(a.in<A>(3)), const_cast<A*>(a.in<A>(4)), const_cast<int64_t*>(a.in<int64_t>(5)),
-                            a.out<double>(2), static_cast<int>(a.in_value(3).dims[0]), at.momentum);
-}
-
-template <class T> void bn_fwd_cpu(const StepArgs& a) {
-  const BatchNormAttrs& at = ops::attrs<BatchNormAttrs>(*a.node);
-  const cpu::BatchNormShape s = ops::batch_norm_shape(a);
-  // The running statistics are inputs the layer updates in place: persistent State no other node reads
-  // in a training pass.
-  using A = Arith<T>;
-  A* running_mean = const_cast<A*>(a.in<A>(3));
-  A* running_var = const_cast<A*>(a.in<A>(4));
-  int64_t* tracked = const_cast<int64_t*>(a.in<int64_t>(5));
-  if (!a.training || at.frozen) {
-    cpu::batch_norm_forward_frozen<T>(a.out<T>(0), a.training ? a.out<A>(1) : nullptr, a.in<T>(0), a.in<A>(1),
-                                      a.in<A>(2), running_mean, running_var, s, at.eps);
-    return;
-  }
-  const bool deferred = at.stats == BnStats::Deferred;
-  double* moments = a.out<double>(2);
-  cpu::batch_norm_forward_train<T>(a.out<T>(0), a.out<A>(1), a.in<T>(0), a.in<A>(1), a.in<A>(2), s, at.eps,
-                                   deferred ? moments : nullptr, deferred ? nullptr : running_mean,
-                                   deferred ? nullptr : running_var, tracked, at.momentum);
-  if (deferred && a.last && a.commit) bn_commit_cpu<T>(a);
-}
+template <class T> void bn_fwd_cpu(const StepArgs& a) { ops::batch_norm_forward_cpu<T>(a, {}); }
 
 template <class T> void bn_bwd_cpu(const StepArgs& a) {
   const BatchNormAttrs& at = ops::attrs<BatchNormAttrs>(*a.node);
@@ -212,6 +184,47 @@ const OpDef kGroupNormBwd = OpDef("group_norm_backward", infer_gn_bwd)
                             .with_required_outputs(2).with_layouts(Layouts::Nhwc);
 
 namespace ops {
+// The running statistics are inputs the layer updates in place: persistent State no other node reads in a
+// training pass.
+template <class T> void batch_norm_commit_cpu(const StepArgs& a) {
+  const BatchNormAttrs& at = ops::attrs<BatchNormAttrs>(*a.node);
+  if (at.frozen || at.stats != BnStats::Deferred) return;
+  using A = Arith<T>;
+  cpu::batch_norm_commit<A>(const_cast<A*>(a.in<A>(3)), const_cast<A*>(a.in<A>(4)), const_cast<int64_t*>(a.in<int64_t>(5)),
+                            a.out<double>(2), static_cast<int>(a.in_value(3).dims[0]), at.momentum);
+}
+
+template <class T> void batch_norm_forward_cpu(const StepArgs& a, const NormEpilogue<T>& e) {
+  const BatchNormAttrs& at = ops::attrs<BatchNormAttrs>(*a.node);
+  const cpu::BatchNormShape s = ops::batch_norm_shape(a);
+  // The running statistics are inputs the layer updates in place: persistent State no other node reads
+  // in a training pass.
+  using A = Arith<T>;
+  A* running_mean = const_cast<A*>(a.in<A>(3));
+  A* running_var = const_cast<A*>(a.in<A>(4));
+  int64_t* tracked = const_cast<int64_t*>(a.in<int64_t>(5));
+  if (!a.training || at.frozen) {
+    cpu::batch_norm_forward_frozen<T>(a.out<T>(0), a.training ? a.out<A>(1) : nullptr, a.in<T>(0), a.in<A>(1),
+                                      a.in<A>(2), running_mean, running_var, s, at.eps, e);
+    return;
+  }
+  const bool deferred = at.stats == BnStats::Deferred;
+  double* moments = a.out<double>(2);
+  cpu::batch_norm_forward_train<T>(a.out<T>(0), a.out<A>(1), a.in<T>(0), a.in<A>(1), a.in<A>(2), s, at.eps,
+                                   deferred ? moments : nullptr, deferred ? nullptr : running_mean,
+                                   deferred ? nullptr : running_var, tracked, at.momentum, e);
+  if (deferred && a.last && a.commit) batch_norm_commit_cpu<T>(a);
+}
+
+#define CRUMB_INSTANTIATE(T)                                                          \
+  template void batch_norm_forward_cpu<T>(const StepArgs&, const NormEpilogue<T>&); \
+  template void batch_norm_commit_cpu<T>(const StepArgs&);
+CRUMB_INSTANTIATE(float)
+CRUMB_INSTANTIATE(double)
+CRUMB_INSTANTIATE(bf16)
+CRUMB_INSTANTIATE(f16)
+#undef CRUMB_INSTANTIATE
+
 cpu::BatchNormShape batch_norm_shape(const StepArgs& a) {
   cpu::BatchNormShape s = at_batch<cpu::BatchNormShape>(*a.node, a.n);
   if (s.group == 0) s.group = a.n;  // the whole micro-batch is one group
@@ -219,12 +232,17 @@ cpu::BatchNormShape batch_norm_shape(const StepArgs& a) {
 }
 }  // namespace ops
 
+const BatchNormAttrs* batch_norm_attrs(const Node& n) {
+  const bool bn = n.def == &kBatchNorm || n.def == &kBatchNormRelu || n.def == &kBatchNormAddRelu;
+  return bn ? &ops::attrs<BatchNormAttrs>(n) : nullptr;
+}
+
 int micro_batch_multiple(const Graph& g) {
   int multiple = 1;
   for (NodeId i = 0; i < g.num_nodes(); ++i) {
-    const Node& n = g.node(i);
-    if (n.def != &kBatchNorm) continue;
-    const BatchNormAttrs& a = ops::attrs<BatchNormAttrs>(n);
+    const BatchNormAttrs* bn = batch_norm_attrs(g.node(i));
+    if (!bn) continue;
+    const BatchNormAttrs& a = *bn;
     if (a.frozen) continue;  // normalises each sample with the running statistics
     if (a.group == 0) return 0;
     multiple = std::lcm(multiple, a.group);
@@ -234,10 +252,10 @@ int micro_batch_multiple(const Graph& g) {
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
-  t.add(kBatchNorm, Device::CPU, DType::F32, OpImpl(bn_fwd_cpu<float>).with_commit(bn_commit_cpu<float>));
-  t.add(kBatchNorm, Device::CPU, DType::F64, OpImpl(bn_fwd_cpu<double>).with_commit(bn_commit_cpu<double>));
-  t.add(kBatchNorm, Device::CPU, DType::BF16, OpImpl(bn_fwd_cpu<bf16>).with_commit(bn_commit_cpu<bf16>));
-  t.add(kBatchNorm, Device::CPU, DType::F16, OpImpl(bn_fwd_cpu<f16>).with_commit(bn_commit_cpu<f16>));
+  t.add(kBatchNorm, Device::CPU, DType::F32, OpImpl(bn_fwd_cpu<float>).with_commit(ops::batch_norm_commit_cpu<float>));
+  t.add(kBatchNorm, Device::CPU, DType::F64, OpImpl(bn_fwd_cpu<double>).with_commit(ops::batch_norm_commit_cpu<double>));
+  t.add(kBatchNorm, Device::CPU, DType::BF16, OpImpl(bn_fwd_cpu<bf16>).with_commit(ops::batch_norm_commit_cpu<bf16>));
+  t.add(kBatchNorm, Device::CPU, DType::F16, OpImpl(bn_fwd_cpu<f16>).with_commit(ops::batch_norm_commit_cpu<f16>));
   CRUMB_CPU_ROWS16(t, kBatchNormBwd, bn_bwd_cpu);
   CRUMB_CPU_ROWS16(t, kBatchNormApply, bn_apply_cpu);
   CRUMB_CPU_ROWS16(t, kGroupNorm, gn_fwd_cpu);
@@ -285,10 +303,8 @@ ValueId group_norm(Graph& g, ValueId x, int groups, const std::string& name, dou
 // graph the device runs (the master dtype).
 namespace crumb::cuda_rows {
 
-namespace {
-
 // The running statistics and moments are float32 and double whatever T is: one commit serves every row.
-void bn_commit(const StepArgs& a) {
+void batch_norm_commit(const StepArgs& a) {
   const BatchNormAttrs& at = ops::attrs<BatchNormAttrs>(*a.node);
   if (at.frozen || at.stats != BnStats::Deferred) return;
   cuda::batch_norm_commit(const_cast<float*>(a.in<float>(3)), const_cast<float*>(a.in<float>(4)),
@@ -296,6 +312,7 @@ void bn_commit(const StepArgs& a) {
                           static_cast<int>(a.in_value(3).dims[0]), at.momentum, cuda::CudaBackend::of(a).compute());
 }
 
+namespace {
 // The kernels' shape of a node at `batch` samples (a group of 0 is the whole batch) in the node's layout:
 // BatchNorm runs natively in channels-last plans.
 cpu::BatchNormShape bn_shape_at(const Node& n, int batch) {
@@ -304,22 +321,23 @@ cpu::BatchNormShape bn_shape_at(const Node& n, int batch) {
   s.layout = n.layout;
   return s;
 }
+}  // namespace
 
-cpu::BatchNormShape bn_shape(const StepArgs& a) { return bn_shape_at(*a.node, a.n); }
+cpu::BatchNormShape batch_norm_shape(const StepArgs& a) { return bn_shape_at(*a.node, a.n); }
 
 // Scratch for the cross-block partial sums of `batch` samples, which bound those of fewer. A frozen
 // layer's forward sums nothing; its backward still sums dw and db.
-std::size_t bn_fwd_workspace(const Graph&, const Node& n, int batch, const OpState*) {
+std::size_t batch_norm_forward_workspace(const Graph&, const Node& n, int batch, const OpState*) {
   return ops::attrs<BatchNormAttrs>(n).frozen ? 0 : cuda::batch_norm_forward_train_workspace(bn_shape_at(n, batch));
 }
-std::size_t bn_bwd_workspace(const Graph&, const Node& n, int batch, const OpState*) {
+std::size_t batch_norm_backward_workspace(const Graph&, const Node& n, int batch, const OpState*) {
   return cuda::batch_norm_backward_workspace(bn_shape_at(n, batch));
 }
 
 // As the CPU rows': group 0 normalises the whole micro-batch as one group.
-template <class T> void bn_fwd(const StepArgs& a) {
+template <class T> void batch_norm_forward(const StepArgs& a, const NormEpilogue<T>& e) {
   const BatchNormAttrs& at = ops::attrs<BatchNormAttrs>(*a.node);
-  const cpu::BatchNormShape s = bn_shape(a);
+  const cpu::BatchNormShape s = batch_norm_shape(a);
   const cudaStream_t stream = cuda::CudaBackend::of(a).compute();
   // The running statistics are inputs the layer updates in place: persistent State no other node reads
   // in a training pass.
@@ -328,7 +346,7 @@ template <class T> void bn_fwd(const StepArgs& a) {
   int64_t* tracked = const_cast<int64_t*>(a.in<int64_t>(5));
   if (!a.training || at.frozen) {
     cuda::batch_norm_forward_frozen(a.out<T>(0), a.training ? a.out<float>(1) : nullptr, a.in<T>(0), a.in<float>(1),
-                                    a.in<float>(2), running_mean, running_var, s, at.eps, stream);
+                                    a.in<float>(2), running_mean, running_var, s, at.eps, stream, e);
     return;
   }
   const bool deferred = at.stats == BnStats::Deferred;
@@ -336,20 +354,27 @@ template <class T> void bn_fwd(const StepArgs& a) {
   cuda::batch_norm_forward_train(a.out<T>(0), a.out<float>(1), a.in<T>(0), a.in<float>(1), a.in<float>(2), s, at.eps,
                                  deferred ? moments : nullptr, deferred ? nullptr : running_mean,
                                  deferred ? nullptr : running_var, tracked, at.momentum, a.workspace,
-                                 a.workspace_bytes, stream);
-  if (deferred && a.last && a.commit) bn_commit(a);
+                                 a.workspace_bytes, stream, e);
+  if (deferred && a.last && a.commit) batch_norm_commit(a);
 }
+template void batch_norm_forward<float>(const StepArgs&, const NormEpilogue<float>&);
+template void batch_norm_forward<bf16>(const StepArgs&, const NormEpilogue<bf16>&);
+template void batch_norm_forward<f16>(const StepArgs&, const NormEpilogue<f16>&);
+
+namespace {
+
+template <class T> void bn_fwd(const StepArgs& a) { batch_norm_forward<T>(a, {}); }
 
 template <class T> void bn_bwd(const StepArgs& a) {
   const BatchNormAttrs& at = ops::attrs<BatchNormAttrs>(*a.node);
   cuda::batch_norm_backward(a.out<float>(0), a.out<float>(1), a.node->out.size() == 3 ? a.out<T>(2) : nullptr,
-                            a.in<T>(0), a.in<T>(1), a.in<float>(2), a.in<float>(3), bn_shape(a),
+                            a.in<T>(0), a.in<T>(1), a.in<float>(2), a.in<float>(3), batch_norm_shape(a),
                             !at.frozen, a.accumulate, a.workspace, a.workspace_bytes,
                             cuda::CudaBackend::of(a).compute());
 }
 
 template <class T> void bn_apply(const StepArgs& a) {
-  cuda::batch_norm_apply(a.out<T>(0), a.in<T>(0), a.in<float>(1), a.in<float>(2), a.in<float>(3), bn_shape(a),
+  cuda::batch_norm_apply(a.out<T>(0), a.in<T>(0), a.in<float>(1), a.in<float>(2), a.in<float>(3), batch_norm_shape(a),
                          cuda::CudaBackend::of(a).compute());
 }
 
@@ -371,11 +396,11 @@ template <class T> void gn_bwd(const StepArgs& a) {
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
   CRUMB_CUDA_ROWS(t, kBatchNorm, bn_fwd,
-                  .with_commit(bn_commit)
-                      .with_workspace(bn_fwd_workspace)
+                  .with_commit(batch_norm_commit)
+                      .with_workspace(batch_norm_forward_workspace)
                       .with_nhwc(true));
   CRUMB_CUDA_ROWS(t, kBatchNormBwd, bn_bwd,
-                  .with_workspace(bn_bwd_workspace).with_nhwc(true));
+                  .with_workspace(batch_norm_backward_workspace).with_nhwc(true));
   CRUMB_CUDA_ROWS(t, kBatchNormApply, bn_apply, .with_nhwc(true));
   CRUMB_CUDA_ROWS(t, kGroupNorm, gn_fwd);
   CRUMB_CUDA_ROWS(t, kGroupNormBwd, gn_bwd);

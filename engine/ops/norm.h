@@ -11,6 +11,19 @@
 namespace crumb {
 
 extern const OpDef kBatchNorm, kBatchNormBwd, kBatchNormApply, kGroupNorm, kGroupNormBwd;
+// The fused ops (engine/ops/norm_fused.cc), which the fusion pass (engine/graph/fusion.h) puts in place of
+// normalisation -> ReLU and normalisation -> add -> ReLU chains and their backward nodes:
+// - kBatchNormRelu, kBatchNormAddRelu: in = BatchNorm's (x, weight, bias, running_mean, running_var,
+//   num_batches_tracked) and, with the add, the residual r; out = (y, stats, moments), y = relu(bn(x) [+ r]);
+// - kBatchNormReluBwd: in = (dy, x, weight, stats, bias), out = (dweight, dbias[, dx]), ReLU's backward
+//   folded in, its mask computed again from x with the bias; kBatchNormAddReluBwd: in also the residual r,
+//   out = (dr, dweight, dbias[, dx]), dr (the residual's gradient, the masked dy) in place of dy;
+// - kBatchNormApplyRelu: in = (x, weight, bias, stats[, r]), out = y: a recomputation of the fused forward
+//   (In-Place memory, engine/strategy/in_place.h);
+// - kGroupNormRelu, kGroupNormAddRelu, kGroupNormReluBwd, kGroupNormAddReluBwd: the same for GroupNorm,
+//   whose forward in and out are GroupNorm's (x, weight, bias[, r]) -> (y, stats).
+extern const OpDef kBatchNormRelu, kBatchNormAddRelu, kBatchNormReluBwd, kBatchNormAddReluBwd, kBatchNormApplyRelu;
+extern const OpDef kGroupNormRelu, kGroupNormAddRelu, kGroupNormReluBwd, kGroupNormAddReluBwd;
 
 // How BatchNorm updates its running statistics in training (--bn-stats).
 enum class BnStats : uint8_t {
@@ -33,6 +46,10 @@ struct GroupNormAttrs {
 // count micro-batches must be a multiple of (1 without BatchNorm, the least common multiple of the
 // layers' groups), or 0 when a layer normalises a whole micro-batch: the batch must then run as one.
 int micro_batch_multiple(const Graph& g);
+
+// The attributes of a node that normalises over groups of samples in training, BatchNorm's forward plain
+// or fused; null for every other node.
+const BatchNormAttrs* batch_norm_attrs(const Node& n);
 
 namespace ops {
 // A BatchNorm step's kernel shape at its batch (group 0, the whole micro-batch, becomes n).

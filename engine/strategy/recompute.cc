@@ -4,7 +4,6 @@
 
 #include "engine/base/error.h"
 #include "engine/graph/op.h"
-#include "engine/ops/norm.h"
 
 namespace crumb {
 
@@ -12,7 +11,8 @@ bool recomputable(const Graph& g, ValueId v) {
   const Value& val = g.value(v);
   if (val.kind != ValueKind::Activation || val.producer < 0) return false;
   const Node& p = g.node(val.producer);
-  return !p.backward && p.def->recompute && (p.def != &kBatchNorm || v == p.out[0]);
+  // A rule other than a plain clone recomputes out[0] alone (BatchNorm's output, not its statistics).
+  return !p.backward && p.def->recompute && (v == p.out[0] || p.def->recompute == ops::recompute_clone);
 }
 
 std::vector<ValueId> recompute_closure(const Graph& g, ValueId v, const std::vector<bool>& is_saved) {
@@ -28,11 +28,8 @@ std::vector<ValueId> recompute_closure(const Graph& g, ValueId v, const std::vec
     }
     closure.push_back(u);
     const Node& p = g.node(g.value(u).producer);
-    for (std::size_t i = 0; i < p.in.size(); ++i) {
-      if (p.def == &kBatchNorm && i > 0) break;  // the rest are parameters and running statistics
-      const ValueId x = p.in[i];
+    for (ValueId x : p.in)  // parameters and running statistics are not activations
       if (g.value(x).kind == ValueKind::Activation && !is_saved[x]) visit(x);
-    }
   };
   visit(v);
   if (!ok) closure.clear();

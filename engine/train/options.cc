@@ -441,6 +441,11 @@ std::vector<Option> engine_rows() {
   add("cuda-graphs", T::Bool).metavar("on|off").resumable().clients(kEveryClient)
       .help("record each micro-batch's work once and replay it as one CUDA graph")
       .field([](auto& c) -> auto& { return c.cuda_graphs; });
+  add("fuse", T::Bool).metavar("on|off").resumable().clients(kEveryClient)
+      .help("fuse chains of ops into one op each after autograd: BatchNorm or GroupNorm (+ the residual add) + "
+            "ReLU, forward and backward; --explain names the fused steps. The result is the same up to float32 "
+            "rounding order")
+      .field([](auto& c) -> auto& { return c.fuse; });
   add("deterministic", T::Bool).bare().resumable().clients(kEveryClient)
       .help("CUDA: only convolution algorithms that give the same bits on every run, as "
             "torch.backends.cudnn.deterministic (some of cuDNN's fastest backward ones add with atomics); the CPU "

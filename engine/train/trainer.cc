@@ -6,16 +6,19 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 
 #include "engine/base/error.h"
 #include "engine/base/threads.h"
 #include "engine/data/data_checks.h"
 #include "engine/dist/batch_share.h"
 #include "engine/graph/autograd.h"
+#include "engine/graph/fusion.h"
 #include "engine/graph/rng.h"
 #include "engine/io/json.h"
 #include "engine/ops/norm.h"
 #include "engine/plan/layout.h"
+#include "engine/strategy/in_place.h"
 #include "engine/train/network.h"
 #include "engine/train/run_files.h"
 #include "engine/train/run_log.h"
@@ -55,16 +58,15 @@ void check_bn_group(const TrainConfig& c, const Graph& g, int batch) {
   }
   for (NodeId i = 0; i < g.num_nodes(); ++i) {
     const Node& n = g.node(i);
-    if (n.def != &kBatchNorm) continue;
-    const BatchNormAttrs& a = ops::attrs<BatchNormAttrs>(n);
-    if (a.frozen) continue;
-    const int group = a.group;
+    const BatchNormAttrs* bn = batch_norm_attrs(n);
+    if (!bn || bn->frozen) continue;
+    const int group = bn->group;
     CRUMB_CHECK(group <= batch, "layer '", n.name, "' normalises groups of ", group, " samples, more than the batch of ",
                 batch, " (use a larger --batch, or a smaller group: its \"group\", or --bn-group where it gives none)");
   }
 }
 
-std::string describe_split(const TrainConfig& c, int batch, const StrategyPlan& p) {
+std::string describe_split(const TrainConfig& c, int batch, const StrategyPlan& p, bool in_place) {
   const int m = p.plan.micro_batch;
   const std::string how = c.micro_batch                      ? " (--micro-batch"
                           : p.choice.used == "micro-batch"    ? " (largest that fits the budget"
@@ -74,7 +76,55 @@ std::string describe_split(const TrainConfig& c, int batch, const StrategyPlan& 
                                                                     std::string(strategy_name(c.strategy));
   const bool rewritten = !p.choice.swapped.empty() || !p.choice.recomputed.empty();
   return "batch " + std::to_string(batch) + " in " + std::to_string((batch + m - 1) / m) + " micro-batch(es) of " +
-         std::to_string(m) + how + (rewritten ? "; " + p.choice.used + " to fit)" : ")");
+         std::to_string(m) + how + (rewritten ? "; " + p.choice.used + " to fit" : "") +
+         (in_place ? "; fused normalisations keep their inputs alone, In-Place" : "") + ")";
+}
+
+// Micro-batching alone (in memory) for g under r, if it meets the budget.
+std::optional<StrategyPlan> in_memory_plan(Graph& g, StrategyRequest r) {
+  if (r.strategy == Strategy::Auto) r.strategy = Strategy::MicroBatch;
+  try {
+    return plan_strategy(g, r);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+// In-Place memory (engine/strategy/in_place.h) is the first technique a fused plan tries, before swapping
+// and recomputing: it costs a pass over each fused normalisation's output in the backward pass, so it is
+// taken where micro-batching alone fits a larger micro-batch with it, or fits only with it. Plans p (its
+// graph, fused) in memory and returns true where micro-batching alone meets the budget, In-Place or not;
+// false leaves p.graph as it was, for swapping and recomputing, and sets *in_place_total to what
+// micro-batching alone needs In-Place at the smallest micro-batch allowed (or the one forced).
+bool plan_in_place(RunPlan& p, const StrategyRequest& r, std::size_t* in_place_total) {
+  if (r.strategy == Strategy::Swap || r.strategy == Strategy::Recompute) return false;
+  Graph kept = p.graph;
+  std::optional<StrategyPlan> fast = in_memory_plan(kept, r);
+  if (fast && (r.micro_batch > 0 || fast->plan.micro_batch >= r.batch)) {
+    p.graph = std::move(kept);
+    p.strategy = std::move(*fast);
+    return true;
+  }
+  Graph lean = p.graph;
+  recompute_in_place(lean);
+  std::optional<StrategyPlan> small = in_memory_plan(lean, r);
+  if (small && (!fast || small->plan.micro_batch > fast->plan.micro_batch)) {
+    p.graph = std::move(lean);
+    p.strategy = std::move(*small);
+    p.in_place = true;
+    return true;
+  }
+  if (!fast) {
+    const int multiple = micro_batch_multiple(lean);
+    const int m = r.micro_batch > 0 ? r.micro_batch : multiple == 0 ? r.batch : std::min(multiple, r.batch);
+    MicroBatchPlan least = plan_micro_batch(lean, m, r.optimizer, r.device, r.index);
+    count_loader(lean, r.batch, least);
+    *in_place_total = least.memory.total();
+    return false;
+  }
+  p.graph = std::move(kept);
+  p.strategy = std::move(*fast);
+  return true;
 }
 
 int metadata_int(const CheckpointMetadata& meta, const std::string& key, const std::string& path) {
@@ -228,6 +278,7 @@ RunPlan plan_run(const TrainConfig& c, const data::DataShape& shape, int batch, 
   p.graph.set_tf32(c.precision == Precision::TF32);
   p.graph.set_deterministic(c.deterministic);
   build_backward(p.graph);
+  if (c.fuse) fuse(p.graph);
   if (uses_channels_last(c, device)) to_channels_last(p.graph);
   check_bn_group(c, p.graph, batch);
   p.device = device;
@@ -240,8 +291,17 @@ RunPlan plan_run(const TrainConfig& c, const data::DataShape& shape, int batch, 
   r.micro_batch = c.micro_batch;
   r.optimizer = c.optimizer;
   r.device = device;
-  p.strategy = plan_strategy(p.graph, r);
-  p.split = describe_split(c, batch, p.strategy);
+  std::size_t in_place_total = 0;
+  if (!(c.fuse && plan_in_place(p, r, &in_place_total))) {
+    try {
+      p.strategy = plan_strategy(p.graph, r);
+    } catch (const Error& e) {
+      if (!in_place_total) throw;
+      CRUMB_FAIL(e.what(), "; in memory with the fused normalisations keeping their inputs alone (In-Place) it needs ",
+                 format_bytes(in_place_total));
+    }
+  }
+  p.split = describe_split(c, batch, p.strategy, p.in_place);
   return p;
 }
 

@@ -87,6 +87,7 @@ struct TrainConfig {
   ChannelsLast channels_last = ChannelsLast::Auto;
   bool cuda_graphs = true;   // replay each micro-batch's work as a recorded CUDA graph
   bool deterministic = false;  // the same bits on every run (Graph::deterministic)
+  bool fuse = true;  // fuse chains of ops into fused ops after autograd (engine/graph/fusion.h)
   // Checkpoints: where to save (at every epoch's end, every save_every optimizer steps, when stopped and
   // at the end), which weights to start from, which run to continue.
   std::string save, load, resume;
@@ -132,6 +133,9 @@ struct RunPlan {
   int batch = 0;  // samples per batch (a data-parallel rank plans for the largest share, rank 0's)
   // "batch 64 in 1 micro-batch(es) of 64 (largest that fits the budget)".
   std::string split;
+  // Whether the fused normalisations keep their inputs alone and compute their outputs again for the
+  // backward pass (engine/strategy/in_place.h): where that lets micro-batching fit the budget better.
+  bool in_place = false;
 };
 // The device a config runs on (building the CUDA context where it asks for one, which reports exactly
 // why there is none), and its budget.

@@ -101,6 +101,15 @@ template <class T, int V> __device__ __forceinline__ void store(T* p, const Pack
   *reinterpret_cast<Pack<T, V>*>(p) = v;
 }
 
+// The fused epilogue of a normalised value v (kernels/norm.h, NormEpilogue): + the residual at i and the
+// ReLU, rounded to T after each part as the separate ops round.
+template <class T> __device__ __forceinline__ T epilogue(float v, const T* res, bool relu, std::size_t i) {
+  T out = from_float<T>(v);
+  if (res) out = from_float<T>(to_float(out) + to_float(res[i]));
+  if (relu && to_float(out) <= 0.0f) out = from_float<T>(0.0f);
+  return out;
+}
+
 // ---- BatchNorm. The reductions (statistics, weight gradients) split each (group, channel) into `splits`
 // ranges of about kSplitElems values, one block each, which writes its Partial to the workspace; one
 // thread per channel then combines a channel's partials in split order and its groups in group order.
@@ -160,6 +169,38 @@ __device__ ScaleShift scale_shift(float w, float b, float mean, float invstd) {
   const double scale = w * static_cast<double>(invstd);
   return {static_cast<float>(scale), static_cast<float>(b - mean * scale)};
 }
+// x under the affine map, one rounding (an explicit fma: the forward and a ReLU mask computed again from x
+// in the backward pass round alike).
+__device__ __forceinline__ float affine(float x, ScaleShift a) { return __fmaf_rn(x, a.scale, a.shift); }
+
+// Where a fused backward lets the gradient through at one channel (NormReluGrad): where the forward's
+// pre-activation, computed again from x (and the residual) with the channel's affine map as the forward
+// computed it (affine, epilogue), is > 0; everywhere without a ReLU.
+template <class T> struct ReluMask {
+  const T* res;
+  ScaleShift a;
+  bool relu;
+  // The gradient reaching the normalisation at i, where x holds xv.
+  __device__ float operator()(T dy, T xv, std::size_t i) const {
+    if (!relu) return to_float(dy);
+    T z = from_float<T>(affine(to_float(xv), a));
+    if (res) z = from_float<T>(to_float(z) + to_float(res[i]));
+    return to_float(z) > 0.0f ? to_float(dy) : 0.0f;
+  }
+};
+template <class T>
+__device__ ReluMask<T> relu_mask(const NormReluGrad<T>& r, float w, int ch, float mean, float invstd) {
+  if (!r.bias) return {nullptr, {0.0f, 0.0f}, false};
+  return {r.residual, scale_shift(w, r.bias[ch], mean, invstd), true};
+}
+// A BatchNorm's, at (group g, channel ch).
+template <class T>
+__device__ ReluMask<T> bn_mask(const NormReluGrad<T>& r, const float* w, const float* stats,
+                               const cpu::BatchNormShape& s, int g, int ch) {
+  if (!r.bias) return {nullptr, {0.0f, 0.0f}, false};
+  const std::size_t k = stats_index(s, g, ch);
+  return relu_mask(r, w[ch], ch, stats[k], stats[k + s.c]);
+}
 
 // Split k of (group g, channel ch) of an NCHW tensor, in units of V values: the channel's values in a
 // group are runs of `run` units (a feature map) `stride` values apart; the split covers units
@@ -196,24 +237,30 @@ template <int V> __device__ SplitRange split_range(const cpu::BatchNormShape& s,
 // mean from stats.
 template <class T, int V>
 __global__ void __launch_bounds__(kSplitBlock)
-    batch_norm_partial_kernel(Partial* partials, const T* x, const T* dy, const float* stats, cpu::BatchNormShape s,
-                              int splits) {
+    batch_norm_partial_kernel(Partial* partials, const T* x, const T* dy, const float* w, const float* stats,
+                              cpu::BatchNormShape s, int splits, NormReluGrad<T> relu) {
   const int ch = blockIdx.x / splits, k = blockIdx.x - ch * splits, g = blockIdx.y;
   const SplitRange r = split_range<V>(s, g, ch, k, splits);
   const double count = static_cast<double>(r.len) * V;
   Partial p{count, 0, 0};
   if (dy) {
     const double mean = stats[stats_index(s, g, ch)];
+    const ReluMask<T> mask = bn_mask(relu, w, stats, s, g, ch);
     double sdy = 0, sdyx = 0;
 #pragma unroll 4
     for (unsigned j = threadIdx.x; j < r.len; j += blockDim.x) {
       const std::size_t i = r.at<V>(j);
       const Pack<T, V> d = load<T, V>(dy + i), v = load<T, V>(x + i);
+      Pack<T, V> dr;
       for (int e = 0; e < V; ++e) {
-        const double de = to_float(d.v[e]);
+        const float m = mask(d.v[e], v.v[e], i + e);
+        dr.v[e] = from_float<T>(m);
+        const double de = m;
         sdy += de;
         sdyx += de * (to_float(v.v[e]) - mean);
       }
+      // Each value is in one split: this thread alone reads and writes it (dresidual may alias dy).
+      if (relu.dresidual) store<T, V>(relu.dresidual + i, dr);
     }
     const Sums t = block_sums(sdy, sdyx);
     p.a = t.a;
@@ -262,8 +309,8 @@ __device__ double tile_sum(double v) {
 // the group's positions, as batch_norm_partial_kernel computes it for one channel.
 template <class T>
 __global__ void __launch_bounds__(kSplitBlock)
-    batch_norm_partial_nhwc_kernel(Partial* partials, const T* x, const T* dy, const float* stats,
-                                   cpu::BatchNormShape s, int splits) {
+    batch_norm_partial_nhwc_kernel(Partial* partials, const T* x, const T* dy, const float* w, const float* stats,
+                                   cpu::BatchNormShape s, int splits, NormReluGrad<T> relu) {
   const int tile = blockIdx.x / splits, k = blockIdx.x - tile * splits, g = blockIdx.y;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, ch = tile * kWarp + lane;
   const bool live = ch < s.c;
@@ -276,11 +323,14 @@ __global__ void __launch_bounds__(kSplitBlock)
   Partial p{count, 0, 0};
   if (dy) {
     const double mean = live ? stats[stats_index(s, g, ch)] : 0.0;
+    const ReluMask<T> mask = live ? bn_mask(relu, w, stats, s, g, ch) : ReluMask<T>{nullptr, {0.0f, 0.0f}, false};
     double sdy = 0, sdyx = 0;
 #pragma unroll 4
     for (unsigned r = warp; r < len; r += kTileRows) {
       const std::size_t i = first + static_cast<std::size_t>(r) * s.c;
-      const double d = to_float(dy[i]);
+      const float m = mask(dy[i], x[i], i);
+      if (relu.dresidual) relu.dresidual[i] = from_float<T>(m);
+      const double d = m;
       sdy += d;
       sdyx += d * (to_float(x[i]) - mean);
     }
@@ -397,6 +447,7 @@ template <class T> struct AffineOp {
   const float *w, *b, *stats, *running_mean, *running_var;
   double eps;
   int c;
+  NormEpilogue<T> epi;
   __device__ ScaleShift at(int g, int ch) const {
     if (running_var) return scale_shift(w[ch], b[ch], running_mean[ch], static_cast<float>(inv_std(running_var[ch], eps)));
     const std::size_t k = static_cast<std::size_t>(2 * g) * c + ch;
@@ -408,7 +459,7 @@ template <class T> struct AffineOp {
     ScaleShift a = at(g, ch);
     for (int e = 0; e < V; ++e) {
       if (step && e) a = at(g, ch + e);
-      out.v[e] = from_float<T>(to_float(in.v[e]) * a.scale + a.shift);
+      out.v[e] = epilogue<T>(affine(to_float(in.v[e]), a), epi.residual, epi.relu, i + e);
     }
     store<T, V>(y + i, out);
   }
@@ -418,15 +469,19 @@ template <class T> struct InputGradOp {
   T* dx;
   const T *dy, *x;
   const Coeff* coeffs;
-  int c;
+  cpu::BatchNormShape s;
+  // The fused ReLU's mask (none: no ReLU), from the weights and statistics where computed from x.
+  NormReluGrad<T> relu;
+  const float *w, *stats;
   template <int V> __device__ void operator()(std::size_t i, int g, int ch, int step) const {
     const Pack<T, V> d = load<T, V>(dy + i), v = load<T, V>(x + i);
     Pack<T, V> out;
-    const Coeff* row = coeffs + static_cast<std::size_t>(g) * c;
+    const Coeff* row = coeffs + static_cast<std::size_t>(g) * s.c;
     Coeff k = row[ch];
+    ReluMask<T> mask = bn_mask(relu, w, stats, s, g, ch);
     for (int e = 0; e < V; ++e) {
-      if (step && e) k = row[ch + e];
-      out.v[e] = from_float<T>(k.k * to_float(d.v[e]) - k.a - k.slope * (to_float(v.v[e]) - k.mean));
+      if (step && e) k = row[ch + e], mask = bn_mask(relu, w, stats, s, g, ch + e);
+      out.v[e] = from_float<T>(k.k * mask(d.v[e], v.v[e], i + e) - k.a - k.slope * (to_float(v.v[e]) - k.mean));
     }
     store<T, V>(dx + i, out);
   }
@@ -472,8 +527,9 @@ void bn_map(const Op& op, const cpu::BatchNormShape& s, bool packed, cudaStream_
 
 // The partials of every (group, channel, split); dy null: the forward's.
 template <class T>
-void launch_partials(Partial* partials, const T* x, const T* dy, const float* stats, const cpu::BatchNormShape& s,
-                     int groups, int splits, cudaStream_t stream) {
+void launch_partials(Partial* partials, const T* x, const T* dy, const float* w, const float* stats,
+                     const cpu::BatchNormShape& s, int groups, int splits, cudaStream_t stream,
+                     const NormReluGrad<T>& relu = {}) {
   const bool nhwc = s.layout == Layout::NHWC;
   const std::size_t columns = nhwc ? (static_cast<std::size_t>(s.c) + kWarp - 1) / kWarp : s.c;
   CRUMB_CHECK(columns * splits <= static_cast<std::size_t>(INT_MAX) && groups <= 65535, "BatchNorm: ", s.c,
@@ -484,11 +540,11 @@ void launch_partials(Partial* partials, const T* x, const T* dy, const float* st
               " values per channel exceed the kernels' 32-bit ranges");
   const dim3 grid(static_cast<unsigned>(columns * splits), static_cast<unsigned>(groups));
   if (nhwc) {
-    batch_norm_partial_nhwc_kernel<T><<<grid, kSplitBlock, 0, stream>>>(partials, x, dy, stats, s, splits);
-  } else if (packs_of_4<T>(s, {x, dy})) {  // a feature map's packs are aligned where x's are
-    batch_norm_partial_kernel<T, 4><<<grid, kSplitBlock, 0, stream>>>(partials, x, dy, stats, s, splits);
+    batch_norm_partial_nhwc_kernel<T><<<grid, kSplitBlock, 0, stream>>>(partials, x, dy, w, stats, s, splits, relu);
+  } else if (packs_of_4<T>(s, {x, dy, relu.dresidual})) {  // a feature map's packs are aligned where x's are
+    batch_norm_partial_kernel<T, 4><<<grid, kSplitBlock, 0, stream>>>(partials, x, dy, w, stats, s, splits, relu);
   } else {
-    batch_norm_partial_kernel<T, 1><<<grid, kSplitBlock, 0, stream>>>(partials, x, dy, stats, s, splits);
+    batch_norm_partial_kernel<T, 1><<<grid, kSplitBlock, 0, stream>>>(partials, x, dy, w, stats, s, splits, relu);
   }
   CRUMB_CUDA_CHECK_LAUNCH();
 }
@@ -503,7 +559,7 @@ void check_workspace(std::size_t bytes, std::size_t needed, const char* what, co
 template <class T>
 __global__ void __launch_bounds__(kRowBlock)
     group_norm_forward_kernel(T* y, float* stats, const T* x, const float* w, const float* b,
-                              cpu::GroupNormShape s, double eps) {
+                              cpu::GroupNormShape s, double eps, NormEpilogue<T> epi) {
   const std::size_t row = blockIdx.x, sample = row / s.groups, g = row % s.groups;
   const int cpg = s.c / s.groups;
   const std::size_t len = static_cast<std::size_t>(cpg) * s.hw, at = row * len;
@@ -516,16 +572,18 @@ __global__ void __launch_bounds__(kRowBlock)
     const double d = to_float(xr[e]) - mean;
     dev += d * d;
   }
-  const double invstd = inv_std(block_sum(dev) / static_cast<double>(len), eps);
+  // The affine map from the statistics as stored, as a fused backward computes it again (ReluMask).
+  const float mean_f = static_cast<float>(mean);
+  const float invstd_f = static_cast<float>(inv_std(block_sum(dev) / static_cast<double>(len), eps));
   if (threadIdx.x == 0) {
-    stats[sample * 2 * s.groups + g] = static_cast<float>(mean);
-    stats[sample * 2 * s.groups + s.groups + g] = static_cast<float>(invstd);
+    stats[sample * 2 * s.groups + g] = mean_f;
+    stats[sample * 2 * s.groups + s.groups + g] = invstd_f;
   }
   T* yr = y + at;
   for (std::size_t e = threadIdx.x; e < len; e += blockDim.x) {
     const std::size_t c = g * cpg + e / s.hw;
-    const double scale = w[c] * invstd;
-    yr[e] = from_float<T>(to_float(xr[e]) * static_cast<float>(scale) + static_cast<float>(b[c] - mean * scale));
+    yr[e] = epilogue<T>(affine(to_float(xr[e]), scale_shift(w[c], b[c], mean_f, invstd_f)),
+                        epi.residual ? epi.residual + at : nullptr, epi.relu, e);
   }
 }
 
@@ -533,16 +591,23 @@ __global__ void __launch_bounds__(kRowBlock)
 template <class T>
 __global__ void __launch_bounds__(kRowBlock)
     group_norm_backward_data_kernel(T* dx, const T* dy, const T* x, const float* w, const float* stats,
-                                    cpu::GroupNormShape s) {
+                                    cpu::GroupNormShape s, NormReluGrad<T> relu) {
   const std::size_t row = blockIdx.x, sample = row / s.groups, g = row % s.groups;
   const int cpg = s.c / s.groups;
   const std::size_t len = static_cast<std::size_t>(cpg) * s.hw, at = row * len;
   const double mean = stats[sample * 2 * s.groups + g], invstd = stats[sample * 2 * s.groups + s.groups + g];
   const T* dyr = dy + at;
   const T* xr = x + at;
+  NormReluGrad<T> row_relu = relu;
+  if (relu.residual) row_relu.residual += at;
+  // The gradient reaching the normalisation at e of the row.
+  auto masked = [&](std::size_t e) {
+    const int c = static_cast<int>(g * cpg + e / s.hw);
+    return relu_mask(row_relu, w[c], c, static_cast<float>(mean), static_cast<float>(invstd))(dyr[e], xr[e], e);
+  };
   double sdyw = 0, sdywx = 0;  // sum of dy w and of dy w (x - mean) over the row
   for (std::size_t e = threadIdx.x; e < len; e += blockDim.x) {
-    const double dyw = static_cast<double>(to_float(dyr[e])) * w[g * cpg + e / s.hw];
+    const double dyw = static_cast<double>(masked(e)) * w[g * cpg + e / s.hw];
     sdyw += dyw;
     sdywx += dyw * (to_float(xr[e]) - mean);
   }
@@ -554,15 +619,16 @@ __global__ void __launch_bounds__(kRowBlock)
   T* dxr = dx + at;
   for (std::size_t e = threadIdx.x; e < len; e += blockDim.x) {
     const float k = static_cast<float>(w[g * cpg + e / s.hw] * invstd);
-    dxr[e] = from_float<T>(k * to_float(dyr[e]) - a - slope * (to_float(xr[e]) - mean_f));
+    dxr[e] = from_float<T>(k * masked(e) - a - slope * (to_float(xr[e]) - mean_f));
   }
 }
 
 // dw, db reduce over samples: one block per channel, so no two blocks write one channel.
 template <class T>
 __global__ void __launch_bounds__(kChannelBlock)
-    group_norm_backward_weight_kernel(float* dw, float* db, const T* dy, const T* x, const float* stats,
-                                      cpu::GroupNormShape s, bool accumulate) {
+    group_norm_backward_weight_kernel(float* dw, float* db, const T* dy, const T* x, const float* w,
+                                      const float* stats, cpu::GroupNormShape s, bool accumulate,
+                                      NormReluGrad<T> relu) {
   const int c = blockIdx.x;
   const std::size_t g = c / (s.c / s.groups);
   const ChannelRuns runs{static_cast<std::size_t>(s.hw), static_cast<std::size_t>(s.c) * s.hw};
@@ -571,7 +637,10 @@ __global__ void __launch_bounds__(kChannelBlock)
   for (std::size_t e = threadIdx.x; e < count; e += blockDim.x) {
     const std::size_t sample = e / s.hw, i = first + runs.at(e);
     const double mean = stats[sample * 2 * s.groups + g], invstd = stats[sample * 2 * s.groups + s.groups + g];
-    const double d = to_float(dy[i]);
+    const float m = relu_mask(relu, w[c], c, static_cast<float>(mean), static_cast<float>(invstd))(dy[i], x[i], i);
+    // The data kernel has run (same stream): this block alone writes these values (dresidual may alias dy).
+    if (relu.dresidual) relu.dresidual[i] = from_float<T>(m);
+    const double d = m;
     sum_db += d;
     sum_dw += d * (to_float(x[i]) - mean) * invstd;
   }
@@ -615,7 +684,7 @@ template <class T>
 void batch_norm_forward_train(T* y, float* stats, const T* x, const float* w, const float* b,
                               const cpu::BatchNormShape& s, double eps, double* moments, float* running_mean,
                               float* running_var, int64_t* tracked, double momentum, void* workspace,
-                              std::size_t workspace_bytes, cudaStream_t stream) {
+                              std::size_t workspace_bytes, cudaStream_t stream, const NormEpilogue<T>& epilogue) {
   const int groups = bn_groups(s, "batch_norm_forward_train");
   CRUMB_CHECK((running_mean == nullptr) == (running_var == nullptr) && (!running_mean || tracked),
               "batch_norm_forward_train: running_mean, running_var and tracked go together");
@@ -623,12 +692,12 @@ void batch_norm_forward_train(T* y, float* stats, const T* x, const float* w, co
   check_workspace(workspace_bytes, batch_norm_forward_train_workspace(s), "batch_norm_forward_train", s);
   const int splits = bn_splits(s);
   Partial* partials = static_cast<Partial*>(workspace);
-  if (s.c > 0) launch_partials<T>(partials, x, nullptr, nullptr, s, groups, splits, stream);
+  if (s.c > 0) launch_partials<T>(partials, x, nullptr, nullptr, nullptr, s, groups, splits, stream);
   // At least one thread, which counts the groups even without channels.
   batch_norm_stats_kernel<<<blocks_for(std::max(s.c, 1)), kBlock, 0, stream>>>(
       stats, partials, s, groups, splits, eps, moments, running_mean, running_var, tracked, momentum);
   CRUMB_CUDA_CHECK_LAUNCH();
-  bn_map<T>(AffineOp<T>{y, x, w, b, stats, nullptr, nullptr, eps, s.c}, s, packs_of_4<T>(s, {y, x}), stream);
+  bn_map<T>(AffineOp<T>{y, x, w, b, stats, nullptr, nullptr, eps, s.c, epilogue}, s, packs_of_4<T>(s, {y, x}), stream);
 }
 
 void batch_norm_commit(float* running_mean, float* running_var, int64_t* tracked, const double* moments, int c,
@@ -643,15 +712,15 @@ void batch_norm_commit(float* running_mean, float* running_var, int64_t* tracked
 
 template <class T>
 void batch_norm_apply(T* y, const T* x, const float* w, const float* b, const float* stats,
-                      const cpu::BatchNormShape& s, cudaStream_t stream) {
+                      const cpu::BatchNormShape& s, cudaStream_t stream, const NormEpilogue<T>& epilogue) {
   bn_groups(s, "batch_norm_apply");
-  bn_map<T>(AffineOp<T>{y, x, w, b, stats, nullptr, nullptr, 0.0, s.c}, s, packs_of_4<T>(s, {y, x}), stream);
+  bn_map<T>(AffineOp<T>{y, x, w, b, stats, nullptr, nullptr, 0.0, s.c, epilogue}, s, packs_of_4<T>(s, {y, x}), stream);
 }
 
 template <class T>
 void batch_norm_forward_frozen(T* y, float* stats, const T* x, const float* w, const float* b,
                                const float* running_mean, const float* running_var, const cpu::BatchNormShape& s,
-                               double eps, cudaStream_t stream) {
+                               double eps, cudaStream_t stream, const NormEpilogue<T>& epilogue) {
   const int groups = bn_groups(s, "batch_norm_forward_frozen");
   if (groups == 0 || s.c == 0) return;
   if (stats) {
@@ -659,65 +728,70 @@ void batch_norm_forward_frozen(T* y, float* stats, const T* x, const float* w, c
                                                                            eps);
     CRUMB_CUDA_CHECK_LAUNCH();
   }
-  bn_map<T>(AffineOp<T>{y, x, w, b, nullptr, running_mean, running_var, eps, s.c}, s, packs_of_4<T>(s, {y, x}),
-            stream);
+  bn_map<T>(AffineOp<T>{y, x, w, b, nullptr, running_mean, running_var, eps, s.c, epilogue}, s,
+            packs_of_4<T>(s, {y, x}), stream);
 }
 
 template <class T>
 void batch_norm_backward(float* dw, float* db, T* dx, const T* dy, const T* x, const float* w,
                          const float* stats, const cpu::BatchNormShape& s, bool batch_stats, bool accumulate,
-                         void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
+                         void* workspace, std::size_t workspace_bytes, cudaStream_t stream,
+                         const NormReluGrad<T>& relu) {
   const int groups = bn_groups(s, "batch_norm_backward");
   if (s.c == 0) return;
   check_workspace(workspace_bytes, batch_norm_backward_workspace(s), "batch_norm_backward", s);
   const int splits = groups > 0 ? bn_splits(s) : 0;
   Partial* partials = static_cast<Partial*>(workspace);
   Coeff* coeffs = dx && groups > 0 ? reinterpret_cast<Coeff*>(partials + bn_partials(s)) : nullptr;
-  if (groups > 0) launch_partials<T>(partials, x, dy, stats, s, groups, splits, stream);
+  if (groups > 0) launch_partials<T>(partials, x, dy, w, stats, s, groups, splits, stream, relu);
   // n == 0 still launches: the gradient of an empty batch is zero, which write mode must store.
   batch_norm_grad_kernel<<<blocks_for(s.c), kBlock, 0, stream>>>(dw, db, coeffs, partials, w, stats, s, groups, splits,
                                                                  batch_stats, accumulate);
   CRUMB_CUDA_CHECK_LAUNCH();
-  if (coeffs) bn_map<T>(InputGradOp<T>{dx, dy, x, coeffs, s.c}, s, packs_of_4<T>(s, {dx, dy, x}), stream);
+  if (coeffs) bn_map<T>(InputGradOp<T>{dx, dy, x, coeffs, s, relu, w, stats}, s, packs_of_4<T>(s, {dx, dy, x}), stream);
 }
 
 template <class T>
 void group_norm_forward(T* y, float* stats, const T* x, const float* w, const float* b,
-                        const cpu::GroupNormShape& s, double eps, cudaStream_t stream) {
+                        const cpu::GroupNormShape& s, double eps, cudaStream_t stream,
+                        const NormEpilogue<T>& epilogue) {
   const unsigned rows = gn_rows(s, "group_norm_forward");
   if (rows == 0 || s.c == 0) return;
-  group_norm_forward_kernel<<<rows, kRowBlock, 0, stream>>>(y, stats, x, w, b, s, eps);
+  group_norm_forward_kernel<<<rows, kRowBlock, 0, stream>>>(y, stats, x, w, b, s, eps, epilogue);
   CRUMB_CUDA_CHECK_LAUNCH();
 }
 
 template <class T>
 void group_norm_backward(float* dw, float* db, T* dx, const T* dy, const T* x, const float* w,
-                         const float* stats, const cpu::GroupNormShape& s, bool accumulate, cudaStream_t stream) {
+                         const float* stats, const cpu::GroupNormShape& s, bool accumulate, cudaStream_t stream,
+                         const NormReluGrad<T>& relu) {
   const unsigned rows = gn_rows(s, "group_norm_backward");
   if (s.c == 0) return;
   if (dx && rows > 0) {
-    group_norm_backward_data_kernel<<<rows, kRowBlock, 0, stream>>>(dx, dy, x, w, stats, s);
+    group_norm_backward_data_kernel<<<rows, kRowBlock, 0, stream>>>(dx, dy, x, w, stats, s, relu);
     CRUMB_CUDA_CHECK_LAUNCH();
   }
   // n == 0 still launches, as above.
-  group_norm_backward_weight_kernel<<<s.c, kChannelBlock, 0, stream>>>(dw, db, dy, x, stats, s, accumulate);
+  group_norm_backward_weight_kernel<<<s.c, kChannelBlock, 0, stream>>>(dw, db, dy, x, w, stats, s, accumulate, relu);
   CRUMB_CUDA_CHECK_LAUNCH();
 }
 
 #define CRUMB_INSTANTIATE(T)                                                                                    \
   template void batch_norm_forward_train<T>(T*, float*, const T*, const float*, const float*,                       \
                                             const cpu::BatchNormShape&, double, double*, float*, float*, int64_t*, \
-                                            double, void*, std::size_t, cudaStream_t);                             \
+                                            double, void*, std::size_t, cudaStream_t, const NormEpilogue<T>&);     \
   template void batch_norm_apply<T>(T*, const T*, const float*, const float*, const float*,                        \
-                                    const cpu::BatchNormShape&, cudaStream_t);                                     \
+                                    const cpu::BatchNormShape&, cudaStream_t, const NormEpilogue<T>&);             \
   template void batch_norm_forward_frozen<T>(T*, float*, const T*, const float*, const float*, const float*,        \
-                                             const float*, const cpu::BatchNormShape&, double, cudaStream_t);      \
+                                             const float*, const cpu::BatchNormShape&, double, cudaStream_t,       \
+                                             const NormEpilogue<T>&);                                              \
   template void batch_norm_backward<T>(float*, float*, T*, const T*, const T*, const float*, const float*,         \
-                                       const cpu::BatchNormShape&, bool, bool, void*, std::size_t, cudaStream_t);  \
+                                       const cpu::BatchNormShape&, bool, bool, void*, std::size_t, cudaStream_t,   \
+                                       const NormReluGrad<T>&);                                                    \
   template void group_norm_forward<T>(T*, float*, const T*, const float*, const float*, const cpu::GroupNormShape&, \
-                                      double, cudaStream_t);                                                       \
+                                      double, cudaStream_t, const NormEpilogue<T>&);                               \
   template void group_norm_backward<T>(float*, float*, T*, const T*, const T*, const float*, const float*,         \
-                                       const cpu::GroupNormShape&, bool, cudaStream_t);
+                                       const cpu::GroupNormShape&, bool, cudaStream_t, const NormReluGrad<T>&);
 CRUMB_CUDA_FOR_FLOAT_TYPES(CRUMB_INSTANTIATE)
 #undef CRUMB_INSTANTIATE
 

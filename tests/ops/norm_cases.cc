@@ -34,15 +34,7 @@ CRUMB_ON_LOAD {
          return nn::linear(g, nn::flatten(g, nn::batch_norm2d(g, x, "bn", a), "flat"), 3, "fc");
        }},
       // Normalised with (non-trivial) running statistics: PyTorch's eval() mode, differentiated.
-      {"BatchNormFrozen", {2, 3, 3}, 3,
-       [](Graph& g, ValueId x) {
-         BatchNormAttrs a;
-         a.frozen = true;
-         const ValueId h = nn::batch_norm2d(g, nn::conv2d(g, x, 3, 3, 1, 1, "conv"), "bn", a);
-         g.value(g.find_value("bn.running_mean")).init.fill = 0.3;
-         g.value(g.find_value("bn.running_var")).init.fill = 2.5;
-         return h;
-       }},
+      {"BatchNormFrozen", {2, 3, 3}, 3, frozen_conv_bn},
       {"GroupNorm", {4, 3, 3}, 3,
        [](Graph& g, ValueId x) { return nn::group_norm(g, nn::conv2d(g, x, 4, 3, 1, 1, "conv"), 2, "gn"); }},
       // One channel per group (InstanceNorm) and one group (LayerNorm over c, h, w).

@@ -9,6 +9,7 @@
 #include "engine/ops/conv2d.h"
 #include "engine/ops/elementwise.h"
 #include "engine/ops/linear.h"
+#include "engine/ops/norm.h"
 #include "engine/ops/softmax_xent.h"
 #include "engine/strategy/recompute.h"
 
@@ -66,6 +67,15 @@ std::vector<ValueId> all_saved(const Graph& g) {
   std::vector<ValueId> out;
   for (const SavedValue& s : saved_values(g)) out.push_back(s.value);
   return out;
+}
+
+ValueId frozen_conv_bn(Graph& g, ValueId x) {
+  BatchNormAttrs a;
+  a.frozen = true;
+  const ValueId h = nn::batch_norm2d(g, nn::conv2d(g, x, 3, 3, 1, 1, "conv"), "bn", a);
+  g.value(g.find_value("bn.running_mean")).init.fill = 0.3;
+  g.value(g.find_value("bn.running_var")).init.fill = 2.5;
+  return h;
 }
 
 SwapTiming swap_window(std::size_t window) {

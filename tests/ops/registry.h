@@ -45,6 +45,9 @@ Graph op_graph(const OpCase& c, DType dtype);
 // or a linear layer again (recomputing those too recomputes whole chains: tests/swap_recompute_test.cc).
 std::vector<ValueId> all_recomputable(const Graph& g);
 std::vector<ValueId> all_saved(const Graph& g);
+// conv (3 channels, 3x3) -> BatchNorm normalising with non-trivial running statistics (mean 0.3, var 2.5):
+// PyTorch's eval() layer, differentiated (the frozen cases).
+ValueId frozen_conv_bn(Graph& g, ValueId x);
 // Swap settings for tests: a node and a copy take one unit of time each; `window` bytes may be prefetched.
 SwapTiming swap_window(std::size_t window);
 

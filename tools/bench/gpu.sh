@@ -13,9 +13,9 @@
 #          [--resnet50-batch 64] [--resnet50-samples 1024] [--race-device cuda]
 #          [--race-variants fp32,tf32,bf16,bf16-nchw] [-- extra train flags]
 # LIST, comma-separated, run in this order whatever the order given: build (configure + build; configure
-#   alone configures only), cuda, sanitize, resnets, kernels, bandwidth, nccl, beyond, cpu, train, graphs,
+#   alone configures only), cuda, sanitize, resnets, fusion, kernels, bandwidth, nccl, beyond, cpu, train, graphs,
 #   compare, budget, swap. Default: all of them (more than one call can hold: pick some).
-# The --resnet* flags size the resnets phase (resnet20: 0 = the whole epoch); --race-device cpu with small
+# The --resnet* flags size the resnets and fusion phases (resnet20: 0 = the whole epoch); --race-device cpu with small
 #   sizes rehearses it on a machine without a GPU (CRUMB_GPU_BUILD=build, and CRUMB_BENCH_PYTHON naming a
 #   python with torch).
 # Needs gpu-carry/ (tools/bench/gpu_carry.sh) where the machine lacks Eigen, GoogleTest, zlib, Google
@@ -25,7 +25,7 @@
 set -uo pipefail  # no -e: a failing phase is recorded and the next one still runs
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-all_phases=build,cuda,sanitize,resnets,kernels,bandwidth,nccl,beyond,cpu,train,graphs,compare,budget,swap
+all_phases=build,cuda,sanitize,resnets,fusion,kernels,bandwidth,nccl,beyond,cpu,train,graphs,compare,budget,swap
 deadline=560 phases=$all_phases models=lenet5,cnn batch=256 epochs=2 repeat=3
 kernel_suites=resnet50_224,deepbench,vgg11_bn_224,resnet18_28,resnet20,resnet20_28,vgg11_bn_32,cnn,lenet5
 kernel_min_time=0.05
@@ -264,19 +264,16 @@ fi
 # ---- ResNets against PyTorch on the same device (issue 25; issue 27's bf16 figure): resnet20 on
 # Fashion-MNIST written as CIFAR-10 files (3x32x32, tools/bench/fashion_cifar.py) at batch 128, one epoch
 # (--resnet20-train caps it), and ResNet-50 on synthetic --resnet50-input images (1000 classes) at batch
-# --resnet50-batch, 2 epochs of --resnet50-samples. Three pairings, interleaved, best of --repeat by
-# samples/s (both sides count their first steps: plans, cuDNN start-up, Crumb's CUDA-graph capture):
-# Crumb float32 against PyTorch eager float32 (TF32 off), Crumb --tf32 against PyTorch's defaults (TF32
-# convolutions), Crumb --precision bf16 (channels-last) against PyTorch autocast bf16 with channels_last;
-# Crumb bf16 in NCHW beside them, for what the NHWC plan gains. Eager PyTorch (cuDNN's default
-# heuristics, no torch.compile). Test accuracy is the best run's. Target: ratio >= 1.0 on each.
-if want resnets; then
-  cifar="$tmpd/fashion-cifar" torch_py=${CRUMB_BENCH_PYTHON:-python3}
-  "$torch_py" "$repo/tools/bench/fashion_cifar.py" "$cifar" --data "$data" >> "$train_log" 2>&1 ||
-    note "resnets: fashion_cifar.py FAILED (see train.log)"
-  variants=("fp32||--tf32 off" "tf32|--tf32|--tf32 default"
-            "bf16|--precision bf16 --channels-last on|--precision bf16 --channels-last --tf32 default"
-            "bf16-nchw|--precision bf16 --channels-last off|")
+# --resnet50-batch, 2 epochs of --resnet50-samples, best of --repeat by samples/s (both sides count their
+# first steps: plans, cuDNN start-up, Crumb's CUDA-graph capture), interleaved. race PHASE VARIANT...: each
+# VARIANT is "name|crumb flags|torch flags" (no torch flags: a Crumb variant measured against the one before
+# it, whose gain it reports as "gain_label"). Eager PyTorch (cuDNN's default heuristics, no torch.compile).
+# Test accuracy is the best run's mean over the runs.
+race() {
+  local phase=$1; shift
+  local variants=("$@") cifar="$tmpd/fashion-cifar" torch_py=${CRUMB_BENCH_PYTHON:-python3}
+  [[ -d "$cifar" ]] || "$torch_py" "$repo/tools/bench/fashion_cifar.py" "$cifar" --data "$data" >> "$train_log" 2>&1 ||
+    note "$phase: fashion_cifar.py FAILED (see train.log)"
   declare -A best=() accs=()
   # keep KEY LINE: KEY's best samples/s so far, and every run's test accuracy (one epoch at this lr leaves
   # BatchNorm's running statistics noisy: the mean over the runs is what the two sides are compared by).
@@ -306,29 +303,55 @@ if want resnets; then
         [[ $m == resnet50 ]] && limit_test=(--limit-test "$resnet50_batch")  # synthetic: accuracy means nothing
         # shellcheck disable=SC2086
         line=$(bounded 150 "$build/train" "${set_[@]}" "${crumb_set[@]}" $crumb_flags "${limit_test[@]}" "${extra[@]}" 2>> "$train_log" | tail -n 1)
-        echo "resnets $m $name crumb: $line" >> "$train_log"
+        echo "$phase $m $name crumb: $line" >> "$train_log"
         keep "$m $name crumb" "$line"
         [[ -n "$torch_flags" ]] || continue
         # shellcheck disable=SC2086
         line=$(bounded 150 "$torch_py" "$repo/tools/bench/torch_reference.py" "${set_[@]}" $torch_flags 2>> "$train_log" | tail -n 1)
-        echo "resnets $m $name torch: $line" >> "$train_log"
+        echo "$phase $m $name torch: $line" >> "$train_log"
         keep "$m $name torch" "$line"
       done
     done
   done
   for m in resnet20 resnet50; do
+    local before=""
     for v in "${variants[@]}"; do
-      name=${v%%|*} c=${best[$m $name crumb]:-0} t=${best[$m $name torch]:-0}
-      [[ ",$race_variants," == *",$name,"* ]] || continue
-      row="resnets $m $name on $race_device (best of $repeat, samples/s): crumb $c (test accuracy $(mean_acc "$m $name crumb"))"
-      if [[ $name != bf16-nchw ]]; then
+      IFS='|' read -r name crumb_flags torch_flags <<< "$v"
+      c=${best[$m $name crumb]:-0} t=${best[$m $name torch]:-0}
+      if [[ ",$race_variants," != *",$name,"* ]]; then before=""; continue; fi
+      row="$phase $m $name on $race_device (best of $repeat, samples/s): crumb $c (test accuracy $(mean_acc "$m $name crumb"))"
+      if [[ -n "$torch_flags" ]]; then
         row+=", torch $t ($(mean_acc "$m $name torch")), ratio $(python3 -c "print(f'{$c / $t:.3f}' if $t else 'n/a (a side failed: see train.log)')")"
-      else
-        row+=", channels-last's gain $(python3 -c "b = ${best[$m bf16 crumb]:-0}; print(f'{b / $c:.3f}x' if $c else 'n/a')")"
+      elif [[ -n "$before" ]]; then
+        row+=", $gain_label $(python3 -c "b = ${best[$m $before crumb]:-0}; print(f'{b / $c:.3f}x' if $c else 'n/a')")"
       fi
       note "$row"
+      before=$name
     done
   done
+}
+
+# Target: ratio >= 1.0 on each: Crumb float32 against PyTorch eager float32 (TF32 off), Crumb --tf32 against
+# PyTorch's defaults (TF32 convolutions), Crumb --precision bf16 (channels-last) against PyTorch autocast bf16
+# with channels_last; Crumb bf16 in NCHW beside them, for what the NHWC plan gains.
+if want resnets; then
+  gain_label="channels-last's gain"
+  race resnets "fp32||--tf32 off" "tf32|--tf32|--tf32 default" \
+    "bf16|--precision bf16 --channels-last on|--precision bf16 --channels-last --tf32 default" \
+    "bf16-nchw|--precision bf16 --channels-last off|"
+fi
+
+# Fusion (issue 38): the same races with Crumb fused (the default) and unfused (--fuse off) side by side,
+# float32 (TF32 off; and TF32 against PyTorch's defaults) and bf16 channels-last. Target: fused >= 1.2x
+# PyTorch eager in each precision; "fusion's gain" is fused over unfused.
+if want fusion; then
+  gain_label="fusion's gain"
+  saved_variants=$race_variants
+  [[ ",$race_variants," == *",fp32-unfused,"* ]] || race_variants+=",fp32-unfused,tf32-unfused,bf16-unfused"
+  race fusion "fp32||--tf32 off" "fp32-unfused|--fuse off|" "tf32|--tf32|--tf32 default" "tf32-unfused|--tf32 --fuse off|" \
+    "bf16|--precision bf16 --channels-last on|--precision bf16 --channels-last --tf32 default" \
+    "bf16-unfused|--precision bf16 --channels-last on --fuse off|"
+  race_variants=$saved_variants
 fi
 
 # ---- kernel microbenchmarks on the GPU (issue 11): Crumb's kernels against cuDNN's exhaustive search and

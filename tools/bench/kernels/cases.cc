@@ -7,6 +7,7 @@
 #include "engine/device/backend.h"
 #include "engine/device/buffer.h"
 #include "engine/graph/autograd.h"
+#include "engine/graph/fusion.h"
 #include "engine/base/error.h"
 #include "engine/graph/op.h"
 #include "engine/ops/conv2d.h"
@@ -18,6 +19,7 @@
 #include "engine/ops/softmax_xent.h"
 #include "engine/optim/optimizer.h"
 #include "engine/ops/swap.h"
+#include "engine/strategy/in_place.h"
 #include "engine/train/model_registry.h"
 #include "tests/ops/registry.h"
 
@@ -114,10 +116,16 @@ void add_graph(const std::string& suite, const std::shared_ptr<const Graph>& g, 
 
 bool every_node(const Node&) { return true; }
 
-std::shared_ptr<Graph> build_graph(const Suite& s, const models::NormSpec& norm) {
+// The suite's training graph; fused as a fused plan trains it (engine/graph/fusion.h), In-Place where it
+// can be (engine/strategy/in_place.h), so the fused ops and their recomputations run at the model's shapes.
+std::shared_ptr<Graph> build_graph(const Suite& s, const models::NormSpec& norm, bool fused = false) {
   const models::ModelSpec spec(s.channels, s.height, s.width, s.classes, norm);
   auto g = std::make_shared<Graph>(models::build(s.model, spec));
   build_backward(*g);
+  if (fused) {
+    fuse(*g);
+    recompute_in_place(*g);
+  }
   return g;
 }
 
@@ -149,6 +157,9 @@ std::vector<Case> model_cases(const Suite& s) {
     models::NormSpec gn;
     gn.kind = models::NormSpec::Kind::Group;
     add_graph(s.name, build_graph(s, gn), s.batch, every_node, &out, &index);
+    // And fused, for what fusion runs instead.
+    for (const models::NormSpec& norm : {models::NormSpec{}, gn})
+      add_graph(s.name, build_graph(s, norm, true), s.batch, every_node, &out, &index);
   }
   int64_t params = 0;
   for (ValueId p : g->params()) params += g->value(p).count(1);
