@@ -233,7 +233,9 @@ TEST(MemoryStrategy, APlanThatCannotFitFailsFromSizesAlone) {
       EXPECT_NE(msg.find("the persistent state alone"), std::string::npos) << msg;
       EXPECT_NE(msg.find(c.parameter), std::string::npos) << msg;
       // The graph's copies and plans, nothing of the model's size (parameters alone are gigabytes).
-      if (rss_is_the_programs()) EXPECT_LT(rss.peak_bytes(), 16 * kMiB);
+      if (rss_is_the_programs()) {
+        EXPECT_LT(rss.peak_bytes(), 16 * kMiB);
+      }
     }
 }
 
@@ -274,7 +276,9 @@ TEST(MemoryStrategy, MeasuringKernelTimesStaysWithinTheBudget) {
     EXPECT_LE(p.plan.memory.total(), r.budget);
     EXPECT_GT(p.choice.predicted_seconds, 0.0) << "kernel times were measured";
     // The graph in memory would take 48 MiB more (the measurement once took 150 MB here for a 105 MB budget).
-    if (rss_is_the_programs()) EXPECT_LT(rss.peak_bytes(), r.budget + 16 * kMiB) << "in memory: " << in_memory;
+    if (rss_is_the_programs()) {
+      EXPECT_LT(rss.peak_bytes(), r.budget + 16 * kMiB) << "in memory: " << in_memory;
+    }
   }
 }
 

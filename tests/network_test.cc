@@ -366,7 +366,7 @@ TEST(Network, EveryMistakeIsOneErrorNamingTheNode) {
 // Names reach the run's JSON summary and checkpoint headers, which must be UTF-8 (safetensors refuses a header
 // that is not): a description whose text is not UTF-8 is refused at the byte, and UTF-8 names are kept.
 TEST(Network, NamesMustBeUtf8) {
-  for (const std::string bad : {std::string("c\xff"), std::string("c\xc0\xaf"), std::string("c\xed\xa0\x80"),
+  for (const std::string& bad : {std::string("c\xff"), std::string("c\xc0\xaf"), std::string("c\xed\xa0\x80"),
                                 std::string("c\xe2\x82")}) {
     const std::string text = with_nodes(R"({"name": ")" + bad + R"(", "op": "flatten"}, )" +
                                         R"({"name": "fc", "op": "linear", "out_features": 4})");

@@ -587,7 +587,7 @@ TEST(TrainCli, ExplainPlansTheShapeOfTheData) {
 TEST(TrainCli, FuseNamesTheFusedSteps) {
   const auto csv = std::filesystem::temp_directory_path() / ("crumb_fuse_" + std::to_string(getpid()) + ".csv");
   const auto html = std::filesystem::temp_directory_path() / ("crumb_fuse_" + std::to_string(getpid()) + ".html");
-  const std::string run = "--model resnet20 --dataset synthetic --input 3x16x16 --classes 4 --batch 16 --explain ";
+  const std::string run = "--model resnet20 --dataset synthetic --input 3x16x16 --classes 4 --batch 32 --explain ";
   const Result fused = run_train(run + "--explain-csv " + csv.string() + " --report " + html.string());
   ASSERT_EQ(fused.code, 0) << fused.err;
   for (const char* step : {"layer1.0.bn2+add+relu ", "batch_norm_add_relu_backward", "layer1.0.bn1+relu "})

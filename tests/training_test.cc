@@ -44,6 +44,9 @@ TEST(Training, LossFallsOnEveryModel) {
     // instead (TorchParity.Vgg11Bn*).
     if (models::min_image_size(model) > 16) continue;
     TrainedModel r(model, 32, 1);
+    // At lr 0.05 ResNet-50's first epoch diverges (mean loss 43 on 4 classes) and whether later epochs
+    // recover turns on float rounding (summation order); at 0.002 its loss falls every epoch, 1.6 -> 0.015.
+    if (model == "resnet50") r.opt = make_optimizer(r.params, sgd_config(0.002f, 0.9f, 1e-4f));
     const std::vector<double> l = train(r, 32, 4);
     EXPECT_LT(l.back(), 0.5 * l.front()) << model << ": " << l.front() << " -> " << l.back();
   }

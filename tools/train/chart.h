@@ -22,7 +22,7 @@ struct Frame {
 struct Scale {
   double d0, d1, p0, p1;
   bool log2 = false;
-  std::vector<double> slots;
+  std::vector<double> slots = {};
   double operator()(double v) const;
 };
 
