@@ -101,8 +101,10 @@ struct TrainConfig {
   // the check that no output replaces an input (engine/train/run_files.h).
   std::vector<FileUse> files;
   // A JSON line per optimizer step and per epoch (engine/train/run_log.h), written by the lead rank; a
-  // resumed run appends.
+  // resumed run appends, and so does one with log_append (a Python trainer planned again after load(), whose
+  // earlier fits' lines are in the file).
   std::string log;
+  bool log_append = false;
   // Data parallel, when launched by MPI: bytes per gradient bucket, seconds a collective may take.
   std::size_t bucket_cap = std::size_t{25} << 20;
   double dist_timeout = 300;

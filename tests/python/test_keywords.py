@@ -166,6 +166,22 @@ def test_log_writes_the_lines_of_trains_log(train_bin, tmp_path):
     assert more[:len(py)] == py and [line.get("step") for line in more[len(py):]] == [9, 10, 11, 12, None]
 
 
+def test_log_keeps_its_lines_when_the_trainer_is_planned_again(tmp_path):
+    """load() plans the model again at the next call; the log it then opens goes on after the earlier fits'
+    lines instead of truncating them."""
+    x, y = images(64)
+    log = tmp_path / "run.jsonl"
+    t = crumb.Trainer(model="cnn", batch=16, progress=False, log=log)
+    t.fit(x, y, epochs=1)
+    t.save(tmp_path / "w.st")
+    before = log.read_text().splitlines()
+    assert len(before) == 4 + 1
+    t.load(tmp_path / "w.st")
+    t.fit(x, y, epochs=1)
+    after = log.read_text().splitlines()
+    assert after[:len(before)] == before and len(after) == 2 * len(before)
+
+
 def test_resume_accepts_an_unchangeable_option_as_recorded(tmp_path):
     x, y = images(64)
     flags = dict(model="cnn", batch=16, precision="fp16", loss_scale=1024, progress=False)

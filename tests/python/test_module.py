@@ -51,13 +51,12 @@ def test_plan_is_what_train_explains(train_bin, model, input, extra):
 
 
 def test_fuse_keyword(train_bin):
-    """fuse= is train's --fuse; True and False mean on and off. The plan names the fused steps."""
+    """fuse= is train's --fuse, a bool as the other on|off options are. The plan names the fused steps."""
     fused = crumb.plan(model="resnet20", input=(3, 32, 32), batch=32).explain()
     assert "layer1.0.bn2+add+relu" in fused and "batch_norm_add_relu_backward" in fused
     assert crumb.plan(model="resnet20", input=(3, 32, 32), batch=32, fuse=True).explain() == fused
-    for off in (False, "off"):
-        plain = crumb.plan(model="resnet20", input=(3, 32, 32), batch=32, fuse=off).explain()
-        assert "+relu" not in plain and "layer1.0.relu2" in plain
+    plain = crumb.plan(model="resnet20", input=(3, 32, 32), batch=32, fuse=False).explain()
+    assert "+relu" not in plain and "layer1.0.relu2" in plain
     out = run_train(train_bin, "--model=resnet20", "--dataset=synthetic", "--input=3x32x32", "--batch=32",
                     "--explain", "--fuse=off")
     assert out.splitlines() == plain.splitlines()

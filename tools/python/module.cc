@@ -563,6 +563,7 @@ class Run {
         throw;
       }
     }
+    config_.log_append = !config_.log.empty();  // a trainer planned again goes on in the same log
   }
 
   TrainConfig config_;
