@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/io/json.h"
 #include "engine/train/network.h"
 #include "engine/train/options.h"
 #include "tests/test_util.h"
@@ -237,6 +238,13 @@ TEST(Options, RecordReadsBack) {
   EXPECT_EQ(back[1].value, "on");
   EXPECT_EQ(back[2].value, "/tmp/a b%.st");
   EXPECT_EQ(record_of(back), text);
+  // UTF-8 stays as it is; bytes that are not UTF-8 (a Linux path may hold any) and DEL are percent-encoded, so
+  // the record is valid UTF-8 for the checkpoint header and reads back to the same bytes.
+  const std::string path = "/tmp/caf\xc3\xa9/\xff\xc3(\xe2\x82\x7f\xf0\x9f\x98\x80";
+  const std::string odd = record_of(given({{"data", path}}));
+  EXPECT_EQ(odd, "--data=/tmp/caf\xc3\xa9/%FF%C3(%E2%82%7F\xf0\x9f\x98\x80");
+  EXPECT_TRUE(json::valid_utf8(odd));
+  EXPECT_EQ(settings_of_record(run_options(), odd, "ck.st").at(0).value, path);
   // As older versions wrote them: bare flags, --tf32.
   EXPECT_EQ(configure(settings_of_record(run_options(), "--model=cnn --tf32 --batch=32", "old.st")).precision,
             Precision::TF32);

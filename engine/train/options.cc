@@ -714,8 +714,15 @@ std::string record_of(const Settings& settings) {
     if (bare && s.value == "off") continue;
     const std::string arg = "--" + s.name() + (bare ? "" : "=" + s.value);
     if (!out.empty()) out += ' ';
-    for (unsigned char ch : arg) {
-      if (ch == '%' || ch == ' ' || ch < 0x20 || ch == 0x7f) {
+    // Percent-encoded: the separator, controls and the bytes of a value that are not UTF-8 (a Linux path may
+    // hold any), so that the record is the UTF-8 a checkpoint header must be and decodes to the same bytes.
+    for (std::size_t i = 0; i < arg.size(); ++i) {
+      const auto ch = static_cast<unsigned char>(arg[i]);
+      const std::size_t len = ch < 0x80 ? 1 : ch >= 0xf0 ? 4 : ch >= 0xe0 ? 3 : 2;
+      if (ch >= 0x80 && i + len <= arg.size() && json::valid_utf8(std::string_view(arg).substr(i, len))) {
+        out.append(arg, i, len);
+        i += len - 1;
+      } else if (ch == '%' || ch == ' ' || ch < 0x20 || ch >= 0x7f) {
         char hex[4];
         std::snprintf(hex, sizeof hex, "%%%02X", ch);
         out += hex;
