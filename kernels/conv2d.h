@@ -12,7 +12,10 @@ namespace crumb::cpu {
 std::size_t conv2d_forward_workspace(const Conv2dShape& s);
 std::size_t conv2d_backward_data_workspace(const Conv2dShape& s);
 std::size_t conv2d_backward_weight_workspace(const Conv2dShape& s);
-template <class T> void conv2d_forward(T* y, const T* x, const T* w, const T* b, const Conv2dShape& s, T* workspace);
+// relu: y = max(conv + b, 0) (NaN propagating, as relu_forward), applied as each sample's output is stored
+// (a fused ReLU epilogue: engine/graph/fusion.h).
+template <class T>
+void conv2d_forward(T* y, const T* x, const T* w, const T* b, const Conv2dShape& s, T* workspace, bool relu = false);
 // dx (=|+=) conv-transpose of dy with w
 template <class T>
 void conv2d_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, T* workspace, bool accumulate);

@@ -6,7 +6,9 @@
 namespace crumb::cpu {
 
 // ---- linear: x [n, in], w [out, in] (PyTorch layout), b [out] (may be null), y [n, out]
-template <class T> void linear_forward(T* y, const T* x, const T* w, const T* b, int n, int in, int out);
+// relu: y = max(x w^T + b, 0) as each block is stored (a fused ReLU epilogue, as conv2d_forward's).
+template <class T>
+void linear_forward(T* y, const T* x, const T* w, const T* b, int n, int in, int out, bool relu = false);
 // dx [n, in] (=|+=) dy [n, out] * w [out, in]
 template <class T>
 void linear_backward_data(T* dx, const T* dy, const T* w, int n, int in, int out, bool accumulate);

@@ -50,7 +50,8 @@ std::map<std::string, int> op_counts(const Graph& g) {
 TEST(Fusion, RulesAreRegisteredByTheirFamilies) {
   std::vector<std::string> names;
   for (const FusionRule& r : fusion_rules()) names.push_back(r.name);
-  for (const char* rule : {"batch_norm+add+relu", "batch_norm+relu", "group_norm+add+relu", "group_norm+relu"})
+  for (const char* rule :
+       {"batch_norm+add+relu", "batch_norm+relu", "group_norm+add+relu", "group_norm+relu", "conv2d+relu", "linear+relu"})
     EXPECT_NE(std::find(names.begin(), names.end(), rule), names.end()) << rule;
   EXPECT_THROW(add_fusion_rule({"batch_norm+relu", 0, [](Graph&) { return 0; }}), Error);
 }

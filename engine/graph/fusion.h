@@ -1,7 +1,8 @@
 // Fusion: a rewrite of a training graph after autograd, before the channels-last rewrite, the memory
 // strategies and planning, that replaces chains of ops by fused ops (docs/architecture.md, Fusion). A
-// fused op is an ordinary op, declared once with rows per device and dtype; it computes the chain's
-// outputs in fewer passes over memory and keeps fewer intermediate values. Which chains fuse is decided
+// fused op is an ordinary op, declared once with rows per device and dtype, or an op with an epilogue in
+// its attributes (a convolution's ReLU: engine/ops/relu_epilogue.h); it computes the chain's outputs in
+// fewer passes over memory and keeps fewer intermediate values. Which chains fuse is decided
 // by rules that each op family registers from its own files when the library loads (CRUMB_ON_LOAD), as
 // it registers its rows: a rule matches the chain in the forward pass and its backward nodes together and
 // replaces both. Fusion changes rounding order at most, never what micro-batching or a memory strategy

@@ -7,6 +7,8 @@
 #include "engine/base/error.h"
 #include "engine/base/registry.h"
 #include "engine/device/widen.h"
+#include "engine/graph/fusion.h"
+#include "engine/ops/relu_epilogue.h"
 #include "kernels/conv2d.h"
 
 #if CRUMB_HAVE_CUDA
@@ -15,6 +17,7 @@
 
 #if CRUMB_HAVE_CUDNN
 #include "kernels/cuda/cudnn_conv.h"
+#include "kernels/elementwise.h"
 #endif
 #endif
 
@@ -88,10 +91,12 @@ std::size_t workspace(const Graph& g, const Node& n, int batch, const OpState*) 
   return Elems(ops::at_batch<cpu::Conv2dShape>(n, batch)) * dtype_size(g.master_dtype());  // the row computes in it
 }
 
+bool relu_epilogue(const Node& n) { return ops::attrs<WindowAttrs>(n).relu; }
+
 template <class T>
 void fwd_cpu(const StepArgs& a) {
   cpu::conv2d_forward<T>(a.out<T>(), a.in<T>(0), a.in<T>(1), a.node->in.size() == 3 ? a.in<T>(2) : nullptr, shape(a),
-                         static_cast<T*>(a.workspace));
+                         static_cast<T*>(a.workspace), relu_epilogue(*a.node));
 }
 
 template <class T>
@@ -129,6 +134,9 @@ CRUMB_ON_LOAD {
   CRUMB_CPU_ROWS(t, kConv2dBwdWeight, bwd_weight_cpu,
                  .with_workspace(workspace<cpu::conv2d_backward_weight_workspace>));
   add_widened_in_slices(t, Device::CPU, {&kConv2d, &kConv2dBwdData, &kConv2dBwdWeight});
+  add_fusion_rule({"conv2d+relu", 2, [](Graph& g) {
+                     return fuse_relu_epilogue(g, kConv2d, [](Node& n) { std::any_cast<WindowAttrs&>(n.attrs).relu = true; });
+                   }});
 }
 
 namespace nn {
@@ -212,10 +220,19 @@ cuda::ConvPlan& plan(const StepArgs& a) {
   return p;
 }
 
-// The plan knows the storage type; the rows pass the values as they are.
+// The plan knows the storage type; the rows pass the values as they are. A fused ReLU epilogue runs as a
+// pass of its own over the output (cuDNN's fused convolution-bias-activation would store it clamped).
 void fwd(const StepArgs& a) {
   cuda::conv_forward(dnn(a), plan(a), a.out<void>(), a.in<void>(0), a.in<void>(1),
                      a.node->in.size() == 3 ? a.in<void>(2) : nullptr, a.workspace, a.workspace_bytes);
+  if (!relu_epilogue(*a.node)) return;
+  const std::size_t count = ops::out_count(a);
+  const cudaStream_t stream = cuda::CudaBackend::of(a).compute();
+  switch (a.graph->float_dtype()) {
+    case DType::BF16: return cuda::relu_forward(a.out<bf16>(), a.out<bf16>(), count, stream);
+    case DType::F16: return cuda::relu_forward(a.out<f16>(), a.out<f16>(), count, stream);
+    default: return cuda::relu_forward(a.out<float>(), a.out<float>(), count, stream);
+  }
 }
 void bwd_data(const StepArgs& a) {
   cuda::conv_backward_data(dnn(a), plan(a), a.out<void>(), a.in<void>(0), a.in<void>(1), a.workspace,

@@ -5,11 +5,14 @@
 #include "engine/base/error.h"
 #include "engine/base/registry.h"
 #include "engine/device/widen.h"
+#include "engine/graph/fusion.h"
+#include "engine/ops/relu_epilogue.h"
 #include "kernels/linear.h"
 
 #if CRUMB_HAVE_CUDA
 #include "engine/cuda/cuda_backend.h"
 #include "kernels/cuda/blas.h"
+#include "kernels/elementwise.h"
 #endif
 
 namespace crumb {
@@ -54,11 +57,16 @@ void infer_bwd_weight(Graph& g, Node& n) {  // in: dy, x  out: dw [, db]
 
 void backward(GradBuilder& gb, const Node& n) { ops::weighted_backward(gb, n, kLinearBwdData, kLinearBwdWeight); }
 
+bool relu_epilogue(const Node& n) {
+  const auto* a = std::any_cast<LinearAttrs>(&n.attrs);
+  return a && a->relu;
+}
+
 template <class T>
 void fwd_cpu(const StepArgs& a) {
   const LinearGeometry& s = ops::geometry<LinearGeometry>(*a.node);
   cpu::linear_forward<T>(a.out<T>(), a.in<T>(0), a.in<T>(1), a.node->in.size() == 3 ? a.in<T>(2) : nullptr, a.n, s.in,
-                         s.out);
+                         s.out, relu_epilogue(*a.node));
 }
 
 template <class T>
@@ -94,6 +102,9 @@ CRUMB_ON_LOAD {
   CRUMB_CPU_ROWS(t, kLinearBwdData, bwd_data_cpu);
   CRUMB_CPU_ROWS(t, kLinearBwdWeight, bwd_weight_cpu);
   add_widened_in_slices(t, Device::CPU, {&kLinear, &kLinearBwdData, &kLinearBwdWeight});
+  add_fusion_rule({"linear+relu", 2, [](Graph& g) {
+                     return fuse_relu_epilogue(g, kLinear, [](Node& n) { n.attrs = LinearAttrs{true}; });
+                   }});
 }
 
 namespace nn {
@@ -120,10 +131,14 @@ namespace crumb::cuda_rows {
 
 namespace {
 
+// A fused ReLU epilogue as a pass of its own over the output (cuBLASLt's RELU_BIAS epilogue would store it
+// clamped).
 template <class T> void fwd(const StepArgs& a) {
   const LinearGeometry& s = ops::geometry<LinearGeometry>(*a.node);
   cuda::linear_forward<T>(cuda::CudaBackend::of(a).blas(), a.out<T>(), a.in<T>(0), a.in<T>(1),
                           a.node->in.size() == 3 ? a.in<T>(2) : nullptr, a.n, s.in, s.out, a.graph->tf32());
+  if (relu_epilogue(*a.node))
+    cuda::relu_forward(a.out<T>(), a.out<T>(), ops::out_count(a), cuda::CudaBackend::of(a).compute());
 }
 template <class T> void bwd_data(const StepArgs& a) {
   const LinearGeometry& s = ops::geometry<LinearGeometry>(*a.node);

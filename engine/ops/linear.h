@@ -14,6 +14,11 @@ struct LinearGeometry {
   int in = 0, out = 0;
 };
 
+// Its attributes, where it has any (a node without is a plain linear layer).
+struct LinearAttrs {
+  bool relu = false;  // a fused ReLU epilogue (engine/ops/relu_epilogue.h)
+};
+
 namespace nn {
 // Adds "<name>.weight" [out_features, in] and, with bias, "<name>.bias" [out_features].
 ValueId linear(Graph& g, ValueId x, int out_features, const std::string& name, bool bias = true);

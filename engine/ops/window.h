@@ -12,6 +12,7 @@ namespace crumb {
 struct WindowAttrs {
   int kh = 0, kw = 0, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
   int groups = 1;  // a convolution's channel groups (Conv2dShape::groups); pools have 1
+  bool relu = false;  // a convolution's fused ReLU epilogue (engine/ops/relu_epilogue.h); pools have none
   // A kernel x kernel window, the same stride and padding in both directions.
   static WindowAttrs square(int kernel, int stride, int pad) {
     WindowAttrs a;

@@ -285,14 +285,31 @@ std::size_t conv2d_backward_weight_workspace(const Conv2dShape& s) {
   return static_cast<std::size_t>(slices * g.slice_len() + (slices - 1) * (s.c_out * g.k + s.c_out));
 }
 
-template <class T> void conv2d_forward(T* y, const T* x, const T* w, const T* b, const Conv2dShape& s, T* workspace) {
-  if (s.groups > 1) return detail::grouped_forward(y, x, w, b, s, workspace);
+namespace {
+// The ReLU epilogue over `count` values just stored (relu_forward's rule: NaN propagates, -0 becomes 0).
+template <class T> void clamp(T* y, std::ptrdiff_t count) {
+#pragma omp simd
+  for (std::ptrdiff_t i = 0; i < count; ++i) y[i] = y[i] <= T(0) ? T(0) : y[i];
+}
+}  // namespace
+
+template <class T>
+void conv2d_forward(T* y, const T* x, const T* w, const T* b, const Conv2dShape& s, T* workspace, bool relu) {
+  if (s.groups > 1) {
+    detail::grouped_forward(y, x, w, b, s, workspace);
+    if (relu) clamp(y, std::ptrdiff_t{s.n} * s.c_out * s.h_out * s.w_out);
+    return;
+  }
   const Geom g(s, detail::ConvPass::Forward);
   const CMatR<T> W(w, s.c_out, g.k);
   for_each_slice(active_slices(s, g), s.n, [&](int slice, int i0, int i1) {
     T* col = workspace + slice * g.slice_len();
-    if (g.direct) return detail::direct_forward(y, x, w, b, s, i0, i1, col);
-    if (g.small) return detail::small_forward(y, x, w, b, s, i0, i1, col);
+    if (g.direct || g.small) {
+      if (g.direct) detail::direct_forward(y, x, w, b, s, i0, i1, col);
+      else detail::small_forward(y, x, w, b, s, i0, i1, col);
+      if (relu) clamp(y + i0 * g.y_len, (i1 - i0) * g.y_len);
+      return;
+    }
     if (g.blocked) {
       T* out = col + g.col;
       for (int i = i0; i < i1; i += g.block) {
@@ -300,6 +317,7 @@ template <class T> void conv2d_forward(T* y, const T* x, const T* w, const T* b,
         const std::ptrdiff_t ld = count * g.hw;
         block_columns(s, g, x + i * g.x_len, count, col);
         ordered_gemm(out, ld, w, g.k, col, ld, s.c_out, ld, g.k, b);
+        if (relu) clamp(out, s.c_out * ld);
         for (int j = 0; j < count; ++j)  // scatter back to NCHW
           for (int co = 0; co < s.c_out; ++co)
             std::copy(out + co * ld + j * g.hw, out + co * ld + (j + 1) * g.hw, y + (i + j) * g.y_len + co * g.hw);
@@ -311,6 +329,7 @@ template <class T> void conv2d_forward(T* y, const T* x, const T* w, const T* b,
       // Seeding y with the bias lets the GEMM's own `+=` add it for free.
       for (int co = 0; co < s.c_out; ++co) Y.row(co).setConstant(b ? b[co] : T(0));
       gemm(Y, W, columns(s, g, x + i * g.x_len, col), true);
+      if (relu) clamp(Y.data(), g.y_len);
     }
   });
 }
@@ -404,7 +423,7 @@ void conv2d_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dS
 }
 
 #define CRUMB_INSTANTIATE(T)                                                                               \
-  template void conv2d_forward<T>(T*, const T*, const T*, const T*, const Conv2dShape&, T*);             \
+  template void conv2d_forward<T>(T*, const T*, const T*, const T*, const Conv2dShape&, T*, bool);       \
   template void conv2d_backward_data<T>(T*, const T*, const T*, const Conv2dShape&, T*, bool);           \
   template void conv2d_backward_weight<T>(T*, T*, const T*, const T*, const Conv2dShape&, T*, bool);
 CRUMB_INSTANTIATE(float)

@@ -12,7 +12,7 @@ using detail::MatR;
 using detail::parallel_ranges;
 using detail::VecMap;
 
-template <class T> void linear_forward(T* y, const T* x, const T* w, const T* b, int n, int in, int out) {
+template <class T> void linear_forward(T* y, const T* x, const T* w, const T* b, int n, int in, int out, bool relu) {
   MatR<T> Y(y, n, out);
   const CMatR<T> X(x, n, in), W(w, out, in);
   parallel_ranges(out, 1.0 * n * in * out, [&](Eigen::Index o0, Eigen::Index o1) {
@@ -24,6 +24,8 @@ template <class T> void linear_forward(T* y, const T* x, const T* w, const T* b,
       Yb.setZero();
     }
     gemm(Yb, X, W.middleRows(o0, o1 - o0).transpose(), true);
+    // relu_forward's rule: NaN propagates, -0 becomes 0.
+    if (relu) Yb = Yb.unaryExpr([](T v) { return v <= T(0) ? T(0) : v; });
   });
 }
 
@@ -48,7 +50,7 @@ void linear_backward_weight(T* dw, T* db, const T* dy, const T* x, int n, int in
 }
 
 #define CRUMB_INSTANTIATE(T)                                                                            \
-  template void linear_forward<T>(T*, const T*, const T*, const T*, int, int, int);                   \
+  template void linear_forward<T>(T*, const T*, const T*, const T*, int, int, int, bool);             \
   template void linear_backward_data<T>(T*, const T*, const T*, int, int, int, bool);                 \
   template void linear_backward_weight<T>(T*, T*, const T*, const T*, int, int, int, bool);
 CRUMB_INSTANTIATE(float)
