@@ -382,6 +382,17 @@ StrategyPlan plan_strategy(Graph& g, const StrategyRequest& r) {
   return out;
 }
 
+std::size_t least_budget(const Graph& g, const StrategyRequest& r) {
+  const int multiple = micro_batch_multiple(g);
+  const int m = r.micro_batch > 0 ? std::min(r.micro_batch, r.batch) : std::min(multiple == 0 ? r.batch : multiple, r.batch);
+  const Search s(g, r, m);
+  std::size_t out = s.in_memory_total();
+  if (r.strategy == Strategy::Swap || r.strategy == Strategy::Recompute) out = std::numeric_limits<std::size_t>::max();
+  if (r.strategy != Strategy::None && r.strategy != Strategy::MicroBatch)
+    for (const Technique& t : techniques(r.strategy)) out = std::min(out, least(s, t).total);
+  return out;
+}
+
 void write_strategy_report(std::ostream& os, const Graph& g, const StrategyPlan& p) {
   const StrategyChoice& c = p.choice;
   if (c.swapped.empty() && c.recomputed.empty()) return;

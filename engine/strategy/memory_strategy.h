@@ -58,6 +58,10 @@ struct StrategyPlan {
 // micro-batch, it names the memory each strategy would need at least.
 StrategyPlan plan_strategy(Graph& g, const StrategyRequest& request);
 
+// The least budget plan_strategy(g, request) meets at the smallest (or forced) micro-batch, the one its
+// failure names, from sizes alone: nothing is measured or rewritten.
+std::size_t least_budget(const Graph& g, const StrategyRequest& request);
+
 // --explain's account of the choice: the strategy, predicted step time against in memory, and one line
 // per value swapped or recomputed (layer, op, bytes). Nothing when micro-batching alone did it.
 void write_strategy_report(std::ostream& os, const Graph& g, const StrategyPlan& p);

@@ -66,7 +66,8 @@ void check_bn_group(const TrainConfig& c, const Graph& g, int batch) {
   }
 }
 
-std::string describe_split(const TrainConfig& c, int batch, const StrategyPlan& p, bool in_place) {
+std::string describe_split(const TrainConfig& c, int batch, const RunPlan& run) {
+  const StrategyPlan& p = run.strategy;
   const int m = p.plan.micro_batch;
   const std::string how = c.micro_batch                      ? " (--micro-batch"
                           : p.choice.used == "micro-batch"    ? " (largest that fits the budget"
@@ -77,7 +78,8 @@ std::string describe_split(const TrainConfig& c, int batch, const StrategyPlan& 
   const bool rewritten = !p.choice.swapped.empty() || !p.choice.recomputed.empty();
   return "batch " + std::to_string(batch) + " in " + std::to_string((batch + m - 1) / m) + " micro-batch(es) of " +
          std::to_string(m) + how + (rewritten ? "; " + p.choice.used + " to fit" : "") +
-         (in_place ? "; fused normalisations keep their inputs alone, In-Place" : "") + ")";
+         (run.in_place ? "; fused normalisations keep their inputs alone, In-Place" : "") +
+         (run.unfused ? "; unfused, which needs least here" : "") + ")";
 }
 
 // Micro-batching alone (in memory) for g under r, if it meets the budget.
@@ -94,9 +96,8 @@ std::optional<StrategyPlan> in_memory_plan(Graph& g, StrategyRequest r) {
 // and recomputing: it costs a pass over each fused normalisation's output in the backward pass, so it is
 // taken where micro-batching alone fits a larger micro-batch with it, or fits only with it. Plans p (its
 // graph, fused) in memory and returns true where micro-batching alone meets the budget, In-Place or not;
-// false leaves p.graph as it was, for swapping and recomputing, and sets *in_place_total to what
-// micro-batching alone needs In-Place at the smallest micro-batch allowed (or the one forced).
-bool plan_in_place(RunPlan& p, const StrategyRequest& r, std::size_t* in_place_total) {
+// false leaves p.graph as it was, for swapping and recomputing.
+bool plan_in_place(RunPlan& p, const StrategyRequest& r) {
   if (r.strategy == Strategy::Swap || r.strategy == Strategy::Recompute) return false;
   Graph kept = p.graph;
   std::optional<StrategyPlan> fast = in_memory_plan(kept, r);
@@ -114,17 +115,50 @@ bool plan_in_place(RunPlan& p, const StrategyRequest& r, std::size_t* in_place_t
     p.in_place = true;
     return true;
   }
-  if (!fast) {
-    const int multiple = micro_batch_multiple(lean);
-    const int m = r.micro_batch > 0 ? r.micro_batch : multiple == 0 ? r.batch : std::min(multiple, r.batch);
-    MicroBatchPlan least = plan_micro_batch(lean, m, r.optimizer, r.device, r.index);
-    count_loader(lean, r.batch, least);
-    *in_place_total = least.memory.total();
-    return false;
-  }
+  if (!fast) return false;
   p.graph = std::move(kept);
   p.strategy = std::move(*fast);
   return true;
+}
+
+// Swapping and recomputing where a fused plan does not fit in memory. Fused steps are coarser (a fused
+// backward step holds at once what three steps held in turn), and In-Place changes what recomputing can
+// drop, so which of the fused graph, its In-Place form and the unfused graph needs least depends on the
+// model and the strategy (docs/memory.md, Fusion). The first of them, in that order (fewest passes
+// first), whose least budget (from sizes alone) meets the budget is planned; where none does, the error is
+// the one of the graph that needs least.
+void plan_fused_strategy(RunPlan& p, Graph unfused, const StrategyRequest& r) {
+  Graph lean = p.graph;
+  recompute_in_place(lean);
+  struct Variant {
+    Graph* graph;
+    bool in_place, fused;
+    const char* note;
+  };
+  const Variant variants[] = {
+      {&p.graph, false, true, ""},
+      {&lean, true, true, " (these with the fused normalisations keeping their inputs alone, In-Place)"},
+      {&unfused, false, false, " (these for the unfused graph, which needs least here: fused steps are coarser)"}};
+  const Variant* least = nullptr;
+  std::size_t least_bytes = 0;
+  for (const Variant& v : variants) {
+    const std::size_t bytes = least_budget(*v.graph, r);
+    if (bytes <= r.budget) {
+      Graph g = std::move(*v.graph);
+      p.strategy = plan_strategy(g, r);
+      p.graph = std::move(g);
+      p.in_place = v.in_place;
+      p.unfused = !v.fused;
+      return;
+    }
+    if (!least || bytes < least_bytes) least = &v, least_bytes = bytes;
+  }
+  try {
+    plan_strategy(*least->graph, r);
+  } catch (const Error& e) {
+    CRUMB_FAIL(e.what(), least->note);
+  }
+  CRUMB_FAIL("the memory strategy met a budget its least budget said it could not");
 }
 
 int metadata_int(const CheckpointMetadata& meta, const std::string& key, const std::string& path) {
@@ -278,8 +312,15 @@ RunPlan plan_run(const TrainConfig& c, const data::DataShape& shape, int batch, 
   p.graph.set_tf32(c.precision == Precision::TF32);
   p.graph.set_deterministic(c.deterministic);
   build_backward(p.graph);
-  if (c.fuse) fuse(p.graph);
-  if (uses_channels_last(c, device)) to_channels_last(p.graph);
+  Graph unfused;  // what swapping and recomputing may fall back on (plan_fused_strategy)
+  if (c.fuse) {
+    unfused = p.graph;
+    fuse(p.graph);
+  }
+  if (uses_channels_last(c, device)) {
+    to_channels_last(p.graph);
+    if (c.fuse) to_channels_last(unfused);
+  }
   check_bn_group(c, p.graph, batch);
   p.device = device;
   p.budget = budget_of(c, device);
@@ -291,17 +332,9 @@ RunPlan plan_run(const TrainConfig& c, const data::DataShape& shape, int batch, 
   r.micro_batch = c.micro_batch;
   r.optimizer = c.optimizer;
   r.device = device;
-  std::size_t in_place_total = 0;
-  if (!(c.fuse && plan_in_place(p, r, &in_place_total))) {
-    try {
-      p.strategy = plan_strategy(p.graph, r);
-    } catch (const Error& e) {
-      if (!in_place_total) throw;
-      CRUMB_FAIL(e.what(), "; in memory with the fused normalisations keeping their inputs alone (In-Place) it needs ",
-                 format_bytes(in_place_total));
-    }
-  }
-  p.split = describe_split(c, batch, p.strategy, p.in_place);
+  if (!c.fuse) p.strategy = plan_strategy(p.graph, r);
+  else if (!plan_in_place(p, r)) plan_fused_strategy(p, std::move(unfused), r);
+  p.split = describe_split(c, batch, p);
   return p;
 }
 

@@ -138,6 +138,8 @@ struct RunPlan {
   // Whether the fused normalisations keep their inputs alone and compute their outputs again for the
   // backward pass (engine/strategy/in_place.h): where that lets micro-batching fit the budget better.
   bool in_place = false;
+  // Whether swapping or recomputing runs the unfused graph, fusing on: where it needs less memory.
+  bool unfused = false;
 };
 // The device a config runs on (building the CUDA context where it asks for one, which reports exactly
 // why there is none), and its budget.
