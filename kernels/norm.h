@@ -97,7 +97,9 @@ namespace crumb::cuda {
 // one block each (two passes over its range for the statistics), whose partial sums go to the workspace
 // and are combined by one thread per channel in range order (Chan et al.'s merge of (count, mean, M2) for
 // the statistics), visiting the groups in order; the running statistics, *tracked and moments are updated
-// there, on the device. No output may alias an input. The activations (x, y, dy, dx) are of storage type
+// there, on the device. No output may alias an input, but for two: a fused backward's residual gradient
+// may take dy's storage, and batch_norm_apply's y x's (each value is read before the same thread writes
+// it). The activations (x, y, dy, dx) are of storage type
 // T: float, bf16 or f16 (kernels/half.h), loaded as float; everything else is float32 (moments double)
 // for every T, as mixed precision keeps normalisation parameters, their gradients and statistics.
 // BatchNorm, training: deferred (moments != null: each group Chan-merged into moments in group order) or

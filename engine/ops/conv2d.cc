@@ -222,13 +222,15 @@ cuda::ConvPlan& plan(const StepArgs& a) {
 
 // The plan knows the storage type; the rows pass the values as they are. A fused ReLU epilogue runs as a
 // pass of its own over the output (cuDNN's fused convolution-bias-activation would store it clamped).
+// Native: the row runs in the graph's float dtype (else in float32, as prepare's storage type says).
+template <bool Native>
 void fwd(const StepArgs& a) {
   cuda::conv_forward(dnn(a), plan(a), a.out<void>(), a.in<void>(0), a.in<void>(1),
                      a.node->in.size() == 3 ? a.in<void>(2) : nullptr, a.workspace, a.workspace_bytes);
   if (!relu_epilogue(*a.node)) return;
   const std::size_t count = ops::out_count(a);
   const cudaStream_t stream = cuda::CudaBackend::of(a).compute();
-  switch (a.graph->float_dtype()) {
+  switch (Native ? a.graph->float_dtype() : DType::F32) {
     case DType::BF16: return cuda::relu_forward(a.out<bf16>(), a.out<bf16>(), count, stream);
     case DType::F16: return cuda::relu_forward(a.out<f16>(), a.out<f16>(), count, stream);
     default: return cuda::relu_forward(a.out<float>(), a.out<float>(), count, stream);
@@ -249,7 +251,7 @@ CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
   using cuda::ConvPass;
   t.add(kConv2d, Device::CUDA, DType::F32,
-        OpImpl(fwd).with_prepare(prepare<ConvPass::Forward, false>).with_workspace(workspace).with_nhwc(true));
+        OpImpl(fwd<false>).with_prepare(prepare<ConvPass::Forward, false>).with_workspace(workspace).with_nhwc(true));
   t.add(kConv2dBwdData, Device::CUDA, DType::F32,
         OpImpl(bwd_data).with_prepare(prepare<ConvPass::BackwardData, false>).with_workspace(workspace)
             .with_nhwc(true));
@@ -258,7 +260,7 @@ CRUMB_ON_LOAD {
             .with_nhwc(true));
   for (DType dt : {DType::BF16, DType::F16}) {
     t.add(kConv2d, Device::CUDA, dt,
-          OpImpl(fwd).with_prepare(prepare<ConvPass::Forward, true>).with_workspace(workspace).with_nhwc(true));
+          OpImpl(fwd<true>).with_prepare(prepare<ConvPass::Forward, true>).with_workspace(workspace).with_nhwc(true));
     t.add(kConv2dBwdData, Device::CUDA, dt,
           OpImpl(bwd_data).with_prepare(prepare<ConvPass::BackwardData, true>).with_workspace(workspace)
               .with_nhwc(true));

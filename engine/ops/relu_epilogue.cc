@@ -22,6 +22,7 @@ int fuse_relu_epilogue(Graph& g, const OpDef& op, void (*mark)(Node& n)) {
     n.name = fused_name(n.name, {"relu"});
     n.out[0] = y;
     g.value(y).producer = p;
+    g.value(z).producer = -1;  // unproduced and unread from now on
     dead.push_back(r);
   }
   if (!dead.empty()) g.remove_nodes(dead);

@@ -165,9 +165,11 @@ __device__ std::size_t stats_index(const cpu::BatchNormShape& s, int g, int c) {
 struct ScaleShift {
   float scale, shift;
 };
+// The shift's rounding is explicit (one fma), so that every inlined copy (the forward, each backward
+// mask) computes the same bits whatever the compiler contracts.
 __device__ ScaleShift scale_shift(float w, float b, float mean, float invstd) {
   const double scale = w * static_cast<double>(invstd);
-  return {static_cast<float>(scale), static_cast<float>(b - mean * scale)};
+  return {static_cast<float>(scale), static_cast<float>(__fma_rn(-static_cast<double>(mean), scale, b))};
 }
 // x under the affine map, one rounding (an explicit fma: the forward and a ReLU mask computed again from x
 // in the backward pass round alike).
