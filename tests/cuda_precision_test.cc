@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/graph/autograd.h"  // kAdd
+#include "engine/graph/graph_ops.h"  // kAdd
 #include "engine/graph/op.h"
 #include "engine/ops/conv2d.h"
 #include "engine/ops/dropout.h"

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "engine/base/error.h"
+#include "engine/graph/graph_ops.h"
 #include "engine/graph/op.h"
 
 namespace crumb {

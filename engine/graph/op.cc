@@ -44,6 +44,14 @@ void set_out_dims(Graph& g, const Node& n, int i, const Dims& dims) {
                            dims_str(dims)));
 }
 
+void infer_same(Graph& g, Node& n) {
+  expect_arity(n, 1, 2, 1);
+  for (ValueId v : n.in)
+    if (g.value(v).dims != g.value(n.in[0]).dims || g.value(v).batched != g.value(n.in[0]).batched)
+      fail(n, "inputs have different shapes " + dims_str(g.value(n.in[0]).dims) + " and " + dims_str(g.value(v).dims));
+  set_out_dims(g, n, 0, g.value(n.in[0]).dims);
+}
+
 std::vector<ValueId> add_recompute(Graph& g, const Node& n, const OpDef& def, std::vector<ValueId> in,
                                    std::size_t outputs) {
   Node c;
