@@ -74,7 +74,7 @@ struct TrainConfig {
   bool augment = false;  // random crop (pad 4) and horizontal flip of training images
   int epochs = 1;
   int batch = 64;        // a batch larger than the training set is the whole set
-  int micro_batch = 0;   // 0: the largest that fits the budget
+  int micro_batch = 0;   // 0: the budget decides (the `micro-batch` row of engine/train/options.cc says how)
   bool drop_last = false;  // skip each epoch's short last batch
   OptimizerConfig optimizer = default_optimizer(OptimizerKind::Sgd);  // its schedule's horizon is set by the run
   std::optional<Device> device;  // none: CUDA where a GPU is usable, else the CPU
