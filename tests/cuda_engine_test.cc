@@ -35,7 +35,7 @@ constexpr double kTolerance = test::kParityTolerance;
 
 // One batch of 29 synthetic samples in pinned memory (as the training tool hands them to a GPU).
 struct OneBatch {
-  data::Loader loader{synthetic_dataset(), 29, {0.5f, 0.25f}, true, 9, false, Memory::Pinned};
+  data::Loader loader{synthetic_dataset(), 29, {0.5f, 0.25f}, data::LoaderOptions::shuffled(9).in(Memory::Pinned)};
   data::Batch b;
   OneBatch() {
     loader.start_epoch(0);
@@ -226,8 +226,8 @@ TEST(CudaEngine, StreamedMicroBatchesTrainLikeWholeBatches) {
   CRUMB_REQUIRE_GPU();
   for (int m : {29, 6}) {
     TrainedModel whole("lenet5", m, 4, Device::CUDA), streamed("lenet5", m, 4, Device::CUDA);
-    data::Loader a(synthetic_dataset(), 29, {0.5f, 0.25f}, true, 9, false, Memory::Pinned);
-    data::Loader b(synthetic_dataset(), 29, {0.5f, 0.25f}, true, 9, false, Memory::Pinned);
+    data::Loader a(synthetic_dataset(), 29, {0.5f, 0.25f}, data::LoaderOptions::shuffled(9).in(Memory::Pinned));
+    data::Loader b(synthetic_dataset(), 29, {0.5f, 0.25f}, data::LoaderOptions::shuffled(9).in(Memory::Pinned));
     b.set_micro_batch(m);
     a.start_epoch(0);
     b.start_epoch(0);

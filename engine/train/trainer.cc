@@ -422,8 +422,9 @@ void Trainer::make_loaders() {
   const int m = micro_batch();
   // A GPU copies micro-batches straight out of the loader's slots, asynchronously when they are pinned.
   const Memory batch_memory = backend(plan_.device).host_memory();
-  train_loader_ = std::make_unique<data::Loader>(data_->train, batch_, data_->norm, /*shuffle=*/true, cfg_.seed,
-                                                 cfg_.drop_last, batch_memory);
+  train_loader_ = std::make_unique<data::Loader>(
+      data_->train, batch_, data_->norm,
+      data::LoaderOptions::shuffled(cfg_.seed).dropping_last(cfg_.drop_last).in(batch_memory));
   // The loader assembles this rank's share of each batch, a micro-batch at a time.
   train_loader_->set_micro_batch(m, comm_ ? comm_->rank() : 0, ranks());
   if (cfg_.augment) train_loader_->set_augment({4, true});
@@ -431,7 +432,7 @@ void Trainer::make_loaders() {
   test_loader_.reset();
   if (data_->test.count)
     test_loader_ = std::make_unique<data::Loader>(data_->test, std::min(m, data_->test.count), data_->norm,
-                                                  /*shuffle=*/false, 0, false, batch_memory);
+                                                  data::LoaderOptions::in_order().in(batch_memory));
 }
 
 void Trainer::check_like_training(const data::Dataset& ds, const char* what) const {
@@ -541,8 +542,8 @@ Evaluation Trainer::evaluate(const data::Dataset& ds) {
   prepare();
   CRUMB_CHECK(ds.count > 0, "nothing to evaluate: no samples");
   check_like_training(ds, "the evaluation data");
-  data::Loader loader(ds, std::min(micro_batch(), ds.count), data_->norm, /*shuffle=*/false, 0, false,
-                      backend(plan_.device).host_memory());
+  data::Loader loader(ds, std::min(micro_batch(), ds.count), data_->norm,
+                      data::LoaderOptions::in_order().in(backend(plan_.device).host_memory()));
   return evaluate_with(ds, loader);
 }
 
@@ -584,8 +585,8 @@ void Trainer::predict(const data::Dataset& ds, float* logits) {
   Backend& device = backend(plan_.device);
   Backend& host = backend(Device::CPU);
   std::vector<unsigned char> chunk;
-  data::Loader loader(ds, std::min(micro_batch(), ds.count), data_->norm, /*shuffle=*/false, 0, false,
-                      device.host_memory());
+  data::Loader loader(ds, std::min(micro_batch(), ds.count), data_->norm,
+                      data::LoaderOptions::in_order().in(device.host_memory()));
   evaluate_with(ds, loader, [&](int first, int n) {
     const std::size_t count = n * row;
     chunk.resize(count * dtype_size(dtype));
