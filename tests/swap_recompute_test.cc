@@ -86,7 +86,7 @@ TEST(Recompute, GradientsAreIdenticalAndTheArenaSmaller) {
 TEST(Recompute, DropoutDrawsTheSameMaskAgain) {
   Graph plain;
   const ValueId x = plain.input("x", {kChannels, kSize, kSize}), y = plain.input("y", {}, DType::I32);
-  ValueId h = nn::relu(plain, nn::conv2d(plain, x, 8, 3, 1, 1, "conv"), "relu");
+  ValueId h = nn::relu(plain, nn::conv2d(plain, x, 8, 3, "conv", nn::ConvOptions().with_pad(1)), "relu");
   h = nn::max_pool2d(plain, nn::dropout(plain, h, 0.5, "drop"), 2, 2, "pool");
   nn::softmax_cross_entropy(plain, nn::linear(plain, nn::flatten(plain, h, "flat"), kClasses, "fc"), y, "loss");
   build_backward(plain);

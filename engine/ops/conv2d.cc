@@ -133,8 +133,8 @@ CRUMB_ON_LOAD {
 
 namespace nn {
 
-ValueId conv2d(Graph& g, ValueId x, int out_channels, int kernel, int stride, int pad, const std::string& name,
-               bool bias, int groups) {
+ValueId conv2d(Graph& g, ValueId x, int out_channels, int kernel, const std::string& name, const ConvOptions& options) {
+  const int groups = options.groups;
   const Value& xv = g.value(x);
   CRUMB_CHECK(xv.dims.size() == 3, "layer '", name, "' (conv2d): input '", xv.name,
               "' must be [batch, channels, height, width], got per-sample ", dims_str(xv.dims));
@@ -145,8 +145,8 @@ ValueId conv2d(Graph& g, ValueId x, int out_channels, int kernel, int stride, in
   // PyTorch's fan-in of a grouped convolution: the inputs one output sees.
   const int64_t c_group = xv.dims[0] / groups, fan_in = c_group * kernel * kernel;
   std::vector<ValueId> ins{x, g.param(name + ".weight", {out_channels, c_group, kernel, kernel}, {fan_in})};
-  if (bias) ins.push_back(g.param(name + ".bias", {out_channels}, {fan_in}));
-  WindowAttrs a = WindowAttrs::square(kernel, stride, pad);
+  if (options.bias) ins.push_back(g.param(name + ".bias", {out_channels}, {fan_in}));
+  WindowAttrs a = WindowAttrs::square(kernel, options.stride, options.pad);
   a.groups = groups;
   return g.apply(kConv2d, ins, name, a);
 }
