@@ -12,7 +12,7 @@ void add_backward(GradBuilder& gb, const Node& n) {
 }
 
 void infer_cast(Graph& g, Node& n) {
-  ops::expect_arity(n, 1, 1, 1);
+  ops::expect_arity(n, ops::inputs(1), ops::outputs(1));
   ops::set_out_dims(g, n, 0, g.value(n.in[0]).dims);
 }
 

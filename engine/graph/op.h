@@ -183,8 +183,18 @@ ImplTable& impl_table();
 namespace ops {
 // Throws "layer '<name>' (<op>): <message>".
 [[noreturn]] void fail(const Node& n, const std::string& message);
-// Checks in.size() within [lo, hi] and out.size() == outs.
-void expect_arity(const Node& n, size_t lo, size_t hi, size_t outs);
+// How many inputs and outputs a node must have, named at the call: expect_arity(n, inputs(2, 3), outputs(1)).
+struct Inputs {
+  size_t lo, hi;
+};
+struct Outputs {
+  size_t count;
+};
+inline Inputs inputs(size_t count) { return {count, count}; }
+inline Inputs inputs(size_t lo, size_t hi) { return {lo, hi}; }
+inline Outputs outputs(size_t count) { return {count}; }
+// Checks in.size() within [in.lo, in.hi] and out.size() == out.count.
+void expect_arity(const Node& n, Inputs in, Outputs out);
 // Sets the dims of out[i] if it is new (empty dims and not yet produced), else checks they match.
 void set_out_dims(Graph& g, const Node& n, int i, const Dims& dims);
 // The shape rule of an elementwise op: 1..2 inputs shaped alike, one output shaped like them.

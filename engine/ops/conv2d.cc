@@ -54,7 +54,7 @@ Dims out_dims(const cpu::Conv2dShape& s) { return {s.c_out, s.h_out, s.w_out}; }
 Dims weight_dims(const cpu::Conv2dShape& s) { return {s.c_out, s.c_in / s.groups, s.kh, s.kw}; }
 
 void infer_fwd(Graph& g, Node& n) {
-  ops::expect_arity(n, 2, 3, 1);
+  ops::expect_arity(n, ops::inputs(2, 3), ops::outputs(1));
   const cpu::Conv2dShape s = check_conv(n, g.value(n.in[0]), g.value(n.in[1]).dims);
   if (n.in.size() == 3 && g.value(n.in[2]).dims != Dims{s.c_out})
     ops::fail(n, "bias must be [" + std::to_string(s.c_out) + "]");
@@ -63,7 +63,7 @@ void infer_fwd(Graph& g, Node& n) {
 }
 
 void infer_bwd_data(Graph& g, Node& n) {  // in: dy, w  out: dx (dims preset from x)
-  ops::expect_arity(n, 2, 2, 1);
+  ops::expect_arity(n, ops::inputs(2), ops::outputs(1));
   const cpu::Conv2dShape& s = ops::geometry<cpu::Conv2dShape>(n);
   if (g.value(n.in[0]).dims != out_dims(s) || g.value(n.in[1]).dims != weight_dims(s))
     ops::fail(n, "gradient or weight does not match the layer");

@@ -80,7 +80,7 @@ template <class T> void add_cpu(const StepArgs& a) {
 }
 
 void infer_reshape(Graph& g, Node& n) {
-  ops::expect_arity(n, 1, 1, 1);
+  ops::expect_arity(n, ops::inputs(1), ops::outputs(1));
   const Value& x = g.value(n.in[0]);
   const Dims& to = ops::attrs<ReshapeAttrs>(n).dims;
   if (dims_count(to) != dims_count(x.dims))
