@@ -48,9 +48,9 @@ void check_utf8(const TrainConfig& c) {
               "...): give it in UTF-8");
 }
 
-// A BatchNorm group must fit in the batch it normalises.
-void check_bn_group(const TrainConfig& c, const Graph& g, int batch) {
-  if (c.network.empty()) {
+// A BatchNorm group must fit in the batch it normalises. named: g is the registered model c.model.
+void check_bn_group(const TrainConfig& c, const Graph& g, int batch, bool named) {
+  if (named) {
     CRUMB_CHECK(!models::has_norm(c.model) || c.norm.kind != models::NormSpec::Kind::Batch || c.norm.bn.group <= batch,
                 "--bn-group ", c.norm.bn.group, " is larger than the batch of ", batch,
                 " samples (use a smaller --bn-group, --bn-group batch, or a larger --batch)");
@@ -264,23 +264,34 @@ bool uses_channels_last(const TrainConfig& c, Device device) {
   return device == Device::CUDA && is_half(activation_dtype(c.precision));
 }
 
-RunPlan plan_run(const TrainConfig& c, const data::DataShape& shape, int batch, Device device) {
+namespace {
+
+// plan_graph's work; named: `model` is the registered model c.model (whose BatchNorm groups c.norm sets).
+RunPlan plan_model(const TrainConfig& c, Graph model, int batch, Device device, bool named) {
   RunPlan p;
+  p.graph = std::move(model);
+  bool as_given = false;
+  for (NodeId n = 0; n < p.graph.num_nodes(); ++n) as_given = as_given || p.graph.node(n).backward;
   if (c.precision == Precision::FP16) c.loss_scale.validate();
   const std::vector<DType> runs = backend(device).float_dtypes();
   CRUMB_CHECK(std::find(runs.begin(), runs.end(), activation_dtype(c.precision)) != runs.end(), "--precision ",
               precision_name(c.precision), ": ", backend(device).description(), " has no ",
               dtype_name(activation_dtype(c.precision)), " arithmetic (bf16 needs compute capability 8.0 or newer); ",
               "use --precision fp16");
-  const models::ModelSpec spec(shape.channels, shape.height, shape.width, shape.classes, c.norm, c.dropout);
-  p.graph = c.network.empty() ? models::build(c.model, spec, activation_dtype(c.precision))
-                              : build_network(c.network, spec, activation_dtype(c.precision));
-  p.graph.set_tf32(c.precision == Precision::TF32);
-  p.graph.set_deterministic(c.deterministic);
-  build_backward(p.graph);
-  if (c.fuse) fuse(p.graph);
-  if (uses_channels_last(c, device)) to_channels_last(p.graph);
-  check_bn_group(c, p.graph, batch);
+  // A graph planned as given computes in its own dtype; a forward graph gets cfg's.
+  CRUMB_CHECK(as_given || p.graph.float_dtype() == activation_dtype(c.precision), "the model's graph computes in ",
+              dtype_name(p.graph.float_dtype()), " but --precision ", precision_name(c.precision), " trains in ",
+              dtype_name(activation_dtype(c.precision)), ": build the graph in that dtype");
+  CRUMB_CHECK(std::find(runs.begin(), runs.end(), p.graph.float_dtype()) != runs.end(), "the model's graph computes in ",
+              dtype_name(p.graph.float_dtype()), ", which ", backend(device).description(), " has no arithmetic for");
+  if (!as_given) {
+    p.graph.set_tf32(c.precision == Precision::TF32);
+    p.graph.set_deterministic(c.deterministic);
+    build_backward(p.graph);
+    if (c.fuse) fuse(p.graph);
+    if (uses_channels_last(c, device)) to_channels_last(p.graph);
+  }
+  check_bn_group(c, p.graph, batch, named);
   p.device = device;
   p.budget = budget_of(c, device);
   p.batch = batch;
@@ -292,7 +303,7 @@ RunPlan plan_run(const TrainConfig& c, const data::DataShape& shape, int batch, 
   r.optimizer = c.optimizer;
   r.device = device;
   std::size_t in_place_total = 0;
-  if (!(c.fuse && plan_in_place(p, r, &in_place_total))) {
+  if (!(c.fuse && !as_given && plan_in_place(p, r, &in_place_total))) {
     try {
       p.strategy = plan_strategy(p.graph, r);
     } catch (const Error& e) {
@@ -305,8 +316,34 @@ RunPlan plan_run(const TrainConfig& c, const data::DataShape& shape, int batch, 
   return p;
 }
 
+}  // namespace
+
+RunPlan plan_run(const TrainConfig& c, const data::DataShape& shape, int batch, Device device) {
+  const models::ModelSpec spec(shape.channels, shape.height, shape.width, shape.classes, c.norm, c.dropout);
+  if (!c.network.empty())
+    return plan_model(c, build_network(c.network, spec, activation_dtype(c.precision)), batch, device, false);
+  return plan_model(c, models::build(c.model, spec, activation_dtype(c.precision)), batch, device, true);
+}
+
+RunPlan plan_graph(const TrainConfig& c, Graph model, int batch, Device device) {
+  return plan_model(c, std::move(model), batch, device, false);
+}
+
 Trainer::Trainer(TrainConfig cfg, std::shared_ptr<const data::DataSplit> data, std::shared_ptr<Communicator> comm)
     : cfg_(std::move(cfg)), comm_(std::move(comm)), scaler_(cfg_.loss_scale, cfg_.precision == Precision::FP16) {
+  build(std::nullopt, std::move(data));
+}
+
+Trainer::Trainer(TrainConfig cfg, Graph model, std::shared_ptr<const data::DataSplit> data,
+                 std::shared_ptr<Communicator> comm)
+    : cfg_(std::move(cfg)), comm_(std::move(comm)), scaler_(cfg_.loss_scale, cfg_.precision == Precision::FP16) {
+  CRUMB_CHECK(cfg_.network.empty(), "a Trainer given a graph takes no network description (TrainConfig::network)");
+  CRUMB_CHECK(data, "a Trainer given a graph needs its data (the images its input \"x\" takes)");
+  cfg_.graph_given = true;
+  build(std::move(model), std::move(data));
+}
+
+void Trainer::build(std::optional<Graph> model, std::shared_ptr<const data::DataSplit> data) {
   cfg_.validate();
   // Before any file is read: no output of the run may replace one of its inputs.
   check_run_files(cfg_);
@@ -322,8 +359,10 @@ Trainer::Trainer(TrainConfig cfg, std::shared_ptr<const data::DataSplit> data, s
   // no samples yet (a trainer that predicts until train_more), the batch training would use.
   batch_ = train.count > 0 ? std::min(cfg_.batch, train.count) : cfg_.batch;
   // Each rank plans for the largest share, rank 0's.
-  plan_ = plan_run(cfg_, {train.channels, train.height, train.width, train.num_classes},
-                   batch_share(batch_, ranks(), 0).size, device);
+  named_model_ = !model && cfg_.network.empty();
+  const int share = batch_share(batch_, ranks(), 0).size;
+  plan_ = model ? plan_graph(cfg_, std::move(*model), share, device)
+                : plan_run(cfg_, {train.channels, train.height, train.width, train.num_classes}, share, device);
   if (comm_) check_ranks_agree(*comm_, rank_digest(cfg_, plan_.graph, train));
 }
 
@@ -452,7 +491,7 @@ void Trainer::train_more(std::shared_ptr<const data::DataSplit> data, int epochs
   check_like_training(data->train, "the training data");
   if (data->test.count) check_like_training(data->test, "the test data");
   const int batch = std::min(cfg_.batch, data->train.count);
-  check_bn_group(cfg_, plan_.graph, batch);
+  check_bn_group(cfg_, plan_.graph, batch, named_model_);
   check_micro_batch(plan_.graph, micro_batch(), batch);
   data_ = std::move(data);
   batch_ = batch;
@@ -499,6 +538,7 @@ bool Trainer::train_batch(StepInfo& info) {
   if (!train_loader_->next(b)) return false;
   const Clock::time_point start = Clock::now();
   const double loss_scale = scaler_.scale();
+  if (hooks_.before_batch) hooks_.before_batch(*this);
   BatchResult r = sched_->train_batch(*train_loader_, b.size, random_key(cfg_.seed, opt_->steps()), loss_scale);
   batch_seconds_ += seconds_since(start);
   micro_batches_ += r.micro_batches;
@@ -511,6 +551,7 @@ bool Trainer::train_batch(StepInfo& info) {
                    detail::concat("the loss became ", r.loss_sum, " at epoch ", epoch_ + 1, " batch ", b.index + 1),
                    "lower --lr");
   check_finite(epoch_, b.index);
+  if (hooks_.before_step) hooks_.before_step(*this, r);
   // Until the step is whole, the weights are neither the last step's nor this one's.
   stepping_ = true;
   // fp16: one check of the whole step's gradient (after the sum over ranks, so every rank decides alike).
