@@ -46,7 +46,7 @@ Graph model(const std::string& name, int size = kSize) {
   return g;
 }
 
-Outcome run_batch(const Graph& g, int m, int batch) { return test::run_one_batch(g, m, batch, kClasses, 99); }
+Outcome run_batch(const Graph& g, int m, int batch) { return test::run_one_batch(g, m, batch, kClasses); }
 
 void expect_identical(const Outcome& got, const Outcome& want) {
   EXPECT_EQ(got.loss_sum, want.loss_sum);
