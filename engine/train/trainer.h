@@ -151,6 +151,9 @@ RunPlan plan_run(const TrainConfig& cfg, const data::DataShape& shape, int batch
 // (fusion, channels-last) as a registered model does; a graph that has its backward pass already (the
 // caller's own rewrites done) is planned as given.
 RunPlan plan_graph(const TrainConfig& cfg, Graph model, int batch, Device device);
+// A BatchNorm group must fit in the batch it normalises. named: g is the registered model cfg.model (whose
+// groups cfg.norm sets), else its nodes say.
+void check_bn_group(const TrainConfig& cfg, const Graph& g, int batch, bool named);
 
 // The value `key` recorded in the metadata of the checkpoint at `path` (an error where it records no run).
 std::string recorded_value(const CheckpointMetadata& meta, const std::string& key, const std::string& path);
