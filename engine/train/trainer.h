@@ -324,6 +324,8 @@ class Trainer {
  private:
   // The constructors' common part: reads the data, connects the ranks, plans `model` (cfg's when none).
   void build(std::optional<Graph> model, std::shared_ptr<const data::DataSplit> data);
+  // prepare()'s part for cfg.resume: reads where the run stood, or starts the schedule's `run_steps` anew.
+  void continue_run(long long run_steps);
   void check_finite(int epoch, int batch);
   FitResult fit_epochs(const std::vector<Callback*>& callbacks);
   // After an error escaped fit: saves the last good step where there is one and says what was saved.
