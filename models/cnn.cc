@@ -12,9 +12,9 @@
 namespace crumb::models {
 
 static void build_cnn(Graph& g, ValueId x, ValueId y, const ModelSpec& in) {
-  ValueId h = nn::relu(g, nn::conv2d(g, x, 32, 3, 1, 1, "0"), "1");
+  ValueId h = nn::relu(g, nn::conv2d(g, x, 32, 3, "0", nn::ConvOptions().with_pad(1)), "1");
   h = nn::max_pool2d(g, h, 2, 2, "2");
-  h = nn::relu(g, nn::conv2d(g, h, 64, 3, 1, 1, "3"), "4");
+  h = nn::relu(g, nn::conv2d(g, h, 64, 3, "3", nn::ConvOptions().with_pad(1)), "4");
   h = nn::flatten(g, nn::max_pool2d(g, h, 2, 2, "5"), "6");
   h = nn::relu(g, nn::linear(g, h, 128, "7"), "8");
   nn::softmax_cross_entropy(g, nn::linear(g, h, in.classes, "9"), y, "loss");

@@ -12,9 +12,9 @@
 namespace crumb::models {
 
 static void build_lenet5(Graph& g, ValueId x, ValueId y, const ModelSpec& in) {
-  ValueId h = nn::relu(g, nn::conv2d(g, x, 6, 5, 1, 2, "0"), "1");
+  ValueId h = nn::relu(g, nn::conv2d(g, x, 6, 5, "0", nn::ConvOptions().with_pad(2)), "1");
   h = nn::max_pool2d(g, h, 2, 2, "2");
-  h = nn::relu(g, nn::conv2d(g, h, 16, 5, 1, 0, "3"), "4");
+  h = nn::relu(g, nn::conv2d(g, h, 16, 5, "3"), "4");
   h = nn::flatten(g, nn::max_pool2d(g, h, 2, 2, "5"), "6");
   h = nn::relu(g, nn::linear(g, h, 120, "7"), "8");
   h = nn::relu(g, nn::linear(g, h, 84, "9"), "10");

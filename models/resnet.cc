@@ -26,7 +26,8 @@ namespace crumb::models {
 namespace {
 
 ValueId conv(Graph& g, ValueId x, int out, int k, int stride, const std::string& name) {
-  const ValueId y = nn::conv2d(g, x, out, k, stride, k / 2, name, /*bias=*/false);
+  const ValueId y =
+      nn::conv2d(g, x, out, k, name, nn::ConvOptions().with_stride(stride).with_pad(k / 2).with_bias(false));
   g.value(g.find_value(name + ".weight")).init = ParamInit::normal(std::sqrt(2.0 / (out * k * k)));
   return y;
 }

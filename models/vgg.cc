@@ -49,7 +49,8 @@ static void build_vgg11_bn(Graph& g, ValueId x, ValueId y, const ModelSpec& spec
       index += 1;
       continue;
     }
-    h = init(g, nn::conv2d(g, h, v, 3, 1, 1, at), at, ParamInit::normal(std::sqrt(2.0 / (v * 9))));
+    h = init(g, nn::conv2d(g, h, v, 3, at, nn::ConvOptions().with_pad(1)), at,
+             ParamInit::normal(std::sqrt(2.0 / (v * 9))));
     h = norm_layer(g, h, "features." + std::to_string(index + 1), spec.norm);
     h = nn::relu(g, h, "features." + std::to_string(index + 2));
     index += 3;

@@ -5,13 +5,16 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "engine/data/source.h"
 #include "engine/run/params.h"
 #include "engine/train/scheduler.h"
+#include "engine/train/trainer.h"
 #include "tests/test_util.h"
 
 namespace crumb::test {
@@ -23,15 +26,10 @@ struct BatchOutcome {
   std::size_t arena = 0, host_pool = 0;  // the training plan's
 };
 
-// Runs one batch of `batch` random samples of g's input "x" with labels "y" in [0, classes) through sched
-// (built on params), with random key `key`.
-inline BatchOutcome run_one_batch(const Graph& g, ParamStore& params, Scheduler& sched, int batch, int classes,
-                                  uint64_t key = 0) {
-  const std::vector<float> x =
-      random_floats(static_cast<std::size_t>(batch) * g.value(g.find_value("x")).count(1), 6);
-  const std::vector<int32_t> y = random_labels(batch, classes, 7);
+// What a batch left in `params` (g's) and its training plan.
+inline BatchOutcome outcome_of(const Graph& g, ParamStore& params, double loss_sum, const MemoryPlan& plan) {
   BatchOutcome out;
-  out.loss_sum = sched.train_batch({{"x", x.data()}, {"y", y.data()}}, batch, key).loss_sum;
+  out.loss_sum = loss_sum;
   params.to_host();  // a device's gradients and state are read from their host copies
   const float* grads = static_cast<const float*>(params.grad_block());
   out.grads.assign(grads, grads + params.count());
@@ -43,8 +41,70 @@ inline BatchOutcome run_one_batch(const Graph& g, ParamStore& params, Scheduler&
       out.state.insert(out.state.end(), s, s + g.value(v).count(1));
     }
   }
-  out.arena = sched.train_executor().plan().arena_bytes;
-  out.host_pool = sched.train_executor().plan().host_pool_bytes;
+  out.arena = plan.arena_bytes;
+  out.host_pool = plan.host_pool_bytes;
+  return out;
+}
+
+// Runs one batch of `batch` random samples of g's input "x" with labels "y" in [0, classes) through sched
+// (built on params), with random key `key`: for the tests that build a scheduler of their own (a custom
+// plan), which tools/check_hand_runs.py lists.
+inline BatchOutcome run_one_batch(const Graph& g, ParamStore& params, Scheduler& sched, int batch, int classes,
+                                  uint64_t key = 0) {
+  const std::vector<float> x =
+      random_floats(static_cast<std::size_t>(batch) * g.value(g.find_value("x")).count(1), 6);
+  const std::vector<int32_t> y = random_labels(batch, classes, 7);
+  const double loss_sum = sched.train_batch({{"x", x.data()}, {"y", y.data()}}, batch, key).loss_sum;
+  return outcome_of(g, params, loss_sum, sched.train_executor().plan());
+}
+
+// `batch` random images shaped like g's input "x" (seed 6, in [-1, 1], taken as they are) with labels in
+// [0, classes) (seed 7): one training batch, no test set.
+inline std::shared_ptr<const data::DataSplit> random_batch(const Graph& g, int batch, int classes) {
+  const Dims& x = g.value(g.find_value("x")).dims;
+  auto pixels = std::make_shared<const std::vector<float>>(random_floats(batch * dims_count(x), 6));
+  data::DataSplit d;
+  d.source = "a random test batch";
+  d.train.count = batch;
+  d.train.channels = static_cast<int>(x.at(0));
+  d.train.height = static_cast<int>(x.at(1));
+  d.train.width = static_cast<int>(x.at(2));
+  d.train.num_classes = classes;
+  d.train.labels = random_labels(batch, classes, 7);
+  d.train.mapped.data = pixels->data();
+  d.train.mapped.type = data::PixelType::F32;
+  d.train.mapped.owner = pixels;
+  d.test = d.train;
+  d.test.keep_first(0);
+  d.norm = data::Normalization(0.f, 1.f);
+  return std::make_shared<const data::DataSplit>(std::move(d));
+}
+
+// One batch of random samples (random_batch) in micro-batches of m through a Trainer of g on `device`, from
+// parameters initialised with seed 5 and then changed by `perturb` (if given), read before the optimizer
+// steps; `inspect` (if given) sees the parameters then.
+inline BatchOutcome run_one_batch(const Graph& g, int m, int batch, int classes,
+                                  const std::function<void(const ParamStore&)>& inspect = {},
+                                  Device device = Device::CPU, const std::function<void(ParamStore&)>& perturb = {}) {
+  TrainConfig cfg;
+  cfg.model = "test graph";
+  cfg.batch = batch;
+  cfg.micro_batch = m;
+  cfg.seed = 5;
+  cfg.device = device;
+  Trainer t(cfg, g, random_batch(g, batch, classes));
+  if (perturb) t.set_initial_state(perturb);
+  BatchOutcome out;
+  BatchHooks hooks;
+  hooks.before_step = [&](Trainer& tr, const BatchResult& r) {
+    out = outcome_of(tr.graph(), tr.params(), r.loss_sum, tr.scheduler().train_executor().plan());
+    if (inspect) inspect(tr.params());
+  };
+  t.set_batch_hooks(hooks);
+  t.prepare();
+  t.start_epoch(0);
+  StepInfo step;
+  CRUMB_CHECK(t.train_batch(step), "run_one_batch: the Trainer trained no batch");
   return out;
 }
 
@@ -55,16 +115,12 @@ inline BatchOutcome run_one_batch(const Graph& g, ParamStore& params, Scheduler&
 // under some 1e-7 perturbations and by 2e-6 under others. Tests that compare a whole network's
 // gradients across devices compare with the nearest of these near-tie outcomes.
 inline BatchOutcome near_tie_outcome(const Graph& g, int m, int batch, int classes, unsigned s) {
-  ParamStore params(g, Device::CPU);
-  params.init(5);
-  if (s > 0) {
+  return run_one_batch(g, m, batch, classes, {}, Device::CPU, [s](ParamStore& params) {
+    if (s == 0) return;
     std::mt19937 gen(s);
     float* w = static_cast<float*>(params.data_block());
     for (std::size_t i = 0; i < params.count(); ++i) w[i] *= gen() % 2 ? 1 + 1e-7f : 1 - 1e-7f;
-  }
-  Arena arena(Device::CPU);
-  Scheduler sched(g, params, arena, m);
-  return run_one_batch(g, params, sched, batch, classes);
+  });
 }
 
 // The k parameters of g whose gradients differ most between two outcomes' grads, by their own normwise
@@ -85,20 +141,6 @@ inline std::string worst_parameters(const Graph& g, const std::vector<float>& go
   std::string out;
   for (std::size_t i = 0; i < errors.size() && i < k; ++i)
     out += (i ? ", " : "") + errors[i].second + " " + std::to_string(errors[i].first);
-  return out;
-}
-
-// The same in micro-batches of m through a scheduler of its own on `device`, from parameters initialised
-// with seed 5; `inspect` (if given) sees the parameters afterwards.
-inline BatchOutcome run_one_batch(const Graph& g, int m, int batch, int classes, uint64_t key = 0,
-                                  const std::function<void(const ParamStore&)>& inspect = {},
-                                  Device device = Device::CPU) {
-  ParamStore params(g, device);
-  params.init(5);
-  Arena arena(device);
-  Scheduler sched(g, params, arena, m);
-  BatchOutcome out = run_one_batch(g, params, sched, batch, classes, key);
-  if (inspect) inspect(params);
   return out;
 }
 

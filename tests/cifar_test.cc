@@ -101,7 +101,7 @@ TEST_F(Cifar, DamagedFilesNeverCrash) {
 // Per-channel normalisation: each of R, G, B gets its own mean and std.
 TEST_F(Cifar, LoaderNormalisesEachChannel) {
   const Dataset test = load_cifar10_split(dir_.string(), "test");
-  Loader loader(test, 2, kCifar10Norm, false, 0);
+  Loader loader(test, 2, kCifar10Norm, LoaderOptions::in_order());
   loader.start_epoch(0);
   Batch b;
   ASSERT_TRUE(loader.next(b));
@@ -110,7 +110,8 @@ TEST_F(Cifar, LoaderNormalisesEachChannel) {
     const float want = (test.pixels[byte] / 255.f - kCifar10Norm.mean[c]) / kCifar10Norm.std[c];
     EXPECT_FLOAT_EQ(b.x[byte], want) << "channel " << c;
   }
-  EXPECT_THROW(Loader(test, 2, Normalization({0.5f, 0.5f}, {1.f, 1.f}), false, 0), Error);  // 2 pairs, 3 channels
+  EXPECT_THROW(Loader(test, 2, Normalization({0.5f, 0.5f}, {1.f, 1.f}), LoaderOptions::in_order()),
+               Error);  // 2 pairs, 3 channels
 }
 
 }  // namespace

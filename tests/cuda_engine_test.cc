@@ -35,7 +35,7 @@ constexpr double kTolerance = test::kParityTolerance;
 
 // One batch of 29 synthetic samples in pinned memory (as the training tool hands them to a GPU).
 struct OneBatch {
-  data::Loader loader{synthetic_dataset(), 29, {0.5f, 0.25f}, true, 9, false, Memory::Pinned};
+  data::Loader loader{synthetic_dataset(), 29, {0.5f, 0.25f}, data::LoaderOptions::shuffled(9).in(Memory::Pinned)};
   data::Batch b;
   OneBatch() {
     loader.start_epoch(0);
@@ -84,13 +84,7 @@ TEST(CudaEngine, NormalisedResnetMatchesCpu) {
     build_backward(g);
     for (int m : {44, 16}) {
       SCOPED_TRACE("norm " + std::to_string(k) + " m=" + std::to_string(m));
-      auto outcome = [&](Device device) {
-        ParamStore params(g, device);
-        params.init(5);
-        Arena arena(device);
-        Scheduler sched(g, params, arena, m);
-        return test::run_one_batch(g, params, sched, 44, 5);
-      };
+      auto outcome = [&](Device device) { return test::run_one_batch(g, m, 44, 5, {}, device); };
       const test::BatchOutcome cpu = outcome(Device::CPU), gpu = outcome(Device::CUDA);
       EXPECT_NEAR(gpu.loss_sum, cpu.loss_sum, kTolerance * cpu.loss_sum);
       EXPECT_LE(relative_error(gpu.grads, cpu.grads), kTolerance) << "parameter gradients";
@@ -114,13 +108,7 @@ TEST(CudaEngine, DeterministicRunsRepeatTheirBits) {
     build_backward(g);
     if (nhwc) to_channels_last(g);
     g.set_deterministic(true);
-    auto outcome = [&] {
-      ParamStore params(g, Device::CUDA);
-      params.init(5);
-      Arena arena(Device::CUDA);
-      Scheduler sched(g, params, arena, 16);
-      return test::run_one_batch(g, params, sched, 44, 5);
-    };
+    auto outcome = [&] { return test::run_one_batch(g, 16, 44, 5, {}, Device::CUDA); };
     const test::BatchOutcome a = outcome(), b = outcome();
     EXPECT_EQ(a.grads, b.grads);
     EXPECT_EQ(a.state, b.state);
@@ -226,8 +214,8 @@ TEST(CudaEngine, StreamedMicroBatchesTrainLikeWholeBatches) {
   CRUMB_REQUIRE_GPU();
   for (int m : {29, 6}) {
     TrainedModel whole("lenet5", m, 4, Device::CUDA), streamed("lenet5", m, 4, Device::CUDA);
-    data::Loader a(synthetic_dataset(), 29, {0.5f, 0.25f}, true, 9, false, Memory::Pinned);
-    data::Loader b(synthetic_dataset(), 29, {0.5f, 0.25f}, true, 9, false, Memory::Pinned);
+    data::Loader a(synthetic_dataset(), 29, {0.5f, 0.25f}, data::LoaderOptions::shuffled(9).in(Memory::Pinned));
+    data::Loader b(synthetic_dataset(), 29, {0.5f, 0.25f}, data::LoaderOptions::shuffled(9).in(Memory::Pinned));
     b.set_micro_batch(m);
     a.start_epoch(0);
     b.start_epoch(0);

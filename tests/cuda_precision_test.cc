@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/graph/autograd.h"  // kAdd
+#include "engine/graph/graph_ops.h"  // kAdd
 #include "engine/graph/op.h"
 #include "engine/ops/conv2d.h"
 #include "engine/ops/dropout.h"
@@ -80,7 +80,7 @@ TEST(CudaPrecision, TrainingStepMatchesCpu) {
       build_backward(g);
       build_backward(g32);
       const test::BatchOutcome cpu = test::run_one_batch(g, c.m, c.batch, c.spec.classes),
-                               gpu = test::run_one_batch(g, c.m, c.batch, c.spec.classes, 0, {}, Device::CUDA),
+                               gpu = test::run_one_batch(g, c.m, c.batch, c.spec.classes, {}, Device::CUDA),
                                f32 = test::run_one_batch(g32, c.m, c.batch, c.spec.classes);
       EXPECT_NEAR(gpu.loss_sum, cpu.loss_sum, loss_tol * cpu.loss_sum);
       const double on_cpu = test::norm_error(cpu.grads, f32.grads), on_gpu = test::norm_error(gpu.grads, f32.grads);

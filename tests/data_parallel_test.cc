@@ -105,7 +105,7 @@ TEST(DataParallel, BucketsCoverTheGradientBlockInReverseOrder) {
 // gradients are final: what a bucket held when its sum started is what the batch leaves there. The
 // last layers' bucket starts while the first layers' gradients are still being written (overlap).
 TEST(DataParallel, BucketsStartOnceTheirGradientsAreFinal) {
-  data::Loader loader(synthetic_dataset(), 12, {0.5f, 0.25f}, true, 3);
+  data::Loader loader(synthetic_dataset(), 12, {0.5f, 0.25f}, data::LoaderOptions::shuffled(3));
   const data::Batch b = first_batch(loader);
   TrainedModel r("cnn", 4, 2);
   RecordingCommunicator comm(0, 1, r.params);
@@ -143,7 +143,7 @@ TEST(DataParallel, SharesAddUpToTheWholeBatchGradient) {
     int batch, ranks, micro_batch;  // resnet20: shares of one BatchNorm group of 32
   };
   for (const Case& c : {Case{"cnn", 13, 2, 4}, Case{"lenet5", 13, 3, 4}, Case{"resnet20", 64, 2, 32}}) {
-    data::Loader loader(synthetic_dataset(), c.batch, {0.5f, 0.25f}, true, 7);
+    data::Loader loader(synthetic_dataset(), c.batch, {0.5f, 0.25f}, data::LoaderOptions::shuffled(7));
     const data::Batch b = first_batch(loader);
     TrainedModel whole(c.model, 32, 5);
     whole.sched.train_batch({{"x", b.x}, {"y", b.y}}, b.size);
@@ -164,7 +164,7 @@ TEST(DataParallel, SharesAddUpToTheWholeBatchGradient) {
 
 // A rank with no samples (a batch smaller than the ranks) still sums, with zero gradients.
 TEST(DataParallel, AnEmptyShareSumsZeros) {
-  data::Loader loader(synthetic_dataset(), 1, {0.5f, 0.25f}, true, 7);
+  data::Loader loader(synthetic_dataset(), 1, {0.5f, 0.25f}, data::LoaderOptions::shuffled(7));
   const data::Batch b = first_batch(loader);
   TrainedModel r("lenet5", 4, 1);
   for (ValueId p : r.g.params()) std::fill_n(static_cast<float*>(r.params.grad(p)), r.g.value(p).count(1), 1.0f);
@@ -182,7 +182,7 @@ TEST(DataParallel, AnEmptyShareSumsZeros) {
 // gradients before their weights', so starting each bucket the moment it is final would differ.
 TEST(DataParallel, EveryRankStartsTheBucketsInOneOrder) {
   auto order = [](int rank) {  // a batch of 1 over 2 ranks: rank 0 trains on it, rank 1 has nothing
-    data::Loader loader(synthetic_dataset(), 1, {0.5f, 0.25f}, true, 7);
+    data::Loader loader(synthetic_dataset(), 1, {0.5f, 0.25f}, data::LoaderOptions::shuffled(7));
     const data::Batch b = first_batch(loader);
     TrainedModel r("resnet20", 1, 1);
     RecordingCommunicator comm(rank, 2, r.params);

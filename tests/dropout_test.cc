@@ -80,7 +80,10 @@ Graph small_vgg(double p) {
   bn.group = 2;
   for (int i = 0; i < 2; ++i) {
     const std::string l = "features." + std::to_string(i);
-    h = nn::relu(g, nn::batch_norm2d(g, nn::conv2d(g, h, 4 * (i + 1), 3, 1, 1, l + ".conv"), l + ".bn", bn), l + ".relu");
+    h = nn::relu(g,
+                 nn::batch_norm2d(g, nn::conv2d(g, h, 4 * (i + 1), 3, l + ".conv", nn::ConvOptions().with_pad(1)),
+                                  l + ".bn", bn),
+                 l + ".relu");
     h = nn::max_pool2d(g, h, 2, 2, l + ".pool");
   }
   h = nn::flatten(g, nn::adaptive_avg_pool2d(g, h, 3, 3, "avgpool"), "flatten");

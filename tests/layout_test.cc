@@ -317,7 +317,7 @@ TEST(CudaChannelsLast, TrainingStepMatchesCpu) {
     const double loss_tol = dtype == DType::BF16 ? 1e-2 : dtype == DType::F16 ? 2e-3 : 1e-4;
     const Graph g = built("resnet20", 3, dtype, true);
     const test::BatchOutcome cpu = dtype == DType::F32 ? f32 : test::run_one_batch(g, 16, 32, kClasses),
-                             gpu = test::run_one_batch(g, 16, 32, kClasses, 0, {}, Device::CUDA);
+                             gpu = test::run_one_batch(g, 16, 32, kClasses, {}, Device::CUDA);
     EXPECT_NEAR(gpu.loss_sum, cpu.loss_sum, loss_tol * cpu.loss_sum);
     const double grads = test::norm_error(gpu.grads, cpu.grads), on_cpu = test::norm_error(cpu.grads, f32.grads),
                  on_gpu = test::norm_error(gpu.grads, f32.grads);

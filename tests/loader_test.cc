@@ -67,7 +67,7 @@ std::vector<int> iota(int n) {
 
 TEST(DataLoader, EverySampleOncePerEpochShortLastBatch) {
   const Dataset ds = indexed_dataset(103);
-  Loader loader(ds, 10, kIdentity, /*shuffle=*/true, /*seed=*/7);
+  Loader loader(ds, 10, kIdentity, LoaderOptions::shuffled(7));
   EXPECT_EQ(loader.batches_per_epoch(), 11);
   std::vector<std::vector<int>> orders;
   for (int epoch = 0; epoch < 3; ++epoch) {
@@ -86,7 +86,8 @@ TEST(DataLoader, EverySampleOncePerEpochShortLastBatch) {
 
 TEST(DataLoader, SameSeedSameOrder) {
   const Dataset ds = indexed_dataset(500);
-  Loader a(ds, 32, kIdentity, true, 42), b(ds, 32, kIdentity, true, 42), c(ds, 32, kIdentity, true, 43);
+  Loader a(ds, 32, kIdentity, LoaderOptions::shuffled(42)), b(ds, 32, kIdentity, LoaderOptions::shuffled(42)),
+      c(ds, 32, kIdentity, LoaderOptions::shuffled(43));
   for (int epoch : {0, 5}) {
     const std::vector<int> order = run_epoch(a, epoch).order;
     EXPECT_EQ(order, run_epoch(b, epoch).order);
@@ -97,7 +98,7 @@ TEST(DataLoader, SameSeedSameOrder) {
 
 TEST(DataLoader, DropLast) {
   const Dataset ds = indexed_dataset(103);
-  Loader loader(ds, 10, kIdentity, true, 7, /*drop_last=*/true);
+  Loader loader(ds, 10, kIdentity, LoaderOptions::shuffled(7).dropping_last());
   EXPECT_EQ(loader.batches_per_epoch(), 10);
   Epoch e = run_epoch(loader, 0);
   EXPECT_EQ(e.sizes, std::vector<int>(10, 10));
@@ -107,16 +108,16 @@ TEST(DataLoader, DropLast) {
 
 TEST(DataLoader, BatchLargerThanDataset) {
   const Dataset ds = indexed_dataset(5);
-  Loader keep(ds, 8, kIdentity, false, 0);
+  Loader keep(ds, 8, kIdentity, LoaderOptions::in_order());
   EXPECT_EQ(run_epoch(keep, 0).sizes, std::vector<int>{5});
-  Loader drop(ds, 8, kIdentity, false, 0, true);
+  Loader drop(ds, 8, kIdentity, LoaderOptions::in_order().dropping_last());
   EXPECT_EQ(drop.batches_per_epoch(), 0);
   EXPECT_TRUE(run_epoch(drop, 0).sizes.empty());
 }
 
 TEST(DataLoader, NoShuffleKeepsDatasetOrder) {
   const Dataset ds = indexed_dataset(300);
-  Loader loader(ds, 64, kIdentity, /*shuffle=*/false, 7);
+  Loader loader(ds, 64, kIdentity, LoaderOptions::in_order(7));
   for (int epoch = 0; epoch < 2; ++epoch) {
     const Epoch e = run_epoch(loader, epoch);
     EXPECT_EQ(e.order, iota(300));
@@ -130,7 +131,7 @@ TEST(DataLoader, Normalisation) {
   ds.height = ds.width = 16;
   for (int p = 0; p < 256; ++p) ds.pixels.push_back(static_cast<uint8_t>(p));
   ds.labels = {3};
-  Loader loader(ds, 1, kFashionMnistNorm, false, 0);
+  Loader loader(ds, 1, kFashionMnistNorm, LoaderOptions::in_order());
   loader.start_epoch(0);
   Batch b;
   ASSERT_TRUE(loader.next(b));
@@ -144,7 +145,7 @@ TEST(DataLoader, Normalisation) {
 // The worker prefetches into the other buffer; the batch in the caller's hands must not change.
 TEST(DataLoader, CurrentBatchUntouchedWhilePrefetching) {
   const Dataset ds = make_synthetic(256, 1, 16, 16, 4, 1);
-  Loader loader(ds, 64, kIdentity, true, 3);
+  Loader loader(ds, 64, kIdentity, LoaderOptions::shuffled(3));
   loader.start_epoch(0);
   Batch b;
   while (loader.next(b)) {
@@ -159,13 +160,13 @@ TEST(DataLoader, CurrentBatchUntouchedWhilePrefetching) {
 TEST(DataLoader, DestroyOrRestartMidEpoch) {
   const Dataset ds = indexed_dataset(1000);
   for (int i = 0; i < 50; ++i) {
-    Loader loader(ds, 16, kIdentity, true, i);
+    Loader loader(ds, 16, kIdentity, LoaderOptions::shuffled(i));
     if (i % 3 == 0) continue;  // never started
     loader.start_epoch(0);
     Batch b;
     for (int k = 0; k < i % 5; ++k) ASSERT_TRUE(loader.next(b));
   }
-  Loader loader(ds, 16, kIdentity, true, 9);
+  Loader loader(ds, 16, kIdentity, LoaderOptions::shuffled(9));
   loader.start_epoch(0);
   Batch b;
   ASSERT_TRUE(loader.next(b));
@@ -177,12 +178,12 @@ TEST(DataLoader, DestroyOrRestartMidEpoch) {
 
 TEST(DataLoader, MisuseIsAnError) {
   const Dataset ds = indexed_dataset(10);
-  EXPECT_THROW(Loader(ds, 0, kIdentity, false, 0), Error);
-  EXPECT_THROW(Loader(ds, 4, Normalization{0.f, 0.f}, false, 0), Error);
+  EXPECT_THROW(Loader(ds, 0, kIdentity, LoaderOptions::in_order()), Error);
+  EXPECT_THROW(Loader(ds, 4, Normalization{0.f, 0.f}, LoaderOptions::in_order()), Error);
   Dataset broken = ds;
   broken.labels.pop_back();
-  EXPECT_THROW(Loader(broken, 4, kIdentity, false, 0), Error);
-  Loader loader(ds, 4, kIdentity, false, 0);
+  EXPECT_THROW(Loader(broken, 4, kIdentity, LoaderOptions::in_order()), Error);
+  Loader loader(ds, 4, kIdentity, LoaderOptions::in_order());
   Batch b;
   EXPECT_THROW(loader.next(b), Error);
 }
@@ -194,7 +195,7 @@ TEST(DataLoader, CropFlipAugmentation) {
   const Dataset ds = make_synthetic(24, 2, 8, 9, 3, 4);
   const int h = 8, w = 9, plane = h * w;
   auto epoch_images = [&](uint64_t seed, int epoch) {
-    Loader loader(ds, 8, kIdentity, false, seed);
+    Loader loader(ds, 8, kIdentity, LoaderOptions::in_order(seed));
     loader.set_augment({4, true});
     loader.start_epoch(epoch);
     std::vector<float> all;
@@ -233,7 +234,7 @@ TEST(DataLoader, CropFlipAugmentation) {
     EXPECT_TRUE(explained) << "sample " << s << " is no shifted or mirrored copy of its source";
   }
   EXPECT_GE(moved, ds.count / 2);
-  Loader loader(ds, 8, kIdentity, false, 1);
+  Loader loader(ds, 8, kIdentity, LoaderOptions::in_order(1));
   EXPECT_THROW(loader.set_augment({-1, false}), Error);
 }
 
@@ -246,7 +247,8 @@ TEST(DataLoader, MicroBatchesAreSlicesOfTheWholeBatch) {
   for (const bool augment : {false, true})
     for (const auto& [m, rank, ranks] : {std::array<int, 3>{16, 0, 1}, {5, 0, 1}, {1, 0, 1}, {3, 1, 3}, {4, 2, 3},
                                          {2, 4, 5}, {7, 12, 20}, {40, 1, 2}}) {
-      Loader whole(ds, batch, kIdentity, true, 5), streamed(ds, batch, kIdentity, true, 5);
+      Loader whole(ds, batch, kIdentity, LoaderOptions::shuffled(5)),
+          streamed(ds, batch, kIdentity, LoaderOptions::shuffled(5));
       if (augment) whole.set_augment({2, true}), streamed.set_augment({2, true});
       streamed.set_micro_batch(m, rank, ranks);
       for (int epoch = 0; epoch < 2; ++epoch) {
@@ -279,7 +281,8 @@ TEST(DataLoader, MicroBatchesAreSlicesOfTheWholeBatch) {
       }
     }
   // Batches not streamed are skipped; the one after still holds its own samples.
-  Loader whole(ds, batch, kIdentity, true, 3), streamed(ds, batch, kIdentity, true, 3);
+  Loader whole(ds, batch, kIdentity, LoaderOptions::shuffled(3)),
+      streamed(ds, batch, kIdentity, LoaderOptions::shuffled(3));
   streamed.set_micro_batch(4);
   whole.start_epoch(0);
   streamed.start_epoch(0);
@@ -305,13 +308,13 @@ TEST(DataLoader, Float32Samples) {
   ds.height = 1;
   ds.labels = {2, 0, 1};
   ds.mapped = {values.data(), PixelType::F32, nullptr};
-  Loader loader(ds, 3, Normalization{0.5f, 2.f}, false, 0);
+  Loader loader(ds, 3, Normalization{0.5f, 2.f}, LoaderOptions::in_order());
   loader.start_epoch(0);
   Batch b;
   ASSERT_TRUE(loader.next(b));
   for (int i = 0; i < 6; ++i) EXPECT_EQ(b.x[i], (values[i] - 0.5f) / 2.f);
   EXPECT_EQ(std::vector<int32_t>(b.y, b.y + 3), ds.labels);
-  Loader shifted(ds, 3, Normalization{0.5f, 2.f}, false, 0);
+  Loader shifted(ds, 3, Normalization{0.5f, 2.f}, LoaderOptions::in_order());
   shifted.set_augment({1, false});
   shifted.start_epoch(0);
   ASSERT_TRUE(shifted.next(b));

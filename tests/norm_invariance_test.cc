@@ -35,7 +35,7 @@ Graph resnet20(const models::NormSpec& norm) {
 // One training batch of `batch` samples in micro-batches of m, from the same weights every time.
 BatchOutcome run_batch(const Graph& g, int m, int batch) {
   BatchOutcome out;
-  static_cast<test::BatchOutcome&>(out) = test::run_one_batch(g, m, batch, kClasses, 0, [&](const ParamStore& params) {
+  static_cast<test::BatchOutcome&>(out) = test::run_one_batch(g, m, batch, kClasses, [&](const ParamStore& params) {
     for (ValueId v : g.states())
       if (g.value(v).name.rfind("bn1.running_", 0) == 0) {
         const float* s = static_cast<const float*>(params.state(v));

@@ -75,7 +75,7 @@ TEST_F(NpyFiles, MappedImagesAndLabelsWithTheLastTenthHeldOut) {
   EXPECT_TRUE(std::equal(tx, tx + 2 * 6, x.begin() + 18 * 6));
   EXPECT_EQ(test.labels, (std::vector<int32_t>{0, 1}));
   // The loader reads them in place, normalised to [-1, 1].
-  Loader loader(test, 2, kNpyU8Norm, false, 0);
+  Loader loader(test, 2, kNpyU8Norm, LoaderOptions::in_order());
   loader.start_epoch(0);
   Batch b;
   ASSERT_TRUE(loader.next(b));
@@ -95,7 +95,7 @@ TEST_F(NpyFiles, Float32ImagesAndATestSet) {
   EXPECT_EQ(test.count, 1);
   EXPECT_EQ(test.labels, std::vector<int32_t>{3});
   EXPECT_EQ(train.pixel_type(), PixelType::F32);
-  Loader loader(train, 3, kNpyF32Norm, false, 0);
+  Loader loader(train, 3, kNpyF32Norm, LoaderOptions::in_order());
   loader.start_epoch(0);
   Batch b;
   ASSERT_TRUE(loader.next(b));
@@ -219,7 +219,7 @@ TEST_F(NpyFiles, AFileTruncatedWhileLoadingIsOneErrorNotASigbus) {
   fs::last_write_time(path("x.npy"), fs::last_write_time(path("x.npy")) - std::chrono::hours(1));
   Dataset train, test;
   load_npy_dir(dir_.string(), train, test);
-  Loader loader(train, 12, kNpyU8Norm, true, 0);
+  Loader loader(train, 12, kNpyU8Norm, LoaderOptions::shuffled(0));
   loader.set_micro_batch(4);
   loader.start_epoch(0);
   Batch b;
@@ -254,7 +254,7 @@ TEST_F(NpyFiles, TrainsLikeTheSameDataInMemory) {
   ASSERT_EQ(train.count, ds.count);
   TrainedModel mapped("lenet5", 16, 2), owned("lenet5", 16, 2);
   for (auto [model, data] : {std::pair<TrainedModel*, const Dataset*>{&mapped, &train}, {&owned, &ds}}) {
-    Loader loader(*data, 48, kNpyU8Norm, true, 3);
+    Loader loader(*data, 48, kNpyU8Norm, LoaderOptions::shuffled(3));
     loader.set_micro_batch(16);
     loader.start_epoch(0);
     Batch b;

@@ -80,9 +80,10 @@ TEST(Planner, BranchyGraphNeverOverlaps) {
   Graph g;
   const ValueId x = g.input("x", {3, 8, 8});
   const ValueId y = g.input("y", {}, DType::I32);
-  const ValueId c = nn::conv2d(g, x, 4, 3, 1, 1, "c1");
+  const ValueId c = nn::conv2d(g, x, 4, 3, "c1", nn::ConvOptions().with_pad(1));
   const ValueId r = nn::relu(g, c, "r1");  // c is still read by the add below: no in-place here
-  const ValueId s = nn::add(g, nn::relu(g, nn::conv2d(g, r, 4, 3, 1, 1, "c2"), "r2"), c, "sum");
+  const ValueId s =
+      nn::add(g, nn::relu(g, nn::conv2d(g, r, 4, 3, "c2", nn::ConvOptions().with_pad(1)), "r2"), c, "sum");
   nn::softmax_cross_entropy(g, nn::linear(g, nn::flatten(g, nn::global_avg_pool(g, s, "gap"), "f"), 5, "fc"), y, "loss");
   build_backward(g);
   const MemoryPlan p = compile_pass(g, Pass::Train, 5, Device::CPU).plan;

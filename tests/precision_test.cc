@@ -107,26 +107,31 @@ TEST(Precision, SixteenBitGradientsDifferFromFloat32ByTheirRounding) {
 // ---- the 16-bit weight copies
 
 TEST(Precision, WeightCopiesFollowTheMasters) {
-  Graph g = resnet20(DType::BF16);
-  ParamStore params(g);
-  params.init(3);
+  const Graph g = resnet20(DType::BF16);
   const ValueId conv = g.find_value("conv1.weight"), bn = g.find_value("bn1.weight");
   ASSERT_GE(conv, 0);
   ASSERT_GE(bn, 0);
   EXPECT_EQ(g.value(conv).dtype, DType::BF16);  // what the convolution reads
   EXPECT_EQ(g.value(bn).dtype, DType::F32);     // normalisation parameters stay float32
   EXPECT_EQ(g.value(g.value(conv).grad).dtype, DType::F32);
+  TrainConfig cfg;
+  cfg.model = "resnet20 in bf16";
+  cfg.batch = cfg.micro_batch = 8;
+  cfg.seed = 3;
+  Trainer t(cfg, g, test::random_batch(g, 8, kClasses));
+  t.prepare();
+  const ParamStore& params = t.params();
   EXPECT_EQ(params.dtype(), DType::F32);
   const float* master = static_cast<const float*>(params.data(conv));
   const bf16* copy = static_cast<const bf16*>(params.device_copy(conv));
   for (int64_t i = 0; i < g.value(conv).count(1); ++i) ASSERT_EQ(copy[i].bits, to_bf16(master[i]).bits) << i;
 
   // One optimizer step writes the copies in its pass.
-  Arena arena;
-  Scheduler sched(g, params, arena, 8);
-  auto opt = make_optimizer(params, {});
-  test::run_one_batch(g, params, sched, 8, kClasses);
-  opt->step();
+  const std::vector<float> before(master, master + g.value(conv).count(1));
+  t.start_epoch(0);
+  StepInfo step;
+  ASSERT_TRUE(t.train_batch(step));
+  EXPECT_NE(std::vector<float>(master, master + g.value(conv).count(1)), before) << "the step changed no weight";
   for (int64_t i = 0; i < g.value(conv).count(1); ++i) ASSERT_EQ(copy[i].bits, to_bf16(master[i]).bits) << i;
 }
 

@@ -44,8 +44,9 @@ Graph lenet_like(bool rewrite) {
   g.set_float_dtype(DType::F64);
   const ValueId x = g.input("x", {1, 12, 12});
   const ValueId y = g.input("y", {}, DType::I32);
-  ValueId h = nn::max_pool2d(g, nn::relu(g, nn::conv2d(g, x, 4, 3, 1, 1, "0"), "1"), 2, 2, "2");
-  h = nn::max_pool2d(g, nn::relu(g, nn::conv2d(g, h, 4, 3, 1, 1, "3"), "4"), 3, 2, "5", 1);
+  ValueId h =
+      nn::max_pool2d(g, nn::relu(g, nn::conv2d(g, x, 4, 3, "0", nn::ConvOptions().with_pad(1)), "1"), 2, 2, "2");
+  h = nn::max_pool2d(g, nn::relu(g, nn::conv2d(g, h, 4, 3, "3", nn::ConvOptions().with_pad(1)), "4"), 3, 2, "5", 1);
   nn::softmax_cross_entropy(g, nn::linear(g, nn::flatten(g, h, "6"), 10, "7"), y, "loss");
   if (rewrite) {
     EXPECT_EQ(reorder_relu_max_pool(g), 2);
@@ -75,7 +76,7 @@ TEST(Rewrite, LeavesSharedReluOutputAlone) {
   Graph g;
   const ValueId x = g.input("x", {2, 8, 8});
   const ValueId y = g.input("y", {}, DType::I32);
-  const ValueId r = nn::relu(g, nn::conv2d(g, x, 2, 3, 1, 1, "c"), "r");
+  const ValueId r = nn::relu(g, nn::conv2d(g, x, 2, 3, "c", nn::ConvOptions().with_pad(1)), "r");
   const ValueId p = nn::max_pool2d(g, r, 2, 2, "p");
   const ValueId skip = nn::global_avg_pool(g, r, "gap");  // r has a second consumer
   nn::softmax_cross_entropy(g, nn::add(g, nn::global_avg_pool(g, p, "gap2"), skip, "sum"), y, "loss");

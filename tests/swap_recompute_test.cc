@@ -46,7 +46,7 @@ Graph model(const std::string& name, int size = kSize) {
   return g;
 }
 
-Outcome run_batch(const Graph& g, int m, int batch) { return test::run_one_batch(g, m, batch, kClasses, 99); }
+Outcome run_batch(const Graph& g, int m, int batch) { return test::run_one_batch(g, m, batch, kClasses); }
 
 void expect_identical(const Outcome& got, const Outcome& want) {
   EXPECT_EQ(got.loss_sum, want.loss_sum);
@@ -86,7 +86,7 @@ TEST(Recompute, GradientsAreIdenticalAndTheArenaSmaller) {
 TEST(Recompute, DropoutDrawsTheSameMaskAgain) {
   Graph plain;
   const ValueId x = plain.input("x", {kChannels, kSize, kSize}), y = plain.input("y", {}, DType::I32);
-  ValueId h = nn::relu(plain, nn::conv2d(plain, x, 8, 3, 1, 1, "conv"), "relu");
+  ValueId h = nn::relu(plain, nn::conv2d(plain, x, 8, 3, "conv", nn::ConvOptions().with_pad(1)), "relu");
   h = nn::max_pool2d(plain, nn::dropout(plain, h, 0.5, "drop"), 2, 2, "pool");
   nn::softmax_cross_entropy(plain, nn::linear(plain, nn::flatten(plain, h, "flat"), kClasses, "fc"), y, "loss");
   build_backward(plain);

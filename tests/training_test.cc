@@ -22,7 +22,7 @@ namespace {
 // Trains `epochs` over the synthetic set; returns the mean loss of each epoch.
 std::vector<double> train(TrainedModel& r, int batch, int epochs) {
   const data::Dataset& ds = synthetic_dataset();
-  data::Loader loader(ds, batch, {0.5f, 0.25f}, true, 5);
+  data::Loader loader(ds, batch, {0.5f, 0.25f}, data::LoaderOptions::shuffled(5));
   std::vector<double> losses;
   for (int e = 0; e < epochs; ++e) {
     loader.start_epoch(e);
@@ -62,7 +62,7 @@ TEST(Training, SameSeedSameWeights) {
 // One batch of 29 samples, m in {1, 3, 7, 29}: accumulated gradients equal the full-batch gradient.
 TEST(Training, MicroBatchGradientsEqualFullBatch) {
   const data::Dataset& ds = synthetic_dataset();
-  data::Loader loader(ds, 29, {0.5f, 0.25f}, true, 9);
+  data::Loader loader(ds, 29, {0.5f, 0.25f}, data::LoaderOptions::shuffled(9));
   loader.start_epoch(0);
   data::Batch b;
   ASSERT_TRUE(loader.next(b));
@@ -107,7 +107,7 @@ TEST(Training, MicroBatchedTrainingMatchesFullBatch) {
 // Inputs are bound by the names the model gave them: in any order, each exactly once.
 TEST(Training, InputsAreBoundByName) {
   const data::Dataset& ds = synthetic_dataset();
-  data::Loader loader(ds, 16, {0.5f, 0.25f}, false, 2);
+  data::Loader loader(ds, 16, {0.5f, 0.25f}, data::LoaderOptions::in_order(2));
   loader.start_epoch(0);
   data::Batch b;
   ASSERT_TRUE(loader.next(b));
@@ -134,7 +134,8 @@ TEST(Training, StreamedMicroBatchesTrainLikeWholeBatches) {
   const data::Dataset& ds = synthetic_dataset();
   for (int m : {29, 8, 3}) {
     TrainedModel whole("lenet5", m, 6), streamed("lenet5", m, 6);
-    data::Loader a(ds, 29, {0.5f, 0.25f}, true, 4), b(ds, 29, {0.5f, 0.25f}, true, 4);
+    data::Loader a(ds, 29, {0.5f, 0.25f}, data::LoaderOptions::shuffled(4)),
+        b(ds, 29, {0.5f, 0.25f}, data::LoaderOptions::shuffled(4));
     a.set_augment({2, true});
     b.set_augment({2, true});
     b.set_micro_batch(m);
@@ -165,7 +166,7 @@ TEST(Training, StreamedMicroBatchesTrainLikeWholeBatches) {
 TEST(Training, StreamedStepDoesNotAllocate) {
   if (!alloc_counter_enabled()) GTEST_SKIP() << "allocation counting is unavailable under sanitizers";
   TrainedModel r("lenet5", 20, 1);
-  data::Loader loader(synthetic_dataset(), 48, {0.5f, 0.25f}, true, 2);
+  data::Loader loader(synthetic_dataset(), 48, {0.5f, 0.25f}, data::LoaderOptions::shuffled(2));
   loader.set_micro_batch(20);
   loader.set_augment({2, true});
   loader.start_epoch(0);
@@ -187,7 +188,7 @@ TEST(Training, StreamedStepDoesNotAllocate) {
 TEST(Training, StepDoesNotAllocate) {
   if (!alloc_counter_enabled()) GTEST_SKIP() << "allocation counting is unavailable under sanitizers";
   const data::Dataset& ds = synthetic_dataset();
-  data::Loader loader(ds, 48, {0.5f, 0.25f}, true, 2);
+  data::Loader loader(ds, 48, {0.5f, 0.25f}, data::LoaderOptions::shuffled(2));
   for (const char* model : {"lenet5", "cnn", "mlp"}) {
     TrainedModel r(model, 20, 1);  // 48 = 20 + 20 + 8: a ragged last micro-batch too
     loader.start_epoch(0);

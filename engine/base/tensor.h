@@ -1,5 +1,4 @@
-// Element types, devices and a non-owning tensor view. Activations are never owned by a Tensor:
-// they live in the arena and the executor hands out views into it.
+// Element types, devices, layouts and dims: what every layer and the kernels describe a tensor with.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -58,18 +57,5 @@ inline int64_t dims_count(const Dims& d) {
   return c;
 }
 std::string dims_str(const Dims& d);  // "[2, 3, 4]"
-
-// A view over memory the caller owns. Contiguous row-major unless strides say otherwise.
-struct Tensor {
-  void* data = nullptr;
-  Dims dims;
-  Dims strides;  // in elements; empty means contiguous row-major
-  DType dtype = DType::F32;
-  Device device = Device::CPU;
-
-  int64_t count() const { return dims_count(dims); }
-  std::size_t bytes() const { return static_cast<std::size_t>(count()) * dtype_size(dtype); }
-  template <class T> T* as() const { return static_cast<T*>(data); }
-};
 
 }  // namespace crumb

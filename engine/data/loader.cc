@@ -59,10 +59,9 @@ void put_sample(const T* p, float* dst, int channels, int h, int w, bool augment
 
 }  // namespace
 
-Loader::Loader(const Dataset& ds, int batch_size, Normalization norm, bool shuffle, uint64_t seed,
-               bool drop_last, Memory memory)
-    : ds_(ds), batch_size_(batch_size), shuffle_(shuffle), seed_(seed), drop_last_(drop_last), memory_(memory),
-      micro_(batch_size) {
+Loader::Loader(const Dataset& ds, int batch_size, Normalization norm, const LoaderOptions& options)
+    : ds_(ds), batch_size_(batch_size), shuffle_(options.shuffle), seed_(options.seed),
+      drop_last_(options.drop_last), memory_(options.memory), micro_(batch_size) {
   CRUMB_CHECK(batch_size > 0, "Loader: batch_size must be > 0, got ", batch_size);
   const std::size_t norms = norm.mean.size();
   CRUMB_CHECK(norms == norm.std.size() && (norms == 1 || norms == std::size_t(ds.channels)),

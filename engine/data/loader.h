@@ -44,13 +44,41 @@ struct Augment {
   bool flip = false;
 };
 
+// How a Loader orders and keeps its batches, named where it is built:
+//   LoaderOptions::shuffled(seed).dropping_last().in(Memory::Pinned), LoaderOptions::in_order().
+struct LoaderOptions {
+  bool shuffle = false;    // false keeps dataset order (evaluation)
+  uint64_t seed = 0;       // of the shuffled order and the augmentation
+  bool drop_last = false;  // false keeps a short final batch
+  Memory memory = Memory::Host;  // where the micro-batch slots live (Memory::Pinned when a GPU copies from them)
+
+  static LoaderOptions shuffled(uint64_t seed) {
+    LoaderOptions o;
+    o.shuffle = true;
+    o.seed = seed;
+    return o;
+  }
+  static LoaderOptions in_order(uint64_t seed = 0) {
+    LoaderOptions o;
+    o.seed = seed;
+    return o;
+  }
+  LoaderOptions dropping_last(bool drop = true) const {
+    LoaderOptions o = *this;
+    o.drop_last = drop;
+    return o;
+  }
+  LoaderOptions in(Memory m) const {
+    LoaderOptions o = *this;
+    o.memory = m;
+    return o;
+  }
+};
+
 // A MicroBatchSource of two inputs, "x" (the images) and "y" (the labels), over the current batch.
 class Loader final : public MicroBatchSource {
  public:
-  // shuffle=false keeps dataset order (evaluation). drop_last=false keeps a short final batch.
-  // memory: where the micro-batch slots live (Memory::Pinned when a GPU copies from them).
-  Loader(const Dataset& ds, int batch_size, Normalization norm, bool shuffle, uint64_t seed,
-         bool drop_last = false, Memory memory = Memory::Host);
+  Loader(const Dataset& ds, int batch_size, Normalization norm, const LoaderOptions& options);
   ~Loader() override;
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;

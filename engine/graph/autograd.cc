@@ -1,4 +1,5 @@
 #include "engine/graph/autograd.h"
+#include "engine/graph/graph_ops.h"
 
 #include "engine/base/error.h"
 

@@ -11,10 +11,6 @@
 
 namespace crumb {
 
-// The op that sums a value's gradient contributions (defined with the elementwise ops,
-// engine/ops/elementwise.cc).
-extern const OpDef kAdd;
-
 class GradBuilder {
  public:
   explicit GradBuilder(Graph& g);

@@ -1,9 +1,9 @@
 #include "engine/graph/graph.h"
 
 #include <cstdint>
-#include <sstream>
 
 #include "engine/base/error.h"
+#include "engine/graph/graph_ops.h"
 #include "engine/graph/op.h"
 
 namespace crumb {
@@ -33,14 +33,6 @@ std::string size_problem(const Value& v) {
 }
 
 }  // namespace
-
-std::string dims_str(const Dims& d) {
-  std::ostringstream os;
-  os << '[';
-  for (size_t i = 0; i < d.size(); ++i) os << (i ? ", " : "") << d[i];
-  os << ']';
-  return os.str();
-}
 
 DType Graph::dtype_of(OutDType t) const {
   switch (t) {

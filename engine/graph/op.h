@@ -175,10 +175,6 @@ class ImplTable {
 };
 ImplTable& impl_table();
 
-// Casts a value to the graph's float dtype (defined with the elementwise ops, engine/ops/elementwise.cc):
-// Graph::input adds one after each float32 input of a mixed-precision graph.
-extern const OpDef kCast;
-
 // Typed attributes (Node::attrs: what a layer's builder sets and its backward nodes copy) and kernel
 // geometries (Node::geometry: what a shape rule computes once) are declared by each op family, in
 // engine/ops/<family>.h, with the family's OpDefs and graph builders.
@@ -187,10 +183,22 @@ extern const OpDef kCast;
 namespace ops {
 // Throws "layer '<name>' (<op>): <message>".
 [[noreturn]] void fail(const Node& n, const std::string& message);
-// Checks in.size() within [lo, hi] and out.size() == outs.
-void expect_arity(const Node& n, size_t lo, size_t hi, size_t outs);
+// How many inputs and outputs a node must have, named at the call: expect_arity(n, inputs(2, 3), outputs(1)).
+struct Inputs {
+  size_t lo, hi;
+};
+struct Outputs {
+  size_t count;
+};
+inline Inputs inputs(size_t count) { return {count, count}; }
+inline Inputs inputs(size_t lo, size_t hi) { return {lo, hi}; }
+inline Outputs outputs(size_t count) { return {count}; }
+// Checks in.size() within [in.lo, in.hi] and out.size() == out.count.
+void expect_arity(const Node& n, Inputs in, Outputs out);
 // Sets the dims of out[i] if it is new (empty dims and not yet produced), else checks they match.
 void set_out_dims(Graph& g, const Node& n, int i, const Dims& dims);
+// The shape rule of an elementwise op: 1..2 inputs shaped alike, one output shaped like them.
+void infer_same(Graph& g, Node& n);
 // The node's attributes or geometry as T; a node built without them is an error naming the layer.
 template <class T> const T& attrs(const Node& n) {
   const T* a = std::any_cast<T>(&n.attrs);

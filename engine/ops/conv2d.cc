@@ -57,7 +57,7 @@ Dims out_dims(const cpu::Conv2dShape& s) { return {s.c_out, s.h_out, s.w_out}; }
 Dims weight_dims(const cpu::Conv2dShape& s) { return {s.c_out, s.c_in / s.groups, s.kh, s.kw}; }
 
 void infer_fwd(Graph& g, Node& n) {
-  ops::expect_arity(n, 2, 3, 1);
+  ops::expect_arity(n, ops::inputs(2, 3), ops::outputs(1));
   const cpu::Conv2dShape s = check_conv(n, g.value(n.in[0]), g.value(n.in[1]).dims);
   if (n.in.size() == 3 && g.value(n.in[2]).dims != Dims{s.c_out})
     ops::fail(n, "bias must be [" + std::to_string(s.c_out) + "]");
@@ -66,7 +66,7 @@ void infer_fwd(Graph& g, Node& n) {
 }
 
 void infer_bwd_data(Graph& g, Node& n) {  // in: dy, w  out: dx (dims preset from x)
-  ops::expect_arity(n, 2, 2, 1);
+  ops::expect_arity(n, ops::inputs(2), ops::outputs(1));
   const cpu::Conv2dShape& s = ops::geometry<cpu::Conv2dShape>(n);
   if (g.value(n.in[0]).dims != out_dims(s) || g.value(n.in[1]).dims != weight_dims(s))
     ops::fail(n, "gradient or weight does not match the layer");
@@ -141,8 +141,8 @@ CRUMB_ON_LOAD {
 
 namespace nn {
 
-ValueId conv2d(Graph& g, ValueId x, int out_channels, int kernel, int stride, int pad, const std::string& name,
-               bool bias, int groups) {
+ValueId conv2d(Graph& g, ValueId x, int out_channels, int kernel, const std::string& name, const ConvOptions& options) {
+  const int groups = options.groups;
   const Value& xv = g.value(x);
   CRUMB_CHECK(xv.dims.size() == 3, "layer '", name, "' (conv2d): input '", xv.name,
               "' must be [batch, channels, height, width], got per-sample ", dims_str(xv.dims));
@@ -153,8 +153,8 @@ ValueId conv2d(Graph& g, ValueId x, int out_channels, int kernel, int stride, in
   // PyTorch's fan-in of a grouped convolution: the inputs one output sees.
   const int64_t c_group = xv.dims[0] / groups, fan_in = c_group * kernel * kernel;
   std::vector<ValueId> ins{x, g.param(name + ".weight", {out_channels, c_group, kernel, kernel}, {fan_in})};
-  if (bias) ins.push_back(g.param(name + ".bias", {out_channels}, {fan_in}));
-  WindowAttrs a = WindowAttrs::square(kernel, stride, pad);
+  if (options.bias) ins.push_back(g.param(name + ".bias", {out_channels}, {fan_in}));
+  WindowAttrs a = WindowAttrs::square(kernel, options.stride, options.pad);
   a.groups = groups;
   return g.apply(kConv2d, ins, name, a);
 }

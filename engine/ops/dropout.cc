@@ -25,7 +25,7 @@ namespace {
 
 // Forward and backward alike: one batched input, shaped like the output.
 void infer_dropout(Graph& g, Node& n) {
-  ops::expect_arity(n, 1, 1, 1);
+  ops::expect_arity(n, ops::inputs(1), ops::outputs(1));
   const DropoutAttrs& a = ops::attrs<DropoutAttrs>(n);
   if (!(a.p >= 0 && a.p < 1)) ops::fail(n, "p must be in [0, 1), got " + std::to_string(a.p));
   const Value& x = g.value(n.in[0]);

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "engine/graph/autograd.h"
+#include "engine/graph/graph_ops.h"
 #include "engine/base/registry.h"
 #include "engine/device/backend.h"
 #include "kernels/elementwise.h"
@@ -19,13 +20,7 @@ namespace {
 
 using ops::out_count;
 
-void infer_same(Graph& g, Node& n) {  // every input shaped like out[0]
-  ops::expect_arity(n, 1, 2, 1);
-  for (ValueId v : n.in)
-    if (g.value(v).dims != g.value(n.in[0]).dims || g.value(v).batched != g.value(n.in[0]).batched)
-      ops::fail(n, "inputs have different shapes " + dims_str(g.value(n.in[0]).dims) + " and " + dims_str(g.value(v).dims));
-  ops::set_out_dims(g, n, 0, g.value(n.in[0]).dims);
-}
+using ops::infer_same;
 
 void relu_backward(GradBuilder& gb, const Node& n) {
   const ValueId x = n.in[0], y = n.out[0];
@@ -80,18 +75,12 @@ template <class T> void relu_bwd_cpu(const StepArgs& a) {
   cpu::relu_backward<T>(a.out<T>(), a.in<T>(0), a.in<T>(1), out_count(a), a.accumulate);
 }
 
-void add_backward(GradBuilder& gb, const Node& n) {
-  const ValueId dy = gb.grad(n.out[0]);
-  for (ValueId v : n.in)
-    if (gb.needs_grad(v)) gb.add_grad(v, dy);
-}
-
 template <class T> void add_cpu(const StepArgs& a) {
   cpu::add_forward<T>(a.out<T>(), a.in<T>(0), a.in<T>(1), out_count(a));
 }
 
 void infer_reshape(Graph& g, Node& n) {
-  ops::expect_arity(n, 1, 1, 1);
+  ops::expect_arity(n, ops::inputs(1), ops::outputs(1));
   const Value& x = g.value(n.in[0]);
   const Dims& to = ops::attrs<ReshapeAttrs>(n).dims;
   if (dims_count(to) != dims_count(x.dims))
@@ -106,35 +95,11 @@ void reshape_backward(GradBuilder& gb, const Node& n) {
   gb.add_grad(x, dx);
 }
 
-void infer_cast(Graph& g, Node& n) {
-  ops::expect_arity(n, 1, 1, 1);
-  ops::set_out_dims(g, n, 0, g.value(n.in[0]).dims);
-}
-
-void cast_backward(GradBuilder& gb, const Node& n);
-
 // Any device: the backend converts (kernels/convert.h), in order with the rest of the step's work.
 void cast_run(const StepArgs& a) {
   a.backend->convert(a.out<void>(), a.out_value().dtype, a.in<void>(0), a.in_value(0).dtype, out_count(a));
 }
 
-}  // namespace
-
-const OpDef kCast = OpDef("cast", infer_cast).with_backward(cast_backward).with_recompute(ops::recompute_clone)
-                    .with_layouts(Layouts::Any);
-const OpDef kCastMaster = OpDef("cast_master", infer_cast).with_backward(cast_backward)
-                          .with_outputs({OutDType::Master}).with_recompute(ops::recompute_clone)
-                          .with_layouts(Layouts::Any);
-
-namespace {
-// The gradient goes back to the input's dtype: a cast to the float dtype's is one to the master dtype.
-void cast_backward(GradBuilder& gb, const Node& n) {
-  const ValueId x = n.in[0];
-  const Graph& g = gb.graph();
-  const ValueId dx = gb.new_grad_value(x, "grad(" + g.value(x).name + ")");
-  gb.emit(g.value(x).dtype == g.float_dtype() ? kCast : kCastMaster, {gb.grad(n.out[0])}, {dx}, n.name + ".backward");
-  gb.add_grad(x, dx);
-}
 }  // namespace
 
 const OpDef kRelu = OpDef("relu", infer_same).with_backward(relu_backward).with_inplace(true)
@@ -147,8 +112,6 @@ const OpDef kLeakyRelu = OpDef("leaky_relu", infer_leaky_relu).with_backward(act
 const OpDef kHardtanhBwd = OpDef("hardtanh_backward", infer_hardtanh).with_inplace(true).with_layouts(Layouts::Any);
 const OpDef kHardtanh = OpDef("hardtanh", infer_hardtanh).with_backward(activation_backward<kHardtanhBwd>)
                         .with_inplace(true).with_recompute(ops::recompute_clone).with_layouts(Layouts::Any);
-const OpDef kAdd = OpDef("add", infer_same).with_backward(add_backward).with_inplace(true)
-                   .with_recompute(ops::recompute_clone).with_layouts(Layouts::Any);
 const OpDef kReshape = OpDef("reshape", infer_reshape).with_backward(reshape_backward).with_view(true)
                        .with_recompute(ops::recompute_clone);
 

@@ -1,16 +1,16 @@
-// Elementwise ops: ReLU, LeakyReLU, Hardtanh (ReLU6), add, and reshape (a view). kAdd is declared in engine/graph/autograd.h, which
-// sums gradients with it.
+// Elementwise ops: ReLU, LeakyReLU, Hardtanh (ReLU6), add, and reshape (a view). `add` and the casts are
+// the ops the graph inserts on its own, so engine/graph/graph_ops.h declares them; their rows are here.
 #pragma once
 #include <string>
 
 #include "engine/graph/autograd.h"
 #include "engine/graph/graph.h"
+#include "engine/graph/graph_ops.h"
 #include "engine/graph/op.h"
 
 namespace crumb {
 
-// kCast (to the float dtype) is declared in engine/graph/op.h; kCastMaster casts to the master dtype.
-extern const OpDef kRelu, kReluBwd, kReshape, kCastMaster;
+extern const OpDef kRelu, kReluBwd, kReshape;
 // LeakyReLU and Hardtanh, in place as ReLU: their backward reads the output, which determines the slope.
 extern const OpDef kLeakyRelu, kLeakyReluBwd, kHardtanh, kHardtanhBwd;
 

@@ -13,7 +13,7 @@ Layout target(const Node& n) { return n.def == &kToNhwc ? Layout::NHWC : Layout:
 Layout other(Layout l) { return l == Layout::NHWC ? Layout::NCHW : Layout::NHWC; }
 
 void infer(Graph& g, Node& n) {
-  ops::expect_arity(n, 1, 1, 1);
+  ops::expect_arity(n, ops::inputs(1), ops::outputs(1));
   const Value& x = g.value(n.in[0]);
   const Layout to = target(n);
   if (!is_image(x)) ops::fail(n, "input '" + x.name + "' " + dims_str(x.dims) + " is not an image tensor");

@@ -31,7 +31,7 @@ void check_weight(const Graph& g, const Node& n, ValueId x, ValueId w, int bias_
 }
 
 void infer_fwd(Graph& g, Node& n) {
-  ops::expect_arity(n, 2, 3, 1);
+  ops::expect_arity(n, ops::inputs(2, 3), ops::outputs(1));
   check_weight(g, n, n.in[0], n.in[1], 2);
   const Dims& w = g.value(n.in[1]).dims;
   n.geometry = LinearGeometry{(int)w[1], (int)w[0]};
@@ -39,7 +39,7 @@ void infer_fwd(Graph& g, Node& n) {
 }
 
 void infer_bwd_data(Graph& g, Node& n) {  // in: dy, w  out: dx
-  ops::expect_arity(n, 2, 2, 1);
+  ops::expect_arity(n, ops::inputs(2), ops::outputs(1));
   const LinearGeometry& s = ops::geometry<LinearGeometry>(n);
   if (g.value(n.in[1]).dims != Dims{s.out, s.in} || g.value(n.in[0]).dims != Dims{s.out})
     ops::fail(n, "gradient does not match the weight");

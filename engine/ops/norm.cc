@@ -50,7 +50,7 @@ std::pair<int, int> check_image(const Node& n, const Value& x) {
 
 // ---- BatchNorm
 void infer_bn(Graph& g, Node& n) {
-  ops::expect_arity(n, 6, 6, 3);
+  ops::expect_arity(n, ops::inputs(6), ops::outputs(3));
   const BatchNormAttrs& a = ops::attrs<BatchNormAttrs>(n);
   const auto [c, hw] = check_image(n, g.value(n.in[0]));
   check_channel_inputs(g, n, c, 6);
@@ -100,7 +100,7 @@ std::vector<ValueId> bn_recompute(Graph& g, const Node& n, const std::vector<Val
 
 // in: x, weight, bias, stats  out: y
 void infer_bn_apply(Graph& g, Node& n) {
-  ops::expect_arity(n, 4, 4, 1);
+  ops::expect_arity(n, ops::inputs(4), ops::outputs(1));
   const cpu::BatchNormShape& s = ops::geometry<cpu::BatchNormShape>(n);
   if (dims_count(g.value(n.in[0]).dims) != int64_t{s.c} * s.hw || g.value(n.in[1]).dims != Dims{s.c} ||
       g.value(n.in[2]).dims != Dims{s.c} || g.value(n.in[3]).dims != Dims{2, s.c})
@@ -125,7 +125,7 @@ template <class T> void bn_bwd_cpu(const StepArgs& a) {
 
 // ---- GroupNorm: in = (x, weight, bias); out = (y, stats [groups][2] per sample).
 void infer_gn(Graph& g, Node& n) {
-  ops::expect_arity(n, 3, 3, 2);
+  ops::expect_arity(n, ops::inputs(3), ops::outputs(2));
   const GroupNormAttrs& a = ops::attrs<GroupNormAttrs>(n);
   const auto [c, hw] = check_image(n, g.value(n.in[0]));
   check_channel_inputs(g, n, c, 3);

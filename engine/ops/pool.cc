@@ -46,7 +46,7 @@ cpu::Pool2dShape check_pool(const Node& n, const Value& xv) {
 
 // Max pooling: out[0] = y, out[1] = the argmax of each window (U8 offset inside the window).
 void infer_max(Graph& g, Node& n) {
-  ops::expect_arity(n, 1, 1, 2);
+  ops::expect_arity(n, ops::inputs(1), ops::outputs(2));
   const cpu::Pool2dShape s = check_pool(n, g.value(n.in[0]));
   if (int64_t{s.kh} * s.kw > 256) ops::fail(n, "windows larger than 256 elements are not supported");
   n.geometry = s;
@@ -55,7 +55,7 @@ void infer_max(Graph& g, Node& n) {
 }
 
 void infer_avg(Graph& g, Node& n) {
-  ops::expect_arity(n, 1, 1, 1);
+  ops::expect_arity(n, ops::inputs(1), ops::outputs(1));
   const cpu::Pool2dShape s = check_pool(n, g.value(n.in[0]));
   n.geometry = s;
   ops::set_out_dims(g, n, 0, out_dims(s));
@@ -64,7 +64,7 @@ void infer_avg(Graph& g, Node& n) {
 // Backward ops: in[0] = dy (max: in[1] = argmax); dx (out[0]) has x's dims.
 void infer_bwd(Graph& g, Node& n) {
   const size_t ins = n.def == &kMaxPool2dBwd ? 2 : 1;
-  ops::expect_arity(n, ins, ins, 1);
+  ops::expect_arity(n, ops::inputs(ins), ops::outputs(1));
   const cpu::Pool2dShape& s = ops::geometry<cpu::Pool2dShape>(n);
   if (g.value(n.in[0]).dims != out_dims(s)) ops::fail(n, "gradient shape mismatch");
   if (ins == 2 && g.value(n.in[1]).dims != out_dims(s)) ops::fail(n, "argmax shape mismatch");
@@ -98,7 +98,7 @@ template <class T> void avg_bwd_cpu(const StepArgs& a) {
 
 // ---- global average pool
 void infer_gap(Graph& g, Node& n) {
-  ops::expect_arity(n, 1, 1, 1);
+  ops::expect_arity(n, ops::inputs(1), ops::outputs(1));
   const Value& x = g.value(n.in[0]);
   check_image(n, x);
   n.geometry = GlobalPoolGeometry{(int)x.dims[0], (int)(x.dims[1] * x.dims[2])};
@@ -106,7 +106,7 @@ void infer_gap(Graph& g, Node& n) {
 }
 
 void infer_gap_bwd(Graph& g, Node& n) {
-  ops::expect_arity(n, 1, 1, 1);
+  ops::expect_arity(n, ops::inputs(1), ops::outputs(1));
   const GlobalPoolGeometry& s = ops::geometry<GlobalPoolGeometry>(n);
   const Dims& dx = g.value(n.out[0]).dims;
   if (dx.size() != 3 || dx[0] != s.c || dx[1] * dx[2] != s.hw || g.value(n.in[0]).dims != Dims{s.c})
@@ -131,7 +131,7 @@ template <class T> void gap_bwd_cpu(const StepArgs& a) {
 
 // ---- adaptive average pool
 void infer_adaptive(Graph& g, Node& n) {
-  ops::expect_arity(n, 1, 1, 1);
+  ops::expect_arity(n, ops::inputs(1), ops::outputs(1));
   const AdaptivePoolAttrs& a = ops::attrs<AdaptivePoolAttrs>(n);
   const Value& x = g.value(n.in[0]);
   check_image(n, x);
@@ -142,7 +142,7 @@ void infer_adaptive(Graph& g, Node& n) {
 }
 
 void infer_adaptive_bwd(Graph& g, Node& n) {
-  ops::expect_arity(n, 1, 1, 1);
+  ops::expect_arity(n, ops::inputs(1), ops::outputs(1));
   const cpu::AdaptivePool2dShape& s = ops::geometry<cpu::AdaptivePool2dShape>(n);
   if (g.value(n.in[0]).dims != Dims{s.c, s.h_out, s.w_out}) ops::fail(n, "gradient shape mismatch");
   ops::set_out_dims(g, n, 0, {s.c, s.h, s.w});

@@ -24,7 +24,7 @@ void check_inputs(const Graph& g, const Node& n) {
 }
 
 void infer_fwd(Graph& g, Node& n) {  // in: logits, labels  out: probs, loss sum, correct count
-  ops::expect_arity(n, 2, 2, 3);
+  ops::expect_arity(n, ops::inputs(2), ops::outputs(3));
   check_inputs(g, n);
   n.geometry = ClassesGeometry{(int)g.value(n.in[0]).dims[0]};
   ops::set_out_dims(g, n, 0, g.value(n.in[0]).dims);
@@ -33,7 +33,7 @@ void infer_fwd(Graph& g, Node& n) {  // in: logits, labels  out: probs, loss sum
 }
 
 void infer_bwd(Graph& g, Node& n) {  // in: probs, labels  out: dlogits
-  ops::expect_arity(n, 2, 2, 1);
+  ops::expect_arity(n, ops::inputs(2), ops::outputs(1));
   check_inputs(g, n);
   ops::set_out_dims(g, n, 0, g.value(n.in[0]).dims);
 }

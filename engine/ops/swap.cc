@@ -12,7 +12,7 @@ namespace crumb {
 namespace {
 
 void infer_copy(Graph& g, Node& n) {
-  ops::expect_arity(n, 1, 1, 1);
+  ops::expect_arity(n, ops::inputs(1), ops::outputs(1));
   ops::attrs<SwapAttrs>(n);
   const Value &x = g.value(n.in[0]), &y = g.value(n.out[0]);
   if (x.dtype != y.dtype || x.batched != y.batched) ops::fail(n, "copies between values of one dtype and batching");
@@ -20,7 +20,7 @@ void infer_copy(Graph& g, Node& n) {
 }
 
 void infer_wait(Graph&, Node& n) {
-  ops::expect_arity(n, 1, 1, 0);
+  ops::expect_arity(n, ops::inputs(1), ops::outputs(0));
   ops::attrs<SwapAttrs>(n);
 }
 

@@ -442,7 +442,9 @@ ValueId add_node(Graph& g, const NetworkNode& n, const std::vector<ValueId>& in,
       check_stated(n, where, "in_channels", x, 3);
       CRUMB_CHECK(x.dims[0] % n.groups == 0, where, ": groups ", n.groups, " does not divide the ", x.dims[0],
                   " channels of its input '", x.name, "'");
-      return nn::conv2d(g, in[0], n.out, n.kernel, n.stride, n.padding, n.name, n.bias, n.groups);
+      return nn::conv2d(
+          g, in[0], n.out, n.kernel, n.name,
+          nn::ConvOptions().with_stride(n.stride).with_pad(n.padding).with_bias(n.bias).with_groups(n.groups));
     case NetworkOp::BatchNorm2d: {
       check_stated(n, where, "num_features", x, 3);
       BatchNormAttrs a = spec.norm.bn;

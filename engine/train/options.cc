@@ -178,11 +178,12 @@ const char* const kNamedModel =
     "own p)";
 
 std::string norm_needs(const TrainConfig& c) {
-  if (!c.network.empty()) return kNamedModel;
+  if (!c.network.empty() || c.graph_given) return kNamedModel;
   return models::has_norm(c.model) ? "" : "a model with normalisation layers (" + models_with_norm() + ")";
 }
 
 std::string bn_needs(const TrainConfig& c) {
+  if (c.graph_given) return kNamedModel;
   if (!c.network.empty())
     return parse_network(c.network, "the network description").has_batch_norm() ? ""
                                                                                  : "a network with batch_norm2d nodes";
@@ -192,7 +193,7 @@ std::string bn_needs(const TrainConfig& c) {
 }
 
 std::string dropout_needs(const TrainConfig& c) {
-  if (!c.network.empty()) return kNamedModel;
+  if (!c.network.empty() || c.graph_given) return kNamedModel;
   return models::has_dropout(c.model) ? "" : "a model with dropout (vgg11_bn)";
 }
 

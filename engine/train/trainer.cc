@@ -12,13 +12,9 @@
 #include "engine/base/threads.h"
 #include "engine/data/data_checks.h"
 #include "engine/dist/batch_share.h"
-#include "engine/graph/autograd.h"
-#include "engine/graph/fusion.h"
+#include "engine/dist/rank_agreement.h"
 #include "engine/graph/rng.h"
 #include "engine/io/json.h"
-#include "engine/ops/norm.h"
-#include "engine/plan/layout.h"
-#include "engine/strategy/in_place.h"
 #include "engine/train/network.h"
 #include "engine/train/run_files.h"
 #include "engine/train/run_log.h"
@@ -48,146 +44,6 @@ void check_utf8(const TrainConfig& c) {
               "...): give it in UTF-8");
 }
 
-// A BatchNorm group must fit in the batch it normalises.
-void check_bn_group(const TrainConfig& c, const Graph& g, int batch) {
-  if (c.network.empty()) {
-    CRUMB_CHECK(!models::has_norm(c.model) || c.norm.kind != models::NormSpec::Kind::Batch || c.norm.bn.group <= batch,
-                "--bn-group ", c.norm.bn.group, " is larger than the batch of ", batch,
-                " samples (use a smaller --bn-group, --bn-group batch, or a larger --batch)");
-    return;
-  }
-  for (NodeId i = 0; i < g.num_nodes(); ++i) {
-    const Node& n = g.node(i);
-    const BatchNormAttrs* bn = batch_norm_attrs(n);
-    if (!bn || bn->frozen) continue;
-    const int group = bn->group;
-    CRUMB_CHECK(group <= batch, "layer '", n.name, "' normalises groups of ", group, " samples, more than the batch of ",
-                batch, " (use a larger --batch, or a smaller group: its \"group\", or --bn-group where it gives none)");
-  }
-}
-
-std::string describe_split(const TrainConfig& c, int batch, const RunPlan& run) {
-  const StrategyPlan& p = run.strategy;
-  const int m = p.plan.micro_batch;
-  const std::string how = c.micro_batch                      ? " (--micro-batch"
-                          : p.choice.used == "micro-batch"    ? " (largest that fits the budget"
-                          : c.strategy == Strategy::None      ? " (--strategy none"
-                          : c.strategy == Strategy::Auto      ? " (the smallest allowed does not fit in memory"
-                                                              : " (largest that fits with --strategy " +
-                                                                    std::string(strategy_name(c.strategy));
-  const bool rewritten = !p.choice.swapped.empty() || !p.choice.recomputed.empty();
-  return "batch " + std::to_string(batch) + " in " + std::to_string((batch + m - 1) / m) + " micro-batch(es) of " +
-         std::to_string(m) + how + (rewritten ? "; " + p.choice.used + " to fit" : "") +
-         (run.in_place ? "; fused normalisations keep their inputs alone, In-Place" : "") +
-         (run.unfused ? "; unfused, which needs least here" : "") + ")";
-}
-
-// Micro-batching alone (in memory) for g under r, if it meets the budget.
-std::optional<StrategyPlan> in_memory_plan(Graph& g, StrategyRequest r) {
-  if (r.strategy == Strategy::Auto) r.strategy = Strategy::MicroBatch;
-  try {
-    return plan_strategy(g, r);
-  } catch (const Error&) {
-    return std::nullopt;
-  }
-}
-
-// In-Place memory (engine/strategy/in_place.h) is the first technique a fused plan tries, before swapping
-// and recomputing: it costs a pass over each fused normalisation's output in the backward pass, so it is
-// taken where micro-batching alone fits a larger micro-batch with it, or fits only with it. Plans p (its
-// graph, fused) in memory and returns true where micro-batching alone meets the budget, In-Place or not;
-// false leaves p.graph as it was, for swapping and recomputing.
-bool plan_in_place(RunPlan& p, const StrategyRequest& r) {
-  if (r.strategy == Strategy::Swap || r.strategy == Strategy::Recompute) return false;
-  Graph kept = p.graph;
-  std::optional<StrategyPlan> fast = in_memory_plan(kept, r);
-  if (fast && (r.micro_batch > 0 || fast->plan.micro_batch >= r.batch)) {
-    p.graph = std::move(kept);
-    p.strategy = std::move(*fast);
-    return true;
-  }
-  Graph lean = p.graph;
-  recompute_in_place(lean);
-  std::optional<StrategyPlan> small = in_memory_plan(lean, r);
-  if (small && (!fast || small->plan.micro_batch > fast->plan.micro_batch)) {
-    p.graph = std::move(lean);
-    p.strategy = std::move(*small);
-    p.in_place = true;
-    return true;
-  }
-  if (!fast) return false;
-  p.graph = std::move(kept);
-  p.strategy = std::move(*fast);
-  return true;
-}
-
-// Swapping and recomputing where a fused plan does not fit in memory. Fused steps are coarser (a fused
-// backward step holds at once what three steps held in turn), and In-Place changes what recomputing can
-// drop, so which of the fused graph, its In-Place form and the unfused graph needs least depends on the
-// model and the strategy (docs/memory.md, Fusion). The first of them, in that order (fewest passes
-// first), whose least budget (from sizes alone) meets the budget is planned; where none does, the error is
-// the one of the graph that needs least.
-void plan_fused_strategy(RunPlan& p, Graph unfused, const StrategyRequest& r) {
-  Graph lean = p.graph;
-  recompute_in_place(lean);
-  struct Variant {
-    Graph* graph;
-    bool in_place, fused;
-    const char* note;
-  };
-  const Variant variants[] = {
-      {&p.graph, false, true, ""},
-      {&lean, true, true, " (these with the fused normalisations keeping their inputs alone, In-Place)"},
-      {&unfused, false, false, " (these for the unfused graph, which needs least here: fused steps are coarser)"}};
-  const Variant* least = nullptr;
-  std::size_t least_bytes = 0;
-  for (const Variant& v : variants) {
-    const std::size_t bytes = least_budget(*v.graph, r);
-    if (bytes <= r.budget) {
-      Graph g = std::move(*v.graph);
-      p.strategy = plan_strategy(g, r);
-      p.graph = std::move(g);
-      p.in_place = v.in_place;
-      p.unfused = !v.fused;
-      return;
-    }
-    if (!least || bytes < least_bytes) least = &v, least_bytes = bytes;
-  }
-  try {
-    plan_strategy(*least->graph, r);
-  } catch (const Error& e) {
-    CRUMB_FAIL(e.what(), least->note);
-  }
-  CRUMB_FAIL("the memory strategy met a budget its least budget said it could not");
-}
-
-int metadata_int(const CheckpointMetadata& meta, const std::string& key, const std::string& path) {
-  const std::string v = recorded_value(meta, key, path);
-  CRUMB_CHECK(!v.empty() && v.size() <= 9 && v.find_first_not_of("0123456789") == std::string::npos, path, ": \"",
-              key, "\" is \"", v, "\", not a count");
-  return std::stoi(v);
-}
-
-// Exact decimal text of floats, comma-separated (what the data keys of a checkpoint record).
-std::string floats_text(const std::vector<float>& v) {
-  std::string out;
-  char buf[32];
-  for (float f : v) {
-    std::snprintf(buf, sizeof buf, "%.9g", f);
-    out += (out.empty() ? "" : ",") + std::string(buf);
-  }
-  return out;
-}
-
-// Every rank starts from rank 0's weights and state (its load or resume, or its initialisation).
-void broadcast_weights(Communicator& comm, ParamStore& params) {
-  comm.broadcast_host(params.data_block(), params.bytes());
-  const Graph& g = params.graph();
-  for (ValueId v : g.states())
-    comm.broadcast_host(params.state(v), static_cast<std::size_t>(g.value(v).count(1)) * dtype_size(g.value(v).dtype));
-  params.to_device();
-}
-
 // What every rank of a data-parallel run must agree on, one "key=value" item per line: the settings that
 // change the result, the model's parameters and the data's shape.
 std::string rank_digest(const TrainConfig& c, const Graph& g, const data::Dataset& train) {
@@ -196,37 +52,6 @@ std::string rank_digest(const TrainConfig& c, const Graph& g, const data::Datase
   d += "data=" + std::to_string(train.count) + "x" + std::to_string(train.channels) + "x" + std::to_string(train.height) +
        "x" + std::to_string(train.width) + " classes " + std::to_string(train.num_classes) + "\n";
   return d;
-}
-
-// The first item where two digests differ, as "<this> where rank 0 has <that>".
-std::string first_difference(const std::string& mine, const std::string& lead) {
-  std::size_t i = 0;
-  while (i < mine.size() && i < lead.size() && mine[i] == lead[i]) ++i;
-  auto item = [&](const std::string& d) {
-    // The JSON field or line around the first differing character.
-    const std::size_t from = d.find_last_of(",{\n", i == 0 ? 0 : i - 1);
-    const std::size_t to = d.find_first_of(",}\n", i);
-    return d.substr(from == std::string::npos ? 0 : from + 1, to == std::string::npos ? std::string::npos : to - from - 1);
-  };
-  return item(mine) + " where rank 0 has " + item(lead);
-}
-
-// Every rank compares what it was started with against rank 0's before the first collective that depends on
-// it: a mismatch is one error on every rank (and a clean exit), never a crash or runs that drift apart.
-void check_ranks_agree(Communicator& comm, const std::string& digest) {
-  double size = static_cast<double>(digest.size());
-  comm.broadcast_host(&size, sizeof size);
-  std::string lead(static_cast<std::size_t>(size), '\0');
-  if (comm.rank() == 0) lead = digest;
-  comm.broadcast_host(lead.data(), lead.size());
-  double differ = lead != digest ? 1 : 0;
-  comm.sum_host(&differ, 1);
-  if (differ == 0) return;
-  comm.fail_together();
-  CRUMB_CHECK(lead == digest, "rank ", comm.rank(), " of ", comm.size(), " was started with other settings than rank 0: ",
-              first_difference(digest, lead), " (every rank must be given the same flags and data)");
-  CRUMB_FAIL(static_cast<int>(differ), " of ", comm.size(), " ranks were started with other settings than rank 0 ",
-             "(every rank must be given the same flags and data; each says what differs)");
 }
 
 // Sums the ranks' shares of a batch's loss and accuracy, and whether any rank was asked to stop, so that
@@ -241,105 +66,21 @@ bool sum_over_ranks(Communicator& comm, BatchResult& r, bool stop) {
 
 }  // namespace
 
-const char* precision_name(Precision p) {
-  switch (p) {
-    case Precision::TF32: return "tf32";
-    case Precision::BF16: return "bf16";
-    case Precision::FP16: return "fp16";
-    default: return "fp32";
-  }
-}
-
-bool precision_named(const std::string& name, Precision& out) {
-  for (Precision p : {Precision::FP32, Precision::TF32, Precision::BF16, Precision::FP16})
-    if (name == precision_name(p)) {
-      out = p;
-      return true;
-    }
-  return false;
-}
-
-OptimizerConfig default_optimizer(OptimizerKind kind) {
-  OptimizerConfig c;
-  c.kind = kind;
-  c.lr = kind == OptimizerKind::Sgd ? 0.05 : 1e-3;
-  c.weight_decay = kind == OptimizerKind::Sgd ? 0.0 : 0.01;
-  c.momentum = kind == OptimizerKind::Sgd ? 0.9 : 0.0;
-  return c;
-}
-
-DType activation_dtype(Precision p) {
-  return p == Precision::BF16 ? DType::BF16 : p == Precision::FP16 ? DType::F16 : DType::F32;
-}
-
-std::string recorded_value(const CheckpointMetadata& meta, const std::string& key, const std::string& path) {
-  for (const auto& [k, v] : meta)
-    if (k == key) return v;
-  CRUMB_FAIL(path, " records no run (no \"", key, "\" in its metadata): it was not saved by train --save; use --load ",
-             path, " to start a new run from its weights");
-}
-
-std::string model_name(const TrainConfig& c) {
-  return c.network.empty() ? c.model : parse_network(c.network, "the network description").name;
-}
-
-Device pick_device(const TrainConfig& c) {
-  if (!c.device) return preferred_device();
-  backend(*c.device);
-  return *c.device;
-}
-
-std::size_t budget_of(const TrainConfig& c, Device device) {
-  return c.memory_budget ? c.memory_budget : backend(device).default_budget();
-}
-
-bool uses_channels_last(const TrainConfig& c, Device device) {
-  if (c.channels_last != ChannelsLast::Auto) return c.channels_last == ChannelsLast::On;
-  return device == Device::CUDA && is_half(activation_dtype(c.precision));
-}
-
-RunPlan plan_run(const TrainConfig& c, const data::DataShape& shape, int batch, Device device) {
-  RunPlan p;
-  if (c.precision == Precision::FP16) c.loss_scale.validate();
-  const std::vector<DType> runs = backend(device).float_dtypes();
-  CRUMB_CHECK(std::find(runs.begin(), runs.end(), activation_dtype(c.precision)) != runs.end(), "--precision ",
-              precision_name(c.precision), ": ", backend(device).description(), " has no ",
-              dtype_name(activation_dtype(c.precision)), " arithmetic (bf16 needs compute capability 8.0 or newer); ",
-              "use --precision fp16");
-  const models::ModelSpec spec(shape.channels, shape.height, shape.width, shape.classes, c.norm, c.dropout);
-  p.graph = c.network.empty() ? models::build(c.model, spec, activation_dtype(c.precision))
-                              : build_network(c.network, spec, activation_dtype(c.precision));
-  p.graph.set_tf32(c.precision == Precision::TF32);
-  p.graph.set_deterministic(c.deterministic);
-  build_backward(p.graph);
-  Graph unfused;  // what swapping and recomputing may fall back on (plan_fused_strategy)
-  if (c.fuse) {
-    unfused = p.graph;
-    fuse(p.graph);
-  }
-  if (uses_channels_last(c, device)) {
-    to_channels_last(p.graph);
-    if (c.fuse) to_channels_last(unfused);
-  }
-  check_bn_group(c, p.graph, batch);
-  p.device = device;
-  p.budget = budget_of(c, device);
-  p.batch = batch;
-  StrategyRequest r;
-  r.strategy = c.strategy;
-  r.batch = batch;
-  r.budget = p.budget;
-  r.micro_batch = c.micro_batch;
-  r.optimizer = c.optimizer;
-  r.device = device;
-  if (!c.fuse) p.strategy = plan_strategy(p.graph, r);
-  else if (!plan_in_place(p, r)) plan_fused_strategy(p, std::move(unfused), r);
-  p.split = describe_split(c, batch, p);
-  return p;
-}
-
 Trainer::Trainer(TrainConfig cfg, std::shared_ptr<const data::DataSplit> data, std::shared_ptr<Communicator> comm)
     : cfg_(std::move(cfg)), comm_(std::move(comm)), scaler_(cfg_.loss_scale, cfg_.precision == Precision::FP16) {
+  build(std::nullopt, std::move(data));
+}
+
+Trainer::Trainer(TrainConfig cfg, Graph model, std::shared_ptr<const data::DataSplit> data,
+                 std::shared_ptr<Communicator> comm)
+    : cfg_(std::move(cfg)), comm_(std::move(comm)), scaler_(cfg_.loss_scale, cfg_.precision == Precision::FP16) {
+  CRUMB_CHECK(cfg_.network.empty(), "a Trainer given a graph takes no network description (TrainConfig::network)");
+  CRUMB_CHECK(data, "a Trainer given a graph needs its data (the images its input \"x\" takes)");
+  cfg_.graph_given = true;
+  build(std::move(model), std::move(data));
+}
+
+void Trainer::build(std::optional<Graph> model, std::shared_ptr<const data::DataSplit> data) {
   cfg_.validate();
   // Before any file is read: no output of the run may replace one of its inputs.
   check_run_files(cfg_);
@@ -355,8 +96,10 @@ Trainer::Trainer(TrainConfig cfg, std::shared_ptr<const data::DataSplit> data, s
   // no samples yet (a trainer that predicts until train_more), the batch training would use.
   batch_ = train.count > 0 ? std::min(cfg_.batch, train.count) : cfg_.batch;
   // Each rank plans for the largest share, rank 0's.
-  plan_ = plan_run(cfg_, {train.channels, train.height, train.width, train.num_classes},
-                   batch_share(batch_, ranks(), 0).size, device);
+  named_model_ = !model && cfg_.network.empty();
+  const int share = batch_share(batch_, ranks(), 0).size;
+  plan_ = model ? plan_graph(cfg_, std::move(*model), share, device)
+                : plan_run(cfg_, {train.channels, train.height, train.width, train.num_classes}, share, device);
   if (comm_) check_ranks_agree(*comm_, rank_digest(cfg_, plan_.graph, train));
 }
 
@@ -369,7 +112,6 @@ std::size_t Trainer::arena_bytes() const { return arena_->size(); }
 void Trainer::prepare() {
   if (sched_) return;
   const Device device = plan_.device;
-  const int m = micro_batch();
   params_ = std::make_unique<ParamStore>(plan_.graph, device);
   params_->init(cfg_.seed);
   if (initial_state_) {
@@ -392,42 +134,7 @@ void Trainer::prepare() {
       if (key == "model" && !value.empty() && value != cfg_.model)
         warnings_.push_back(cfg_.load + " was saved from model '" + value + "', loading it into '" + cfg_.model + "'");
   }
-  // A resumed run continues the same run: its schedule ends where the uninterrupted one would.
-  if (!cfg_.resume.empty()) {
-    // Everything is checked before anything is loaded or written: a resume that cannot continue the run
-    // leaves its checkpoint as it was.
-    const CheckpointMetadata meta = checkpoint_metadata(cfg_.resume);
-    start_epoch_ = metadata_int(meta, "train.epoch", cfg_.resume);
-    start_batch_ = metadata_int(meta, "train.batch", cfg_.resume);
-    const bool finished = start_batch_ == 0 && start_epoch_ == cfg_.epochs;
-    CRUMB_CHECK(!finished, cfg_.resume, " finished its ", start_epoch_,
-                " epoch(s): give --epochs above that to train on (the checkpoint is unchanged)");
-    CRUMB_CHECK(cfg_.epochs > start_epoch_, cfg_.resume, " has trained ", start_epoch_, " epoch(s)",
-                start_batch_ ? " and " + std::to_string(start_batch_) + " batch(es)" : std::string(), ": --epochs ",
-                cfg_.epochs, " would move it backwards; give --epochs above ", start_epoch_,
-                " (the checkpoint is unchanged)");
-    CRUMB_CHECK(has_optimizer_file(cfg_.resume) || cfg_.fresh_optimizer, optimizer_path(cfg_.resume),
-                " is missing: it holds the run's optimizer state and step count, without which the momentum and ",
-                "the learning-rate schedule would start over; put it back, or pass --fresh-optimizer to resume ",
-                "with a new optimizer");
-    load_checkpoint(cfg_.resume, *params_, cfg_.fresh_optimizer ? nullptr : opt_.get());
-    if (scaler_.enabled())
-      scaler_.restore(std::ldexp(1.0, metadata_int(meta, "train.loss_scale_exponent", cfg_.resume)),
-                      metadata_int(meta, "train.loss_scale_clean_steps", cfg_.resume),
-                      metadata_int(meta, "train.skipped_steps", cfg_.resume));
-    CRUMB_CHECK(start_batch_ <= batches_per_epoch() || data_->train.count == 0, cfg_.resume, " stopped at batch ", start_batch_,
-                " of an epoch, but this data has ", batches_per_epoch(), " batches per epoch");
-    const int threads = metadata_int(meta, "train.threads", cfg_.resume);
-    const int saved_m = metadata_int(meta, "train.micro_batch", cfg_.resume);
-    if (threads != cfg_.threads || saved_m != m)
-      warnings_.push_back("the run used " + std::to_string(threads) + " threads and micro-batches of " +
-                          std::to_string(saved_m) + ", this one " + std::to_string(cfg_.threads) + " and " +
-                          std::to_string(m) +
-                          ": it continues exactly, but float rounding will differ from an uninterrupted run");
-    opt_->set_total_steps(run_steps);
-  } else {
-    opt_->set_total_steps(opt_->steps() + run_steps);
-  }
+  continue_run(run_steps);
   if (comm_) broadcast_weights(*comm_, *params_);
   if (lead() && !cfg_.save.empty()) check_checkpoint_path(cfg_.save);
   // Opened before training, so a bad path fails at once rather than after the first epoch.
@@ -455,8 +162,9 @@ void Trainer::make_loaders() {
   const int m = micro_batch();
   // A GPU copies micro-batches straight out of the loader's slots, asynchronously when they are pinned.
   const Memory batch_memory = backend(plan_.device).host_memory();
-  train_loader_ = std::make_unique<data::Loader>(data_->train, batch_, data_->norm, /*shuffle=*/true, cfg_.seed,
-                                                 cfg_.drop_last, batch_memory);
+  train_loader_ = std::make_unique<data::Loader>(
+      data_->train, batch_, data_->norm,
+      data::LoaderOptions::shuffled(cfg_.seed).dropping_last(cfg_.drop_last).in(batch_memory));
   // The loader assembles this rank's share of each batch, a micro-batch at a time.
   train_loader_->set_micro_batch(m, comm_ ? comm_->rank() : 0, ranks());
   if (cfg_.augment) train_loader_->set_augment({4, true});
@@ -464,7 +172,7 @@ void Trainer::make_loaders() {
   test_loader_.reset();
   if (data_->test.count)
     test_loader_ = std::make_unique<data::Loader>(data_->test, std::min(m, data_->test.count), data_->norm,
-                                                  /*shuffle=*/false, 0, false, batch_memory);
+                                                  data::LoaderOptions::in_order().in(batch_memory));
 }
 
 void Trainer::check_like_training(const data::Dataset& ds, const char* what) const {
@@ -484,7 +192,7 @@ void Trainer::train_more(std::shared_ptr<const data::DataSplit> data, int epochs
   check_like_training(data->train, "the training data");
   if (data->test.count) check_like_training(data->test, "the test data");
   const int batch = std::min(cfg_.batch, data->train.count);
-  check_bn_group(cfg_, plan_.graph, batch);
+  check_bn_group(cfg_, plan_.graph, batch, named_model_);
   check_micro_batch(plan_.graph, micro_batch(), batch);
   data_ = std::move(data);
   batch_ = batch;
@@ -531,6 +239,7 @@ bool Trainer::train_batch(StepInfo& info) {
   if (!train_loader_->next(b)) return false;
   const Clock::time_point start = Clock::now();
   const double loss_scale = scaler_.scale();
+  if (hooks_.before_batch) hooks_.before_batch(*this);
   BatchResult r = sched_->train_batch(*train_loader_, b.size, random_key(cfg_.seed, opt_->steps()), loss_scale);
   batch_seconds_ += seconds_since(start);
   micro_batches_ += r.micro_batches;
@@ -543,6 +252,7 @@ bool Trainer::train_batch(StepInfo& info) {
                    detail::concat("the loss became ", r.loss_sum, " at epoch ", epoch_ + 1, " batch ", b.index + 1),
                    "lower --lr");
   check_finite(epoch_, b.index);
+  if (hooks_.before_step) hooks_.before_step(*this, r);
   // Until the step is whole, the weights are neither the last step's nor this one's.
   stepping_ = true;
   // fp16: one check of the whole step's gradient (after the sum over ranks, so every rank decides alike).
@@ -574,8 +284,8 @@ Evaluation Trainer::evaluate(const data::Dataset& ds) {
   prepare();
   CRUMB_CHECK(ds.count > 0, "nothing to evaluate: no samples");
   check_like_training(ds, "the evaluation data");
-  data::Loader loader(ds, std::min(micro_batch(), ds.count), data_->norm, /*shuffle=*/false, 0, false,
-                      backend(plan_.device).host_memory());
+  data::Loader loader(ds, std::min(micro_batch(), ds.count), data_->norm,
+                      data::LoaderOptions::in_order().in(backend(plan_.device).host_memory()));
   return evaluate_with(ds, loader);
 }
 
@@ -617,8 +327,8 @@ void Trainer::predict(const data::Dataset& ds, float* logits) {
   Backend& device = backend(plan_.device);
   Backend& host = backend(Device::CPU);
   std::vector<unsigned char> chunk;
-  data::Loader loader(ds, std::min(micro_batch(), ds.count), data_->norm, /*shuffle=*/false, 0, false,
-                      device.host_memory());
+  data::Loader loader(ds, std::min(micro_batch(), ds.count), data_->norm,
+                      data::LoaderOptions::in_order().in(device.host_memory()));
   evaluate_with(ds, loader, [&](int first, int n) {
     const std::size_t count = n * row;
     chunk.resize(count * dtype_size(dtype));
@@ -631,59 +341,6 @@ void Trainer::predict(const data::Dataset& ds, float* logits) {
     else
       host.convert(dst, DType::F32, chunk.data(), dtype, count);
   });
-}
-
-void Trainer::save(int epoch, int batch, const std::string& path) {
-  const std::string target = path.empty() ? cfg_.save : path;
-  CheckpointMetadata meta = cfg_.record;
-  meta.insert(meta.end(), {{"train.epoch", std::to_string(epoch)},
-                           {"train.batch", std::to_string(batch)},
-                           {"train.threads", std::to_string(cfg_.threads)},
-                           {"train.micro_batch", std::to_string(micro_batch())}});
-  if (scaler_.enabled()) {
-    // The scale is a power of two: its exponent is a count, read back as strictly as the others.
-    int exponent = 0;
-    std::frexp(scaler_.scale(), &exponent);
-    meta.insert(meta.end(), {{"train.loss_scale_exponent", std::to_string(exponent - 1)},
-                             {"train.loss_scale_clean_steps", std::to_string(scaler_.clean_steps())},
-                             {"train.skipped_steps", std::to_string(scaler_.skipped())}});
-  }
-  if (!cfg_.network.empty())
-    meta.push_back({"train.network", network_json(parse_network(cfg_.network, "the network description"))});
-  const data::Dataset& t = data_->train;
-  meta.insert(meta.end(),
-              {{kDataShapeKey, std::to_string(t.channels) + "x" + std::to_string(t.height) + "x" + std::to_string(t.width)},
-               {kDataClassesKey, std::to_string(t.num_classes)},
-               {kDataPixelsKey, t.pixel_type() == data::PixelType::F32 ? "float32" : "uint8"},
-               {kDataMeanKey, floats_text(data_->norm.mean)},
-               {kDataStdKey, floats_text(data_->norm.std)}});
-  try {
-    save_checkpoint_or_rescue(target, *params_, opt_.get(), cfg_.model, meta);
-  } catch (...) {
-    save_failed_ = true;
-    throw;
-  }
-  if (target == cfg_.save) {
-    saved_epoch_ = epoch;
-    saved_batch_ = batch;
-  }
-}
-
-std::string Trainer::after_failure() {
-  // A divergence says itself that nothing was saved; a failed save where the weights went.
-  if (!lead() || diverged_ || save_failed_) return "";
-  if (stepping_)
-    return "; nothing was saved: the failure came during an optimizer step, so the weights are not a step's";
-  if (cfg_.save.empty()) return "; nothing was saved (no --save)";
-  const std::string step = "the last optimizer step (" + std::to_string(opt_->steps()) + ")";
-  if (saved_epoch_ == at_epoch_ && saved_batch_ == at_batch_)
-    return "; " + cfg_.save + " holds " + step + ": --resume " + cfg_.save + " continues the run";
-  try {
-    save(at_epoch_, at_batch_);
-  } catch (const Error& e) {
-    return std::string("; saving ") + step + " failed: " + e.what();
-  }
-  return "; saved " + step + " in " + cfg_.save + ": --resume " + cfg_.save + " continues the run";
 }
 
 FitResult Trainer::fit(const std::vector<Callback*>& given) {

@@ -68,13 +68,16 @@ struct TrainConfig {
   // their own group; `dropout` does not apply (each dropout node has its own p). Checkpoints record it
   // ("train.network", canonical), so a resumed run needs no file.
   std::string network;
+  // Set by the Trainer given the caller's graph: `model` is then only its name, and the model's options
+  // (norm, dropout) do not apply.
+  bool graph_given = false;
   models::NormSpec norm;
   double dropout = 0.5;
   data::DataSpec data;
   bool augment = false;  // random crop (pad 4) and horizontal flip of training images
   int epochs = 1;
   int batch = 64;        // a batch larger than the training set is the whole set
-  int micro_batch = 0;   // 0: the largest that fits the budget
+  int micro_batch = 0;   // 0: the budget decides (the `micro-batch` row of engine/train/options.cc says how)
   bool drop_last = false;  // skip each epoch's short last batch
   OptimizerConfig optimizer = default_optimizer(OptimizerKind::Sgd);  // its schedule's horizon is set by the run
   std::optional<Device> device;  // none: CUDA where a GPU is usable, else the CPU
@@ -147,6 +150,14 @@ Device pick_device(const TrainConfig& cfg);
 std::size_t budget_of(const TrainConfig& cfg, Device device);
 // Plans cfg's model for inputs of `shape` and batches of `batch` samples on `device`.
 RunPlan plan_run(const TrainConfig& cfg, const data::DataShape& shape, int batch, Device device);
+// Plans a model the caller built (`model`: inputs "x" [C, H, W] and "y" and a loss, as models::build makes
+// them, in the float dtype of cfg.precision). A forward graph gets its backward pass and cfg's rewrites
+// (fusion, channels-last) as a registered model does; a graph that has its backward pass already (the
+// caller's own rewrites done) is planned as given.
+RunPlan plan_graph(const TrainConfig& cfg, Graph model, int batch, Device device);
+// A BatchNorm group must fit in the batch it normalises. named: g is the registered model cfg.model (whose
+// groups cfg.norm sets), else its nodes say.
+void check_bn_group(const TrainConfig& cfg, const Graph& g, int batch, bool named);
 
 // The value `key` recorded in the metadata of the checkpoint at `path` (an error where it records no run).
 std::string recorded_value(const CheckpointMetadata& meta, const std::string& key, const std::string& path);
@@ -195,6 +206,14 @@ struct EpochInfo {
 
 class Trainer;
 
+// What the Trainer calls around each training batch (Trainer::set_batch_hooks), on every rank:
+// before_batch before its micro-batches run; before_step after them, when the gradient block and the
+// state hold the batch's gradients and statistics, before the optimizer steps.
+struct BatchHooks {
+  std::function<void(Trainer&)> before_batch;
+  std::function<void(Trainer&, const BatchResult&)> before_step;
+};
+
 // What fit() calls back, on the lead rank only (rank 0; the only rank without MPI). Any may throw to end
 // the run; request_stop() ends it after the current step, with a save.
 class Callback {
@@ -231,6 +250,11 @@ class Trainer {
   // inspected (plan()) before prepare() or fit() allocate.
   explicit Trainer(TrainConfig cfg, std::shared_ptr<const data::DataSplit> data = nullptr,
                    std::shared_ptr<Communicator> comm = nullptr);
+  // The same for a model the caller built, as ggml's fit takes the caller's tensors: `model` is planned by
+  // plan_graph, for `data`'s images. cfg.model names it in checkpoints; cfg.network, cfg.norm and
+  // cfg.dropout do not apply (a norm or dropout other than the default is an error).
+  Trainer(TrainConfig cfg, Graph model, std::shared_ptr<const data::DataSplit> data,
+          std::shared_ptr<Communicator> comm = nullptr);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -242,6 +266,8 @@ class Trainer {
   // prepare() calls `set` after initialising the parameters and before loading cfg.load or resuming
   // cfg.resume, so a checkpoint named in the config always wins over them. Before prepare().
   void set_initial_state(std::function<void(ParamStore&)> set);
+  // What to call around each training batch (replacing any given before).
+  void set_batch_hooks(BatchHooks hooks) { hooks_ = std::move(hooks); }
   // Trains from where the run stands to cfg.epochs, evaluating after each epoch; cfg.log's lines are
   // written after the given callbacks'. An error mid-run (a data
   // file truncated under its memory map, out of memory, a callback's) first saves the last optimizer step
@@ -300,6 +326,10 @@ class Trainer {
   const std::vector<std::string>& warnings() const { return warnings_; }
 
  private:
+  // The constructors' common part: reads the data, connects the ranks, plans `model` (cfg's when none).
+  void build(std::optional<Graph> model, std::shared_ptr<const data::DataSplit> data);
+  // prepare()'s part for cfg.resume: reads where the run stood, or starts the schedule's `run_steps` anew.
+  void continue_run(long long run_steps);
   void check_finite(int epoch, int batch);
   FitResult fit_epochs(const std::vector<Callback*>& callbacks);
   // After an error escaped fit: saves the last good step where there is one and says what was saved.
@@ -338,6 +368,8 @@ class Trainer {
   std::atomic<bool> stop_requested_{false};  // request_stop() may come from another thread
   bool stop_agreed_ = false;  // the last step's stop decision, the same on every rank
   std::function<void(ParamStore&)> initial_state_;
+  BatchHooks hooks_;
+  bool named_model_ = false;  // the model is cfg.model from the registry (not a network nor a graph)
   std::vector<std::string> warnings_;
   // What train_batch ran: forward + backward of every micro-batch, without the optimizer.
   double batch_seconds_ = 0;

@@ -33,7 +33,7 @@ struct Model {
     const ValueId y = g.input("y", {}, DType::I32);
     BatchNormAttrs bn;
     bn.group = 2;
-    const ValueId h = nn::batch_norm2d(g, nn::conv2d(g, x, 3, 3, 1, 1, "conv"), "bn", bn);
+    const ValueId h = nn::batch_norm2d(g, nn::conv2d(g, x, 3, 3, "conv", nn::ConvOptions().with_pad(1)), "bn", bn);
     nn::softmax_cross_entropy(g, nn::linear(g, nn::flatten(g, h, "flat"), 3, "fc"), y, "loss");
     build_backward(g);
     params = std::make_unique<ParamStore>(g);

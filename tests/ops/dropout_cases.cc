@@ -13,7 +13,9 @@ CRUMB_ON_LOAD {
       // differences and both micro-batches of the accumulate test (tests/dropout_test.cc varies it).
       {"Dropout", {12}, 3, [](Graph& g, ValueId x) { return nn::dropout(g, nn::linear(g, x, 10, "fc"), 0.4, "drop"); }},
       {"DropoutOnImages", {2, 4, 4}, 2,
-       [](Graph& g, ValueId x) { return nn::dropout(g, nn::conv2d(g, x, 3, 3, 1, 1, "conv"), 0.5, "drop"); }}
+       [](Graph& g, ValueId x) {
+         return nn::dropout(g, nn::conv2d(g, x, 3, 3, "conv", nn::ConvOptions().with_pad(1)), 0.5, "drop");
+       }}
   });
 }
 

@@ -29,7 +29,7 @@ CRUMB_ON_LOAD {
        }},
       {"FlattenOfConv", {1, 5, 5}, 2,
        [](Graph& g, ValueId x) {
-         return nn::linear(g, nn::flatten(g, nn::conv2d(g, x, 2, 3, 1, 0, "conv"), "flat"), 3, "fc");
+         return nn::linear(g, nn::flatten(g, nn::conv2d(g, x, 2, 3, "conv"), "flat"), 3, "fc");
        }}
   });
 }

@@ -26,7 +26,8 @@ void channels_last(Graph& g) {
 ValueId conv_bn_relu(Graph& g, ValueId x, int channels, const std::string& name, int group) {
   BatchNormAttrs a;
   a.group = group;
-  return nn::relu(g, nn::batch_norm2d(g, nn::conv2d(g, x, channels, 3, 1, 1, name + ".conv", false), name + ".bn", a),
+  return nn::relu(g, nn::batch_norm2d(g, nn::conv2d(g, x, channels, 3, name + ".conv",
+                                                    nn::ConvOptions().with_pad(1).with_bias(false)), name + ".bn", a),
                   name + ".relu");
 }
 
@@ -34,10 +35,13 @@ ValueId conv_bn_relu(Graph& g, ValueId x, int channels, const std::string& name,
 
 CRUMB_ON_LOAD {
   add_op_cases({
-      {"NhwcConv2dStridePad", {3, 7, 6}, 3, [](Graph& g, ValueId x) { return nn::conv2d(g, x, 4, 3, 2, 1, "conv"); },
+      {"NhwcConv2dStridePad", {3, 7, 6}, 3,
+       [](Graph& g, ValueId x) { return nn::conv2d(g, x, 4, 3, "conv", nn::ConvOptions().with_stride(2).with_pad(1)); },
        channels_last},
       {"NhwcConv2d1x1NoBias", {4, 3, 5}, 2,
-       [](Graph& g, ValueId x) { return nn::conv2d(g, x, 3, 1, 1, 0, "conv", false); }, channels_last},
+       [](Graph& g, ValueId x) {
+         return nn::conv2d(g, x, 3, 1, "conv", nn::ConvOptions().with_bias(false));
+       }, channels_last},
       // A residual connection: conv-BN-ReLU and the shortcut added, then max pooling; the input's
       // gradient (from the convolution and the shortcut) goes back through the conversion at the input.
       // (Two conv-BN-ReLUs in a row exceed the 16-bit modes' tolerance in NCHW too: a ReLU input within
@@ -50,17 +54,19 @@ CRUMB_ON_LOAD {
        channels_last},
       {"NhwcAvgPoolGroupNormDropout", {4, 5, 5}, 3,
        [](Graph& g, ValueId x) {
-         const ValueId h = nn::group_norm(g, nn::conv2d(g, x, 4, 3, 1, 1, "conv"), 2, "gn");
+         const ValueId h = nn::group_norm(g, nn::conv2d(g, x, 4, 3, "conv", nn::ConvOptions().with_pad(1)), 2, "gn");
          return nn::dropout(g, nn::avg_pool2d(g, h, 3, 2, "pool", 1), 0.25, "drop");
        },
        channels_last},
       // Global and adaptive average pooling end the region with 1x1 maps, which need no conversion.
       {"NhwcGlobalAvgPool", {3, 4, 4}, 2,
-       [](Graph& g, ValueId x) { return nn::global_avg_pool(g, nn::conv2d(g, x, 5, 3, 1, 1, "conv"), "gap"); },
+       [](Graph& g, ValueId x) {
+         return nn::global_avg_pool(g, nn::conv2d(g, x, 5, 3, "conv", nn::ConvOptions().with_pad(1)), "gap");
+       },
        channels_last},
       {"NhwcAdaptiveAvgPool", {2, 5, 7}, 2,
        [](Graph& g, ValueId x) {
-         return nn::adaptive_avg_pool2d(g, nn::conv2d(g, x, 3, 3, 1, 1, "conv"), 2, 3, "pool");
+         return nn::adaptive_avg_pool2d(g, nn::conv2d(g, x, 3, 3, "conv", nn::ConvOptions().with_pad(1)), 2, 3, "pool");
        },
        channels_last},
       // MobileNetV2's block: a depthwise convolution (its [K, 1, R, S] filter converted like any other),
@@ -69,9 +75,10 @@ CRUMB_ON_LOAD {
        [](Graph& g, ValueId x) {
          BatchNormAttrs a;
          a.group = 2;
-         const ValueId d = nn::batch_norm2d(g, nn::conv2d(g, x, 4, 3, 1, 1, "dw", false, 4), "bn", a);
+         const nn::ConvOptions depthwise = nn::ConvOptions().with_pad(1).with_bias(false).with_groups(4);
+         const ValueId d = nn::batch_norm2d(g, nn::conv2d(g, x, 4, 3, "dw", depthwise), "bn", a);
          const ValueId h = nn::hardtanh(g, d, 0, 6, "relu6");
-         return nn::leaky_relu(g, nn::conv2d(g, h, 3, 1, 1, 0, "pw"), 0.1, "lrelu");
+         return nn::leaky_relu(g, nn::conv2d(g, h, 3, 1, "pw"), 0.1, "lrelu");
        },
        channels_last},
       // The conversions on their own, as a model would write them.

@@ -18,13 +18,13 @@ CRUMB_ON_LOAD {
        [](Graph& g, ValueId x) {
          BatchNormAttrs a;
          a.group = 2;
-         return nn::batch_norm2d(g, nn::conv2d(g, x, 3, 3, 1, 1, "conv"), "bn", a);
+         return nn::batch_norm2d(g, nn::conv2d(g, x, 3, 3, "conv", nn::ConvOptions().with_pad(1)), "bn", a);
        }},
       {"BatchNormWholeMicroBatch", {3, 3, 4}, 4,
        [](Graph& g, ValueId x) {
          BatchNormAttrs a;
          a.group = 0;
-         return nn::batch_norm2d(g, nn::conv2d(g, x, 2, 3, 1, 1, "conv"), "bn", a);
+         return nn::batch_norm2d(g, nn::conv2d(g, x, 2, 3, "conv", nn::ConvOptions().with_pad(1)), "bn", a);
        }},
       // hw = 1 (a 1x1 feature map): statistics over the group's samples alone.
       {"BatchNormOnePixel", {4, 1, 1}, 6,
@@ -36,7 +36,9 @@ CRUMB_ON_LOAD {
       // Normalised with (non-trivial) running statistics: PyTorch's eval() mode, differentiated.
       {"BatchNormFrozen", {2, 3, 3}, 3, frozen_conv_bn},
       {"GroupNorm", {4, 3, 3}, 3,
-       [](Graph& g, ValueId x) { return nn::group_norm(g, nn::conv2d(g, x, 4, 3, 1, 1, "conv"), 2, "gn"); }},
+       [](Graph& g, ValueId x) {
+         return nn::group_norm(g, nn::conv2d(g, x, 4, 3, "conv", nn::ConvOptions().with_pad(1)), 2, "gn");
+       }},
       // One channel per group (InstanceNorm) and one group (LayerNorm over c, h, w).
       {"GroupNormPerChannel", {3, 4, 2}, 2, [](Graph& g, ValueId x) { return nn::group_norm(g, x, 3, "gn"); }},
       {"GroupNormOneGroup", {3, 4, 2}, 2, [](Graph& g, ValueId x) { return nn::group_norm(g, x, 1, "gn"); }},
@@ -46,7 +48,8 @@ CRUMB_ON_LOAD {
        [](Graph& g, ValueId x) {
          BatchNormAttrs a;
          a.group = 2;
-         return nn::relu(g, nn::batch_norm2d(g, nn::conv2d(g, x, 3, 3, 1, 1, "conv"), "bn", a), "relu");
+         return nn::relu(g, nn::batch_norm2d(g, nn::conv2d(g, x, 3, 3, "conv",
+                                                           nn::ConvOptions().with_pad(1)), "bn", a), "relu");
        },
        [](Graph& g) {
          CRUMB_CHECK(recompute(g, all_recomputable(g)) >= 2, "op case BatchNormReluRecomputed: fewer than 2 values (BatchNorm, ReLU) were recomputed");

@@ -32,7 +32,7 @@ void fused(Graph& g, std::initializer_list<const OpDef*> ops) {
 ValueId conv_bn_relu(Graph& g, ValueId x, ValueId residual_of_x) {
   BatchNormAttrs a;
   a.group = 2;
-  ValueId h = nn::batch_norm2d(g, nn::conv2d(g, x, 3, 3, 1, 1, "conv"), "bn", a);
+  ValueId h = nn::batch_norm2d(g, nn::conv2d(g, x, 3, 3, "conv", nn::ConvOptions().with_pad(1)), "bn", a);
   if (residual_of_x >= 0) h = nn::add(g, h, residual_of_x, "add");
   return nn::relu(g, h, "relu");
 }
@@ -51,20 +51,20 @@ CRUMB_ON_LOAD {
       // gradient sums both paths.
       {"FusedBatchNormAddRelu", {2, 4, 3}, 5,
        [](Graph& g, ValueId x) {
-         return conv_bn_relu(g, x, nn::relu(g, nn::conv2d(g, x, 3, 1, 1, 0, "shortcut"), "shortcut.relu"));
+         return conv_bn_relu(g, x, nn::relu(g, nn::conv2d(g, x, 3, 1, "shortcut"), "shortcut.relu"));
        },
        fused_bn_add},
       // A residual no backward node reads (a convolution's output): the fused backward would keep it for
       // its mask alone, so autograd's backward nodes stay.
       {"FusedBatchNormAddReluForwardOnly", {2, 4, 3}, 5,
-       [](Graph& g, ValueId x) { return conv_bn_relu(g, x, nn::conv2d(g, x, 3, 1, 1, 0, "shortcut")); },
+       [](Graph& g, ValueId x) { return conv_bn_relu(g, x, nn::conv2d(g, x, 3, 1, "shortcut")); },
        fused_bn_add_forward},
       // The normalised value second in the add, the residual x itself, the whole micro-batch one group.
       {"FusedBatchNormAddReluResidualFirst", {3, 3, 4}, 4,
        [](Graph& g, ValueId x) {
          BatchNormAttrs a;
          a.group = 0;
-         const ValueId h = nn::batch_norm2d(g, nn::conv2d(g, x, 3, 3, 1, 1, "conv"), "bn", a);
+         const ValueId h = nn::batch_norm2d(g, nn::conv2d(g, x, 3, 3, "conv", nn::ConvOptions().with_pad(1)), "bn", a);
          return nn::relu(g, nn::add(g, x, h, "add"), "relu");
        },
        fused_bn_add},
@@ -73,7 +73,7 @@ CRUMB_ON_LOAD {
        [](Graph& g, ValueId x) {
          BatchNormAttrs a;
          a.group = 3;
-         const ValueId h = nn::relu(g, nn::batch_norm2d(g, nn::conv2d(g, x, 4, 1, 1, 0, "conv"), "bn", a), "relu");
+         const ValueId h = nn::relu(g, nn::batch_norm2d(g, nn::conv2d(g, x, 4, 1, "conv"), "bn", a), "relu");
          return nn::linear(g, nn::flatten(g, h, "flat"), 3, "fc");
        },
        fused_bn},
@@ -86,7 +86,7 @@ CRUMB_ON_LOAD {
        [](Graph& g, ValueId x) {
          BatchNormAttrs a;
          a.group = 2;
-         const ValueId r = nn::batch_norm2d(g, nn::conv2d(g, x, 3, 1, 1, 0, "shortcut"), "shortcut.bn", a);
+         const ValueId r = nn::batch_norm2d(g, nn::conv2d(g, x, 3, 1, "shortcut"), "shortcut.bn", a);
          return conv_bn_relu(g, x, r);
        },
        [](Graph& g) {
@@ -98,12 +98,13 @@ CRUMB_ON_LOAD {
        }},
       {"FusedGroupNormRelu", {4, 3, 3}, 3,
        [](Graph& g, ValueId x) {
-         return nn::relu(g, nn::group_norm(g, nn::conv2d(g, x, 4, 3, 1, 1, "conv"), 2, "gn"), "relu");
+         return nn::relu(g, nn::group_norm(g, nn::conv2d(g, x, 4, 3, "conv",
+                                                         nn::ConvOptions().with_pad(1)), 2, "gn"), "relu");
        },
        [](Graph& g) { fused(g, {&kGroupNormRelu, &kGroupNormReluBwd}); }},
       {"FusedGroupNormAddRelu", {4, 3, 3}, 3,
        [](Graph& g, ValueId x) {
-         const ValueId h = nn::group_norm(g, nn::conv2d(g, x, 4, 3, 1, 1, "conv"), 2, "gn");
+         const ValueId h = nn::group_norm(g, nn::conv2d(g, x, 4, 3, "conv", nn::ConvOptions().with_pad(1)), 2, "gn");
          return nn::relu(g, nn::add(g, h, x, "add"), "relu");
        },
        [](Graph& g) { fused(g, {&kGroupNormAddRelu, &kGroupNormAddReluBwd}); }},
@@ -120,7 +121,8 @@ CRUMB_ON_LOAD {
        }},
       {"NhwcFusedGroupNormRelu", {4, 5, 5}, 3,
        [](Graph& g, ValueId x) {
-         return nn::relu(g, nn::group_norm(g, nn::conv2d(g, x, 4, 3, 1, 1, "conv"), 2, "gn"), "relu");
+         return nn::relu(g, nn::group_norm(g, nn::conv2d(g, x, 4, 3, "conv",
+                                                         nn::ConvOptions().with_pad(1)), 2, "gn"), "relu");
        },
        [](Graph& g) {
          fused(g, {&kGroupNormRelu, &kGroupNormReluBwd});

@@ -72,7 +72,7 @@ std::vector<ValueId> all_saved(const Graph& g) {
 ValueId frozen_conv_bn(Graph& g, ValueId x) {
   BatchNormAttrs a;
   a.frozen = true;
-  const ValueId h = nn::batch_norm2d(g, nn::conv2d(g, x, 3, 3, 1, 1, "conv"), "bn", a);
+  const ValueId h = nn::batch_norm2d(g, nn::conv2d(g, x, 3, 3, "conv", nn::ConvOptions().with_pad(1)), "bn", a);
   g.value(g.find_value("bn.running_mean")).init.fill = 0.3;
   g.value(g.find_value("bn.running_var")).init.fill = 2.5;
   return h;

@@ -30,8 +30,9 @@ void fused_into(Graph& g, const std::string& layer) {
 
 // conv -> relu -> a second convolution, whose backward takes the masked gradient.
 ValueId conv_relu_conv(Graph& g, ValueId x, int kernel, int stride, int pad, int groups) {
-  const ValueId h = nn::relu(g, nn::conv2d(g, x, 4, kernel, stride, pad, "conv", true, groups), "relu");
-  return nn::conv2d(g, h, 3, 3, 1, 1, "conv2");
+  const auto options = nn::ConvOptions().with_stride(stride).with_pad(pad).with_groups(groups);
+  const ValueId h = nn::relu(g, nn::conv2d(g, x, 4, kernel, "conv", options), "relu");
+  return nn::conv2d(g, h, 3, 3, "conv2", nn::ConvOptions().with_pad(1));
 }
 
 }  // namespace

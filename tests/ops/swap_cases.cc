@@ -13,7 +13,8 @@ CRUMB_ON_LOAD {
       // Every saved value swapped out and back (swap_copy, swap_wait): the same gradients as kept values.
       {"ConvReluSwapped", {2, 5, 5}, 3,
        [](Graph& g, ValueId x) {
-         return nn::conv2d(g, nn::relu(g, nn::conv2d(g, x, 3, 3, 1, 1, "conv1"), "relu"), 2, 3, 1, 1, "conv2");
+         const ValueId h = nn::relu(g, nn::conv2d(g, x, 3, 3, "conv1", nn::ConvOptions().with_pad(1)), "relu");
+         return nn::conv2d(g, h, 2, 3, "conv2", nn::ConvOptions().with_pad(1));
        },
        [](Graph& g) {
          CRUMB_CHECK(!swap(g, all_saved(g), 3, swap_window(1 << 20)).swapped.empty(), "op case ConvReluSwapped: no value was swapped");

@@ -34,11 +34,11 @@ Graph residual_stack(int blocks) {
   Graph g;
   const ValueId x = g.input("x", {3, 32, 32});
   const ValueId y = g.input("y", {}, DType::I32);
-  ValueId h = nn::relu(g, nn::conv2d(g, x, 16, 3, 1, 1, "stem"), "stem.relu");
+  ValueId h = nn::relu(g, nn::conv2d(g, x, 16, 3, "stem", nn::ConvOptions().with_pad(1)), "stem.relu");
   for (int b = 0; b < blocks; ++b) {
     const std::string name = "block" + std::to_string(b);
-    ValueId r = nn::relu(g, nn::conv2d(g, h, 16, 3, 1, 1, name + ".conv1"), name + ".relu1");
-    r = nn::conv2d(g, r, 16, 3, 1, 1, name + ".conv2");
+    ValueId r = nn::relu(g, nn::conv2d(g, h, 16, 3, name + ".conv1", nn::ConvOptions().with_pad(1)), name + ".relu1");
+    r = nn::conv2d(g, r, 16, 3, name + ".conv2", nn::ConvOptions().with_pad(1));
     h = nn::relu(g, nn::add(g, h, r, name + ".add"), name + ".relu2");
   }
   h = nn::linear(g, nn::flatten(g, nn::global_avg_pool(g, h, "pool"), "flat"), 10, "fc");

@@ -334,7 +334,7 @@ class Run {
     {
       nb::gil_scoped_release release;
       const int chunk = std::min(ds.count, 256);
-      data::Loader loader(ds, chunk, trainer_->data().norm, /*shuffle=*/false, 0);
+      data::Loader loader(ds, chunk, trainer_->data().norm, data::LoaderOptions::in_order());
       loader.start_epoch(0);
       data::Batch b;
       for (std::size_t at = 0; loader.next(b); at += static_cast<std::size_t>(b.size) * sample)

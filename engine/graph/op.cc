@@ -27,10 +27,10 @@ void fail(const Node& n, const std::string& message) {
   CRUMB_FAIL("layer '", n.name, "' (", n.def->name, "): ", message);
 }
 
-void expect_arity(const Node& n, size_t lo, size_t hi, size_t outs) {
-  if (n.in.size() < lo || n.in.size() > hi || n.out.size() != outs)
-    fail(n, detail::concat("expects ", lo, lo == hi ? "" : detail::concat("..", hi), " inputs and ", outs,
-                           " outputs, got ", n.in.size(), " and ", n.out.size()));
+void expect_arity(const Node& n, Inputs in, Outputs out) {
+  if (n.in.size() < in.lo || n.in.size() > in.hi || n.out.size() != out.count)
+    fail(n, detail::concat("expects ", in.lo, in.lo == in.hi ? "" : detail::concat("..", in.hi), " inputs and ",
+                           out.count, " outputs, got ", n.in.size(), " and ", n.out.size()));
 }
 
 void set_out_dims(Graph& g, const Node& n, int i, const Dims& dims) {
@@ -42,6 +42,14 @@ void set_out_dims(Graph& g, const Node& n, int i, const Dims& dims) {
   if (v.dims != dims)
     fail(n, detail::concat("output '", v.name, "' has shape ", dims_str(v.dims), " but the op produces ",
                            dims_str(dims)));
+}
+
+void infer_same(Graph& g, Node& n) {
+  expect_arity(n, inputs(1, 2), outputs(1));
+  for (ValueId v : n.in)
+    if (g.value(v).dims != g.value(n.in[0]).dims || g.value(v).batched != g.value(n.in[0]).batched)
+      fail(n, "inputs have different shapes " + dims_str(g.value(n.in[0]).dims) + " and " + dims_str(g.value(v).dims));
+  set_out_dims(g, n, 0, g.value(n.in[0]).dims);
 }
 
 std::vector<ValueId> add_recompute(Graph& g, const Node& n, const OpDef& def, std::vector<ValueId> in,

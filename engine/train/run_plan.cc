@@ -1,0 +1,255 @@
+// Configuration and planning: what a TrainConfig's fields mean (precision, optimizer defaults, device,
+// budget) and the plan of a model for a batch and a budget (plan_run, plan_graph), before anything is
+// allocated. Declared in engine/train/trainer.h.
+#include <algorithm>
+#include <optional>
+
+#include "engine/base/error.h"
+#include "engine/graph/autograd.h"
+#include "engine/graph/fusion.h"
+#include "engine/ops/norm.h"
+#include "engine/plan/layout.h"
+#include "engine/strategy/in_place.h"
+#include "engine/train/network.h"
+#include "engine/train/trainer.h"
+
+namespace crumb {
+
+void check_bn_group(const TrainConfig& c, const Graph& g, int batch, bool named) {
+  if (named) {
+    CRUMB_CHECK(!models::has_norm(c.model) || c.norm.kind != models::NormSpec::Kind::Batch || c.norm.bn.group <= batch,
+                "--bn-group ", c.norm.bn.group, " is larger than the batch of ", batch,
+                " samples (use a smaller --bn-group, --bn-group batch, or a larger --batch)");
+    return;
+  }
+  for (NodeId i = 0; i < g.num_nodes(); ++i) {
+    const Node& n = g.node(i);
+    const BatchNormAttrs* bn = batch_norm_attrs(n);
+    if (!bn || bn->frozen) continue;
+    const int group = bn->group;
+    CRUMB_CHECK(group <= batch, "layer '", n.name, "' normalises groups of ", group, " samples, more than the batch of ",
+                batch, " (use a larger --batch, or a smaller group: its \"group\", or --bn-group where it gives none)");
+  }
+}
+
+namespace {
+
+std::string describe_split(const TrainConfig& c, int batch, const RunPlan& run) {
+  const StrategyPlan& p = run.strategy;
+  const int m = p.plan.micro_batch;
+  const std::string how = c.micro_batch                      ? " (--micro-batch"
+                          : p.choice.used == "micro-batch"    ? " (largest that fits the budget"
+                          : c.strategy == Strategy::None      ? " (--strategy none"
+                          : c.strategy == Strategy::Auto      ? " (the smallest allowed does not fit in memory"
+                                                              : " (largest that fits with --strategy " +
+                                                                    std::string(strategy_name(c.strategy));
+  const bool rewritten = !p.choice.swapped.empty() || !p.choice.recomputed.empty();
+  return "batch " + std::to_string(batch) + " in " + std::to_string((batch + m - 1) / m) + " micro-batch(es) of " +
+         std::to_string(m) + how + (rewritten ? "; " + p.choice.used + " to fit" : "") +
+         (run.in_place ? "; fused normalisations keep their inputs alone, In-Place" : "") +
+         (run.unfused ? "; unfused, which needs least here" : "") + ")";
+}
+
+// Micro-batching alone (in memory) for g under r, if it meets the budget.
+std::optional<StrategyPlan> in_memory_plan(Graph& g, StrategyRequest r) {
+  if (r.strategy == Strategy::Auto) r.strategy = Strategy::MicroBatch;
+  try {
+    return plan_strategy(g, r);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+// In-Place memory (engine/strategy/in_place.h) is the first technique a fused plan tries, before swapping
+// and recomputing: it costs a pass over each fused normalisation's output in the backward pass, so it is
+// taken where micro-batching alone fits a larger micro-batch with it, or fits only with it. Plans p (its
+// graph, fused) in memory and returns true where micro-batching alone meets the budget, In-Place or not;
+// false leaves p.graph as it was, for swapping and recomputing.
+bool plan_in_place(RunPlan& p, const StrategyRequest& r) {
+  if (r.strategy == Strategy::Swap || r.strategy == Strategy::Recompute) return false;
+  Graph kept = p.graph;
+  std::optional<StrategyPlan> fast = in_memory_plan(kept, r);
+  if (fast && (r.micro_batch > 0 || fast->plan.micro_batch >= r.batch)) {
+    p.graph = std::move(kept);
+    p.strategy = std::move(*fast);
+    return true;
+  }
+  Graph lean = p.graph;
+  recompute_in_place(lean);
+  std::optional<StrategyPlan> small = in_memory_plan(lean, r);
+  if (small && (!fast || small->plan.micro_batch > fast->plan.micro_batch)) {
+    p.graph = std::move(lean);
+    p.strategy = std::move(*small);
+    p.in_place = true;
+    return true;
+  }
+  if (!fast) return false;
+  p.graph = std::move(kept);
+  p.strategy = std::move(*fast);
+  return true;
+}
+
+// Swapping and recomputing where a fused plan does not fit in memory. Fused steps are coarser (a fused
+// backward step holds at once what three steps held in turn), and In-Place changes what recomputing can
+// drop, so which of the fused graph, its In-Place form and the unfused graph needs least depends on the
+// model and the strategy (docs/memory.md, Fusion). The first of them, in that order (fewest passes
+// first), whose least budget (from sizes alone) meets the budget is planned; where none does, the error is
+// the one of the graph that needs least.
+void plan_fused_strategy(RunPlan& p, Graph unfused, const StrategyRequest& r) {
+  Graph lean = p.graph;
+  recompute_in_place(lean);
+  struct Variant {
+    Graph* graph;
+    bool in_place, fused;
+    const char* note;
+  };
+  const Variant variants[] = {
+      {&p.graph, false, true, ""},
+      {&lean, true, true, " (these with the fused normalisations keeping their inputs alone, In-Place)"},
+      {&unfused, false, false, " (these for the unfused graph, which needs least here: fused steps are coarser)"}};
+  const Variant* least = nullptr;
+  std::size_t least_bytes = 0;
+  for (const Variant& v : variants) {
+    const std::size_t bytes = least_budget(*v.graph, r);
+    if (bytes <= r.budget) {
+      Graph g = std::move(*v.graph);
+      p.strategy = plan_strategy(g, r);
+      p.graph = std::move(g);
+      p.in_place = v.in_place;
+      p.unfused = !v.fused;
+      return;
+    }
+    if (!least || bytes < least_bytes) least = &v, least_bytes = bytes;
+  }
+  try {
+    plan_strategy(*least->graph, r);
+  } catch (const Error& e) {
+    CRUMB_FAIL(e.what(), least->note);
+  }
+  CRUMB_FAIL("the memory strategy met a budget its least budget said it could not");
+}
+
+}  // namespace
+
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::TF32: return "tf32";
+    case Precision::BF16: return "bf16";
+    case Precision::FP16: return "fp16";
+    default: return "fp32";
+  }
+}
+
+bool precision_named(const std::string& name, Precision& out) {
+  for (Precision p : {Precision::FP32, Precision::TF32, Precision::BF16, Precision::FP16})
+    if (name == precision_name(p)) {
+      out = p;
+      return true;
+    }
+  return false;
+}
+
+OptimizerConfig default_optimizer(OptimizerKind kind) {
+  OptimizerConfig c;
+  c.kind = kind;
+  c.lr = kind == OptimizerKind::Sgd ? 0.05 : 1e-3;
+  c.weight_decay = kind == OptimizerKind::Sgd ? 0.0 : 0.01;
+  c.momentum = kind == OptimizerKind::Sgd ? 0.9 : 0.0;
+  return c;
+}
+
+DType activation_dtype(Precision p) {
+  return p == Precision::BF16 ? DType::BF16 : p == Precision::FP16 ? DType::F16 : DType::F32;
+}
+
+std::string recorded_value(const CheckpointMetadata& meta, const std::string& key, const std::string& path) {
+  for (const auto& [k, v] : meta)
+    if (k == key) return v;
+  CRUMB_FAIL(path, " records no run (no \"", key, "\" in its metadata): it was not saved by train --save; use --load ",
+             path, " to start a new run from its weights");
+}
+
+std::string model_name(const TrainConfig& c) {
+  return c.network.empty() ? c.model : parse_network(c.network, "the network description").name;
+}
+
+Device pick_device(const TrainConfig& c) {
+  if (!c.device) return preferred_device();
+  backend(*c.device);
+  return *c.device;
+}
+
+std::size_t budget_of(const TrainConfig& c, Device device) {
+  return c.memory_budget ? c.memory_budget : backend(device).default_budget();
+}
+
+bool uses_channels_last(const TrainConfig& c, Device device) {
+  if (c.channels_last != ChannelsLast::Auto) return c.channels_last == ChannelsLast::On;
+  return device == Device::CUDA && is_half(activation_dtype(c.precision));
+}
+
+namespace {
+
+// plan_graph's work; named: `model` is the registered model c.model (whose BatchNorm groups c.norm sets).
+RunPlan plan_model(const TrainConfig& c, Graph model, int batch, Device device, bool named) {
+  RunPlan p;
+  p.graph = std::move(model);
+  bool as_given = false;
+  for (NodeId n = 0; n < p.graph.num_nodes(); ++n) as_given = as_given || p.graph.node(n).backward;
+  if (c.precision == Precision::FP16) c.loss_scale.validate();
+  const std::vector<DType> runs = backend(device).float_dtypes();
+  CRUMB_CHECK(std::find(runs.begin(), runs.end(), activation_dtype(c.precision)) != runs.end(), "--precision ",
+              precision_name(c.precision), ": ", backend(device).description(), " has no ",
+              dtype_name(activation_dtype(c.precision)), " arithmetic (bf16 needs compute capability 8.0 or newer); ",
+              "use --precision fp16");
+  // A graph planned as given computes in its own dtype; a forward graph gets cfg's.
+  CRUMB_CHECK(as_given || p.graph.float_dtype() == activation_dtype(c.precision), "the model's graph computes in ",
+              dtype_name(p.graph.float_dtype()), " but --precision ", precision_name(c.precision), " trains in ",
+              dtype_name(activation_dtype(c.precision)), ": build the graph in that dtype");
+  CRUMB_CHECK(std::find(runs.begin(), runs.end(), p.graph.float_dtype()) != runs.end(), "the model's graph computes in ",
+              dtype_name(p.graph.float_dtype()), ", which ", backend(device).description(), " has no arithmetic for");
+  Graph unfused;  // what swapping and recomputing may fall back on (plan_fused_strategy)
+  if (!as_given) {
+    p.graph.set_tf32(c.precision == Precision::TF32);
+    p.graph.set_deterministic(c.deterministic);
+    build_backward(p.graph);
+    if (c.fuse) {
+      unfused = p.graph;
+      fuse(p.graph);
+    }
+    if (uses_channels_last(c, device)) {
+      to_channels_last(p.graph);
+      if (c.fuse) to_channels_last(unfused);
+    }
+  }
+  check_bn_group(c, p.graph, batch, named);
+  p.device = device;
+  p.budget = budget_of(c, device);
+  p.batch = batch;
+  StrategyRequest r;
+  r.strategy = c.strategy;
+  r.batch = batch;
+  r.budget = p.budget;
+  r.micro_batch = c.micro_batch;
+  r.optimizer = c.optimizer;
+  r.device = device;
+  if (!c.fuse || as_given) p.strategy = plan_strategy(p.graph, r);
+  else if (!plan_in_place(p, r)) plan_fused_strategy(p, std::move(unfused), r);
+  p.split = describe_split(c, batch, p);
+  return p;
+}
+
+}  // namespace
+
+RunPlan plan_run(const TrainConfig& c, const data::DataShape& shape, int batch, Device device) {
+  const models::ModelSpec spec(shape.channels, shape.height, shape.width, shape.classes, c.norm, c.dropout);
+  if (!c.network.empty())
+    return plan_model(c, build_network(c.network, spec, activation_dtype(c.precision)), batch, device, false);
+  return plan_model(c, models::build(c.model, spec, activation_dtype(c.precision)), batch, device, true);
+}
+
+RunPlan plan_graph(const TrainConfig& c, Graph model, int batch, Device device) {
+  return plan_model(c, std::move(model), batch, device, false);
+}
+
+}  // namespace crumb

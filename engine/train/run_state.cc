@@ -1,0 +1,129 @@
+// Where a run stands, kept across processes: what a checkpoint records of it (Trainer::save), what a
+// resumed run reads back (continue_run) and what a failure saves (after_failure). Part of the Trainer
+// (engine/train/trainer.h).
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "engine/base/error.h"
+#include "engine/train/network.h"
+#include "engine/train/trainer.h"
+
+namespace crumb {
+namespace {
+
+int metadata_int(const CheckpointMetadata& meta, const std::string& key, const std::string& path) {
+  const std::string v = recorded_value(meta, key, path);
+  CRUMB_CHECK(!v.empty() && v.size() <= 9 && v.find_first_not_of("0123456789") == std::string::npos, path, ": \"",
+              key, "\" is \"", v, "\", not a count");
+  return std::stoi(v);
+}
+
+// Exact decimal text of floats, comma-separated (what the data keys of a checkpoint record).
+std::string floats_text(const std::vector<float>& v) {
+  std::string out;
+  char buf[32];
+  for (float f : v) {
+    std::snprintf(buf, sizeof buf, "%.9g", f);
+    out += (out.empty() ? "" : ",") + std::string(buf);
+  }
+  return out;
+}
+
+}  // namespace
+
+// A resumed run continues the same run: its schedule ends where the uninterrupted one would.
+void Trainer::continue_run(long long run_steps) {
+  if (!cfg_.resume.empty()) {
+    // Everything is checked before anything is loaded or written: a resume that cannot continue the run
+    // leaves its checkpoint as it was.
+    const CheckpointMetadata meta = checkpoint_metadata(cfg_.resume);
+    start_epoch_ = metadata_int(meta, "train.epoch", cfg_.resume);
+    start_batch_ = metadata_int(meta, "train.batch", cfg_.resume);
+    const bool finished = start_batch_ == 0 && start_epoch_ == cfg_.epochs;
+    CRUMB_CHECK(!finished, cfg_.resume, " finished its ", start_epoch_,
+                " epoch(s): give --epochs above that to train on (the checkpoint is unchanged)");
+    CRUMB_CHECK(cfg_.epochs > start_epoch_, cfg_.resume, " has trained ", start_epoch_, " epoch(s)",
+                start_batch_ ? " and " + std::to_string(start_batch_) + " batch(es)" : std::string(), ": --epochs ",
+                cfg_.epochs, " would move it backwards; give --epochs above ", start_epoch_,
+                " (the checkpoint is unchanged)");
+    CRUMB_CHECK(has_optimizer_file(cfg_.resume) || cfg_.fresh_optimizer, optimizer_path(cfg_.resume),
+                " is missing: it holds the run's optimizer state and step count, without which the momentum and ",
+                "the learning-rate schedule would start over; put it back, or pass --fresh-optimizer to resume ",
+                "with a new optimizer");
+    load_checkpoint(cfg_.resume, *params_, cfg_.fresh_optimizer ? nullptr : opt_.get());
+    if (scaler_.enabled())
+      scaler_.restore(std::ldexp(1.0, metadata_int(meta, "train.loss_scale_exponent", cfg_.resume)),
+                      metadata_int(meta, "train.loss_scale_clean_steps", cfg_.resume),
+                      metadata_int(meta, "train.skipped_steps", cfg_.resume));
+    CRUMB_CHECK(start_batch_ <= batches_per_epoch() || data_->train.count == 0, cfg_.resume, " stopped at batch ", start_batch_,
+                " of an epoch, but this data has ", batches_per_epoch(), " batches per epoch");
+    const int threads = metadata_int(meta, "train.threads", cfg_.resume);
+    const int saved_m = metadata_int(meta, "train.micro_batch", cfg_.resume);
+    const int m = micro_batch();
+    if (threads != cfg_.threads || saved_m != m)
+      warnings_.push_back("the run used " + std::to_string(threads) + " threads and micro-batches of " +
+                          std::to_string(saved_m) + ", this one " + std::to_string(cfg_.threads) + " and " +
+                          std::to_string(m) +
+                          ": it continues exactly, but float rounding will differ from an uninterrupted run");
+    opt_->set_total_steps(run_steps);
+  } else {
+    opt_->set_total_steps(opt_->steps() + run_steps);
+  }
+}
+
+void Trainer::save(int epoch, int batch, const std::string& path) {
+  const std::string target = path.empty() ? cfg_.save : path;
+  CheckpointMetadata meta = cfg_.record;
+  meta.insert(meta.end(), {{"train.epoch", std::to_string(epoch)},
+                           {"train.batch", std::to_string(batch)},
+                           {"train.threads", std::to_string(cfg_.threads)},
+                           {"train.micro_batch", std::to_string(micro_batch())}});
+  if (scaler_.enabled()) {
+    // The scale is a power of two: its exponent is a count, read back as strictly as the others.
+    int exponent = 0;
+    std::frexp(scaler_.scale(), &exponent);
+    meta.insert(meta.end(), {{"train.loss_scale_exponent", std::to_string(exponent - 1)},
+                             {"train.loss_scale_clean_steps", std::to_string(scaler_.clean_steps())},
+                             {"train.skipped_steps", std::to_string(scaler_.skipped())}});
+  }
+  if (!cfg_.network.empty())
+    meta.push_back({"train.network", network_json(parse_network(cfg_.network, "the network description"))});
+  const data::Dataset& t = data_->train;
+  meta.insert(meta.end(),
+              {{kDataShapeKey, std::to_string(t.channels) + "x" + std::to_string(t.height) + "x" + std::to_string(t.width)},
+               {kDataClassesKey, std::to_string(t.num_classes)},
+               {kDataPixelsKey, t.pixel_type() == data::PixelType::F32 ? "float32" : "uint8"},
+               {kDataMeanKey, floats_text(data_->norm.mean)},
+               {kDataStdKey, floats_text(data_->norm.std)}});
+  try {
+    save_checkpoint_or_rescue(target, *params_, opt_.get(), cfg_.model, meta);
+  } catch (...) {
+    save_failed_ = true;
+    throw;
+  }
+  if (target == cfg_.save) {
+    saved_epoch_ = epoch;
+    saved_batch_ = batch;
+  }
+}
+
+std::string Trainer::after_failure() {
+  // A divergence says itself that nothing was saved; a failed save where the weights went.
+  if (!lead() || diverged_ || save_failed_) return "";
+  if (stepping_)
+    return "; nothing was saved: the failure came during an optimizer step, so the weights are not a step's";
+  if (cfg_.save.empty()) return "; nothing was saved (no --save)";
+  const std::string step = "the last optimizer step (" + std::to_string(opt_->steps()) + ")";
+  if (saved_epoch_ == at_epoch_ && saved_batch_ == at_batch_)
+    return "; " + cfg_.save + " holds " + step + ": --resume " + cfg_.save + " continues the run";
+  try {
+    save(at_epoch_, at_batch_);
+  } catch (const Error& e) {
+    return std::string("; saving ") + step + " failed: " + e.what();
+  }
+  return "; saved " + step + " in " + cfg_.save + ": --resume " + cfg_.save + " continues the run";
+}
+
+}  // namespace crumb

@@ -1,0 +1,51 @@
+#!/usr/bin/env python3
+"""Checks that no test or tool assembles a training run by hand: a Scheduler is built inside engine/ (the
+Trainer), and tests/ and tools/ train through the Trainer (engine/train/trainer.h: it takes a model name, a
+network description or the caller's graph, with hooks around each batch). ALLOWED lists the files that still
+build a Scheduler of their own and why; the list may only shrink: a file on it that no longer builds one is
+an error too, so the list stays true. Exits 1 listing each problem."""
+import pathlib
+import re
+import sys
+
+# file -> why it still builds a Scheduler itself
+ALLOWED = {
+    "tests/trained_model.h": "the training-loop tests drive loader, scheduler and optimizer step by step",
+    "tests/autocast_parity_test.cc": "compares with PyTorch on samples in a fixed order (the Trainer shuffles)",
+    "tests/torch_parity_test.cc": "compares with PyTorch on samples in a fixed order (the Trainer shuffles)",
+    "tests/dropout_test.cc": "passes its own random keys (the Trainer derives them from the seed and step)",
+    "tests/fusion_test.cc": "runs a plan the test made (In-Place memory) through a scheduler",
+    "tests/memory_report_test.cc": "runs the plan the budget search chose, to compare with its report",
+    "tests/memory_strategy_test.cc": "runs a swap/recompute plan the test made",
+    "tests/layout_test.cc": "saves checkpoints of one step of NCHW and NHWC schedulers (could move to the Trainer)",
+    "tests/norm_invariance_test.cc": "tests the scheduler's own check of micro-batches against BatchNorm groups",
+}
+
+BUILDS = re.compile(r"\bScheduler\s+\w+\s*[({;]|<Scheduler>|\bnew\s+Scheduler\b|\bScheduler\s*[({]")
+
+
+def builds_scheduler(text: str) -> bool:
+    code = re.sub(r"//[^\n]*|/\*.*?\*/", "", text, flags=re.S)
+    code = re.sub(r'"(?:\\.|[^"\\])*"', '""', code)
+    return bool(BUILDS.search(code))
+
+
+def main() -> int:
+    root = pathlib.Path(__file__).resolve().parent.parent
+    found = set()
+    for folder in ("tests", "tools"):
+        for f in sorted((root / folder).rglob("*")):
+            if f.suffix in (".cc", ".h", ".cu") and builds_scheduler(f.read_text()):
+                found.add(f.relative_to(root).as_posix())
+    problems = [f"{f}: builds a Scheduler by hand; train through the Trainer (Trainer(cfg, graph, data), "
+                "set_batch_hooks)" for f in sorted(found - ALLOWED.keys())]
+    problems += [f"{f}: on ALLOWED but builds no Scheduler any more; take it off the list"
+                 for f in sorted(ALLOWED.keys() - found)]
+    for p in problems:
+        print(p)
+    print(f"check_hand_runs: {len(found)} file(s) build a Scheduler, {len(ALLOWED)} allowed, {len(problems)} problem(s)")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
