@@ -446,6 +446,14 @@ std::vector<Option> engine_rows() {
             "ReLU, forward and backward; --explain names the fused steps. The result is the same up to float32 "
             "rounding order")
       .field([](auto& c) -> auto& { return c.fuse; });
+  using CA = Graph::ConvAlgo;
+  add("conv-algo", T::Choice).metavar("measure|direct|winograd").resumable().clients(kTrainFlag)
+      .help("CPU: how stride-1 3x3 convolutions run their forward and data-gradient passes: measure times the "
+            "direct kernels against Winograd F(2x2,3x3) once per layer shape and runs the faster (a checkpoint "
+            "records the choices, a resumed run keeps them); direct or winograd forces one. Winograd rounds "
+            "differently: within about 1e-6 of the sum of |terms| of each output")
+      .choice_field<CA>({{"measure", CA::Measure}, {"direct", CA::Direct}, {"winograd", CA::Winograd}},
+                        [](auto& c) -> auto& { return c.conv_algo; });
   add("deterministic", T::Bool).bare().resumable().clients(kEveryClient)
       .help("CUDA: only convolution algorithms that give the same bits on every run, as "
             "torch.backends.cudnn.deterministic (some of cuDNN's fastest backward ones add with atomics); the CPU "

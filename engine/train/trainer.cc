@@ -16,6 +16,7 @@
 #include "engine/graph/fusion.h"
 #include "engine/graph/rng.h"
 #include "engine/io/json.h"
+#include "engine/ops/conv2d_algo.h"
 #include "engine/ops/norm.h"
 #include "engine/plan/layout.h"
 #include "engine/strategy/in_place.h"
@@ -277,6 +278,11 @@ RunPlan plan_run(const TrainConfig& c, const data::DataShape& shape, int batch, 
                               : build_network(c.network, spec, activation_dtype(c.precision));
   p.graph.set_tf32(c.precision == Precision::TF32);
   p.graph.set_deterministic(c.deterministic);
+  p.graph.set_conv_algo(c.conv_algo);
+  // A resumed run computes with the convolution algorithms the run it continues measured.
+  if (!c.resume.empty())
+    for (const auto& [key, value] : checkpoint_metadata(c.resume))
+      if (key == kConvChoicesKey) set_conv_choices(p.graph, value, c.resume);
   build_backward(p.graph);
   if (c.fuse) fuse(p.graph);
   if (uses_channels_last(c, device)) to_channels_last(p.graph);
@@ -615,6 +621,8 @@ void Trainer::save(int epoch, int batch, const std::string& path) {
                              {"train.loss_scale_clean_steps", std::to_string(scaler_.clean_steps())},
                              {"train.skipped_steps", std::to_string(scaler_.skipped())}});
   }
+  if (const std::string choices = conv_choices_text(plan_.graph); !choices.empty())
+    meta.push_back({kConvChoicesKey, choices});
   if (!cfg_.network.empty())
     meta.push_back({"train.network", network_json(parse_network(cfg_.network, "the network description"))});
   const data::Dataset& t = data_->train;
