@@ -34,6 +34,7 @@ TEST(ConvAlgo, ForcedWhereWinogradApplies) {
 // A graph's measured choices are recorded, and a graph given the record takes it whatever it would measure.
 TEST(ConvAlgo, MeasuredOnceRecordedAndTakenBack) {
   Graph g;
+  g.set_conv_algo(Graph::ConvAlgo::Measure);
   const ValueId x = g.input("x", {6, 9, 9});
   const ValueId y = g.input("y", {}, DType::I32);
   // Two layers of one shape: the second's data gradient flows into the first.
@@ -55,6 +56,7 @@ TEST(ConvAlgo, MeasuredOnceRecordedAndTakenBack) {
 
   // The opposite record wins over this process's measurement.
   Graph resumed;
+  resumed.set_conv_algo(Graph::ConvAlgo::Measure);
   set_conv_choices(resumed, std::string("forward:6x9x9>6:p1x1:F32=") + (fwd ? "direct" : "winograd"), "ckpt");
   EXPECT_EQ(conv_runs_winograd(resumed, s, ConvAlgoPass::Forward), !fwd);
   EXPECT_THROW(set_conv_choices(resumed, "forward:6x9x9>6:p1x1:F32=fast", "ckpt"), Error);

@@ -1,7 +1,8 @@
 // Which CPU algorithm a stride-1 3x3 convolution pass runs: the default kernels (kernels/cpu/conv2d.cc) or
 // Winograd F(2x2, 3x3) (kernels/cpu/conv2d_winograd.cc), which needs 16 multiplies per 2x2 outputs instead
-// of 36 but pays for its transforms, so which is faster depends on the layer and the CPU: as cuDNN's find,
-// both are timed on the layer's own shape and the faster runs.
+// of 36 but pays for its transforms, so which is faster depends on the layer and the CPU. Graph::conv_algo
+// forces one, or (Measure, opt-in as torch.backends.cudnn.benchmark) asks for cuDNN's find: both are timed
+// on the layer's own shape and the faster runs.
 //
 // The choice is made per pass (forward, data gradient) and per shape of one sample, never per batch size,
 // and is remembered for the process: every plan of a graph (every micro-batch size) runs the same

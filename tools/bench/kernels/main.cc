@@ -6,7 +6,7 @@
 //   --device=cpu|cuda|all which kernels to run (default all)
 //   --ceiling_seconds=S   time spent measuring each CPU ceiling (default 1; 0 = one quick rough run each)
 //   --conv-algo=measure|direct|winograd  the CPU's stride-1 3x3 convolutions (Graph::conv_algo; default
-//                         measure); each such CPU benchmark reports "winograd" 1 or 0, what it ran
+//                         direct); each such CPU benchmark reports "winograd" 1 or 0, what it ran
 // Threads come from OMP_NUM_THREADS.
 #include <omp.h>
 
@@ -35,7 +35,7 @@ struct Options {
   std::vector<std::string> suites;  // empty: all
   bool cpu = true, cuda = true;
   double ceiling_seconds = 1.0;
-  Graph::ConvAlgo conv_algo = Graph::ConvAlgo::Measure;
+  Graph::ConvAlgo conv_algo = Graph::ConvAlgo::Direct;
 };
 
 const char kUsage[] = "usage: kernels_bench [--suites=a,b] [--device=cpu|cuda|all] [--ceiling_seconds=S] "
@@ -112,7 +112,7 @@ int run(int argc, char** argv) {
   // Each graph once with the algorithm asked for (the cases of one graph share it).
   std::map<const Graph*, std::shared_ptr<const Graph>> with_algo;
   for (Case& c : all) {
-    if (!c.graph || o.conv_algo == Graph::ConvAlgo::Measure) continue;
+    if (!c.graph || o.conv_algo == c.graph->conv_algo()) continue;
     auto& g = with_algo[c.graph.get()];
     if (!g) {
       auto copy = std::make_shared<Graph>(*c.graph);
