@@ -47,11 +47,10 @@ struct Pass {
   int tiles_h() const { return (h_out + 1) / 2; }
   int tiles_w() const { return (w_out + 1) / 2; }
   std::ptrdiff_t tiles() const { return std::ptrdiff_t{tiles_h()} * tiles_w(); }
-  // The padded image split into even and odd columns (so that a tile's 4 columns are 2 contiguous runs
-  // in each): rows 2 * tiles_h + 2, each phase tiles_w + 1 wide.
-  std::ptrdiff_t phase_w() const { return tiles_w() + 1; }
-  std::ptrdiff_t phase() const { return std::ptrdiff_t{2 * tiles_h() + 2} * phase_w(); }
-  std::ptrdiff_t padded() const { return std::ptrdiff_t{c} * 2 * phase(); }
+  // The padded image: rows 2 * tiles_h + 2 of 2 * tiles_w + 2 columns, as far as the tiles reach.
+  std::ptrdiff_t padded_w() const { return 2 * std::ptrdiff_t{tiles_w()} + 2; }
+  std::ptrdiff_t plane() const { return std::ptrdiff_t{2 * tiles_h() + 2} * padded_w(); }
+  std::ptrdiff_t padded() const { return std::ptrdiff_t{c} * plane(); }
   // A chunk is whole samples (rows == tiles_h) or some tile rows of one sample.
   int chunk_rows() const {
     const std::ptrdiff_t by_bytes = kChunkBytes / (std::ptrdiff_t{kXi} * (c + k) * 4);
@@ -107,45 +106,37 @@ template <class T, class At> void transform_filters(T* u, int outs, int ins, At 
     }
 }
 
-// Copies sample src [c, h, w] into the interior of the phase planes; the borders stay zero (they are the
+// Copies sample src [c, h, w] into the interior of the padded planes; the borders stay zero (they are the
 // same cells for every sample).
-template <class T> void fill_phases(T* p, const T* src, const Pass& q) {
-  const std::ptrdiff_t phase = q.phase(), pw = q.phase_w();
-  const int h = q.h, w = q.w, top = q.pad_h, left = q.pad_w;
-  for (int ch = 0; ch < q.c; ++ch) {
-    T* even = p + std::ptrdiff_t{ch} * 2 * phase;
-    T* odd = even + phase;
-    // Input column j lands in padded column j + left: the even ones from j = left % 2 on, every other one.
-    const int j_even = left % 2, j_odd = 1 - j_even;
-    for (int r = 0; r < h; ++r, src += w) {
-      T* e = even + std::ptrdiff_t{r + top} * pw + (j_even + left) / 2;
-      T* o = odd + std::ptrdiff_t{r + top} * pw + (j_odd + left) / 2;
-      for (int j = j_even, t = 0; j < w; j += 2, ++t) e[t] = src[j];
-      for (int j = j_odd, t = 0; j < w; j += 2, ++t) o[t] = src[j];
-    }
-  }
+template <class T> void fill_padded(T* p, const T* src, const Pass& q) {
+  const std::ptrdiff_t plane = q.plane(), pw = q.padded_w();
+  const int h = q.h, w = q.w;
+  T* d = p + std::ptrdiff_t{q.pad_h} * pw + q.pad_w;
+  for (int ch = 0; ch < q.c; ++ch, d += plane)
+    for (int r = 0; r < h; ++r, src += w) std::copy(src, src + w, d + r * pw);
 }
 
 // V[xi, ch, at + tx] = (B^T d B)[xi] of tile (ty, tx) of the padded sample, for tile rows [ty0, ty1).
 template <class T>
 void transform_input(T* v, std::ptrdiff_t ldv, std::ptrdiff_t plane, const T* p, const Pass& q, int ty0, int ty1) {
-  const std::ptrdiff_t phase = q.phase(), pw = q.phase_w();
+  const std::ptrdiff_t pw = q.padded_w();
   const int tw = q.tiles_w();
   for (int ch = 0; ch < q.c; ++ch) {
-    const T* even = p + std::ptrdiff_t{ch} * 2 * phase;
-    const T* odd = even + phase;
+    const T* chan = p + ch * q.plane();
     for (int ty = ty0; ty < ty1; ++ty) {
       T* dst = v + std::ptrdiff_t{ch} * ldv + std::ptrdiff_t{ty - ty0} * tw;
-      const std::ptrdiff_t r0 = std::ptrdiff_t{2 * ty} * pw;
-      const T *e0 = even + r0, *e1 = e0 + pw, *e2 = e1 + pw, *e3 = e2 + pw;
-      const T *o0 = odd + r0, *o1 = o0 + pw, *o2 = o1 + pw, *o3 = o2 + pw;
+      const T *s0 = chan + std::ptrdiff_t{2 * ty} * pw, *s1 = s0 + pw, *s2 = s1 + pw, *s3 = s2 + pw;
 #pragma omp simd
       for (int tx = 0; tx < tw; ++tx) {
-        // d B per row: columns (d0 - d2, d1 + d2, d2 - d1, d1 - d3), d0..d3 = e[tx], o[tx], e[tx+1], o[tx+1].
-        const T a0 = e0[tx] - e0[tx + 1], a1 = o0[tx] + e0[tx + 1], a2 = e0[tx + 1] - o0[tx], a3 = o0[tx] - o0[tx + 1];
-        const T b0 = e1[tx] - e1[tx + 1], b1 = o1[tx] + e1[tx + 1], b2 = e1[tx + 1] - o1[tx], b3 = o1[tx] - o1[tx + 1];
-        const T c0 = e2[tx] - e2[tx + 1], c1 = o2[tx] + e2[tx + 1], c2 = e2[tx + 1] - o2[tx], c3 = o2[tx] - o2[tx + 1];
-        const T d0 = e3[tx] - e3[tx + 1], d1 = o3[tx] + e3[tx + 1], d2 = e3[tx + 1] - o3[tx], d3 = o3[tx] - o3[tx + 1];
+        // d B per row: columns (d0 - d2, d1 + d2, d2 - d1, d1 - d3), d0..d3 = the row's 2 tx .. 2 tx + 3.
+        const T a0 = s0[2 * tx] - s0[2 * tx + 2], a1 = s0[2 * tx + 1] + s0[2 * tx + 2], a2 = s0[2 * tx + 2] - s0[2 * tx + 1],
+                a3 = s0[2 * tx + 1] - s0[2 * tx + 3];
+        const T b0 = s1[2 * tx] - s1[2 * tx + 2], b1 = s1[2 * tx + 1] + s1[2 * tx + 2], b2 = s1[2 * tx + 2] - s1[2 * tx + 1],
+                b3 = s1[2 * tx + 1] - s1[2 * tx + 3];
+        const T c0 = s2[2 * tx] - s2[2 * tx + 2], c1 = s2[2 * tx + 1] + s2[2 * tx + 2], c2 = s2[2 * tx + 2] - s2[2 * tx + 1],
+                c3 = s2[2 * tx + 1] - s2[2 * tx + 3];
+        const T d0 = s3[2 * tx] - s3[2 * tx + 2], d1 = s3[2 * tx + 1] + s3[2 * tx + 2], d2 = s3[2 * tx + 2] - s3[2 * tx + 1],
+                d3 = s3[2 * tx + 1] - s3[2 * tx + 3];
         // B^T on the rows (a, b, c, d): a - c, b + c, c - b, b - d.
         dst[tx] = a0 - c0, dst[plane + tx] = a1 - c1, dst[2 * plane + tx] = a2 - c2, dst[3 * plane + tx] = a3 - c3;
         dst[4 * plane + tx] = b0 + c0, dst[5 * plane + tx] = b1 + c1, dst[6 * plane + tx] = b2 + c2;
@@ -216,7 +207,7 @@ void correlate(T* out, const T* in, const T* u, const T* bias, const Pass& q, in
   };
   if (rows_per < th) {  // tile rows of one sample per chunk
     for (int i = i0; i < i1; ++i) {
-      fill_phases(padded, in + i * q.in_len(), q);
+      fill_padded(padded, in + i * q.in_len(), q);
       for (int ty = 0; ty < th; ty += rows_per) {
         const int ty1 = std::min(th, ty + rows_per);
         transform_input(v, ld, vp, padded, q, ty, ty1);
@@ -229,7 +220,7 @@ void correlate(T* out, const T* in, const T* u, const T* bias, const Pass& q, in
   for (int i = i0; i < i1; i += samples_per) {  // whole samples per chunk, side by side
     const int count = std::min(samples_per, i1 - i);
     for (int j = 0; j < count; ++j) {
-      fill_phases(padded, in + (i + j) * q.in_len(), q);
+      fill_padded(padded, in + (i + j) * q.in_len(), q);
       transform_input(v + j * q.tiles(), ld, vp, padded, q, 0, th);
     }
     gemms(round_up(count * q.tiles()));
