@@ -2,9 +2,8 @@
 // direct convolution on the same (rounded) inputs, and against the default kernels. Winograd's transforms
 // add before they multiply, so its error is bounded by the sums of |terms| rather than by the result: each
 // output is checked within tol * (sum over its taps of |x| * |w| + 1), tol 1e-6 in float32 (errors measured
-// under 2.5e-7 on these shapes, about 2 ulps of the |terms| sum) and 1e-14 in double.
-#include <omp.h>
-
+// under 2.5e-7 on these shapes, about 2 ulps of the |terms| sum) and 1e-14 in double. Its forward's
+// independence of the batch is checked with the other paths' (CpuKernelTest in kernels_test.cc).
 #include <cmath>
 #include <limits>
 #include <string>
@@ -121,34 +120,6 @@ TYPED_TEST(WinogradTest, MatchesTheDirectConvolution) {
        }) {
     check<TypeParam>(s);
   }
-}
-
-// A sample's forward output is bitwise the same whatever batch and thread split it runs in (the
-// micro-batch invariance conv2d.cc keeps): each sample alone equals the whole batch at 1-3 threads.
-TYPED_TEST(WinogradTest, ForwardIsBitwiseIndependentOfTheBatch) {
-  using T = TypeParam;
-  const int saved = omp_get_max_threads();
-  for (const Conv2dShape& s : {shape3x3(13, 16, 8, 8, 16, 1, 1), shape3x3(5, 8, 30, 30, 8, 1, 1)}) {
-    const auto x = cast<T>(random_doubles(s.in_count(), 1));
-    const auto w = cast<T>(random_doubles(9L * s.c_in * s.c_out, 2)), b = cast<T>(random_doubles(s.c_out, 3));
-    auto forward = [&](const Conv2dShape& shape, const T* xs) {
-      std::vector<T> y(shape.out_count()), ws(winograd_forward_workspace(shape));
-      winograd_forward(y.data(), xs, w.data(), b.data(), shape, ws.data());
-      return y;
-    };
-    Conv2dShape one = s;
-    one.n = 1;
-    std::vector<T> alone;
-    for (int i = 0; i < s.n; ++i) {
-      const auto y = forward(one, x.data() + long(i) * s.c_in * s.h * s.w);
-      alone.insert(alone.end(), y.begin(), y.end());
-    }
-    for (int threads : {1, 2, 3}) {
-      omp_set_num_threads(threads);
-      EXPECT_TRUE(forward(s, x.data()) == alone) << "n=" << s.n << " " << s.h << "x" << s.w << ", " << threads << " threads";
-    }
-  }
-  omp_set_num_threads(saved);
 }
 
 TEST(Winograd, AppliesToStrideOne3x3Only) {
