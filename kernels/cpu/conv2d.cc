@@ -13,8 +13,10 @@
 //   nearly a matrix-vector product, so blocks of samples share one: their column matrices side by side,
 //   y and dy gathered to and from [c_out, block]. Which samples share a block depends on the micro-batch
 //   size and the thread split, so the forward GEMM on small maps is ordered_gemm, whose results do not
-//   depend on the grouping. The backward GEMMs are linear in dy and only round differently, so they use
-//   Eigen's.
+//   depend on the grouping; on larger maps too, for its register tiles. The backward GEMMs are linear
+//   in dy and only round differently, so they use Eigen's.
+// Stride-1 3x3 layers may run their forward and data-gradient passes as Winograd instead
+// (conv2d_winograd.cc), where the caller chooses it.
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
