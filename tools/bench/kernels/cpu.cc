@@ -27,12 +27,9 @@ void run(benchmark::State& state, const Case& c, const Peak& peak) {
 
 void register_cpu(const std::vector<Case>& cases, const Peak& peak) {
   for (const Case& c : cases) {
-    // Wall-clock time: the kernels run on several OpenMP threads, whose CPU time would add up. The
-    // process's CPU time beside it (cpu_time): on a machine others load, a run at one thread
-    // (OMP_NUM_THREADS=1) is timed by it within a few percent when wall-clock times vary by 2x.
+    // Wall-clock time: the kernels run on several OpenMP threads, whose CPU time would add up.
     benchmark::RegisterBenchmark(("cpu/" + c.name()).c_str(), run, c, peak)
         ->UseRealTime()
-        ->MeasureProcessCPUTime()
         ->Unit(benchmark::kMicrosecond);
   }
 }
