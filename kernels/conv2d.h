@@ -24,4 +24,15 @@ template <class T>
 void conv2d_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dShape& s, T* workspace,
                             bool accumulate);
 
+// ---- Winograd F(2x2, 3x3) (kernels/cpu/conv2d_winograd.cc): the same forward and data-gradient passes in
+// 16 multiplies per 2x2 outputs instead of 36, for ungrouped stride-1 3x3 convolutions with padding <= 2.
+// It rounds differently from the passes above (the transforms add before multiplying); which one runs is
+// the caller's choice (engine/ops/conv2d_algo.h measures both).
+bool conv2d_winograd_applies(const Conv2dShape& s);
+std::size_t winograd_forward_workspace(const Conv2dShape& s);
+std::size_t winograd_backward_data_workspace(const Conv2dShape& s);
+template <class T> void winograd_forward(T* y, const T* x, const T* w, const T* b, const Conv2dShape& s, T* workspace);
+template <class T>
+void winograd_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, T* workspace, bool accumulate);
+
 }  // namespace crumb::cpu

@@ -256,7 +256,8 @@ TYPED_TEST(CpuKernelTest, Conv2dThreeThreads) {
 
 // A sample's forward output must not depend on the samples it is computed with (the micro-batch size,
 // the thread split, the blocks small maps are grouped into): bitwise, since a ReLU kink turns a last-bit
-// difference into a different gradient. Each sample alone, at 1-3 threads, equals the whole batch.
+// difference into a different gradient. Each sample alone, at 1-3 threads, equals the whole batch; the
+// Winograd forward (conv2d_winograd.cc) as well where it applies.
 TYPED_TEST(CpuKernelTest, Conv2dForwardIsBitwiseIndependentOfTheBatch) {
   using T = TypeParam;
   const int saved = omp_get_max_threads();
@@ -266,28 +267,36 @@ TYPED_TEST(CpuKernelTest, Conv2dForwardIsBitwiseIndependentOfTheBatch) {
            conv_shape(9, 24, 7, 7, 20, 1, 1, 1, 1, 0, 0),   // pointwise on 7x7, rows not a tile multiple
            conv_shape(7, 64, 1, 1, 72, 3, 3, 1, 1, 1, 1),   // 3x3 on 1x1: only the centre tap
            conv_shape(70, 8, 7, 7, 12, 3, 3, 1, 1, 1, 1),   // 3x3 on 7x7: pixel ranges x chunks of samples
-       }) {
-    SCOPED_TRACE(::testing::Message() << "n=" << s.n << " c_in=" << s.c_in << " " << s.h << "x" << s.w);
-    const auto x = cast<T>(random_doubles(s.in_count(), 1));
-    const auto w = cast<T>(random_doubles(long(s.c_out) * s.c_in * s.kh * s.kw, 2));
-    const auto b = cast<T>(random_doubles(s.c_out, 3));
-    auto forward = [&](const Conv2dShape& shape, const T* xs) {
-      std::vector<T> y(shape.out_count()), ws(conv2d_forward_workspace(shape));
-      conv2d_forward(y.data(), xs, w.data(), b.data(), shape, ws.data());
-      return y;
-    };
-    Conv2dShape one = s;
-    one.n = 1;
-    std::vector<T> alone;
-    for (int i = 0; i < s.n; ++i) {
-      const auto y = forward(one, x.data() + long(i) * s.c_in * s.h * s.w);
-      alone.insert(alone.end(), y.begin(), y.end());
+           conv_shape(5, 8, 30, 30, 8, 3, 3, 1, 1, 1, 1),   // Winograd: tile rows of one sample per chunk
+       })
+    for (bool winograd : {false, true}) {
+      if (winograd && !conv2d_winograd_applies(s)) continue;
+      SCOPED_TRACE(::testing::Message() << "n=" << s.n << " c_in=" << s.c_in << " " << s.h << "x" << s.w
+                                        << (winograd ? " winograd" : ""));
+      const auto x = cast<T>(random_doubles(s.in_count(), 1));
+      const auto w = cast<T>(random_doubles(long(s.c_out) * s.c_in * s.kh * s.kw, 2));
+      const auto b = cast<T>(random_doubles(s.c_out, 3));
+      auto forward = [&](const Conv2dShape& shape, const T* xs) {
+        std::vector<T> y(shape.out_count());
+        std::vector<T> ws(winograd ? winograd_forward_workspace(shape) : conv2d_forward_workspace(shape));
+        if (winograd)
+          winograd_forward(y.data(), xs, w.data(), b.data(), shape, ws.data());
+        else
+          conv2d_forward(y.data(), xs, w.data(), b.data(), shape, ws.data());
+        return y;
+      };
+      Conv2dShape one = s;
+      one.n = 1;
+      std::vector<T> alone;
+      for (int i = 0; i < s.n; ++i) {
+        const auto y = forward(one, x.data() + long(i) * s.c_in * s.h * s.w);
+        alone.insert(alone.end(), y.begin(), y.end());
+      }
+      for (int threads : {1, 2, 3}) {
+        omp_set_num_threads(threads);
+        EXPECT_TRUE(forward(s, x.data()) == alone) << threads << " threads";
+      }
     }
-    for (int threads : {1, 2, 3}) {
-      omp_set_num_threads(threads);
-      EXPECT_TRUE(forward(s, x.data()) == alone) << threads << " threads";
-    }
-  }
   omp_set_num_threads(saved);
 }
 

@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (tests/fuzz: JSON parser, IDX/gzip reader, checkpoint loader, .npy reader,
-# network descriptions, the options a checkpoint records) with clang,
+# network descriptions, the options and convolution choices a checkpoint records) with clang,
 # ASan and UBSan into build-fuzz/ and runs each for SECONDS (default 30) from its seed corpus
 # (tests/fuzz/corpus/<target>; new inputs go to a scratch folder, the seeds stay as committed).
 # A crash, a sanitizer report or a leak fails the script and leaves the input in build-fuzz/.
 #
-# usage: tools/fuzz.sh [SECONDS] [TARGET...]      TARGET: json idx checkpoint npy network options (default all)
+# usage: tools/fuzz.sh [SECONDS] [TARGET...]      TARGET: json idx checkpoint npy network options conv_choices (default all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-30}
 shift || true
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(json idx checkpoint npy network options)
+[[ ${#targets[@]} -gt 0 ]] || targets=(json idx checkpoint npy network options conv_choices)
 
 if ! command -v clang++ >/dev/null; then
   sudo=$([[ $(id -u) -eq 0 ]] && echo "" || echo sudo)

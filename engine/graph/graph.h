@@ -151,6 +151,18 @@ class Graph {
   // cuDNN's fastest backward algorithms add with atomics. The CPU is deterministic either way.
   bool deterministic() const { return deterministic_; }
   void set_deterministic(bool on) { deterministic_ = on; }
+  // Which CPU algorithm stride-1 3x3 convolutions run (engine/ops/conv2d_algo.h): Direct (the default)
+  // and Winograd force one; Measure times the default kernels against Winograd F(2x2, 3x3) per pass and
+  // shape, as cuDNN's find does (torch.backends.cudnn.benchmark), opt-in for the same reason as there: a
+  // measurement can come out either way in another process, and Winograd rounds and sizes its workspace
+  // differently, so two runs would no longer compute the same bits or plan the same memory.
+  enum class ConvAlgo { Measure, Direct, Winograd };
+  ConvAlgo conv_algo() const { return conv_algo_; }
+  void set_conv_algo(ConvAlgo a) { conv_algo_ = a; }
+  // Kernel choices an earlier run measured (a resumed checkpoint's), by the key the choosing op writes:
+  // they are taken as they are, so a resumed run computes what the run it continues computed.
+  const std::unordered_map<std::string, std::string>& kernel_choices() const { return kernel_choices_; }
+  void set_kernel_choice(const std::string& key, const std::string& choice) { kernel_choices_[key] = choice; }
 
  private:
   std::vector<Value> values_;
@@ -163,6 +175,8 @@ class Graph {
   DType float_dtype_ = DType::F32;
   bool tf32_ = false;
   bool deterministic_ = false;
+  ConvAlgo conv_algo_ = ConvAlgo::Direct;
+  std::unordered_map<std::string, std::string> kernel_choices_;
 };
 
 }  // namespace crumb

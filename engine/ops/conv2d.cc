@@ -8,8 +8,10 @@
 #include "engine/base/registry.h"
 #include "engine/device/widen.h"
 #include "engine/graph/fusion.h"
+#include "engine/ops/conv2d_algo.h"
 #include "engine/ops/relu_epilogue.h"
 #include "kernels/conv2d.h"
+#include "kernels/elementwise.h"
 
 #if CRUMB_HAVE_CUDA
 #include "engine/cuda/cuda_backend.h"
@@ -91,16 +93,45 @@ std::size_t workspace(const Graph& g, const Node& n, int batch, const OpState*) 
   return Elems(ops::at_batch<cpu::Conv2dShape>(n, batch)) * dtype_size(g.master_dtype());  // the row computes in it
 }
 
+// The forward and data-gradient passes of a stride-1 3x3 layer run Winograd where it was chosen for the
+// node's shape (engine/ops/conv2d_algo.h), once per plan.
+struct AlgoChoice : OpState {
+  explicit AlgoChoice(bool w) : winograd(w) {}
+  bool winograd;
+};
+
+bool winograd(const OpState* state) { return state && static_cast<const AlgoChoice*>(state)->winograd; }
+
+template <ConvAlgoPass Pass> std::unique_ptr<OpState> choose(const Graph& g, const Node& n, int, Backend&) {
+  return std::make_unique<AlgoChoice>(conv_runs_winograd(g, ops::geometry<cpu::Conv2dShape>(n), Pass));
+}
+
+template <std::size_t (*Default)(const cpu::Conv2dShape&), std::size_t (*Winograd)(const cpu::Conv2dShape&)>
+std::size_t chosen_workspace(const Graph& g, const Node& n, int batch, const OpState* state) {
+  const cpu::Conv2dShape s = ops::at_batch<cpu::Conv2dShape>(n, batch);
+  return (winograd(state) ? Winograd(s) : Default(s)) * dtype_size(g.master_dtype());
+}
+
 bool relu_epilogue(const Node& n) { return ops::attrs<WindowAttrs>(n).relu; }
 
 template <class T>
 void fwd_cpu(const StepArgs& a) {
-  cpu::conv2d_forward<T>(a.out<T>(), a.in<T>(0), a.in<T>(1), a.node->in.size() == 3 ? a.in<T>(2) : nullptr, shape(a),
-                         static_cast<T*>(a.workspace), relu_epilogue(*a.node));
+  const T* b = a.node->in.size() == 3 ? a.in<T>(2) : nullptr;
+  const bool relu = relu_epilogue(*a.node);
+  if (winograd(a.state)) {
+    cpu::winograd_forward<T>(a.out<T>(), a.in<T>(0), a.in<T>(1), b, shape(a), static_cast<T*>(a.workspace));
+    // Winograd's output transform has no epilogue: its ReLU is a pass of its own.
+    if (relu) cpu::relu_forward<T>(a.out<T>(), a.out<T>(), ops::out_count(a));
+    return;
+  }
+  cpu::conv2d_forward<T>(a.out<T>(), a.in<T>(0), a.in<T>(1), b, shape(a), static_cast<T*>(a.workspace), relu);
 }
 
 template <class T>
 void bwd_data_cpu(const StepArgs& a) {
+  if (winograd(a.state))
+    return cpu::winograd_backward_data<T>(a.out<T>(), a.in<T>(0), a.in<T>(1), shape(a), static_cast<T*>(a.workspace),
+                                          a.accumulate);
   cpu::conv2d_backward_data<T>(a.out<T>(), a.in<T>(0), a.in<T>(1), shape(a), static_cast<T*>(a.workspace),
                                a.accumulate);
 }
@@ -129,8 +160,13 @@ const OpDef kConv2dBwdWeight = OpDef("conv2d_backward_weight", infer_bwd_weight)
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
-  CRUMB_CPU_ROWS(t, kConv2d, fwd_cpu, .with_workspace(workspace<cpu::conv2d_forward_workspace>));
-  CRUMB_CPU_ROWS(t, kConv2dBwdData, bwd_data_cpu, .with_workspace(workspace<cpu::conv2d_backward_data_workspace>));
+  CRUMB_CPU_ROWS(t, kConv2d, fwd_cpu,
+                 .with_prepare(choose<ConvAlgoPass::Forward>)
+                 .with_workspace(chosen_workspace<cpu::conv2d_forward_workspace, cpu::winograd_forward_workspace>));
+  CRUMB_CPU_ROWS(t, kConv2dBwdData, bwd_data_cpu,
+                 .with_prepare(choose<ConvAlgoPass::Data>)
+                 .with_workspace(
+                     chosen_workspace<cpu::conv2d_backward_data_workspace, cpu::winograd_backward_data_workspace>));
   CRUMB_CPU_ROWS(t, kConv2dBwdWeight, bwd_weight_cpu,
                  .with_workspace(workspace<cpu::conv2d_backward_weight_workspace>));
   add_widened_in_slices(t, Device::CPU, {&kConv2d, &kConv2dBwdData, &kConv2dBwdWeight});

@@ -7,6 +7,8 @@
 #include "engine/base/error.h"
 #include "engine/graph/autograd.h"
 #include "engine/graph/fusion.h"
+#include "engine/io/checkpoint.h"
+#include "engine/ops/conv2d_algo.h"
 #include "engine/ops/norm.h"
 #include "engine/plan/layout.h"
 #include "engine/strategy/in_place.h"
@@ -212,6 +214,11 @@ RunPlan plan_model(const TrainConfig& c, Graph model, int batch, Device device, 
   if (!as_given) {
     p.graph.set_tf32(c.precision == Precision::TF32);
     p.graph.set_deterministic(c.deterministic);
+    p.graph.set_conv_algo(c.conv_algo);
+    // A resumed run computes with the convolution algorithms the run it continues measured.
+    if (!c.resume.empty())
+      for (const auto& [key, value] : checkpoint_metadata(c.resume))
+        if (key == kConvChoicesKey) set_conv_choices(p.graph, value, c.resume);
     build_backward(p.graph);
     if (c.fuse) {
       unfused = p.graph;

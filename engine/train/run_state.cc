@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/base/error.h"
+#include "engine/ops/conv2d_algo.h"
 #include "engine/train/network.h"
 #include "engine/train/trainer.h"
 
@@ -88,6 +89,8 @@ void Trainer::save(int epoch, int batch, const std::string& path) {
                              {"train.loss_scale_clean_steps", std::to_string(scaler_.clean_steps())},
                              {"train.skipped_steps", std::to_string(scaler_.skipped())}});
   }
+  if (const std::string choices = conv_choices_text(plan_.graph); !choices.empty())
+    meta.push_back({kConvChoicesKey, choices});
   if (!cfg_.network.empty())
     meta.push_back({"train.network", network_json(parse_network(cfg_.network, "the network description"))});
   const data::Dataset& t = data_->train;

@@ -91,6 +91,7 @@ struct TrainConfig {
   bool cuda_graphs = true;   // replay each micro-batch's work as a recorded CUDA graph
   bool deterministic = false;  // the same bits on every run (Graph::deterministic)
   bool fuse = true;  // fuse chains of ops into fused ops after autograd (engine/graph/fusion.h)
+  Graph::ConvAlgo conv_algo = Graph::ConvAlgo::Direct;  // the CPU's 3x3 convolutions (engine/ops/conv2d_algo.h)
   // Checkpoints: where to save (at every epoch's end, every save_every optimizer steps, when stopped and
   // at the end), which weights to start from, which run to continue.
   std::string save, load, resume;

@@ -65,6 +65,18 @@ CRUMB_ON_LOAD {
        [](Graph& g, ValueId x) {
          return nn::conv2d(g, x, 32, 3, "conv", nn::ConvOptions().with_pad(1).with_bias(false).with_groups(32));
        }},
+      // Winograd F(2x2, 3x3) forced on the CPU (engine/ops/conv2d_algo.h): odd map sizes (half-outside
+      // tiles) with padding 1, and unpadded (the data gradient then pads dy by 2).
+      {"Conv2dWinograd", {3, 7, 5}, 3,
+       [](Graph& g, ValueId x) {
+         g.set_conv_algo(Graph::ConvAlgo::Winograd);
+         return nn::conv2d(g, x, 4, 3, "conv", nn::ConvOptions().with_pad(1));
+       }},
+      {"Conv2dWinogradNoPad", {2, 6, 7}, 2,
+       [](Graph& g, ValueId x) {
+         g.set_conv_algo(Graph::ConvAlgo::Winograd);
+         return nn::conv2d(g, x, 3, 3, "conv", nn::ConvOptions().with_bias(false));
+       }},
       // In 16 bits the CPU runs each pass in slices of 21 samples here (1 MiB of float32 copies,
       // engine/device/widen.h): a full slice and a ragged one, the weight gradient summed over both.
       {"Conv2dSixteenBitSlices", {1, 64, 64}, 24,

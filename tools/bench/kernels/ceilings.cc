@@ -4,8 +4,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <limits>
+#include <string>
 #include <vector>
+
+#include <Eigen/Core>
 
 #include "kernels/linear.h"
 #include "kernels/cpu/ordered_gemm.h"
@@ -79,6 +83,51 @@ double triad_bytes(int64_t n, double seconds) {
   return 3.0 * sizeof(float) * n / t;
 }
 
+// Independent chains of packet FMAs in registers, enough of them to cover the FMA latency on two units
+// (4 cycles x 2 units = 8; 12 leaves room). No loads, no stores: the arithmetic peak, which a GEMM can
+// approach but not pass.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wignored-attributes"
+#endif
+double fma_flops(double seconds, int* lanes) {
+  using namespace Eigen::internal;
+  using Packet = packet_traits<float>::type;
+  constexpr int kChains = 12, L = unpacket_traits<Packet>::size;
+  constexpr long kSteps = 1 << 20;
+  *lanes = L;
+  const int threads = omp_get_max_threads();
+  std::vector<float> sink(std::size_t(threads) * L);
+  const double t = best_seconds(seconds, [&] {
+#pragma omp parallel
+    {
+      Packet acc[kChains];
+      const Packet a = pset1<Packet>(0.999f), b = pset1<Packet>(1e-3f);
+      for (int c = 0; c < kChains; ++c) acc[c] = pset1<Packet>(float(c));
+      for (long i = 0; i < kSteps; ++i)
+        for (int c = 0; c < kChains; ++c) acc[c] = pmadd(acc[c], a, b);
+      Packet sum = acc[0];
+      for (int c = 1; c < kChains; ++c) sum = padd(sum, acc[c]);
+      pstoreu(sink.data() + std::size_t(omp_get_thread_num()) * L, sum);
+    }
+  });
+  return 2.0 * L * kChains * kSteps * threads / t;
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+// The first "cpu MHz" line of /proc/cpuinfo (0 if none): the clock the kernel last saw on one core.
+double cpuinfo_mhz() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("cpu MHz", 0) == 0) {
+      const std::size_t colon = line.find(':');
+      if (colon != std::string::npos) return std::strtod(line.c_str() + colon + 1, nullptr);
+    }
+  return 0;
+}
+
 }  // namespace
 
 CpuCeilings measure_cpu_ceilings(double seconds) {
@@ -87,7 +136,9 @@ CpuCeilings measure_cpu_ceilings(double seconds) {
   const int64_t elements = quick ? kQuickStreamElements : kStreamElements;
   // Per thread 64 x 768 x 256 (a 768 KiB right-hand side, in L2); quick: a third of the columns.
   const double eigen = gemm_flops(n, seconds), tile = tile_flops(64, quick ? 256 : 768, 256, seconds);
-  return {{std::max(eigen, tile), triad_bytes(elements, seconds)}, n, elements, eigen, tile};
+  int lanes = 0;
+  const double fma = fma_flops(seconds, &lanes);
+  return {{std::max(eigen, tile), triad_bytes(elements, seconds)}, n, elements, eigen, tile, fma, lanes, cpuinfo_mhz()};
 }
 
 }  // namespace crumb::bench

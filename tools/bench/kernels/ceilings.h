@@ -15,6 +15,12 @@ struct CpuCeilings {
   int64_t stream_elements; // elements of each of the triad's three arrays
   double eigen_flops;      // the two GEMM figures; peak.flops is the better
   double tile_flops;
+  // The FMA units' own peak: independent register FMAs on every thread, no loads (so units x lanes x 2 x
+  // the clock they run at now x threads), in the build's widest vectors; and those vectors' lanes and
+  // the clock /proc/cpuinfo reports (MHz; 0 where it reports none), to read the figure against.
+  double fma_flops;
+  int fma_lanes;
+  double cpuinfo_mhz;
 };
 
 // Each ceiling is the best of repeated runs for at least `seconds` after a warm-up run; 0: one run of

@@ -5,11 +5,15 @@
 //   --suites=a,b,...      run only these suites (default: all; see cases.cc)
 //   --device=cpu|cuda|all which kernels to run (default all)
 //   --ceiling_seconds=S   time spent measuring each CPU ceiling (default 1; 0 = one quick rough run each)
+//   --conv-algo=measure|direct|winograd  the CPU's stride-1 3x3 convolutions (Graph::conv_algo; default
+//                         direct); each such CPU benchmark reports "winograd" 1 or 0, what it ran
 // Threads come from OMP_NUM_THREADS.
 #include <omp.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -31,10 +35,11 @@ struct Options {
   std::vector<std::string> suites;  // empty: all
   bool cpu = true, cuda = true;
   double ceiling_seconds = 1.0;
+  Graph::ConvAlgo conv_algo = Graph::ConvAlgo::Direct;
 };
 
 const char kUsage[] = "usage: kernels_bench [--suites=a,b] [--device=cpu|cuda|all] [--ceiling_seconds=S] "
-                      "[Google Benchmark flags]";
+                      "[--conv-algo=measure|direct|winograd] [Google Benchmark flags]";
 
 std::vector<std::string> split(const std::string& list) {
   std::vector<std::string> out;
@@ -76,6 +81,12 @@ Options parse(int argc, char** argv) {
       o.ceiling_seconds = std::strtod(v, &end);
       CRUMB_CHECK(*v != '\0' && *end == '\0' && o.ceiling_seconds >= 0,
                   "--ceiling_seconds needs a number of seconds >= 0, got '", v, "'");
+    } else if (const char* v = value("--conv-algo")) {
+      const std::string a = v;
+      CRUMB_CHECK(a == "measure" || a == "direct" || a == "winograd",
+                  "--conv-algo must be measure, direct or winograd, got '", a, "'");
+      o.conv_algo = a == "direct" ? Graph::ConvAlgo::Direct
+                    : a == "winograd" ? Graph::ConvAlgo::Winograd : Graph::ConvAlgo::Measure;
     } else {
       CRUMB_FAIL("unknown argument '", arg, "'\n", kUsage);
     }
@@ -98,6 +109,18 @@ int run(int argc, char** argv) {
     if (!selected(o, s)) continue;
     for (Case& c : cases(s)) all.push_back(std::move(c));
   }
+  // Each graph once with the algorithm asked for (the cases of one graph share it).
+  std::map<const Graph*, std::shared_ptr<const Graph>> with_algo;
+  for (Case& c : all) {
+    if (!c.graph || o.conv_algo == c.graph->conv_algo()) continue;
+    auto& g = with_algo[c.graph.get()];
+    if (!g) {
+      auto copy = std::make_shared<Graph>(*c.graph);
+      copy->set_conv_algo(o.conv_algo);
+      g = copy;
+    }
+    c.graph = g;
+  }
   if (o.cpu) {
     const CpuCeilings ceilings = measure_cpu_ceilings(o.ceiling_seconds);
     benchmark::AddCustomContext("cpu_threads", std::to_string(omp_get_max_threads()));
@@ -109,10 +132,20 @@ int run(int argc, char** argv) {
                                 "over 3 x " + std::to_string(ceilings.stream_elements) + " floats");
     benchmark::AddCustomContext("cpu_gemm_eigen_GFLOP/s", std::to_string(ceilings.eigen_flops / 1e9));
     benchmark::AddCustomContext("cpu_gemm_tile_GFLOP/s", std::to_string(ceilings.tile_flops / 1e9));
-    std::fprintf(stderr, "CPU ceilings (%d threads): GEMM %.1f GFLOP/s (Eigen %.1f, register tile %.1f), triad %.1f GB/s\n",
+    benchmark::AddCustomContext("cpu_fma_peak_GFLOP/s", std::to_string(ceilings.fma_flops / 1e9));
+    benchmark::AddCustomContext("cpu_fma_lanes", std::to_string(ceilings.fma_lanes));
+    benchmark::AddCustomContext("cpu_cpuinfo_MHz", std::to_string(ceilings.cpuinfo_mhz));
+    // What the FMA figure means in units: lanes x 2 flops x threads x GHz per unit; 2 units are usual.
+    const double per_unit_ghz = ceilings.fma_flops / (2.0 * ceilings.fma_lanes * omp_get_max_threads()) / 1e9;
+    std::fprintf(stderr, "CPU ceilings (%d threads): GEMM %.1f GFLOP/s (Eigen %.1f, register tile %.1f), triad %.1f GB/s\n"
+                 "FMA peak %.1f GFLOP/s (%d-lane vectors: %.2f GHz x units; /proc/cpuinfo says %.0f MHz): "
+                 "the GEMM ceiling is %.0f%% of it\n",
                  omp_get_max_threads(), ceilings.peak.flops / 1e9, ceilings.eigen_flops / 1e9,
-                 ceilings.tile_flops / 1e9, ceilings.peak.bytes / 1e9);
-    register_cpu(all, ceilings.peak);
+                 ceilings.tile_flops / 1e9, ceilings.peak.bytes / 1e9, ceilings.fma_flops / 1e9, ceilings.fma_lanes,
+                 per_unit_ghz, ceilings.cpuinfo_mhz, 100 * ceilings.peak.flops / ceilings.fma_flops);
+    Peak peak = ceilings.peak;
+    peak.fma = ceilings.fma_flops;
+    register_cpu(all, peak);
   }
   if (o.cuda) {
 #if CRUMB_HAVE_CUDA
