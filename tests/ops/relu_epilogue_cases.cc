@@ -47,6 +47,13 @@ CRUMB_ON_LOAD {
        [](Graph& g) { fused_into(g, "conv"); }},
       {"FusedConvReluGrouped", {4, 5, 5}, 2, [](Graph& g, ValueId x) { return conv_relu_conv(g, x, 3, 1, 1, 2); },
        [](Graph& g) { fused_into(g, "conv"); }},
+      // Winograd (forced on the CPU) has no epilogue in its output transform: its ReLU is a pass of its own.
+      {"FusedConvReluWinograd", {3, 6, 5}, 3,
+       [](Graph& g, ValueId x) {
+         g.set_conv_algo(Graph::ConvAlgo::Winograd);
+         return conv_relu_conv(g, x, 3, 1, 1, 1);
+       },
+       [](Graph& g) { fused_into(g, "conv"); }},
       {"FusedLinearRelu", {2, 3, 3}, 5,
        [](Graph& g, ValueId x) {
          const ValueId h = nn::relu(g, nn::linear(g, nn::flatten(g, x, "flat"), 7, "fc"), "relu");
