@@ -10,6 +10,7 @@
 #include "engine/base/error.h"
 #include "engine/graph/op.h"
 #include "engine/strategy/recompute.h"
+#include "engine/strategy/segments.h"
 #include "engine/graph/saved_values.h"
 #include "engine/strategy/swap.h"
 #include "engine/ops/norm.h"
@@ -61,6 +62,33 @@ class Search {
     saved_ = saved_values(g);
     is_saved_.assign(g.num_values(), false);
     for (const SavedValue& s : saved_) is_saved_[s.value] = true;
+    segs_ = segments(g);
+    seg_bytes_.saved.assign(segs_.size(), 0);
+    seg_bytes_.output.assign(segs_.size(), 0);
+    seg_bytes_.transient.assign(segs_.size(), 0);
+    std::vector<int> segment_of(g.num_nodes(), -1);
+    for (std::size_t k = 0; k < segs_.size(); ++k) {
+      std::size_t& largest = seg_bytes_.transient[k];
+      for (NodeId i = segs_[k].first_node; i <= segs_[k].last_node; ++i) {
+        segment_of[i] = static_cast<int>(k);
+        for (ValueId v : g.node(i).out) {
+          if (is_saved_[v]) seg_bytes_.saved[k] += bytes_at(g, v, m_);
+          if (g.value(v).kind == ValueKind::Activation) largest = std::max(largest, bytes_at(g, v, m_));
+        }
+      }
+      if (segs_[k].output >= 0) seg_bytes_.output[k] = bytes_at(g, segs_[k].output, m_);
+    }
+    // Beside its saved values a segment's backward holds a gradient in and one out, as large as its largest
+    // value, and a step's workspace, counted with the latest segment whose values the step reads.
+    std::vector<std::size_t> workspace(segs_.size(), 0);
+    for (NodeId i = first_backward_node(g); i < g.num_nodes(); ++i) {
+      int k = -1;
+      for (ValueId v : g.node(i).in)
+        if (g.value(v).producer >= 0) k = std::max(k, segment_of[g.value(v).producer]);
+      const auto w = workspace_.find(g.node(i).name);
+      if (k >= 0 && w != workspace_.end()) workspace[k] = std::max(workspace[k], w->second);
+    }
+    for (std::size_t k = 0; k < segs_.size(); ++k) seg_bytes_.transient[k] = 2 * seg_bytes_.transient[k] + workspace[k];
   }
 
   int micro_batch() const { return m_; }
@@ -97,10 +125,13 @@ class Search {
   // always save what it weighs). Returns the trial that fits, else the smallest one seen. Values go in order
   // of bytes saved per predicted second: by `measured` costs, or (null) by the estimate that is the same
   // every run.
-  Trial greedy(bool allow_swap, bool allow_recompute, std::size_t budget, const CostModel* measured) const {
+  // Starts from recomputing `initial` (a segment plan), which it only adds to.
+  Trial greedy(bool allow_swap, bool allow_recompute, std::size_t budget, const CostModel* measured,
+               const std::vector<ValueId>& initial = {}) const {
     const CostModel* costs = measured ? measured : &estimated_;
-    std::vector<ValueId> recomputed, swapped;
+    std::vector<ValueId> recomputed = initial, swapped;
     std::vector<bool> taken(g_.num_values(), false);
+    for (ValueId v : initial) taken[v] = true;
     Trial best = trial(recomputed, swapped, costs);
     bool one_at_a_time = false;
     while (best.total > budget) {
@@ -142,10 +173,97 @@ class Search {
 
   // The least total the greedy reaches with these techniques, ordered by the estimated costs (the same
   // every run). Computed once per search.
+  // With recomputation, segment plans are tried too (engine/strategy/segments.h): every segment dropped,
+  // alone or with the greedy swapping on top, where that reaches less.
   const Trial& least(bool allow_swap, bool allow_recompute) const {
     std::optional<Trial>& cached = least_[allow_swap * 2 + allow_recompute];
-    if (!cached) cached = greedy(allow_swap, allow_recompute, 0, nullptr);
+    if (cached) return *cached;
+    cached = greedy(allow_swap, allow_recompute, 0, nullptr);
+    if (allow_recompute) {
+      Trial seg = greedy(allow_swap, true, 0, nullptr, segment_least().recomputed);
+      if (seg.total < cached->total) cached = std::move(seg);
+    }
     return *cached;
+  }
+
+  // The values a segment plan recomputes: the `dropped` segments that save the most bytes per second of
+  // recomputation (by costs), grouped so that the backward pass holds at most `limit` bytes of saved values
+  // (group_segments); empty when they cannot be.
+  std::vector<ValueId> segment_values(std::size_t dropped, std::size_t limit, const CostModel* costs) const {
+    std::vector<std::pair<double, std::size_t>> order;  // (bytes per second, segment)
+    for (std::size_t k = 0; k < segs_.size(); ++k) {
+      if (seg_bytes_.saved[k] == 0) continue;
+      double seconds = 0;
+      for (NodeId i = segs_[k].first_node; i <= segs_[k].last_node; ++i) seconds += cost(i, costs);
+      order.emplace_back(double(seg_bytes_.saved[k]) / (seconds + kTiny), k);
+    }
+    std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::vector<bool> drop(segs_.size(), false);
+    for (std::size_t i = 0; i < std::min(dropped, order.size()); ++i) drop[order[i].second] = true;
+    // A segment that saves nothing (a pooling that keeps only its argmax) goes with the group before it.
+    for (std::size_t k = 1; k < segs_.size(); ++k)
+      if (seg_bytes_.saved[k] == 0 && drop[k - 1]) drop[k] = true;
+    const std::vector<bool> starts = group_segments(drop, seg_bytes_, limit);
+    return starts.empty() ? std::vector<ValueId>{} : segment_plan(g_, segs_, drop, starts);
+  }
+
+  std::size_t droppable_segments() const {
+    return static_cast<std::size_t>(std::count_if(seg_bytes_.saved.begin(), seg_bytes_.saved.end(), [](std::size_t b) { return b > 0; }));
+  }
+
+  // The limits on the bytes the backward pass holds tried for a segment plan: from all saved bytes down by
+  // factors of 2^(1/8) to the largest segment's.
+  std::vector<std::size_t> limits() const {
+    std::size_t total = 0, largest = 0;
+    for (std::size_t b : seg_bytes_.saved) total += b, largest = std::max(largest, b);
+    std::vector<std::size_t> out;
+    for (double b = double(total); b >= double(largest) && out.size() < 40; b /= 1.0905077326652577)
+      out.push_back(static_cast<std::size_t>(b));
+    return out;
+  }
+
+  // Every segment dropped, in the groups that give the least total: the same every run (no timing decides
+  // it). Computed once per search.
+  const Trial& segment_least() const {
+    if (segment_least_) return *segment_least_;
+    segment_least_ = trial({}, {}, &estimated_);
+    for (std::size_t limit : limits()) {
+      const std::vector<ValueId> values = segment_values(droppable_segments(), limit, &estimated_);
+      if (values.empty()) break;  // the model of the peak says that a lower limit cannot be met either
+      Trial t = trial(values, {}, &estimated_);
+      if (t.total < segment_least_->total) segment_least_ = std::move(t);
+    }
+    return *segment_least_;
+  }
+
+  // The segment plan with the least predicted step under the budget: for limits on the backward pass's saved
+  // bytes at and below what the budget leaves the arena, the fewest segments dropped that fit (a binary
+  // search: dropping more holds less), then the fastest of those by `costs`.
+  std::optional<Trial> segment_fit(std::size_t budget, const CostModel& costs) const {
+    std::optional<Trial> best;
+    double best_seconds = 0;
+    if (budget <= fixed_) return best;
+    for (double share : {1.15, 1.0, 0.85, 0.7, 0.55}) {  // the model of the peak is rough
+      const std::size_t limit = static_cast<std::size_t>(share * double(budget - fixed_));
+      std::size_t lo = 1, hi = droppable_segments();
+      std::optional<Trial> fit;
+      while (lo <= hi) {
+        const std::size_t mid = lo + (hi - lo) / 2;
+        const std::vector<ValueId> values = segment_values(mid, limit, &costs);
+        std::optional<Trial> t;
+        if (!values.empty()) t = trial(values, {}, &costs);
+        if (t && t->total <= budget) {
+          fit = std::move(t);
+          hi = mid - 1;
+        } else {
+          lo = mid + 1;
+        }
+      }
+      if (!fit) continue;
+      const double seconds = costs.simulate(fit->graph, m_);
+      if (!best || seconds < best_seconds) best = std::move(fit), best_seconds = seconds;
+    }
+    return best;
   }
 
  private:
@@ -212,11 +330,14 @@ class Search {
   int m_;
   CostModel estimated_;  // estimate_costs: what decides whether a budget fits
   mutable std::optional<Trial> least_[4];  // least(), by technique
+  mutable std::optional<Trial> segment_least_;
   MicroBatchPlan base_;
   std::size_t fixed_ = 0;  // everything but the arena
   std::unordered_map<std::string, std::size_t> workspace_;
   std::vector<SavedValue> saved_;
   std::vector<bool> is_saved_;
+  std::vector<Segment> segs_;
+  SegmentBytes seg_bytes_;  // at m_
 };
 
 // The techniques a strategy may use, and in what combinations: auto tries both together, then each alone.
@@ -254,8 +375,19 @@ std::optional<Trial> best_fit(const Search& s, Strategy strategy, std::size_t bu
     Trial trial = s.greedy(t.swap, t.recompute, budget, &costs);
     if (trial.total > budget) trial = s.greedy(t.swap, t.recompute, 0, &costs);
     if (trial.total > budget) trial = least(s, t);
-    const double seconds = costs.simulate(trial.graph, s.micro_batch());
-    if (!best || seconds < best_seconds) best = std::move(trial), best_seconds = seconds;
+    std::vector<Trial> candidates;
+    candidates.push_back(std::move(trial));
+    if (t.recompute && s.segment_least().total <= budget) {
+      if (std::optional<Trial> seg = s.segment_fit(budget, costs)) candidates.push_back(std::move(*seg));
+    }
+    if (t.recompute && t.swap) {
+      Trial seg = s.greedy(true, false, budget, &costs, s.segment_least().recomputed);
+      if (seg.total <= budget) candidates.push_back(std::move(seg));
+    }
+    for (Trial& c : candidates) {
+      const double seconds = costs.simulate(c.graph, s.micro_batch());
+      if (!best || seconds < best_seconds) best = std::move(c), best_seconds = seconds;
+    }
   }
   return best;
 }
@@ -371,7 +503,11 @@ StrategyPlan plan_strategy(Graph& g, const StrategyRequest& r) {
   out.choice.in_memory_total = search->in_memory_total();
   out.choice.in_memory_seconds = costs.simulate(g, m);
   out.choice.swapped = chosen->swapped;
-  out.choice.recomputed = chosen->recomputed;
+  // The values that leave the arena: a segment plan also names the unsaved values between them.
+  std::vector<bool> saved(g.num_values(), false);
+  for (const SavedValue& v : saved_values(g)) saved[v.value] = true;
+  for (ValueId v : chosen->recomputed)
+    if (saved[v]) out.choice.recomputed.push_back(v);
   out.choice.used = chosen->swapped.empty() ? (chosen->recomputed.empty() ? "in memory" : "recompute")
                                             : (chosen->recomputed.empty() ? "swap" : "swap+recompute");
   g = std::move(chosen->graph);
