@@ -518,6 +518,70 @@ StrategyPlan plan_strategy(Graph& g, const StrategyRequest& r) {
   return out;
 }
 
+Frontier memory_frontier(const Graph& g, const StrategyRequest& r, int points) {
+  CRUMB_CHECK(r.micro_batch >= 1, "memory_frontier: a micro-batch size is needed, got ", r.micro_batch);
+  CRUMB_CHECK(points >= 2, "memory_frontier: at least 2 budgets, got ", points);
+  const int m = std::min(r.micro_batch, r.batch);
+  const Strategy strategy = r.strategy == Strategy::Swap || r.strategy == Strategy::Recompute ? r.strategy : Strategy::Auto;
+  const Search s(g, r, m);
+  Frontier f;
+  f.strategy = strategy;
+  f.micro_batch = m;
+  f.costs = measure_costs(g, timing_batch(m, r.device, r.index), r.device, r.index);
+  std::size_t lo = s.in_memory_total();
+  for (const Technique& t : techniques(strategy)) lo = std::min(lo, least(s, t).total);
+  const std::size_t hi = s.in_memory_total();
+  std::vector<bool> saved(g.num_values(), false);
+  const std::vector<SavedValue> all_saved = saved_values(g);
+  for (const SavedValue& v : all_saved) saved[v.value] = true;
+  std::vector<FrontierPoint> found;
+  auto add = [&](const Trial& t) {
+    FrontierPoint p;
+    p.total = t.total;
+    p.predicted_seconds = f.costs.simulate(t.graph, m);
+    std::vector<bool> left(g.num_values(), false);
+    for (ValueId v : t.swapped) left[v] = true, p.swapped += 1, p.swapped_bytes += bytes_at(g, v, m);
+    for (ValueId v : t.recomputed)
+      if (saved[v] && !left[v]) left[v] = true, p.recomputed += 1, p.recomputed_bytes += bytes_at(g, v, m);
+    for (const SavedValue& v : all_saved)
+      if (!left[v.value]) p.kept += 1, p.kept_bytes += bytes_at(g, v.value, m);
+    p.used = p.swapped ? (p.recomputed ? "swap+recompute" : "swap") : p.recomputed ? "recompute" : "in memory";
+    found.push_back(p);
+  };
+  add(s.trial({}, {}, &f.costs));
+  for (int i = 0; i + 1 < points; ++i) {
+    const std::size_t budget = lo + static_cast<std::size_t>(double(hi - lo) * i / (points - 1));
+    if (std::optional<Trial> t = best_fit(s, strategy, budget, f.costs)) add(*t);
+  }
+  std::sort(found.begin(), found.end(), [](const FrontierPoint& a, const FrontierPoint& b) {
+    return a.total != b.total ? a.total < b.total : a.predicted_seconds < b.predicted_seconds;
+  });
+  for (const FrontierPoint& p : found)
+    if (f.points.empty() || p.predicted_seconds < f.points.back().predicted_seconds) f.points.push_back(p);
+  return f;
+}
+
+void write_frontier(std::ostream& os, const Frontier& f, std::size_t budget) {
+  if (f.points.empty()) return;
+  const FrontierPoint& full = f.points.back();
+  os << "memory-time frontier at micro-batch " << f.micro_batch << " (--strategy " << strategy_name(f.strategy)
+     << "; steps predicted from kernel times measured at " << f.costs.measured_batch << " samples):\n"
+     << "  " << std::right << std::setw(12) << "memory" << std::setw(8) << "x" << std::setw(14) << "step"
+     << std::setw(9) << "x" << "  " << std::left << std::setw(16) << "plan"
+     << "saved values kept / recomputed / swapped\n";
+  for (const FrontierPoint& p : f.points) {
+    os << "  " << std::right << std::setw(12) << format_bytes(p.total) << std::fixed << std::setprecision(3)
+       << std::setw(8) << double(p.total) / double(full.total) << std::setprecision(2) << std::setw(11)
+       << p.predicted_seconds * 1e3 << " ms" << std::setprecision(3) << std::setw(9)
+       << (full.predicted_seconds > 0 ? p.predicted_seconds / full.predicted_seconds : 0.0) << "  " << std::left
+       << std::setw(16) << p.used << p.kept << " (" << format_bytes(p.kept_bytes) << ") / " << p.recomputed << " ("
+       << format_bytes(p.recomputed_bytes) << ") / " << p.swapped << " (" << format_bytes(p.swapped_bytes) << ")"
+       << (budget && p.total <= budget && (&p == &f.points.back() || (&p + 1)->total > budget) ? "  <- the budget's" : "")
+       << "\n";
+    os.unsetf(std::ios::floatfield);
+  }
+}
+
 void write_strategy_report(std::ostream& os, const Graph& g, const StrategyPlan& p) {
   const StrategyChoice& c = p.choice;
   if (c.swapped.empty() && c.recomputed.empty()) return;

@@ -58,6 +58,33 @@ struct StrategyPlan {
 // micro-batch, it names the memory each strategy would need at least.
 StrategyPlan plan_strategy(Graph& g, const StrategyRequest& request);
 
+// One plan on the memory-time frontier: the memory it needs (the least budget it fits) and the step the
+// cost model predicts for it, and what it does with the saved values (bytes at its micro-batch).
+struct FrontierPoint {
+  std::size_t total = 0;
+  double predicted_seconds = 0;
+  std::string used;  // as StrategyChoice::used
+  int kept = 0, recomputed = 0, swapped = 0;
+  std::size_t kept_bytes = 0, recomputed_bytes = 0, swapped_bytes = 0;
+};
+
+struct Frontier {
+  Strategy strategy = Strategy::Auto;
+  int micro_batch = 0;
+  std::vector<FrontierPoint> points;  // from the least memory to in memory; each faster than the one before
+  CostModel costs;
+};
+
+// The frontier of g (with its backward) at r.micro_batch (which must be given): the plan plan_strategy
+// chooses for r.strategy at budgets spread evenly from the least that fits to the in-memory total, each
+// predicted with kernel times measured here (in memory, at the timing batch), and of those the points
+// that no plan with less memory beats on time. `points` budgets are tried.
+Frontier memory_frontier(const Graph& g, const StrategyRequest& r, int points = 9);
+
+// --explain --frontier's table: a line per point, marking the one a budget takes (the fastest whose memory
+// fits it; 0: none marked).
+void write_frontier(std::ostream& os, const Frontier& f, std::size_t budget);
+
 // --explain's account of the choice: the strategy, predicted step time against in memory, and one line
 // per value swapped or recomputed (layer, op, bytes). Nothing when micro-batching alone did it.
 void write_strategy_report(std::ostream& os, const Graph& g, const StrategyPlan& p);

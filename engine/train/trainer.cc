@@ -264,8 +264,10 @@ bool uses_channels_last(const TrainConfig& c, Device device) {
   return device == Device::CUDA && is_half(activation_dtype(c.precision));
 }
 
-RunPlan plan_run(const TrainConfig& c, const data::DataShape& shape, int batch, Device device) {
-  RunPlan p;
+namespace {
+
+// The training graph of c (forward, backward, fused and laid out as the run does), checked against the batch.
+Graph training_graph(const TrainConfig& c, const data::DataShape& shape, int batch, Device device) {
   if (c.precision == Precision::FP16) c.loss_scale.validate();
   const std::vector<DType> runs = backend(device).float_dtypes();
   CRUMB_CHECK(std::find(runs.begin(), runs.end(), activation_dtype(c.precision)) != runs.end(), "--precision ",
@@ -273,14 +275,34 @@ RunPlan plan_run(const TrainConfig& c, const data::DataShape& shape, int batch, 
               dtype_name(activation_dtype(c.precision)), " arithmetic (bf16 needs compute capability 8.0 or newer); ",
               "use --precision fp16");
   const models::ModelSpec spec(shape.channels, shape.height, shape.width, shape.classes, c.norm, c.dropout);
-  p.graph = c.network.empty() ? models::build(c.model, spec, activation_dtype(c.precision))
+  Graph g = c.network.empty() ? models::build(c.model, spec, activation_dtype(c.precision))
                               : build_network(c.network, spec, activation_dtype(c.precision));
-  p.graph.set_tf32(c.precision == Precision::TF32);
-  p.graph.set_deterministic(c.deterministic);
-  build_backward(p.graph);
-  if (c.fuse) fuse(p.graph);
-  if (uses_channels_last(c, device)) to_channels_last(p.graph);
-  check_bn_group(c, p.graph, batch);
+  g.set_tf32(c.precision == Precision::TF32);
+  g.set_deterministic(c.deterministic);
+  build_backward(g);
+  if (c.fuse) fuse(g);
+  if (uses_channels_last(c, device)) to_channels_last(g);
+  check_bn_group(c, g, batch);
+  return g;
+}
+
+}  // namespace
+
+Frontier plan_frontier(const TrainConfig& c, const data::DataShape& shape, int batch, Device device, int micro_batch) {
+  const Graph g = training_graph(c, shape, batch, device);
+  StrategyRequest r;
+  r.strategy = c.strategy;
+  r.batch = batch;
+  r.budget = budget_of(c, device);
+  r.micro_batch = micro_batch;
+  r.optimizer = c.optimizer;
+  r.device = device;
+  return memory_frontier(g, r);
+}
+
+RunPlan plan_run(const TrainConfig& c, const data::DataShape& shape, int batch, Device device) {
+  RunPlan p;
+  p.graph = training_graph(c, shape, batch, device);
   p.device = device;
   p.budget = budget_of(c, device);
   p.batch = batch;

@@ -143,6 +143,9 @@ Device pick_device(const TrainConfig& cfg);
 std::size_t budget_of(const TrainConfig& cfg, Device device);
 // Plans cfg's model for inputs of `shape` and batches of `batch` samples on `device`.
 RunPlan plan_run(const TrainConfig& cfg, const data::DataShape& shape, int batch, Device device);
+// The memory-time frontier of that plan's graph at micro-batch `micro_batch` (engine/strategy/memory_strategy.h):
+// --explain --frontier and the Python module's Plan.frontier().
+Frontier plan_frontier(const TrainConfig& cfg, const data::DataShape& shape, int batch, Device device, int micro_batch);
 
 // The value `key` recorded in the metadata of the checkpoint at `path` (an error where it records no run).
 std::string recorded_value(const CheckpointMetadata& meta, const std::string& key, const std::string& path);
