@@ -9,6 +9,7 @@
 // folded in: neither y nor a separate masked tensor is read; where there is an add, the masked gradient
 // is the residual's, written in place of dy). Every part rounds as the separate ops do, so a fused op
 // computes the chain's bits: the same kernels (kernels/norm.h) with an epilogue.
+#include <algorithm>
 #include <string>
 #include <vector>
 
