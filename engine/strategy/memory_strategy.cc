@@ -1,6 +1,7 @@
 #include "engine/strategy/memory_strategy.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <iomanip>
 #include <memory>
 #include <optional>
@@ -8,6 +9,8 @@
 #include <unordered_map>
 
 #include "engine/base/error.h"
+#include "engine/device/backend.h"
+#include "engine/plan/compile.h"
 #include "engine/graph/op.h"
 #include "engine/strategy/recompute.h"
 #include "engine/strategy/segments.h"
@@ -41,12 +44,13 @@ std::size_t bytes_at(const Graph& g, ValueId v, int m) {
 }
 
 // A rewrite of the base graph tried at one micro-batch size, planned (not compiled: the base graph's
-// kernels and workspace sizes stand for the rewritten one's, whose added nodes need no workspace).
+// kernels and workspace sizes stand for the rewritten one's: a recomputed node needs its original's).
 struct Trial {
   Graph graph;
   std::vector<ValueId> swapped, recomputed;
   MemoryPlan plan;
   std::size_t total = 0;
+  std::vector<std::string> lean;  // steps running their lean variant
 };
 
 class Search {
@@ -59,6 +63,14 @@ class Search {
     fixed_ = base_.memory.total() - base_.memory.arena;
     const std::vector<NodeId>& order = base_.train.plan.order;
     for (std::size_t s = 0; s < order.size(); ++s) workspace_[g.node(order[s]).name] = base_.train.steps[s].workspace;
+    Backend& b = backend(r.device, r.index);
+    for (std::size_t s = 0; s < order.size(); ++s) {
+      Node lean = g.node(order[s]);
+      if (!lean.def->lean_variant) continue;
+      lean.lean = true;
+      const std::size_t bytes = compile_step(b, g, lean, m).workspace;
+      if (bytes < base_.train.steps[s].workspace) lean_workspace_[lean.name] = bytes;
+    }
     saved_ = saved_values(g);
     is_saved_.assign(g.num_values(), false);
     for (const SavedValue& s : saved_) is_saved_[s.value] = true;
@@ -97,9 +109,10 @@ class Search {
   std::size_t in_memory_total() const { return base_.memory.total(); }
 
   // costs: the cost model that times swaps.
+  // lean: steps that run their lean variant (Node::lean).
   Trial trial(const std::vector<ValueId>& recomputed, const std::vector<ValueId>& swapped,
-              const CostModel* costs) const {
-    Trial t{g_, {}, recomputed, {}, 0};
+              const CostModel* costs, const std::vector<std::string>& lean = {}) const {
+    Trial t{g_, {}, recomputed, {}, 0, lean};
     if (!recomputed.empty()) recompute(t.graph, recomputed);
     if (!swapped.empty()) {
       SwapTiming timing;
@@ -110,13 +123,54 @@ class Search {
       t.swapped = swap(t.graph, swapped, m_, timing).swapped;
     }
     std::vector<std::size_t> workspace;
+    const std::string_view suffix = ops::kRecomputeSuffix;
     for (NodeId id : pass_order(t.graph, Pass::Train)) {
-      const auto it = workspace_.find(t.graph.node(id).name);
-      workspace.push_back(it == workspace_.end() ? 0 : it->second);
+      Node& n = t.graph.node(id);
+      n.lean = std::find(lean.begin(), lean.end(), n.name) != lean.end();
+      const auto& sizes = n.lean ? lean_workspace_ : workspace_;
+      auto it = sizes.find(n.name);
+      // A recomputed node needs what its original does (a convolution's scratch); a copy or a wait none.
+      if (it == sizes.end() && n.name.size() > suffix.size() &&
+          n.name.compare(n.name.size() - suffix.size(), suffix.size(), suffix) == 0)
+        it = sizes.find(n.name.substr(0, n.name.size() - suffix.size()));
+      workspace.push_back(it == sizes.end() ? 0 : it->second);
     }
     t.plan = plan_pass(t.graph, Pass::Train, m_, workspace);
-    t.total = fixed_ + std::max(t.plan.arena_bytes, base_.eval.plan.arena_bytes);
+    t.total = total_of(t.plan);
     return t;
+  }
+
+  // Where t exceeds the budget, the step at the peak of live bytes and workspace takes its lean variant
+  // where it has one, while that lowers the peak (live bytes do not depend on workspace: one packing at
+  // the end). Returns whether t's total fell.
+  bool lean_peaks(Trial& t, std::size_t budget) const {
+    if (t.total <= budget || lean_workspace_.empty()) return false;
+    const std::vector<NodeId> order = pass_order(t.graph, Pass::Train);
+    std::vector<std::size_t> workspace = t.plan.step_workspace;
+    std::vector<NodeId> lean;
+    while (true) {
+      std::size_t peak = 0;
+      for (std::size_t s = 0; s < workspace.size(); ++s)
+        if (t.plan.live_bytes[s] + workspace[s] > t.plan.live_bytes[peak] + workspace[peak]) peak = s;
+      const auto it = lean_workspace_.find(t.graph.node(order[peak]).name);
+      if (it == lean_workspace_.end() || it->second >= workspace[peak]) break;
+      workspace[peak] = it->second;
+      lean.push_back(order[peak]);
+    }
+    if (lean.empty()) return false;
+    MemoryPlan plan = plan_pass(t.graph, Pass::Train, m_, workspace);
+    if (total_of(plan) >= t.total) return false;
+    for (NodeId id : lean) {
+      t.graph.node(id).lean = true;
+      t.lean.push_back(t.graph.node(id).name);
+    }
+    t.plan = std::move(plan);
+    t.total = total_of(t.plan);
+    return true;
+  }
+
+  std::size_t total_of(const MemoryPlan& plan) const {
+    return fixed_ + std::max(plan.arena_bytes, base_.eval.plan.arena_bytes);
   }
 
   // Adds values to swap or recompute, those live at the plan's peak first, until the plan fits `budget`
@@ -136,7 +190,10 @@ class Search {
     bool one_at_a_time = false;
     while (best.total > budget) {
       const std::vector<Option> options = live_at_peak(best, taken, allow_swap, allow_recompute, costs);
-      if (options.empty()) break;
+      if (options.empty()) {
+        if (lean_peaks(best, budget)) continue;  // new peaks, maybe with values to take
+        break;
+      }
       // Enough of the best options to cover half the excess in one step (a trial per value would be slow
       // on deep graphs), or one after a step that did not pay.
       const double goal = double(best.total - budget) / 2;
@@ -150,7 +207,7 @@ class Search {
       }
       std::sort(try_recomputed.begin(), try_recomputed.end());
       try_recomputed.erase(std::unique(try_recomputed.begin(), try_recomputed.end()), try_recomputed.end());
-      Trial t = trial(try_recomputed, try_swapped, costs);
+      Trial t = trial(try_recomputed, try_swapped, costs, best.lean);
       if (t.total < best.total) {
         for (const Option& o : options) {
           if (std::find(try_swapped.begin(), try_swapped.end(), o.value) == try_swapped.end() &&
@@ -233,6 +290,14 @@ class Search {
       Trial t = trial(values, {}, &estimated_);
       if (t.total < segment_least_->total) segment_least_ = std::move(t);
     }
+    lean_peaks(*segment_least_, 0);
+    // Fewer segments dropped can hold less (recomputed copies live in the backward pass too): the fastest
+    // plan under a budget just below the least so far, by the same estimate, while that finds one.
+    for (int round = 0; round < 3 && segment_least_->total > fixed_ + 1; ++round) {
+      std::optional<Trial> lower = segment_fit(segment_least_->total - 1, estimated_);
+      if (!lower || lower->total >= segment_least_->total) break;
+      segment_least_ = std::move(*lower);
+    }
     return *segment_least_;
   }
 
@@ -251,7 +316,10 @@ class Search {
         const std::size_t mid = lo + (hi - lo) / 2;
         const std::vector<ValueId> values = segment_values(mid, limit, &costs);
         std::optional<Trial> t;
-        if (!values.empty()) t = trial(values, {}, &costs);
+        if (!values.empty()) {
+          t = trial(values, {}, &costs);
+          lean_peaks(*t, budget);
+        }
         if (t && t->total <= budget) {
           fit = std::move(t);
           hi = mid - 1;
@@ -334,6 +402,7 @@ class Search {
   MicroBatchPlan base_;
   std::size_t fixed_ = 0;  // everything but the arena
   std::unordered_map<std::string, std::size_t> workspace_;
+  std::unordered_map<std::string, std::size_t> lean_workspace_;  // the steps with a leaner variant: its workspace
   std::vector<SavedValue> saved_;
   std::vector<bool> is_saved_;
   std::vector<Segment> segs_;
@@ -508,6 +577,8 @@ StrategyPlan plan_strategy(Graph& g, const StrategyRequest& r) {
   for (const SavedValue& v : saved_values(g)) saved[v.value] = true;
   for (ValueId v : chosen->recomputed)
     if (saved[v]) out.choice.recomputed.push_back(v);
+  for (NodeId i = 0; i < chosen->graph.num_nodes(); ++i)
+    if (chosen->graph.node(i).lean) out.choice.lean.push_back(chosen->graph.node(i).name);
   out.choice.used = chosen->swapped.empty() ? (chosen->recomputed.empty() ? "in memory" : "recompute")
                                             : (chosen->recomputed.empty() ? "swap" : "swap+recompute");
   g = std::move(chosen->graph);
@@ -545,6 +616,7 @@ Frontier memory_frontier(const Graph& g, const StrategyRequest& r, int points) {
       if (saved[v] && !left[v]) left[v] = true, p.recomputed += 1, p.recomputed_bytes += bytes_at(g, v, m);
     for (const SavedValue& v : all_saved)
       if (!left[v.value]) p.kept += 1, p.kept_bytes += bytes_at(g, v.value, m);
+    for (NodeId i = 0; i < t.graph.num_nodes(); ++i) p.lean += t.graph.node(i).lean;
     p.used = p.swapped ? (p.recomputed ? "swap+recompute" : "swap") : p.recomputed ? "recompute" : "in memory";
     found.push_back(p);
   };
@@ -556,8 +628,11 @@ Frontier memory_frontier(const Graph& g, const StrategyRequest& r, int points) {
   std::sort(found.begin(), found.end(), [](const FrontierPoint& a, const FrontierPoint& b) {
     return a.total != b.total ? a.total < b.total : a.predicted_seconds < b.predicted_seconds;
   });
+  // A plan the measured times found below the least the strategy reports (which decides from sizes and
+  // the estimate alone whether a budget fits) is left out: plan_strategy would refuse its budget.
   for (const FrontierPoint& p : found)
-    if (f.points.empty() || p.predicted_seconds < f.points.back().predicted_seconds) f.points.push_back(p);
+    if (p.total >= lo && (f.points.empty() || p.predicted_seconds < f.points.back().predicted_seconds))
+      f.points.push_back(p);
   return f;
 }
 
@@ -568,14 +643,15 @@ void write_frontier(std::ostream& os, const Frontier& f, std::size_t budget) {
      << "; steps predicted from kernel times measured at " << f.costs.measured_batch << " samples):\n"
      << "  " << std::right << std::setw(12) << "memory" << std::setw(8) << "x" << std::setw(14) << "step"
      << std::setw(9) << "x" << "  " << std::left << std::setw(16) << "plan"
-     << "saved values kept / recomputed / swapped\n";
+     << "saved values kept / recomputed / swapped; steps lean\n";
   for (const FrontierPoint& p : f.points) {
     os << "  " << std::right << std::setw(12) << format_bytes(p.total) << std::fixed << std::setprecision(3)
        << std::setw(8) << double(p.total) / double(full.total) << std::setprecision(2) << std::setw(11)
        << p.predicted_seconds * 1e3 << " ms" << std::setprecision(3) << std::setw(9)
        << (full.predicted_seconds > 0 ? p.predicted_seconds / full.predicted_seconds : 0.0) << "  " << std::left
        << std::setw(16) << p.used << p.kept << " (" << format_bytes(p.kept_bytes) << ") / " << p.recomputed << " ("
-       << format_bytes(p.recomputed_bytes) << ") / " << p.swapped << " (" << format_bytes(p.swapped_bytes) << ")"
+       << format_bytes(p.recomputed_bytes) << ") / " << p.swapped << " (" << format_bytes(p.swapped_bytes) << "); "
+       << p.lean
        << (budget && p.total <= budget && (&p == &f.points.back() || (&p + 1)->total > budget) ? "  <- the budget's" : "")
        << "\n";
     os.unsetf(std::ios::floatfield);
@@ -584,14 +660,15 @@ void write_frontier(std::ostream& os, const Frontier& f, std::size_t budget) {
 
 void write_strategy_report(std::ostream& os, const Graph& g, const StrategyPlan& p) {
   const StrategyChoice& c = p.choice;
-  if (c.swapped.empty() && c.recomputed.empty()) return;
+  if (c.swapped.empty() && c.recomputed.empty() && c.lean.empty()) return;
   const int m = p.plan.micro_batch;
   std::size_t swapped = 0, recomputed = 0;
   for (ValueId v : c.swapped) swapped += bytes_at(g, v, m);
   for (ValueId v : c.recomputed) recomputed += bytes_at(g, v, m);
   os << "strategy " << strategy_name(c.requested) << ": " << c.used << " at micro-batch " << m << ": "
      << c.recomputed.size() << " values recomputed (" << format_bytes(recomputed) << "), " << c.swapped.size()
-     << " swapped to the host pool (" << format_bytes(swapped) << ")\n"
+     << " swapped to the host pool (" << format_bytes(swapped) << ")"
+     << (c.lean.empty() ? "" : ", " + std::to_string(c.lean.size()) + " steps lean") << "\n"
      << "  memory " << format_bytes(p.plan.memory.total()) << " against " << format_bytes(c.in_memory_total)
      << " in memory; host pool " << format_bytes(p.plan.memory.host_pool) << "\n"
      << std::fixed << std::setprecision(2) << "  predicted step " << c.predicted_seconds * 1e3 << " ms against "
@@ -608,6 +685,7 @@ void write_strategy_report(std::ostream& os, const Graph& g, const StrategyPlan&
   };
   for (ValueId v : c.recomputed) line("recompute", v);
   for (ValueId v : c.swapped) line("swap", v);
+  for (const std::string& step : c.lean) os << "  lean      " << step << "\n";
 }
 
 }  // namespace crumb

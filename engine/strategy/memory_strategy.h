@@ -7,7 +7,8 @@
 // greedily, values live at the plan's peak first, each taking the cheaper of the two by predicted cost
 // per byte saved (a recomputation costs its nodes' measured kernel times; a swap costs the part of its two
 // copies, at the measured bandwidth, that the compute between its last forward and first backward use
-// cannot hide), until the plan fits.
+// cannot hide), until the plan fits. Where a step's workspace sets the peak of a plan over the budget, the
+// step runs its lean variant (less workspace, more time, the same bits; Node::lean) if it has one.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -41,6 +42,7 @@ struct StrategyChoice {
   // the whole batch), "recompute", "swap" or "swap+recompute".
   std::string used;
   std::vector<ValueId> swapped, recomputed;  // values of the graph (as built) that left the arena
+  std::vector<std::string> lean;             // steps that run their variant with less workspace (Node::lean)
   std::size_t in_memory_total = 0;           // the same micro-batch without swapping or recomputing
   // One micro-batch's step, predicted by the cost model, and the same in memory; 0 when nothing was
   // swapped or recomputed (no cost model was needed).
@@ -64,7 +66,7 @@ struct FrontierPoint {
   std::size_t total = 0;
   double predicted_seconds = 0;
   std::string used;  // as StrategyChoice::used
-  int kept = 0, recomputed = 0, swapped = 0;
+  int kept = 0, recomputed = 0, swapped = 0, lean = 0;  // lean: steps running their lean variant (Node::lean)
   std::size_t kept_bytes = 0, recomputed_bytes = 0, swapped_bytes = 0;
 };
 
