@@ -83,6 +83,14 @@ class Plan:
             return self._p.default_sweep()
         return self._p.sweep([int(m) for m in micro_batches])
 
+    def frontier(self) -> list[dict]:
+        """The memory-time frontier at the plan's micro-batch (``train --explain --frontier``): from the least
+        memory a plan fits in to in memory, one row per point: its total bytes, the step the cost model predicts
+        (kernel times measured on this machine), both as ratios to in memory, the plan there (in memory, swap,
+        recompute, swap+recompute), how many saved values it keeps, recomputes and swaps, and whether the
+        point fits the budget. ``--strategy auto`` takes the fastest point that fits."""
+        return self._p.frontier()
+
     def svg(self, name: str) -> str:
         """A picture of the report as SVG text: "arena_map", "timeline" or "sweep"."""
         return self._p.svg(name)
@@ -140,6 +148,7 @@ def plan(
     loss_scale_growth_interval: int = 2000,
     channels_last: Literal["on", "off", "auto"] = "auto",
     cuda_graphs: bool = True,
+    fuse: bool = True,
     deterministic: bool = False,
 ) -> Plan:
     """The memory plan of a training run, before anything is allocated (``train --explain``): ``model`` for
@@ -211,6 +220,9 @@ def plan(
             the network leaves them (auto: on for bf16 and fp16 on CUDA, where cuDNN's tensor-core kernels want
             NHWC; off otherwise). The result is the same up to float32 summation order; checkpoints stay NCHW
         cuda_graphs: record each micro-batch's work once and replay it as one CUDA graph
+        fuse: fuse chains of ops into one op each after autograd: BatchNorm or GroupNorm (+ the residual add) +
+            ReLU, forward and backward; --explain names the fused steps. The result is the same up to float32
+            rounding order
         deterministic: CUDA: only convolution algorithms that give the same bits on every run, as
             torch.backends.cudnn.deterministic (some of cuDNN's fastest backward ones add with atomics); the CPU is
             deterministic without it

@@ -87,6 +87,7 @@ class Trainer:
         loss_scale_growth_interval: int = 2000,
         channels_last: Literal["on", "off", "auto"] = "auto",
         cuda_graphs: bool = True,
+        fuse: bool = True,
         deterministic: bool = False,
         bucket_cap: int | str = "25MiB",
         dist_timeout: float = 300.0,
@@ -185,6 +186,9 @@ class Trainer:
                 want NHWC; off otherwise). The result is the same up to float32 summation order; checkpoints stay
                 NCHW
             cuda_graphs: record each micro-batch's work once and replay it as one CUDA graph
+            fuse: fuse chains of ops into one op each after autograd: BatchNorm or GroupNorm (+ the residual add) +
+                ReLU, forward and backward; --explain names the fused steps. The result is the same up to float32
+                rounding order
             deterministic: CUDA: only convolution algorithms that give the same bits on every run, as
                 torch.backends.cudnn.deterministic (some of cuDNN's fastest backward ones add with atomics); the CPU
                 is deterministic without it
