@@ -117,7 +117,7 @@ struct OpDef {
   bool inplace = false;
   // out[0] is a view of in[0]: no computation, no storage of its own (reshape/flatten).
   bool view = false;
-  // Some row has a variant with less workspace, slower, with the same bits (Node::lean runs it).
+  // Its CPU rows have a variant with less workspace, slower, with the same bits (Node::lean runs it).
   bool lean_variant = false;
   // Outputs after the first this many are optional (a bias gradient); 0: all are required.
   std::size_t required_outputs = 0;

@@ -63,8 +63,9 @@ class Search {
     fixed_ = base_.memory.total() - base_.memory.arena;
     const std::vector<NodeId>& order = base_.train.plan.order;
     for (std::size_t s = 0; s < order.size(); ++s) workspace_[g.node(order[s]).name] = base_.train.steps[s].workspace;
+    // Only CPU rows have lean variants so far; asking a CUDA row would run its algorithm search again.
     Backend& b = backend(r.device, r.index);
-    for (std::size_t s = 0; s < order.size(); ++s) {
+    for (std::size_t s = 0; s < order.size() && r.device == Device::CPU; ++s) {
       Node lean = g.node(order[s]);
       if (!lean.def->lean_variant) continue;
       lean.lean = true;
