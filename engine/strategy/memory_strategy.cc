@@ -622,6 +622,13 @@ Frontier memory_frontier(const Graph& g, const StrategyRequest& r, int points) {
     found.push_back(p);
   };
   add(s.trial({}, {}, &f.costs));
+  // The least itself, so that the frontier starts where the strategy's error line says (its planned memory
+  // is the same every run; the plans between follow the measured times).
+  for (const Technique& t : techniques(strategy))
+    if (least(s, t).total == lo) {
+      add(least(s, t));
+      break;
+    }
   for (int i = 0; i + 1 < points; ++i) {
     const std::size_t budget = lo + static_cast<std::size_t>(double(hi - lo) * i / (points - 1));
     if (std::optional<Trial> t = best_fit(s, strategy, budget, f.costs)) add(*t);
