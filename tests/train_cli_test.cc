@@ -533,6 +533,10 @@ TEST(TrainCli, StrategySwapsAndRecomputesToFit) {
   ASSERT_EQ(recompute.code, 0) << recompute.err;
   EXPECT_NE(recompute.out.find("\n  recompute "), std::string::npos) << recompute.out;
   EXPECT_EQ(recompute.out.find("\n  swap "), std::string::npos) << recompute.out;
+  const Result frontier = run_train(run + "--memory-budget 12MiB --strategy recompute --frontier");
+  ASSERT_EQ(frontier.code, 0) << frontier.err;
+  for (const char* part : {"memory-time frontier at micro-batch 16 (--strategy recompute", "in memory ", "<- the budget's"})
+    EXPECT_NE(frontier.out.find(part), std::string::npos) << part << " in:\n" << frontier.out;
 
   const Result in_memory = run_train(run + "--epochs 1");
   const Result swapped = run_train(run + "--epochs 1 --memory-budget 9MiB");

@@ -81,6 +81,9 @@ struct Node {
   // The layout its image inputs and outputs are in (engine/plan/layout.h): an NHWC node's rows read and
   // write channels-last memory, natively or through transposed copies (engine/device/widen.h).
   Layout layout = Layout::NCHW;
+  // Runs the op's variant with less workspace (OpDef::lean_variant; where a row has none, its own): the
+  // memory strategy (engine/strategy/memory_strategy.h) takes it where a step's workspace sets the peak.
+  bool lean = false;
 };
 
 class Graph {

@@ -103,6 +103,7 @@ struct OpDef {
   OpDef& with_recompute(RecomputeFn f) { recompute = f; return *this; }
   OpDef& with_flops(FlopsFn f) { flops = f; return *this; }
   OpDef& with_layouts(Layouts l) { layouts = l; return *this; }
+  OpDef& with_lean_variant(bool b) { lean_variant = b; return *this; }
 
   const char* name;
   // Validates the inputs, sets (or checks) the dims of node.out and stores the node's kernel geometry
@@ -116,6 +117,8 @@ struct OpDef {
   bool inplace = false;
   // out[0] is a view of in[0]: no computation, no storage of its own (reshape/flatten).
   bool view = false;
+  // Its CPU rows have a variant with less workspace, slower, with the same bits (Node::lean runs it).
+  bool lean_variant = false;
   // Outputs after the first this many are optional (a bias gradient); 0: all are required.
   std::size_t required_outputs = 0;
   // Reads StepArgs::random (dropout): the executor then writes each micro-batch's key before running it.

@@ -86,11 +86,16 @@ void infer_bwd_weight(Graph& g, Node& n) {  // in: dy, x  out: dw [, db]
 
 void backward(GradBuilder& gb, const Node& n) { ops::weighted_backward(gb, n, kConv2dBwdData, kConv2dBwdWeight); }
 
-cpu::Conv2dShape shape(const StepArgs& a) { return ops::at_batch<cpu::Conv2dShape>(*a.node, a.n); }
+cpu::Conv2dShape shape_of(const Node& n, int batch) {
+  cpu::Conv2dShape s = ops::at_batch<cpu::Conv2dShape>(n, batch);
+  s.lean = n.lean;
+  return s;
+}
+cpu::Conv2dShape shape(const StepArgs& a) { return shape_of(*a.node, a.n); }
 
 template <std::size_t (*Elems)(const cpu::Conv2dShape&)>
 std::size_t workspace(const Graph& g, const Node& n, int batch, const OpState*) {
-  return Elems(ops::at_batch<cpu::Conv2dShape>(n, batch)) * dtype_size(g.master_dtype());  // the row computes in it
+  return Elems(shape_of(n, batch)) * dtype_size(g.master_dtype());  // the row computes in it
 }
 
 // The forward and data-gradient passes of a stride-1 3x3 layer run Winograd where it was chosen for the
@@ -156,7 +161,7 @@ const OpDef kConv2dBwdData = OpDef("conv2d_backward_data", infer_bwd_data).with_
                              .with_layouts(Layouts::Nhwc);
 const OpDef kConv2dBwdWeight = OpDef("conv2d_backward_weight", infer_bwd_weight)
                                .with_outputs({OutDType::Float, OutDType::Float}).with_required_outputs(1).with_flops(flops)
-                               .with_layouts(Layouts::Nhwc);
+                               .with_layouts(Layouts::Nhwc).with_lean_variant(true);
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();

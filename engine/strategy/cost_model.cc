@@ -4,6 +4,7 @@
 #include <chrono>
 #include <vector>
 
+#include "engine/base/threads.h"
 #include "engine/device/backend.h"
 #include "engine/plan/compile.h"
 #include "engine/run/executor.h"
@@ -20,7 +21,7 @@ double CostModel::seconds(const Node& n, int m) const {
   if (it == node_seconds.end() && n.name.size() > suffix.size() &&
       n.name.compare(n.name.size() - suffix.size(), suffix.size(), suffix) == 0)
     it = node_seconds.find(n.name.substr(0, n.name.size() - suffix.size()));
-  return it == node_seconds.end() ? 0.0 : it->second * m / measured_batch;
+  return it == node_seconds.end() ? 0.0 : it->second * m / measured_batch * (n.lean ? lean_slowdown : 1.0);
 }
 
 double CostModel::simulate(const Graph& g, int m) const {
@@ -106,6 +107,7 @@ CostModel measure_costs(const Graph& g, int m, Device device, int index) {
     }
   c.seconds_per_byte = fastest / kBytes;
   c.copies_overlap = b.copies_overlap();
+  c.lean_slowdown = std::min(8, std::max(1, num_threads()));
   return c;
 }
 

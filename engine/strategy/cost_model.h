@@ -19,6 +19,9 @@ struct CostModel {
   // SMs; on the CPU the copy thread takes a core and memory bandwidth from the kernels' threads, so a
   // copy's time adds to the step.
   bool copies_overlap = true;
+  // A lean step (Node::lean: its slices of samples one after another on one thread instead of side by
+  // side) takes this many times its measured time: the kernels' threads, at most 8 slices. Not measured.
+  double lean_slowdown = 1;
 
   // Seconds of node n at a micro-batch of m samples: its own measured time, or for a node a memory
   // strategy added, the time of the node it recomputes (a copy or a wait: 0; they are simulated).

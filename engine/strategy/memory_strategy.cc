@@ -1,6 +1,7 @@
 #include "engine/strategy/memory_strategy.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <iomanip>
 #include <memory>
 #include <optional>
@@ -8,8 +9,11 @@
 #include <unordered_map>
 
 #include "engine/base/error.h"
+#include "engine/device/backend.h"
+#include "engine/plan/compile.h"
 #include "engine/graph/op.h"
 #include "engine/strategy/recompute.h"
+#include "engine/strategy/segments.h"
 #include "engine/graph/saved_values.h"
 #include "engine/strategy/swap.h"
 #include "engine/ops/norm.h"
@@ -40,12 +44,13 @@ std::size_t bytes_at(const Graph& g, ValueId v, int m) {
 }
 
 // A rewrite of the base graph tried at one micro-batch size, planned (not compiled: the base graph's
-// kernels and workspace sizes stand for the rewritten one's, whose added nodes need no workspace).
+// kernels and workspace sizes stand for the rewritten one's: a recomputed node needs its original's).
 struct Trial {
   Graph graph;
   std::vector<ValueId> swapped, recomputed;
   MemoryPlan plan;
   std::size_t total = 0;
+  std::vector<std::string> lean;  // steps running their lean variant
 };
 
 class Search {
@@ -58,9 +63,45 @@ class Search {
     fixed_ = base_.memory.total() - base_.memory.arena;
     const std::vector<NodeId>& order = base_.train.plan.order;
     for (std::size_t s = 0; s < order.size(); ++s) workspace_[g.node(order[s]).name] = base_.train.steps[s].workspace;
+    // Only CPU rows have lean variants so far; asking a CUDA row would run its algorithm search again.
+    Backend& b = backend(r.device, r.index);
+    for (std::size_t s = 0; s < order.size() && r.device == Device::CPU; ++s) {
+      Node lean = g.node(order[s]);
+      if (!lean.def->lean_variant) continue;
+      lean.lean = true;
+      const std::size_t bytes = compile_step(b, g, lean, m).workspace;
+      if (bytes < base_.train.steps[s].workspace) lean_workspace_[lean.name] = bytes;
+    }
     saved_ = saved_values(g);
     is_saved_.assign(g.num_values(), false);
     for (const SavedValue& s : saved_) is_saved_[s.value] = true;
+    segs_ = segments(g);
+    seg_bytes_.saved.assign(segs_.size(), 0);
+    seg_bytes_.output.assign(segs_.size(), 0);
+    seg_bytes_.transient.assign(segs_.size(), 0);
+    std::vector<int> segment_of(g.num_nodes(), -1);
+    for (std::size_t k = 0; k < segs_.size(); ++k) {
+      std::size_t& largest = seg_bytes_.transient[k];
+      for (NodeId i = segs_[k].first_node; i <= segs_[k].last_node; ++i) {
+        segment_of[i] = static_cast<int>(k);
+        for (ValueId v : g.node(i).out) {
+          if (is_saved_[v]) seg_bytes_.saved[k] += bytes_at(g, v, m_);
+          if (g.value(v).kind == ValueKind::Activation) largest = std::max(largest, bytes_at(g, v, m_));
+        }
+      }
+      if (segs_[k].output >= 0) seg_bytes_.output[k] = bytes_at(g, segs_[k].output, m_);
+    }
+    // Beside its saved values a segment's backward holds a gradient in and one out, as large as its largest
+    // value, and a step's workspace, counted with the latest segment whose values the step reads.
+    std::vector<std::size_t> workspace(segs_.size(), 0);
+    for (NodeId i = first_backward_node(g); i < g.num_nodes(); ++i) {
+      int k = -1;
+      for (ValueId v : g.node(i).in)
+        if (g.value(v).producer >= 0) k = std::max(k, segment_of[g.value(v).producer]);
+      const auto w = workspace_.find(g.node(i).name);
+      if (k >= 0 && w != workspace_.end()) workspace[k] = std::max(workspace[k], w->second);
+    }
+    for (std::size_t k = 0; k < segs_.size(); ++k) seg_bytes_.transient[k] = 2 * seg_bytes_.transient[k] + workspace[k];
   }
 
   int micro_batch() const { return m_; }
@@ -69,9 +110,10 @@ class Search {
   std::size_t in_memory_total() const { return base_.memory.total(); }
 
   // costs: the cost model that times swaps.
+  // lean: steps that run their lean variant (Node::lean).
   Trial trial(const std::vector<ValueId>& recomputed, const std::vector<ValueId>& swapped,
-              const CostModel* costs) const {
-    Trial t{g_, {}, recomputed, {}, 0};
+              const CostModel* costs, const std::vector<std::string>& lean = {}) const {
+    Trial t{g_, {}, recomputed, {}, 0, lean};
     if (!recomputed.empty()) recompute(t.graph, recomputed);
     if (!swapped.empty()) {
       SwapTiming timing;
@@ -82,13 +124,54 @@ class Search {
       t.swapped = swap(t.graph, swapped, m_, timing).swapped;
     }
     std::vector<std::size_t> workspace;
+    const std::string_view suffix = ops::kRecomputeSuffix;
     for (NodeId id : pass_order(t.graph, Pass::Train)) {
-      const auto it = workspace_.find(t.graph.node(id).name);
-      workspace.push_back(it == workspace_.end() ? 0 : it->second);
+      Node& n = t.graph.node(id);
+      n.lean = std::find(lean.begin(), lean.end(), n.name) != lean.end();
+      const auto& sizes = n.lean ? lean_workspace_ : workspace_;
+      auto it = sizes.find(n.name);
+      // A recomputed node needs what its original does (a convolution's scratch); a copy or a wait none.
+      if (it == sizes.end() && n.name.size() > suffix.size() &&
+          n.name.compare(n.name.size() - suffix.size(), suffix.size(), suffix) == 0)
+        it = sizes.find(n.name.substr(0, n.name.size() - suffix.size()));
+      workspace.push_back(it == sizes.end() ? 0 : it->second);
     }
     t.plan = plan_pass(t.graph, Pass::Train, m_, workspace);
-    t.total = fixed_ + std::max(t.plan.arena_bytes, base_.eval.plan.arena_bytes);
+    t.total = total_of(t.plan);
     return t;
+  }
+
+  // Where t exceeds the budget, the step at the peak of live bytes and workspace takes its lean variant
+  // where it has one, while that lowers the peak (live bytes do not depend on workspace: one packing at
+  // the end). Returns whether t's total fell.
+  bool lean_peaks(Trial& t, std::size_t budget) const {
+    if (t.total <= budget || lean_workspace_.empty()) return false;
+    const std::vector<NodeId> order = pass_order(t.graph, Pass::Train);
+    std::vector<std::size_t> workspace = t.plan.step_workspace;
+    std::vector<NodeId> lean;
+    while (true) {
+      std::size_t peak = 0;
+      for (std::size_t s = 0; s < workspace.size(); ++s)
+        if (t.plan.live_bytes[s] + workspace[s] > t.plan.live_bytes[peak] + workspace[peak]) peak = s;
+      const auto it = lean_workspace_.find(t.graph.node(order[peak]).name);
+      if (it == lean_workspace_.end() || it->second >= workspace[peak]) break;
+      workspace[peak] = it->second;
+      lean.push_back(order[peak]);
+    }
+    if (lean.empty()) return false;
+    MemoryPlan plan = plan_pass(t.graph, Pass::Train, m_, workspace);
+    if (total_of(plan) >= t.total) return false;
+    for (NodeId id : lean) {
+      t.graph.node(id).lean = true;
+      t.lean.push_back(t.graph.node(id).name);
+    }
+    t.plan = std::move(plan);
+    t.total = total_of(t.plan);
+    return true;
+  }
+
+  std::size_t total_of(const MemoryPlan& plan) const {
+    return fixed_ + std::max(plan.arena_bytes, base_.eval.plan.arena_bytes);
   }
 
   // Adds values to swap or recompute, those live at the plan's peak first, until the plan fits `budget`
@@ -97,15 +180,21 @@ class Search {
   // always save what it weighs). Returns the trial that fits, else the smallest one seen. Values go in order
   // of bytes saved per predicted second: by `measured` costs, or (null) by the estimate that is the same
   // every run.
-  Trial greedy(bool allow_swap, bool allow_recompute, std::size_t budget, const CostModel* measured) const {
+  // Starts from recomputing `initial` (a segment plan), which it only adds to.
+  Trial greedy(bool allow_swap, bool allow_recompute, std::size_t budget, const CostModel* measured,
+               const std::vector<ValueId>& initial = {}) const {
     const CostModel* costs = measured ? measured : &estimated_;
-    std::vector<ValueId> recomputed, swapped;
+    std::vector<ValueId> recomputed = initial, swapped;
     std::vector<bool> taken(g_.num_values(), false);
+    for (ValueId v : initial) taken[v] = true;
     Trial best = trial(recomputed, swapped, costs);
     bool one_at_a_time = false;
     while (best.total > budget) {
       const std::vector<Option> options = live_at_peak(best, taken, allow_swap, allow_recompute, costs);
-      if (options.empty()) break;
+      if (options.empty()) {
+        if (lean_peaks(best, budget)) continue;  // new peaks, maybe with values to take
+        break;
+      }
       // Enough of the best options to cover half the excess in one step (a trial per value would be slow
       // on deep graphs), or one after a step that did not pay.
       const double goal = double(best.total - budget) / 2;
@@ -119,7 +208,7 @@ class Search {
       }
       std::sort(try_recomputed.begin(), try_recomputed.end());
       try_recomputed.erase(std::unique(try_recomputed.begin(), try_recomputed.end()), try_recomputed.end());
-      Trial t = trial(try_recomputed, try_swapped, costs);
+      Trial t = trial(try_recomputed, try_swapped, costs, best.lean);
       if (t.total < best.total) {
         for (const Option& o : options) {
           if (std::find(try_swapped.begin(), try_swapped.end(), o.value) == try_swapped.end() &&
@@ -142,10 +231,108 @@ class Search {
 
   // The least total the greedy reaches with these techniques, ordered by the estimated costs (the same
   // every run). Computed once per search.
+  // With recomputation, segment plans are tried too (engine/strategy/segments.h): every segment dropped,
+  // alone or with the greedy swapping on top, where that reaches less.
   const Trial& least(bool allow_swap, bool allow_recompute) const {
     std::optional<Trial>& cached = least_[allow_swap * 2 + allow_recompute];
-    if (!cached) cached = greedy(allow_swap, allow_recompute, 0, nullptr);
+    if (cached) return *cached;
+    cached = greedy(allow_swap, allow_recompute, 0, nullptr);
+    if (allow_recompute) {
+      Trial seg = greedy(allow_swap, true, 0, nullptr, segment_least().recomputed);
+      if (seg.total < cached->total) cached = std::move(seg);
+    }
     return *cached;
+  }
+
+  // The values a segment plan recomputes: the `dropped` segments that save the most bytes per second of
+  // recomputation (by costs), grouped so that the backward pass holds at most `limit` bytes of saved values
+  // (group_segments); empty when they cannot be.
+  std::vector<ValueId> segment_values(std::size_t dropped, std::size_t limit, const CostModel* costs) const {
+    std::vector<std::pair<double, std::size_t>> order;  // (bytes per second, segment)
+    for (std::size_t k = 0; k < segs_.size(); ++k) {
+      if (seg_bytes_.saved[k] == 0) continue;
+      double seconds = 0;
+      for (NodeId i = segs_[k].first_node; i <= segs_[k].last_node; ++i) seconds += cost(i, costs);
+      order.emplace_back(double(seg_bytes_.saved[k]) / (seconds + kTiny), k);
+    }
+    std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::vector<bool> drop(segs_.size(), false);
+    for (std::size_t i = 0; i < std::min(dropped, order.size()); ++i) drop[order[i].second] = true;
+    // A segment that saves nothing (a pooling that keeps only its argmax) goes with the group before it.
+    for (std::size_t k = 1; k < segs_.size(); ++k)
+      if (seg_bytes_.saved[k] == 0 && drop[k - 1]) drop[k] = true;
+    const std::vector<bool> starts = group_segments(drop, seg_bytes_, limit);
+    return starts.empty() ? std::vector<ValueId>{} : segment_plan(g_, segs_, drop, starts);
+  }
+
+  std::size_t droppable_segments() const {
+    return static_cast<std::size_t>(std::count_if(seg_bytes_.saved.begin(), seg_bytes_.saved.end(), [](std::size_t b) { return b > 0; }));
+  }
+
+  // The limits on the bytes the backward pass holds tried for a segment plan: from all saved bytes down by
+  // factors of 2^(1/8) to the largest segment's.
+  std::vector<std::size_t> limits() const {
+    std::size_t total = 0, largest = 0;
+    for (std::size_t b : seg_bytes_.saved) total += b, largest = std::max(largest, b);
+    std::vector<std::size_t> out;
+    for (double b = double(total); b >= double(largest) && out.size() < 40; b /= 1.0905077326652577)
+      out.push_back(static_cast<std::size_t>(b));
+    return out;
+  }
+
+  // Every segment dropped, in the groups that give the least total: the same every run (no timing decides
+  // it). Computed once per search.
+  const Trial& segment_least() const {
+    if (segment_least_) return *segment_least_;
+    segment_least_ = trial({}, {}, &estimated_);
+    for (std::size_t limit : limits()) {
+      const std::vector<ValueId> values = segment_values(droppable_segments(), limit, &estimated_);
+      if (values.empty()) break;  // the model of the peak says that a lower limit cannot be met either
+      Trial t = trial(values, {}, &estimated_);
+      if (t.total < segment_least_->total) segment_least_ = std::move(t);
+    }
+    lean_peaks(*segment_least_, 0);
+    // Fewer segments dropped can hold less (recomputed copies live in the backward pass too): the fastest
+    // plan under a budget just below the least so far, by the same estimate, while that finds one.
+    for (int round = 0; round < 3 && segment_least_->total > fixed_ + 1; ++round) {
+      std::optional<Trial> lower = segment_fit(segment_least_->total - 1, estimated_);
+      if (!lower || lower->total >= segment_least_->total) break;
+      segment_least_ = std::move(*lower);
+    }
+    return *segment_least_;
+  }
+
+  // The segment plan with the least predicted step under the budget: for limits on the backward pass's saved
+  // bytes at and below what the budget leaves the arena, the fewest segments dropped that fit (a binary
+  // search: dropping more holds less), then the fastest of those by `costs`.
+  std::optional<Trial> segment_fit(std::size_t budget, const CostModel& costs) const {
+    std::optional<Trial> best;
+    double best_seconds = 0;
+    if (budget <= fixed_) return best;
+    for (double share : {1.15, 1.0, 0.85, 0.7, 0.55}) {  // the model of the peak is rough
+      const std::size_t limit = static_cast<std::size_t>(share * double(budget - fixed_));
+      std::size_t lo = 1, hi = droppable_segments();
+      std::optional<Trial> fit;
+      while (lo <= hi) {
+        const std::size_t mid = lo + (hi - lo) / 2;
+        const std::vector<ValueId> values = segment_values(mid, limit, &costs);
+        std::optional<Trial> t;
+        if (!values.empty()) {
+          t = trial(values, {}, &costs);
+          lean_peaks(*t, budget);
+        }
+        if (t && t->total <= budget) {
+          fit = std::move(t);
+          hi = mid - 1;
+        } else {
+          lo = mid + 1;
+        }
+      }
+      if (!fit) continue;
+      const double seconds = costs.simulate(fit->graph, m_);
+      if (!best || seconds < best_seconds) best = std::move(fit), best_seconds = seconds;
+    }
+    return best;
   }
 
  private:
@@ -212,11 +399,15 @@ class Search {
   int m_;
   CostModel estimated_;  // estimate_costs: what decides whether a budget fits
   mutable std::optional<Trial> least_[4];  // least(), by technique
+  mutable std::optional<Trial> segment_least_;
   MicroBatchPlan base_;
   std::size_t fixed_ = 0;  // everything but the arena
   std::unordered_map<std::string, std::size_t> workspace_;
+  std::unordered_map<std::string, std::size_t> lean_workspace_;  // the steps with a leaner variant: its workspace
   std::vector<SavedValue> saved_;
   std::vector<bool> is_saved_;
+  std::vector<Segment> segs_;
+  SegmentBytes seg_bytes_;  // at m_
 };
 
 // The techniques a strategy may use, and in what combinations: auto tries both together, then each alone.
@@ -254,8 +445,19 @@ std::optional<Trial> best_fit(const Search& s, Strategy strategy, std::size_t bu
     Trial trial = s.greedy(t.swap, t.recompute, budget, &costs);
     if (trial.total > budget) trial = s.greedy(t.swap, t.recompute, 0, &costs);
     if (trial.total > budget) trial = least(s, t);
-    const double seconds = costs.simulate(trial.graph, s.micro_batch());
-    if (!best || seconds < best_seconds) best = std::move(trial), best_seconds = seconds;
+    std::vector<Trial> candidates;
+    candidates.push_back(std::move(trial));
+    if (t.recompute && s.segment_least().total <= budget) {
+      if (std::optional<Trial> seg = s.segment_fit(budget, costs)) candidates.push_back(std::move(*seg));
+    }
+    if (t.recompute && t.swap) {
+      Trial seg = s.greedy(true, false, budget, &costs, s.segment_least().recomputed);
+      if (seg.total <= budget) candidates.push_back(std::move(seg));
+    }
+    for (Trial& c : candidates) {
+      const double seconds = costs.simulate(c.graph, s.micro_batch());
+      if (!best || seconds < best_seconds) best = std::move(c), best_seconds = seconds;
+    }
   }
   return best;
 }
@@ -371,7 +573,13 @@ StrategyPlan plan_strategy(Graph& g, const StrategyRequest& r) {
   out.choice.in_memory_total = search->in_memory_total();
   out.choice.in_memory_seconds = costs.simulate(g, m);
   out.choice.swapped = chosen->swapped;
-  out.choice.recomputed = chosen->recomputed;
+  // The values that leave the arena: a segment plan also names the unsaved values between them.
+  std::vector<bool> saved(g.num_values(), false);
+  for (const SavedValue& v : saved_values(g)) saved[v.value] = true;
+  for (ValueId v : chosen->recomputed)
+    if (saved[v]) out.choice.recomputed.push_back(v);
+  for (NodeId i = 0; i < chosen->graph.num_nodes(); ++i)
+    if (chosen->graph.node(i).lean) out.choice.lean.push_back(chosen->graph.node(i).name);
   out.choice.used = chosen->swapped.empty() ? (chosen->recomputed.empty() ? "in memory" : "recompute")
                                             : (chosen->recomputed.empty() ? "swap" : "swap+recompute");
   g = std::move(chosen->graph);
@@ -393,16 +601,93 @@ std::size_t least_budget(const Graph& g, const StrategyRequest& r) {
   return out;
 }
 
+Frontier memory_frontier(const Graph& g, const StrategyRequest& r, int points) {
+  CRUMB_CHECK(r.micro_batch >= 1, "memory_frontier: a micro-batch size is needed, got ", r.micro_batch);
+  CRUMB_CHECK(points >= 2, "memory_frontier: at least 2 budgets, got ", points);
+  const int m = std::min(r.micro_batch, r.batch);
+  const Strategy strategy = r.strategy == Strategy::Swap || r.strategy == Strategy::Recompute ? r.strategy : Strategy::Auto;
+  const Search s(g, r, m);
+  Frontier f;
+  f.strategy = strategy;
+  f.micro_batch = m;
+  f.costs = measure_costs(g, timing_batch(m, r.device, r.index), r.device, r.index);
+  std::size_t lo = s.in_memory_total();
+  for (const Technique& t : techniques(strategy)) lo = std::min(lo, least(s, t).total);
+  const std::size_t hi = s.in_memory_total();
+  std::vector<bool> saved(g.num_values(), false);
+  const std::vector<SavedValue> all_saved = saved_values(g);
+  for (const SavedValue& v : all_saved) saved[v.value] = true;
+  std::vector<FrontierPoint> found;
+  auto add = [&](const Trial& t) {
+    FrontierPoint p;
+    p.total = t.total;
+    p.predicted_seconds = f.costs.simulate(t.graph, m);
+    std::vector<bool> left(g.num_values(), false);
+    for (ValueId v : t.swapped) left[v] = true, p.swapped += 1, p.swapped_bytes += bytes_at(g, v, m);
+    for (ValueId v : t.recomputed)
+      if (saved[v] && !left[v]) left[v] = true, p.recomputed += 1, p.recomputed_bytes += bytes_at(g, v, m);
+    for (const SavedValue& v : all_saved)
+      if (!left[v.value]) p.kept += 1, p.kept_bytes += bytes_at(g, v.value, m);
+    for (NodeId i = 0; i < t.graph.num_nodes(); ++i) p.lean += t.graph.node(i).lean;
+    p.used = p.swapped ? (p.recomputed ? "swap+recompute" : "swap") : p.recomputed ? "recompute" : "in memory";
+    found.push_back(p);
+  };
+  add(s.trial({}, {}, &f.costs));
+  // The least itself, so that the frontier starts where the strategy's error line says (its planned memory
+  // is the same every run; the plans between follow the measured times).
+  for (const Technique& t : techniques(strategy))
+    if (least(s, t).total == lo) {
+      add(least(s, t));
+      break;
+    }
+  for (int i = 0; i + 1 < points; ++i) {
+    const std::size_t budget = lo + static_cast<std::size_t>(double(hi - lo) * i / (points - 1));
+    if (std::optional<Trial> t = best_fit(s, strategy, budget, f.costs)) add(*t);
+  }
+  std::sort(found.begin(), found.end(), [](const FrontierPoint& a, const FrontierPoint& b) {
+    return a.total != b.total ? a.total < b.total : a.predicted_seconds < b.predicted_seconds;
+  });
+  // A plan the measured times found below the least the strategy reports (which decides from sizes and
+  // the estimate alone whether a budget fits) is left out: plan_strategy would refuse its budget.
+  for (const FrontierPoint& p : found)
+    if (p.total >= lo && (f.points.empty() || p.predicted_seconds < f.points.back().predicted_seconds))
+      f.points.push_back(p);
+  return f;
+}
+
+void write_frontier(std::ostream& os, const Frontier& f, std::size_t budget) {
+  if (f.points.empty()) return;
+  const FrontierPoint& full = f.points.back();
+  os << "memory-time frontier at micro-batch " << f.micro_batch << " (--strategy " << strategy_name(f.strategy)
+     << "; steps predicted from kernel times measured at " << f.costs.measured_batch << " samples):\n"
+     << "  " << std::right << std::setw(12) << "memory" << std::setw(8) << "x" << std::setw(14) << "step"
+     << std::setw(9) << "x" << "  " << std::left << std::setw(16) << "plan"
+     << "saved values kept / recomputed / swapped; steps lean\n";
+  for (const FrontierPoint& p : f.points) {
+    os << "  " << std::right << std::setw(12) << format_bytes(p.total) << std::fixed << std::setprecision(3)
+       << std::setw(8) << double(p.total) / double(full.total) << std::setprecision(2) << std::setw(11)
+       << p.predicted_seconds * 1e3 << " ms" << std::setprecision(3) << std::setw(9)
+       << (full.predicted_seconds > 0 ? p.predicted_seconds / full.predicted_seconds : 0.0) << "  " << std::left
+       << std::setw(16) << p.used << p.kept << " (" << format_bytes(p.kept_bytes) << ") / " << p.recomputed << " ("
+       << format_bytes(p.recomputed_bytes) << ") / " << p.swapped << " (" << format_bytes(p.swapped_bytes) << "); "
+       << p.lean
+       << (budget && p.total <= budget && (&p == &f.points.back() || (&p + 1)->total > budget) ? "  <- the budget's" : "")
+       << "\n";
+    os.unsetf(std::ios::floatfield);
+  }
+}
+
 void write_strategy_report(std::ostream& os, const Graph& g, const StrategyPlan& p) {
   const StrategyChoice& c = p.choice;
-  if (c.swapped.empty() && c.recomputed.empty()) return;
+  if (c.swapped.empty() && c.recomputed.empty() && c.lean.empty()) return;
   const int m = p.plan.micro_batch;
   std::size_t swapped = 0, recomputed = 0;
   for (ValueId v : c.swapped) swapped += bytes_at(g, v, m);
   for (ValueId v : c.recomputed) recomputed += bytes_at(g, v, m);
   os << "strategy " << strategy_name(c.requested) << ": " << c.used << " at micro-batch " << m << ": "
      << c.recomputed.size() << " values recomputed (" << format_bytes(recomputed) << "), " << c.swapped.size()
-     << " swapped to the host pool (" << format_bytes(swapped) << ")\n"
+     << " swapped to the host pool (" << format_bytes(swapped) << ")"
+     << (c.lean.empty() ? "" : ", " + std::to_string(c.lean.size()) + " steps lean") << "\n"
      << "  memory " << format_bytes(p.plan.memory.total()) << " against " << format_bytes(c.in_memory_total)
      << " in memory; host pool " << format_bytes(p.plan.memory.host_pool) << "\n"
      << std::fixed << std::setprecision(2) << "  predicted step " << c.predicted_seconds * 1e3 << " ms against "
@@ -419,6 +704,7 @@ void write_strategy_report(std::ostream& os, const Graph& g, const StrategyPlan&
   };
   for (ValueId v : c.recomputed) line("recompute", v);
   for (ValueId v : c.swapped) line("swap", v);
+  for (const std::string& step : c.lean) os << "  lean      " << step << "\n";
 }
 
 }  // namespace crumb

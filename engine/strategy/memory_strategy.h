@@ -7,7 +7,8 @@
 // greedily, values live at the plan's peak first, each taking the cheaper of the two by predicted cost
 // per byte saved (a recomputation costs its nodes' measured kernel times; a swap costs the part of its two
 // copies, at the measured bandwidth, that the compute between its last forward and first backward use
-// cannot hide), until the plan fits.
+// cannot hide), until the plan fits. Where a step's workspace sets the peak of a plan over the budget, the
+// step runs its lean variant (less workspace, more time, the same bits; Node::lean) if it has one.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -41,6 +42,7 @@ struct StrategyChoice {
   // the whole batch), "recompute", "swap" or "swap+recompute".
   std::string used;
   std::vector<ValueId> swapped, recomputed;  // values of the graph (as built) that left the arena
+  std::vector<std::string> lean;             // steps that run their variant with less workspace (Node::lean)
   std::size_t in_memory_total = 0;           // the same micro-batch without swapping or recomputing
   // One micro-batch's step, predicted by the cost model, and the same in memory; 0 when nothing was
   // swapped or recomputed (no cost model was needed).
@@ -61,6 +63,32 @@ StrategyPlan plan_strategy(Graph& g, const StrategyRequest& request);
 // The least budget plan_strategy(g, request) meets at the smallest (or forced) micro-batch, the one its
 // failure names, from sizes alone: nothing is measured or rewritten.
 std::size_t least_budget(const Graph& g, const StrategyRequest& request);
+// One plan on the memory-time frontier: the memory it needs (the least budget it fits) and the step the
+// cost model predicts for it, and what it does with the saved values (bytes at its micro-batch).
+struct FrontierPoint {
+  std::size_t total = 0;
+  double predicted_seconds = 0;
+  std::string used;  // as StrategyChoice::used
+  int kept = 0, recomputed = 0, swapped = 0, lean = 0;  // lean: steps running their lean variant (Node::lean)
+  std::size_t kept_bytes = 0, recomputed_bytes = 0, swapped_bytes = 0;
+};
+
+struct Frontier {
+  Strategy strategy = Strategy::Auto;
+  int micro_batch = 0;
+  std::vector<FrontierPoint> points;  // from the least memory to in memory; each faster than the one before
+  CostModel costs;
+};
+
+// The frontier of g (with its backward) at r.micro_batch (which must be given): the plan plan_strategy
+// chooses for r.strategy at budgets spread evenly from the least that fits to the in-memory total, each
+// predicted with kernel times measured here (in memory, at the timing batch), and of those the points
+// that no plan with less memory beats on time. `points` budgets are tried.
+Frontier memory_frontier(const Graph& g, const StrategyRequest& r, int points = 9);
+
+// --explain --frontier's table: a line per point, marking the one a budget takes (the fastest whose memory
+// fits it; 0: none marked).
+void write_frontier(std::ostream& os, const Frontier& f, std::size_t budget);
 
 // --explain's account of the choice: the strategy, predicted step time against in memory, and one line
 // per value swapped or recomputed (layer, op, bytes). Nothing when micro-batching alone did it.

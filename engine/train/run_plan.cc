@@ -192,12 +192,21 @@ bool uses_channels_last(const TrainConfig& c, Device device) {
 
 namespace {
 
-// plan_graph's work; named: `model` is the registered model c.model (whose BatchNorm groups c.norm sets).
-RunPlan plan_model(const TrainConfig& c, Graph model, int batch, Device device, bool named) {
-  RunPlan p;
-  p.graph = std::move(model);
+// The graph a run trains, with what planning it needs besides.
+struct TrainingGraph {
+  Graph graph;
+  Graph unfused;       // fused: the graph before fusion, which swapping and recomputing may fall back on
+  bool fused = false;  // fusion ran (a forward graph, --fuse on)
+};
+
+// c's rewrites on a forward graph (backward pass, fusion, channels-last), or a graph with its backward pass
+// planned as given; checked against the device and the batch.
+TrainingGraph training_graph(const TrainConfig& c, Graph model, int batch, Device device, bool named) {
+  TrainingGraph t;
+  Graph& g = t.graph;
+  g = std::move(model);
   bool as_given = false;
-  for (NodeId n = 0; n < p.graph.num_nodes(); ++n) as_given = as_given || p.graph.node(n).backward;
+  for (NodeId n = 0; n < g.num_nodes(); ++n) as_given = as_given || g.node(n).backward;
   if (c.precision == Precision::FP16) c.loss_scale.validate();
   const std::vector<DType> runs = backend(device).float_dtypes();
   CRUMB_CHECK(std::find(runs.begin(), runs.end(), activation_dtype(c.precision)) != runs.end(), "--precision ",
@@ -205,31 +214,46 @@ RunPlan plan_model(const TrainConfig& c, Graph model, int batch, Device device, 
               dtype_name(activation_dtype(c.precision)), " arithmetic (bf16 needs compute capability 8.0 or newer); ",
               "use --precision fp16");
   // A graph planned as given computes in its own dtype; a forward graph gets cfg's.
-  CRUMB_CHECK(as_given || p.graph.float_dtype() == activation_dtype(c.precision), "the model's graph computes in ",
-              dtype_name(p.graph.float_dtype()), " but --precision ", precision_name(c.precision), " trains in ",
+  CRUMB_CHECK(as_given || g.float_dtype() == activation_dtype(c.precision), "the model's graph computes in ",
+              dtype_name(g.float_dtype()), " but --precision ", precision_name(c.precision), " trains in ",
               dtype_name(activation_dtype(c.precision)), ": build the graph in that dtype");
-  CRUMB_CHECK(std::find(runs.begin(), runs.end(), p.graph.float_dtype()) != runs.end(), "the model's graph computes in ",
-              dtype_name(p.graph.float_dtype()), ", which ", backend(device).description(), " has no arithmetic for");
-  Graph unfused;  // what swapping and recomputing may fall back on (plan_fused_strategy)
+  CRUMB_CHECK(std::find(runs.begin(), runs.end(), g.float_dtype()) != runs.end(), "the model's graph computes in ",
+              dtype_name(g.float_dtype()), ", which ", backend(device).description(), " has no arithmetic for");
   if (!as_given) {
-    p.graph.set_tf32(c.precision == Precision::TF32);
-    p.graph.set_deterministic(c.deterministic);
-    p.graph.set_conv_algo(c.conv_algo);
+    g.set_tf32(c.precision == Precision::TF32);
+    g.set_deterministic(c.deterministic);
+    g.set_conv_algo(c.conv_algo);
     // A resumed run computes with the convolution algorithms the run it continues measured.
     if (!c.resume.empty())
       for (const auto& [key, value] : checkpoint_metadata(c.resume))
-        if (key == kConvChoicesKey) set_conv_choices(p.graph, value, c.resume);
-    build_backward(p.graph);
+        if (key == kConvChoicesKey) set_conv_choices(g, value, c.resume);
+    build_backward(g);
     if (c.fuse) {
-      unfused = p.graph;
-      fuse(p.graph);
+      t.unfused = g;
+      fuse(g);
+      t.fused = true;
     }
     if (uses_channels_last(c, device)) {
-      to_channels_last(p.graph);
-      if (c.fuse) to_channels_last(unfused);
+      to_channels_last(g);
+      if (t.fused) to_channels_last(t.unfused);
     }
   }
-  check_bn_group(c, p.graph, batch, named);
+  check_bn_group(c, g, batch, named);
+  return t;
+}
+
+// The registered model c.model, or c.network's, for inputs of `shape`.
+Graph model_graph(const TrainConfig& c, const data::DataShape& shape) {
+  const models::ModelSpec spec(shape.channels, shape.height, shape.width, shape.classes, c.norm, c.dropout);
+  if (!c.network.empty()) return build_network(c.network, spec, activation_dtype(c.precision));
+  return models::build(c.model, spec, activation_dtype(c.precision));
+}
+
+// plan_graph's work; named: `model` is the registered model c.model (whose BatchNorm groups c.norm sets).
+RunPlan plan_model(const TrainConfig& c, Graph model, int batch, Device device, bool named) {
+  RunPlan p;
+  TrainingGraph t = training_graph(c, std::move(model), batch, device, named);
+  p.graph = std::move(t.graph);
   p.device = device;
   p.budget = budget_of(c, device);
   p.batch = batch;
@@ -240,8 +264,8 @@ RunPlan plan_model(const TrainConfig& c, Graph model, int batch, Device device, 
   r.micro_batch = c.micro_batch;
   r.optimizer = c.optimizer;
   r.device = device;
-  if (!c.fuse || as_given) p.strategy = plan_strategy(p.graph, r);
-  else if (!plan_in_place(p, r)) plan_fused_strategy(p, std::move(unfused), r);
+  if (!t.fused) p.strategy = plan_strategy(p.graph, r);
+  else if (!plan_in_place(p, r)) plan_fused_strategy(p, std::move(t.unfused), r);
   p.split = describe_split(c, batch, p);
   return p;
 }
@@ -249,10 +273,19 @@ RunPlan plan_model(const TrainConfig& c, Graph model, int batch, Device device, 
 }  // namespace
 
 RunPlan plan_run(const TrainConfig& c, const data::DataShape& shape, int batch, Device device) {
-  const models::ModelSpec spec(shape.channels, shape.height, shape.width, shape.classes, c.norm, c.dropout);
-  if (!c.network.empty())
-    return plan_model(c, build_network(c.network, spec, activation_dtype(c.precision)), batch, device, false);
-  return plan_model(c, models::build(c.model, spec, activation_dtype(c.precision)), batch, device, true);
+  return plan_model(c, model_graph(c, shape), batch, device, c.network.empty());
+}
+
+Frontier plan_frontier(const TrainConfig& c, const data::DataShape& shape, int batch, Device device, int micro_batch) {
+  const TrainingGraph t = training_graph(c, model_graph(c, shape), batch, device, c.network.empty());
+  StrategyRequest r;
+  r.strategy = c.strategy;
+  r.batch = batch;
+  r.budget = budget_of(c, device);
+  r.micro_batch = micro_batch;
+  r.optimizer = c.optimizer;
+  r.device = device;
+  return memory_frontier(t.graph, r);
 }
 
 RunPlan plan_graph(const TrainConfig& c, Graph model, int batch, Device device) {

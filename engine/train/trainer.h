@@ -159,6 +159,9 @@ RunPlan plan_graph(const TrainConfig& cfg, Graph model, int batch, Device device
 // A BatchNorm group must fit in the batch it normalises. named: g is the registered model cfg.model (whose
 // groups cfg.norm sets), else its nodes say.
 void check_bn_group(const TrainConfig& cfg, const Graph& g, int batch, bool named);
+// The memory-time frontier of that plan's graph at micro-batch `micro_batch` (engine/strategy/memory_strategy.h):
+// --explain --frontier and the Python module's Plan.frontier().
+Frontier plan_frontier(const TrainConfig& cfg, const data::DataShape& shape, int batch, Device device, int micro_batch);
 
 // The value `key` recorded in the metadata of the checkpoint at `path` (an error where it records no run).
 std::string recorded_value(const CheckpointMetadata& meta, const std::string& key, const std::string& path);

@@ -45,6 +45,8 @@ using detail::VecMap;
 
 // The workspace holds at most this many slices; more threads than this idle in the conv kernels.
 constexpr int kMaxSlices = 8;
+// Elements of alignment a lean weight-gradient slice's scratch keeps (256 bytes of float, the arena's).
+constexpr std::ptrdiff_t kLeanPhases = 64;
 // Output pixels one GEMM should cover at least (the GEMM's n): below it, samples are blocked.
 constexpr std::ptrdiff_t kBlockColumns = 128;
 // The forward GEMM of a sample runs over panels of whole 48-column tiles whose rows fit in this much L2.
@@ -281,12 +283,16 @@ std::size_t conv2d_backward_data_workspace(const Conv2dShape& s) {
   return static_cast<std::size_t>(workspace_slices(s) * g.slice_len() + (g.direct ? detail::direct_shared_len(s) : 0));
 }
 
-// Slice 0 accumulates straight into dw/db; the others into partial sums folded in at the end.
+// Slice 0 accumulates straight into dw/db; the others into partial sums folded in at the end, or (lean)
+// one slice at a time, in one slice's scratch and one partial sum. A lean slice's scratch starts where
+// its own would, modulo kLeanPhases elements: Eigen's vectorised sums over it (the bias gradient) begin
+// at the same alignment, so they add in the same order.
 std::size_t conv2d_backward_weight_workspace(const Conv2dShape& s) {
   if (s.groups > 1) return detail::grouped_backward_weight_workspace(s);
   const Geom g(s, detail::ConvPass::Weight);
   const int slices = workspace_slices(s);
-  return static_cast<std::size_t>(slices * g.slice_len() + (slices - 1) * (s.c_out * g.k + s.c_out));
+  const std::ptrdiff_t partials = (s.lean ? std::min(1, slices - 1) : slices - 1) * (s.c_out * g.k + s.c_out);
+  return static_cast<std::size_t>((s.lean ? g.slice_len() + kLeanPhases : slices * g.slice_len()) + partials);
 }
 
 namespace {
@@ -396,11 +402,13 @@ void conv2d_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dS
   const Geom g(s, detail::ConvPass::Weight);
   const std::ptrdiff_t dw_len = s.c_out * g.k;
   const std::ptrdiff_t partial_len = dw_len + s.c_out;
-  T* partials = workspace + workspace_slices(s) * g.slice_len();
+  T* partials = workspace + (s.lean ? g.slice_len() + kLeanPhases : workspace_slices(s) * g.slice_len());
   const int slices = active_slices(s, g);
-  for_each_slice(slices, s.n, [&](int slice, int i0, int i1) {
-    T* col = workspace + slice * g.slice_len();
-    T* dw_s = slice == 0 ? dw : partials + (slice - 1) * partial_len;
+  auto fold = [&](const T* p) {
+    VecMap<T>(dw, dw_len) += CVecMap<T>(p, dw_len);
+    if (db) VecMap<T>(db, s.c_out) += CVecMap<T>(p + dw_len, s.c_out);
+  };
+  auto run_slice = [&](int slice, int i0, int i1, T* col, T* dw_s) {
     T* db_s = !db ? nullptr : slice == 0 ? db : dw_s + dw_len;
     bool acc = slice == 0 && accumulate;
     if (g.small_for(i0, i1)) return detail::small_backward_weight(dw_s, db_s, dy, x, s, i0, i1, col, acc);
@@ -422,12 +430,20 @@ void conv2d_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dS
       gemm(MatR<T>(dw_s, s.c_out, g.k), DY, columns(s, g, x + i * g.x_len, col).transpose(), acc);
       if (db_s) assign(VecMap<T>(db_s, s.c_out), DY.rowwise().sum(), acc);
     }
-  });
-  for (int slice = 1; slice < slices; ++slice) {
-    const T* p = partials + (slice - 1) * partial_len;
-    VecMap<T>(dw, dw_len) += CVecMap<T>(p, dw_len);
-    if (db) VecMap<T>(db, s.c_out) += CVecMap<T>(p + dw_len, s.c_out);
+  };
+  if (s.lean) {
+    // The same slices, the same sums folded in the same order, one after another on this thread.
+    for (int slice = 0; slice < slices; ++slice) {
+      run_slice(slice, s.n * slice / slices, s.n * (slice + 1) / slices, workspace + slice * g.slice_len() % kLeanPhases,
+                slice == 0 ? dw : partials);
+      if (slice > 0) fold(partials);
+    }
+    return;
   }
+  for_each_slice(slices, s.n, [&](int slice, int i0, int i1) {
+    run_slice(slice, i0, i1, workspace + slice * g.slice_len(), slice == 0 ? dw : partials + (slice - 1) * partial_len);
+  });
+  for (int slice = 1; slice < slices; ++slice) fold(partials + (slice - 1) * partial_len);
 }
 
 #define CRUMB_INSTANTIATE(T)                                                                               \

@@ -16,6 +16,9 @@ struct Conv2dShape {
   int stride_h, stride_w, pad_h, pad_w;
   int h_out, w_out;
   int groups = 1;
+  // The weight gradient one slice of samples at a time in one slice's workspace (conv2d.h): slower, the
+  // same bits, a fraction of the scratch.
+  bool lean = false;
   long long in_count() const { return 1LL * n * c_in * h * w; }
   long long out_count() const { return 1LL * n * c_out * h_out * w_out; }
 };

@@ -77,6 +77,28 @@ def test_plan_pictures_and_report(tmp_path):
     assert (tmp_path / "pictures" / "arena_map.svg").exists()
 
 
+def test_plan_frontier(train_bin):
+    """Plan.frontier() is train --explain --frontier's table: from the least memory to in memory, each point
+    faster than the one before, ending with the plan in memory."""
+    kw = dict(model="resnet20", input=(3, 16, 16), classes=4, batch=16, bn_group=8, micro_batch=16,
+              memory_budget="12MiB", strategy="recompute")
+    points = crumb.plan(**kw).frontier()
+    assert len(points) >= 2
+    assert points[-1]["plan"] == "in memory" and points[-1]["memory_ratio"] == 1.0
+    assert all(p["swapped"] == 0 for p in points)
+    for a, b in zip(points, points[1:]):
+        assert a["total"] < b["total"] and a["predicted_s"] > b["predicted_s"]
+    assert points[0]["fits"] and not points[-1]["fits"]
+    out = run_train(train_bin, "--model=resnet20", "--dataset=synthetic", "--input=3x16x16", "--classes=4",
+                    "--batch=16", "--bn-group=8", "--micro-batch=16", "--memory-budget=12MiB",
+                    "--strategy=recompute", "--frontier")
+    table = out[out.index("memory-time frontier"):].splitlines()[2:]
+    # The ends are planned (the same every run); the points between are chosen by measured kernel times.
+    memory = [" ".join(line.split()[:2]) for line in table if line.strip()]
+    assert memory[0] == crumb.format_bytes(points[0]["total"])
+    assert memory[-1] == crumb.format_bytes(points[-1]["total"])
+
+
 def test_fit_gives_the_weights_of_train(train_bin, tmp_path):
     x, y = images(120)
     xt, yt = images(30, seed=1)

@@ -165,6 +165,20 @@ class Plan {
     }
     return rows;
   }
+  // The memory-time frontier at the plan's micro-batch (train --explain --frontier): a row per point, from
+  // the least memory to in memory.
+  nb::list frontier() const {
+    const Frontier f = plan_frontier(cfg_, data::data_shape(cfg_.data), run_->batch, run_->device, micro_batch());
+    nb::list rows;
+    const FrontierPoint& full = f.points.back();
+    for (const FrontierPoint& p : f.points)
+      rows.append(dict_of("total", p.total, "memory_ratio", double(p.total) / double(full.total), "predicted_s",
+                          p.predicted_seconds, "time_ratio", p.predicted_seconds / full.predicted_seconds, "plan",
+                          p.used, "kept", p.kept, "recomputed", p.recomputed, "swapped", p.swapped, "kept_bytes",
+                          p.kept_bytes, "recomputed_bytes", p.recomputed_bytes, "swapped_bytes", p.swapped_bytes,
+                          "fits", p.total <= run_->budget));
+    return rows;
+  }
   nb::list default_sweep() const {
     nb::list rows;
     for (const MemoryBreakdown& mb : report_.sweep) rows.append(breakdown_dict(mb, run_->budget));
@@ -674,7 +688,8 @@ NB_MODULE(_crumb, m) {
       .def("html", &Plan::html, "fragment"_a = false)
       .def("save_report", &Plan::save_report, "path"_a, "dir"_a = "")
       .def("sweep", &Plan::sweep)
-      .def("default_sweep", &Plan::default_sweep);
+      .def("default_sweep", &Plan::default_sweep)
+      .def("frontier", &Plan::frontier);
 
   nb::class_<Run>(m, "Run")
       .def(nb::init<const crumb::python::Given&>())

@@ -43,6 +43,11 @@ std::vector<Option> make_table() {
            "print the memory plan (breakdown, chosen micro-batch, live bytes per step) and exit without training")},
       {"explain", own("explain-csv", OptionType::Path, "FILE", "--explain, and write the per-step timeline as CSV")},
       {"explain-csv",
+       own("frontier", OptionType::Bool, "",
+           "--explain, and list the memory-time frontier at the plan's micro-batch: from the least memory that fits "
+           "to in memory, the step the cost model predicts at each point and how many saved values the plan there "
+           "keeps, recomputes and swaps (--strategy swap or recompute: that technique alone)")},
+      {"frontier",
        own("report", OptionType::Path, "FILE.html",
            "write the memory report: arena map (every tensor's address over its lifetime), memory timeline, batch "
            "sweep (memory against the micro-batch size) and their tables, in one self-contained HTML file; with "
@@ -144,6 +149,7 @@ Options options_of(const Settings& given) {
     const std::string& name = s.name();
     if (name == "explain") o.explain = true;
     else if (name == "explain-csv") o.explain_csv = s.value, o.explain = true;
+    else if (name == "frontier") o.frontier = o.explain = true;
     else if (name == "report") o.report = s.value;
     else if (name == "report-dir") o.report_dir = s.value;
     else if (name == "sweep")

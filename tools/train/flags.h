@@ -16,7 +16,7 @@ struct Options {
   TrainConfig config;  // the run; it records `settings` in its checkpoints
   Settings settings;   // every flag (--model-file as --network), with --resume those of the run it continues
   std::string model_file;  // --model-file: where it was read (an input no output may replace)
-  bool explain = false;
+  bool explain = false, frontier = false;
   std::string explain_csv, report, report_dir;
   std::vector<int> sweep;
 };

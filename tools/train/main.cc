@@ -59,6 +59,9 @@ int explain(const Options& o, const TrainConfig& c) {
             << (uses_channels_last(c, p.device) ? ", channels-last" : "") << ", " << p.split << "\n";
   write_strategy_report(std::cout, p.graph, p.strategy);
   write_memory_report(std::cout, p.graph, p.strategy.plan.memory, p.strategy.plan.train.plan, p.budget);
+  if (o.frontier)
+    write_frontier(std::cout, plan_frontier(c, data::data_shape(c.data), c.batch, p.device, p.strategy.plan.micro_batch),
+                   p.budget);
   if (!o.explain_csv.empty()) {
     std::ostringstream csv;
     write_timeline_csv(csv, p.graph, p.strategy.plan.train.plan);

@@ -83,6 +83,14 @@ class Plan:
             return self._p.default_sweep()
         return self._p.sweep([int(m) for m in micro_batches])
 
+    def frontier(self) -> list[dict]:
+        """The memory-time frontier at the plan's micro-batch (``train --explain --frontier``): from the least
+        memory a plan fits in to in memory, one row per point: its total bytes, the step the cost model predicts
+        (kernel times measured on this machine), both as ratios to in memory, the plan there (in memory, swap,
+        recompute, swap+recompute), how many saved values it keeps, recomputes and swaps, and whether the
+        point fits the budget. ``--strategy auto`` takes the fastest point that fits."""
+        return self._p.frontier()
+
     def svg(self, name: str) -> str:
         """A picture of the report as SVG text: "arena_map", "timeline" or "sweep"."""
         return self._p.svg(name)
