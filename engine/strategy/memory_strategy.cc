@@ -424,13 +424,25 @@ std::vector<Technique> techniques(Strategy s) {
 // times, so it is the same every run.
 const Trial& least(const Search& s, const Technique& t) { return s.least(t.swap, t.recompute); }
 
+// The least total any technique of the strategy reaches at this search's micro-batch (Search::least): what
+// a failure reports, and what least_budget returns.
+std::size_t least_total(const Search& s, Strategy strategy) {
+  std::size_t out = std::numeric_limits<std::size_t>::max();
+  for (const Technique& t : techniques(strategy)) out = std::min(out, least(s, t).total);
+  return out;
+}
+
 // Whether some technique of the strategy fits the budget at this search's micro-batch: decided by the
-// search that does not depend on measured times (a budget fits exactly when it is at least Search::least's
-// total, which is what a failure reports), from sizes alone, before anything is measured.
-bool fits(const Search& s, Strategy strategy, std::size_t budget) {
-  for (const Technique& t : techniques(strategy))
-    if (least(s, t).total <= budget) return true;
-  return false;
+// search that does not depend on measured times (a budget fits exactly when it is at least least_total,
+// which is what a failure reports), from sizes alone, before anything is measured.
+bool fits(const Search& s, Strategy strategy, std::size_t budget) { return least_total(s, strategy) <= budget; }
+
+// The micro-batch a strategy is judged at when micro-batching alone does not fit: the forced one, else
+// the smallest allowed (one BatchNorm group; the batch where BatchNorm normalises over it).
+int smallest_micro_batch(const Graph& g, const StrategyRequest& r) {
+  if (r.micro_batch > 0) return std::min(r.micro_batch, r.batch);
+  const int multiple = micro_batch_multiple(g);
+  return std::min(multiple == 0 ? r.batch : multiple, r.batch);
 }
 
 // The trial that fits the budget at this search's micro-batch with the least predicted step time, if any.
@@ -489,7 +501,7 @@ CostModel measure_within(const Graph& g, const Search& s, const StrategyRequest&
   const std::size_t auto_least = std::min({both, swap, recompute});
   const std::string least = detail::concat(", swap ", format_bytes(swap), ", recompute ", format_bytes(recompute),
                                            ", auto ", format_bytes(auto_least));
-  const std::size_t fits = strategy == Strategy::Swap ? swap : strategy == Strategy::Recompute ? recompute : auto_least;
+  const std::size_t fits = least_total(s, strategy);
   CRUMB_FAIL("memory budget ", format_bytes(budget), " cannot hold ", what_m, " with ",
              strategy == Strategy::Auto ? "any strategy" : "--strategy " + std::string(strategy_name(strategy)),
              "; the least each needs: in memory ", format_bytes(s.in_memory_total()), least, " (--memory-budget ",
@@ -540,7 +552,7 @@ StrategyPlan plan_strategy(Graph& g, const StrategyRequest& r) {
   const int multiple = micro_batch_multiple(g);
   const int q = multiple == 0 ? r.batch : multiple;
   auto m_of = [&](int k) { return static_cast<int>(std::min<int64_t>(int64_t{k} * q, r.batch)); };
-  int m = forced ? std::min(r.micro_batch, r.batch) : m_of(1);
+  int m = smallest_micro_batch(g, r);
   auto search = std::make_unique<Search>(g, r, m);
   if (!fits(*search, r.strategy, r.budget))
     fail_budget(*search, r.strategy,
@@ -591,14 +603,10 @@ StrategyPlan plan_strategy(Graph& g, const StrategyRequest& r) {
 }
 
 std::size_t least_budget(const Graph& g, const StrategyRequest& r) {
-  const int multiple = micro_batch_multiple(g);
-  const int m = r.micro_batch > 0 ? std::min(r.micro_batch, r.batch) : std::min(multiple == 0 ? r.batch : multiple, r.batch);
-  const Search s(g, r, m);
-  std::size_t out = s.in_memory_total();
-  if (r.strategy == Strategy::Swap || r.strategy == Strategy::Recompute) out = std::numeric_limits<std::size_t>::max();
-  if (r.strategy != Strategy::None && r.strategy != Strategy::MicroBatch)
-    for (const Technique& t : techniques(r.strategy)) out = std::min(out, least(s, t).total);
-  return out;
+  const Search s(g, r, smallest_micro_batch(g, r));
+  if (r.strategy == Strategy::None || r.strategy == Strategy::MicroBatch) return s.in_memory_total();
+  const std::size_t least = least_total(s, r.strategy);
+  return r.strategy == Strategy::Auto ? std::min(least, s.in_memory_total()) : least;
 }
 
 Frontier memory_frontier(const Graph& g, const StrategyRequest& r, int points) {
