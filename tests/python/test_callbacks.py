@@ -14,13 +14,7 @@ import numpy as np
 import pytest
 
 import crumb
-
-
-def images(n, seed=0, shape=(1, 12, 12)):
-    rng = np.random.default_rng(seed)
-    x = rng.integers(0, 256, size=(n, *shape), dtype=np.uint8)
-    y = (x.reshape(n, -1).mean(axis=1) > 127.5).astype(np.int64) + 2 * (x[:, 0, 0, 0] > 127)
-    return x, y
+from synthetic import images
 
 
 FLAGS = dict(model="cnn", batch=16, seed=2, lr=0.05, momentum=0.9, progress=False)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import crumb
+from synthetic import images
 from crumb import _crumb
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -24,13 +25,6 @@ def generator():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def images(n, seed=0, shape=(1, 12, 12)):
-    rng = np.random.default_rng(seed)
-    x = rng.integers(0, 256, size=(n, *shape), dtype=np.uint8)
-    y = (x.reshape(n, -1).mean(axis=1) > 127.5).astype(np.int64) + 2 * (x[:, 0, 0, 0] > 127)
-    return x, y
 
 
 def recorded_flags(path):

@@ -10,19 +10,13 @@ import numpy as np
 import pytest
 
 import crumb
+from synthetic import images
 
 
 def run_train(train_bin, *args):
     r = subprocess.run([train_bin, *args], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     return r.stdout
-
-
-def images(n, seed=0, shape=(1, 12, 12)):
-    rng = np.random.default_rng(seed)
-    x = rng.integers(0, 256, size=(n, *shape), dtype=np.uint8)
-    y = (x.reshape(n, -1).mean(axis=1) > 127.5).astype(np.int64) + 2 * (x[:, 0, 0, 0] > 127)
-    return x, y
 
 
 @pytest.mark.parametrize("model,input,extra", [
