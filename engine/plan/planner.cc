@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <numeric>
+#include <queue>
 
 #include "engine/base/error.h"
 #include "engine/graph/op.h"
@@ -30,36 +32,92 @@ struct Block {
 
 // Places blocks in the given order, each at an offset where it overlaps no placed block with an
 // intersecting lifetime: the lowest such offset (first fit) or the one in the tightest gap (best fit,
-// the open-ended top as last resort). Returns the arena size.
+// the open-ended top as last resort). Returns the arena size. The placed blocks are kept by offset, so
+// each placement is one pass over them (no sort), which the memory strategies' searches repeat hundreds
+// of times.
 std::size_t place_in_order(std::vector<Block>& blocks, const std::vector<int>& order, bool best_fit) {
-  std::vector<const Block*> placed, overlapping;
+  struct Placed {
+    std::size_t offset, end;
+    int first, last;
+  };
+  std::vector<Placed> placed;  // by offset
+  placed.reserve(order.size());
   std::size_t top = 0;
   for (int i : order) {
     Block& b = blocks[i];
-    overlapping.clear();
-    for (const Block* q : placed)
-      if (q->first <= b.last && b.first <= q->last) overlapping.push_back(q);
-    std::sort(overlapping.begin(), overlapping.end(), [](const Block* x, const Block* y) { return x->offset < y->offset; });
     std::size_t at = 0, best = SIZE_MAX, best_gap = SIZE_MAX;
-    for (const Block* q : overlapping) {
-      if (q->offset >= at + b.bytes) {
+    for (const Placed& q : placed) {
+      if (q.first > b.last || b.first > q.last) continue;
+      if (q.offset >= at + b.bytes) {
         if (!best_fit) break;
-        if (q->offset - at < best_gap) best_gap = q->offset - at, best = at;
+        if (q.offset - at < best_gap) best_gap = q.offset - at, best = at;
       }
-      at = std::max(at, q->offset + q->bytes);
+      at = std::max(at, q.end);
     }
     b.offset = best_fit && best != SIZE_MAX ? best : at;
-    placed.push_back(&b);
+    const Placed q{b.offset, b.offset + b.bytes, b.first, b.last};
+    placed.insert(std::upper_bound(placed.begin(), placed.end(), q,
+                                   [](const Placed& x, const Placed& y) { return x.offset < y.offset; }),
+                  q);
+    top = std::max(top, q.end);
+  }
+  return top;
+}
+
+// place_in_order for blocks in order of their first step: each block then overlaps exactly the placed
+// blocks still live at its first step, so a sweep over time that keeps the free gaps between live blocks
+// (by offset, coalesced, the last one open-ended) places every block as place_in_order would, in time
+// that grows with the gaps rather than with the live blocks. Deep chains keep thousands of activations
+// live at once but leave few gaps.
+std::size_t place_by_first(std::vector<Block>& blocks, const std::vector<int>& order, bool best_fit) {
+  constexpr std::size_t kOpen = SIZE_MAX;
+  std::map<std::size_t, std::size_t> gaps{{0, kOpen}};  // offset -> bytes
+  auto release = [&](const Block& q) {
+    auto next = gaps.lower_bound(q.offset);
+    std::size_t at = q.offset, bytes = q.bytes;
+    if (next != gaps.end() && next->first == at + bytes)
+      bytes = next->second == kOpen ? kOpen : bytes + next->second, next = gaps.erase(next);
+    if (next != gaps.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == at) {
+        prev->second = bytes == kOpen ? kOpen : prev->second + bytes;
+        return;
+      }
+    }
+    gaps.emplace(at, bytes);
+  };
+  auto ends_later = [&](int a, int b) { return blocks[a].last > blocks[b].last; };
+  std::priority_queue<int, std::vector<int>, decltype(ends_later)> live(ends_later);
+  std::size_t top = 0;
+  for (int i : order) {
+    Block& b = blocks[i];
+    for (; !live.empty() && blocks[live.top()].last < b.first; live.pop()) release(blocks[live.top()]);
+    auto fit = gaps.end();
+    for (auto g = gaps.begin(); g != gaps.end(); ++g) {
+      if (g->second < b.bytes) continue;
+      if (!best_fit) {
+        fit = g;
+        break;
+      }
+      if (fit == gaps.end() || fit->second == kOpen || (g->second != kOpen && g->second < fit->second)) fit = g;
+    }
+    b.offset = fit->first;
+    const std::size_t rest = fit->second == kOpen ? kOpen : fit->second - b.bytes;
+    gaps.erase(fit);
+    if (rest) gaps.emplace(b.offset + b.bytes, rest);
+    live.push(i);
     top = std::max(top, b.offset + b.bytes);
   }
   return top;
 }
 
 // Greedy placement is a heuristic: try several block orders (by size, by lifetime, by size x lifetime,
-// then seeded random restarts) with both gap policies, and keep the smallest arena. One placement costs
-// O(blocks^2), so the random restarts are capped by a work budget: all 48 for the reference models (a
-// few dozen blocks, well under a millisecond), none past ~300 blocks, where the four sorted orders
-// alone already reach the lower bound on deep residual stacks (tools/bench/plan_bench).
+// by first step, then seeded random restarts) with both gap policies, and keep the smallest arena. One
+// placement in an order other than by first step costs O(blocks^2), so those are capped by a work
+// budget: all 48 restarts for the reference models (a few dozen blocks, well under a millisecond), none
+// past ~300 blocks, where the four sorted orders alone already reach the lower bound on deep residual
+// stacks (tools/bench/plan_bench); past kQuadraticBlocks (twice ResNet-50's training graph with recomputed copies) only
+// the sweep by first step, so that a description of a hundred thousand layers plans in seconds.
 std::size_t place_blocks(std::vector<Block>& blocks) {
   auto length = [](const Block& b) { return static_cast<std::size_t>(b.last - b.first + 1); };
   const std::vector<std::function<bool(const Block&, const Block&)>> orders = {
@@ -68,30 +126,33 @@ std::size_t place_blocks(std::vector<Block>& blocks) {
       [&](const Block& a, const Block& b) { return a.bytes * length(a) > b.bytes * length(b); },
       [](const Block& a, const Block& b) { return a.first != b.first ? a.first < b.first : a.bytes > b.bytes; },
   };
+  const std::size_t by_first = orders.size() - 1;
+  constexpr std::size_t kQuadraticBlocks = 1024;
   constexpr std::size_t kRestartWork = std::size_t{4} << 20;   // blocks^2 summed over the restarts
   const std::size_t per_restart = std::max<std::size_t>(1, blocks.size() * blocks.size());
-  const int kRandomRestarts = static_cast<int>(std::min<std::size_t>(48, kRestartWork / per_restart));
+  const bool quadratic = blocks.size() <= kQuadraticBlocks;
+  const int kRandomRestarts = quadratic ? static_cast<int>(std::min<std::size_t>(48, kRestartWork / per_restart)) : 0;
   std::size_t best = SIZE_MAX;
   std::vector<std::size_t> best_offsets;
   std::vector<int> order(blocks.size());
-  auto try_order = [&] {
+  auto try_order = [&](bool sweep) {
     for (bool best_fit : {false, true}) {
-      const std::size_t size = place_in_order(blocks, order, best_fit);
+      const std::size_t size = sweep ? place_by_first(blocks, order, best_fit) : place_in_order(blocks, order, best_fit);
       if (size >= best) continue;
       best = size;
       best_offsets.clear();
       for (const Block& b : blocks) best_offsets.push_back(b.offset);
     }
   };
-  for (const auto& cmp : orders) {
+  for (std::size_t k = quadratic ? 0 : by_first; k < orders.size(); ++k) {
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return cmp(blocks[a], blocks[b]); });
-    try_order();
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return orders[k](blocks[a], blocks[b]); });
+    try_order(k == by_first);
   }
   Rng rng(0x5eed);
   for (int r = 0; r < kRandomRestarts; ++r) {
     for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
-    try_order();
+    try_order(false);
   }
   for (size_t i = 0; i < blocks.size(); ++i) blocks[i].offset = best_offsets[i];
   return blocks.empty() ? 0 : best;
@@ -176,15 +237,19 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<NodeId>& order, int bat
   p.host_pool_bytes = place_blocks(host_blocks);
   std::vector<int64_t> goffset(nv, -1);
   p.workspace_offset.assign(ns, -1);
-  p.live_bytes.assign(ns, 0);
+  std::vector<int64_t> live_change(ns + 1, 0);
   for (const Block& b : blocks) {
     if (b.root >= 0) {
       goffset[b.root] = static_cast<int64_t>(b.offset);
-      for (int s = b.first; s <= b.last; ++s) p.live_bytes[s] += b.bytes;
+      live_change[b.first] += static_cast<int64_t>(b.bytes);
+      live_change[b.last + 1] -= static_cast<int64_t>(b.bytes);
     } else {
       p.workspace_offset[b.first] = static_cast<int64_t>(b.offset);
     }
   }
+  p.live_bytes.assign(ns, 0);
+  int64_t live = 0;
+  for (int s = 0; s < ns; ++s) p.live_bytes[s] = static_cast<std::size_t>(live += live_change[s]);
   for (const Block& b : host_blocks) goffset[b.root] = static_cast<int64_t>(b.offset);
   for (ValueId v = 0; v < nv; ++v)
     if (p.first[v] >= 0) {
