@@ -196,8 +196,12 @@ details { margin: 8px 0 16px; } summary { cursor: pointer; color: #1f5fa8; }
 code { background: #f4f4f4; padding: 1px 4px; }
 )";
 
-void section(XmlWriter& w, const std::string& title, const std::string& text) {
+// A titled section: what the picture shows, the picture, and the table of numbers behind it.
+void section(XmlWriter& w, const std::string& title, const std::string& text, const std::string& svg, const Table& t,
+             bool folded) {
   w.leaf("h2", {}, title).leaf("p", {}, text);
+  w.raw(svg);
+  html_table(w, t, folded);
 }
 
 // The report's content, inside the element the caller has open.
@@ -212,23 +216,20 @@ void report_body(XmlWriter& w, const ReportData& r) {
           "Address in the arena (up) against the step of the training pass (across): every activation, tensor saved "
           "for the backward pass, activation gradient and kernel workspace is a rectangle from the step that "
           "produces it to the last step that reads it. Blocks never overlap while both are live; the planner "
-          "packs them so the arena stays close to the lower bound.");
-  w.raw(arena_map_svg(r));
-  html_table(w, blocks_table(r), true);
+          "packs them so the arena stays close to the lower bound.",
+          arena_map_svg(r), blocks_table(r), true);
 
   section(w, "Memory timeline",
           "Bytes live in the arena at each step. Forward steps grow the saved tensors; the backward pass frees them "
           "as their gradients are computed. The highest point (live values plus that step's workspace) is the lower "
-          "bound no placement can beat.");
-  w.raw(timeline_svg(r));
-  html_table(w, timeline_table(r), true);
+          "bound no placement can beat.",
+          timeline_svg(r), timeline_table(r), true);
 
   section(w, "Batch sweep",
           "Total memory of the run against the micro-batch size m: the persistent parts do not depend on m, the "
           "arena grows about linearly with it. The budget decides the largest m that fits; the batch is then "
-          "trained as micro-batches of m with the same gradients.");
-  w.raw(sweep_svg(r));
-  html_table(w, sweep_table(r), false);
+          "trained as micro-batches of m with the same gradients.",
+          sweep_svg(r), sweep_table(r), false);
   if (!r.trials.empty()) {
     w.raw(throughput_svg(r));
     html_table(w, trials_table(r), false);
@@ -238,9 +239,8 @@ void report_body(XmlWriter& w, const ReportData& r) {
             "What less memory costs in time at this micro-batch: for budgets from the least that fits to the "
             "in-memory total, the plan the strategy makes (saved values kept, swapped to the host or recomputed in "
             "the backward pass; weight gradients run lean) and its predicted step time. Each point is faster than "
-            "every one to its left; the budget takes the rightmost point it fits.");
-    w.raw(frontier_svg(r));
-    html_table(w, frontier_table(r), false);
+            "every one to its left; the budget takes the rightmost point it fits.",
+            frontier_svg(r), frontier_table(r), false);
   }
 }
 
