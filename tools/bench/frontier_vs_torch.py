@@ -19,7 +19,8 @@ JSON and --explain; --strategy recompute by default, as a swap pool on a CPU is 
 both sides (--bn-group = batch) unless --bn-group says otherwise, so both compute the same step; Crumb can
 then only recompute or swap, not micro-batch.
 
-Prints a table per model, one JSON line at the end, and with --svg FILE a chart of step time against memory.
+Prints a table per model, one JSON line at the end, and with --svg FILE a chart of step time against memory
+(--replot FILE --svg OUT draws it again from a saved output).
 usage: .venv-py/bin/python tools/bench/frontier_vs_torch.py [--train build/train] [--models resnet20]
          [--batch 128] [--resnet50-batch 32] [--resnet50-input 3x224x224] [--steps 3] [--svg out.svg]
 The PyTorch processes need a C++ compiler (inductor's CPU code); each compiles for a minute or more here.
@@ -160,40 +161,45 @@ def compare(a, model, batch, shape, classes):
 
 
 def chart(results, path):
-    """Step time against memory, PyTorch's points and Crumb's, one panel per model (plain SVG)."""
-    w, h, pad = 560, 340, 60
+    """Step time against memory, one panel per model (plain SVG): each PyTorch budget's point (labelled with
+    the budget) joined to Crumb's point at the same memory."""
+    w, h, pad, top = 560, 360, 60, 84
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w * len(results)}" height="{h}" '
            f'font-family="DejaVu Sans, sans-serif" font-size="12"><rect width="100%" height="100%" fill="#fff"/>']
     for i, r in enumerate(results):
         ox = i * w
-        pts = [(p["torch"]["memory_bytes"], p["torch"]["step_s"]) for p in r["points"]]
-        cpts = [(p["crumb"]["memory_bytes"], p["crumb"]["step_s"]) for p in r["points"] if "error" not in p["crumb"]]
-        xmax = max(m for m, _ in pts + cpts) * 1.08
-        ymax = max(s for _, s in pts + cpts) * 1.15
+        pairs = [(p["torch"], p["crumb"]) for p in r["points"]]
+        xmax = max(max(t["memory_bytes"], c.get("memory_bytes", 0)) for t, c in pairs) * 1.1
+        ymax = max(max(t["step_s"], c.get("step_s", 0)) for t, c in pairs) * 1.1
 
         def X(m):
-            return ox + pad + m / xmax * (w - pad - 20)
+            return ox + pad + m / xmax * (w - pad - 40)
 
         def Y(s):
-            return h - pad + 10 - s / ymax * (h - pad - 40)
+            return h - pad + 10 - s / ymax * (h - pad + 10 - top)
 
-        out.append(f'<text x="{ox + pad}" y="20" font-weight="bold">{r["model"]}, batch {r["batch"]}, '
+        out.append(f'<text x="{ox + 10}" y="20" font-weight="bold">{r["model"]}, batch {r["batch"]}, '
                    f'{r["input"]}: step time against memory</text>')
+        for dy, colour, label in ((42, "#e15759", "torch.compile at activation_memory_budget b (labelled)"),
+                                  (60, "#4e79a7", "Crumb, train --memory-budget at the same memory")):
+            out.append(f'<circle cx="{ox + 16}" cy="{dy - 4}" r="4" fill="{colour}"/>'
+                       f'<text x="{ox + 26}" y="{dy}">{label}</text>')
         out.append(f'<line x1="{X(0):.1f}" y1="{Y(0):.1f}" x2="{X(xmax):.1f}" y2="{Y(0):.1f}" stroke="#555"/>')
         out.append(f'<line x1="{X(0):.1f}" y1="{Y(0):.1f}" x2="{X(0):.1f}" y2="{Y(ymax):.1f}" stroke="#555"/>')
-        for k in range(5):
+        for k in range(6):
             m, s = xmax * k / 5, ymax * k / 5
             out.append(f'<text x="{X(m):.1f}" y="{Y(0) + 16:.1f}" text-anchor="middle">{m / 2**20:.0f} MiB</text>')
-            out.append(f'<text x="{X(0) - 6:.1f}" y="{Y(s) + 4:.1f}" text-anchor="end">{s:.2f} s</text>')
-        for series, colour, label, dy in ((pts, "#e15759", "torch.compile, activation_memory_budget 0.1..1", 40),
-                                          (cpts, "#4e79a7", "Crumb --memory-budget at the same memory", 56)):
-            if series:
-                line = " ".join(f"{X(m):.1f},{Y(s):.1f}" for m, s in sorted(series))
-                out.append(f'<polyline points="{line}" fill="none" stroke="{colour}" stroke-width="1.5"/>')
-            for m, s in series:
-                out.append(f'<circle cx="{X(m):.1f}" cy="{Y(s):.1f}" r="4" fill="{colour}"/>')
-            out.append(f'<circle cx="{ox + pad + 10}" cy="{dy - 4}" r="4" fill="{colour}"/>'
-                       f'<text x="{ox + pad + 20}" y="{dy}">{label}</text>')
+            out.append(f'<text x="{X(0) - 6:.1f}" y="{Y(s) + 4:.1f}" text-anchor="end">{s:.1f} s</text>')
+        out.append(f'<text x="{X(xmax / 2):.1f}" y="{h - 12}" text-anchor="middle">memory (without input '
+                   f'buffers)</text>')
+        for t, c in pairs:
+            if "error" not in c:
+                out.append(f'<line x1="{X(t["memory_bytes"]):.1f}" y1="{Y(t["step_s"]):.1f}" '
+                           f'x2="{X(c["memory_bytes"]):.1f}" y2="{Y(c["step_s"]):.1f}" stroke="#bbb"/>')
+                out.append(f'<circle cx="{X(c["memory_bytes"]):.1f}" cy="{Y(c["step_s"]):.1f}" r="4" fill="#4e79a7"/>')
+            out.append(f'<circle cx="{X(t["memory_bytes"]):.1f}" cy="{Y(t["step_s"]):.1f}" r="4" fill="#e15759"/>'
+                       f'<text x="{X(t["memory_bytes"]) + 6:.1f}" y="{Y(t["step_s"]) - 4:.1f}" fill="#e15759" '
+                       f'font-size="10">{t["budget"]:g}</text>')
     out.append("</svg>")
     with open(path, "w") as f:
         f.write("\n".join(out) + "\n")
@@ -214,6 +220,7 @@ def main():
     ap.add_argument("--steps", type=int, default=3, help="timed optimizer steps")
     ap.add_argument("--warmup", type=int, default=2, help="PyTorch steps before timing (the first compiles)")
     ap.add_argument("--svg", help="write a chart of both here")
+    ap.add_argument("--replot", help="only draw --svg from the JSON line a run printed (in this file)")
     # Internal: one PyTorch point in this process.
     ap.add_argument("--torch-point", type=float)
     ap.add_argument("--model")
@@ -222,6 +229,9 @@ def main():
     a = ap.parse_args()
     if a.torch_point is not None:
         return torch_point(a)
+    if a.replot:
+        with open(a.replot) as f:
+            return chart(json.loads(f.read().strip().splitlines()[-1])["results"], a.svg)
     a.budgets = [float(b) for b in a.budgets.split(",")]
     results = []
     for model in a.models.split(","):
