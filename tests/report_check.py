@@ -12,7 +12,9 @@ SVG with a real XML parser, and checks that:
   - the totals shown (the breakdown table, the sweep's bar of the chosen micro-batch) equal those that
     `--explain` prints, dtypes included;
   - every block names its dtype (16-bit ones in bf16 and fp16), and a 16-bit run shows its parameter copies;
-  - the folder's SVG files are the pictures inlined in the HTML, and its CSV files have a row per item.
+  - the folder's SVG files are the pictures inlined in the HTML, and its CSV files have a row per item;
+  - with --frontier, the frontier picture's points (read back from its circles' pixels, through the axes'
+    ends) and its table are the points `--explain --frontier` printed, the budget's point marked on both.
 Usage: report_check.py --train build/train
 """
 import argparse
@@ -63,6 +65,56 @@ def table(root, table_id):
             for tr in t.find(f"{XHTML}tbody").iter(f"{XHTML}tr")]
 
 
+def frontier_lines(stdout):
+    """--explain --frontier's table: (memory, step ms, plan, marked) per line."""
+    lines = stdout[stdout.index("memory-time frontier at micro-batch"):].splitlines()[2:]
+    rows = []
+    for line in lines:
+        m = re.match(r"^\s+([\d.]+ (?:B|KiB|MiB|GiB))\s+[\d.]+\s+([\d.]+) ms\s+[\d.]+  "
+                     r"(\S+(?: memory)?)\s.*?(<- the budget's)?$", line)
+        if not m:
+            break
+        rows.append((m.group(1), float(m.group(2)), m.group(3), bool(m.group(4))))
+    return rows
+
+
+def check_frontier(root, svg, stdout, folder, name):
+    printed = frontier_lines(stdout)
+    rows = table(root, "frontier")
+    check(len(printed) >= 2 and len(rows) == len(printed),
+          f"{name}: --frontier printed {len(printed)} points, the report's table has {len(rows)}")
+    left, top, width, height = map(float, svg.get("data-frame").split())
+    x_max, y_max = float(svg.get("data-x-max")), float(svg.get("data-y-max-ms"))
+    points = [c for c in svg.iter(f"{SVG}circle") if c.get("class") == "point"]
+    check(len(points) == len(printed), f"{name}: the frontier picture has {len(points)} points, not {len(printed)}")
+    previous = None
+    for (memory, ms, plan, marked), row, c in zip(printed, rows, points):
+        where = f"{name}: frontier point {memory}"
+        check(row["memory"] == memory and row["step"] == f"{ms:.2f} ms" and row["plan"] == plan and
+              (row["budget's"] == "yes") == marked, f"{where}: the table says {row}, --frontier {memory} {ms} {plan}")
+        total, seconds = int(c.get("data-total")), float(c.get("data-seconds"))
+        check(total == int(row["memory_bytes"]) and abs(seconds - float(row["step_seconds"])) < 1e-9 and
+              f"{seconds * 1e3:.2f}" == f"{ms:.2f}" and c.get("data-plan") == plan,
+              f"{where}: the picture's point ({total} bytes, {seconds} s) is not the table's")
+        # Where it is drawn: memory across from 0 at the left, time up from 0 at the bottom.
+        cx, cy = float(c.get("cx")), float(c.get("cy"))
+        check(abs(cx - (left + total / x_max * width)) <= EPS and
+              abs(cy - (top + height - seconds * 1e3 / y_max * height)) <= EPS,
+              f"{where}: drawn at ({cx}, {cy}), not where its memory and time put it")
+        if previous:
+            check(total > previous[0] and seconds < previous[1], f"{where}: not less time for more memory")
+        previous = (total, seconds)
+    check(sum(m for *_, m in printed) == 1 and int(svg.get("data-marked")) == [m for *_, m in printed].index(True),
+          f"{name}: the picture marks point {svg.get('data-marked')}, --frontier another")
+    budget = int(svg.get("data-budget"))
+    lines = [l for l in svg.iter(f"{SVG}line") if l.get("class") == "budget"]
+    check(len(lines) == 1 and abs(float(lines[0].get("x1")) - (left + budget / x_max * width)) <= EPS,
+          f"{name}: the budget line is not at {budget} bytes")
+    with open(os.path.join(folder, "frontier.csv"), newline="") as f:
+        check([r["memory_bytes"] for r in csv.DictReader(f)] == [r["memory_bytes"] for r in rows],
+              f"{name}: frontier.csv and the report's table differ")
+
+
 def check_arena_map(svg, name):
     arena = int(svg.get("data-arena-bytes"))
     left, top, width, height = map(float, svg.get("data-frame").split())
@@ -106,7 +158,9 @@ def check_report(train, args, expect_trials=False):
         check(not re.search(r"\b(?:href|src)=", text), f"{name}: the report links to something")
         check(not re.search(r"https?://(?!www\.w3\.org/)", text), f"{name}: the report names a web address")
         svgs = {s.get("id"): s for s in root.iter(f"{SVG}svg")}
-        want = {"arena-map", "timeline", "sweep"} | ({"throughput"} if expect_trials else set())
+        frontier = "--frontier" in args
+        want = {"arena-map", "timeline", "sweep"} | ({"throughput"} if expect_trials else set()) | (
+            {"frontier"} if frontier else set())
         check(set(svgs) == want, f"{name}: pictures {sorted(svgs)}, expected {sorted(want)}")
 
         blocks, arena = check_arena_map(svgs["arena-map"], name)
@@ -171,7 +225,8 @@ def check_report(train, args, expect_trials=False):
 
         # The folder: the same pictures, and the tables behind them.
         for file, svg_id in [("arena_map.svg", "arena-map"), ("timeline.svg", "timeline"), ("sweep.svg", "sweep")] + (
-                [("throughput.svg", "throughput")] if expect_trials else []):
+                [("throughput.svg", "throughput")] if expect_trials else []) + (
+                [("frontier.svg", "frontier")] if frontier else []):
             picture = open(os.path.join(folder, file), encoding="utf-8").read()
             check(ET.fromstring(picture).get("id") == svg_id and picture in text,
                   f"{name}: {file} is not the report's {svg_id} picture")
@@ -182,6 +237,10 @@ def check_report(train, args, expect_trials=False):
             check([int(r["micro_batch"]) for r in rows] == sizes and
                   all(int(r["total"]) == int(bars[r["micro_batch"]].get("data-total")) for r in rows),
                   f"{name}: sweep.csv and the sweep picture differ")
+        check(os.path.exists(os.path.join(folder, "frontier.csv")) == frontier,
+              f"{name}: frontier.csv {'missing' if frontier else 'written without --frontier'}")
+        if frontier:
+            check_frontier(root, svgs["frontier"], stdout, folder, name)
         if expect_trials:
             trials = table(root, "trials")
             check(len(trials) >= 1 and all(float(t["samples_per_s"]) > 0 and int(t["rss_growth_bytes"]) > 0
@@ -206,6 +265,11 @@ def main():
     # A budget the forced micro-batch fits only with values swapped and recomputed (their own roles).
     check_report(train, ["--explain", "--model", "resnet20", "--batch", "64", "--micro-batch", "32",
                          "--memory-budget", "20MiB"])
+    # The memory-time frontier: its points as --explain --frontier printed them, with the budget's marked.
+    check_report(train, ["--explain", "--model", "resnet20", "--dataset", "synthetic", "--input", "3x16x16",
+                         "--classes", "4", "--batch", "16", "--bn-group", "8", "--micro-batch", "16",
+                         "--memory-budget", "12MiB",
+                         "--strategy", "recompute", "--frontier"])
     # Training with measured trials, on generated data (no dataset needed).
     check_report(train, ["--model", "lenet5", "--dataset", "synthetic", "--limit-train", "512", "--limit-test", "64",
                          "--batch", "64", "--sweep", "16,64"], expect_trials=True)

@@ -663,8 +663,16 @@ Frontier memory_frontier(const Graph& g, const StrategyRequest& r, int points) {
   return f;
 }
 
+int budget_point(const Frontier& f, std::size_t budget) {
+  int at = -1;
+  for (std::size_t i = 0; budget && i < f.points.size(); ++i)
+    if (f.points[i].total <= budget) at = static_cast<int>(i);
+  return at;
+}
+
 void write_frontier(std::ostream& os, const Frontier& f, std::size_t budget) {
   if (f.points.empty()) return;
+  const int marked = budget_point(f, budget);
   const FrontierPoint& full = f.points.back();
   os << "memory-time frontier at micro-batch " << f.micro_batch << " (--strategy " << strategy_name(f.strategy)
      << "; steps predicted from kernel times measured at " << f.costs.measured_batch << " samples):\n"
@@ -679,7 +687,7 @@ void write_frontier(std::ostream& os, const Frontier& f, std::size_t budget) {
        << std::setw(16) << p.used << p.kept << " (" << format_bytes(p.kept_bytes) << ") / " << p.recomputed << " ("
        << format_bytes(p.recomputed_bytes) << ") / " << p.swapped << " (" << format_bytes(p.swapped_bytes) << "); "
        << p.lean
-       << (budget && p.total <= budget && (&p == &f.points.back() || (&p + 1)->total > budget) ? "  <- the budget's" : "")
+       << (&p - f.points.data() == marked ? "  <- the budget's" : "")
        << "\n";
     os.unsetf(std::ios::floatfield);
   }

@@ -86,8 +86,11 @@ struct Frontier {
 // that no plan with less memory beats on time. `points` budgets are tried.
 Frontier memory_frontier(const Graph& g, const StrategyRequest& r, int points = 9);
 
-// --explain --frontier's table: a line per point, marking the one a budget takes (the fastest whose memory
-// fits it; 0: none marked).
+// The point a budget takes: the fastest whose memory fits it (the last that does); -1 when none fits or
+// the budget is 0.
+int budget_point(const Frontier& f, std::size_t budget);
+
+// --explain --frontier's table: a line per point, marking budget_point's (0: none marked).
 void write_frontier(std::ostream& os, const Frontier& f, std::size_t budget);
 
 // --explain's account of the choice: the strategy, predicted step time against in memory, and one line

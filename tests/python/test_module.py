@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import threading
+import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
@@ -76,7 +77,8 @@ def test_plan_frontier(train_bin):
     faster than the one before, ending with the plan in memory."""
     kw = dict(model="resnet20", input=(3, 16, 16), classes=4, batch=16, bn_group=8, micro_batch=16,
               memory_budget="12MiB", strategy="recompute")
-    points = crumb.plan(**kw).frontier()
+    p = crumb.plan(**kw)
+    points = p.frontier()
     assert len(points) >= 2
     assert points[-1]["plan"] == "in memory" and points[-1]["memory_ratio"] == 1.0
     assert all(p["swapped"] == 0 for p in points)
@@ -91,6 +93,14 @@ def test_plan_frontier(train_bin):
     memory = [" ".join(line.split()[:2]) for line in table if line.strip()]
     assert memory[0] == crumb.format_bytes(points[0]["total"])
     assert memory[-1] == crumb.format_bytes(points[-1]["total"])
+    # The picture draws the points frontier() returned (measured once per plan), the budget's one marked.
+    svg = ET.fromstring(p.svg("frontier"))
+    drawn = [c for c in svg.iter("{http://www.w3.org/2000/svg}circle") if c.get("class") == "point"]
+    assert [(int(c.get("data-total")), float(c.get("data-seconds"))) for c in drawn] == \
+        [(q["total"], pytest.approx(q["predicted_s"], rel=1e-12)) for q in points]
+    assert int(svg.get("data-marked")) == max(i for i, q in enumerate(points) if q["fits"])
+    assert [int(r["memory_bytes"]) for r in p.table("frontier")] == [q["total"] for q in points]
+    assert 'id="frontier"' in p._repr_html_()
 
 
 def test_fit_gives_the_weights_of_train(train_bin, tmp_path):

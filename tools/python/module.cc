@@ -144,11 +144,12 @@ class Plan {
       out[t.id.c_str()] = nb::make_tuple(t.caption, t.header, t.rows);
     return out;
   }
-  std::string svg(const std::string& name) const {
+  std::string svg(const std::string& name) {
     if (name == "arena_map") return train::arena_map_svg(report_);
     if (name == "timeline") return train::timeline_svg(report_);
     if (name == "sweep") return train::sweep_svg(report_);
-    CRUMB_FAIL("no picture named '", name, "' (arena_map, timeline or sweep)");
+    if (name == "frontier") return train::frontier_svg(with_frontier());
+    CRUMB_FAIL("no picture named '", name, "' (arena_map, timeline, sweep or frontier)");
   }
   std::string html(bool fragment) const { return train::report_html(report_, fragment); }
   void save_report(const std::string& path, const std::string& dir) const {
@@ -167,8 +168,8 @@ class Plan {
   }
   // The memory-time frontier at the plan's micro-batch (train --explain --frontier): a row per point, from
   // the least memory to in memory.
-  nb::list frontier() const {
-    const Frontier f = plan_frontier(cfg_, data::data_shape(cfg_.data), run_->batch, run_->device, micro_batch());
+  nb::list frontier() {
+    const Frontier& f = *with_frontier().frontier;
     nb::list rows;
     const FrontierPoint& full = f.points.back();
     for (const FrontierPoint& p : f.points)
@@ -186,6 +187,14 @@ class Plan {
   }
 
  private:
+  // The report with the frontier, measured once (its kernel times) on first use: frontier() and
+  // svg("frontier") show the same points, and the report shows them once either was asked for.
+  const train::ReportData& with_frontier() {
+    if (!report_.frontier)
+      report_.frontier = plan_frontier(cfg_, data::data_shape(cfg_.data), run_->batch, run_->device, micro_batch());
+    return report_;
+  }
+
   TrainConfig cfg_;
   std::unique_ptr<RunPlan> run_;  // report_ points into its graph
   train::ReportData report_;

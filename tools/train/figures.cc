@@ -345,4 +345,81 @@ std::string throughput_svg(const ReportData& r) {
   return finish_micro_batch_chart(w, f, x, r);
 }
 
+
+std::string frontier_svg(const ReportData& r) {
+  const Frontier& fr = *r.frontier;
+  const FrontierPoint& full = fr.points.back();
+  const double height = 420;
+  const Frame f{110, 84, kWidth - 110 - 24, height - 84 - 60};
+  const bool budget_on_scale = r.budget <= 1.6 * double(full.total);
+  const std::vector<Tick> xticks = byte_axis(double(budget_on_scale ? std::max(full.total, r.budget) : full.total));
+  double slowest = 0;
+  for (const FrontierPoint& p : fr.points) slowest = std::max(slowest, p.predicted_seconds * 1e3);
+  const std::vector<Tick> yticks =
+      labelled(count_ticks(slowest * 1.15), [](double ms) { return count_label(ms) + " ms"; });
+  const Scale x{0, xticks.back().value, f.left, f.right()}, y{0, yticks.back().value, f.bottom(), f.top};
+  const int marked = budget_point(fr, r.budget);
+  auto text = [](double v, const char* format) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, format, v);
+    return std::string(buf);
+  };
+
+  XmlWriter w;
+  open_svg(w, kWidth, height,
+           {{"id", "frontier"}, {"data-budget", std::to_string(r.budget)}, {"data-points", int(fr.points.size())},
+            {"data-marked", marked}, {"data-x-max", text(x.d1, "%.17g")}, {"data-y-max-ms", text(y.d1, "%.17g")},
+            {"data-frame", AttrValue(f.left).text + " " + AttrValue(f.top).text + " " + AttrValue(f.width).text + " " +
+                               AttrValue(f.height).text}});
+  heading(w, "Memory-time frontier: " + r.title + ", micro-batch " + std::to_string(fr.micro_batch),
+          "Predicted step time of the plan --strategy " + std::string(strategy_name(fr.strategy)) +
+              " makes at each memory (kernel times measured at " + std::to_string(fr.costs.measured_batch) +
+              " samples). A budget between two points gets the left one's time.");
+  std::vector<LegendItem> items = {{"#4e79a7", "plans on the frontier", LegendItem::Kind::Line, ""},
+                                   {"#222222", "the budget's point (the fastest that fits)", LegendItem::Kind::Marker},
+                                   {kBudgetColour, "budget " + byte_label(r.budget), LegendItem::Kind::Line, "6 4"}};
+  legend(w, 16, 66, kWidth - 32, items);
+  y_axis(w, f, y, yticks, "predicted step time");
+  // No plan fits left of the least.
+  const double least = x(double(fr.points.front().total));
+  w.leaf("rect", {{"x", f.left}, {"y", f.top}, {"width", least - f.left}, {"height", f.height}, {"fill", "#f1f1f1"}});
+  if (least - f.left > text_width("no plan fits", 12) + 12)
+    w.leaf("text", {{"x", f.left + 8}, {"y", f.top + 18}, {"fill", "#777"}, {"font-style", "italic"}}, "no plan fits");
+  // The time a budget gets: a step down at each point.
+  std::string stairs;
+  for (const FrontierPoint& p : fr.points) {
+    const std::string px = AttrValue(x(double(p.total))).text, py = AttrValue(y(p.predicted_seconds * 1e3)).text;
+    stairs += stairs.empty() ? "M" + px + " " + py : " H" + px + " V" + py;
+  }
+  w.leaf("path", {{"d", stairs}, {"fill", "none"}, {"stroke", "#4e79a7"}, {"stroke-width", 2}});
+  for (std::size_t i = 0; i < fr.points.size(); ++i) {
+    const FrontierPoint& p = fr.points[i];
+    const double px = x(double(p.total)), py = y(p.predicted_seconds * 1e3);
+    const std::string hover =
+        byte_label(double(p.total)) + " (" + text(double(p.total) / double(full.total), "%.3f") + "x): " +
+        text(p.predicted_seconds * 1e3, "%.2f") + " ms (" + text(p.predicted_seconds / full.predicted_seconds, "%.3f") +
+        "x), " + p.used + "\nsaved values kept " + std::to_string(p.kept) + " (" + format_bytes(p.kept_bytes) +
+        "), recomputed " + std::to_string(p.recomputed) + " (" + format_bytes(p.recomputed_bytes) + "), swapped " +
+        std::to_string(p.swapped) + " (" + format_bytes(p.swapped_bytes) + "); steps lean " + std::to_string(p.lean);
+    w.titled("circle",
+             {{"class", "point"}, {"cx", px}, {"cy", py}, {"r", 5}, {"fill", "#4e79a7"},
+              {"data-total", std::to_string(p.total)}, {"data-seconds", text(p.predicted_seconds, "%.17g")},
+              {"data-plan", p.used}},
+             hover);
+    if (int(i) == marked) {
+      w.leaf("path", {{"d", diamond(px, py, 10)}, {"fill", "none"}, {"stroke", "#222"}, {"stroke-width", 2}});
+      w.leaf("text", {{"x", px + 12}, {"y", py - 12}, {"font-weight", "bold"}}, "the budget's");
+    }
+  }
+  if (budget_on_scale) {
+    const double bx = x(double(r.budget));
+    w.leaf("line", {{"x1", bx}, {"x2", bx}, {"y1", f.top}, {"y2", f.bottom()}, {"stroke", kBudgetColour},
+                    {"stroke-width", 2}, {"stroke-dasharray", "6 4"}, {"class", "budget"}});
+  } else {
+    w.leaf("text", {{"x", f.right()}, {"y", f.top - 6}, {"text-anchor", "end"}, {"fill", kBudgetColour}},
+           "budget " + byte_label(r.budget) + " \u2192 (right of the chart)");
+  }
+  return finish_chart(w, f, x, xticks, "memory (the least budget the plan fits in)");
+}
+
 }  // namespace crumb::train

@@ -2,7 +2,8 @@
 //  - the arena map: address against step, one rectangle per block, coloured by role;
 //  - the memory timeline: live bytes per step against the lower bound, the arena and its budget;
 //  - the batch sweep: total memory, stacked by part, against the micro-batch size (log2 axis);
-//  - the measured throughput of the --sweep trials against the micro-batch size.
+//  - the measured throughput of the --sweep trials against the micro-batch size;
+//  - the memory-time frontier (--frontier): predicted step time against memory, the budget's point marked.
 // Elements a checker needs carry data-* attributes with exact byte counts (tests/report_check.py).
 #pragma once
 #include <string>
@@ -15,6 +16,7 @@ std::string arena_map_svg(const ReportData& r);
 std::string timeline_svg(const ReportData& r);
 std::string sweep_svg(const ReportData& r);
 std::string throughput_svg(const ReportData& r);  // needs r.trials
+std::string frontier_svg(const ReportData& r);    // needs r.frontier
 
 // The fill colour of a role or a memory part, shared by pictures and tables.
 const char* role_colour(BlockRole role);

@@ -8,6 +8,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "engine/base/error.h"
 #include "engine/base/rss.h"
@@ -59,15 +60,21 @@ int explain(const Options& o, const TrainConfig& c) {
             << (uses_channels_last(c, p.device) ? ", channels-last" : "") << ", " << p.split << "\n";
   write_strategy_report(std::cout, p.graph, p.strategy);
   write_memory_report(std::cout, p.graph, p.strategy.plan.memory, p.strategy.plan.train.plan, p.budget);
-  if (o.frontier)
-    write_frontier(std::cout, plan_frontier(c, data::data_shape(c.data), c.batch, p.device, p.strategy.plan.micro_batch),
-                   p.budget);
+  std::optional<Frontier> frontier;
+  if (o.frontier) {
+    frontier = plan_frontier(c, data::data_shape(c.data), c.batch, p.device, p.strategy.plan.micro_batch);
+    write_frontier(std::cout, *frontier, p.budget);
+  }
   if (!o.explain_csv.empty()) {
     std::ostringstream csv;
     write_timeline_csv(csv, p.graph, p.strategy.plan.train.plan);
     write_file_atomically(o.explain_csv, {csv.str()}, "--explain-csv");
   }
-  if (report.wanted()) report.write(report_data(c, p, {}));
+  if (report.wanted()) {
+    ReportData r = report_data(c, p, {});
+    r.frontier = std::move(frontier);  // the points printed above, not measured again
+    report.write(r);
+  }
   return 0;
 }
 

@@ -106,6 +106,30 @@ Table trials_table(const ReportData& r) {
   return t;
 }
 
+bool has_frontier(const ReportData& r) { return r.frontier && !r.frontier->points.empty(); }
+
+// The frontier's points as --explain --frontier lists them, with exact bytes and seconds beside.
+Table frontier_table(const ReportData& r) {
+  const Frontier& f = *r.frontier;
+  Table t{"frontier",
+          "Memory-time frontier at micro-batch " + std::to_string(f.micro_batch) + " (--explain --frontier)",
+          {"memory_bytes", "memory", "memory_x", "step_seconds", "step", "step_x", "plan", "kept", "recomputed",
+           "swapped", "steps_lean", "budget's"},
+          {}};
+  const FrontierPoint& full = f.points.back();
+  const int marked = budget_point(f, r.budget);
+  for (std::size_t i = 0; i < f.points.size(); ++i) {
+    const FrontierPoint& p = f.points[i];
+    auto values = [](int n, std::size_t bytes) { return std::to_string(n) + " (" + format_bytes(bytes) + ")"; };
+    t.rows.push_back({std::to_string(p.total), format_bytes(p.total), fixed(double(p.total) / double(full.total), 3),
+                      fixed(p.predicted_seconds, 9), fixed(p.predicted_seconds * 1e3, 2) + " ms",
+                      fixed(full.predicted_seconds > 0 ? p.predicted_seconds / full.predicted_seconds : 0.0, 3), p.used,
+                      values(p.kept, p.kept_bytes), values(p.recomputed, p.recomputed_bytes),
+                      values(p.swapped, p.swapped_bytes), std::to_string(p.lean), int(i) == marked ? "yes" : ""});
+  }
+  return t;
+}
+
 std::string csv_field(const std::string& s) {
   if (s.find_first_of(",\"\n") == std::string::npos) return s;
   std::string out = "\"";
@@ -172,8 +196,12 @@ details { margin: 8px 0 16px; } summary { cursor: pointer; color: #1f5fa8; }
 code { background: #f4f4f4; padding: 1px 4px; }
 )";
 
-void section(XmlWriter& w, const std::string& title, const std::string& text) {
+// A titled section: what the picture shows, the picture, and the table of numbers behind it.
+void section(XmlWriter& w, const std::string& title, const std::string& text, const std::string& svg, const Table& t,
+             bool folded) {
   w.leaf("h2", {}, title).leaf("p", {}, text);
+  w.raw(svg);
+  html_table(w, t, folded);
 }
 
 // The report's content, inside the element the caller has open.
@@ -188,26 +216,31 @@ void report_body(XmlWriter& w, const ReportData& r) {
           "Address in the arena (up) against the step of the training pass (across): every activation, tensor saved "
           "for the backward pass, activation gradient and kernel workspace is a rectangle from the step that "
           "produces it to the last step that reads it. Blocks never overlap while both are live; the planner "
-          "packs them so the arena stays close to the lower bound.");
-  w.raw(arena_map_svg(r));
-  html_table(w, blocks_table(r), true);
+          "packs them so the arena stays close to the lower bound.",
+          arena_map_svg(r), blocks_table(r), true);
 
   section(w, "Memory timeline",
           "Bytes live in the arena at each step. Forward steps grow the saved tensors; the backward pass frees them "
           "as their gradients are computed. The highest point (live values plus that step's workspace) is the lower "
-          "bound no placement can beat.");
-  w.raw(timeline_svg(r));
-  html_table(w, timeline_table(r), true);
+          "bound no placement can beat.",
+          timeline_svg(r), timeline_table(r), true);
 
   section(w, "Batch sweep",
           "Total memory of the run against the micro-batch size m: the persistent parts do not depend on m, the "
           "arena grows about linearly with it. The budget decides the largest m that fits; the batch is then "
-          "trained as micro-batches of m with the same gradients.");
-  w.raw(sweep_svg(r));
-  html_table(w, sweep_table(r), false);
+          "trained as micro-batches of m with the same gradients.",
+          sweep_svg(r), sweep_table(r), false);
   if (!r.trials.empty()) {
     w.raw(throughput_svg(r));
     html_table(w, trials_table(r), false);
+  }
+  if (has_frontier(r)) {
+    section(w, "Memory-time frontier",
+            "What less memory costs in time at this micro-batch: for budgets from the least that fits to the "
+            "in-memory total, the plan the strategy makes (saved values kept, swapped to the host or recomputed in "
+            "the backward pass; weight gradients run lean) and its predicted step time. Each point is faster than "
+            "every one to its left; the budget takes the rightmost point it fits.",
+            frontier_svg(r), frontier_table(r), false);
   }
 }
 
@@ -227,6 +260,8 @@ const DirFile kDirFiles[] = {
     {"throughput.svg", [](const ReportData& r) { return r.trials.empty() ? std::string() : throughput_svg(r); }},
     {"trials.csv", [](const ReportData& r) { return r.trials.empty() ? std::string() : csv(trials_table(r)); }},
     {"measured.csv", [](const ReportData& r) { return r.measured ? csv(measured_table(r)) : std::string(); }},
+    {"frontier.svg", [](const ReportData& r) { return has_frontier(r) ? frontier_svg(r) : std::string(); }},
+    {"frontier.csv", [](const ReportData& r) { return has_frontier(r) ? csv(frontier_table(r)) : std::string(); }},
 };
 
 }  // namespace
@@ -235,6 +270,7 @@ std::vector<Table> report_tables(const ReportData& r) {
   std::vector<Table> tables = {breakdown_table(r), blocks_table(r), timeline_table(r), sweep_table(r)};
   if (!r.trials.empty()) tables.push_back(trials_table(r));
   if (r.measured) tables.push_back(measured_table(r));
+  if (has_frontier(r)) tables.push_back(frontier_table(r));
   return tables;
 }
 

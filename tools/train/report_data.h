@@ -1,5 +1,6 @@
 // What `train --report` shows: the plan of the chosen micro-batch size (its arena blocks and per-step
-// live bytes), the memory of other sizes (the batch sweep), and what a run measured.
+// live bytes), the memory of other sizes (the batch sweep), the memory-time frontier (--frontier), and
+// what a run measured.
 #pragma once
 #include <cstddef>
 #include <optional>
@@ -9,6 +10,7 @@
 #include "engine/plan/arena_blocks.h"
 #include "engine/graph/graph.h"
 #include "engine/strategy/memory_report.h"
+#include "engine/strategy/memory_strategy.h"
 #include "engine/plan/planner.h"
 
 namespace crumb::train {
@@ -43,6 +45,7 @@ struct ReportData {
   std::vector<MemoryBreakdown> sweep;  // ascending micro-batch sizes, the chosen one among them
   std::vector<Trial> trials;           // ascending
   std::optional<Measured> measured;
+  std::optional<Frontier> frontier;  // --frontier: the memory-time frontier at the chosen micro-batch
 
   int micro_batch() const { return memory.micro_batch; }
 };

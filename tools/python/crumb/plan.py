@@ -66,7 +66,8 @@ class Plan:
         return self._p.breakdown()
 
     def table(self, name: str) -> list[dict]:
-        """A table of the report as rows: "breakdown", "blocks", "timeline" or "sweep"."""
+        """A table of the report as rows: "breakdown", "blocks", "timeline", "sweep", and "frontier" once
+        ``frontier()`` or ``svg("frontier")`` measured it."""
         tables = self._p.tables()
         if name not in tables:
             raise _crumb.Error(f"no table named {name!r} ({', '.join(tables)})")
@@ -88,11 +89,13 @@ class Plan:
         memory a plan fits in to in memory, one row per point: its total bytes, the step the cost model predicts
         (kernel times measured on this machine), both as ratios to in memory, the plan there (in memory, swap,
         recompute, swap+recompute), how many saved values it keeps, recomputes and swaps, and whether the
-        point fits the budget. ``--strategy auto`` takes the fastest point that fits."""
+        point fits the budget. ``--strategy auto`` takes the fastest point that fits. Measured once per plan:
+        ``svg("frontier")`` draws the same points, and the report shows them from then on."""
         return self._p.frontier()
 
     def svg(self, name: str) -> str:
-        """A picture of the report as SVG text: "arena_map", "timeline" or "sweep"."""
+        """A picture of the report as SVG text: "arena_map", "timeline", "sweep" or "frontier" (the memory-time
+        frontier as a Pareto curve, the budget's point and the budget line marked; see ``frontier()``)."""
         return self._p.svg(name)
 
     def save_report(self, path: str | os.PathLike, dir: str | os.PathLike | None = None) -> None:
