@@ -1,0 +1,112 @@
+// The bf16 linear forward on AVX512_BF16's vdpbf16ps: each output is the dot product of a row of x and a
+// row of w (both contiguous along `in`), 32 bf16 pairs of products per instruction into 16 float32
+// lanes, the lanes summed at the end. Every output takes the same sequence of operations whatever the
+// batch and wherever it falls in a tile, so the micro-batch size does not change it.
+#include <algorithm>
+#include <cstdint>
+
+#include "engine/base/error.h"
+#include "kernels/cpu/kernel_util.h"
+#include "kernels/linear.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+// GCC 12's AVX-512 intrinsics read _mm512_undefined_ps() values, which -Wuninitialized reports once
+// they are inlined into a function with a target attribute.
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#define CRUMB_DPBF16 1
+#define CRUMB_TARGET_DPBF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#endif
+
+namespace crumb::cpu {
+
+bool has_bf16_dot() {
+#if CRUMB_DPBF16
+  static const bool has = __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw");
+  return has;
+#else
+  return false;
+#endif
+}
+
+#if CRUMB_DPBF16
+namespace {
+
+// The 16 lanes' sum, halves added to halves.
+CRUMB_TARGET_DPBF16 inline float sum_lanes(__m512 v) {
+  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0x4e));
+  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0xb1));
+  __m128 q = _mm512_castps512_ps128(v);
+  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  q = _mm_add_ss(q, _mm_movehdup_ps(q));
+  return _mm_cvtss_f32(q);
+}
+
+// y[r, p] for R rows of x and P rows of w: R x P accumulators of 16 lanes, the last partial block of
+// `in` read under a mask (its missing pairs are zeros and add nothing).
+template <int R, int P, class B>
+CRUMB_TARGET_DPBF16 void dot_tile(bf16* y, int ldy, const bf16* x, const bf16* w, const B* b, int in, bool relu) {
+  __m512 acc[R][P];
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
+  for (int k = 0; k < in; k += 32) {
+    const __mmask32 mask = in - k >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((uint64_t{1} << (in - k)) - 1);
+    __m512bh xv[R];
+    for (int r = 0; r < R; ++r) xv[r] = (__m512bh)_mm512_maskz_loadu_epi16(mask, x + std::ptrdiff_t{r} * in + k);
+    for (int p = 0; p < P; ++p) {
+      const __m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(mask, w + std::ptrdiff_t{p} * in + k);
+      for (int r = 0; r < R; ++r) acc[r][p] = _mm512_dpbf16_ps(acc[r][p], xv[r], wv);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < P; ++p) {
+      float v = sum_lanes(acc[r][p]);
+      if (b) v += to_float(b[p]);
+      // relu_forward's rule: NaN propagates, -0 becomes 0.
+      if (relu && v <= 0.0f) v = 0.0f;
+      y[std::ptrdiff_t{r} * ldy + p] = to_bf16(v);
+    }
+}
+
+constexpr int kTile = 4;
+
+// dot_tile with R, P (each 1 to kTile) chosen at run time, for the edges.
+template <class B>
+void dot_tile_any(int rows, int cols, bf16* y, int ldy, const bf16* x, const bf16* w, const B* b, int in, bool relu) {
+  using Fn = void (*)(bf16*, int, const bf16*, const bf16*, const B*, int, bool);
+  static constexpr Fn table[kTile][kTile] = {
+      {dot_tile<1, 1, B>, dot_tile<1, 2, B>, dot_tile<1, 3, B>, dot_tile<1, 4, B>},
+      {dot_tile<2, 1, B>, dot_tile<2, 2, B>, dot_tile<2, 3, B>, dot_tile<2, 4, B>},
+      {dot_tile<3, 1, B>, dot_tile<3, 2, B>, dot_tile<3, 3, B>, dot_tile<3, 4, B>},
+      {dot_tile<4, 1, B>, dot_tile<4, 2, B>, dot_tile<4, 3, B>, dot_tile<4, 4, B>}};
+  table[rows - 1][cols - 1](y, ldy, x, w, b, in, relu);
+}
+
+}  // namespace
+#endif
+
+template <class B>
+void linear_forward_bf16(bf16* y, const bf16* x, const bf16* w, const B* b, int n, int in, int out, bool relu) {
+#if CRUMB_DPBF16
+  CRUMB_CHECK(has_bf16_dot(), "linear_forward_bf16: this CPU has no AVX512_BF16 (check has_bf16_dot() first)");
+  detail::parallel_ranges(out, 1.0 * n * in * out, [&](Eigen::Index o0, Eigen::Index o1) {
+    for (Eigen::Index o = o0; o < o1; o += kTile) {
+      const int cols = static_cast<int>(std::min<Eigen::Index>(kTile, o1 - o));
+      for (int r = 0; r < n; r += kTile)
+        dot_tile_any(std::min(kTile, n - r), cols, y + std::ptrdiff_t{r} * out + o, out, x + std::ptrdiff_t{r} * in,
+                     w + o * in, b ? b + o : nullptr, in, relu);
+    }
+  });
+#else
+  (void)y, (void)x, (void)w, (void)b, (void)n, (void)in, (void)out, (void)relu;
+  CRUMB_FAIL("linear_forward_bf16: this build has no AVX512_BF16 kernels (check has_bf16_dot() first)");
+#endif
+}
+
+template void linear_forward_bf16<float>(bf16*, const bf16*, const bf16*, const float*, int, int, int, bool);
+template void linear_forward_bf16<bf16>(bf16*, const bf16*, const bf16*, const bf16*, int, int, int, bool);
+
+}  // namespace crumb::cpu

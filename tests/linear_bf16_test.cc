@@ -1,0 +1,82 @@
+// The bf16 linear forward on vdpbf16ps (kernels/cpu/linear_bf16.cc) against the path CPUs without
+// AVX512_BF16 take: the float32 kernel on the bf16 values widened, its outputs rounded to bf16. Both run
+// here whenever this CPU has AVX512_BF16, so the fallback stays tested beside the fast path. Products of
+// bf16 values are exact in float32; the paths differ in the order (and, in vdpbf16ps, the rounding) of
+// the float32 sums, so they agree within the sums' float32 error plus one bf16 rounding of the output.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/half.h"
+#include "kernels/linear.h"
+
+namespace crumb {
+namespace {
+
+struct Case {
+  int n, in, out;
+  bool relu, bias;
+};
+
+std::vector<bf16> random_bf16(std::size_t count, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<bf16> v(count);
+  for (bf16& x : v) x = to_bf16(dist(rng));
+  return v;
+}
+std::vector<float> widened(const std::vector<bf16>& v) {
+  std::vector<float> f(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) f[i] = to_float(v[i]);
+  return f;
+}
+
+void expect_paths_agree(const Case& c) {
+  std::mt19937 rng(c.n * 131 + c.in * 7 + c.out);
+  const auto x = random_bf16(std::size_t(c.n) * c.in, rng), w = random_bf16(std::size_t(c.out) * c.in, rng);
+  const auto b = random_bf16(c.out, rng);
+  std::vector<bf16> fast(std::size_t(c.n) * c.out);
+  cpu::linear_forward_bf16(fast.data(), x.data(), w.data(), c.bias ? b.data() : nullptr, c.n, c.in, c.out, c.relu);
+  const auto xf = widened(x), wf = widened(w), bf = widened(b);
+  std::vector<float> slow(fast.size());
+  cpu::linear_forward<float>(slow.data(), xf.data(), wf.data(), c.bias ? bf.data() : nullptr, c.n, c.in, c.out, c.relu);
+  for (int i = 0; i < c.n; ++i)
+    for (int o = 0; o < c.out; ++o) {
+      double magnitude = c.bias ? std::fabs(bf[o]) : 0.0;
+      for (int k = 0; k < c.in; ++k) magnitude += std::fabs(double(xf[i * c.in + k]) * wf[o * c.in + k]);
+      const float fallback = to_float(to_bf16(slow[i * c.out + o]));
+      const float got = to_float(fast[i * c.out + o]);
+      // One bf16 ulp of the output (2^-8 relative, either rounding) plus float32 summation error.
+      const double tol = std::ldexp(std::fabs(fallback), -7) + 1e-6 * c.in * magnitude;
+      ASSERT_NEAR(got, fallback, tol) << "n " << c.n << " in " << c.in << " out " << c.out << " at (" << i << ", " << o << ")";
+      if (c.relu) ASSERT_GE(got, 0.0f);
+    }
+}
+
+TEST(LinearBf16, DotProductPathMatchesTheWidenedFloat32Path) {
+  if (!cpu::has_bf16_dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  // Edges of both 4 x 4 tiles, `in` under, at and past a 32-pair block, and a layer of lenet5's size.
+  for (const Case& c : {Case{1, 1, 1, false, true}, Case{3, 31, 5, false, false}, Case{4, 32, 4, true, true},
+                        Case{7, 33, 9, true, true}, Case{9, 100, 6, false, true}, Case{64, 400, 120, true, true}})
+    expect_paths_agree(c);
+}
+
+// Each output is one dot product in a fixed order: the same sample gives the same bits whatever the
+// batch it runs in (the micro-batch size must not change results).
+TEST(LinearBf16, SampleResultsDoNotDependOnTheBatch) {
+  if (!cpu::has_bf16_dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  std::mt19937 rng(3);
+  const int n = 11, in = 70, out = 7;
+  const auto x = random_bf16(std::size_t(n) * in, rng), w = random_bf16(std::size_t(out) * in, rng);
+  const auto b = random_bf16(out, rng);
+  std::vector<bf16> whole(std::size_t(n) * out), one(out);
+  cpu::linear_forward_bf16(whole.data(), x.data(), w.data(), b.data(), n, in, out);
+  for (int i = 0; i < n; ++i) {
+    cpu::linear_forward_bf16(one.data(), x.data() + i * in, w.data(), b.data(), 1, in, out);
+    for (int o = 0; o < out; ++o) ASSERT_EQ(one[o].bits, whole[i * out + o].bits) << i << ", " << o;
+  }
+}
+
+}  // namespace
+}  // namespace crumb
