@@ -50,7 +50,9 @@ void expect_paths_agree(const Case& c) {
       // One bf16 ulp of the output (2^-8 relative, either rounding) plus float32 summation error.
       const double tol = std::ldexp(std::fabs(fallback), -7) + 1e-6 * c.in * magnitude;
       ASSERT_NEAR(got, fallback, tol) << "n " << c.n << " in " << c.in << " out " << c.out << " at (" << i << ", " << o << ")";
-      if (c.relu) ASSERT_GE(got, 0.0f);
+      if (c.relu) {
+        ASSERT_GE(got, 0.0f);
+      }
     }
 }
 

@@ -1,0 +1,191 @@
+// The bf16 convolution forward on AVX512_BF16's vdpbf16ps. Per sample and group, the column matrix is
+// packed into the workspace as vdpbf16ps reads it: rows in pairs, each pixel's two entries side by side
+// ([k / 2][pixels][2], pixels padded to 16), so that one 512-bit load holds 16 pixels' pairs and one
+// broadcast 32-bit load a pair of the weight's row. Tiles of 8 output channels by 32 pixels sum in
+// float32 over the pairs in order; every output takes the same sequence of operations wherever it falls,
+// so the batch (the micro-batch size) does not change it.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "engine/base/error.h"
+#include "kernels/conv2d.h"
+#include "kernels/cpu/kernel_util.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+// GCC 12's AVX-512 intrinsics read _mm512_undefined_* values, which -Wuninitialized reports once they
+// are inlined into a function with a target attribute.
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#define CRUMB_DPBF16 1
+#define CRUMB_TARGET_DPBF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#endif
+
+namespace crumb::cpu {
+namespace {
+
+// The workspace holds at most this many samples' packed columns at once.
+constexpr int kMaxSlices = 8;
+
+struct Packing {
+  std::ptrdiff_t k;      // rows of a group's column matrix: c_in / groups * kh * kw
+  std::ptrdiff_t pairs;  // k / 2 rounded up
+  std::ptrdiff_t hw;     // output pixels
+  std::ptrdiff_t hw16;   // hw rounded up to 16
+  explicit Packing(const Conv2dShape& s)
+      : k(std::ptrdiff_t{s.c_in / s.groups} * s.kh * s.kw),
+        pairs((k + 1) / 2),
+        hw(std::ptrdiff_t{s.h_out} * s.w_out),
+        hw16((hw + 15) / 16 * 16) {}
+  std::ptrdiff_t slice_len() const { return pairs * hw16 * 2; }
+};
+
+int slices(const Conv2dShape& s) { return std::max(1, std::min(s.n, kMaxSlices)); }
+
+// The packed column matrix of one sample's group: input channels from x_g on.
+void pack_columns(const Conv2dShape& s, const Packing& p, const uint16_t* x_g, uint16_t* col) {
+  std::memset(col, 0, sizeof(uint16_t) * p.slice_len());
+  const std::ptrdiff_t plane = std::ptrdiff_t{s.h} * s.w;
+  for (std::ptrdiff_t r = 0; r < p.k; ++r) {
+    const int c = static_cast<int>(r / (s.kh * s.kw)), ki = static_cast<int>(r / s.kw % s.kh),
+              kj = static_cast<int>(r % s.kw);
+    const uint16_t* xc = x_g + c * plane;
+    uint16_t* d = col + (r / 2) * p.hw16 * 2 + (r & 1);
+    for (int oh = 0; oh < s.h_out; ++oh) {
+      const int ih = oh * s.stride_h - s.pad_h + ki;
+      if (ih < 0 || ih >= s.h) continue;
+      const uint16_t* row = xc + std::ptrdiff_t{ih} * s.w;
+      uint16_t* out = d + std::ptrdiff_t{oh} * s.w_out * 2;
+      for (int ow = 0; ow < s.w_out; ++ow) {
+        const int iw = ow * s.stride_w - s.pad_w + kj;
+        if (iw >= 0 && iw < s.w) out[2 * ow] = row[iw];
+      }
+    }
+  }
+}
+
+#if CRUMB_DPBF16
+// float32 lanes rounded to bf16 as kernels/half.h's to_bf16 does (nearest even; NaN quieted).
+CRUMB_TARGET_DPBF16 inline __m256i to_bf16_lanes(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
+  const __mmask16 nan =
+      _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+  return _mm512_cvtepi32_epi16(r);
+}
+
+// y rows [co, co + R) at pixels [px, px + 16 V) (the last vector under `tail`): acc over the pairs.
+template <int R, int V, class B>
+CRUMB_TARGET_DPBF16 void conv_tile(uint16_t* y, std::ptrdiff_t hw, const uint16_t* w, std::ptrdiff_t k,
+                                   const uint16_t* col, std::ptrdiff_t hw16, const B* b, bool relu, __mmask16 tail) {
+  __m512 acc[R][V];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
+  const std::ptrdiff_t full = k / 2;
+  for (std::ptrdiff_t j = 0; j < full; ++j) {
+    __m512bh cv[V];
+    for (int v = 0; v < V; ++v) cv[v] = (__m512bh)_mm512_loadu_si512(col + j * hw16 * 2 + v * 32);
+    for (int r = 0; r < R; ++r) {
+      int32_t pair;
+      std::memcpy(&pair, w + r * k + 2 * j, 4);
+      const __m512bh wv = (__m512bh)_mm512_set1_epi32(pair);
+      for (int v = 0; v < V; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], wv, cv[v]);
+    }
+  }
+  if (k & 1) {  // the last row alone: its pair's second weight is zero (the column's is padding)
+    __m512bh cv[V];
+    for (int v = 0; v < V; ++v) cv[v] = (__m512bh)_mm512_loadu_si512(col + full * hw16 * 2 + v * 32);
+    for (int r = 0; r < R; ++r) {
+      const __m512bh wv = (__m512bh)_mm512_set1_epi32(w[r * k + k - 1]);
+      for (int v = 0; v < V; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], wv, cv[v]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const __m512 bias = _mm512_set1_ps(b ? to_float(b[r]) : 0.0f);
+    for (int v = 0; v < V; ++v) {
+      __m512 o = b ? _mm512_add_ps(acc[r][v], bias) : acc[r][v];
+      // relu_forward's rule: NaN propagates, -0 becomes 0 (a NaN compares false and stays).
+      if (relu) o = _mm512_mask_mov_ps(o, _mm512_cmp_ps_mask(o, _mm512_setzero_ps(), _CMP_LE_OQ), _mm512_setzero_ps());
+      _mm256_mask_storeu_epi16(y + r * hw + v * 16, v == V - 1 ? tail : __mmask16(0xffff), to_bf16_lanes(o));
+    }
+  }
+}
+
+constexpr int kRows = 8;
+
+template <class B> using TileFn = void (*)(uint16_t*, std::ptrdiff_t, const uint16_t*, std::ptrdiff_t, const uint16_t*,
+                                           std::ptrdiff_t, const B*, bool, __mmask16);
+template <class B, int V, int... R> constexpr void fill_row(TileFn<B>* t, std::integer_sequence<int, R...>) {
+  ((t[R] = conv_tile<R + 1, V, B>), ...);
+}
+
+// One sample's group: y_g [c_out / groups, hw] from its packed columns.
+template <class B>
+void conv_group(uint16_t* y_g, const uint16_t* w_g, const B* b_g, int c_out_g, const Packing& p, const uint16_t* col,
+                bool relu) {
+  static const auto table = [] {
+    struct {
+      TileFn<B> one[kRows], two[kRows];
+    } t{};
+    fill_row<B, 1>(t.one, std::make_integer_sequence<int, kRows>{});
+    fill_row<B, 2>(t.two, std::make_integer_sequence<int, kRows>{});
+    return t;
+  }();
+  for (std::ptrdiff_t px = 0; px < p.hw; px += 32) {
+    const std::ptrdiff_t left = p.hw - px;
+    const bool two = left > 16;
+    const std::ptrdiff_t last = two ? left - 16 : left;
+    const auto tail = static_cast<__mmask16>(last >= 16 ? 0xffff : (1u << last) - 1);
+    for (int co = 0; co < c_out_g; co += kRows) {
+      const int rows = std::min(kRows, c_out_g - co);
+      (two ? table.two : table.one)[rows - 1](y_g + co * p.hw + px, p.hw, w_g + co * p.k, p.k, col + px * 2, p.hw16,
+                                              b_g ? b_g + co : nullptr, relu, tail);
+    }
+  }
+}
+#endif
+
+}  // namespace
+
+std::size_t conv2d_forward_bf16_workspace(const Conv2dShape& s) {
+  return static_cast<std::size_t>(slices(s) * Packing(s).slice_len());
+}
+
+template <class B>
+void conv2d_forward_bf16(bf16* y, const bf16* x, const bf16* w, const B* b, const Conv2dShape& s, bf16* workspace,
+                         bool relu) {
+#if CRUMB_DPBF16
+  CRUMB_CHECK(has_bf16_dot(), "conv2d_forward_bf16: this CPU has no AVX512_BF16 (check has_bf16_dot() first)");
+  const Packing p(s);
+  const int groups = s.groups, c_in_g = s.c_in / groups, c_out_g = s.c_out / groups;
+  const std::ptrdiff_t x_len = std::ptrdiff_t{s.c_in} * s.h * s.w, y_len = std::ptrdiff_t{s.c_out} * p.hw;
+  const int n_slices = 1.0 * s.n * s.c_out * p.k * p.hw < detail::kParallelMacs ? 1 : std::min(slices(s), omp_get_max_threads());
+  auto* const xs = reinterpret_cast<const uint16_t*>(x);
+  auto* const ws = reinterpret_cast<const uint16_t*>(w);
+  auto* const ys = reinterpret_cast<uint16_t*>(y);
+#pragma omp parallel for schedule(static) num_threads(n_slices) if (n_slices > 1)
+  for (int slice = 0; slice < n_slices; ++slice) {
+    uint16_t* col = reinterpret_cast<uint16_t*>(workspace) + slice * p.slice_len();
+    const int i0 = s.n * slice / n_slices, i1 = s.n * (slice + 1) / n_slices;
+    for (int i = i0; i < i1; ++i)
+      for (int g = 0; g < groups; ++g) {
+        pack_columns(s, p, xs + i * x_len + std::ptrdiff_t{g} * c_in_g * s.h * s.w, col);
+        conv_group(ys + i * y_len + std::ptrdiff_t{g} * c_out_g * p.hw, ws + std::ptrdiff_t{g} * c_out_g * p.k,
+                   b ? b + g * c_out_g : nullptr, c_out_g, p, col, relu);
+      }
+  }
+#else
+  (void)y, (void)x, (void)w, (void)b, (void)s, (void)workspace, (void)relu;
+  CRUMB_FAIL("conv2d_forward_bf16: this build has no AVX512_BF16 kernels (check has_bf16_dot() first)");
+#endif
+}
+
+template void conv2d_forward_bf16<float>(bf16*, const bf16*, const bf16*, const float*, const Conv2dShape&, bf16*, bool);
+template void conv2d_forward_bf16<bf16>(bf16*, const bf16*, const bf16*, const bf16*, const Conv2dShape&, bf16*, bool);
+
+}  // namespace crumb::cpu
