@@ -40,30 +40,56 @@ struct Packing {
         pairs((k + 1) / 2),
         hw(std::ptrdiff_t{s.h_out} * s.w_out),
         hw16((hw + 15) / 16 * 16) {}
-  std::ptrdiff_t slice_len() const { return pairs * hw16 * 2; }
+  // The packed columns, then two plain rows.
+  std::ptrdiff_t slice_len() const { return pairs * hw16 * 2 + 2 * hw16; }
 };
 
 int slices(const Conv2dShape& s) { return std::max(1, std::min(s.n, kMaxSlices)); }
 
-// The packed column matrix of one sample's group: input channels from x_g on.
-void pack_columns(const Conv2dShape& s, const Packing& p, const uint16_t* x_g, uint16_t* col) {
-  std::memset(col, 0, sizeof(uint16_t) * p.slice_len());
-  const std::ptrdiff_t plane = std::ptrdiff_t{s.h} * s.w;
-  for (std::ptrdiff_t r = 0; r < p.k; ++r) {
-    const int c = static_cast<int>(r / (s.kh * s.kw)), ki = static_cast<int>(r / s.kw % s.kh),
-              kj = static_cast<int>(r % s.kw);
-    const uint16_t* xc = x_g + c * plane;
-    uint16_t* d = col + (r / 2) * p.hw16 * 2 + (r & 1);
-    for (int oh = 0; oh < s.h_out; ++oh) {
-      const int ih = oh * s.stride_h - s.pad_h + ki;
-      if (ih < 0 || ih >= s.h) continue;
-      const uint16_t* row = xc + std::ptrdiff_t{ih} * s.w;
-      uint16_t* out = d + std::ptrdiff_t{oh} * s.w_out * 2;
-      for (int ow = 0; ow < s.w_out; ++ow) {
-        const int iw = ow * s.stride_w - s.pad_w + kj;
-        if (iw >= 0 && iw < s.w) out[2 * ow] = row[iw];
-      }
+// Row r of the group's plain column matrix (hw entries, zeros outside the input), into d: the valid
+// rows and columns of its tap found once, each output row a short copy.
+void column_row(const Conv2dShape& s, const uint16_t* x_g, std::ptrdiff_t r, uint16_t* d) {
+  const int taps = s.kh * s.kw, c = static_cast<int>(r / taps), ki = static_cast<int>(r % taps / s.kw),
+            kj = static_cast<int>(r % s.kw);
+  const std::ptrdiff_t w_out = s.w_out, hw = std::ptrdiff_t{s.h_out} * w_out;
+  const detail::Range rows = detail::valid_range(ki, s.stride_h, s.pad_h, s.h, s.h_out);
+  const detail::Range cols = detail::valid_range(kj, s.stride_w, s.pad_w, s.w, s.w_out);
+  const int len = cols.hi - cols.lo;
+  if (len <= 0 || rows.lo >= rows.hi) {
+    std::fill(d, d + hw, uint16_t{0});
+    return;
+  }
+  std::fill(d, d + rows.lo * w_out, uint16_t{0});
+  std::fill(d + rows.hi * w_out, d + hw, uint16_t{0});
+  const std::ptrdiff_t row_step = std::ptrdiff_t{s.stride_h} * s.w;
+  const uint16_t* src = x_g + (std::ptrdiff_t{c} * s.h + rows.lo * s.stride_h - s.pad_h + ki) * s.w +
+                        cols.lo * s.stride_w - s.pad_w + kj;
+  for (uint16_t* seg = d + rows.lo * w_out; seg < d + rows.hi * w_out; seg += w_out, src += row_step) {
+    std::fill(seg, seg + cols.lo, uint16_t{0});
+    if (s.stride_w == 1) {
+      detail::copy_short(seg + cols.lo, src, len);
+    } else {
+      for (int q = 0; q < len; ++q) seg[cols.lo + q] = src[std::ptrdiff_t{q} * s.stride_w];
     }
+    std::fill(seg + cols.hi, seg + w_out, uint16_t{0});
+  }
+}
+
+// The packed column matrix of one sample's group (input channels from x_g on): each pair of rows built
+// plain in `rows` (2 * hw16 entries) and interleaved into 32-bit (pixel, pair) entries.
+void pack_columns(const Conv2dShape& s, const Packing& p, const uint16_t* x_g, uint16_t* col, uint16_t* rows) {
+  uint16_t *even = rows, *odd = rows + p.hw16;
+  for (std::ptrdiff_t j = 0; j < p.pairs; ++j) {
+    column_row(s, x_g, 2 * j, even);
+    if (2 * j + 1 < p.k) {
+      column_row(s, x_g, 2 * j + 1, odd);
+    } else {
+      std::fill(odd, odd + p.hw, uint16_t{0});
+    }
+    auto* out = reinterpret_cast<uint32_t*>(col) + j * p.hw16;
+#pragma omp simd
+    for (std::ptrdiff_t q = 0; q < p.hw; ++q) out[q] = uint32_t{even[q]} | uint32_t{odd[q]} << 16;
+    std::fill(out + p.hw, out + p.hw16, uint32_t{0});
   }
 }
 
@@ -174,7 +200,7 @@ void conv2d_forward_bf16(bf16* y, const bf16* x, const bf16* w, const B* b, cons
     const int i0 = s.n * slice / n_slices, i1 = s.n * (slice + 1) / n_slices;
     for (int i = i0; i < i1; ++i)
       for (int g = 0; g < groups; ++g) {
-        pack_columns(s, p, xs + i * x_len + std::ptrdiff_t{g} * c_in_g * s.h * s.w, col);
+        pack_columns(s, p, xs + i * x_len + std::ptrdiff_t{g} * c_in_g * s.h * s.w, col, col + p.pairs * p.hw16 * 2);
         conv_group(ys + i * y_len + std::ptrdiff_t{g} * c_out_g * p.hw, ws + std::ptrdiff_t{g} * c_out_g * p.k,
                    b ? b + g * c_out_g : nullptr, c_out_g, p, col, relu);
       }
