@@ -6,9 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/dpbf16.h"
 #include "kernels/half.h"
 #include "kernels/linear.h"
 
@@ -79,6 +82,36 @@ TEST(LinearBf16, SampleResultsDoNotDependOnTheBatch) {
     for (int o = 0; o < out; ++o) ASSERT_EQ(one[o].bits, whole[i * out + o].bits) << i << ", " << o;
   }
 }
+
+#if CRUMB_DPBF16
+float bits_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// One lane of vdpbf16ps: acc + a0 * b0 + a1 * b1.
+CRUMB_TARGET_DPBF16 float dot_pair(float acc, bf16 a0, bf16 a1, bf16 b0, bf16 b1) {
+  const __m512i a = _mm512_set1_epi32(static_cast<int>(a0.bits | uint32_t{a1.bits} << 16));
+  const __m512i b = _mm512_set1_epi32(static_cast<int>(b0.bits | uint32_t{b1.bits} << 16));
+  return _mm_cvtss_f32(_mm512_castps512_ps128(_mm512_dpbf16_ps(_mm512_set1_ps(acc), (__m512bh)a, (__m512bh)b)));
+}
+
+// What docs/precision.md says of the instruction's rounding, on this CPU.
+TEST(LinearBf16, DotPairRoundsEachAddAndFlushesSubnormals) {
+  if (!cpu::has_bf16_dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  const bf16 one = to_bf16(1.0f), zero{0};
+  // 1 + 2^-24 + 2^-24: each add rounds to nearest even (one rounding of the whole would give 1 + 2^-23).
+  EXPECT_EQ(dot_pair(1.0f, to_bf16(std::ldexp(1.0f, -24)), to_bf16(std::ldexp(1.0f, -24)), one, one), 1.0f);
+  // A subnormal bf16 operand (2^-133) is zero: times 2^100 it would be 2^-33.
+  EXPECT_EQ(dot_pair(0.0f, bf16{1}, zero, to_bf16(std::ldexp(1.0f, 100)), zero), 0.0f);
+  // A subnormal product (2^-64 * 2^-70) is flushed, and a subnormal sum read as zero.
+  EXPECT_EQ(dot_pair(0.0f, to_bf16(std::ldexp(1.0f, -64)), zero, to_bf16(std::ldexp(1.0f, -70)), zero), 0.0f);
+  EXPECT_EQ(dot_pair(bits_float(0x00200000u), zero, zero, zero, zero), 0.0f);
+  // The float32 path keeps them: the products are exact there.
+  EXPECT_GT(std::ldexp(1.0f, -64) * std::ldexp(1.0f, -70), 0.0f);
+}
+#endif
 
 }  // namespace
 }  // namespace crumb

@@ -7,22 +7,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "engine/base/error.h"
 #include "kernels/conv2d.h"
+#include "kernels/cpu/dpbf16.h"
 #include "kernels/cpu/kernel_util.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-// GCC 12's AVX-512 intrinsics read _mm512_undefined_* values, which -Wuninitialized reports once they
-// are inlined into a function with a target attribute.
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#define CRUMB_DPBF16 1
-#define CRUMB_TARGET_DPBF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
-#endif
 
 namespace crumb::cpu {
 namespace {

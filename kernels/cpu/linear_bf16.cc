@@ -6,35 +6,15 @@
 #include <cstdint>
 
 #include "engine/base/error.h"
+#include "kernels/cpu/dpbf16.h"
 #include "kernels/cpu/kernel_util.h"
 #include "kernels/linear.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-// GCC 12's AVX-512 intrinsics read _mm512_undefined_ps() values, which -Wuninitialized reports once
-// they are inlined into a function with a target attribute.
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#define CRUMB_DPBF16 1
-#define CRUMB_TARGET_DPBF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
-#endif
 
 namespace crumb::cpu {
 
 #if CRUMB_DPBF16
 namespace {
-
-// The 16 lanes' sum, halves added to halves.
-CRUMB_TARGET_DPBF16 inline float sum_lanes(__m512 v) {
-  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0x4e));
-  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0xb1));
-  __m128 q = _mm512_castps512_ps128(v);
-  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
-  q = _mm_add_ss(q, _mm_movehdup_ps(q));
-  return _mm_cvtss_f32(q);
-}
 
 // y[r, p] for R rows of x and P rows of w: R x P accumulators of 16 lanes, the last partial block of
 // `in` read under a mask (its missing pairs are zeros and add nothing).
@@ -54,7 +34,7 @@ CRUMB_TARGET_DPBF16 void dot_tile(bf16* y, int ldy, const bf16* x, const bf16* w
   }
   for (int r = 0; r < R; ++r)
     for (int p = 0; p < P; ++p) {
-      float v = sum_lanes(acc[r][p]);
+      float v = detail::sum_lanes(acc[r][p]);
       if (b) v += to_float(b[p]);
       // relu_forward's rule: NaN propagates, -0 becomes 0.
       if (relu && v <= 0.0f) v = 0.0f;
