@@ -84,6 +84,65 @@ void pack_columns(const Conv2dShape& s, const Packing& p, const uint16_t* x_g, u
   }
 }
 
+// Stride 1 without a column matrix: each input plane zero-padded, its channels interleaved in pairs
+// (32-bit entries), and the outputs computed at flat positions oh * W + ow of the padded width W, where
+// every tap is the same contiguous run shifted by ki * W + kj; the W - w_out positions past each row's
+// end are computed too and dropped when the rows are copied out.
+struct Direct {
+  std::ptrdiff_t w;      // padded width W
+  std::ptrdiff_t plane;  // entries per channel pair: the padded plane, then a run's overreach
+  std::ptrdiff_t flat;   // flat output positions, h_out * W, rounded up to 32
+  std::ptrdiff_t pairs;  // input channels per group in pairs
+  int taps;
+  explicit Direct(const Conv2dShape& s)
+      : w(s.w + 2 * s.pad_w),
+        plane((s.h + 2 * s.pad_h) * w + 32 + s.kw),
+        flat((s.h_out * w + 31) / 32 * 32),
+        pairs((s.c_in / s.groups + 1) / 2),
+        taps(s.kh * s.kw) {}
+  // Per thread: the interleaved planes, then the outputs at flat positions (bf16).
+  std::ptrdiff_t slice_len(const Conv2dShape& s) const { return pairs * plane * 2 + (s.c_out / s.groups) * flat; }
+  // Shared: the weights as [c_out][tap][pair] pairs.
+  std::ptrdiff_t weights_len(const Conv2dShape& s) const { return std::ptrdiff_t{s.c_out} * taps * pairs * 2; }
+};
+
+bool runs_direct(const Conv2dShape& s) { return s.stride_h == 1 && s.stride_w == 1; }
+
+// One sample's group of input channels (from x_g) into the padded pair planes.
+void pack_planes(const Conv2dShape& s, const Direct& d, const uint16_t* x_g, uint32_t* planes) {
+  std::memset(planes, 0, sizeof(uint32_t) * d.pairs * d.plane);
+  const int c_in_g = s.c_in / s.groups;
+  const std::ptrdiff_t in_plane = std::ptrdiff_t{s.h} * s.w;
+  for (std::ptrdiff_t j = 0; j < d.pairs; ++j) {
+    const uint16_t* even = x_g + 2 * j * in_plane;
+    const uint16_t* odd = 2 * j + 1 < c_in_g ? even + in_plane : nullptr;
+    for (int ih = 0; ih < s.h; ++ih) {
+      uint32_t* out = planes + j * d.plane + (ih + s.pad_h) * d.w + s.pad_w;
+      const uint16_t* a = even + std::ptrdiff_t{ih} * s.w;
+      if (odd) {
+        const uint16_t* b = odd + std::ptrdiff_t{ih} * s.w;
+#pragma omp simd
+        for (int iw = 0; iw < s.w; ++iw) out[iw] = uint32_t{a[iw]} | uint32_t{b[iw]} << 16;
+      } else {
+#pragma omp simd
+        for (int iw = 0; iw < s.w; ++iw) out[iw] = a[iw];
+      }
+    }
+  }
+}
+
+// The weights of every output channel as [tap][pair] pairs (the odd channel's partner zero).
+void pack_weights(const Conv2dShape& s, const Direct& d, const uint16_t* w, uint32_t* out) {
+  const int c_in_g = s.c_in / s.groups;
+  for (int co = 0; co < s.c_out; ++co)
+    for (int t = 0; t < d.taps; ++t)
+      for (std::ptrdiff_t j = 0; j < d.pairs; ++j) {
+        const uint16_t* wc = w + (std::ptrdiff_t{co} * c_in_g + 2 * j) * d.taps + t;
+        out[(std::ptrdiff_t{co} * d.taps + t) * d.pairs + j] =
+            uint32_t{wc[0]} | (2 * j + 1 < c_in_g ? uint32_t{wc[d.taps]} << 16 : 0u);
+      }
+}
+
 #if CRUMB_DPBF16
 // float32 lanes rounded to bf16 as kernels/half.h's to_bf16 does (nearest even; NaN quieted).
 CRUMB_TARGET_DPBF16 inline __m256i to_bf16_lanes(__m512 v) {
@@ -165,11 +224,78 @@ void conv_group(uint16_t* y_g, const uint16_t* w_g, const B* b_g, int c_out_g, c
     }
   }
 }
+
+// Flat outputs [p, p + 16 V) of rows [co, co + R), over the taps, each tap's pairs in order.
+template <int R, int V, class B>
+CRUMB_TARGET_DPBF16 void direct_tile(uint16_t* out, std::ptrdiff_t ldo, const uint32_t* wp, const uint32_t* planes,
+                                     const Conv2dShape& s, const Direct& d, const B* b, bool relu) {
+  __m512 acc[R][V];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
+  const std::ptrdiff_t per_row = d.taps * d.pairs;
+  for (int t = 0; t < d.taps; ++t) {
+    const uint32_t* src = planes + (t / s.kw) * d.w + t % s.kw;
+    for (std::ptrdiff_t j = 0; j < d.pairs; ++j, src += d.plane) {
+      __m512bh xv[V];
+      for (int v = 0; v < V; ++v) xv[v] = (__m512bh)_mm512_loadu_si512(src + 16 * v);
+      for (int r = 0; r < R; ++r) {
+        const __m512bh wv = (__m512bh)_mm512_set1_epi32(static_cast<int>(wp[r * per_row + t * d.pairs + j]));
+        for (int v = 0; v < V; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], wv, xv[v]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const __m512 bias = _mm512_set1_ps(b ? to_float(b[r]) : 0.0f);
+    for (int v = 0; v < V; ++v) {
+      __m512 o = b ? _mm512_add_ps(acc[r][v], bias) : acc[r][v];
+      if (relu) o = _mm512_mask_mov_ps(o, _mm512_cmp_ps_mask(o, _mm512_setzero_ps(), _CMP_LE_OQ), _mm512_setzero_ps());
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + r * ldo + 16 * v), to_bf16_lanes(o));
+    }
+  }
+}
+
+template <class B> using DirectFn = void (*)(uint16_t*, std::ptrdiff_t, const uint32_t*, const uint32_t*,
+                                             const Conv2dShape&, const Direct&, const B*, bool);
+template <class B, int V, int... R> constexpr void fill_direct(DirectFn<B>* t, std::integer_sequence<int, R...>) {
+  ((t[R] = direct_tile<R + 1, V, B>), ...);
+}
+
+// One sample's group: y_g [c_out / groups, hw] from its packed planes, through the flat outputs in `out`.
+template <class B>
+void direct_group(uint16_t* y_g, const uint32_t* wp_g, const B* b_g, const Conv2dShape& s, const Direct& d,
+                  const uint32_t* planes, uint16_t* out, bool relu) {
+  static const auto table = [] {
+    struct {
+      DirectFn<B> one[kRows], two[kRows];
+    } t{};
+    fill_direct<B, 1>(t.one, std::make_integer_sequence<int, kRows>{});
+    fill_direct<B, 2>(t.two, std::make_integer_sequence<int, kRows>{});
+    return t;
+  }();
+  const int c_out_g = s.c_out / s.groups;
+  const std::ptrdiff_t used = std::ptrdiff_t{s.h_out} * d.w;
+  for (std::ptrdiff_t p = 0; p < used; p += 32) {
+    const bool two = used - p > 16;
+    for (int co = 0; co < c_out_g; co += kRows) {
+      const int rows = std::min(kRows, c_out_g - co);
+      (two ? table.two : table.one)[rows - 1](out + co * d.flat + p, d.flat, wp_g + co * d.taps * d.pairs, planes + p, s,
+                                              d, b_g ? b_g + co : nullptr, relu);
+    }
+  }
+  for (int co = 0; co < c_out_g; ++co)
+    for (int oh = 0; oh < s.h_out; ++oh)
+      std::memcpy(y_g + (std::ptrdiff_t{co} * s.h_out + oh) * s.w_out, out + co * d.flat + oh * d.w,
+                  sizeof(uint16_t) * s.w_out);
+}
 #endif
 
 }  // namespace
 
 std::size_t conv2d_forward_bf16_workspace(const Conv2dShape& s) {
+  if (runs_direct(s)) {
+    const Direct d(s);
+    return static_cast<std::size_t>(d.weights_len(s) + slices(s) * d.slice_len(s));
+  }
   return static_cast<std::size_t>(slices(s) * Packing(s).slice_len());
 }
 
@@ -185,6 +311,25 @@ void conv2d_forward_bf16(bf16* y, const bf16* x, const bf16* w, const B* b, cons
   auto* const xs = reinterpret_cast<const uint16_t*>(x);
   auto* const ws = reinterpret_cast<const uint16_t*>(w);
   auto* const ys = reinterpret_cast<uint16_t*>(y);
+  if (runs_direct(s)) {
+    const Direct d(s);
+    auto* const wp = reinterpret_cast<uint32_t*>(workspace);
+    pack_weights(s, d, ws, wp);
+    uint16_t* const slices_at = reinterpret_cast<uint16_t*>(workspace) + d.weights_len(s);
+#pragma omp parallel for schedule(static) num_threads(n_slices) if (n_slices > 1)
+    for (int slice = 0; slice < n_slices; ++slice) {
+      auto* planes = reinterpret_cast<uint32_t*>(slices_at + slice * d.slice_len(s));
+      uint16_t* out = slices_at + slice * d.slice_len(s) + d.pairs * d.plane * 2;
+      const int i0 = s.n * slice / n_slices, i1 = s.n * (slice + 1) / n_slices;
+      for (int i = i0; i < i1; ++i)
+        for (int g = 0; g < groups; ++g) {
+          pack_planes(s, d, xs + i * x_len + std::ptrdiff_t{g} * c_in_g * s.h * s.w, planes);
+          direct_group(ys + i * y_len + std::ptrdiff_t{g} * c_out_g * p.hw, wp + std::ptrdiff_t{g} * c_out_g * d.taps * d.pairs,
+                       b ? b + g * c_out_g : nullptr, s, d, planes, out, relu);
+        }
+    }
+    return;
+  }
 #pragma omp parallel for schedule(static) num_threads(n_slices) if (n_slices > 1)
   for (int slice = 0; slice < n_slices; ++slice) {
     uint16_t* col = reinterpret_cast<uint16_t*>(workspace) + slice * p.slice_len();
