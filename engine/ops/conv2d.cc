@@ -132,7 +132,7 @@ void fwd_cpu(const StepArgs& a) {
   cpu::conv2d_forward<T>(a.out<T>(), a.in<T>(0), a.in<T>(1), b, shape(a), static_cast<T*>(a.workspace), relu);
 }
 
-// bf16's forward on vdpbf16ps (kernels/conv2d.h), whichever algorithm the float32 row would choose; the
+// bf16's forward on vdpbf16ps (kernels/conv2d.h; --conv-algo's Winograd is for the float32 rows); the
 // bias is the parameter's bf16 copy, or float32 where the graph keeps it so.
 void fwd_cpu_bf16(const StepArgs& a) {
   auto* ws = static_cast<bf16*>(a.workspace);

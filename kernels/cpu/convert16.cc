@@ -1,6 +1,7 @@
 #include "kernels/cpu/convert16.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define CRUMB_SIMD16 1
 #define CRUMB_TARGET_SIMD16 __attribute__((target("avx2,f16c")))
@@ -88,7 +89,11 @@ CRUMB_TARGET_SIMD16 void from_float_avx2(f16* d, const float* s, std::size_t n) 
 
 bool has_simd16() {
 #if CRUMB_SIMD16
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  // F16C from cpuid itself: clang's __builtin_cpu_supports does not know it.
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+  }();
   return has;
 #else
   return false;
