@@ -11,6 +11,7 @@
 
 #include "kernels/conv2d.h"
 #include "kernels/half.h"
+#include "tests/bf16_values.h"
 
 namespace crumb {
 namespace {
@@ -18,18 +19,6 @@ namespace {
 cpu::Conv2dShape conv(int n, int c_in, int hw, int c_out, int k, int stride, int pad, int groups = 1) {
   const int out = (hw + 2 * pad - k) / stride + 1;
   return {n, c_in, hw, hw, c_out, k, k, stride, stride, pad, pad, out, out, groups};
-}
-
-std::vector<bf16> random_bf16(std::size_t count, std::mt19937& rng) {
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<bf16> v(count);
-  for (bf16& x : v) x = to_bf16(dist(rng));
-  return v;
-}
-std::vector<float> widened(const std::vector<bf16>& v) {
-  std::vector<float> f(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) f[i] = to_float(v[i]);
-  return f;
 }
 
 std::vector<bf16> run_fast(const cpu::Conv2dShape& s, const std::vector<bf16>& x, const std::vector<bf16>& w,

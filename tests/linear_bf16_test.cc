@@ -14,6 +14,7 @@
 #include "kernels/cpu/dpbf16.h"
 #include "kernels/half.h"
 #include "kernels/linear.h"
+#include "tests/bf16_values.h"
 
 namespace crumb {
 namespace {
@@ -22,18 +23,6 @@ struct Case {
   int n, in, out;
   bool relu, bias;
 };
-
-std::vector<bf16> random_bf16(std::size_t count, std::mt19937& rng) {
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<bf16> v(count);
-  for (bf16& x : v) x = to_bf16(dist(rng));
-  return v;
-}
-std::vector<float> widened(const std::vector<bf16>& v) {
-  std::vector<float> f(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) f[i] = to_float(v[i]);
-  return f;
-}
 
 void expect_paths_agree(const Case& c) {
   std::mt19937 rng(c.n * 131 + c.in * 7 + c.out);

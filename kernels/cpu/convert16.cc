@@ -10,26 +10,24 @@
 namespace crumb::cpu {
 namespace {
 
-template <class T> void to_float_scalar(float* d, const T* s, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) d[i] = to_float(s[i]);
-}
-template <class T> void from_float_scalar(T* d, const float* s, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) d[i] = from_float<T>(s[i]);
+// Element by element, through half.h (one side of each conversion is float, for which they are identity).
+template <class D, class S> void convert_scalar(D* d, const S* s, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) d[i] = from_float<D>(to_float(s[i]));
 }
 
 #if CRUMB_SIMD16
-CRUMB_TARGET_SIMD16 void to_float_avx2(float* d, const bf16* s, std::size_t n) {
+CRUMB_TARGET_SIMD16 void convert_avx2(float* d, const bf16* s, std::size_t n) {
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), _mm256_slli_epi32(u, 16));
   }
-  to_float_scalar(d + i, s + i, n - i);
+  convert_scalar(d + i, s + i, n - i);
 }
 
 // vcvtph2ps quiets a signalling NaN; half.h keeps its bits, so lanes with the top exponent (NaN and
 // infinity) take half.h's formula.
-CRUMB_TARGET_SIMD16 void to_float_avx2(float* d, const f16* s, std::size_t n) {
+CRUMB_TARGET_SIMD16 void convert_avx2(float* d, const f16* s, std::size_t n) {
   const __m256i top = _mm256_set1_epi32(0x7c00), sign = _mm256_set1_epi32(0x8000), mant = _mm256_set1_epi32(0x3ff),
                 inf = _mm256_set1_epi32(0x7f800000);
   std::size_t i = 0;
@@ -43,7 +41,7 @@ CRUMB_TARGET_SIMD16 void to_float_avx2(float* d, const f16* s, std::size_t n) {
     const __m256i f = _mm256_blendv_epi8(_mm256_castps_si256(_mm256_cvtph_ps(h)), special, is_special);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), f);
   }
-  to_float_scalar(d + i, s + i, n - i);
+  convert_scalar(d + i, s + i, n - i);
 }
 
 // Rounding to nearest even on the bits, as half.h's to_bf16: adding 0x7fff plus the kept part's lowest
@@ -58,7 +56,7 @@ CRUMB_TARGET_SIMD16 __m256i bf16_bits(__m256i u) {
   return _mm256_blendv_epi8(rounded, quiet, nan);
 }
 
-CRUMB_TARGET_SIMD16 void from_float_avx2(bf16* d, const float* s, std::size_t n) {
+CRUMB_TARGET_SIMD16 void convert_avx2(bf16* d, const float* s, std::size_t n) {
   std::size_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m256i a = bf16_bits(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i)));
@@ -67,12 +65,12 @@ CRUMB_TARGET_SIMD16 void from_float_avx2(bf16* d, const float* s, std::size_t n)
     const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xd8);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), packed);
   }
-  from_float_scalar(d + i, s + i, n - i);
+  convert_scalar(d + i, s + i, n - i);
 }
 
 // vcvtps2ph keeps a NaN's sign and top payload bits; half.h writes every NaN as sign | 0x7e00, which is
 // what vcvtps2ph makes of the quiet NaN with no payload, so NaN lanes are replaced by it first.
-CRUMB_TARGET_SIMD16 void from_float_avx2(f16* d, const float* s, std::size_t n) {
+CRUMB_TARGET_SIMD16 void convert_avx2(f16* d, const float* s, std::size_t n) {
   const __m256 sign = _mm256_set1_ps(-0.0f), qnan = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000));
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -81,7 +79,7 @@ CRUMB_TARGET_SIMD16 void from_float_avx2(f16* d, const float* s, std::size_t n) 
     x = _mm256_blendv_ps(x, canonical, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
-  from_float_scalar(d + i, s + i, n - i);
+  convert_scalar(d + i, s + i, n - i);
 }
 #endif
 
@@ -100,29 +98,21 @@ bool has_simd16() {
 #endif
 }
 
-// Each run's SIMD path, where this build has one and the caller and the CPU allow it.
+namespace {
+// A run through its SIMD path where this build has one and the caller and the CPU allow it.
+template <class D, class S> void convert_run(D* d, const S* s, std::size_t n, bool simd) {
 #if CRUMB_SIMD16
-#define CRUMB_SIMD_PATH(call) \
-  if (simd && has_simd16()) return call
+  if (simd && has_simd16()) return convert_avx2(d, s, n);
 #else
-#define CRUMB_SIMD_PATH(call) (void)simd
+  (void)simd;
 #endif
-void to_float_run(float* d, const bf16* s, std::size_t n, bool simd) {
-  CRUMB_SIMD_PATH(to_float_avx2(d, s, n));
-  to_float_scalar(d, s, n);
+  convert_scalar(d, s, n);
 }
-void to_float_run(float* d, const f16* s, std::size_t n, bool simd) {
-  CRUMB_SIMD_PATH(to_float_avx2(d, s, n));
-  to_float_scalar(d, s, n);
-}
-void from_float_run(bf16* d, const float* s, std::size_t n, bool simd) {
-  CRUMB_SIMD_PATH(from_float_avx2(d, s, n));
-  from_float_scalar(d, s, n);
-}
-void from_float_run(f16* d, const float* s, std::size_t n, bool simd) {
-  CRUMB_SIMD_PATH(from_float_avx2(d, s, n));
-  from_float_scalar(d, s, n);
-}
-#undef CRUMB_SIMD_PATH
+}  // namespace
+
+void to_float_run(float* d, const bf16* s, std::size_t n, bool simd) { convert_run(d, s, n, simd); }
+void to_float_run(float* d, const f16* s, std::size_t n, bool simd) { convert_run(d, s, n, simd); }
+void from_float_run(bf16* d, const float* s, std::size_t n, bool simd) { convert_run(d, s, n, simd); }
+void from_float_run(f16* d, const float* s, std::size_t n, bool simd) { convert_run(d, s, n, simd); }
 
 }  // namespace crumb::cpu
