@@ -24,6 +24,7 @@
 #include "engine/optim/optimizer.h"
 #include "engine/train/model_registry.h"
 #include "engine/train/scheduler.h"
+#include "kernels/bf16_dot.h"
 #include "tests/autocast_reference.h"
 #include "tests/reference_formulas.h"
 
@@ -70,6 +71,20 @@ const Tolerances kResNet20 = {2e-3, 1e-2,
                                 return stage1 && is_statistic(name) ? 1e-4 : 0.0;
                               },
                               2e-3, 0.3, 0.6};
+
+// resnet20 where bf16's forward runs on vdpbf16ps (cpu::has_bf16_dot()), measured on an AMD EPYC: loss
+// 1.4e-4, statistics 7.3e-4, updates 0.12 in L2 (all closer than through the widened path), 0.38 in the
+// dot product; but the next loss 1.8e-2 (float32's 2.7e-2) and fc's update's dot product 8.9e-3. Each
+// convolution output is within one bf16 rounding of the widened path's (Conv2dBf16.*) and the stem's and
+// layer1's statistics still agree within 1e-4, but outputs round to the other side at other places, and
+// through 19 convolutions that is another draw of the bf16 noise, which the next loss reads most.
+const Tolerances kResNet20Bf16Dot = {2e-3, 2.2e-2,
+                                     [](const std::string& name) {
+                                       if (starts_with(name, "fc.")) return 1.2e-2;
+                                       const bool stage1 = starts_with(name, "bn1.") || starts_with(name, "layer1.");
+                                       return stage1 && is_statistic(name) ? 1e-4 : 0.0;
+                                     },
+                                     2e-3, 0.3, 0.6};
 
 // The float32 values of a parameter (its master) or a statistic, as doubles; none for a counter.
 std::vector<double> host_values(const Graph& g, const ParamStore& params, ValueId v) {
@@ -165,7 +180,8 @@ TEST(AutocastParity, LeNet5) {
 }
 
 TEST(AutocastParity, ResNet20) {
-  check_against_autocast("resnet20", kResNet20Losses, kResNet20Fp32Losses, kResNet20Tensors, kResNet20);
+  check_against_autocast("resnet20", kResNet20Losses, kResNet20Fp32Losses, kResNet20Tensors,
+                         cpu::has_bf16_dot() ? kResNet20Bf16Dot : kResNet20);
 }
 
 }  // namespace
