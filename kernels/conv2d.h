@@ -3,7 +3,9 @@
 #pragma once
 #include <cstddef>
 
+#include "kernels/bf16_dot.h"
 #include "kernels/cpu/shapes.h"
+#include "kernels/half.h"
 
 namespace crumb::cpu {
 
@@ -34,5 +36,13 @@ std::size_t winograd_backward_data_workspace(const Conv2dShape& s);
 template <class T> void winograd_forward(T* y, const T* x, const T* w, const T* b, const Conv2dShape& s, T* workspace);
 template <class T>
 void winograd_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, T* workspace, bool accumulate);
+
+// ---- bf16 forward through AVX512_BF16 (kernels/cpu/conv2d_bf16.cc), any groups, stride and padding:
+// products of bf16 pairs summed in float32, y stored rounded to nearest even; b float32 or bf16. Only
+// where has_bf16_dot(). Workspace in bf16 elements.
+std::size_t conv2d_forward_bf16_workspace(const Conv2dShape& s);
+template <class B>
+void conv2d_forward_bf16(bf16* y, const bf16* x, const bf16* w, const B* b, const Conv2dShape& s, bf16* workspace,
+                         bool relu = false);
 
 }  // namespace crumb::cpu

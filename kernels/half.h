@@ -8,6 +8,12 @@
 
 #include "kernels/host_device.h"
 
+// Host code built for a CPU with F16C converts f16 in hardware, with half.h's NaN patterns kept.
+#if defined(__F16C__) && !defined(__CUDA_ARCH__)
+#include <immintrin.h>
+#define CRUMB_HALF_F16C 1
+#endif
+
 namespace crumb {
 
 struct bf16 {
@@ -46,6 +52,10 @@ CRUMB_HOST_DEVICE float to_float(float x) { return x; }
 CRUMB_HOST_DEVICE float to_float(bf16 x) { return half_detail::float_of(static_cast<uint32_t>(x.bits) << 16); }
 CRUMB_HOST_DEVICE float to_float(f16 x) {
   using namespace half_detail;
+#if CRUMB_HALF_F16C
+  // vcvtph2ps would quiet a signalling NaN: infinities and NaNs take the formula below.
+  if ((x.bits & 0x7c00u) != 0x7c00u) return _cvtsh_ss(x.bits);
+#endif
   const uint32_t sign = static_cast<uint32_t>(x.bits & 0x8000u) << 16, exp = (x.bits >> 10) & 0x1fu,
                  mant = x.bits & 0x3ffu;
   if (exp == 0x1f) return float_of(sign | 0x7f800000u | (mant << 13));
@@ -66,6 +76,9 @@ CRUMB_HOST_DEVICE f16 to_f16(float f) {
   using namespace half_detail;
   const uint32_t u = bits_of(f), sign = (u >> 16) & 0x8000u, abs = u & 0x7fffffffu;
   if (abs >= 0x7f800000u) return {static_cast<uint16_t>(sign | (abs > 0x7f800000u ? 0x7e00u : 0x7c00u))};
+#if CRUMB_HALF_F16C
+  return {static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))};
+#endif
   if (abs >= 0x477ff000u) return {static_cast<uint16_t>(sign | 0x7c00u)};  // rounds past 65504
   if (abs < 0x38800000u) {  // below 2^-14: a subnormal half (units of 2^-24) or zero
     const uint32_t mant = (abs & 0x7fffffu) | 0x800000u;

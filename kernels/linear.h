@@ -3,6 +3,9 @@
 #pragma once
 #include <cstddef>
 
+#include "kernels/bf16_dot.h"
+#include "kernels/half.h"
+
 namespace crumb::cpu {
 
 // ---- linear: x [n, in], w [out, in] (PyTorch layout), b [out] (may be null), y [n, out]
@@ -15,5 +18,11 @@ void linear_backward_data(T* dx, const T* dy, const T* w, int n, int in, int out
 // dw [out, in] (=|+=) dy^T x; db [out] (=|+=) sum over n of dy (db may be null)
 template <class T>
 void linear_backward_weight(T* dw, T* db, const T* dy, const T* x, int n, int in, int out, bool accumulate);
+
+// ---- bf16 through AVX512_BF16 (kernels/cpu/linear_bf16.cc): products of bf16 pairs summed in float32,
+// y stored rounded to nearest even; b is float32 or bf16. Only where has_bf16_dot(): elsewhere bf16 runs
+// the float32 kernels on widened copies.
+template <class B>
+void linear_forward_bf16(bf16* y, const bf16* x, const bf16* w, const B* b, int n, int in, int out, bool relu = false);
 
 }  // namespace crumb::cpu

@@ -24,6 +24,7 @@
 #include "engine/optim/optimizer.h"
 #include "engine/train/model_registry.h"
 #include "engine/train/scheduler.h"
+#include "kernels/bf16_dot.h"
 #include "tests/autocast_reference.h"
 #include "tests/reference_formulas.h"
 
@@ -63,13 +64,23 @@ const Tolerances kLeNet5 = {5e-6, 1e-4, [](const std::string& name) { return nam
 // statistics 9.7e-4 (float32's 3.1e-3); updates 0.15 in L2, 0.29 in the dot product (float32's 0.21,
 // 0.83). The next loss 1.9e-3, from gradients that differ by that bf16 noise (0.1% alone moves autocast's
 // by up to 1.2e-3; float32's is 2.7e-2 away; the step moves it by 7.1e-2).
-const Tolerances kResNet20 = {2e-3, 1e-2,
-                              [](const std::string& name) {
-                                if (starts_with(name, "fc.")) return 5e-3;
-                                const bool stage1 = starts_with(name, "bn1.") || starts_with(name, "layer1.");
-                                return stage1 && is_statistic(name) ? 1e-4 : 0.0;
-                              },
-                              2e-3, 0.3, 0.6};
+// resnet20's tensors checked on their own: fc's updates within `fc`, the stem's and layer1's statistics.
+double resnet20_tight(const std::string& name, double fc) {
+  if (starts_with(name, "fc.")) return fc;
+  const bool stage1 = starts_with(name, "bn1.") || starts_with(name, "layer1.");
+  return stage1 && is_statistic(name) ? 1e-4 : 0.0;
+}
+const Tolerances kResNet20 = {2e-3, 1e-2, [](const std::string& name) { return resnet20_tight(name, 5e-3); }, 2e-3,
+                              0.3, 0.6};
+
+// resnet20 where bf16's forward runs on vdpbf16ps (cpu::has_bf16_dot()), measured on an AMD EPYC: loss
+// 1.4e-4, statistics 7.3e-4, updates 0.12 in L2 (all closer than through the widened path), 0.38 in the
+// dot product; but the next loss 1.8e-2 (float32's 2.7e-2) and fc's update's dot product 8.9e-3. Each
+// convolution output is within one bf16 rounding of the widened path's (Conv2dBf16.*) and the stem's and
+// layer1's statistics still agree within 1e-4, but outputs round to the other side at other places, and
+// through 19 convolutions that is another draw of the bf16 noise, which the next loss reads most.
+const Tolerances kResNet20Bf16Dot = {2e-3, 2.2e-2, [](const std::string& name) { return resnet20_tight(name, 1.2e-2); },
+                                     2e-3, 0.3, 0.6};
 
 // The float32 values of a parameter (its master) or a statistic, as doubles; none for a counter.
 std::vector<double> host_values(const Graph& g, const ParamStore& params, ValueId v) {
@@ -165,7 +176,8 @@ TEST(AutocastParity, LeNet5) {
 }
 
 TEST(AutocastParity, ResNet20) {
-  check_against_autocast("resnet20", kResNet20Losses, kResNet20Fp32Losses, kResNet20Tensors, kResNet20);
+  check_against_autocast("resnet20", kResNet20Losses, kResNet20Fp32Losses, kResNet20Tensors,
+                         cpu::has_bf16_dot() ? kResNet20Bf16Dot : kResNet20);
 }
 
 }  // namespace

@@ -132,6 +132,22 @@ void fwd_cpu(const StepArgs& a) {
   cpu::conv2d_forward<T>(a.out<T>(), a.in<T>(0), a.in<T>(1), b, shape(a), static_cast<T*>(a.workspace), relu);
 }
 
+// bf16's forward on vdpbf16ps (kernels/conv2d.h; --conv-algo's Winograd is for the float32 rows); the
+// bias is the parameter's bf16 copy, or float32 where the graph keeps it so.
+void fwd_cpu_bf16(const StepArgs& a) {
+  auto* ws = static_cast<bf16*>(a.workspace);
+  const bool relu = relu_epilogue(*a.node);
+  if (a.node->in.size() == 3 && a.in_value(2).dtype == DType::F32) {
+    cpu::conv2d_forward_bf16(a.out<bf16>(), a.in<bf16>(0), a.in<bf16>(1), a.in<float>(2), shape(a), ws, relu);
+  } else {
+    cpu::conv2d_forward_bf16(a.out<bf16>(), a.in<bf16>(0), a.in<bf16>(1),
+                             a.node->in.size() == 3 ? a.in<bf16>(2) : nullptr, shape(a), ws, relu);
+  }
+}
+std::size_t bf16_workspace(const Graph&, const Node& n, int batch, const OpState*) {
+  return cpu::conv2d_forward_bf16_workspace(shape_of(n, batch)) * sizeof(bf16);
+}
+
 template <class T>
 void bwd_data_cpu(const StepArgs& a) {
   if (winograd(a.state))
@@ -174,7 +190,11 @@ CRUMB_ON_LOAD {
                      chosen_workspace<cpu::conv2d_backward_data_workspace, cpu::winograd_backward_data_workspace>));
   CRUMB_CPU_ROWS(t, kConv2dBwdWeight, bwd_weight_cpu,
                  .with_workspace(workspace<cpu::conv2d_backward_weight_workspace>));
-  add_widened_in_slices(t, Device::CPU, {&kConv2d, &kConv2dBwdData, &kConv2dBwdWeight});
+  // bf16's forward runs on vdpbf16ps where the CPU has it, else (and fp16's) widened like the gradients.
+  add_widened_in_slices(t, Device::CPU, {&kConv2dBwdData, &kConv2dBwdWeight});
+  t.add(kConv2d, Device::CPU, DType::BF16,
+        cpu::has_bf16_dot() ? OpImpl(fwd_cpu_bf16).with_workspace(bf16_workspace) : widened_in_slices());
+  t.add(kConv2d, Device::CPU, DType::F16, widened_in_slices());
   add_fusion_rule({"conv2d+relu", 2, [](Graph& g) {
                      return fuse_relu_epilogue(g, kConv2d, [](Node& n) { std::any_cast<WindowAttrs&>(n.attrs).relu = true; });
                    }});

@@ -69,6 +69,18 @@ void fwd_cpu(const StepArgs& a) {
                          s.out, relu_epilogue(*a.node));
 }
 
+// The bias is the parameter's bf16 copy, or float32 where the graph keeps it so.
+void fwd_cpu_bf16(const StepArgs& a) {
+  const LinearGeometry& s = ops::geometry<LinearGeometry>(*a.node);
+  const bool relu = relu_epilogue(*a.node);
+  if (a.node->in.size() == 3 && a.in_value(2).dtype == DType::F32) {
+    cpu::linear_forward_bf16(a.out<bf16>(), a.in<bf16>(0), a.in<bf16>(1), a.in<float>(2), a.n, s.in, s.out, relu);
+  } else {
+    cpu::linear_forward_bf16(a.out<bf16>(), a.in<bf16>(0), a.in<bf16>(1),
+                             a.node->in.size() == 3 ? a.in<bf16>(2) : nullptr, a.n, s.in, s.out, relu);
+  }
+}
+
 template <class T>
 void bwd_data_cpu(const StepArgs& a) {
   const LinearGeometry& s = ops::geometry<LinearGeometry>(*a.node);
@@ -101,7 +113,10 @@ CRUMB_ON_LOAD {
   CRUMB_CPU_ROWS(t, kLinear, fwd_cpu);
   CRUMB_CPU_ROWS(t, kLinearBwdData, bwd_data_cpu);
   CRUMB_CPU_ROWS(t, kLinearBwdWeight, bwd_weight_cpu);
-  add_widened_in_slices(t, Device::CPU, {&kLinear, &kLinearBwdData, &kLinearBwdWeight});
+  // bf16's forward runs on vdpbf16ps where the CPU has it, else (and fp16's) widened like the gradients.
+  add_widened_in_slices(t, Device::CPU, {&kLinearBwdData, &kLinearBwdWeight});
+  t.add(kLinear, Device::CPU, DType::BF16, cpu::has_bf16_dot() ? OpImpl(fwd_cpu_bf16) : widened_in_slices());
+  t.add(kLinear, Device::CPU, DType::F16, widened_in_slices());
   add_fusion_rule({"linear+relu", 2, [](Graph& g) {
                      return fuse_relu_epilogue(g, kLinear, [](Node& n) { n.attrs = LinearAttrs{true}; });
                    }});

@@ -1,8 +1,11 @@
 #include "kernels/convert.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "engine/base/error.h"
+#include "kernels/cpu/convert16.h"
 #include "kernels/cpu/kernel_util.h"
 #include "kernels/half.h"
 
@@ -16,6 +19,19 @@ template <class D, class S> void convert_as(void* dst, const void* src, std::siz
   if (accumulate) {
 #pragma omp parallel for schedule(static) if (end > detail::kParallelGrain)
     for (std::ptrdiff_t i = 0; i < end; ++i) d[i] = from_float<D>(to_float(d[i]) + to_float(s[i]));
+  } else if constexpr (std::is_same_v<D, float> != std::is_same_v<S, float>) {
+    // Between float32 and a 16-bit type: in runs, SIMD where the CPU has it (kernels/cpu/convert16.h).
+    constexpr std::ptrdiff_t kRun = 4096;
+    const std::ptrdiff_t runs = (end + kRun - 1) / kRun;
+#pragma omp parallel for schedule(static) if (end > detail::kParallelGrain)
+    for (std::ptrdiff_t r = 0; r < runs; ++r) {
+      const std::ptrdiff_t at = r * kRun, n = std::min(kRun, end - at);
+      if constexpr (std::is_same_v<D, float>) {
+        to_float_run(d + at, s + at, static_cast<std::size_t>(n));
+      } else {
+        from_float_run(d + at, s + at, static_cast<std::size_t>(n));
+      }
+    }
   } else {
 #pragma omp parallel for schedule(static) if (end > detail::kParallelGrain)
     for (std::ptrdiff_t i = 0; i < end; ++i) d[i] = from_float<D>(to_float(s[i]));

@@ -1,0 +1,353 @@
+// The bf16 convolution forward on AVX512_BF16's vdpbf16ps. Per sample and group, the column matrix is
+// packed into the workspace as vdpbf16ps reads it: rows in pairs, each pixel's two entries side by side
+// ([k / 2][pixels][2], pixels padded to 16), so that one 512-bit load holds 16 pixels' pairs and one
+// broadcast 32-bit load a pair of the weight's row. Tiles of 8 output channels by 32 pixels sum in
+// float32 over the pairs in order; every output takes the same sequence of operations wherever it falls,
+// so the batch (the micro-batch size) does not change it.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+
+#include "engine/base/error.h"
+#include "kernels/conv2d.h"
+#include "kernels/cpu/dpbf16.h"
+#include "kernels/cpu/kernel_util.h"
+
+
+namespace crumb::cpu {
+namespace {
+
+// The workspace holds at most this many samples' packed columns at once.
+constexpr int kMaxSlices = 8;
+
+struct Packing {
+  std::ptrdiff_t k;      // rows of a group's column matrix: c_in / groups * kh * kw
+  std::ptrdiff_t pairs;  // k / 2 rounded up
+  std::ptrdiff_t hw;     // output pixels
+  std::ptrdiff_t hw16;   // hw rounded up to 16
+  explicit Packing(const Conv2dShape& s)
+      : k(std::ptrdiff_t{s.c_in / s.groups} * s.kh * s.kw),
+        pairs((k + 1) / 2),
+        hw(std::ptrdiff_t{s.h_out} * s.w_out),
+        hw16((hw + 15) / 16 * 16) {}
+  // The packed columns, then two plain rows.
+  std::ptrdiff_t slice_len() const { return pairs * hw16 * 2 + 2 * hw16; }
+};
+
+int slices(const Conv2dShape& s) { return std::max(1, std::min(s.n, kMaxSlices)); }
+
+// Row r of the group's plain column matrix (hw entries, zeros outside the input), into d: the valid
+// rows and columns of its tap found once, each output row a short copy.
+void column_row(const Conv2dShape& s, const uint16_t* x_g, std::ptrdiff_t r, uint16_t* d) {
+  const int taps = s.kh * s.kw, c = static_cast<int>(r / taps), ki = static_cast<int>(r % taps / s.kw),
+            kj = static_cast<int>(r % s.kw);
+  const std::ptrdiff_t w_out = s.w_out, hw = std::ptrdiff_t{s.h_out} * w_out;
+  const detail::Range rows = detail::valid_range(ki, s.stride_h, s.pad_h, s.h, s.h_out);
+  const detail::Range cols = detail::valid_range(kj, s.stride_w, s.pad_w, s.w, s.w_out);
+  const int len = cols.hi - cols.lo;
+  if (len <= 0 || rows.lo >= rows.hi) {
+    std::fill(d, d + hw, uint16_t{0});
+    return;
+  }
+  std::fill(d, d + rows.lo * w_out, uint16_t{0});
+  std::fill(d + rows.hi * w_out, d + hw, uint16_t{0});
+  const std::ptrdiff_t row_step = std::ptrdiff_t{s.stride_h} * s.w;
+  const uint16_t* src = x_g + (std::ptrdiff_t{c} * s.h + rows.lo * s.stride_h - s.pad_h + ki) * s.w +
+                        cols.lo * s.stride_w - s.pad_w + kj;
+  for (uint16_t* seg = d + rows.lo * w_out; seg < d + rows.hi * w_out; seg += w_out, src += row_step) {
+    std::fill(seg, seg + cols.lo, uint16_t{0});
+    if (s.stride_w == 1) {
+      detail::copy_short(seg + cols.lo, src, len);
+    } else {
+      for (int q = 0; q < len; ++q) seg[cols.lo + q] = src[std::ptrdiff_t{q} * s.stride_w];
+    }
+    std::fill(seg + cols.hi, seg + w_out, uint16_t{0});
+  }
+}
+
+// The packed column matrix of one sample's group (input channels from x_g on): each pair of rows built
+// plain in `rows` (2 * hw16 entries) and interleaved into 32-bit (pixel, pair) entries.
+void pack_columns(const Conv2dShape& s, const Packing& p, const uint16_t* x_g, uint16_t* col, uint16_t* rows) {
+  uint16_t *even = rows, *odd = rows + p.hw16;
+  for (std::ptrdiff_t j = 0; j < p.pairs; ++j) {
+    column_row(s, x_g, 2 * j, even);
+    if (2 * j + 1 < p.k) {
+      column_row(s, x_g, 2 * j + 1, odd);
+    } else {
+      std::fill(odd, odd + p.hw, uint16_t{0});
+    }
+    auto* out = reinterpret_cast<uint32_t*>(col) + j * p.hw16;
+#pragma omp simd
+    for (std::ptrdiff_t q = 0; q < p.hw; ++q) out[q] = uint32_t{even[q]} | uint32_t{odd[q]} << 16;
+    std::fill(out + p.hw, out + p.hw16, uint32_t{0});
+  }
+}
+
+// Stride 1 without a column matrix: each input plane zero-padded, its channels interleaved in pairs
+// (32-bit entries), and the outputs computed at flat positions oh * W + ow of the padded width W, where
+// every tap is the same contiguous run shifted by ki * W + kj; the W - w_out positions past each row's
+// end are computed too and dropped when the rows are copied out.
+struct Direct {
+  std::ptrdiff_t w;      // padded width W
+  std::ptrdiff_t plane;  // entries per channel pair: the padded plane, then a run's overreach
+  std::ptrdiff_t flat;   // flat output positions, h_out * W, rounded up to 32
+  std::ptrdiff_t pairs;  // input channels per group in pairs
+  int taps;
+  explicit Direct(const Conv2dShape& s)
+      : w(s.w + 2 * s.pad_w),
+        plane((s.h + 2 * s.pad_h) * w + 32 + s.kw),
+        flat((s.h_out * w + 31) / 32 * 32),
+        pairs((s.c_in / s.groups + 1) / 2),
+        taps(s.kh * s.kw) {}
+  // Per thread: the interleaved planes, then the outputs at flat positions (bf16).
+  std::ptrdiff_t slice_len(const Conv2dShape& s) const { return pairs * plane * 2 + (s.c_out / s.groups) * flat; }
+  // Shared: the weights as [c_out][tap][pair] pairs.
+  std::ptrdiff_t weights_len(const Conv2dShape& s) const { return std::ptrdiff_t{s.c_out} * taps * pairs * 2; }
+};
+
+bool runs_direct(const Conv2dShape& s) { return s.stride_h == 1 && s.stride_w == 1; }
+
+// One sample's group of input channels (from x_g) into the padded pair planes.
+void pack_planes(const Conv2dShape& s, const Direct& d, const uint16_t* x_g, uint32_t* planes) {
+  std::memset(planes, 0, sizeof(uint32_t) * d.pairs * d.plane);
+  const int c_in_g = s.c_in / s.groups;
+  const std::ptrdiff_t in_plane = std::ptrdiff_t{s.h} * s.w;
+  for (std::ptrdiff_t j = 0; j < d.pairs; ++j) {
+    const uint16_t* even = x_g + 2 * j * in_plane;
+    const uint16_t* odd = 2 * j + 1 < c_in_g ? even + in_plane : nullptr;
+    for (int ih = 0; ih < s.h; ++ih) {
+      uint32_t* out = planes + j * d.plane + (ih + s.pad_h) * d.w + s.pad_w;
+      const uint16_t* a = even + std::ptrdiff_t{ih} * s.w;
+      if (odd) {
+        const uint16_t* b = odd + std::ptrdiff_t{ih} * s.w;
+#pragma omp simd
+        for (int iw = 0; iw < s.w; ++iw) out[iw] = uint32_t{a[iw]} | uint32_t{b[iw]} << 16;
+      } else {
+#pragma omp simd
+        for (int iw = 0; iw < s.w; ++iw) out[iw] = a[iw];
+      }
+    }
+  }
+}
+
+// The weights of every output channel as [tap][pair] pairs (the odd channel's partner zero).
+void pack_weights(const Conv2dShape& s, const Direct& d, const uint16_t* w, uint32_t* out) {
+  const int c_in_g = s.c_in / s.groups;
+  for (int co = 0; co < s.c_out; ++co)
+    for (int t = 0; t < d.taps; ++t)
+      for (std::ptrdiff_t j = 0; j < d.pairs; ++j) {
+        const uint16_t* wc = w + (std::ptrdiff_t{co} * c_in_g + 2 * j) * d.taps + t;
+        out[(std::ptrdiff_t{co} * d.taps + t) * d.pairs + j] =
+            uint32_t{wc[0]} | (2 * j + 1 < c_in_g ? uint32_t{wc[d.taps]} << 16 : 0u);
+      }
+}
+
+#if CRUMB_DPBF16
+// float32 lanes rounded to bf16 as kernels/half.h's to_bf16 does (nearest even; NaN quieted).
+CRUMB_TARGET_DPBF16 inline __m256i to_bf16_lanes(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
+  const __mmask16 nan =
+      _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+  return _mm512_cvtepi32_epi16(r);
+}
+
+// y rows [co, co + R) at pixels [px, px + 16 V) (the last vector under `tail`): acc over the pairs.
+template <int R, int V, class B>
+CRUMB_TARGET_DPBF16 void conv_tile(uint16_t* y, std::ptrdiff_t hw, const uint16_t* w, std::ptrdiff_t k,
+                                   const uint16_t* col, std::ptrdiff_t hw16, const B* b, bool relu, __mmask16 tail) {
+  __m512 acc[R][V];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
+  const std::ptrdiff_t full = k / 2;
+  for (std::ptrdiff_t j = 0; j < full; ++j) {
+    __m512bh cv[V];
+    for (int v = 0; v < V; ++v) cv[v] = (__m512bh)_mm512_loadu_si512(col + j * hw16 * 2 + v * 32);
+    for (int r = 0; r < R; ++r) {
+      int32_t pair;
+      std::memcpy(&pair, w + r * k + 2 * j, 4);
+      const __m512bh wv = (__m512bh)_mm512_set1_epi32(pair);
+      for (int v = 0; v < V; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], wv, cv[v]);
+    }
+  }
+  if (k & 1) {  // the last row alone: its pair's second weight is zero (the column's is padding)
+    __m512bh cv[V];
+    for (int v = 0; v < V; ++v) cv[v] = (__m512bh)_mm512_loadu_si512(col + full * hw16 * 2 + v * 32);
+    for (int r = 0; r < R; ++r) {
+      const __m512bh wv = (__m512bh)_mm512_set1_epi32(w[r * k + k - 1]);
+      for (int v = 0; v < V; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], wv, cv[v]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const __m512 bias = _mm512_set1_ps(b ? to_float(b[r]) : 0.0f);
+    for (int v = 0; v < V; ++v) {
+      __m512 o = b ? _mm512_add_ps(acc[r][v], bias) : acc[r][v];
+      // relu_forward's rule: NaN propagates, -0 becomes 0 (a NaN compares false and stays).
+      if (relu) o = _mm512_mask_mov_ps(o, _mm512_cmp_ps_mask(o, _mm512_setzero_ps(), _CMP_LE_OQ), _mm512_setzero_ps());
+      _mm256_mask_storeu_epi16(y + r * hw + v * 16, v == V - 1 ? tail : __mmask16(0xffff), to_bf16_lanes(o));
+    }
+  }
+}
+
+constexpr int kRows = 8;
+
+template <class B> using TileFn = void (*)(uint16_t*, std::ptrdiff_t, const uint16_t*, std::ptrdiff_t, const uint16_t*,
+                                           std::ptrdiff_t, const B*, bool, __mmask16);
+template <class B, int V, int... R> constexpr void fill_row(TileFn<B>* t, std::integer_sequence<int, R...>) {
+  ((t[R] = conv_tile<R + 1, V, B>), ...);
+}
+
+// One sample's group: y_g [c_out / groups, hw] from its packed columns.
+template <class B>
+void conv_group(uint16_t* y_g, const uint16_t* w_g, const B* b_g, int c_out_g, const Packing& p, const uint16_t* col,
+                bool relu) {
+  static const auto table = [] {
+    struct {
+      TileFn<B> one[kRows], two[kRows];
+    } t{};
+    fill_row<B, 1>(t.one, std::make_integer_sequence<int, kRows>{});
+    fill_row<B, 2>(t.two, std::make_integer_sequence<int, kRows>{});
+    return t;
+  }();
+  for (std::ptrdiff_t px = 0; px < p.hw; px += 32) {
+    const std::ptrdiff_t left = p.hw - px;
+    const bool two = left > 16;
+    const std::ptrdiff_t last = two ? left - 16 : left;
+    const auto tail = static_cast<__mmask16>(last >= 16 ? 0xffff : (1u << last) - 1);
+    for (int co = 0; co < c_out_g; co += kRows) {
+      const int rows = std::min(kRows, c_out_g - co);
+      (two ? table.two : table.one)[rows - 1](y_g + co * p.hw + px, p.hw, w_g + co * p.k, p.k, col + px * 2, p.hw16,
+                                              b_g ? b_g + co : nullptr, relu, tail);
+    }
+  }
+}
+
+// Flat outputs [p, p + 16 V) of rows [co, co + R), over the taps, each tap's pairs in order.
+template <int R, int V, class B>
+CRUMB_TARGET_DPBF16 void direct_tile(uint16_t* out, std::ptrdiff_t ldo, const uint32_t* wp, const uint32_t* planes,
+                                     const Conv2dShape& s, const Direct& d, const B* b, bool relu) {
+  __m512 acc[R][V];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
+  const std::ptrdiff_t per_row = d.taps * d.pairs;
+  for (int t = 0; t < d.taps; ++t) {
+    const uint32_t* src = planes + (t / s.kw) * d.w + t % s.kw;
+    for (std::ptrdiff_t j = 0; j < d.pairs; ++j, src += d.plane) {
+      __m512bh xv[V];
+      for (int v = 0; v < V; ++v) xv[v] = (__m512bh)_mm512_loadu_si512(src + 16 * v);
+      for (int r = 0; r < R; ++r) {
+        const __m512bh wv = (__m512bh)_mm512_set1_epi32(static_cast<int>(wp[r * per_row + t * d.pairs + j]));
+        for (int v = 0; v < V; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], wv, xv[v]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const __m512 bias = _mm512_set1_ps(b ? to_float(b[r]) : 0.0f);
+    for (int v = 0; v < V; ++v) {
+      __m512 o = b ? _mm512_add_ps(acc[r][v], bias) : acc[r][v];
+      if (relu) o = _mm512_mask_mov_ps(o, _mm512_cmp_ps_mask(o, _mm512_setzero_ps(), _CMP_LE_OQ), _mm512_setzero_ps());
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + r * ldo + 16 * v), to_bf16_lanes(o));
+    }
+  }
+}
+
+template <class B> using DirectFn = void (*)(uint16_t*, std::ptrdiff_t, const uint32_t*, const uint32_t*,
+                                             const Conv2dShape&, const Direct&, const B*, bool);
+template <class B, int V, int... R> constexpr void fill_direct(DirectFn<B>* t, std::integer_sequence<int, R...>) {
+  ((t[R] = direct_tile<R + 1, V, B>), ...);
+}
+
+// One sample's group: y_g [c_out / groups, hw] from its packed planes, through the flat outputs in `out`.
+template <class B>
+void direct_group(uint16_t* y_g, const uint32_t* wp_g, const B* b_g, const Conv2dShape& s, const Direct& d,
+                  const uint32_t* planes, uint16_t* out, bool relu) {
+  static const auto table = [] {
+    struct {
+      DirectFn<B> one[kRows], two[kRows];
+    } t{};
+    fill_direct<B, 1>(t.one, std::make_integer_sequence<int, kRows>{});
+    fill_direct<B, 2>(t.two, std::make_integer_sequence<int, kRows>{});
+    return t;
+  }();
+  const int c_out_g = s.c_out / s.groups;
+  const std::ptrdiff_t used = std::ptrdiff_t{s.h_out} * d.w;
+  for (std::ptrdiff_t p = 0; p < used; p += 32) {
+    const bool two = used - p > 16;
+    for (int co = 0; co < c_out_g; co += kRows) {
+      const int rows = std::min(kRows, c_out_g - co);
+      (two ? table.two : table.one)[rows - 1](out + co * d.flat + p, d.flat, wp_g + co * d.taps * d.pairs, planes + p, s,
+                                              d, b_g ? b_g + co : nullptr, relu);
+    }
+  }
+  for (int co = 0; co < c_out_g; ++co)
+    for (int oh = 0; oh < s.h_out; ++oh)
+      std::memcpy(y_g + (std::ptrdiff_t{co} * s.h_out + oh) * s.w_out, out + co * d.flat + oh * d.w,
+                  sizeof(uint16_t) * s.w_out);
+}
+#endif
+
+}  // namespace
+
+std::size_t conv2d_forward_bf16_workspace(const Conv2dShape& s) {
+  if (runs_direct(s)) {
+    const Direct d(s);
+    return static_cast<std::size_t>(d.weights_len(s) + slices(s) * d.slice_len(s));
+  }
+  return static_cast<std::size_t>(slices(s) * Packing(s).slice_len());
+}
+
+template <class B>
+void conv2d_forward_bf16(bf16* y, const bf16* x, const bf16* w, const B* b, const Conv2dShape& s, bf16* workspace,
+                         bool relu) {
+#if CRUMB_DPBF16
+  CRUMB_CHECK(has_bf16_dot(), "conv2d_forward_bf16: this CPU has no AVX512_BF16 (check has_bf16_dot() first)");
+  const Packing p(s);
+  const int groups = s.groups, c_in_g = s.c_in / groups, c_out_g = s.c_out / groups;
+  const std::ptrdiff_t x_len = std::ptrdiff_t{s.c_in} * s.h * s.w, y_len = std::ptrdiff_t{s.c_out} * p.hw;
+  const int n_slices = 1.0 * s.n * s.c_out * p.k * p.hw < detail::kParallelMacs ? 1 : std::min(slices(s), omp_get_max_threads());
+  auto* const xs = reinterpret_cast<const uint16_t*>(x);
+  auto* const ws = reinterpret_cast<const uint16_t*>(w);
+  auto* const ys = reinterpret_cast<uint16_t*>(y);
+  if (runs_direct(s)) {
+    const Direct d(s);
+    auto* const wp = reinterpret_cast<uint32_t*>(workspace);
+    pack_weights(s, d, ws, wp);
+    uint16_t* const slices_at = reinterpret_cast<uint16_t*>(workspace) + d.weights_len(s);
+#pragma omp parallel for schedule(static) num_threads(n_slices) if (n_slices > 1)
+    for (int slice = 0; slice < n_slices; ++slice) {
+      auto* planes = reinterpret_cast<uint32_t*>(slices_at + slice * d.slice_len(s));
+      uint16_t* out = slices_at + slice * d.slice_len(s) + d.pairs * d.plane * 2;
+      const int i0 = s.n * slice / n_slices, i1 = s.n * (slice + 1) / n_slices;
+      for (int i = i0; i < i1; ++i)
+        for (int g = 0; g < groups; ++g) {
+          pack_planes(s, d, xs + i * x_len + std::ptrdiff_t{g} * c_in_g * s.h * s.w, planes);
+          direct_group(ys + i * y_len + std::ptrdiff_t{g} * c_out_g * p.hw, wp + std::ptrdiff_t{g} * c_out_g * d.taps * d.pairs,
+                       b ? b + g * c_out_g : nullptr, s, d, planes, out, relu);
+        }
+    }
+    return;
+  }
+#pragma omp parallel for schedule(static) num_threads(n_slices) if (n_slices > 1)
+  for (int slice = 0; slice < n_slices; ++slice) {
+    uint16_t* col = reinterpret_cast<uint16_t*>(workspace) + slice * p.slice_len();
+    const int i0 = s.n * slice / n_slices, i1 = s.n * (slice + 1) / n_slices;
+    for (int i = i0; i < i1; ++i)
+      for (int g = 0; g < groups; ++g) {
+        pack_columns(s, p, xs + i * x_len + std::ptrdiff_t{g} * c_in_g * s.h * s.w, col, col + p.pairs * p.hw16 * 2);
+        conv_group(ys + i * y_len + std::ptrdiff_t{g} * c_out_g * p.hw, ws + std::ptrdiff_t{g} * c_out_g * p.k,
+                   b ? b + g * c_out_g : nullptr, c_out_g, p, col, relu);
+      }
+  }
+#else
+  (void)y, (void)x, (void)w, (void)b, (void)s, (void)workspace, (void)relu;
+  CRUMB_FAIL("conv2d_forward_bf16: this build has no AVX512_BF16 kernels (check has_bf16_dot() first)");
+#endif
+}
+
+template void conv2d_forward_bf16<float>(bf16*, const bf16*, const bf16*, const float*, const Conv2dShape&, bf16*, bool);
+template void conv2d_forward_bf16<bf16>(bf16*, const bf16*, const bf16*, const bf16*, const Conv2dShape&, bf16*, bool);
+
+}  // namespace crumb::cpu

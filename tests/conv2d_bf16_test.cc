@@ -1,0 +1,90 @@
+// The bf16 convolution forward on vdpbf16ps (kernels/cpu/conv2d_bf16.cc) against the path CPUs without
+// AVX512_BF16 take: the float32 kernel on the bf16 values widened, its outputs rounded to bf16. Both run
+// here whenever this CPU has AVX512_BF16, so the fallback stays tested beside the fast path. Products of
+// bf16 values are exact in float32; the paths differ in the order (and, in vdpbf16ps, the rounding) of
+// the float32 sums, so they agree within the sums' float32 error plus one bf16 rounding of the output.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/conv2d.h"
+#include "kernels/half.h"
+#include "tests/bf16_values.h"
+
+namespace crumb {
+namespace {
+
+cpu::Conv2dShape conv(int n, int c_in, int hw, int c_out, int k, int stride, int pad, int groups = 1) {
+  const int out = (hw + 2 * pad - k) / stride + 1;
+  return {n, c_in, hw, hw, c_out, k, k, stride, stride, pad, pad, out, out, groups};
+}
+
+std::vector<bf16> run_fast(const cpu::Conv2dShape& s, const std::vector<bf16>& x, const std::vector<bf16>& w,
+                           const bf16* b, bool relu) {
+  std::vector<bf16> y(s.out_count()), ws(cpu::conv2d_forward_bf16_workspace(s));
+  cpu::conv2d_forward_bf16(y.data(), x.data(), w.data(), b, s, ws.data(), relu);
+  return y;
+}
+
+void expect_paths_agree(const cpu::Conv2dShape& s, bool relu) {
+  std::mt19937 rng(s.c_in * 31 + s.c_out * 7 + s.h + s.kh);
+  const std::size_t w_count = std::size_t(s.c_out) * (s.c_in / s.groups) * s.kh * s.kw;
+  const auto x = random_bf16(s.in_count(), rng), w = random_bf16(w_count, rng), b = random_bf16(s.c_out, rng);
+  const std::vector<bf16> fast = run_fast(s, x, w, b.data(), relu);
+  const auto xf = widened(x), wf = widened(w), bf = widened(b);
+  std::vector<float> slow(s.out_count()), ws(cpu::conv2d_forward_workspace(s));
+  cpu::conv2d_forward<float>(slow.data(), xf.data(), wf.data(), bf.data(), s, ws.data(), relu);
+  // Each output's sum of |x w| (and |b|): the float32 kernel on the magnitudes.
+  auto magnitudes = [](std::vector<float> v) {
+    for (float& e : v) e = std::fabs(e);
+    return v;
+  };
+  std::vector<float> magnitude(s.out_count());
+  cpu::conv2d_forward<float>(magnitude.data(), magnitudes(xf).data(), magnitudes(wf).data(), magnitudes(bf).data(), s,
+                             ws.data(), false);
+  for (std::size_t i = 0; i < fast.size(); ++i) {
+    const float fallback = to_float(to_bf16(slow[i])), got = to_float(fast[i]);
+    // One bf16 ulp of the output (2^-8 relative, either rounding) plus float32 summation error.
+    const double tol = std::ldexp(std::fabs(fallback), -7) + 1e-6 * magnitude[i];
+    ASSERT_NEAR(got, fallback, tol) << "output " << i << " of c_in " << s.c_in << " c_out " << s.c_out << " k "
+                                    << s.kh << " stride " << s.stride_h << " groups " << s.groups;
+    if (relu) {
+      ASSERT_GE(got, 0.0f);
+    }
+  }
+}
+
+TEST(Conv2dBf16, DotProductPathMatchesTheWidenedFloat32Path) {
+  if (!cpu::has_bf16_dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  // Odd and even rows per group (k), channel counts off the 8-row tiles, maps off the 16 and 32-pixel
+  // vectors, strides, padding, 1x1, grouped and depthwise.
+  expect_paths_agree(conv(2, 3, 9, 5, 3, 1, 1), false);
+  expect_paths_agree(conv(3, 4, 8, 16, 3, 1, 1), true);
+  expect_paths_agree(conv(2, 6, 28, 6, 5, 1, 2), true);
+  expect_paths_agree(conv(2, 16, 11, 9, 3, 2, 1), false);
+  expect_paths_agree(conv(2, 8, 7, 12, 1, 1, 0), true);
+  expect_paths_agree(conv(2, 8, 10, 12, 3, 1, 1, 4), false);
+  expect_paths_agree(conv(2, 8, 10, 8, 3, 1, 1, 8), true);
+  expect_paths_agree(conv(9, 16, 16, 32, 3, 1, 1), true);
+}
+
+// Each output is one sequence of operations: a sample gives the same bits whatever the batch it runs in.
+TEST(Conv2dBf16, SampleResultsDoNotDependOnTheBatch) {
+  if (!cpu::has_bf16_dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  std::mt19937 rng(5);
+  const cpu::Conv2dShape s = conv(11, 5, 12, 10, 3, 1, 1), one = conv(1, 5, 12, 10, 3, 1, 1);
+  const auto x = random_bf16(s.in_count(), rng), w = random_bf16(std::size_t(10) * 5 * 9, rng);
+  const auto b = random_bf16(10, rng);
+  const std::vector<bf16> whole = run_fast(s, x, w, b.data(), false);
+  const std::size_t x_len = one.in_count(), y_len = one.out_count();
+  for (int i = 0; i < s.n; ++i) {
+    const std::vector<bf16> xi(x.begin() + i * x_len, x.begin() + (i + 1) * x_len);
+    const std::vector<bf16> yi = run_fast(one, xi, w, b.data(), false);
+    for (std::size_t j = 0; j < y_len; ++j) ASSERT_EQ(yi[j].bits, whole[i * y_len + j].bits) << i << ", " << j;
+  }
+}
+
+}  // namespace
+}  // namespace crumb
