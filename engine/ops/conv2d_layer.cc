@@ -16,7 +16,7 @@ CRUMB_ON_LOAD {
           .with_field(F::integer("stride", 1, 1).square_window())
           .with_field(F::integer("padding", 0, 0).square_window().or_same())
           .with_field(F::boolean("bias", true).from_torch("present:bias"))
-          .with_field(F::integer("groups", 1, 1))
+          .with_field(F::integer("groups", 1, 1).quiet_at_default())
           .with_check([](const LayerAttrs& a, const std::string& where) {
             const int groups = a.integer("groups"), out = a.integer("out_channels");
             const int in = a.given("in_channels") ? a.integer("in_channels") : 0;

@@ -16,7 +16,7 @@ CRUMB_ON_LOAD {
                 })
                 .with_build([](const LayerBuild& b) { return nn::dropout(b.g, b.in[0], b.attrs.number("p"), b.name); })
                 .with_python("Dropout", "dropout", "p=0.5, inplace=False")
-                .with_torch("Dropout", {"dropout"}));
+                .with_torch("Dropout", {"F.dropout"}));
 }
 
 }  // namespace crumb

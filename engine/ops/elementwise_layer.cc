@@ -14,7 +14,7 @@ CRUMB_ON_LOAD {
   add_layer(Layer("relu")
                 .with_build([](const LayerBuild& b) { return nn::relu(b.g, b.in[0], b.name); })
                 .with_python("ReLU", "relu", "inplace=False")
-                .with_torch("ReLU", {"relu", "relu_"}));
+                .with_torch("ReLU", {"F.relu", "F.relu_", "torch.relu", "torch.relu_", "Tensor.relu", "Tensor.relu_"}));
   add_layer(Layer("leaky_relu")
                 .with_field(F::number("negative_slope", 0.01))
                 .with_check([](const LayerAttrs& a, const std::string& where) {
@@ -26,11 +26,11 @@ CRUMB_ON_LOAD {
                   return nn::leaky_relu(b.g, b.in[0], b.attrs.number("negative_slope"), b.name);
                 })
                 .with_python("LeakyReLU", "relu", "negative_slope=0.01, inplace=False")
-                .with_torch("LeakyReLU", {"leaky_relu", "leaky_relu_"}, {{"negative_slope", ">=", "0", ""}}));
+                .with_torch("LeakyReLU", {"F.leaky_relu", "F.leaky_relu_"}, {{"negative_slope", ">=", "0", ""}}));
   add_layer(Layer("relu6")
                 .with_build([](const LayerBuild& b) { return nn::hardtanh(b.g, b.in[0], 0, 6, b.name); })
                 .with_python("ReLU6", "relu", "inplace=False", "min(max(x, 0), 6), as MobileNet uses.")
-                .with_torch("ReLU6", {"relu6"}));
+                .with_torch("ReLU6", {"F.relu6"}));
   add_layer(Layer("hardtanh")
                 .with_field(F::number("min_val", -1))
                 .with_field(F::number("max_val", 1))
@@ -44,7 +44,7 @@ CRUMB_ON_LOAD {
                 })
                 .with_python("Hardtanh", "hardtanh", "min_val=-1.0, max_val=1.0, inplace=False",
                              "min(max(x, min_val), max_val).")
-                .with_torch("Hardtanh", {"hardtanh", "hardtanh_"}));
+                .with_torch("Hardtanh", {"F.hardtanh", "F.hardtanh_"}));
   // flatten and reshape: from_torch makes them of every view that keeps the batch first, by shape.
   add_layer(Layer("flatten")
                 .with_build([](const LayerBuild& b) { return nn::flatten(b.g, b.in[0], b.name); })

@@ -12,7 +12,7 @@
 //                   .with_check([](const LayerAttrs& a, const std::string& where) { ... })
 //                   .with_build([](const LayerBuild& b) { return nn::dropout(b.g, b.in[0], b.attrs.number("p"), b.name); })
 //                   .with_python("Dropout", "dropout", "p=0.5, inplace=False")
-//                   .with_torch("Dropout", {"dropout"}));
+//                   .with_torch("Dropout", {"F.dropout"}));
 //   }
 #pragma once
 #include <functional>
@@ -44,6 +44,7 @@ struct LayerField {
   std::string word;      // Int: a word that may stand for 0 ("batch")
   bool square = false;   // Python and torch: a pair of equal integers reads as one (square windows)
   bool same_padding = false;  // Python and torch: "valid" (0) and "same" (the odd kernel's half) read too
+  bool quiet = false;    // crumb.nn and from_torch leave it out at its default (a description reads the same)
   std::string torch;     // the torch module's attribute it comes from: "" the same name, "present:bias" whether
                          // that attribute is not None, "-" none (Crumb's own)
 
@@ -74,6 +75,7 @@ struct LayerField {
   LayerField or_same() const { return with(&LayerField::same_padding, true); }
   LayerField defaults_to(std::string field) const { return with(&LayerField::same_as, std::move(field)); }
   LayerField or_word(std::string w) const { return with(&LayerField::word, std::move(w)); }
+  LayerField quiet_at_default() const { return with(&LayerField::quiet, true); }
   LayerField from_torch(std::string attr) const { return with(&LayerField::torch, std::move(attr)); }
 
  private:
@@ -146,8 +148,9 @@ class Layer {
   // crumb.nn's class: its name, the name of a lone layer's node, the constructor's parameters as Python
   // writes them (torch.nn's; a parameter that is no field, as inplace, is accepted and kept), a docstring.
   Layer with_python(std::string cls, std::string node_name, std::string signature, std::string doc = "") const;
-  // from_torch: the torch.nn module class it converts, the torch functions (torch.nn.functional's and
-  // torch's, and Tensor methods, by name) that compute the same, and what Crumb needs of their settings.
+  // from_torch: the torch.nn module class it converts, the functions that compute the same ("F.relu":
+  // torch.nn.functional's, "torch.relu", "Tensor.relu": the method), read with their own signature or else the
+  // module's, and what Crumb needs of their settings.
   Layer with_torch(std::string module, std::vector<std::string> functions,
                    std::vector<TorchRequirement> needs = {}) const;
 

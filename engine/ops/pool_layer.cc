@@ -13,7 +13,8 @@ using F = LayerField;
 
 // A pool over square windows: stride defaults to the kernel, as in torch.
 Layer window_pool(const std::string& name, const std::string& cls, const std::string& node,
-                  decltype(&nn::max_pool2d) pool, std::vector<TorchRequirement> needs, std::string doc = "") {
+                  decltype(&nn::max_pool2d) pool, std::vector<std::string> functions,
+                  std::vector<TorchRequirement> needs, std::string doc = "") {
   return Layer(name)
       .with_field(F::integer("kernel_size", 1, 0).needed().square_window())
       .with_field(F::integer("stride", 1, 0).square_window().defaults_to("kernel_size"))
@@ -23,16 +24,16 @@ Layer window_pool(const std::string& name, const std::string& cls, const std::st
                     b.attrs.integer("padding"));
       })
       .with_python(cls, node, "kernel_size, stride=None, padding=0", std::move(doc))
-      .with_torch(cls, {name}, std::move(needs));
+      .with_torch(cls, std::move(functions), std::move(needs));
 }
 
 }  // namespace
 
 CRUMB_ON_LOAD {
-  add_layer(window_pool("max_pool2d", "MaxPool2d", "maxpool", nn::max_pool2d,
+  add_layer(window_pool("max_pool2d", "MaxPool2d", "maxpool", nn::max_pool2d, {"F.max_pool2d", "torch.max_pool2d"},
                         {{"ceil_mode", "==", "False", ""}, {"dilation", "==", "1", ""},
                          {"return_indices", "==", "False", ""}}));
-  add_layer(window_pool("avg_pool2d", "AvgPool2d", "avgpool", nn::avg_pool2d,
+  add_layer(window_pool("avg_pool2d", "AvgPool2d", "avgpool", nn::avg_pool2d, {"F.avg_pool2d"},
                         {{"ceil_mode", "==", "False", ""}, {"count_include_pad", "==", "True", ""},
                          {"divisor_override", "==", "None", ""}},
                         "Average pooling with PyTorch's defaults (count_include_pad=True)."));
@@ -47,7 +48,7 @@ CRUMB_ON_LOAD {
                   return nn::reshape(b.g, nn::global_avg_pool(b.g, b.in[0], b.name), {c, 1, 1}, b.name + ".view");
                 })
                 .with_python("AdaptiveAvgPool2d", "avgpool", "output_size")
-                .with_torch("AdaptiveAvgPool2d", {"adaptive_avg_pool2d"}));
+                .with_torch("AdaptiveAvgPool2d", {"F.adaptive_avg_pool2d"}));
 }
 
 }  // namespace crumb

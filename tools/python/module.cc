@@ -26,6 +26,7 @@
 #include "engine/io/checkpoint.h"
 #include "engine/strategy/memory_report.h"
 #include "engine/train/trainer.h"
+#include "tools/python/layers.h"
 #include "tools/train/figures.h"
 #include "tools/train/flags.h"
 #include "tools/train/report.h"
@@ -663,6 +664,7 @@ NB_MODULE(_crumb, m) {
         return out;
       },
       "The options of the run a checkpoint records, as (name, value) pairs.");
+  crumb::python::add_layers(m);
   m.def("format_bytes", &format_bytes);
   m.def("parse_bytes", &parse_bytes);
 
