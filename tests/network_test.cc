@@ -271,7 +271,7 @@ TEST(Network, EveryMistakeIsOneErrorNamingTheNode) {
       {"{\"nodes\": [}", "desc: invalid JSON at byte"},
       {R"({"nodes": []})", "\"nodes\" must be a non-empty array"},
       {R"({"nodes": [], "layers": 1})", "unknown key \"layers\""},
-      {with_nodes(R"({"name": "c", "op": "conv3d"})"), "node 'c': unknown op 'conv3d' (known: adaptive_avg_pool2d, add, avg_pool2d, batch_norm2d, conv2d"},
+      {with_nodes(R"({"name": "c", "op": "conv3d"})"), "node 'c': unknown op 'conv3d' (known: adaptive_avg_pool2d, add, avg_pool2d, batch_norm2d"},
       {with_nodes(R"({"op": "relu"})"), "network 'bad': node 0: \"name\" is missing"},
       {with_nodes(R"({"name": "x", "op": "relu"})"), "the name 'x' is reserved"},
       {with_nodes(conv + "}, " + conv + "}"), "two nodes are named 'c'"},
