@@ -45,18 +45,6 @@ CRUMB_ON_LOAD {
                 .with_python("Hardtanh", "hardtanh", "min_val=-1.0, max_val=1.0, inplace=False",
                              "min(max(x, min_val), max_val).")
                 .with_torch("Hardtanh", {"F.hardtanh", "F.hardtanh_"}));
-  add_layer(Layer("clamp")
-                .with_field(F::number("min", -1))
-                .with_field(F::number("max", 1))
-                .with_check([](const LayerAttrs& a, const std::string& where) {
-                  CRUMB_CHECK(a.number("min") < a.number("max"), where, ": min must be below max, got ", a.number("min"),
-                              " and ", a.number("max"));
-                })
-                .with_build([](const LayerBuild& b) {
-                  return nn::hardtanh(b.g, b.in[0], b.attrs.number("min"), b.attrs.number("max"), b.name);
-                })
-                .with_python("Clamp", "clamp", "min=-1.0, max=1.0", "torch.clamp(x, min, max).")
-                .with_torch("", {"torch.clamp", "Tensor.clamp"}, {{"min", "!=", "None", ""}, {"max", "!=", "None", ""}}));
   // flatten and reshape: from_torch makes them of every view that keeps the batch first, by shape.
   add_layer(Layer("flatten")
                 .with_build([](const LayerBuild& b) { return nn::flatten(b.g, b.in[0], b.name); })
