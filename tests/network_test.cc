@@ -182,7 +182,7 @@ TEST(Network, ResidualDagTrainsLikeTheRegisteredResNet) {
   const std::string start = temp_path("resnet20_start.safetensors");
   Trainer a(named, data);
   a.prepare();
-  a.save(0, 0, start);
+  a.save(start);
   mine.load = start;
   Trainer b(mine, data);
   std::vector<std::string> pa, pb;
