@@ -4,31 +4,16 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <memory>
 #include <string>
 #include <vector>
 
-#include "engine/data/source.h"
 #include "engine/io/checkpoint.h"
 #include "engine/train/trainer.h"
+#include "tests/small_run.h"
 #include "tests/test_util.h"
 
 namespace crumb {
 namespace {
-
-TrainConfig small_config() {
-  TrainConfig c;
-  c.model = "cnn";
-  c.data.dataset = "synthetic";
-  c.data.channels = 1;
-  c.data.height = c.data.width = 12;
-  c.data.classes = 3;
-  c.data.limit_train = 24;
-  c.data.limit_test = 8;
-  c.batch = 8;
-  c.threads = 1;
-  return c;
-}
 
 std::vector<std::vector<unsigned char>> bytes_of(const std::vector<NamedTensor>& tensors) {
   std::vector<std::vector<unsigned char>> out;
@@ -40,8 +25,9 @@ std::vector<std::vector<unsigned char>> bytes_of(const std::vector<NamedTensor>&
 }
 
 TEST(StateDict, LoadsAnotherRunsStateExactlyAndChecksEveryTensor) {
-  TrainConfig c = small_config();
-  const auto data = std::make_shared<const data::DataSplit>(data::load_data(c.data));
+  TrainConfig c = test::small_run();
+  c.epochs = 1;
+  const auto data = test::synthetic_data(c);
   Trainer a(c, data);
   a.fit();
   c.seed = 7;  // other initial weights
@@ -69,10 +55,8 @@ TEST(StateDict, LoadsAnotherRunsStateExactlyAndChecksEveryTensor) {
 }
 
 TEST(StateDict, SaveRecordsWhereTheRunStands) {
-  TrainConfig c = small_config();
-  c.epochs = 2;
-  const auto data = std::make_shared<const data::DataSplit>(data::load_data(c.data));
-  Trainer t(c, data);
+  const TrainConfig c = test::small_run();  // 2 epochs
+  Trainer t(c, test::synthetic_data(c));
   t.fit();
   EXPECT_EQ(t.at_epoch(), 2);
   EXPECT_EQ(t.at_batch(), 0);
