@@ -98,12 +98,12 @@ void expect_error(const std::string& text, const std::string& what, bool build) 
 TEST(NetworkOps, EveryMistakeIsOneErrorNamingTheNode) {
   const std::vector<std::pair<std::string, std::string>> parsed = {
       {R"({"name": "c", "op": "conv2d", "out_channels": 4, "kernel_size": 3, "groups": 3})",
-       "node 'c' (conv2d): groups 3 must divide in_channels and out_channels"},
+       "node 'c' (conv2d): groups 3 must divide out_channels 4"},
       {R"({"name": "c", "op": "conv2d", "out_channels": 4, "kernel_size": 3, "groups": 0})", "\"groups\" is 0, outside [1, "},
       {R"({"name": "l", "op": "leaky_relu", "negative_slope": -0.1})",
-       "node 'l' (leaky_relu): \"negative_slope\" must be a finite number >= 0, got -0.1"},
+       "node 'l' (leaky_relu): negative_slope must be a finite number >= 0, got -0.1"},
       {R"({"name": "h", "op": "hardtanh", "min_val": 1, "max_val": 1})",
-       "node 'h' (hardtanh): \"min_val\" must be below \"max_val\", got 1 and 1"},
+       "node 'h' (hardtanh): min_val must be below max_val, got 1 and 1"},
       {R"({"name": "r", "op": "relu6", "max_val": 5})", "node 'r' (relu6): unknown attribute \"max_val\" (relu6 takes: none)"},
       {R"({"name": "s", "op": "reshape"})", "node 's' (reshape): \"shape\" is missing"},
       {R"({"name": "s", "op": "reshape", "shape": [2, 0]})", "\"shape\" must hold positive integers"},

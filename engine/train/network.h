@@ -14,38 +14,22 @@
 // "x" is the input image [channels, height, width]; a node's "inputs" default to the node before it (x for
 // the first); "output" defaults to the last node. Softmax cross-entropy on the labels follows the output.
 #pragma once
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/graph/graph.h"
+#include "engine/io/json.h"
+#include "engine/ops/layer.h"
 #include "engine/train/model_registry.h"
 
 namespace crumb {
 
-enum class NetworkOp {
-  Conv2d, BatchNorm2d, GroupNorm, Relu, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, Linear, Dropout, Flatten, Add,
-  LeakyRelu, Relu6, Hardtanh, Reshape
-};
-
-// One layer, its attributes checked. Sizes that a node may state (in_channels, in_features,
-// num_features, num_channels) are checked against its input when the network is built; 0: not stated.
+// One layer: its kind (registered by its op family, engine/ops/layer.h) and its attributes, checked.
 struct NetworkNode {
   std::string name;
-  NetworkOp op = NetworkOp::Relu;
+  const Layer* layer = nullptr;
   std::vector<int> inputs;  // -1: the input x; else the index of an earlier node
-  int out = 0;              // conv2d out_channels, linear out_features, group_norm num_groups
-  int in = 0;               // the stated input size (see above)
-  int kernel = 0, stride = 1, padding = 0;  // conv2d and pools: square windows
-  int groups = 1;                           // conv2d
-  int out_h = 1, out_w = 1;                 // adaptive_avg_pool2d output_size
-  bool bias = true;
-  double p = 0.5;                   // dropout
-  double eps = 1e-5, momentum = 0.1;  // normalisation
-  double negative_slope = 0.01;       // leaky_relu
-  double min_val = -1, max_val = 1;   // hardtanh
-  std::vector<int> shape;             // reshape: per-sample dims
-  std::optional<int> group;         // batch_norm2d: samples per group (0: the whole batch); none: the run's
+  LayerAttrs attrs;
 };
 
 struct Network {
@@ -55,8 +39,9 @@ struct Network {
   bool has_batch_norm() const;
 };
 
-// The op's name in descriptions ("conv2d", "batch_norm2d", ...).
-const char* network_op_name(NetworkOp op);
+// Reads and checks the attributes of one node of `layer` (every member of `node` but name, op and inputs):
+// an unknown or missing attribute, a wrong type or value is one error starting with `where`.
+LayerAttrs read_layer_attrs(const Layer& layer, const json::Value& node, const std::string& where);
 
 // Parses and checks a description: the JSON (errors name `source` and the byte), then every node (one
 // error naming the node and what to do: an unknown op or attribute, a missing or wrongly typed attribute,

@@ -3,6 +3,7 @@
 // (engine/train/trainer.h).
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -74,7 +75,7 @@ void Trainer::continue_run(long long run_steps) {
   }
 }
 
-void Trainer::save(int epoch, int batch, const std::string& path) {
+void Trainer::save_at(int epoch, int batch, const std::string& path) {
   const std::string target = path.empty() ? cfg_.save : path;
   CheckpointMetadata meta = cfg_.record;
   meta.insert(meta.end(), {{"train.epoch", std::to_string(epoch)},
@@ -122,11 +123,60 @@ std::string Trainer::after_failure() {
   if (saved_epoch_ == at_epoch_ && saved_batch_ == at_batch_)
     return "; " + cfg_.save + " holds " + step + ": --resume " + cfg_.save + " continues the run";
   try {
-    save(at_epoch_, at_batch_);
+    save();
   } catch (const Error& e) {
     return std::string("; saving ") + step + " failed: " + e.what();
   }
   return "; saved " + step + " in " + cfg_.save + ": --resume " + cfg_.save + " continues the run";
+}
+
+namespace {
+// Parameters are held in the master dtype; state values in their own.
+DType dtype_of(const ParamStore& p, ValueId v) {
+  return p.graph().value(v).kind == ValueKind::Param ? p.dtype() : p.graph().value(v).dtype;
+}
+}  // namespace
+
+std::vector<NamedTensor> Trainer::state_dict() {
+  CRUMB_CHECK(prepared(), "state_dict: the run is not prepared");
+  ParamStore& p = *params_;
+  p.to_host();
+  const Graph& g = p.graph();
+  std::vector<NamedTensor> out;
+  for (ValueId v : g.params()) out.push_back({g.value(v).name, dtype_of(p, v), g.value(v).dims, p.data(v)});
+  for (ValueId v : g.states()) out.push_back({g.value(v).name, dtype_of(p, v), g.value(v).dims, p.state(v)});
+  return out;
+}
+
+void copy_state_dict(const std::vector<NamedTensor>& tensors, ParamStore& p) {
+  const Graph& g = p.graph();
+  std::vector<bool> seen(g.num_values(), false);
+  for (const NamedTensor& t : tensors) {
+    const ValueId v = g.find_value(t.name);
+    const bool param = v >= 0 && g.value(v).kind == ValueKind::Param;
+    CRUMB_CHECK(param || (v >= 0 && g.value(v).kind == ValueKind::State), "load_state_dict: the model has no '",
+                t.name, "'");
+    const Value& value = g.value(v);
+    CRUMB_CHECK(t.dims == value.dims, "load_state_dict: '", t.name, "' has shape ", dims_str(t.dims),
+                " but the model's is ", dims_str(value.dims));
+    CRUMB_CHECK(t.dtype == dtype_of(p, v), "load_state_dict: '", t.name, "' must be ", dtype_name(dtype_of(p, v)));
+    CRUMB_CHECK(!seen[v], "load_state_dict: '", t.name, "' is given twice");
+    seen[v] = true;
+  }
+  for (ValueId v : g.params()) CRUMB_CHECK(seen[v], "load_state_dict: '", g.value(v).name, "' is missing");
+  for (ValueId v : g.states()) CRUMB_CHECK(seen[v], "load_state_dict: '", g.value(v).name, "' is missing");
+  for (const NamedTensor& t : tensors) {
+    const ValueId v = g.find_value(t.name);
+    std::memcpy(g.value(v).kind == ValueKind::Param ? p.data(v) : p.state(v), t.data,
+                static_cast<std::size_t>(g.value(v).count(1)) * dtype_size(dtype_of(p, v)));
+  }
+}
+
+void Trainer::load_state_dict(const std::vector<NamedTensor>& tensors) {
+  CRUMB_CHECK(prepared(), "load_state_dict: the run is not prepared");
+  params_->to_host();
+  copy_state_dict(tensors, *params_);
+  params_->to_device();
 }
 
 }  // namespace crumb

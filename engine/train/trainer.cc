@@ -397,7 +397,7 @@ FitResult Trainer::fit_epochs(const std::vector<Callback*>& given) {
       if (saving && (stop || (cfg_.save_every && !info.skipped && opt_->steps() % cfg_.save_every == 0))) {
         check_finite(epoch, info.batch + 1);
         const bool epoch_done = info.batch + 1 == info.batches;
-        save(epoch + epoch_done, epoch_done ? 0 : info.batch + 1);
+        save_at(epoch + epoch_done, epoch_done ? 0 : info.batch + 1);
         if (stop) stop_on_signal.saved();
       }
       if (stop) {
@@ -413,7 +413,7 @@ FitResult Trainer::fit_epochs(const std::vector<Callback*>& given) {
     check_finite(epoch, batches_per_epoch());
     epochs_done_ = epoch + 1;
     // Before the evaluation, which a signal may cut short.
-    if (saving) save(epoch + 1, 0);
+    if (saving) save_at(epoch + 1, 0);
     result.train_seconds += seconds_since(t0);
     result.samples += epoch_samples;
     // An epoch resumed at its end trains no batch: its loss is not a number, not 0/0.
@@ -442,7 +442,7 @@ FitResult Trainer::fit_epochs(const std::vector<Callback*>& given) {
   // No epoch to train (--epochs 0): evaluate the loaded weights, and save them where asked.
   if (lead() && cfg_.epochs <= start_epoch_ && test_loader_) {
     result.test = evaluate();
-    if (saving) save(cfg_.epochs, 0);
+    if (saving) save_at(cfg_.epochs, 0);
   }
   // Under mpirun a rank may stop because another one was signalled: then it saw no signal itself.
   if (result.stopped) result.signal = interrupted();

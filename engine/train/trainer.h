@@ -208,6 +208,19 @@ struct EpochInfo {
   double samples_per_s = 0;  // over the run so far
 };
 
+// A tensor of a run's state by name, in host memory, row-major: what state_dict gives and
+// load_state_dict takes.
+struct NamedTensor {
+  std::string name;
+  DType dtype = DType::F32;
+  Dims dims;
+  const void* data = nullptr;
+};
+// Writes `tensors` into the host copies of `p`'s parameters and state, as Trainer::load_state_dict does
+// (every name, shape and dtype checked before anything is written): what a caller's set_initial_state
+// gives the Trainer.
+void copy_state_dict(const std::vector<NamedTensor>& tensors, ParamStore& p);
+
 class Trainer;
 
 // What the Trainer calls around each training batch (Trainer::set_batch_hooks), on every rank:
@@ -295,12 +308,21 @@ class Trainer {
   // after its last whole epoch (a fit stopped within an epoch starts that epoch again), its schedule
   // extended to their end: the next fit() trains them.
   void train_more(std::shared_ptr<const data::DataSplit> data, int epochs);
-  // Writes a checkpoint of the weights, the optimizer and where the run stands (after `epoch` whole
-  // epochs and `batch` batches of the next), with what the model's inputs were (kDataShapeKey and the
-  // other data keys below), to cfg.save unless a path is given; a failed save writes
-  // the same checkpoint to a new crumb-rescue-XXXXXX.safetensors in $TMPDIR (else /tmp), the save's
-  // folder or the current folder, the first that takes it, and throws, saying the save failed and where.
-  void save(int epoch, int batch, const std::string& path = "");
+  // Writes a checkpoint of the weights, the optimizer and where the run stands (the whole epochs and the
+  // batches of the next that it has trained, counted by the Trainer: a resume continues there), with what
+  // the model's inputs were (kDataShapeKey and the other data keys below), to cfg.save unless a path is
+  // given; a failed save writes the same checkpoint to a new crumb-rescue-XXXXXX.safetensors in $TMPDIR
+  // (else /tmp), the save's folder or the current folder, the first that takes it, and throws, saying the
+  // save failed and where. After prepare().
+  void save(const std::string& path = "") { save_at(at_epoch_, at_batch_, path); }
+  // The parameters (in the master dtype) and state values (running statistics, in their own dtypes) by
+  // their PyTorch names, parameters first, pointing into the host copies (valid until the next step).
+  // After prepare().
+  std::vector<NamedTensor> state_dict();
+  // Replaces them all, as torch's strict load does: every name, shape and dtype is checked (anything
+  // missing, extra, given twice or of another shape or dtype is an error naming it) before anything is
+  // written. After prepare().
+  void load_state_dict(const std::vector<NamedTensor>& tensors);
   // Ends fit() after the step in progress, with a save, as a signal does. fit() clears the request when it
   // returns, so the next fit() trains.
   void request_stop() { stop_requested_ = true; }
@@ -324,12 +346,16 @@ class Trainer {
   const Scheduler& scheduler() const { return *sched_; }
   std::size_t arena_bytes() const;
   const GradientReducer* reducer() const { return reducer_.get(); }
+  // Where the run stands, what save() records: whole epochs trained, then batches of the next.
+  int at_epoch() const { return at_epoch_; }
+  int at_batch() const { return at_batch_; }
   int start_epoch_index() const { return start_epoch_; }  // where prepare() found the run (resume)
   int start_batch_index() const { return start_batch_; }
   // Messages for the user (a resumed run's float rounding, a checkpoint of another model), in order.
   const std::vector<std::string>& warnings() const { return warnings_; }
 
  private:
+  void save_at(int epoch, int batch, const std::string& path = "");
   // The constructors' common part: reads the data, connects the ranks, plans `model` (cfg's when none).
   void build(std::optional<Graph> model, std::shared_ptr<const data::DataSplit> data);
   // prepare()'s part for cfg.resume: reads where the run stood, or starts the schedule's `run_steps` anew.

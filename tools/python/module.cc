@@ -26,6 +26,7 @@
 #include "engine/io/checkpoint.h"
 #include "engine/strategy/memory_report.h"
 #include "engine/train/trainer.h"
+#include "tools/python/layers.h"
 #include "tools/train/figures.h"
 #include "tools/train/flags.h"
 #include "tools/train/report.h"
@@ -370,19 +371,12 @@ class Run {
   nb::list state_dict() {
     Call call(*this, "state_dict", true);
     CRUMB_CHECK(trainer_, "the model has no weights yet: fit, evaluate or predict first (or load_state_dict)");
-    ParamStore& p = trainer_->params();
-    p.to_host();
-    const Graph& g = p.graph();
     nb::list out;
-    auto add = [&](ValueId v, const void* data) {
-      const Value& value = g.value(v);
-      std::vector<std::size_t> shape(value.dims.begin(), value.dims.end());
-      const DType dtype = dtype_of(p, v);
-      const std::size_t bytes = static_cast<std::size_t>(value.count(1)) * dtype_size(dtype);
-      out.append(nb::make_tuple(value.name, numpy_copy(data, bytes, dtype, shape)));
-    };
-    for (ValueId v : g.params()) add(v, p.data(v));
-    for (ValueId v : g.states()) add(v, p.state(v));
+    for (const NamedTensor& t : trainer_->state_dict()) {
+      std::vector<std::size_t> shape(t.dims.begin(), t.dims.end());
+      const std::size_t bytes = static_cast<std::size_t>(dims_count(t.dims)) * dtype_size(t.dtype);
+      out.append(nb::make_tuple(t.name, numpy_copy(t.data, bytes, t.dtype, shape)));
+    }
     return out;
   }
 
@@ -397,10 +391,7 @@ class Run {
       config_.load.clear();
       return;
     }
-    ParamStore& p = trainer_->params();
-    p.to_host();
-    copy_state(tensors, p);
-    p.to_device();
+    trainer_->load_state_dict(named(tensors));
   }
 
   // Starts over from the checkpoint's weights and optimizer state (train's --load) and the normalisation,
@@ -415,16 +406,14 @@ class Run {
     initial_.reset();
     config_.load = path;
     norm_settled_ = false;
-    epoch_ = batch_ = 0;
   }
 
   // A checkpoint of the weights, the optimizer and where the run stands, as train --save writes it.
   void save(const std::string& path) {
     Call call(*this, "save", true);
     CRUMB_CHECK(trainer_ && trainer_->prepared(), "save: nothing to save before the first fit");
-    const int epoch = epoch_, batch = batch_;
     nb::gil_scoped_release release;
-    trainer_->save(epoch, batch, path);
+    trainer_->save(path);
   }
 
   // Ends the fit in progress after its step, with a save, as Ctrl-C does (from a callback or any thread).
@@ -433,7 +422,8 @@ class Run {
   }
 
   nb::dict info() const {
-    nb::dict d = dict_of("epoch", epoch_, "batch", batch_, "built", trainer_ != nullptr);
+    nb::dict d = dict_of("epoch", trainer_ ? trainer_->at_epoch() : 0, "batch", trainer_ ? trainer_->at_batch() : 0,
+                         "built", trainer_ != nullptr);
     if (trainer_) {
       d["epochs"] = trainer_->config().epochs;  // where the run ends (later fits extend it)
       d["micro_batch"] = trainer_->micro_batch();
@@ -470,38 +460,22 @@ class Run {
     Run& run_;
   };
 
-  // Parameters are held in the master dtype; state values in their own.
-  static DType dtype_of(const ParamStore& p, ValueId v) {
-    return p.graph().value(v).kind == ValueKind::Param ? p.dtype() : p.graph().value(v).dtype;
-  }
-  // Every tensor checked (name, shape, dtype) before any is written.
-  static void copy_state(const Tensors& tensors, ParamStore& p) {
-    const Graph& g = p.graph();
-    std::vector<bool> seen(g.num_values(), false);
-    std::vector<std::pair<ValueId, const void*>> copies;
+  // The arrays as the engine's named tensors (pointing into them).
+  static std::vector<NamedTensor> named(const Tensors& tensors) {
+    std::vector<NamedTensor> out;
     for (const auto& [name, array] : tensors) {
-      const ValueId v = g.find_value(name);
-      const bool param = v >= 0 && g.value(v).kind == ValueKind::Param;
-      CRUMB_CHECK(param || (v >= 0 && g.value(v).kind == ValueKind::State), "load_state_dict: the model has no '",
-                  name, "'");
-      const Value& value = g.value(v);
-      std::string want, got;
-      for (int64_t d : value.dims) want += (want.empty() ? "" : ", ") + std::to_string(d);
-      for (std::size_t i = 0; i < array.ndim(); ++i) got += (got.empty() ? "" : ", ") + std::to_string(array.shape(i));
-      CRUMB_CHECK(want == got, "load_state_dict: '", name, "' has shape (", got, ") but the model's is (", want, ")");
-      const DType dtype = dtype_of(p, v);
-      CRUMB_CHECK(array.dtype() == numpy_dtype(dtype), "load_state_dict: '", name, "' must be ", dtype_name(dtype));
-      CRUMB_CHECK(!seen[v], "load_state_dict: '", name, "' is given twice");
-      seen[v] = true;
-      copies.emplace_back(v, array.data());
+      Dims dims;
+      for (std::size_t i = 0; i < array.ndim(); ++i) dims.push_back(static_cast<int64_t>(array.shape(i)));
+      out.push_back({name, dtype_of(array), dims, array.data()});
     }
-    for (ValueId v : g.params()) CRUMB_CHECK(seen[v], "load_state_dict: '", g.value(v).name, "' is missing");
-    for (ValueId v : g.states()) CRUMB_CHECK(seen[v], "load_state_dict: '", g.value(v).name, "' is missing");
-    for (const auto& [v, data] : copies) {
-      const bool param = g.value(v).kind == ValueKind::Param;
-      std::memcpy(param ? p.data(v) : p.state(v), data,
-                  static_cast<std::size_t>(g.value(v).count(1)) * dtype_size(dtype_of(p, v)));
-    }
+    return out;
+  }
+  // A numpy array's dtype as the engine's, or U8 (which no parameter or state has) for any other:
+  // load_state_dict then names the dtype it wants.
+  static DType dtype_of(const nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>& array) {
+    for (DType t : {DType::F32, DType::F64, DType::I64, DType::I32})
+      if (array.dtype() == numpy_dtype(t)) return t;
+    return DType::U8;
   }
   // Given, else the one the weights were trained with (recorded in the checkpoint they come from), else the
   // images' own (uint8), else none (float32 images are taken as they are).
@@ -577,7 +551,7 @@ class Run {
       if (initial)
         trainer_->set_initial_state([&](ParamStore& p) {
           nb::gil_scoped_acquire gil;  // the arrays are Python objects
-          copy_state(*initial, p);
+          copy_state_dict(named(*initial), p);
         });
       try {
         trainer_->prepare();
@@ -596,7 +570,6 @@ class Run {
   // The trainer's normalisation came from mean/std, a checkpoint or training data (not from the images
   // of a prediction made before any of them).
   bool norm_settled_ = false;
-  int epoch_ = 0, batch_ = 0;  // where the run stands (what a save records): whole epochs, then batches
   std::thread::id owner_;      // the thread of the call in progress (depth_ > 0)
   const char* what_ = "";
   int depth_ = 0;
@@ -614,9 +587,6 @@ void PythonEvents::on_epoch_begin(Trainer& t, int epoch) {
 
 void PythonEvents::on_step(Trainer& t, const StepInfo& s) {
   nb::gil_scoped_acquire gil;
-  const bool epoch_done = s.batch + 1 == s.batches;
-  run_.epoch_ = s.epoch + epoch_done;
-  run_.batch_ = epoch_done ? 0 : s.batch + 1;
   if (pending) return;
   if (PyErr_CheckSignals() != 0) {
     pending = std::make_unique<nb::python_error>();
@@ -672,6 +642,7 @@ NB_MODULE(_crumb, m) {
         return out;
       },
       "The options of the run a checkpoint records, as (name, value) pairs.");
+  crumb::python::add_layers(m);
   m.def("format_bytes", &format_bytes);
   m.def("parse_bytes", &parse_bytes);
 

@@ -10,18 +10,18 @@ layer's parameters are named as PyTorch's state_dict names them ("features.0.wei
         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
     plan = net.plan(input=(3, 32, 32), batch=256, memory_budget="1GiB")
 
-This module needs neither numpy nor the compiled binding to build descriptions; plan() and trainer()
-import the binding when called.
+The layers (Conv2d, BatchNorm2d, ReLU, ...) are those the engine registers beside their op families
+(engine/ops/*_layer.cc): each class is made from its registration (crumb._crumb.layers()), which gives its
+torch.nn-style constructor, and the engine checks its attributes as it checks a description. numpy is not
+needed to build descriptions.
 """
 from collections import OrderedDict
+import inspect
 import json
+import math
 
+from . import _crumb
 from ._crumb import Error
-
-__all__ = [
-    "Module", "Network", "Conv2d", "BatchNorm2d", "GroupNorm", "ReLU", "LeakyReLU", "ReLU6", "Hardtanh", "MaxPool2d",
-    "AvgPool2d", "AdaptiveAvgPool2d", "Linear", "Dropout", "Flatten", "Sequential", "Residual",
-]
 
 
 def _square(layer, what, value):
@@ -131,192 +131,83 @@ class Module:
 
 
 class _Layer(Module):
-    """One node of an op, with its attributes."""
+    """One node of a layer the engine registers (engine/ops/layer.h): its constructor takes torch.nn's
+    arguments as the registration writes them, each checked where it is given, then the engine checks the
+    attributes together as it checks a description's node."""
 
-    _op = ""
+    _layer = {}  # the layer's description, from crumb._crumb.layers()
+    _signature = inspect.Signature()
+
+    def __init__(self, *args, **kwargs):
+        cls = type(self).__name__
+        given = self._signature.bind(*args, **kwargs)
+        given.apply_defaults()
+        fields = {f["name"] for f in self._layer["fields"]}
+        for name, value in given.arguments.items():
+            if name not in fields:
+                setattr(self, name, value)  # torch's arguments Crumb has no use for (inplace), kept as given
+        for f in self._layer["fields"]:
+            if f["name"] in given.arguments:
+                setattr(self, f["name"], _field(cls, f, given.arguments[f["name"]], self))
+        _crumb.check_layer(self._layer["name"], json.dumps(self._attrs()), cls)
 
     def _attrs(self):
-        return {}
+        a = {}
+        for f in self._layer["fields"]:
+            value = getattr(self, f["name"], None)
+            if value is not None and not (f["quiet"] and value == f["default"]):
+                a[f["name"]] = list(value) if f["kind"] in ("size2", "dims") else value
+        return a
 
     def _emit(self, desc, prefix, x):
-        return desc.add(prefix or self._default_name, self._op, [x], **self._attrs())
+        return desc.add(prefix or self._default_name, self._layer["name"], [x], **self._attrs())
 
     def _extra_repr(self):
         return ", ".join(f"{k}={v!r}" for k, v in self._attrs().items())
 
 
-class Conv2d(_Layer):
-    """torch.nn.Conv2d's arguments: padding an integer, "valid" (0) or "same" (stride 1, odd kernels); groups
-    divides both channel counts (groups=in_channels: depthwise)."""
-
-    _op, _default_name = "conv2d", "conv"
-
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, bias=True, groups=1):
-        self.in_channels = _count("Conv2d", "in_channels", in_channels)
-        self.out_channels = _count("Conv2d", "out_channels", out_channels)
-        self.kernel_size = _count("Conv2d", "kernel_size", _square("Conv2d", "kernel_size", kernel_size))
-        self.stride = _count("Conv2d", "stride", _square("Conv2d", "stride", stride))
-        if padding == "valid":
-            padding = 0
-        elif padding == "same":
-            padding = _same_padding("Conv2d", self.kernel_size, self.stride)
-        self.padding = _count("Conv2d", "padding", _square("Conv2d", "padding", padding), 0)
-        self.bias = bool(bias)
-        self.groups = _count("Conv2d", "groups", groups)
-        if in_channels % groups or out_channels % groups:
-            raise Error(f"Conv2d: groups {groups} must divide in_channels {in_channels} and out_channels "
-                        f"{out_channels}")
-
-    def _attrs(self):
-        a = dict(in_channels=self.in_channels, out_channels=self.out_channels, kernel_size=self.kernel_size,
-                 stride=self.stride, padding=self.padding, bias=self.bias)
-        if self.groups != 1:
-            a["groups"] = self.groups
-        return a
-
-
-class BatchNorm2d(_Layer):
-    """BatchNorm over groups of `group` samples (docs/normalization.md): None takes the run's --bn-group,
-    "batch" normalises the whole batch (PyTorch's semantics, one micro-batch)."""
-
-    _op, _default_name = "batch_norm2d", "bn"
-
-    def __init__(self, num_features, eps=1e-5, momentum=0.1, group=None):
-        self.num_features = _count("BatchNorm2d", "num_features", num_features)
-        self.eps, self.momentum = float(eps), float(momentum)
-        if not (self.eps > 0 and 0 <= self.momentum <= 1):
-            raise Error(f"BatchNorm2d: eps must be > 0 and momentum in [0, 1], got {eps!r}, {momentum!r}")
-        if group is not None and group != "batch":
-            _count("BatchNorm2d", "group", group)
-        self.group = group
-
-    def _attrs(self):
-        a = dict(num_features=self.num_features, eps=self.eps, momentum=self.momentum)
-        if self.group is not None:
-            a["group"] = self.group
-        return a
-
-
-class GroupNorm(_Layer):
-    _op, _default_name = "group_norm", "gn"
-
-    def __init__(self, num_groups, num_channels, eps=1e-5):
-        self.num_groups = _count("GroupNorm", "num_groups", num_groups)
-        self.num_channels = _count("GroupNorm", "num_channels", num_channels)
-        if num_channels % num_groups:
-            raise Error(f"GroupNorm: num_groups {num_groups} does not divide num_channels {num_channels}")
-        self.eps = float(eps)
-
-    def _attrs(self):
-        return dict(num_groups=self.num_groups, num_channels=self.num_channels, eps=self.eps)
-
-
-class ReLU(_Layer):
-    _op, _default_name = "relu", "relu"
-
-    def __init__(self, inplace=False):
-        self.inplace = inplace  # accepted as torch does; Crumb's planner places ReLU in place itself
-
-
-class LeakyReLU(_Layer):
-    _op, _default_name = "leaky_relu", "relu"
-
-    def __init__(self, negative_slope=0.01, inplace=False):
-        if isinstance(negative_slope, bool) or not isinstance(negative_slope, (int, float)) or \
-                not 0 <= negative_slope < float("inf"):
-            raise Error(f"LeakyReLU: negative_slope must be a finite number >= 0, got {negative_slope!r}")
-        self.negative_slope, self.inplace = float(negative_slope), inplace
-
-    def _attrs(self):
-        return dict(negative_slope=self.negative_slope)
-
-
-class Hardtanh(_Layer):
-    """min(max(x, min_val), max_val)."""
-
-    _op, _default_name = "hardtanh", "hardtanh"
-
-    def __init__(self, min_val=-1.0, max_val=1.0, inplace=False):
-        ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (min_val, max_val))
-        if not ok or not float("-inf") < min_val < max_val < float("inf"):
-            raise Error(f"Hardtanh: min_val must be below max_val (finite numbers), got {min_val!r}, {max_val!r}")
-        self.min_val, self.max_val, self.inplace = float(min_val), float(max_val), inplace
-
-    def _attrs(self):
-        return dict(min_val=self.min_val, max_val=self.max_val)
-
-
-class ReLU6(_Layer):
-    """min(max(x, 0), 6), as MobileNet uses."""
-
-    _op, _default_name = "relu6", "relu"
-
-    def __init__(self, inplace=False):
-        self.inplace = inplace
-
-
-class _Pool(_Layer):
-    def __init__(self, kernel_size, stride=None, padding=0):
-        name = type(self).__name__
-        self.kernel_size = _count(name, "kernel_size", _square(name, "kernel_size", kernel_size))
-        self.stride = self.kernel_size if stride is None else _count(name, "stride", _square(name, "stride", stride))
-        self.padding = _count(name, "padding", _square(name, "padding", padding), 0)
-
-    def _attrs(self):
-        return dict(kernel_size=self.kernel_size, stride=self.stride, padding=self.padding)
-
-
-class MaxPool2d(_Pool):
-    _op, _default_name = "max_pool2d", "maxpool"
-
-
-class AvgPool2d(_Pool):
-    """Average pooling with PyTorch's defaults (count_include_pad=True)."""
-
-    _op, _default_name = "avg_pool2d", "avgpool"
-
-
-class AdaptiveAvgPool2d(_Layer):
-    _op, _default_name = "adaptive_avg_pool2d", "avgpool"
-
-    def __init__(self, output_size):
-        size = tuple(output_size) if isinstance(output_size, (tuple, list)) else (output_size, output_size)
+def _field(layer, f, value, module):
+    """A constructor argument as the field `f` of the description takes it (the fields before it are already
+    on `module`), or crumb.Error naming the layer."""
+    name, kind = f["name"], f["kind"]
+    if value is None and (f["optional"] or f["same_as"]):
+        return getattr(module, f["same_as"]) if f["same_as"] else None
+    if kind == "int":
+        if f["word"] and value == f["word"]:
+            return value
+        if f["same_padding"] and value in ("valid", "same"):
+            return 0 if value == "valid" else _same_padding(layer, module.kernel_size, module.stride)
+        return _count(layer, name, _square(layer, name, value) if f["square"] else value, f["lo"])
+    if kind == "number":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise Error(f"{layer}: {name} must be a finite number, got {value!r}")
+        return float(value)
+    if kind == "bool":
+        return bool(value)
+    if kind == "size2":
+        size = tuple(value) if isinstance(value, (tuple, list)) else (value, value)
         if len(size) != 2:
-            raise Error(f"AdaptiveAvgPool2d: output_size must be an integer or (height, width), got {output_size!r}")
-        self.output_size = tuple(_count("AdaptiveAvgPool2d", "output_size", s) for s in size)
-
-    def _attrs(self):
-        return dict(output_size=list(self.output_size))
-
-
-class Linear(_Layer):
-    _op, _default_name = "linear", "fc"
-
-    def __init__(self, in_features, out_features, bias=True):
-        self.in_features = _count("Linear", "in_features", in_features)
-        self.out_features = _count("Linear", "out_features", out_features)
-        self.bias = bool(bias)
-
-    def _attrs(self):
-        return dict(in_features=self.in_features, out_features=self.out_features, bias=self.bias)
+            raise Error(f"{layer}: {name} must be an integer or (height, width), got {value!r}")
+        return tuple(_count(layer, name, s) for s in size)
+    if not isinstance(value, (tuple, list)) or not 1 <= len(value) <= 3:
+        raise Error(f"{layer}: {name} must be 1 to 3 per-sample dims, got {value!r}")
+    return tuple(_count(layer, name, d) for d in value)
 
 
-class Dropout(_Layer):
-    _op, _default_name = "dropout", "dropout"
+def _layer_class(layer):
+    """crumb.nn's class of a registered layer, named and documented as its registration says."""
+    py = layer["python"]
+    scope = {}
+    exec(f"def signature({py['signature']}): pass", {}, scope)  # the registration's own text, not user input
+    signature = inspect.signature(scope["signature"])
+    return type(py["class"], (_Layer,), {
+        "__doc__": py["doc"] or None, "__module__": __name__, "__signature__": signature, "_signature": signature,
+        "_layer": layer, "_default_name": py["node"]})
 
-    def __init__(self, p=0.5, inplace=False):
-        if not 0 <= p < 1:
-            raise Error(f"Dropout: p must be in [0, 1), got {p!r}")
-        self.p, self.inplace = float(p), inplace
 
-    def _attrs(self):
-        return dict(p=self.p)
-
-
-class Flatten(_Layer):
-    """torch.nn.Flatten() with its defaults (start_dim=1): [batch, ...] -> [batch, features]."""
-
-    _op, _default_name = "flatten", "flatten"
+_LAYER_CLASSES = [_layer_class(layer) for layer in _crumb.layers() if layer["python"]["class"]]
+globals().update((c.__name__, c) for c in _LAYER_CLASSES)
+__all__ = ["Module", "Network", *(c.__name__ for c in _LAYER_CLASSES), "Sequential", "Residual"]
 
 
 class Sequential(Module):

@@ -1,11 +1,11 @@
 """from_torch: a torch.nn CNN built from Crumb's layers, with its weights, as a crumb.nn.Network.
 
 The module is traced with torch.fx (symbolic_trace), so plain forward() code converts:
-- the layers Conv2d (groups, padding="same"), BatchNorm2d, GroupNorm, ReLU, LeakyReLU, ReLU6, Hardtanh,
-  MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, Linear, Dropout, Flatten, Unflatten and Identity;
-- the functions relu, leaky_relu, relu6, hardtanh (F.*, torch.*, x.relu()), max_pool2d, avg_pool2d,
-  adaptive_avg_pool2d, dropout (as `training` says when traced: dropped in evaluation, Crumb's way), and
-  + / += / torch.add between two tensors;
+- the torch.nn modules and functions that the engine's layers register (engine/ops/*_layer.cc, read through
+  crumb._crumb.layers(): Conv2d with groups and padding="same", BatchNorm2d, GroupNorm, ReLU, LeakyReLU,
+  ReLU6, Hardtanh, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, Linear, Dropout; F.relu, torch.relu, x.relu(),
+  F.max_pool2d, ...; F.dropout as `training` says when traced: dropped in evaluation, Crumb's way), each
+  setting Crumb cannot run named; and Flatten, Unflatten, Identity, + / += / torch.add between two tensors;
 - every view, reshape, flatten, squeeze and unsqueeze that keeps the batch first (x.view(-1, 9216),
   x.view(x.size(0), -1), torch.flatten(x, 1), x.reshape(...)): its per-sample shape comes from running
   the module at two batch sizes, so the size arithmetic around it (x.size(0), x.shape[1] * ...) is free;
@@ -18,18 +18,14 @@ by torch.fx's node names. The first layer, function or setting Crumb cannot run 
 
 torch is imported only when from_torch is called.
 """
+import ast
 import inspect
 import operator
 
-from . import nn
+from . import _crumb, nn
 from ._crumb import Error
 
 __all__ = ["from_torch"]
-
-_LAYERS = ("Conv2d, BatchNorm2d, GroupNorm, ReLU, LeakyReLU, ReLU6, Hardtanh, MaxPool2d, AvgPool2d, "
-           "AdaptiveAvgPool2d, Linear, Dropout, Flatten, Unflatten, Identity, a final LogSoftmax; functions relu, "
-           "leaky_relu, relu6, hardtanh, max_pool2d, avg_pool2d, adaptive_avg_pool2d, dropout, view/reshape/"
-           "flatten/squeeze/unsqueeze, add, a final log_softmax")
 
 # The batch sizes the module runs at to tell per-sample shapes from the batch.
 _BATCHES = (2, 3)
@@ -53,16 +49,6 @@ def _square(what, name, value):
     return value
 
 
-# The functions' signatures, to read their arguments however they were passed.
-def _sig_unary(input, inplace=False): pass  # noqa: E704
-def _sig_leaky_relu(input, negative_slope=0.01, inplace=False): pass  # noqa: E704
-def _sig_hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False): pass  # noqa: E704
-def _sig_dropout(input, p=0.5, training=True, inplace=False): pass  # noqa: E704
-def _sig_max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,  # noqa: E704
-                    return_indices=False): pass
-def _sig_avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,  # noqa: E704
-                    divisor_override=None): pass
-def _sig_adaptive(input, output_size): pass  # noqa: E704
 def _sig_log_softmax(input, dim=None, _stacklevel=3, dtype=None): pass  # noqa: E704
 
 
@@ -75,95 +61,113 @@ def _bind(what, sig, args, kwargs):
     return bound.arguments
 
 
-def _pool(what, op, kernel_size, stride, padding, ceil_mode, dilation=1, return_indices=False,
-          count_include_pad=True, divisor_override=None):
-    if ceil_mode:
-        _fail(what, "ceil_mode=True is not supported")
-    if _square(what, "dilation", dilation) != 1 or return_indices:
-        _fail(what, "dilation and return_indices are not supported")
-    if not count_include_pad or divisor_override is not None:
-        _fail(what, "count_include_pad=False and divisor_override are not supported")
-    kernel = _square(what, "kernel_size", kernel_size)
-    stride = kernel if stride is None or stride in ((), []) else _square(what, "stride", stride)
-    return op, dict(kernel_size=kernel, stride=stride, padding=_square(what, "padding", padding))
+def _unsupported(attr, value, need):
+    """Whether a setting fails a registration's requirement on it (TorchRequirement, engine/ops/layer.h)."""
+    expected = ast.literal_eval(need["value"])
+    values = value if isinstance(value, (tuple, list)) and not isinstance(expected, (tuple, list)) else (value,)
+    if need["test"] == "==":
+        return any(v != expected for v in values)
+    if need["test"] == "!=":
+        return any(v is expected or v == expected for v in values)
+    return any(not v >= expected for v in values)
 
 
-def _adaptive(what, output_size):
-    size = output_size if isinstance(output_size, (tuple, list)) else (output_size, output_size)
-    if any(s is None for s in size):
-        _fail(what, f"output_size={output_size} with None is not supported")
-    return "adaptive_avg_pool2d", dict(output_size=list(size))
+def _attrs(what, layer, settings):
+    """The description's attributes of `layer` from a torch module's or function's settings (a dict: the
+    module's attributes or the function's arguments), or a from_torch error naming `what`."""
+    for need in layer["torch"]["needs"]:
+        if need["attr"] in settings and _unsupported(need["attr"], settings[need["attr"]], need):
+            message = need["message"]
+            why = f"{need['attr']}={settings[need['attr']]!r} is not supported"
+            _fail(what, f"{why} {message}" if message.startswith("(") else message or why)
+    attrs, fields = {}, {f["name"]: f for f in layer["fields"]}
+    for f in layer["fields"]:
+        source = f["torch"] or f["name"]
+        if source == "-":
+            continue
+        if source.startswith("present:"):
+            if source[8:] in settings:
+                attrs[f["name"]] = settings[source[8:]] is not None
+            continue
+        if source not in settings:
+            continue
+        value = settings[source]
+        if f["same_as"] and (value is None or value in ((), [])):
+            value = attrs[f["same_as"]]
+        elif f["same_padding"] and value == "valid":
+            value = 0
+        elif f["same_padding"] and value == "same":
+            try:
+                value = nn._same_padding(layer["python"]["class"], attrs["kernel_size"])
+            except Error as e:
+                _fail(what, str(e).split(": ", 1)[1])
+        if f["kind"] == "int":
+            value = _square(what, f["name"], value) if f["square"] else value
+        elif f["kind"] == "number":
+            value = float(value)
+        elif f["kind"] == "bool":
+            value = bool(value)
+        elif f["kind"] == "size2":
+            size = value if isinstance(value, (tuple, list)) else (value, value)
+            if any(v is None for v in size):
+                _fail(what, f"{f['name']}={value} with None is not supported")
+            value = list(size)
+        else:
+            value = list(value)
+        attrs[f["name"]] = value
+    return {k: v for k, v in attrs.items() if not (fields[k]["quiet"] and v == fields[k]["default"])}
 
 
-def _leaky_relu(what, slope):
-    if not slope >= 0:
-        _fail(what, f"negative_slope={slope} is not supported (>= 0 only)")
-    return "leaky_relu", dict(negative_slope=float(slope))
+class _Registry:
+    """The registered layers by what from_torch meets: torch.nn module classes, functions and methods."""
+
+    def __init__(self, torch):
+        self.torch = torch
+        self.modules, self.functions, self.methods = {}, {}, {}
+        spaces = {"F": torch.nn.functional, "torch": torch}
+        for layer in _crumb.layers():
+            t = layer["torch"]
+            if t["module"]:
+                self.modules[getattr(torch.nn, t["module"])] = layer
+            for name in t["functions"]:
+                space, fn = name.split(".", 1)
+                if space == "Tensor":
+                    self.methods[fn] = layer
+                elif getattr(spaces[space], fn, None) is not None:
+                    self.functions[getattr(spaces[space], fn)] = layer
+
+    def of_module(self, m):
+        """The layer of a module: its class's, or the nearest torch.nn base's (ReLU6 is a Hardtanh)."""
+        return next((self.modules[c] for c in type(m).__mro__ if c in self.modules), None)
+
+    def names(self):
+        modules = [c.__name__ for c in self.modules]
+        functions = sorted({getattr(f, "__name__", str(f)).rstrip("_") for f in self.functions})
+        return (", ".join(modules + ["Flatten", "Unflatten", "Identity", "a final LogSoftmax"]) + "; functions " +
+                ", ".join(functions + ["view/reshape/flatten/squeeze/unsqueeze", "add", "a final log_softmax"]))
 
 
-def _hardtanh(min_val, max_val):
-    if (min_val, max_val) == (0, 6):
-        return "relu6", {}
-    return "hardtanh", dict(min_val=float(min_val), max_val=float(max_val))
+class _ModuleSettings:
+    """A module's attributes (parameters included: bias) as _attrs reads settings."""
+
+    def __init__(self, m):
+        self.m = m
+
+    def __contains__(self, name):
+        return hasattr(self.m, name)
+
+    def __getitem__(self, name):
+        return getattr(self.m, name)
 
 
-def _conv_padding(what, m):
-    if m.padding == "valid":
-        return 0
-    if m.padding == "same":
-        kernel = _square(what, "kernel_size", m.kernel_size)
-        try:
-            return nn._same_padding("Conv2d", kernel)
-        except Error as e:
-            _fail(what, str(e).split(": ", 1)[1])
-    return _square(what, "padding", m.padding)
-
-
-def _convert_module(what, m, torch):
+def _convert_module(what, m, registry):
     """The description's op and attributes for a leaf module, or None for the identity."""
-    tnn = torch.nn
-    if isinstance(m, tnn.Conv2d):
-        if _square(what, "dilation", m.dilation) != 1:
-            _fail(what, f"dilation={m.dilation} is not supported")
-        if m.padding_mode != "zeros":
-            _fail(what, f"padding_mode={m.padding_mode!r} is not supported (zeros only)")
-        attrs = dict(in_channels=m.in_channels, out_channels=m.out_channels,
-                     kernel_size=_square(what, "kernel_size", m.kernel_size),
-                     stride=_square(what, "stride", m.stride), padding=_conv_padding(what, m), bias=m.bias is not None)
-        if m.groups != 1:
-            attrs["groups"] = m.groups
-        return "conv2d", attrs
-    if isinstance(m, tnn.BatchNorm2d):
-        if not m.affine or not m.track_running_stats:
-            _fail(what, "BatchNorm2d without affine or track_running_stats is not supported")
-        if m.momentum is None:
-            _fail(what, "momentum=None (a cumulative average) is not supported; give a momentum")
-        return "batch_norm2d", dict(num_features=m.num_features, eps=float(m.eps), momentum=float(m.momentum))
-    if isinstance(m, tnn.GroupNorm):
-        if not m.affine:
-            _fail(what, "GroupNorm without affine is not supported")
-        return "group_norm", dict(num_groups=m.num_groups, num_channels=m.num_channels, eps=float(m.eps))
-    if isinstance(m, tnn.ReLU):
-        return "relu", {}
-    if isinstance(m, tnn.LeakyReLU):
-        return _leaky_relu(what, m.negative_slope)
-    if isinstance(m, tnn.Hardtanh):  # ReLU6 is a Hardtanh(0, 6)
-        return _hardtanh(m.min_val, m.max_val)
-    if isinstance(m, tnn.MaxPool2d):
-        return _pool(what, "max_pool2d", m.kernel_size, m.stride, m.padding, m.ceil_mode, m.dilation,
-                     m.return_indices)
-    if isinstance(m, tnn.AvgPool2d):
-        return _pool(what, "avg_pool2d", m.kernel_size, m.stride, m.padding, m.ceil_mode,
-                     count_include_pad=m.count_include_pad, divisor_override=m.divisor_override)
-    if isinstance(m, tnn.AdaptiveAvgPool2d):
-        return _adaptive(what, m.output_size)
-    if isinstance(m, tnn.Linear):
-        return "linear", dict(in_features=m.in_features, out_features=m.out_features, bias=m.bias is not None)
-    if isinstance(m, tnn.Dropout):
-        return "dropout", dict(p=float(m.p))
-    if isinstance(m, tnn.Identity):
+    layer = registry.of_module(m)
+    if layer is not None:
+        return layer["name"], _attrs(what, layer, _ModuleSettings(m))
+    if isinstance(m, registry.torch.nn.Identity):
         return None
-    _fail(what, f"{type(m).__module__}.{type(m).__qualname__} is not supported (Crumb runs {_LAYERS})")
+    _fail(what, f"{type(m).__module__}.{type(m).__qualname__} is not supported (Crumb runs {registry.names()})")
 
 
 def _is_reshape(node, torch):
@@ -175,48 +179,47 @@ def _is_reshape(node, torch):
     return False
 
 
-def _convert_function(node, what, torch):
+def _arguments(what, fn, layer, torch, args, kwargs):
+    """A registered function's arguments by name: bound to its own signature, or, where Python cannot read
+    it (builtins, torch's dispatchers), to its torch.nn module's constructor (else crumb.nn's) after the
+    input."""
+    try:
+        sig = inspect.signature(fn)
+        if any(p.kind == p.VAR_POSITIONAL for p in sig.parameters.values()):
+            raise ValueError
+    except (TypeError, ValueError):
+        module = layer["torch"]["module"]
+        own = inspect.signature(getattr(torch.nn, module) if module else getattr(nn, layer["python"]["class"]))
+        sig = inspect.Signature([inspect.Parameter("input", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+                                 *own.parameters.values()])
+    try:
+        bound = sig.bind(*args, **kwargs)
+    except TypeError as e:
+        _fail(what, f"arguments not understood ({e})")
+    bound.apply_defaults()
+    return bound.arguments
+
+
+def _convert_function(node, what, registry):
     """(op, attrs, the input node) of a call_function or call_method node; op None: the identity."""
-    F = torch.nn.functional
+    torch = registry.torch
     t, args, kwargs = node.target, node.args, dict(node.kwargs)
     method = node.op == "call_method"
-
-    def bind(sig):
-        return _bind(what, sig, args, kwargs)
-
-    if t in (F.relu, F.relu_, torch.relu, torch.relu_) or (method and t in ("relu", "relu_")):
-        return "relu", {}, bind(_sig_unary)["input"]
-    if t in (F.leaky_relu, F.leaky_relu_):
-        a = bind(_sig_leaky_relu)
-        return (*_leaky_relu(what, a["negative_slope"]), a["input"])
-    if t is F.relu6:
-        return "relu6", {}, bind(_sig_unary)["input"]
-    if t in (F.hardtanh, F.hardtanh_):
-        a = bind(_sig_hardtanh)
-        return (*_hardtanh(a["min_val"], a["max_val"]), a["input"])
-    if t in (F.max_pool2d, torch.max_pool2d):
-        a = bind(_sig_max_pool2d)
-        return (*_pool(what, "max_pool2d", a["kernel_size"], a["stride"], a["padding"], a["ceil_mode"], a["dilation"],
-                       a["return_indices"]), a["input"])
-    if t is F.avg_pool2d:
-        a = bind(_sig_avg_pool2d)
-        return (*_pool(what, "avg_pool2d", a["kernel_size"], a["stride"], a["padding"], a["ceil_mode"],
-                       count_include_pad=a["count_include_pad"], divisor_override=a["divisor_override"]), a["input"])
-    if t is F.adaptive_avg_pool2d:
-        a = bind(_sig_adaptive)
-        return (*_adaptive(what, a["output_size"]), a["input"])
-    if t is F.dropout:
-        a = bind(_sig_dropout)
-        return ("dropout", dict(p=float(a["p"])), a["input"]) if a["training"] else (None, {}, a["input"])
+    layer = registry.methods.get(t) if method else registry.functions.get(t)
+    if layer is not None:
+        a = _arguments(what, None if method else t, layer, torch, args, kwargs)
+        if a.get("training", True) is False:
+            return None, {}, a["input"]  # dropout in evaluation: the identity, as Crumb evaluates
+        return layer["name"], _attrs(what, layer, a), a["input"]
     if method and t == "contiguous" and len(args) == 1 and not kwargs:
         return None, {}, args[0]
     if t in (operator.add, operator.iadd, torch.add) or (method and t in ("add", "add_")):
         if len(args) != 2 or kwargs:
             _fail(what, "only the sum of two tensors is supported (no alpha, no scalars)")
         return "add", {}, args
-    if t in (F.softmax, torch.softmax) or (method and t == "softmax"):
+    if t in (torch.nn.functional.softmax, torch.softmax) or (method and t == "softmax"):
         _fail(what, "softmax is not supported: Crumb's loss takes the scores (return them, or their log_softmax)")
-    _fail(what, f"is not supported (Crumb runs {_LAYERS})")
+    _fail(what, f"is not supported (Crumb runs {registry.names()})")
 
 
 def _log_softmax_input(node, what, torch):
@@ -282,6 +285,7 @@ def from_torch(module, input_shape, name=None):
     traced.graph.eliminate_dead_code()
     shapes, tensors = _shapes(traced, shape, torch)
 
+    registry = _Registry(torch)
     desc = nn._Description()
     value = {}        # fx node -> the description's name of its value
     calls = {}        # module path -> times called
@@ -341,7 +345,7 @@ def from_torch(module, input_shape, name=None):
                     _fail(what, "log_softmax is supported only where it gives the output (Crumb's loss applies "
                           "softmax cross-entropy to the scores, which is nll_loss on their log_softmax)")
                 continue
-            converted = _convert_module(what, m, torch)
+            converted = _convert_module(what, m, registry)
             if converted is None:
                 value[node] = arg(node.args[0])
                 continue
@@ -367,7 +371,7 @@ def from_torch(module, input_shape, name=None):
                     _fail(what, "log_softmax is supported only where it gives the output (Crumb's loss applies "
                           "softmax cross-entropy to the scores, which is nll_loss on their log_softmax)")
                 continue
-            op, attrs, inputs = _convert_function(node, what, torch)
+            op, attrs, inputs = _convert_function(node, what, registry)
             if op is None:
                 value[node] = arg(inputs)
                 continue
