@@ -60,9 +60,7 @@ struct Model {
   }
 };
 
-std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + "crumb_ckpt_" + std::to_string(::getpid()) + "_" + name + ".safetensors";
-}
+std::string temp_path(const std::string& name) { return test::temp_path("ckpt", name + ".safetensors"); }
 
 bool exists(const std::string& path) { return std::ifstream(path).good(); }
 

@@ -69,9 +69,7 @@ std::string graph_text(const Graph& g) {
   return s;
 }
 
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("crumb_network_" + std::to_string(getpid()) + "_" + name)).string();
-}
+std::string temp_path(const std::string& name) { return test::temp_path("network", name); }
 
 TEST(NetworkJson, FullGrammarReadsWhatDescriptionsUse) {
   const json::Value v = json::parse(R"({"b": [true, false], "n": [-1, 0.5, 1e-5, 2E+3, -0.0, 7], "o": [{"a": []}]})",

@@ -9,9 +9,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "engine/device/backend.h"
 #include "engine/train/model_registry.h"
@@ -23,6 +26,12 @@
   } while (0)
 
 namespace crumb::test {
+
+// A file name in the temporary folder that is this process's own (ctest runs tests in parallel):
+// crumb_<what>_<pid>_<name>.
+inline std::string temp_path(const std::string& what, const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("crumb_" + what + "_" + std::to_string(::getpid()) + "_" + name)).string();
+}
 
 // CPU against CUDA in float32: both sides compute in different summation orders (and cuBLAS/cuDNN pick
 // their own), so results agree to float rounding of the sums, not bit for bit.

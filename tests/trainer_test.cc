@@ -30,9 +30,7 @@ std::vector<char> weights(Trainer& t) {
   return {p, p + t.params().bytes()};
 }
 
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("crumb_trainer_" + std::to_string(getpid()) + "_" + name)).string();
-}
+std::string temp_path(const std::string& name) { return test::temp_path("trainer", name); }
 
 // Counts what fit calls back, and asks for a stop after `stop_after` steps (0: never).
 class Counter : public Callback {
