@@ -1,6 +1,7 @@
 #include "kernels/cpu/convert16.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
+// Builds for AVX2 and above only, as kernels/cpu/dpbf16.h says why (x86-64-v3 includes F16C).
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__AVX2__)
 #include <cpuid.h>
 #include <immintrin.h>
 #define CRUMB_SIMD16 1

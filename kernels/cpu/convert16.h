@@ -2,8 +2,9 @@
 // for f16, AVX2 integer arithmetic for bf16. The results are kernels/half.h's, bit for bit (rounding to
 // nearest even, overflow to infinity, subnormals kept, NaN as half.h writes it), so a machine's results
 // do not depend on which path ran; without the instructions (or with simd false) the runs go element by
-// element through half.h. The SIMD functions carry target attributes and are chosen at run time, so
-// one binary runs everywhere.
+// element through half.h. The SIMD functions are built for AVX2 and above (the portable package's
+// x86-64-v3 and -v4 kernel libraries, or a native build), carry target attributes for F16C and are chosen
+// at run time.
 #pragma once
 #include <cstddef>
 

@@ -1,9 +1,12 @@
 // What the AVX512_BF16 kernels (conv2d_bf16.cc, linear_bf16.cc) share: the target attribute their
-// functions carry, so that every x86-64 build holds them and has_bf16_dot() chooses them at run time,
-// and the sum of a register's lanes. CRUMB_DPBF16 is 1 where they are built.
+// functions carry, so that every AVX-512 build holds them and has_bf16_dot() chooses them at run time
+// (x86-64-v4 does not include AVX512_BF16), and the sum of a register's lanes. CRUMB_DPBF16 is 1 where
+// they are built: builds for AVX-512 only, so that the portable package's x86-64-v2 and -v3 kernel
+// libraries hold no instruction beyond their level (tests/python/test_install.py); the loader gives an
+// AVX-512 CPU the v4 library.
 #pragma once
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__AVX512F__)
 #include <immintrin.h>
 // GCC 12's AVX-512 intrinsics read _mm512_undefined_* values, which -Wuninitialized reports once they
 // are inlined into a function with a target attribute.

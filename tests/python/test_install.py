@@ -53,7 +53,10 @@ def test_only_the_kernels_for_newer_cpus_use_their_instructions():
     # The check sees them where they are: AVX2 + FMA in the x86-64-v3 kernels, AVX-512 in the v4 ones.
     v3 = beyond_v2(PACKAGE / "glibc-hwcaps" / "x86-64-v3" / KERNELS)
     assert v3.get("vfmadd231ps", 0) > 0 and v3.get("ymm", 0) > 0 and "zmm" not in v3
-    assert beyond_v2(PACKAGE / "glibc-hwcaps" / "x86-64-v4" / KERNELS).get("zmm", 0) > 0
+    v4 = beyond_v2(PACKAGE / "glibc-hwcaps" / "x86-64-v4" / KERNELS)
+    assert v4.get("zmm", 0) > 0
+    # AVX512_BF16 (beyond v4, chosen at run time) in the v4 kernels only, F16C's conversions from v3 up.
+    assert v4.get("vdpbf16ps", 0) > 0 and "vdpbf16ps" not in v3 and v3.get("vcvtph2ps", 0) > 0
 
 
 # Trains a few steps and prints the kernel library the process loaded and the last loss.
