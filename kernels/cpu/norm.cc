@@ -3,6 +3,7 @@
 // Work splits over channels (BatchNorm: a channel's groups are visited in order, so its running
 // statistics and moments are merged in a fixed order) or over (sample, group) rows (GroupNorm):
 // results do not depend on the thread count.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -104,18 +105,6 @@ template <class G, class T> void add_moments(Lanes& s, Lanes& t, const G* g, con
 struct Moments {
   double mean, m2;
 };
-// A channel's values are runs of hw a whole sample apart: too short for the hardware prefetcher to
-// get going on each, so the next run of each stream read (c may be null) is asked for while this one is
-// summed.
-template <class T> void prefetch_run(const T* a, const T* b, const T* c, int len) {
-  constexpr int kLine = 64 / sizeof(T);
-  for (int i = 0; i < len; i += kLine) {
-    __builtin_prefetch(a + i);
-    __builtin_prefetch(b + i);
-    if (c) __builtin_prefetch(c + i);
-  }
-}
-
 template <class T> Moments moments_of(const T* x, int runs, std::ptrdiff_t stride, int len) {
   Lanes sum;
   for (int r = 0; r < runs; ++r) add_values(sum, x + r * stride, len);
@@ -160,28 +149,27 @@ template <class T> struct ReluMask {
   const T *x = nullptr, *res = nullptr;  // x null: no ReLU
   Arith<T> scale = 0, shift = 0;
 };
-// The gradient reaching the normalisation over `len` values from `from` into g: dy where the mask is open.
-// A loop of its own over plain arguments, so that it vectorises (with the mask's fields read through a
-// struct inside the sums' loops, the compiler could not).
-template <class T>
-void gate_run(Arith<T>* g, const T* dy, const ReluMask<T>& m, std::ptrdiff_t from, int len) {
+// The gradient reaching the normalisation over `len` values from `from` into g: dy where the mask is open. A loop of its own over plain arguments, so that it
+// vectorises (with the mask's fields read through a struct inside the sums' loops, the compiler could not).
+template <class T> void gate_run(T* g, const T* dy, const ReluMask<T>& m, std::ptrdiff_t from, int len) {
   using A = Arith<T>;
+  const T zero = store<T>(A(0));
   const T* d = dy + from;
   const T* x = m.x + from;
   const A scale = m.scale, shift = m.shift;
   if (!m.res) {
 #pragma omp simd
     for (int i = 0; i < len; ++i) {
-      const A v = load(store<T>(load(x[i]) * scale + shift)), di = load(d[i]);
-      g[i] = v > A(0) ? di : A(0);
+      const A v = load(store<T>(load(x[i]) * scale + shift));
+      g[i] = v > A(0) ? d[i] : zero;
     }
     return;
   }
   const T* r = m.res + from;
 #pragma omp simd
   for (int i = 0; i < len; ++i) {
-    const A v = load(store<T>(load(store<T>(load(x[i]) * scale + shift)) + load(r[i]))), di = load(d[i]);
-    g[i] = v > A(0) ? di : A(0);
+    const A v = load(store<T>(load(store<T>(load(x[i]) * scale + shift)) + load(r[i])));
+    g[i] = v > A(0) ? d[i] : zero;
   }
 }
 // Values per chunk of gate_run's output, on the stack (a multiple of kLanes, so a run's lanes do not
@@ -194,21 +182,20 @@ static_assert(kGateChunk % kLanes == 0);
 template <class T>
 void sums_run(Lanes& sg, Lanes& sgx, const T* dy, const T* x, T* gout, const ReluMask<T>& m, std::ptrdiff_t run,
               int len, double mean) {
-  using A = Arith<T>;
   const T* px = x + run;
   if (!m.x) {
     add_moments(sg, sgx, dy + run, px, len, mean);
     return;
   }
-  A g[kGateChunk];
+  if (gout) {
+    gate_run(gout + run, dy, m, run, len);
+    add_moments(sg, sgx, gout + run, px, len, mean);
+    return;
+  }
+  T g[kGateChunk];
   for (int from = 0; from < len; from += kGateChunk) {
     const int n = std::min(kGateChunk, len - from);
     gate_run(g, dy, m, run + from, n);
-    if (gout) {
-      T* o = gout + run + from;
-#pragma omp simd
-      for (int i = 0; i < n; ++i) o[i] = store<T>(g[i]);
-    }
     add_moments(sg, sgx, g, px + from, n, mean);
   }
 }
@@ -363,46 +350,62 @@ template <class T> T* masked_gradient(const NormReluGrad<T>& relu, T* dx) {
   return relu.dresidual ? relu.dresidual : dx;
 }
 
+// Channels per block of BatchNorm's backward: a block's runs of one sample are one contiguous stretch of
+// memory, visited sample by sample (a channel's runs alone are too short and far apart for the hardware
+// prefetcher, with three or four streams of them); blocks split over the threads. Each channel's sums still
+// run over its values in sample order, so the bits do not depend on the blocking.
+constexpr int kChannelBlock = 8;
+int channel_block(int c) { return std::max(1, std::min(kChannelBlock, c / std::max(1, omp_get_max_threads()))); }
+
 template <class T>
 void batch_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T* x, const Arith<T>* w,
                          const Arith<T>* stats, const BatchNormShape& s, bool batch_stats, bool accumulate,
                          const NormReluGrad<T>& relu) {
   using A = Arith<T>;
   const std::ptrdiff_t stride = std::ptrdiff_t{s.c} * s.hw;
-  const int groups = s.groups();
+  const int groups = s.groups(), block = channel_block(s.c), blocks = (s.c + block - 1) / block;
   T* gout = masked_gradient(relu, dx);
   const T* g = gout ? gout : dy;
   with_write_mode(accumulate, [&](auto acc) {
 #pragma omp parallel for schedule(static) if (parallel(s))
-    for (int c = 0; c < s.c; ++c) {
-      double sum_dw = 0, sum_db = 0;
+    for (int bl = 0; bl < blocks; ++bl) {
+      const int c0 = bl * block, nc = std::min(block, s.c - c0);
+      double sum_dw[kChannelBlock] = {}, sum_db[kChannelBlock] = {};
       for (int grp = 0; grp < groups; ++grp) {
         const int samples = s.group_size(grp);
-        const std::ptrdiff_t at = grp * s.group * stride + std::ptrdiff_t{c} * s.hw;
-        const double mean = stats[(2 * grp) * s.c + c], invstd = stats[(2 * grp + 1) * s.c + c];
+        const std::ptrdiff_t at = grp * s.group * stride + std::ptrdiff_t{c0} * s.hw;
+        const A* mean = stats + (2 * grp) * s.c + c0;
+        const A* invstd = stats + (2 * grp + 1) * s.c + c0;
         // The forward's affine map (normalize_group), for a mask computed again from x (and the residual).
-        const double scale = relu.bias ? w[c] * invstd : 0.0;
-        const ReluMask<T> mask =
-            relu_mask(relu, x, A(scale), A(relu.bias ? relu.bias[c] - mean * scale : 0.0));
-        Lanes lg, lgx;  // sums of g and of g * (x - mean) over the group
-        for (int r = 0; r < samples; ++r) {
-          const std::ptrdiff_t run = at + r * stride;
-          if (r + 1 < samples)
-            prefetch_run(dy + run + stride, x + run + stride, mask.res ? mask.res + run + stride : nullptr, s.hw);
-          sums_run(lg, lgx, dy, x, gout, mask, run, s.hw, mean);
+        ReluMask<T> mask[kChannelBlock];
+        for (int j = 0; j < nc; ++j) {
+          const double scale = relu.bias ? w[c0 + j] * double(invstd[j]) : 0.0;
+          mask[j] = relu_mask(relu, x, A(scale), A(relu.bias ? relu.bias[c0 + j] - mean[j] * scale : 0.0));
         }
-        const double sdy = lg.total(), sdyx = lgx.total();
-        sum_db += sdy;
-        sum_dw += sdyx * invstd;
+        Lanes lg[kChannelBlock], lgx[kChannelBlock];  // sums of g and of g * (x - mean) over the group
+        for (int r = 0; r < samples; ++r)
+          for (int j = 0; j < nc; ++j)
+            sums_run(lg[j], lgx[j], dy, x, gout, mask[j], at + r * stride + std::ptrdiff_t{j} * s.hw, s.hw, mean[j]);
+        A k[kChannelBlock], a[kChannelBlock], slope[kChannelBlock];
+        for (int j = 0; j < nc; ++j) {
+          const double sdy = lg[j].total(), sdyx = lgx[j].total(), is = invstd[j];
+          sum_db[j] += sdy;
+          sum_dw[j] += sdyx * is;
+          // dx = w invstd (g - mean(g) - xhat mean(g xhat)) with batch statistics, w invstd g without.
+          const double count = double(samples) * s.hw, kj = w[c0 + j] * is;
+          k[j] = A(kj);
+          a[j] = A(batch_stats ? kj * sdy / count : 0.0);
+          slope[j] = A(batch_stats ? kj * sdyx * is * is / count : 0.0);
+        }
         if (!dx) continue;
-        // dx = w invstd (g - mean(g) - xhat mean(g xhat)) with batch statistics, w invstd g without.
-        const double count = double(samples) * s.hw, k = w[c] * invstd;
-        const A a = A(batch_stats ? k * sdy / count : 0.0);
-        const A slope = A(batch_stats ? k * sdyx * invstd * invstd / count : 0.0);
-        for (int r = 0; r < samples; ++r) dx_run(dx, g, x, at + r * stride, s.hw, A(k), a, slope, A(mean));
+        for (int r = 0; r < samples; ++r)
+          for (int j = 0; j < nc; ++j)
+            dx_run(dx, g, x, at + r * stride + std::ptrdiff_t{j} * s.hw, s.hw, k[j], a[j], slope[j], A(mean[j]));
       }
-      put(acc, dw[c], A(sum_dw));
-      put(acc, db[c], A(sum_db));
+      for (int j = 0; j < nc; ++j) {
+        put(acc, dw[c0 + j], A(sum_dw[j]));
+        put(acc, db[c0 + j], A(sum_db[j]));
+      }
     }
   });
 }
