@@ -1,7 +1,7 @@
 // BatchNorm and GroupNorm on NCHW. A normalisation group's values of one channel are hw-long contiguous
 // runs (one per sample), so every loop below is a run of simd-friendly passes over contiguous memory.
-// Work splits over channels (BatchNorm: a channel's groups are visited in order, so its running
-// statistics and moments are merged in a fixed order) or over (sample, group) rows (GroupNorm):
+// Work splits over channels or blocks of them (BatchNorm: a channel's groups are visited in order, so its
+// running statistics and moments are merged in a fixed order) or over (sample, group) rows (GroupNorm):
 // results do not depend on the thread count.
 #include <algorithm>
 #include <cmath>
