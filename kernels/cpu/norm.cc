@@ -1,9 +1,12 @@
 // BatchNorm and GroupNorm on NCHW. A normalisation group's values of one channel are hw-long contiguous
 // runs (one per sample), so every loop below is a run of simd-friendly passes over contiguous memory.
-// Work splits over channels (BatchNorm: a channel's groups are visited in order, so its running
-// statistics and moments are merged in a fixed order) or over (sample, group) rows (GroupNorm):
+// Work splits over channels or blocks of them (BatchNorm: a channel's groups are visited in order, so its
+// running statistics and moments are merged in a fixed order) or over (sample, group) rows (GroupNorm):
 // results do not depend on the thread count.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 
 #include "kernels/cpu/kernel_util.h"
 #include "kernels/norm.h"
@@ -16,47 +19,99 @@ using detail::put;
 using detail::store;
 using detail::with_write_mode;
 
+// Sums over many values in double, as 16 partial sums: value i of a run goes to lane i % 16, the lanes
+// carry on from run to run and are added in a fixed order at the end. Independent partial sums are what
+// lets the adds overlap (one running sum waits out each add's latency, which bounded these passes); the
+// order is the source's, so the bits do not depend on the vector width or the thread count, and a fused
+// backward, adding the same values in the same order, has the unfused one's bits. GCC's vector types keep
+// the lanes in registers on any x86-64 (two 512-bit, four 256-bit or eight 128-bit ones).
+typedef double D8 __attribute__((vector_size(64)));
+typedef float F8 __attribute__((vector_size(32)));
+constexpr int kLanes = 16;
+struct Lanes {
+  D8 v[2] = {};
+  double total() const {
+    const D8 s = v[0] + v[1];
+    double t[8];
+    for (int k = 0; k < 8; ++k) t[k] = s[k];
+    for (int w = 4; w >= 1; w /= 2)
+      for (int k = 0; k < w; ++k) t[k] += t[k + w];
+    return t[0];
+  }
+  void add_at(int lane, double value) { v[lane / 8][lane % 8] += value; }
+};
+// Eight values from p, in double.
+template <class T> inline D8 load8(const T* p) {
+  if constexpr (std::is_same_v<T, double>) {
+    D8 v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  } else {
+    F8 f;
+    if constexpr (std::is_same_v<T, float>) {
+      std::memcpy(&f, p, sizeof f);
+    } else {
+      for (int k = 0; k < 8; ++k) f[k] = load(p[k]);
+    }
+    return __builtin_convertvector(f, D8);
+  }
+}
+// s += p[i] over i < len.
+template <class T> void add_values(Lanes& s, const T* p, int len) {
+  D8 a0 = s.v[0], a1 = s.v[1];
+  int i = 0;
+  for (; i + kLanes <= len; i += kLanes) {
+    a0 += load8(p + i);
+    a1 += load8(p + i + 8);
+  }
+  s.v[0] = a0, s.v[1] = a1;
+  for (int k = 0; i + k < len; ++k) s.add_at(k, load(p[i + k]));
+}
+// s += (p[i] - mean)^2 over i < len.
+template <class T> void add_squares(Lanes& s, const T* p, int len, double mean) {
+  D8 a0 = s.v[0], a1 = s.v[1];
+  int i = 0;
+  for (; i + kLanes <= len; i += kLanes) {
+    const D8 d0 = load8(p + i) - mean, d1 = load8(p + i + 8) - mean;
+    a0 += d0 * d0;
+    a1 += d1 * d1;
+  }
+  s.v[0] = a0, s.v[1] = a1;
+  for (int k = 0; i + k < len; ++k) {
+    const double d = load(p[i + k]) - mean;
+    s.add_at(k, d * d);
+  }
+}
+// s += g[i], t += g[i] (x[i] - mean) over i < len.
+template <class G, class T> void add_moments(Lanes& s, Lanes& t, const G* g, const T* x, int len, double mean) {
+  D8 a0 = s.v[0], a1 = s.v[1], b0 = t.v[0], b1 = t.v[1];
+  int i = 0;
+  for (; i + kLanes <= len; i += kLanes) {
+    const D8 g0 = load8(g + i), g1 = load8(g + i + 8);
+    a0 += g0;
+    a1 += g1;
+    b0 += g0 * (load8(x + i) - mean);
+    b1 += g1 * (load8(x + i + 8) - mean);
+  }
+  s.v[0] = a0, s.v[1] = a1, t.v[0] = b0, t.v[1] = b1;
+  for (int k = 0; i + k < len; ++k) {
+    const double gk = load(g[i + k]);
+    s.add_at(k, gk);
+    t.add_at(k, gk * (load(x[i + k]) - mean));
+  }
+}
+
 // Mean and M2 (sum of squared deviations) of `runs` runs of `len` values, run r at x + r * stride.
 struct Moments {
   double mean, m2;
 };
-// A channel's values are runs of hw a whole sample apart: too short for the hardware prefetcher to
-// get going on each, so the next run is asked for while this one is summed.
-template <class T> void prefetch_run(const T* a, const T* b, int len) {
-  constexpr int kLine = 64 / sizeof(T);
-  for (int i = 0; i < len; i += kLine) {
-    __builtin_prefetch(a + i);
-    __builtin_prefetch(b + i);
-  }
-}
-
-// Runs shorter than this (a ResNet's 4x4 to 1x1 maps) are summed by plain loops: a vectorised
-// reduction's set-up and lane sum per run would cost more than the run.
-constexpr int kShortRun = 16;
-
 template <class T> Moments moments_of(const T* x, int runs, std::ptrdiff_t stride, int len) {
-  double sum = 0;
-  for (int r = 0; r < runs; ++r) {
-    const T* p = x + r * stride;
-    if (len < kShortRun) {
-      for (int i = 0; i < len; ++i) sum += load(p[i]);
-      continue;
-    }
-#pragma omp simd reduction(+ : sum)
-    for (int i = 0; i < len; ++i) sum += load(p[i]);
-  }
-  const double count = double(runs) * len, mean = sum / count;
-  double m2 = 0;
-  for (int r = 0; r < runs; ++r) {
-    const T* p = x + r * stride;
-    if (len < kShortRun) {
-      for (int i = 0; i < len; ++i) m2 += (load(p[i]) - mean) * (load(p[i]) - mean);
-      continue;
-    }
-#pragma omp simd reduction(+ : m2)
-    for (int i = 0; i < len; ++i) m2 += (load(p[i]) - mean) * (load(p[i]) - mean);
-  }
-  return {mean, m2};
+  Lanes sum;
+  for (int r = 0; r < runs; ++r) add_values(sum, x + r * stride, len);
+  const double count = double(runs) * len, mean = sum.total() / count;
+  Lanes m2;
+  for (int r = 0; r < runs; ++r) add_squares(m2, x + r * stride, len, mean);
+  return {mean, m2.total()};
 }
 
 // The ReLU of a value already rounded to T, which it leaves exact (NaN propagates, as relu_forward's).
@@ -94,123 +149,66 @@ template <class T> struct ReluMask {
   const T *x = nullptr, *res = nullptr;  // x null: no ReLU
   Arith<T> scale = 0, shift = 0;
 };
-// The gradient reaching the normalisation over `len` values from `from` into g: dy where the mask is open.
-// A loop of its own over plain arguments, so that it vectorises (with the mask's fields read through a
-// struct inside the sums' loops, the compiler could not).
-template <class T>
-void gate_run(Arith<T>* g, const T* dy, const ReluMask<T>& m, std::ptrdiff_t from, int len) {
+// The gradient reaching the normalisation over `len` values from `from` into g: dy where the mask is open. A loop of its own over plain arguments, so that it
+// vectorises (with the mask's fields read through a struct inside the sums' loops, the compiler could not).
+template <class T> void gate_run(T* g, const T* dy, const ReluMask<T>& m, std::ptrdiff_t from, int len) {
   using A = Arith<T>;
+  const T zero = store<T>(A(0));
   const T* d = dy + from;
   const T* x = m.x + from;
   const A scale = m.scale, shift = m.shift;
   if (!m.res) {
 #pragma omp simd
     for (int i = 0; i < len; ++i) {
-      const A v = load(store<T>(load(x[i]) * scale + shift)), di = load(d[i]);
-      g[i] = v > A(0) ? di : A(0);
+      const A v = load(store<T>(load(x[i]) * scale + shift));
+      g[i] = v > A(0) ? d[i] : zero;
     }
     return;
   }
   const T* r = m.res + from;
 #pragma omp simd
   for (int i = 0; i < len; ++i) {
-    const A v = load(store<T>(load(store<T>(load(x[i]) * scale + shift)) + load(r[i]))), di = load(d[i]);
-    g[i] = v > A(0) ? di : A(0);
+    const A v = load(store<T>(load(store<T>(load(x[i]) * scale + shift)) + load(r[i])));
+    g[i] = v > A(0) ? d[i] : zero;
   }
 }
-// The same at one value, for runs too short to be worth a loop of their own (a ResNet's last maps).
-template <class T> Arith<T> gate_at(const T* dy, const ReluMask<T>& m, std::ptrdiff_t i) {
-  using A = Arith<T>;
-  if (!m.x) return load(dy[i]);
-  A v = load(store<T>(load(m.x[i]) * m.scale + m.shift));
-  if (m.res) v = load(store<T>(v + load(m.res[i])));
-  return v > A(0) ? load(dy[i]) : A(0);
-}
-
-// The residual's gradient over a run: dr = dy where relu(x * scale + shift + r), rounded as the forward,
-// passed (dr may alias dy).
-template <class T>
-void residual_grad_run(T* dr, const T* dy, const T* x, const T* r, int len, Arith<T> scale, Arith<T> shift) {
-  using A = Arith<T>;
-#pragma omp simd
-  for (int i = 0; i < len; ++i) {
-    const A v = load(store<T>(load(store<T>(load(x[i]) * scale + shift)) + load(r[i]))), d = load(dy[i]);
-    dr[i] = store<T>(v > A(0) ? d : A(0));
-  }
-}
-
-// Values per chunk of gate_run's output, on the stack: a feature map of up to 64x64 is one chunk, whose
-// sums then run in the unfused backward's order.
+// Values per chunk of gate_run's output, on the stack (a multiple of kLanes, so a run's lanes do not
+// depend on its chunking).
 constexpr int kGateChunk = 4096;
+static_assert(kGateChunk % kLanes == 0);
 
 // sg += sum of g, sgx += sum of g (x - mean) over the run of `len` values at `run`, g the gradient reaching
-// the normalisation (dy itself without a ReLU), written to dr there where given.
+// the normalisation (dy itself without a ReLU), written to gout there where given (it may alias dy).
 template <class T>
-void sums_run(double& sg, double& sgx, const T* dy, const T* x, T* dr, const ReluMask<T>& m, std::ptrdiff_t run, int len,
-              double mean) {
-  using A = Arith<T>;
+void sums_run(Lanes& sg, Lanes& sgx, const T* dy, const T* x, T* gout, const ReluMask<T>& m, std::ptrdiff_t run,
+              int len, double mean) {
   const T* px = x + run;
-  // Short runs (a ResNet's last maps) in a plain loop: a vectorised reduction's set-up per run would cost
-  // more than the run.
-  if (len < kShortRun) {
-    for (int i = 0; i < len; ++i) {
-      const A g = gate_at(dy, m, run + i);
-      if (dr && m.x) dr[run + i] = store<T>(g);
-      sg += g;
-      sgx += g * (load(px[i]) - mean);
-    }
-    return;
-  }
   if (!m.x) {
-    const T* pdy = dy + run;
-#pragma omp simd reduction(+ : sg, sgx)
-    for (int i = 0; i < len; ++i) {
-      sg += load(pdy[i]);
-      sgx += load(pdy[i]) * (load(px[i]) - mean);
-    }
+    add_moments(sg, sgx, dy + run, px, len, mean);
     return;
   }
-  A g[kGateChunk];
+  if (gout) {
+    gate_run(gout + run, dy, m, run, len);
+    add_moments(sg, sgx, gout + run, px, len, mean);
+    return;
+  }
+  T g[kGateChunk];
   for (int from = 0; from < len; from += kGateChunk) {
     const int n = std::min(kGateChunk, len - from);
     gate_run(g, dy, m, run + from, n);
-    if (dr)
-      for (int i = 0; i < n; ++i) dr[run + from + i] = store<T>(g[i]);
-    const T* xc = px + from;
-#pragma omp simd reduction(+ : sg, sgx)
-    for (int i = 0; i < n; ++i) {
-      sg += g[i];
-      sgx += g[i] * (load(xc[i]) - mean);
-    }
+    add_moments(sg, sgx, g, px + from, n, mean);
   }
 }
 
-// dx = k g - a - slope (x - mean) over the run of `len` values at `run`, g as above.
+// dx = k g - a - slope (x - mean) over the run of `len` values at `run` (dx may alias g).
 template <class T>
-void dx_run(T* dx, const T* dy, const T* x, const ReluMask<T>& m, std::ptrdiff_t run, int len, Arith<T> k, Arith<T> a,
-            Arith<T> slope, Arith<T> mean) {
-  using A = Arith<T>;
+void dx_run(T* dx, const T* g, const T* x, std::ptrdiff_t run, int len, Arith<T> k, Arith<T> a, Arith<T> slope,
+            Arith<T> mean) {
   T* pdx = dx + run;
+  const T* pg = g + run;
   const T* px = x + run;
-  if (len < kShortRun) {
-    for (int i = 0; i < len; ++i) pdx[i] = store<T>(k * gate_at(dy, m, run + i) - a - slope * (load(px[i]) - mean));
-    return;
-  }
-  if (!m.x) {
-    const T* pdy = dy + run;
 #pragma omp simd
-    for (int i = 0; i < len; ++i) pdx[i] = store<T>(k * load(pdy[i]) - a - slope * (load(px[i]) - mean));
-    return;
-  }
-  A g[kGateChunk];
-  for (int from = 0; from < len; from += kGateChunk) {
-    const int n = std::min(kGateChunk, len - from);
-    gate_run(g, dy, m, run + from, n);
-    T* d = pdx + from;
-    const T* xc = px + from;
-#pragma omp simd
-    for (int i = 0; i < n; ++i) d[i] = store<T>(k * g[i] - a - slope * (load(xc[i]) - mean));
-  }
+  for (int i = 0; i < len; ++i) pdx[i] = store<T>(k * load(pg[i]) - a - slope * (load(px[i]) - mean));
 }
 
 // The mask of a run whose affine map is (scale, shift) (x null: no ReLU).
@@ -344,64 +342,70 @@ void batch_norm_forward_frozen(T* y, Arith<T>* stats, const T* x, const Arith<T>
   }
 }
 
+// Where a fused backward writes its masked gradient g once, for the passes after the first to read: the
+// residual's gradient where there is one, else dx (which the input gradient then overwrites in place);
+// null without a ReLU (g is dy) or where neither is wanted.
+template <class T> T* masked_gradient(const NormReluGrad<T>& relu, T* dx) {
+  if (!relu.bias) return nullptr;
+  return relu.dresidual ? relu.dresidual : dx;
+}
+
+// Channels per block of BatchNorm's backward: a block's runs of one sample are one contiguous stretch of
+// memory, visited sample by sample (a channel's runs alone are too short and far apart for the hardware
+// prefetcher, with three or four streams of them); blocks split over the threads. Each channel's sums still
+// run over its values in sample order, so the bits do not depend on the blocking.
+constexpr int kChannelBlock = 8;
+int channel_block(int c) { return std::max(1, std::min(kChannelBlock, c / std::max(1, omp_get_max_threads()))); }
+
 template <class T>
 void batch_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T* x, const Arith<T>* w,
                          const Arith<T>* stats, const BatchNormShape& s, bool batch_stats, bool accumulate,
                          const NormReluGrad<T>& relu) {
   using A = Arith<T>;
   const std::ptrdiff_t stride = std::ptrdiff_t{s.c} * s.hw;
-  const int groups = s.groups();
-  if (relu.bias && relu.residual) {
-    // After a residual add, the masked gradient (the residual's) first, in one pass over (sample, channel)
-    // runs in memory order (as residual_pass, for the same reason), then the normalisation's backward
-    // from it.
-    const std::ptrdiff_t runs = std::ptrdiff_t{s.n} * s.c;
-#pragma omp parallel for schedule(static) if (parallel(s))
-    for (std::ptrdiff_t run = 0; run < runs; ++run) {
-      const int c = static_cast<int>(run % s.c), g = static_cast<int>(run / s.c) / s.group;
-      const double mean = stats[(2 * g) * s.c + c], scale = w[c] * double(stats[(2 * g + 1) * s.c + c]);
-      const std::ptrdiff_t at = run * s.hw;
-      residual_grad_run(relu.dresidual + at, dy + at, x + at, relu.residual + at, s.hw, A(scale),
-                        A(relu.bias[c] - mean * scale));
-    }
-    batch_norm_backward<T>(dw, db, dx, relu.dresidual, x, w, stats, s, batch_stats, accumulate, {});
-    return;
-  }
+  const int groups = s.groups(), block = channel_block(s.c), blocks = (s.c + block - 1) / block;
+  T* gout = masked_gradient(relu, dx);
+  const T* g = gout ? gout : dy;
   with_write_mode(accumulate, [&](auto acc) {
 #pragma omp parallel for schedule(static) if (parallel(s))
-    for (int c = 0; c < s.c; ++c) {
-      double sum_dw = 0, sum_db = 0;
-      for (int g = 0; g < groups; ++g) {
-        const int samples = s.group_size(g);
-        const std::ptrdiff_t at = g * s.group * stride + std::ptrdiff_t{c} * s.hw;
-        const double mean = stats[(2 * g) * s.c + c], invstd = stats[(2 * g + 1) * s.c + c];
-        // The forward's affine map (normalize_group), for a mask computed again from x.
-        const double scale = relu.bias ? w[c] * invstd : 0.0;
-        const A scale_t = A(scale), shift_t = A(relu.bias ? relu.bias[c] - mean * scale : 0.0);
-        // The fused ReLU's backward, if any: dy masked once, into dx (its values are needed by the input
-        // gradient below, which then overwrites them in place).
-        const ReluMask<T> mask = relu_mask(relu, x, scale_t, shift_t);
-        double sdy = 0, sdyx = 0;  // sum of dy and of dy * (x - mean) over the group
-        for (int r = 0; r < samples; ++r) {
-          const std::ptrdiff_t run = at + r * stride;
-          const T* pdy = dy + run;
-          const T* px = x + run;
-          if (r + 1 < samples) prefetch_run(pdy + stride, px + stride, s.hw);
-          sums_run(sdy, sdyx, dy, x, dx, mask, run, s.hw, mean);
+    for (int bl = 0; bl < blocks; ++bl) {
+      const int c0 = bl * block, nc = std::min(block, s.c - c0);
+      double sum_dw[kChannelBlock] = {}, sum_db[kChannelBlock] = {};
+      for (int grp = 0; grp < groups; ++grp) {
+        const int samples = s.group_size(grp);
+        const std::ptrdiff_t at = grp * s.group * stride + std::ptrdiff_t{c0} * s.hw;
+        const A* mean = stats + (2 * grp) * s.c + c0;
+        const A* invstd = stats + (2 * grp + 1) * s.c + c0;
+        // The forward's affine map (normalize_group), for a mask computed again from x (and the residual).
+        ReluMask<T> mask[kChannelBlock];
+        for (int j = 0; j < nc; ++j) {
+          const double scale = relu.bias ? w[c0 + j] * double(invstd[j]) : 0.0;
+          mask[j] = relu_mask(relu, x, A(scale), A(relu.bias ? relu.bias[c0 + j] - mean[j] * scale : 0.0));
         }
-        sum_db += sdy;
-        sum_dw += sdyx * invstd;
-        if (!dx) continue;
-        // dx = w invstd (dy - mean(dy) - xhat mean(dy xhat)) with batch statistics, w invstd dy without.
-        const double count = double(samples) * s.hw, k = w[c] * invstd;
-        const A a = A(batch_stats ? k * sdy / count : 0.0);
-        const A slope = A(batch_stats ? k * sdyx * invstd * invstd / count : 0.0);
-        const A kt = A(k), mt = A(mean);
+        Lanes lg[kChannelBlock], lgx[kChannelBlock];  // sums of g and of g * (x - mean) over the group
         for (int r = 0; r < samples; ++r)
-          dx_run(dx, mask.x ? dx : dy, x, ReluMask<T>{}, at + r * stride, s.hw, kt, a, slope, mt);
+          for (int j = 0; j < nc; ++j)
+            sums_run(lg[j], lgx[j], dy, x, gout, mask[j], at + r * stride + std::ptrdiff_t{j} * s.hw, s.hw, mean[j]);
+        A k[kChannelBlock], a[kChannelBlock], slope[kChannelBlock];
+        for (int j = 0; j < nc; ++j) {
+          const double sdy = lg[j].total(), sdyx = lgx[j].total(), is = invstd[j];
+          sum_db[j] += sdy;
+          sum_dw[j] += sdyx * is;
+          // dx = w invstd (g - mean(g) - xhat mean(g xhat)) with batch statistics, w invstd g without.
+          const double count = double(samples) * s.hw, kj = w[c0 + j] * is;
+          k[j] = A(kj);
+          a[j] = A(batch_stats ? kj * sdy / count : 0.0);
+          slope[j] = A(batch_stats ? kj * sdyx * is * is / count : 0.0);
+        }
+        if (!dx) continue;
+        for (int r = 0; r < samples; ++r)
+          for (int j = 0; j < nc; ++j)
+            dx_run(dx, g, x, at + r * stride + std::ptrdiff_t{j} * s.hw, s.hw, k[j], a[j], slope[j], A(mean[j]));
       }
-      put(acc, dw[c], A(sum_dw));
-      put(acc, db[c], A(sum_db));
+      for (int j = 0; j < nc; ++j) {
+        put(acc, dw[c0 + j], A(sum_dw[j]));
+        put(acc, db[c0 + j], A(sum_db[j]));
+      }
     }
   });
 }
@@ -454,31 +458,10 @@ void group_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T
   auto invstd_of = [&](std::ptrdiff_t sample, std::ptrdiff_t g) {
     return double(stats[sample * 2 * s.groups + s.groups + g]);
   };
-  if (dx) {
-    // Within a group w varies by channel: dx = invstd (dy w - mean(dy w) - xhat mean(dy w xhat)).
-#pragma omp parallel for schedule(static) if (threads)
-    for (std::ptrdiff_t row = 0; row < rows; ++row) {
-      const std::ptrdiff_t sample = row / s.groups, g = row % s.groups, at = row * len;
-      const double mean = mean_of(sample, g), invstd = invstd_of(sample, g);
-      double sdyw = 0, sdywx = 0;
-      for (int j = 0; j < cpg; ++j) {
-        const double wc = w[g * cpg + j];
-        double a = 0, bsum = 0;
-        sums_run(a, bsum, dy, x, static_cast<T*>(nullptr), gn_mask(relu, x, w, stats, s, sample, g * cpg + j), at + j * s.hw,
-                 s.hw, mean);
-        sdyw += wc * a;
-        sdywx += wc * bsum;
-      }
-      const A a = A(invstd * sdyw / double(len)), slope = A(invstd * invstd * invstd * sdywx / double(len));
-      const A mt = A(mean);
-      for (int j = 0; j < cpg; ++j) {
-        const A k = A(w[g * cpg + j] * invstd);
-        dx_run(dx, dy, x, gn_mask(relu, x, w, stats, s, sample, g * cpg + j), at + j * s.hw, s.hw, k, a, slope, mt);
-      }
-    }
-  }
-  // dw, db reduce over samples: a second pass split over channels, so no two threads write one channel. It
-  // writes the residual's gradient (each value once, after the first pass read it: dresidual may alias dy).
+  T* gout = masked_gradient(relu, dx);
+  // dw, db reduce over samples: a pass split over channels, so no two threads write one channel. It computes
+  // the ReLU's mask, once, and writes the masked gradient for the input gradient's pass (each value once,
+  // after reading it: it may alias dy).
   with_write_mode(accumulate, [&](auto acc) {
 #pragma omp parallel for schedule(static) if (threads)
     for (int c = 0; c < s.c; ++c) {
@@ -487,15 +470,35 @@ void group_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T
       for (int sample = 0; sample < s.n; ++sample) {
         const std::ptrdiff_t at = (std::ptrdiff_t{sample} * s.c + c) * s.hw;
         const double mean = mean_of(sample, g), invstd = invstd_of(sample, g);
-        double a = 0, bsum = 0;
-        sums_run(a, bsum, dy, x, relu.dresidual, gn_mask(relu, x, w, stats, s, sample, c), at, s.hw, mean);
-        sum_db += a;
-        sum_dw += bsum * invstd;
+        Lanes la, lb;
+        sums_run(la, lb, dy, x, gout, gn_mask(relu, x, w, stats, s, sample, c), at, s.hw, mean);
+        sum_db += la.total();
+        sum_dw += lb.total() * invstd;
       }
       put(acc, dw[c], A(sum_dw));
       put(acc, db[c], A(sum_db));
     }
   });
+  if (!dx) return;
+  // Within a group w varies by channel: dx = invstd (g w - mean(g w) - xhat mean(g w xhat)), over (sample,
+  // group) rows from the masked gradient (dy without a ReLU), in place where that is dx.
+  const T* gin = gout ? gout : dy;
+#pragma omp parallel for schedule(static) if (threads)
+  for (std::ptrdiff_t row = 0; row < rows; ++row) {
+    const std::ptrdiff_t sample = row / s.groups, g = row % s.groups, at = row * len;
+    const double mean = mean_of(sample, g), invstd = invstd_of(sample, g);
+    double sdyw = 0, sdywx = 0;
+    for (int j = 0; j < cpg; ++j) {
+      const double wc = w[g * cpg + j];
+      Lanes la, lb;
+      sums_run(la, lb, gin, x, static_cast<T*>(nullptr), ReluMask<T>{}, at + j * s.hw, s.hw, mean);
+      sdyw += wc * la.total();
+      sdywx += wc * lb.total();
+    }
+    const A a = A(invstd * sdyw / double(len)), slope = A(invstd * invstd * invstd * sdywx / double(len));
+    for (int j = 0; j < cpg; ++j)
+      dx_run(dx, gin, x, at + j * s.hw, s.hw, A(w[g * cpg + j] * invstd), a, slope, A(mean));
+  }
 }
 
 #define CRUMB_INSTANTIATE(T)                                                                                  \
