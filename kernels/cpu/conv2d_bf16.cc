@@ -155,6 +155,14 @@ CRUMB_TARGET_DPBF16 inline __m256i to_bf16_lanes(__m512 v) {
   return _mm512_cvtepi32_epi16(r);
 }
 
+// An output vector as both tiles store it: the bias added where there is one, relu_forward's rule where
+// asked (NaN propagates, -0 becomes 0: a NaN compares false and stays), rounded to bf16.
+CRUMB_TARGET_DPBF16 inline __m256i output_lanes(__m512 acc, const __m512* bias, bool relu) {
+  __m512 o = bias ? _mm512_add_ps(acc, *bias) : acc;
+  if (relu) o = _mm512_mask_mov_ps(o, _mm512_cmp_ps_mask(o, _mm512_setzero_ps(), _CMP_LE_OQ), _mm512_setzero_ps());
+  return to_bf16_lanes(o);
+}
+
 // y rows [co, co + R) at pixels [px, px + 16 V) (the last vector under `tail`): acc over the pairs.
 template <int R, int V, class B>
 CRUMB_TARGET_DPBF16 void conv_tile(uint16_t* y, std::ptrdiff_t hw, const uint16_t* w, std::ptrdiff_t k,
@@ -183,12 +191,9 @@ CRUMB_TARGET_DPBF16 void conv_tile(uint16_t* y, std::ptrdiff_t hw, const uint16_
   }
   for (int r = 0; r < R; ++r) {
     const __m512 bias = _mm512_set1_ps(b ? to_float(b[r]) : 0.0f);
-    for (int v = 0; v < V; ++v) {
-      __m512 o = b ? _mm512_add_ps(acc[r][v], bias) : acc[r][v];
-      // relu_forward's rule: NaN propagates, -0 becomes 0 (a NaN compares false and stays).
-      if (relu) o = _mm512_mask_mov_ps(o, _mm512_cmp_ps_mask(o, _mm512_setzero_ps(), _CMP_LE_OQ), _mm512_setzero_ps());
-      _mm256_mask_storeu_epi16(y + r * hw + v * 16, v == V - 1 ? tail : __mmask16(0xffff), to_bf16_lanes(o));
-    }
+    for (int v = 0; v < V; ++v)
+      _mm256_mask_storeu_epi16(y + r * hw + v * 16, v == V - 1 ? tail : __mmask16(0xffff),
+                               output_lanes(acc[r][v], b ? &bias : nullptr, relu));
   }
 }
 
@@ -246,11 +251,9 @@ CRUMB_TARGET_DPBF16 void direct_tile(uint16_t* out, std::ptrdiff_t ldo, const ui
   }
   for (int r = 0; r < R; ++r) {
     const __m512 bias = _mm512_set1_ps(b ? to_float(b[r]) : 0.0f);
-    for (int v = 0; v < V; ++v) {
-      __m512 o = b ? _mm512_add_ps(acc[r][v], bias) : acc[r][v];
-      if (relu) o = _mm512_mask_mov_ps(o, _mm512_cmp_ps_mask(o, _mm512_setzero_ps(), _CMP_LE_OQ), _mm512_setzero_ps());
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + r * ldo + 16 * v), to_bf16_lanes(o));
-    }
+    for (int v = 0; v < V; ++v)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + r * ldo + 16 * v),
+                          output_lanes(acc[r][v], b ? &bias : nullptr, relu));
   }
 }
 
