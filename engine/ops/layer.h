@@ -27,12 +27,15 @@ namespace crumb {
 // One attribute of a layer in a description, in the order the canonical description writes them.
 struct LayerField {
   enum class Kind {
-    Int,     // an integer >= lo
+    Int,     // an integer in [lo, kMaxInt]
     Number,  // a float
     Bool,
     Size2,   // an integer or [height, width]; written as [height, width]
     Dims,    // 1 to 3 positive integers (per-sample dims)
   };
+  // The largest integer a description's field or size holds: far above any real layer, and small enough that
+  // every shape product fits in 64 bits.
+  static constexpr int kMaxInt = 1 << 24;
   std::string name;
   Kind kind = Kind::Int;
   bool required = false;

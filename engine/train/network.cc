@@ -25,11 +25,12 @@ class NodeReader {
     if (!v) return fallback;
     // A negative integer reads as a Number: it is out of range rather than of another kind.
     const bool negative = v->kind == json::Value::Kind::Number && v->number < 0 && v->number == std::floor(v->number);
-    CRUMB_CHECK(!negative, where_, ": \"", key, "\" is ", v->number, ", outside [", lo, ", ", 1 << 24, "]");
+    constexpr int hi = LayerField::kMaxInt;
+    CRUMB_CHECK(!negative, where_, ": \"", key, "\" is ", v->number, ", outside [", lo, ", ", hi, "]");
     CRUMB_CHECK(v->kind == json::Value::Kind::Integer, where_, ": \"", key, "\" must be an integer, found ",
                 json::kind_name(v->kind), key_hint(key));
-    CRUMB_CHECK(v->integer >= static_cast<uint64_t>(lo) && v->integer <= (1u << 24), where_, ": \"", key, "\" is ",
-                v->integer, ", outside [", lo, ", ", 1 << 24, "]");
+    CRUMB_CHECK(v->integer >= static_cast<uint64_t>(lo) && v->integer <= static_cast<uint64_t>(hi), where_, ": \"", key,
+                "\" is ", v->integer, ", outside [", lo, ", ", hi, "]");
     return static_cast<int>(v->integer);
   }
 
@@ -117,8 +118,9 @@ std::vector<int> read_dims(const NodeReader& r, const char* key) {
   std::vector<int> dims;
   int64_t count = 1;
   for (const json::Value& d : s->items) {
-    CRUMB_CHECK(d.kind == json::Value::Kind::Integer && d.integer >= 1 && d.integer <= (1u << 24), r.where(), ": \"",
-                key, "\" must hold positive integers up to ", 1 << 24);
+    constexpr int hi = LayerField::kMaxInt;
+    CRUMB_CHECK(d.kind == json::Value::Kind::Integer && d.integer >= 1 && d.integer <= static_cast<uint64_t>(hi),
+                r.where(), ": \"", key, "\" must hold positive integers up to ", hi);
     count *= static_cast<int64_t>(d.integer);
     CRUMB_CHECK(count <= (int64_t{1} << 31), r.where(), ": \"", key, "\" has more than 2^31 elements per sample");
     dims.push_back(static_cast<int>(d.integer));

@@ -49,6 +49,8 @@ def test_names_follow_torch():
     (lambda: nn.Conv2d(3, 4, (3, 5)), "Conv2d: kernel_size=(3, 5): Crumb's windows are square"),
     (lambda: nn.Conv2d(3, 0, 3), "Conv2d: out_channels must be an integer >= 1, got 0"),
     (lambda: nn.MaxPool2d(2, padding=-1), "MaxPool2d: padding must be an integer >= 0"),
+    (lambda: nn.Linear(4, 10**20), "Linear: out_features is 100000000000000000000, above the largest a layer takes"),
+    (lambda: nn.AdaptiveAvgPool2d((1, 2**40)), "AdaptiveAvgPool2d: output_size is 1099511627776, above the largest"),
     (lambda: nn.GroupNorm(3, 8), "GroupNorm: num_groups 3 does not divide num_channels 8"),
     (lambda: nn.BatchNorm2d(8, group="all"), "BatchNorm2d: group must be an integer >= 1, got 'all'"),
     (lambda: nn.BatchNorm2d(8, momentum=2), "BatchNorm2d: eps must be > 0 and momentum in [0, 1]"),

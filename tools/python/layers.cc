@@ -43,9 +43,9 @@ nb::dict describe(const Layer& layer) {
   for (const LayerField& f : layer.fields()) {
     nb::dict d;
     d["name"] = f.name, d["kind"] = kind_name(f.kind), d["required"] = f.required, d["default"] = fallback(f);
-    d["lo"] = f.lo, d["stated"] = f.stated, d["optional"] = f.optional, d["same_as"] = f.same_as;
-    d["word"] = f.word, d["square"] = f.square, d["same_padding"] = f.same_padding, d["quiet"] = f.quiet;
-    d["torch"] = f.torch;
+    d["lo"] = f.lo, d["hi"] = LayerField::kMaxInt, d["stated"] = f.stated, d["optional"] = f.optional;
+    d["same_as"] = f.same_as, d["word"] = f.word, d["square"] = f.square, d["same_padding"] = f.same_padding;
+    d["quiet"] = f.quiet, d["torch"] = f.torch;
     fields.append(d);
   }
   nb::list needs;

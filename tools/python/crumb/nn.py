@@ -49,9 +49,11 @@ def _same_padding(layer, kernel_size, stride=1, dilation=1):
     return (kernel_size - 1) // 2
 
 
-def _count(layer, what, value, low=1):
+def _count(layer, what, value, low=1, high=None):
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise Error(f"{layer}: {what} must be an integer >= {low}, got {value!r}")
+    if high is not None and value > high:
+        raise Error(f"{layer}: {what} is {value}, above the largest a layer takes ({high})")
     return value
 
 
@@ -177,7 +179,7 @@ def _field(layer, f, value, module):
             return value
         if f["same_padding"] and value in ("valid", "same"):
             return 0 if value == "valid" else _same_padding(layer, module.kernel_size, module.stride)
-        return _count(layer, name, _square(layer, name, value) if f["square"] else value, f["lo"])
+        return _count(layer, name, _square(layer, name, value) if f["square"] else value, f["lo"], f["hi"])
     if kind == "number":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise Error(f"{layer}: {name} must be a finite number, got {value!r}")
@@ -188,10 +190,10 @@ def _field(layer, f, value, module):
         size = tuple(value) if isinstance(value, (tuple, list)) else (value, value)
         if len(size) != 2:
             raise Error(f"{layer}: {name} must be an integer or (height, width), got {value!r}")
-        return tuple(_count(layer, name, s) for s in size)
+        return tuple(_count(layer, name, s, 1, f["hi"]) for s in size)
     if not isinstance(value, (tuple, list)) or not 1 <= len(value) <= 3:
         raise Error(f"{layer}: {name} must be 1 to 3 per-sample dims, got {value!r}")
-    return tuple(_count(layer, name, d) for d in value)
+    return tuple(_count(layer, name, d, 1, f["hi"]) for d in value)
 
 
 def _layer_class(layer):
