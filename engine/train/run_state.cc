@@ -159,7 +159,8 @@ void copy_state_dict(const std::vector<NamedTensor>& tensors, ParamStore& p) {
     const Value& value = g.value(v);
     CRUMB_CHECK(t.dims == value.dims, "load_state_dict: '", t.name, "' has shape ", dims_str(t.dims),
                 " but the model's is ", dims_str(value.dims));
-    CRUMB_CHECK(t.dtype == dtype_of(p, v), "load_state_dict: '", t.name, "' must be ", dtype_name(dtype_of(p, v)));
+    CRUMB_CHECK(t.dtype == dtype_of(p, v), "load_state_dict: '", t.name, "' is ", dtype_name(t.dtype),
+                " but the model's is ", dtype_name(dtype_of(p, v)));
     CRUMB_CHECK(!seen[v], "load_state_dict: '", t.name, "' is given twice");
     seen[v] = true;
   }

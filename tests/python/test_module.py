@@ -249,6 +249,37 @@ def test_errors_during_a_run_are_errors_not_crashes():
         crumb.Trainer(model="cnn", lr=1e5, progress=False, batch=8).fit(x, y, epochs=3)
 
 
+def test_load_state_dict_converts_as_torch_and_refuses_what_it_cannot_load():
+    """Weights as people have them (float64 or float16 numpy, torch tensors in bfloat16, big-endian, strided)
+    load as torch's load_state_dict would load them, converted to float32; a NaN, an object array or a mapping
+    that is not one is refused with one line naming it, and nothing is loaded then."""
+    torch = pytest.importorskip("torch")
+    x, y = images(16, shape=(1, 8, 8))
+    t = crumb.Trainer(model="mlp", classes=10, batch=8, progress=False)
+    t.fit(x, y)
+    ref = t.state_dict()
+    name = next(k for k, v in ref.items() if v.ndim == 2)
+    w = np.random.default_rng(1).standard_normal(ref[name].shape)
+    bf16 = torch.from_numpy(w).to(torch.bfloat16)
+    for given, expect in [(w, w.astype(np.float32)), (w.astype(np.float16), w.astype(np.float16).astype(np.float32)),
+                          (bf16, bf16.float().numpy()),
+                          (w.astype(">f4"), w.astype(np.float32)), (np.asfortranarray(w), w.astype(np.float32))]:
+        t.load_state_dict({**ref, name: given})
+        np.testing.assert_array_equal(t.state_dict()[name], expect)
+    t.load_state_dict(ref)
+    bad = w.copy()
+    bad[1, 2] = np.nan
+    for given, said in [({**ref, name: bad}, f"load_state_dict: '{name}' holds nan at [1, 2] (1 value(s) not finite)"),
+                        ({**ref, name: np.array([None] * 3)}, f"load_state_dict: '{name}' holds object values"),
+                        ({**ref, name: w.astype(np.int32)}, f"load_state_dict: '{name}' is I64 but the model's is F32"),
+                        ([1, 2], "load_state_dict takes a mapping of names to arrays (a state_dict), got list")]:
+        with pytest.raises(crumb.Error) as e:
+            t.load_state_dict(given)
+        assert said in str(e.value)
+        for k, v in ref.items():
+            np.testing.assert_array_equal(t.state_dict()[k], v)
+
+
 def test_outputs_never_replace_inputs(tmp_path, train_bin):
     """The Trainer checks its files for every client: load= and save= naming one checkpoint is train's error,
     before anything is written."""

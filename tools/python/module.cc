@@ -380,8 +380,8 @@ class Run {
     return out;
   }
 
-  // Exact names, shapes and dtypes (torch's strict load): anything missing or extra is an error, and
-  // nothing is written unless everything fits. Before the model is built (by the first fit, evaluate or
+  // Exact names and shapes (torch's strict load; the Python half has converted the dtypes): anything
+  // missing or extra is an error, and nothing is written unless everything fits. Before the model is built (by the first fit, evaluate or
   // predict) they are kept, and become its starting weights then; the latest of load_state_dict and load
   // wins.
   void load_state_dict(const Tensors& tensors) {
@@ -470,8 +470,8 @@ class Run {
     }
     return out;
   }
-  // A numpy array's dtype as the engine's, or U8 (which no parameter or state has) for any other:
-  // load_state_dict then names the dtype it wants.
+  // A numpy array's dtype as the engine's, or U8 (which no parameter or state has) for any other. crumb's
+  // load_state_dict has converted every array to float32 or int64 by then, as torch converts them.
   static DType dtype_of(const nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>& array) {
     for (DType t : {DType::F32, DType::F64, DType::I64, DType::I32})
       if (array.dtype() == numpy_dtype(t)) return t;

@@ -394,8 +394,9 @@ class Trainer:
         return OrderedDict(self._run.state_dict())
 
     def load_state_dict(self, state) -> None:
-        """Loads weights by name: every parameter and running statistic, with its shape and dtype, or an
-        error naming the first that differs (nothing is loaded then)."""
+        """Loads weights by name: every parameter and running statistic, with its shape (numpy arrays or torch
+        tensors; floating-point values of any width are converted to float32, as torch converts them), or an
+        error naming the first that differs or is not finite (nothing is loaded then)."""
         self._run.load_state_dict(_tensors(state))
 
     def save(self, path) -> None:
@@ -439,9 +440,31 @@ def _norm_of(meta: dict, mean, std):
 
 
 def _tensors(state) -> list:
+    """(name, C-contiguous native-order array) for each entry of a state dict. Floating-point values of any
+    width (torch tensors, bfloat16 included) become float32 and integers int64, as torch's load_state_dict copies
+    them into the model's dtypes (the engine then checks each tensor's dtype and shape); a NaN or infinity is
+    refused here, where it is named, rather than surfacing steps later as a diverged loss."""
+    if not hasattr(state, "items"):
+        raise Error(f"load_state_dict takes a mapping of names to arrays (a state_dict), got {type(state).__name__}")
     tensors = []
     for name, value in state.items():
         if hasattr(value, "detach"):  # a torch tensor
-            value = value.detach().cpu().numpy()
-        tensors.append((name, np.asarray(value, order="C")))  # (ascontiguousarray makes 0-d arrays 1-d)
+            value = value.detach().cpu()
+            value = (value.float() if value.is_floating_point() else value).numpy()
+        try:
+            a = np.asarray(value)
+        except (ValueError, TypeError) as e:
+            raise Error(f"load_state_dict: {name!r} is not an array of numbers ({e})") from None
+        if a.dtype.kind == "f":
+            a = a.astype(np.float32, copy=False)
+            bad = np.flatnonzero(~np.isfinite(a))
+            if bad.size:
+                where = np.unravel_index(bad[0], a.shape) if a.ndim else ()
+                raise Error(f"load_state_dict: {name!r} holds {a.flat[bad[0]]} at {list(map(int, where))} "
+                            f"({bad.size} value(s) not finite); nothing was loaded")
+        elif a.dtype.kind in "iu":
+            a = a.astype(np.int64, copy=False)  # the counters (num_batches_tracked) are int64, as in torch
+        else:
+            raise Error(f"load_state_dict: {name!r} holds {a.dtype} values; weights and statistics are numbers")
+        tensors.append((name, np.asarray(a, dtype=a.dtype.newbyteorder("="), order="C")))
     return tensors
