@@ -244,6 +244,18 @@ template <class T> void residual_pass(T* y, const NormEpilogue<T>& e, const Batc
   }
 }
 
+// A BatchNorm's ReLU mask read from y (NormReluGrad::y), g = dy where y > 0, as a pass of its own over the
+// whole tensor before the normalisation's backward, for the reason residual_pass is one: in the
+// per-channel loops a third stream of runs a sample apart (y beside dy and x) made the fused backward up to
+// 1.5x the unfused pair (kernels_bench, tools/bench/README.md); as a contiguous pass it is relu_backward's.
+template <class T> void gate_pass(T* g, const T* dy, const T* y, const BatchNormShape& s) {
+  using A = Arith<T>;
+  const std::ptrdiff_t count = std::ptrdiff_t{s.n} * s.c * s.hw;
+  const T zero = store<T>(A(0));
+#pragma omp parallel for simd schedule(static) if (count > kParallelGrain)
+  for (std::ptrdiff_t i = 0; i < count; ++i) g[i] = load(y[i]) > A(0) ? dy[i] : zero;
+}
+
 }  // namespace
 
 template <class T>
@@ -362,6 +374,11 @@ void batch_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T
   const std::ptrdiff_t stride = std::ptrdiff_t{s.c} * s.hw;
   const int groups = s.groups(), block = channel_block(s.c), blocks = (s.c + block - 1) / block;
   T* gout = masked_gradient(relu, dx);
+  if (relu.y && gout) {
+    gate_pass(gout, dy, relu.y, s);
+    batch_norm_backward<T>(dw, db, dx, gout, x, w, stats, s, batch_stats, accumulate, {});
+    return;
+  }
   const T* g = gout ? gout : dy;
   with_write_mode(accumulate, [&](auto acc) {
 #pragma omp parallel for schedule(static) if (parallel(s))
