@@ -15,21 +15,18 @@ namespace crumb {
 // What a fused normalisation does around its affine map (engine/ops/norm_fused.cc). Forward: y =
 // relu(norm(x) + residual), each part optional, rounded to T after each part as the separate ops round, so
 // a fused op computes the bits of the chain it replaces. Backward: the gradient given is that of the ReLU's
-// output y, and it passes where the ReLU did (ReLU's backward, folded in: no separate tensor). Where that
-// was is read from y where given (y > 0, as ReLU's own backward reads it: exactly where the pre-activation
-// was, NaN failing both), else computed again from x with the stored statistics and the bias, rounded as
-// the forward rounded it (a chain without a residual: x is read for the sums anyway, so this mask costs no
-// stream of its own). Either way the mask is the forward's. The masked gradient, which is also the
-// residual's, is written to dresidual when given (it may alias dy).
+// output y, and it passes where y > 0 (ReLU's backward, folded in: no separate tensor), read from the
+// forward's output as ReLU's own backward reads it: y > 0 exactly where the pre-activation was (NaN fails
+// both), so the mask is the forward's, and neither the residual nor the affine map is needed for it. The
+// masked gradient, which is also the residual's, is written to dresidual when given (it may alias dy).
 template <class T> struct NormEpilogue {
   const T* residual = nullptr;  // shaped and laid out like x; null: none
   bool relu = false;
 };
 template <class T> struct NormReluGrad {
-  const Arith<T>* bias = nullptr;  // the normalisation's bias: the mask computed again from x
-  const T* y = nullptr;            // the fused forward's output, shaped like x: the mask read from it
-  T* dresidual = nullptr;          // null: not wanted (BatchNorm on the CPU: given wherever a residual is)
-};  // bias and y null: no ReLU
+  const T* y = nullptr;    // the fused forward's output, shaped and laid out like x; null: no ReLU
+  T* dresidual = nullptr;  // null: not wanted (BatchNorm on the CPU: given wherever a residual is)
+};
 
 }  // namespace crumb
 

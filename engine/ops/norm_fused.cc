@@ -4,15 +4,12 @@
 // end, in CUDA builds.
 //
 // The forward writes y once, where the chain wrote the normalised value, read it back to add, and again to
-// clamp it. The backward takes the gradient of the ReLU's output and masks it where the ReLU clamped (ReLU's
-// backward folded in: no separate masked tensor; where there is an add, the masked gradient is the
-// residual's, written in place of dy). Without an add the mask is computed again from x, the statistics and
-// the bias, as the forward computed it: x is read for the normalisation's sums anyway, so the mask costs no
-// memory stream. With one it would also need the residual, a third stream (and the residual kept where no
-// backward node reads it, a downsampling shortcut's output), so the mask is read from y instead (y > 0,
-// where autograd's ReLU backward read it): y is kept, or computed again In-Place, for the next layer's
-// backward anyway. Every part rounds as the separate ops do, so a fused op computes the chain's bits: the
-// same kernels (kernels/norm.h) with an epilogue.
+// clamp it. The backward takes the gradient of the ReLU's output and masks it where y is not > 0, as ReLU's
+// own backward does (folded in: no separate masked tensor; where there is an add, the masked gradient is
+// the residual's, written in place of dy). It reads y where autograd's ReLU backward read it: y is kept
+// (or computed again, In-Place) for the next layer's backward anyway, and neither the residual nor the bias
+// is needed for the mask. Every part rounds as the separate ops do, so a fused op computes the chain's
+// bits: the same kernels (kernels/norm.h) with an epilogue.
 #include <string>
 #include <vector>
 
@@ -52,18 +49,16 @@ void infer_fused(Graph& g, Node& n, const OpDef& plain, std::size_t inputs) {
 void infer_bn_relu(Graph& g, Node& n) { infer_fused(g, n, kBatchNorm, 6); }
 void infer_gn_relu(Graph& g, Node& n) { infer_fused(g, n, kGroupNorm, 3); }
 
-// A fused backward's shape rule: in = (dy, x, weight, stats, bias) without the add (the mask computed again
-// from x), (dy, x, weight, stats, y) with it (y: the fused forward's output, the mask read from it), out =
-// ([dr,] dweight, dbias[, dx]); the normalisation's backward rule on (dy, x, weight, stats) -> (dweight,
-// dbias[, dx]).
+// A fused backward's shape rule: in = (dy, x, weight, stats, y) (y: the fused forward's output, whose
+// positives are where the ReLU passed), out = ([dr,] dweight, dbias[, dx]); the normalisation's backward
+// rule on (dy, x, weight, stats) -> (dweight, dbias[, dx]).
 void infer_fused_bwd(Graph& g, Node& n, const OpDef& plain, bool residual) {
   const std::size_t first = residual ? 1 : 0;
   if (n.in.size() != 5 || n.out.size() < first + 2 || n.out.size() > first + 3)
-    ops::fail(n, residual ? "expects (dy, x, w, stats, y) -> (dr, dw, db[, dx])" : "expects (dy, x, w, stats, b) -> (dw, db[, dx])");
-  const Value &dy = g.value(n.in[0]), &m = g.value(n.in[4]);
-  if (residual && (m.dims != dy.dims || m.batched != dy.batched || m.dtype != dy.dtype))
-    ops::fail(n, "output '" + m.name + "' " + dims_str(m.dims) + " does not match the gradient " + dims_str(dy.dims));
-  if (!residual && m.dims != g.value(n.in[2]).dims) ops::fail(n, "bias and weight do not match");
+    ops::fail(n, std::string("expects (dy, x, w, stats, y) -> (") + (residual ? "dr, " : "") + "dw, db[, dx])");
+  const Value &dy = g.value(n.in[0]), &y = g.value(n.in[4]);
+  if (y.dims != dy.dims || y.batched != dy.batched || y.dtype != dy.dtype)
+    ops::fail(n, "output '" + y.name + "' " + dims_str(y.dims) + " does not match the gradient " + dims_str(dy.dims));
   Node norm = n;
   norm.in = {n.in[0], n.in[1], n.in[2], n.in[3]};
   norm.out.assign(n.out.begin() + first, n.out.end());
@@ -92,11 +87,9 @@ std::vector<ValueId> bn_relu_recompute(Graph& g, const Node& n, const std::vecto
 template <class T> const T* residual(const StepArgs& a, std::size_t plain) {
   return a.node->in.size() > plain ? a.in<T>(static_cast<int>(plain)) : nullptr;
 }
-// A fused backward step's bias or forward output, which give where its ReLU passed, and the residual's
-// gradient.
+// A fused backward step's forward output, which gives where its ReLU passed, and the residual's gradient.
 template <class T> NormReluGrad<T> relu_grad(const StepArgs& a, bool residual) {
-  if (residual) return {nullptr, a.in<T>(4), a.out<T>(0)};
-  return {a.in<Arith<T>>(4), nullptr, nullptr};
+  return {a.in<T>(4), residual ? a.out<T>(0) : nullptr};
 }
 bool has_residual_grad(const Node& n) { return n.def == &kBatchNormAddReluBwd || n.def == &kGroupNormAddReluBwd; }
 
@@ -207,15 +200,14 @@ int fuse_chains(Graph& g, const Family& f, bool with_add) {
     fwd.name = fused_name(norm.name, with_add ? std::vector<std::string>{"add", "relu"} : std::vector<std::string>{"relu"});
     fwd.out[0] = g.node(r).out[0];
     if (with_add) fwd.in.push_back(c.residual);
-    // The fused backward reads x and the bias, or x and y where relu_backward read y: it keeps nothing the
-    // chain did not.
+    // The fused backward reads y where relu_backward did, so it keeps nothing the chain did not.
     if (c.relu_bwd >= 0) {
       const Node& nb = g.node(c.norm_bwd);
       const Node& rb = g.node(c.relu_bwd);
       Node bwd = nb;
       bwd.def = with_add ? &f.fused_add_bwd : &f.fused_bwd;
       bwd.name = fwd.name + ".backward";
-      bwd.in = {rb.in[0], nb.in[1], nb.in[2], nb.in[3], with_add ? rb.in[1] : norm.in[2]};
+      bwd.in = {rb.in[0], nb.in[1], nb.in[2], nb.in[3], rb.in[1]};
       if (with_add) bwd.out.insert(bwd.out.begin(), rb.out[0]);
       place(g, c.relu_bwd, std::move(bwd));
       dead.push_back(c.norm_bwd);
