@@ -370,7 +370,8 @@ void batch_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T
         Lanes lg[kChannelBlock], lgx[kChannelBlock];  // sums of g and of g * (x - mean) over the group
         for (int r = 0; r < samples; ++r)
           for (int j = 0; j < nc; ++j)
-            sums_run(lg[j], lgx[j], dy, x, static_cast<T*>(nullptr), relu.y, at + r * stride + std::ptrdiff_t{j} * s.hw, s.hw, mean[j]);
+            sums_run(lg[j], lgx[j], dy, x, static_cast<T*>(nullptr), relu.y,
+                     at + r * stride + std::ptrdiff_t{j} * s.hw, s.hw, mean[j]);
         A k[kChannelBlock], a[kChannelBlock], slope[kChannelBlock];
         for (int j = 0; j < nc; ++j) {
           const double sdy = lg[j].total(), sdyx = lgx[j].total(), is = invstd[j];
