@@ -15,19 +15,17 @@ namespace crumb {
 // What a fused normalisation does around its affine map (engine/ops/norm_fused.cc). Forward: y =
 // relu(norm(x) + residual), each part optional, rounded to T after each part as the separate ops round, so
 // a fused op computes the bits of the chain it replaces. Backward: the gradient given is that of the ReLU's
-// output y, and it passes where the ReLU did (ReLU's backward, folded in: no separate tensor). Where that
-// was is computed again from x, never read from y: the forward's pre-activation x * scale + shift
-// (+ residual), the affine map from the stored statistics and the bias, rounded as the forward rounded it,
-// so the mask is the forward's and y need not be kept. The masked gradient, which is also the residual's,
-// is written to dresidual when given (it may alias dy).
+// output y, and it passes where y > 0 (ReLU's backward, folded in: no separate tensor), read from the
+// forward's output as ReLU's own backward reads it: y > 0 exactly where the pre-activation was (NaN fails
+// both), so the mask is the forward's, and neither the residual nor the affine map is needed for it. The
+// masked gradient, which is also the residual's, is written to dresidual when given (it may alias dy).
 template <class T> struct NormEpilogue {
   const T* residual = nullptr;  // shaped and laid out like x; null: none
   bool relu = false;
 };
 template <class T> struct NormReluGrad {
-  const Arith<T>* bias = nullptr;  // the normalisation's bias; null: no ReLU
-  const T* residual = nullptr;     // the forward's residual, if it had one
-  T* dresidual = nullptr;          // null: not wanted (BatchNorm on the CPU: given wherever a residual is)
+  const T* y = nullptr;    // the fused forward's output, shaped and laid out like x; null: no ReLU
+  T* dresidual = nullptr;  // null: not wanted (BatchNorm on the CPU: given wherever a residual is)
 };
 
 }  // namespace crumb
@@ -74,8 +72,7 @@ void batch_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T
                          const Arith<T>* stats, const BatchNormShape& s, bool batch_stats, bool accumulate,
                          const NormReluGrad<T>& relu = {});
 
-// GroupNorm (same in training and evaluation). Its affine map, like BatchNorm's, is computed from the
-// statistics as stored, so the fused backward's mask is the forward's.
+// GroupNorm (same in training and evaluation).
 template <class T>
 void group_norm_forward(T* y, Arith<T>* stats, const T* x, const Arith<T>* w, const Arith<T>* b,
                         const GroupNormShape& s, double eps, const NormEpilogue<T>& epilogue = {});

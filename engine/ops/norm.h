@@ -15,9 +15,9 @@ extern const OpDef kBatchNorm, kBatchNormBwd, kBatchNormApply, kGroupNorm, kGrou
 // normalisation -> ReLU and normalisation -> add -> ReLU chains and their backward nodes:
 // - kBatchNormRelu, kBatchNormAddRelu: in = BatchNorm's (x, weight, bias, running_mean, running_var,
 //   num_batches_tracked) and, with the add, the residual r; out = (y, stats, moments), y = relu(bn(x) [+ r]);
-// - kBatchNormReluBwd: in = (dy, x, weight, stats, bias), out = (dweight, dbias[, dx]), ReLU's backward
-//   folded in, its mask computed again from x with the bias; kBatchNormAddReluBwd: in also the residual r,
-//   out = (dr, dweight, dbias[, dx]), dr (the residual's gradient, the masked dy) in place of dy;
+// - kBatchNormReluBwd: in = (dy, x, weight, stats, y), out = (dweight, dbias[, dx]), ReLU's backward
+//   folded in, its mask where y > 0; kBatchNormAddReluBwd: the same inputs, out = (dr, dweight, dbias[, dx]),
+//   dr (the residual's gradient, the masked dy) in place of dy;
 // - kBatchNormApplyRelu: in = (x, weight, bias, stats[, r]), out = y: a recomputation of the fused forward
 //   (In-Place memory, engine/strategy/in_place.h);
 // - kGroupNormRelu, kGroupNormAddRelu, kGroupNormReluBwd, kGroupNormAddReluBwd: the same for GroupNorm,

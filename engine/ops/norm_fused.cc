@@ -4,12 +4,12 @@
 // end, in CUDA builds.
 //
 // The forward writes y once, where the chain wrote the normalised value, read it back to add, and again to
-// clamp it. The backward takes the gradient of the ReLU's output and masks it where the ReLU clamped,
-// computing that again from x, the statistics and the bias as the forward computed it (ReLU's backward
-// folded in: neither y nor a separate masked tensor is read; where there is an add, the masked gradient
-// is the residual's, written in place of dy). Every part rounds as the separate ops do, so a fused op
-// computes the chain's bits: the same kernels (kernels/norm.h) with an epilogue.
-#include <algorithm>
+// clamp it. The backward takes the gradient of the ReLU's output and masks it where y is not > 0, as ReLU's
+// own backward does (folded in: no separate masked tensor; where there is an add, the masked gradient is
+// the residual's, written in place of dy). It reads y where autograd's ReLU backward read it: y is kept
+// (or computed again, In-Place) for the next layer's backward anyway, and neither the residual nor the bias
+// is needed for the mask. Every part rounds as the separate ops do, so a fused op computes the chain's
+// bits: the same kernels (kernels/norm.h) with an epilogue.
 #include <string>
 #include <vector>
 
@@ -49,21 +49,21 @@ void infer_fused(Graph& g, Node& n, const OpDef& plain, std::size_t inputs) {
 void infer_bn_relu(Graph& g, Node& n) { infer_fused(g, n, kBatchNorm, 6); }
 void infer_gn_relu(Graph& g, Node& n) { infer_fused(g, n, kGroupNorm, 3); }
 
-// A fused backward's shape rule: in = (dy, x, weight, stats, bias[, r]) (the bias and the residual compute the
-// ReLU's mask again from x), out = ([dr,] dweight, dbias[, dx]); the normalisation's backward rule on
-// (dy, x, weight, stats) -> (dweight, dbias[, dx]).
+// A fused backward's shape rule: in = (dy, x, weight, stats, y) (y: the fused forward's output, whose
+// positives are where the ReLU passed), out = ([dr,] dweight, dbias[, dx]); the normalisation's backward
+// rule on (dy, x, weight, stats) -> (dweight, dbias[, dx]).
 void infer_fused_bwd(Graph& g, Node& n, const OpDef& plain, bool residual) {
   const std::size_t first = residual ? 1 : 0;
-  if (n.in.size() != (residual ? 6u : 5u) || n.out.size() < first + 2 || n.out.size() > first + 3)
-    ops::fail(n, std::string("expects (dy, x, w, stats, b") + (residual ? ", r) -> (dr, " : ") -> (") + "dw, db[, dx])");
-  const Dims& dy = g.value(n.in[0]).dims;
-  if (residual && g.value(n.in[5]).dims != dy) ops::fail(n, "gradient and residual do not match");
-  if (g.value(n.in[4]).dims != g.value(n.in[2]).dims) ops::fail(n, "bias and weight do not match");
+  if (n.in.size() != 5 || n.out.size() < first + 2 || n.out.size() > first + 3)
+    ops::fail(n, std::string("expects (dy, x, w, stats, y) -> (") + (residual ? "dr, " : "") + "dw, db[, dx])");
+  const Value &dy = g.value(n.in[0]), &y = g.value(n.in[4]);
+  if (y.dims != dy.dims || y.batched != dy.batched || y.dtype != dy.dtype)
+    ops::fail(n, "output '" + y.name + "' " + dims_str(y.dims) + " does not match the gradient " + dims_str(dy.dims));
   Node norm = n;
   norm.in = {n.in[0], n.in[1], n.in[2], n.in[3]};
   norm.out.assign(n.out.begin() + first, n.out.end());
   plain.infer(g, norm);
-  if (residual) ops::set_out_dims(g, n, 0, dy);
+  if (residual) ops::set_out_dims(g, n, 0, dy.dims);
 }
 void infer_bn_relu_bwd(Graph& g, Node& n) { infer_fused_bwd(g, n, kBatchNormBwd, false); }
 void infer_bn_add_relu_bwd(Graph& g, Node& n) { infer_fused_bwd(g, n, kBatchNormBwd, true); }
@@ -87,9 +87,9 @@ std::vector<ValueId> bn_relu_recompute(Graph& g, const Node& n, const std::vecto
 template <class T> const T* residual(const StepArgs& a, std::size_t plain) {
   return a.node->in.size() > plain ? a.in<T>(static_cast<int>(plain)) : nullptr;
 }
-// A fused backward step's bias and residual, which give where its ReLU passed, and the residual's gradient.
+// A fused backward step's forward output, which gives where its ReLU passed, and the residual's gradient.
 template <class T> NormReluGrad<T> relu_grad(const StepArgs& a, bool residual) {
-  return {a.in<Arith<T>>(4), residual ? a.in<T>(5) : nullptr, residual ? a.out<T>(0) : nullptr};
+  return {a.in<T>(4), residual ? a.out<T>(0) : nullptr};
 }
 bool has_residual_grad(const Node& n) { return n.def == &kBatchNormAddReluBwd || n.def == &kGroupNormAddReluBwd; }
 
@@ -187,14 +187,6 @@ void place(Graph& g, NodeId at, Node n) {
   g.node(at) = std::move(n);
 }
 
-// Whether the backward pass has v without keeping it for the fused backward alone: a graph input or a
-// parameter, or a value some backward node reads anyway.
-bool in_backward_anyway(const Graph& g, const Readers& readers, ValueId v) {
-  if (g.value(v).kind != ValueKind::Activation) return true;
-  const std::vector<NodeId>& r = readers.of(v);
-  return std::any_of(r.begin(), r.end(), [&](NodeId b) { return g.node(b).backward; });
-}
-
 int fuse_chains(Graph& g, const Family& f, bool with_add) {
   const Readers readers(g);
   std::vector<NodeId> dead;
@@ -208,20 +200,15 @@ int fuse_chains(Graph& g, const Family& f, bool with_add) {
     fwd.name = fused_name(norm.name, with_add ? std::vector<std::string>{"add", "relu"} : std::vector<std::string>{"relu"});
     fwd.out[0] = g.node(r).out[0];
     if (with_add) fwd.in.push_back(c.residual);
-    // The fused backward computes the ReLU's mask again from x and the residual. Where the residual is kept
-    // for that alone (a downsampling shortcut's BatchNorm output), autograd's two backward nodes stay
-    // instead: relu_backward reading y, then the normalisation's, which need no more memory at once than
-    // the chain did unfused.
-    if (c.relu_bwd >= 0 && (!with_add || in_backward_anyway(g, readers, c.residual))) {
+    // The fused backward reads y where relu_backward did, so it keeps nothing the chain did not.
+    if (c.relu_bwd >= 0) {
       const Node& nb = g.node(c.norm_bwd);
+      const Node& rb = g.node(c.relu_bwd);
       Node bwd = nb;
       bwd.def = with_add ? &f.fused_add_bwd : &f.fused_bwd;
       bwd.name = fwd.name + ".backward";
-      bwd.in = {g.node(c.relu_bwd).in[0], nb.in[1], nb.in[2], nb.in[3], norm.in[2]};
-      if (with_add) {
-        bwd.in.push_back(c.residual);
-        bwd.out.insert(bwd.out.begin(), g.node(c.relu_bwd).out[0]);
-      }
+      bwd.in = {rb.in[0], nb.in[1], nb.in[2], nb.in[3], rb.in[1]};
+      if (with_add) bwd.out.insert(bwd.out.begin(), rb.out[0]);
       place(g, c.relu_bwd, std::move(bwd));
       dead.push_back(c.norm_bwd);
     }

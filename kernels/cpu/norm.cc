@@ -142,35 +142,15 @@ void affine_runs(T* y, const T* x, int runs, std::ptrdiff_t stride, int len, Ari
   }
 }
 
-// Where a fused backward lets the gradient through (NormReluGrad), over one run of x at some offset: where
-// the forward's pre-activation, computed again from x (and the residual) with the run's affine map and the
-// forward's roundings (affine_runs), is > 0; everywhere without a ReLU.
-template <class T> struct ReluMask {
-  const T *x = nullptr, *res = nullptr;  // x null: no ReLU
-  Arith<T> scale = 0, shift = 0;
-};
-// The gradient reaching the normalisation over `len` values from `from` into g: dy where the mask is open. A loop of its own over plain arguments, so that it
-// vectorises (with the mask's fields read through a struct inside the sums' loops, the compiler could not).
-template <class T> void gate_run(T* g, const T* dy, const ReluMask<T>& m, std::ptrdiff_t from, int len) {
+// The gradient reaching the normalisation over `len` values from `from` into g: dy where the fused
+// forward's output y is > 0 (NormReluGrad). A loop of its own over plain arguments, so that it vectorises.
+template <class T> void gate_run(T* g, const T* dy, const T* y, std::ptrdiff_t from, int len) {
   using A = Arith<T>;
   const T zero = store<T>(A(0));
   const T* d = dy + from;
-  const T* x = m.x + from;
-  const A scale = m.scale, shift = m.shift;
-  if (!m.res) {
+  const T* py = y + from;
 #pragma omp simd
-    for (int i = 0; i < len; ++i) {
-      const A v = load(store<T>(load(x[i]) * scale + shift));
-      g[i] = v > A(0) ? d[i] : zero;
-    }
-    return;
-  }
-  const T* r = m.res + from;
-#pragma omp simd
-  for (int i = 0; i < len; ++i) {
-    const A v = load(store<T>(load(store<T>(load(x[i]) * scale + shift)) + load(r[i])));
-    g[i] = v > A(0) ? d[i] : zero;
-  }
+  for (int i = 0; i < len; ++i) g[i] = load(py[i]) > A(0) ? d[i] : zero;
 }
 // Values per chunk of gate_run's output, on the stack (a multiple of kLanes, so a run's lanes do not
 // depend on its chunking).
@@ -178,24 +158,24 @@ constexpr int kGateChunk = 4096;
 static_assert(kGateChunk % kLanes == 0);
 
 // sg += sum of g, sgx += sum of g (x - mean) over the run of `len` values at `run`, g the gradient reaching
-// the normalisation (dy itself without a ReLU), written to gout there where given (it may alias dy).
+// the normalisation (dy itself without a ReLU: y null), written to gout there where given (it may alias dy).
 template <class T>
-void sums_run(Lanes& sg, Lanes& sgx, const T* dy, const T* x, T* gout, const ReluMask<T>& m, std::ptrdiff_t run,
-              int len, double mean) {
+void sums_run(Lanes& sg, Lanes& sgx, const T* dy, const T* x, T* gout, const T* y, std::ptrdiff_t run, int len,
+              double mean) {
   const T* px = x + run;
-  if (!m.x) {
+  if (!y) {
     add_moments(sg, sgx, dy + run, px, len, mean);
     return;
   }
   if (gout) {
-    gate_run(gout + run, dy, m, run, len);
+    gate_run(gout + run, dy, y, run, len);
     add_moments(sg, sgx, gout + run, px, len, mean);
     return;
   }
   T g[kGateChunk];
   for (int from = 0; from < len; from += kGateChunk) {
     const int n = std::min(kGateChunk, len - from);
-    gate_run(g, dy, m, run + from, n);
+    gate_run(g, dy, y, run + from, n);
     add_moments(sg, sgx, g, px + from, n, mean);
   }
 }
@@ -209,12 +189,6 @@ void dx_run(T* dx, const T* g, const T* x, std::ptrdiff_t run, int len, Arith<T>
   const T* px = x + run;
 #pragma omp simd
   for (int i = 0; i < len; ++i) pdx[i] = store<T>(k * load(pg[i]) - a - slope * (load(px[i]) - mean));
-}
-
-// The mask of a run whose affine map is (scale, shift) (x null: no ReLU).
-template <class T> ReluMask<T> relu_mask(const NormReluGrad<T>& r, const T* x, Arith<T> scale, Arith<T> shift) {
-  if (!r.bias) return {};
-  return {x, r.residual, scale, shift};
 }
 
 double inv_std(double var, double eps) { return 1.0 / std::sqrt(var + eps); }
@@ -245,6 +219,19 @@ template <class T> void residual_pass(T* y, const NormEpilogue<T>& e, const Batc
 #pragma omp parallel for simd schedule(static) if (count > kParallelGrain)
     for (std::ptrdiff_t i = 0; i < count; ++i) y[i] = store<T>(load(y[i]) + load(r[i]));
   }
+}
+
+// A BatchNorm's ReLU mask (NormReluGrad), g = dy where y > 0, as a pass of its own over the whole tensor
+// before the normalisation's backward, for the reason residual_pass is one: in the per-channel loops, y's
+// runs a sample apart were a third stream beside dy and x, and short runs (a feature map of 1 to 49 values
+// in the ResNets' later stages) paid the mask's loop per run: the fused backward measured up to 1.5x the
+// unfused pair (kernels_bench, tools/bench/README.md). As one contiguous pass it is relu_backward's.
+template <class T> void gate_pass(T* g, const T* dy, const T* y, const BatchNormShape& s) {
+  using A = Arith<T>;
+  const std::ptrdiff_t count = std::ptrdiff_t{s.n} * s.c * s.hw;
+  const T zero = store<T>(A(0));
+#pragma omp parallel for simd schedule(static) if (count > kParallelGrain)
+  for (std::ptrdiff_t i = 0; i < count; ++i) g[i] = load(y[i]) > A(0) ? dy[i] : zero;
 }
 
 }  // namespace
@@ -346,7 +333,7 @@ void batch_norm_forward_frozen(T* y, Arith<T>* stats, const T* x, const Arith<T>
 // residual's gradient where there is one, else dx (which the input gradient then overwrites in place);
 // null without a ReLU (g is dy) or where neither is wanted.
 template <class T> T* masked_gradient(const NormReluGrad<T>& relu, T* dx) {
-  if (!relu.bias) return nullptr;
+  if (!relu.y) return nullptr;
   return relu.dresidual ? relu.dresidual : dx;
 }
 
@@ -364,8 +351,12 @@ void batch_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T
   using A = Arith<T>;
   const std::ptrdiff_t stride = std::ptrdiff_t{s.c} * s.hw;
   const int groups = s.groups(), block = channel_block(s.c), blocks = (s.c + block - 1) / block;
-  T* gout = masked_gradient(relu, dx);
-  const T* g = gout ? gout : dy;
+  if (T* g = masked_gradient(relu, dx)) {
+    gate_pass(g, dy, relu.y, s);
+    batch_norm_backward<T>(dw, db, dx, g, x, w, stats, s, batch_stats, accumulate, {});
+    return;
+  }
+  // From here on dx is null wherever there is a mask: the sums gate dy run by run, on the stack.
   with_write_mode(accumulate, [&](auto acc) {
 #pragma omp parallel for schedule(static) if (parallel(s))
     for (int bl = 0; bl < blocks; ++bl) {
@@ -376,16 +367,11 @@ void batch_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T
         const std::ptrdiff_t at = grp * s.group * stride + std::ptrdiff_t{c0} * s.hw;
         const A* mean = stats + (2 * grp) * s.c + c0;
         const A* invstd = stats + (2 * grp + 1) * s.c + c0;
-        // The forward's affine map (normalize_group), for a mask computed again from x (and the residual).
-        ReluMask<T> mask[kChannelBlock];
-        for (int j = 0; j < nc; ++j) {
-          const double scale = relu.bias ? w[c0 + j] * double(invstd[j]) : 0.0;
-          mask[j] = relu_mask(relu, x, A(scale), A(relu.bias ? relu.bias[c0 + j] - mean[j] * scale : 0.0));
-        }
         Lanes lg[kChannelBlock], lgx[kChannelBlock];  // sums of g and of g * (x - mean) over the group
         for (int r = 0; r < samples; ++r)
           for (int j = 0; j < nc; ++j)
-            sums_run(lg[j], lgx[j], dy, x, gout, mask[j], at + r * stride + std::ptrdiff_t{j} * s.hw, s.hw, mean[j]);
+            sums_run(lg[j], lgx[j], dy, x, static_cast<T*>(nullptr), relu.y,
+                     at + r * stride + std::ptrdiff_t{j} * s.hw, s.hw, mean[j]);
         A k[kChannelBlock], a[kChannelBlock], slope[kChannelBlock];
         for (int j = 0; j < nc; ++j) {
           const double sdy = lg[j].total(), sdyx = lgx[j].total(), is = invstd[j];
@@ -400,7 +386,7 @@ void batch_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T
         if (!dx) continue;
         for (int r = 0; r < samples; ++r)
           for (int j = 0; j < nc; ++j)
-            dx_run(dx, g, x, at + r * stride + std::ptrdiff_t{j} * s.hw, s.hw, k[j], a[j], slope[j], A(mean[j]));
+            dx_run(dx, dy, x, at + r * stride + std::ptrdiff_t{j} * s.hw, s.hw, k[j], a[j], slope[j], A(mean[j]));
       }
       for (int j = 0; j < nc; ++j) {
         put(acc, dw[c0 + j], A(sum_dw[j]));
@@ -421,7 +407,7 @@ void group_norm_forward(T* y, Arith<T>* stats, const T* x, const Arith<T>* w, co
     const std::ptrdiff_t sample = row / s.groups, g = row % s.groups;
     const std::ptrdiff_t at = row * len;  // the group's channels are consecutive: one contiguous block
     const Moments mo = moments_of(x + at, cpg, s.hw, s.hw);
-    // The affine map from the statistics as stored, as a fused backward computes it again (ReluMask).
+    // The affine map from the statistics as stored, as the backward reads them.
     const A mean = A(mo.mean), invstd = A(inv_std(mo.m2 / double(len), eps));
     stats[sample * 2 * s.groups + g] = mean;
     stats[sample * 2 * s.groups + s.groups + g] = invstd;
@@ -433,17 +419,6 @@ void group_norm_forward(T* y, Arith<T>* stats, const T* x, const Arith<T>* w, co
                   epilogue.residual ? epilogue.residual + run : nullptr, epilogue.relu);
     }
   }
-}
-
-// A fused GroupNorm's mask over channel c of a sample (group_norm_forward's affine map).
-template <class T, class A = Arith<T>>
-ReluMask<T> gn_mask(const NormReluGrad<T>& r, const T* x, const A* w, const A* stats, const GroupNormShape& s,
-                    std::ptrdiff_t sample, int c) {
-  if (!r.bias) return {};
-  const int g = c / (s.c / s.groups);
-  const A mean = stats[sample * 2 * s.groups + g], invstd = stats[sample * 2 * s.groups + s.groups + g];
-  const double scale = w[c] * double(invstd);
-  return relu_mask(r, x, A(scale), A(r.bias[c] - mean * scale));
 }
 
 template <class T>
@@ -471,7 +446,7 @@ void group_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T
         const std::ptrdiff_t at = (std::ptrdiff_t{sample} * s.c + c) * s.hw;
         const double mean = mean_of(sample, g), invstd = invstd_of(sample, g);
         Lanes la, lb;
-        sums_run(la, lb, dy, x, gout, gn_mask(relu, x, w, stats, s, sample, c), at, s.hw, mean);
+        sums_run(la, lb, dy, x, gout, relu.y, at, s.hw, mean);
         sum_db += la.total();
         sum_dw += lb.total() * invstd;
       }
@@ -491,7 +466,7 @@ void group_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T
     for (int j = 0; j < cpg; ++j) {
       const double wc = w[g * cpg + j];
       Lanes la, lb;
-      sums_run(la, lb, gin, x, static_cast<T*>(nullptr), ReluMask<T>{}, at + j * s.hw, s.hw, mean);
+      sums_run(la, lb, gin, x, static_cast<T*>(nullptr), static_cast<const T*>(nullptr), at + j * s.hw, s.hw, mean);
       sdyw += wc * la.total();
       sdywx += wc * lb.total();
     }

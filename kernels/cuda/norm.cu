@@ -165,43 +165,19 @@ __device__ std::size_t stats_index(const cpu::BatchNormShape& s, int g, int c) {
 struct ScaleShift {
   float scale, shift;
 };
-// The shift's rounding is explicit (one fma), so that every inlined copy (the forward, each backward
-// mask) computes the same bits whatever the compiler contracts.
+// The shift's rounding is explicit (one fma), so that every inlined copy (the training forward, the frozen
+// one, batch_norm_apply, GroupNorm's) computes the same bits whatever the compiler contracts.
 __device__ ScaleShift scale_shift(float w, float b, float mean, float invstd) {
   const double scale = w * static_cast<double>(invstd);
   return {static_cast<float>(scale), static_cast<float>(__fma_rn(-static_cast<double>(mean), scale, b))};
 }
-// x under the affine map, one rounding (an explicit fma: the forward and a ReLU mask computed again from x
-// in the backward pass round alike).
+// x under the affine map, one rounding (an explicit fma: the forward and its recomputation round alike).
 __device__ __forceinline__ float affine(float x, ScaleShift a) { return __fmaf_rn(x, a.scale, a.shift); }
 
-// Where a fused backward lets the gradient through at one channel (NormReluGrad): where the forward's
-// pre-activation, computed again from x (and the residual) with the channel's affine map as the forward
-// computed it (affine, epilogue), is > 0; everywhere without a ReLU.
-template <class T> struct ReluMask {
-  const T* res;
-  ScaleShift a;
-  bool relu;
-  // The gradient reaching the normalisation at i, where x holds xv.
-  __device__ float operator()(T dy, T xv, std::size_t i) const {
-    if (!relu) return to_float(dy);
-    T z = from_float<T>(affine(to_float(xv), a));
-    if (res) z = from_float<T>(to_float(z) + to_float(res[i]));
-    return to_float(z) > 0.0f ? to_float(dy) : 0.0f;
-  }
-};
-template <class T>
-__device__ ReluMask<T> relu_mask(const NormReluGrad<T>& r, float w, int ch, float mean, float invstd) {
-  if (!r.bias) return {nullptr, {0.0f, 0.0f}, false};
-  return {r.residual, scale_shift(w, r.bias[ch], mean, invstd), true};
-}
-// A BatchNorm's, at (group g, channel ch).
-template <class T>
-__device__ ReluMask<T> bn_mask(const NormReluGrad<T>& r, const float* w, const float* stats,
-                               const cpu::BatchNormShape& s, int g, int ch) {
-  if (!r.bias) return {nullptr, {0.0f, 0.0f}, false};
-  const std::size_t k = stats_index(s, g, ch);
-  return relu_mask(r, w[ch], ch, stats[k], stats[k + s.c]);
+// The gradient reaching the normalisation at i, where dy holds d: d where the fused forward's output is
+// > 0 (NormReluGrad), d itself without a ReLU (y null).
+template <class T> __device__ __forceinline__ float masked(const T* y, T d, std::size_t i) {
+  return !y || to_float(y[i]) > 0.0f ? to_float(d) : 0.0f;
 }
 
 // Split k of (group g, channel ch) of an NCHW tensor, in units of V values: the channel's values in a
@@ -239,7 +215,7 @@ template <int V> __device__ SplitRange split_range(const cpu::BatchNormShape& s,
 // mean from stats.
 template <class T, int V>
 __global__ void __launch_bounds__(kSplitBlock)
-    batch_norm_partial_kernel(Partial* partials, const T* x, const T* dy, const float* w, const float* stats,
+    batch_norm_partial_kernel(Partial* partials, const T* x, const T* dy, const float* stats,
                               cpu::BatchNormShape s, int splits, NormReluGrad<T> relu) {
   const int ch = blockIdx.x / splits, k = blockIdx.x - ch * splits, g = blockIdx.y;
   const SplitRange r = split_range<V>(s, g, ch, k, splits);
@@ -247,7 +223,6 @@ __global__ void __launch_bounds__(kSplitBlock)
   Partial p{count, 0, 0};
   if (dy) {
     const double mean = stats[stats_index(s, g, ch)];
-    const ReluMask<T> mask = bn_mask(relu, w, stats, s, g, ch);
     double sdy = 0, sdyx = 0;
 #pragma unroll 4
     for (unsigned j = threadIdx.x; j < r.len; j += blockDim.x) {
@@ -255,7 +230,7 @@ __global__ void __launch_bounds__(kSplitBlock)
       const Pack<T, V> d = load<T, V>(dy + i), v = load<T, V>(x + i);
       Pack<T, V> dr;
       for (int e = 0; e < V; ++e) {
-        const float m = mask(d.v[e], v.v[e], i + e);
+        const float m = masked(relu.y, d.v[e], i + e);
         dr.v[e] = from_float<T>(m);
         const double de = m;
         sdy += de;
@@ -311,7 +286,7 @@ __device__ double tile_sum(double v) {
 // the group's positions, as batch_norm_partial_kernel computes it for one channel.
 template <class T>
 __global__ void __launch_bounds__(kSplitBlock)
-    batch_norm_partial_nhwc_kernel(Partial* partials, const T* x, const T* dy, const float* w, const float* stats,
+    batch_norm_partial_nhwc_kernel(Partial* partials, const T* x, const T* dy, const float* stats,
                                    cpu::BatchNormShape s, int splits, NormReluGrad<T> relu) {
   const int tile = blockIdx.x / splits, k = blockIdx.x - tile * splits, g = blockIdx.y;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, ch = tile * kWarp + lane;
@@ -325,12 +300,11 @@ __global__ void __launch_bounds__(kSplitBlock)
   Partial p{count, 0, 0};
   if (dy) {
     const double mean = live ? stats[stats_index(s, g, ch)] : 0.0;
-    const ReluMask<T> mask = live ? bn_mask(relu, w, stats, s, g, ch) : ReluMask<T>{nullptr, {0.0f, 0.0f}, false};
     double sdy = 0, sdyx = 0;
 #pragma unroll 4
     for (unsigned r = warp; r < len; r += kTileRows) {
       const std::size_t i = first + static_cast<std::size_t>(r) * s.c;
-      const float m = mask(dy[i], x[i], i);
+      const float m = masked(relu.y, dy[i], i);
       if (relu.dresidual) relu.dresidual[i] = from_float<T>(m);
       const double d = m;
       sdy += d;
@@ -472,18 +446,15 @@ template <class T> struct InputGradOp {
   const T *dy, *x;
   const Coeff* coeffs;
   cpu::BatchNormShape s;
-  // The fused ReLU's mask (none: no ReLU), from the weights and statistics where computed from x.
-  NormReluGrad<T> relu;
-  const float *w, *stats;
+  NormReluGrad<T> relu;  // the fused ReLU's mask (none: no ReLU)
   template <int V> __device__ void operator()(std::size_t i, int g, int ch, int step) const {
     const Pack<T, V> d = load<T, V>(dy + i), v = load<T, V>(x + i);
     Pack<T, V> out;
     const Coeff* row = coeffs + static_cast<std::size_t>(g) * s.c;
     Coeff k = row[ch];
-    ReluMask<T> mask = bn_mask(relu, w, stats, s, g, ch);
     for (int e = 0; e < V; ++e) {
-      if (step && e) k = row[ch + e], mask = bn_mask(relu, w, stats, s, g, ch + e);
-      out.v[e] = from_float<T>(k.k * mask(d.v[e], v.v[e], i + e) - k.a - k.slope * (to_float(v.v[e]) - k.mean));
+      if (step && e) k = row[ch + e];
+      out.v[e] = from_float<T>(k.k * masked(relu.y, d.v[e], i + e) - k.a - k.slope * (to_float(v.v[e]) - k.mean));
     }
     store<T, V>(dx + i, out);
   }
@@ -529,7 +500,7 @@ void bn_map(const Op& op, const cpu::BatchNormShape& s, bool packed, cudaStream_
 
 // The partials of every (group, channel, split); dy null: the forward's.
 template <class T>
-void launch_partials(Partial* partials, const T* x, const T* dy, const float* w, const float* stats,
+void launch_partials(Partial* partials, const T* x, const T* dy, const float* stats,
                      const cpu::BatchNormShape& s, int groups, int splits, cudaStream_t stream,
                      const NormReluGrad<T>& relu = {}) {
   const bool nhwc = s.layout == Layout::NHWC;
@@ -542,11 +513,11 @@ void launch_partials(Partial* partials, const T* x, const T* dy, const float* w,
               " values per channel exceed the kernels' 32-bit ranges");
   const dim3 grid(static_cast<unsigned>(columns * splits), static_cast<unsigned>(groups));
   if (nhwc) {
-    batch_norm_partial_nhwc_kernel<T><<<grid, kSplitBlock, 0, stream>>>(partials, x, dy, w, stats, s, splits, relu);
+    batch_norm_partial_nhwc_kernel<T><<<grid, kSplitBlock, 0, stream>>>(partials, x, dy, stats, s, splits, relu);
   } else if (packs_of_4<T>(s, {x, dy, relu.dresidual})) {  // a feature map's packs are aligned where x's are
-    batch_norm_partial_kernel<T, 4><<<grid, kSplitBlock, 0, stream>>>(partials, x, dy, w, stats, s, splits, relu);
+    batch_norm_partial_kernel<T, 4><<<grid, kSplitBlock, 0, stream>>>(partials, x, dy, stats, s, splits, relu);
   } else {
-    batch_norm_partial_kernel<T, 1><<<grid, kSplitBlock, 0, stream>>>(partials, x, dy, w, stats, s, splits, relu);
+    batch_norm_partial_kernel<T, 1><<<grid, kSplitBlock, 0, stream>>>(partials, x, dy, stats, s, splits, relu);
   }
   CRUMB_CUDA_CHECK_LAUNCH();
 }
@@ -574,7 +545,7 @@ __global__ void __launch_bounds__(kRowBlock)
     const double d = to_float(xr[e]) - mean;
     dev += d * d;
   }
-  // The affine map from the statistics as stored, as a fused backward computes it again (ReluMask).
+  // The affine map from the statistics as stored, as the backward reads them.
   const float mean_f = static_cast<float>(mean);
   const float invstd_f = static_cast<float>(inv_std(block_sum(dev) / static_cast<double>(len), eps));
   if (threadIdx.x == 0) {
@@ -600,16 +571,12 @@ __global__ void __launch_bounds__(kRowBlock)
   const double mean = stats[sample * 2 * s.groups + g], invstd = stats[sample * 2 * s.groups + s.groups + g];
   const T* dyr = dy + at;
   const T* xr = x + at;
-  NormReluGrad<T> row_relu = relu;
-  if (relu.residual) row_relu.residual += at;
+  const T* yr = relu.y ? relu.y + at : nullptr;
   // The gradient reaching the normalisation at e of the row.
-  auto masked = [&](std::size_t e) {
-    const int c = static_cast<int>(g * cpg + e / s.hw);
-    return relu_mask(row_relu, w[c], c, static_cast<float>(mean), static_cast<float>(invstd))(dyr[e], xr[e], e);
-  };
+  auto gate = [&](std::size_t e) { return masked(yr, dyr[e], e); };
   double sdyw = 0, sdywx = 0;  // sum of dy w and of dy w (x - mean) over the row
   for (std::size_t e = threadIdx.x; e < len; e += blockDim.x) {
-    const double dyw = static_cast<double>(masked(e)) * w[g * cpg + e / s.hw];
+    const double dyw = static_cast<double>(gate(e)) * w[g * cpg + e / s.hw];
     sdyw += dyw;
     sdywx += dyw * (to_float(xr[e]) - mean);
   }
@@ -621,16 +588,15 @@ __global__ void __launch_bounds__(kRowBlock)
   T* dxr = dx + at;
   for (std::size_t e = threadIdx.x; e < len; e += blockDim.x) {
     const float k = static_cast<float>(w[g * cpg + e / s.hw] * invstd);
-    dxr[e] = from_float<T>(k * masked(e) - a - slope * (to_float(xr[e]) - mean_f));
+    dxr[e] = from_float<T>(k * gate(e) - a - slope * (to_float(xr[e]) - mean_f));
   }
 }
 
 // dw, db reduce over samples: one block per channel, so no two blocks write one channel.
 template <class T>
 __global__ void __launch_bounds__(kChannelBlock)
-    group_norm_backward_weight_kernel(float* dw, float* db, const T* dy, const T* x, const float* w,
-                                      const float* stats, cpu::GroupNormShape s, bool accumulate,
-                                      NormReluGrad<T> relu) {
+    group_norm_backward_weight_kernel(float* dw, float* db, const T* dy, const T* x, const float* stats,
+                                      cpu::GroupNormShape s, bool accumulate, NormReluGrad<T> relu) {
   const int c = blockIdx.x;
   const std::size_t g = c / (s.c / s.groups);
   const ChannelRuns runs{static_cast<std::size_t>(s.hw), static_cast<std::size_t>(s.c) * s.hw};
@@ -639,7 +605,7 @@ __global__ void __launch_bounds__(kChannelBlock)
   for (std::size_t e = threadIdx.x; e < count; e += blockDim.x) {
     const std::size_t sample = e / s.hw, i = first + runs.at(e);
     const double mean = stats[sample * 2 * s.groups + g], invstd = stats[sample * 2 * s.groups + s.groups + g];
-    const float m = relu_mask(relu, w[c], c, static_cast<float>(mean), static_cast<float>(invstd))(dy[i], x[i], i);
+    const float m = masked(relu.y, dy[i], i);
     // The data kernel has run (same stream): this block alone writes these values (dresidual may alias dy).
     if (relu.dresidual) relu.dresidual[i] = from_float<T>(m);
     const double d = m;
@@ -694,7 +660,7 @@ void batch_norm_forward_train(T* y, float* stats, const T* x, const float* w, co
   check_workspace(workspace_bytes, batch_norm_forward_train_workspace(s), "batch_norm_forward_train", s);
   const int splits = bn_splits(s);
   Partial* partials = static_cast<Partial*>(workspace);
-  if (s.c > 0) launch_partials<T>(partials, x, nullptr, nullptr, nullptr, s, groups, splits, stream);
+  if (s.c > 0) launch_partials<T>(partials, x, nullptr, nullptr, s, groups, splits, stream);
   // At least one thread, which counts the groups even without channels.
   batch_norm_stats_kernel<<<blocks_for(std::max(s.c, 1)), kBlock, 0, stream>>>(
       stats, partials, s, groups, splits, eps, moments, running_mean, running_var, tracked, momentum);
@@ -745,12 +711,12 @@ void batch_norm_backward(float* dw, float* db, T* dx, const T* dy, const T* x, c
   const int splits = groups > 0 ? bn_splits(s) : 0;
   Partial* partials = static_cast<Partial*>(workspace);
   Coeff* coeffs = dx && groups > 0 ? reinterpret_cast<Coeff*>(partials + bn_partials(s)) : nullptr;
-  if (groups > 0) launch_partials<T>(partials, x, dy, w, stats, s, groups, splits, stream, relu);
+  if (groups > 0) launch_partials<T>(partials, x, dy, stats, s, groups, splits, stream, relu);
   // n == 0 still launches: the gradient of an empty batch is zero, which write mode must store.
   batch_norm_grad_kernel<<<blocks_for(s.c), kBlock, 0, stream>>>(dw, db, coeffs, partials, w, stats, s, groups, splits,
                                                                  batch_stats, accumulate);
   CRUMB_CUDA_CHECK_LAUNCH();
-  if (coeffs) bn_map<T>(InputGradOp<T>{dx, dy, x, coeffs, s, relu, w, stats}, s, packs_of_4<T>(s, {dx, dy, x}), stream);
+  if (coeffs) bn_map<T>(InputGradOp<T>{dx, dy, x, coeffs, s, relu}, s, packs_of_4<T>(s, {dx, dy, x}), stream);
 }
 
 template <class T>
@@ -774,7 +740,7 @@ void group_norm_backward(float* dw, float* db, T* dx, const T* dy, const T* x, c
     CRUMB_CUDA_CHECK_LAUNCH();
   }
   // n == 0 still launches, as above.
-  group_norm_backward_weight_kernel<<<s.c, kChannelBlock, 0, stream>>>(dw, db, dy, x, w, stats, s, accumulate, relu);
+  group_norm_backward_weight_kernel<<<s.c, kChannelBlock, 0, stream>>>(dw, db, dy, x, stats, s, accumulate, relu);
   CRUMB_CUDA_CHECK_LAUNCH();
 }
 

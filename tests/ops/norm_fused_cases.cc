@@ -39,8 +39,6 @@ ValueId conv_bn_relu(Graph& g, ValueId x, ValueId residual_of_x) {
 
 void fused_bn(Graph& g) { fused(g, {&kBatchNormRelu, &kBatchNormReluBwd}); }
 void fused_bn_add(Graph& g) { fused(g, {&kBatchNormAddRelu, &kBatchNormAddReluBwd}); }
-// The forward fused, the backward as autograd made it (the residual is kept for no backward node).
-void fused_bn_add_forward(Graph& g) { fused(g, {&kBatchNormAddRelu, &kReluBwd, &kBatchNormBwd}); }
 
 }  // namespace
 
@@ -54,11 +52,9 @@ CRUMB_ON_LOAD {
          return conv_bn_relu(g, x, nn::relu(g, nn::conv2d(g, x, 3, 1, "shortcut"), "shortcut.relu"));
        },
        fused_bn_add},
-      // A residual no backward node reads (a convolution's output): the fused backward would keep it for
-      // its mask alone, so autograd's backward nodes stay.
-      {"FusedBatchNormAddReluForwardOnly", {2, 4, 3}, 5,
-       [](Graph& g, ValueId x) { return conv_bn_relu(g, x, nn::conv2d(g, x, 3, 1, "shortcut")); },
-       fused_bn_add_forward},
+      // A residual no backward node reads (a convolution's output): the fused backward's mask needs it not.
+      {"FusedBatchNormAddReluConvResidual", {2, 4, 3}, 5,
+       [](Graph& g, ValueId x) { return conv_bn_relu(g, x, nn::conv2d(g, x, 3, 1, "shortcut")); }, fused_bn_add},
       // The normalised value second in the add, the residual x itself, the whole micro-batch one group.
       {"FusedBatchNormAddReluResidualFirst", {3, 3, 4}, 4,
        [](Graph& g, ValueId x) {
@@ -80,8 +76,8 @@ CRUMB_ON_LOAD {
       // Normalised with running statistics (PyTorch's eval() layer), differentiated.
       {"FusedBatchNormReluFrozen", {2, 3, 3}, 3,
        [](Graph& g, ValueId x) { return nn::relu(g, frozen_conv_bn(g, x), "relu"); }, fused_bn},
-      // A recomputed fused forward: batch_norm_apply_relu in the backward pass, the residual's BatchNorm
-      // recomputed with it.
+      // A recomputed fused forward: batch_norm_apply_relu in the backward pass (the fused backward reads the
+      // recomputed y), the residual's BatchNorm recomputed with it.
       {"FusedBatchNormAddReluRecomputed", {2, 4, 4}, 5,
        [](Graph& g, ValueId x) {
          BatchNormAttrs a;
@@ -90,7 +86,7 @@ CRUMB_ON_LOAD {
          return conv_bn_relu(g, x, r);
        },
        [](Graph& g) {
-         fused_bn_add_forward(g);
+         fused_bn_add(g);
          CRUMB_CHECK(recompute(g, all_recomputable(g)) >= 2, "fewer than 2 values were recomputed");
          bool apply = false;
          for (NodeId i = 0; i < g.num_nodes(); ++i) apply = apply || g.node(i).def == &kBatchNormApplyRelu;

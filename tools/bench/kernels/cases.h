@@ -70,7 +70,8 @@ std::vector<Case> cases(const Suite& suite);
 // One run of a case on one backend, with operands of its own in the backend's memory: every value the
 // node reads or writes at the case's batch (inputs filled with operand_value, integers and outputs zero;
 // a non-float input another node computes, such as max pooling's argmax, comes from running that node
-// once), the row's per-node state and workspace, and a dropout key.
+// once), the row's per-node state and workspace, and a dropout key. A ReLU mask's output shares its
+// input's storage, as the engine runs it (masks_in_place, cases.cc).
 class EngineCall {
  public:
   EngineCall(const Case& c, Backend& b);
