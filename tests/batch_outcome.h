@@ -58,26 +58,32 @@ inline BatchOutcome run_one_batch(const Graph& g, ParamStore& params, Scheduler&
   return outcome_of(g, params, loss_sum, sched.train_executor().plan());
 }
 
-// `batch` random images shaped like g's input "x" (seed 6, in [-1, 1], taken as they are) with labels in
-// [0, classes) (seed 7): one training batch, no test set.
-inline std::shared_ptr<const data::DataSplit> random_batch(const Graph& g, int batch, int classes) {
-  const Dims& x = g.value(g.find_value("x")).dims;
-  auto pixels = std::make_shared<const std::vector<float>>(random_floats(batch * dims_count(x), 6));
+// One training batch (no test set) of the float32 images `pixels` ([samples, C, H, W] for `image` = C, H, W),
+// taken as they are (normalisation 0, 1), with `labels` in [0, classes).
+inline std::shared_ptr<const data::DataSplit> batch_of(std::vector<float> pixels, const Dims& image,
+                                                       std::vector<int32_t> labels, int classes) {
+  auto values = std::make_shared<const std::vector<float>>(std::move(pixels));
   data::DataSplit d;
-  d.source = "a random test batch";
-  d.train.count = batch;
-  d.train.channels = static_cast<int>(x.at(0));
-  d.train.height = static_cast<int>(x.at(1));
-  d.train.width = static_cast<int>(x.at(2));
+  d.source = "a test batch";
+  d.train.count = static_cast<int>(labels.size());
+  d.train.channels = static_cast<int>(image.at(0));
+  d.train.height = static_cast<int>(image.at(1));
+  d.train.width = static_cast<int>(image.at(2));
   d.train.num_classes = classes;
-  d.train.labels = random_labels(batch, classes, 7);
-  d.train.mapped.data = pixels->data();
+  d.train.labels = std::move(labels);
+  d.train.mapped.data = values->data();
   d.train.mapped.type = data::PixelType::F32;
-  d.train.mapped.owner = pixels;
+  d.train.mapped.owner = values;
   d.test = d.train;
   d.test.keep_first(0);
   d.norm = data::Normalization(0.f, 1.f);
   return std::make_shared<const data::DataSplit>(std::move(d));
+}
+
+// `batch` random images shaped like g's input "x" (seed 6, in [-1, 1]) with labels in [0, classes) (seed 7).
+inline std::shared_ptr<const data::DataSplit> random_batch(const Graph& g, int batch, int classes) {
+  const Dims& x = g.value(g.find_value("x")).dims;
+  return batch_of(random_floats(batch * dims_count(x), 6), x, random_labels(batch, classes, 7), classes);
 }
 
 // One batch of random samples (random_batch) in micro-batches of m through a Trainer of g on `device`, from

@@ -71,6 +71,30 @@ TEST(Trainer, FitCallsBackPerStepAndEpoch) {
   EXPECT_TRUE(std::isfinite(r.last_loss));
 }
 
+// shuffle off (PyTorch's DataLoader(shuffle=False)): the first batch is the data's first samples, so its
+// loss is that of a run on those samples alone; shuffled, it is another draw.
+TEST(Trainer, UnshuffledBatchesKeepTheDataOrder) {
+  TrainConfig c = small_run();
+  c.augment = false;
+  c.epochs = 1;
+  const auto data = synthetic_data(c);
+  auto first = std::make_shared<data::DataSplit>(*data);
+  first->train.keep_first(c.batch);
+  auto first_loss = [&](bool shuffle, std::shared_ptr<const data::DataSplit> d) {
+    TrainConfig run = c;
+    run.shuffle = shuffle;
+    Trainer t(run, std::move(d));
+    t.prepare();
+    t.start_epoch(0);
+    StepInfo step;
+    EXPECT_TRUE(t.train_batch(step));
+    return step.loss;
+  };
+  const double alone = first_loss(false, first);
+  EXPECT_EQ(first_loss(false, data), alone);
+  EXPECT_NE(first_loss(true, data), alone);
+}
+
 // Two epochs in one fit, and one epoch saved then resumed for the second, give the same bytes; so does a
 // run stopped in the middle of an epoch (it saves) and resumed.
 TEST(Trainer, ResumeIsExact) {

@@ -164,7 +164,9 @@ void Trainer::make_loaders() {
   const Memory batch_memory = backend(plan_.device).host_memory();
   train_loader_ = std::make_unique<data::Loader>(
       data_->train, batch_, data_->norm,
-      data::LoaderOptions::shuffled(cfg_.seed).dropping_last(cfg_.drop_last).in(batch_memory));
+      (cfg_.shuffle ? data::LoaderOptions::shuffled(cfg_.seed) : data::LoaderOptions::in_order(cfg_.seed))
+          .dropping_last(cfg_.drop_last)
+          .in(batch_memory));
   // The loader assembles this rank's share of each batch, a micro-batch at a time.
   train_loader_->set_micro_batch(m, comm_ ? comm_->rank() : 0, ranks());
   if (cfg_.augment) train_loader_->set_augment({4, true});

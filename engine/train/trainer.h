@@ -79,6 +79,9 @@ struct TrainConfig {
   int batch = 64;        // a batch larger than the training set is the whole set
   int micro_batch = 0;   // 0: the budget decides (the `micro-batch` row of engine/train/options.cc says how)
   bool drop_last = false;  // skip each epoch's short last batch
+  // Each epoch's samples in a fresh order drawn from (seed, epoch), as PyTorch's DataLoader(shuffle=True);
+  // false keeps the data's own order in every epoch (shuffle=False).
+  bool shuffle = true;
   OptimizerConfig optimizer = default_optimizer(OptimizerKind::Sgd);  // its schedule's horizon is set by the run
   std::optional<Device> device;  // none: CUDA where a GPU is usable, else the CPU
   int threads = 2;
