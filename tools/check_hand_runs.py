@@ -14,7 +14,6 @@ ALLOWED = {
     "tests/torch_parity_test.cc": "trains in float64 end to end (float64 inputs, weights and a float64 SGD written "
                                   "out), which the Trainer's data (uint8 or float32 pixels) and optimizers (float32) "
                                   "do not carry",
-    "tests/dropout_test.cc": "passes its own random keys (the Trainer derives them from the seed and step)",
     "tests/fusion_test.cc": "runs a plan the test made (In-Place memory) through a scheduler",
     "tests/memory_report_test.cc": "runs the plan the budget search chose, to compare with its report",
     "tests/memory_strategy_test.cc": "runs a swap/recompute plan the test made",
