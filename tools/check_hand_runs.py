@@ -19,7 +19,6 @@ ALLOWED = {
     "tests/memory_strategy_test.cc": "runs a swap/recompute plan the test made",
     "tests/segments_test.cc": "runs a segment-recomputation plan the test made against the in-memory one",
     "tests/lean_workspace_test.cc": "runs a plan with lean steps the test made against the in-memory one",
-    "tests/layout_test.cc": "saves checkpoints of one step of NCHW and NHWC schedulers (could move to the Trainer)",
     "tests/norm_invariance_test.cc": "tests the scheduler's own check of micro-batches against BatchNorm groups",
 }
 
