@@ -14,11 +14,6 @@ ALLOWED = {
     "tests/torch_parity_test.cc": "trains in float64 end to end (float64 inputs, weights and a float64 SGD written "
                                   "out), which the Trainer's data (uint8 or float32 pixels) and optimizers (float32) "
                                   "do not carry",
-    "tests/fusion_test.cc": "runs a plan the test made (In-Place memory) through a scheduler",
-    "tests/memory_report_test.cc": "runs the plan the budget search chose, to compare with its report",
-    "tests/memory_strategy_test.cc": "runs a swap/recompute plan the test made",
-    "tests/segments_test.cc": "runs a segment-recomputation plan the test made against the in-memory one",
-    "tests/lean_workspace_test.cc": "runs a plan with lean steps the test made against the in-memory one",
     "tests/norm_invariance_test.cc": "tests the scheduler's own check of micro-batches against BatchNorm groups",
 }
 
