@@ -4,11 +4,7 @@ Trainer), and tests/ and tools/ train through the Trainer (engine/train/trainer.
 network description, the caller's graph or a plan the caller made, with hooks around each batch). ALLOWED
 lists the files that still build a Scheduler of their own, each a test of the scheduler itself or of what
 the Trainer cannot run, and why; the list may only shrink: a file on it that no longer builds one is an
-error too, so the list stays true. Exits 1 listing each problem."""Checks that no test or tool assembles a training run by hand: a Scheduler is built inside engine/ (the
-Trainer), and tests/ and tools/ train through the Trainer (engine/train/trainer.h: it takes a model name, a
-network description, the caller's graph or the caller's plan, with hooks around each batch). ALLOWED lists the files that still
-build a Scheduler of their own and why; the list may only shrink: a file on it that no longer builds one is
-an error too, so the list stays true. Exits 1 listing each problem."""
+error too, so the list stays true. Exits 1 listing each problem."""
 import pathlib
 import re
 import sys
