@@ -74,23 +74,23 @@ Trainer::Trainer(TrainConfig cfg, std::shared_ptr<const data::DataSplit> data, s
 Trainer::Trainer(TrainConfig cfg, Graph model, std::shared_ptr<const data::DataSplit> data,
                  std::shared_ptr<Communicator> comm)
     : cfg_(std::move(cfg)), comm_(std::move(comm)), scaler_(cfg_.loss_scale, cfg_.precision == Precision::FP16) {
-  CRUMB_CHECK(cfg_.network.empty(), "a Trainer given a graph takes no network description (TrainConfig::network)");
-  CRUMB_CHECK(data, "a Trainer given a graph needs its data (the images its input \"x\" takes)");
-  cfg_.graph_given = true;
   build(std::move(model), std::nullopt, std::move(data));
 }
 
 Trainer::Trainer(TrainConfig cfg, RunPlan plan, std::shared_ptr<const data::DataSplit> data,
                  std::shared_ptr<Communicator> comm)
     : cfg_(std::move(cfg)), comm_(std::move(comm)), scaler_(cfg_.loss_scale, cfg_.precision == Precision::FP16) {
-  CRUMB_CHECK(cfg_.network.empty(), "a Trainer given a plan takes no network description (TrainConfig::network)");
-  CRUMB_CHECK(data, "a Trainer given a plan needs its data (the images its input \"x\" takes)");
-  cfg_.graph_given = true;
   build(std::nullopt, std::move(plan), std::move(data));
 }
 
 void Trainer::build(std::optional<Graph> model, std::optional<RunPlan> plan,
                     std::shared_ptr<const data::DataSplit> data) {
+  if (model || plan) {
+    const char* given = model ? "graph" : "plan";
+    CRUMB_CHECK(cfg_.network.empty(), "a Trainer given a ", given, " takes no network description (TrainConfig::network)");
+    CRUMB_CHECK(data, "a Trainer given a ", given, " needs its data (the images its input \"x\" takes)");
+    cfg_.graph_given = true;
+  }
   cfg_.validate();
   // Before any file is read: no output of the run may replace one of its inputs.
   check_run_files(cfg_);
