@@ -20,12 +20,12 @@
 #include <string>
 #include <vector>
 
-#include "engine/graph/autograd.h"
 #include "engine/optim/optimizer.h"
 #include "engine/train/model_registry.h"
-#include "engine/train/scheduler.h"
+#include "engine/train/trainer.h"
 #include "kernels/bf16_dot.h"
 #include "tests/autocast_reference.h"
+#include "tests/batch_outcome.h"
 #include "tests/reference_formulas.h"
 
 namespace crumb {
@@ -101,12 +101,27 @@ void check_against_autocast(const std::string& model, const Losses& losses, cons
                             const TensorSummary (&want)[N], const Tolerances& tol) {
   models::NormSpec norm;
   norm.bn.group = 0;  // BatchNorm over the batch, as PyTorch's
-  Graph g = models::build(model, {kChannels, kSize, kSize, kClasses, norm, 0.0}, DType::BF16);
-  build_backward(g);
-  ParamStore params(g);
-  params.init(0);
-  test::init_like_reference<float>(g, params);
-  params.to_device();  // the masters to their bf16 copies
+  const Graph model_graph = models::build(model, {kChannels, kSize, kSize, kClasses, norm, 0.0}, DType::BF16);
+  // One batch, in order, seen twice: the step on it, then the loss it has after the step. Unfused, as
+  // autocast runs op by op.
+  TrainConfig cfg;
+  cfg.model = model;
+  cfg.device = Device::CPU;
+  cfg.precision = Precision::BF16;
+  cfg.fuse = false;
+  cfg.batch = cfg.micro_batch = kBatch;
+  cfg.epochs = 2;
+  cfg.shuffle = false;
+  cfg.optimizer = OptimizerConfig{};
+  cfg.optimizer.lr = kLr;
+  cfg.optimizer.momentum = kMomentum;
+  Trainer trainer(cfg, model_graph,
+            test::batch_of(test::reference_inputs<float>(std::size_t{kBatch} * kChannels * kSize * kSize),
+                           {kChannels, kSize, kSize}, test::reference_labels(kBatch, kClasses), kClasses));
+  const Graph& g = trainer.graph();
+  trainer.set_initial_state([&g](ParamStore& p) { test::init_like_reference<float>(g, p); });
+  trainer.prepare();
+  ParamStore& params = trainer.params();
   std::vector<ValueId> ids;
   std::vector<std::vector<double>> before;
   for (const TensorSummary& t : want) {
@@ -116,18 +131,12 @@ void check_against_autocast(const std::string& model, const Losses& losses, cons
   }
   EXPECT_EQ(ids.size(), g.params().size() + g.states().size())
       << "Crumb's " << model << " has tensors PyTorch's has not";
-  Arena arena;
-  Scheduler sched(g, params, arena, kBatch);
-  OptimizerConfig cfg;
-  cfg.lr = kLr;
-  cfg.momentum = kMomentum;
-  const std::unique_ptr<Optimizer> opt = make_optimizer(params, cfg);
-  const std::vector<float> x = test::reference_inputs<float>(std::size_t{kBatch} * kChannels * kSize * kSize);
-  const std::vector<int32_t> y = test::reference_labels(kBatch, kClasses);
 
-  const double loss = sched.train_batch({{"x", x.data()}, {"y", y.data()}}, kBatch).loss_sum / kBatch;
+  StepInfo step;
+  trainer.start_epoch(0);
+  ASSERT_TRUE(trainer.train_batch(step));
+  const double loss = step.loss;
   EXPECT_NEAR(loss, losses.step, tol.loss) << model;
-  opt->step();
   params.to_host();
   // Relative distances from autocast of the tensors compared in aggregate: Crumb's, and float32's for scale.
   double tight_worst = 0;
@@ -161,7 +170,9 @@ void check_against_autocast(const std::string& model, const Losses& losses, cons
   EXPECT_LE(rms(stats), tol.stats_rms) << model << ": the statistics' changes";
   EXPECT_LE(rms(updates), tol.updates_rms) << model << ": the updates' L2 norms";
   EXPECT_LE(rms(update_dots), tol.updates_dot_rms) << model << ": the updates' dot products";
-  const double next = sched.train_batch({{"x", x.data()}, {"y", y.data()}}, kBatch).loss_sum / kBatch;
+  trainer.start_epoch(1);
+  ASSERT_TRUE(trainer.train_batch(step));
+  const double next = step.loss;
   EXPECT_NEAR(next, losses.next, tol.next_loss) << model << ": the loss after the step";
   std::printf("%s, distance from autocast of crumb (float32): loss %.2g (%.2g), next loss %.2g (%.2g), tight "
               "tensors at most %.2g; rms over the others: statistics %.2g (%.2g), updates %.2g (%.2g), their dot "

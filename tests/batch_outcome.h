@@ -46,54 +46,49 @@ inline BatchOutcome outcome_of(const Graph& g, ParamStore& params, double loss_s
   return out;
 }
 
-// Runs one batch of `batch` random samples of g's input "x" with labels "y" in [0, classes) through sched
-// (built on params), with random key `key`: for the tests that build a scheduler of their own (a custom
-// plan), which tools/check_hand_runs.py lists.
-inline BatchOutcome run_one_batch(const Graph& g, ParamStore& params, Scheduler& sched, int batch, int classes,
-                                  uint64_t key = 0) {
-  const std::vector<float> x =
-      random_floats(static_cast<std::size_t>(batch) * g.value(g.find_value("x")).count(1), 6);
-  const std::vector<int32_t> y = random_labels(batch, classes, 7);
-  const double loss_sum = sched.train_batch({{"x", x.data()}, {"y", y.data()}}, batch, key).loss_sum;
-  return outcome_of(g, params, loss_sum, sched.train_executor().plan());
-}
-
-// `batch` random images shaped like g's input "x" (seed 6, in [-1, 1], taken as they are) with labels in
-// [0, classes) (seed 7): one training batch, no test set.
-inline std::shared_ptr<const data::DataSplit> random_batch(const Graph& g, int batch, int classes) {
-  const Dims& x = g.value(g.find_value("x")).dims;
-  auto pixels = std::make_shared<const std::vector<float>>(random_floats(batch * dims_count(x), 6));
+// One training batch (no test set) of the float32 images `pixels` ([samples, C, H, W] for `image` = C, H, W),
+// taken as they are (normalisation 0, 1), with `labels` in [0, classes).
+inline std::shared_ptr<const data::DataSplit> batch_of(std::vector<float> pixels, const Dims& image,
+                                                       std::vector<int32_t> labels, int classes) {
+  auto values = std::make_shared<const std::vector<float>>(std::move(pixels));
   data::DataSplit d;
-  d.source = "a random test batch";
-  d.train.count = batch;
-  d.train.channels = static_cast<int>(x.at(0));
-  d.train.height = static_cast<int>(x.at(1));
-  d.train.width = static_cast<int>(x.at(2));
+  d.source = "a test batch";
+  d.train.count = static_cast<int>(labels.size());
+  d.train.channels = static_cast<int>(image.at(0));
+  d.train.height = static_cast<int>(image.at(1));
+  d.train.width = static_cast<int>(image.at(2));
   d.train.num_classes = classes;
-  d.train.labels = random_labels(batch, classes, 7);
-  d.train.mapped.data = pixels->data();
+  d.train.labels = std::move(labels);
+  d.train.mapped.data = values->data();
   d.train.mapped.type = data::PixelType::F32;
-  d.train.mapped.owner = pixels;
+  d.train.mapped.owner = values;
   d.test = d.train;
   d.test.keep_first(0);
   d.norm = data::Normalization(0.f, 1.f);
   return std::make_shared<const data::DataSplit>(std::move(d));
 }
 
-// One batch of random samples (random_batch) in micro-batches of m through a Trainer of g on `device`, from
-// parameters initialised with seed 5 and then changed by `perturb` (if given), read before the optimizer
-// steps; `inspect` (if given) sees the parameters then.
-inline BatchOutcome run_one_batch(const Graph& g, int m, int batch, int classes,
-                                  const std::function<void(const ParamStore&)>& inspect = {},
-                                  Device device = Device::CPU, const std::function<void(ParamStore&)>& perturb = {}) {
+// `batch` random images shaped like g's input "x" (seed 6, in [-1, 1]) with labels in [0, classes) (seed 7).
+inline std::shared_ptr<const data::DataSplit> random_batch(const Graph& g, int batch, int classes) {
+  const Dims& x = g.value(g.find_value("x")).dims;
+  return batch_of(random_floats(batch * dims_count(x), 6), x, random_labels(batch, classes, 7), classes);
+}
+
+// The run one_batch's Trainers make: `batch` samples in micro-batches of m (0: the plan's) on `device`,
+// parameters initialised with seed 5.
+inline TrainConfig one_batch_config(int m, int batch, Device device) {
   TrainConfig cfg;
   cfg.model = "test graph";
   cfg.batch = batch;
   cfg.micro_batch = m;
   cfg.seed = 5;
   cfg.device = device;
-  Trainer t(cfg, g, random_batch(g, batch, classes));
-  if (perturb) t.set_initial_state(perturb);
+  return cfg;
+}
+
+// The first training batch of t, read before the optimizer steps; `inspect` (if given) sees the
+// parameters then.
+inline BatchOutcome first_batch(Trainer& t, const std::function<void(const ParamStore&)>& inspect = {}) {
   BatchOutcome out;
   BatchHooks hooks;
   hooks.before_step = [&](Trainer& tr, const BatchResult& r) {
@@ -104,8 +99,32 @@ inline BatchOutcome run_one_batch(const Graph& g, int m, int batch, int classes,
   t.prepare();
   t.start_epoch(0);
   StepInfo step;
-  CRUMB_CHECK(t.train_batch(step), "run_one_batch: the Trainer trained no batch");
+  CRUMB_CHECK(t.train_batch(step), "first_batch: the Trainer trained no batch");
   return out;
+}
+
+// One batch of random samples (random_batch) in micro-batches of m through a Trainer of g on `device`, from
+// parameters initialised with seed 5 and then changed by `perturb` (if given), read before the optimizer
+// steps; `inspect` (if given) sees the parameters then.
+inline BatchOutcome run_one_batch(const Graph& g, int m, int batch, int classes,
+                                  const std::function<void(const ParamStore&)>& inspect = {},
+                                  Device device = Device::CPU, const std::function<void(ParamStore&)>& perturb = {}) {
+  Trainer t(one_batch_config(m, batch, device), g, random_batch(g, batch, classes));
+  if (perturb) t.set_initial_state(perturb);
+  return first_batch(t, inspect);
+}
+
+// The same batch through a Trainer that runs `plan`, the caller's: g with the StrategyPlan its
+// plan_strategy call chose, on the CPU.
+inline BatchOutcome run_one_batch(Graph g, StrategyPlan plan, int batch, int classes) {
+  RunPlan p;
+  auto data = random_batch(g, batch, classes);
+  p.graph = std::move(g);
+  p.strategy = std::move(plan);
+  p.device = Device::CPU;
+  p.batch = batch;
+  Trainer t(one_batch_config(0, batch, Device::CPU), std::move(p), std::move(data));
+  return first_batch(t);
 }
 
 // The batch on the CPU from parameters initialised with seed 5, then (for s > 0) each scaled by 1 +- 1e-7

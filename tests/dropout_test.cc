@@ -18,8 +18,9 @@
 #include "engine/ops/pool.h"
 #include "engine/ops/softmax_xent.h"
 #include "engine/graph/rng.h"
-#include "engine/train/scheduler.h"
+#include "engine/train/trainer.h"
 #include "kernels/dropout.h"
+#include "tests/batch_outcome.h"
 #include "tests/test_util.h"
 
 namespace crumb {
@@ -94,51 +95,60 @@ Graph small_vgg(double p) {
   return g;
 }
 
-struct Outcome {
-  std::vector<float> grads;
-  double loss_sum;
+// A Trainer of g on kBatch random samples, in micro-batches of m, from weights initialised with seed 3
+// whatever the run's seed: `seed` then only chooses the masks, as each step's dropout key is
+// random_key(seed, step) (engine/graph/rng.h).
+struct DropoutRun {
+  DropoutRun(const Graph& g, int m, uint64_t seed) : t(config(m, seed), g, test::random_batch(g, kBatch, kClasses)) {
+    t.set_initial_state([](ParamStore& p) { p.init(3); });
+  }
+  static TrainConfig config(int m, uint64_t seed) {
+    TrainConfig c;
+    c.model = "small vgg";
+    c.device = Device::CPU;
+    c.batch = kBatch;
+    c.micro_batch = m;
+    c.seed = seed;
+    return c;
+  }
+  // The first step's loss and gradients.
+  test::BatchOutcome train_batch() {
+    test::BatchOutcome out;
+    BatchHooks hooks;
+    hooks.before_step = [&out](Trainer& tr, const BatchResult& r) {
+      out = test::outcome_of(tr.graph(), tr.params(), r.loss_sum, tr.scheduler().train_executor().plan());
+    };
+    t.set_batch_hooks(hooks);
+    t.prepare();
+    t.start_epoch(0);
+    StepInfo step;
+    EXPECT_TRUE(t.train_batch(step));
+    return out;
+  }
+  Trainer t;
 };
-
-Outcome train_batch(const Graph& g, int m, uint64_t key) {
-  ParamStore params(g);
-  params.init(3);
-  Arena arena;
-  Scheduler sched(g, params, arena, m);
-  const std::vector<float> x = test::random_floats(kBatch * kChannels * kSize * kSize, 4);
-  const std::vector<int32_t> y = test::random_labels(kBatch, kClasses, 5);
-  const double loss = sched.train_batch({{"x", x.data()}, {"y", y.data()}}, kBatch, key).loss_sum;
-  const float* grads = static_cast<const float*>(params.grad_block());
-  return {std::vector<float>(grads, grads + params.count()), loss};
-}
 
 TEST(Dropout, GradientsDoNotDependOnTheMicroBatchSize) {
   const Graph g = small_vgg(0.5);
-  const uint64_t key = random_key(11, 42);
-  const Outcome whole = train_batch(g, kBatch, key);
+  const test::BatchOutcome whole = DropoutRun(g, kBatch, 11).train_batch();
   for (int m : {2, 4, 8, 10}) {  // 8 and 10: a ragged last micro-batch
     SCOPED_TRACE("micro-batch " + std::to_string(m));
-    const Outcome part = train_batch(g, m, key);
+    const test::BatchOutcome part = DropoutRun(g, m, 11).train_batch();
     EXPECT_NEAR(part.loss_sum, whole.loss_sum, 1e-5 * whole.loss_sum);
     // Float32 sums in another order across micro-batches, as in NormInvariance.
     EXPECT_LE(test::relative_error(part.grads, whole.grads), 1e-5);
   }
-  // The masks matter: the next step's key, or no dropout, gives other gradients.
-  EXPECT_GT(test::relative_error(train_batch(g, kBatch, random_key(11, 43)).grads, whole.grads), 1e-2);
-  EXPECT_GT(test::relative_error(train_batch(small_vgg(0.0), kBatch, key).grads, whole.grads), 1e-2);
+  // The masks matter: another key, or no dropout, gives other gradients.
+  EXPECT_GT(test::relative_error(DropoutRun(g, kBatch, 12).train_batch().grads, whole.grads), 1e-2);
+  EXPECT_GT(test::relative_error(DropoutRun(small_vgg(0.0), kBatch, 11).train_batch().grads, whole.grads), 1e-2);
 }
 
 TEST(Dropout, IsTheIdentityInEvaluation) {
   const Graph with = small_vgg(0.5), without = small_vgg(0.0);
-  const std::vector<float> x = test::random_floats(kBatch * kChannels * kSize * kSize, 4);
-  const std::vector<int32_t> y = test::random_labels(kBatch, kClasses, 5);
   double loss[2];
   for (int i = 0; i < 2; ++i) {
-    const Graph& g = i == 0 ? with : without;
-    ParamStore params(g);
-    params.init(3);
-    Arena arena;
-    Scheduler sched(g, params, arena, kBatch);
-    loss[i] = sched.evaluate({{"x", x.data()}, {"y", y.data()}}, kBatch).loss_sum;
+    DropoutRun run(i == 0 ? with : without, kBatch, 11);
+    loss[i] = run.t.evaluate(run.t.data().train).loss;
   }
   EXPECT_EQ(loss[0], loss[1]);
 }

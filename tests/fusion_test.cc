@@ -194,12 +194,8 @@ TEST(Fusion, StrategiesKeepTheirBits) {
     r.budget = budget;
     r.micro_batch = 8;
     StrategyPlan p = plan_strategy(copy, r);
-    ParamStore params(copy);
-    params.init(3);
-    Arena arena;
-    Scheduler sched(copy, params, arena, std::move(p.plan.train), std::move(p.plan.eval));
-    test::BatchOutcome out = test::run_one_batch(copy, params, sched, 16, kClasses, 11);
-    return std::make_pair(out, p.choice);
+    const StrategyChoice choice = p.choice;
+    return std::make_pair(test::run_one_batch(std::move(copy), std::move(p), 16, kClasses), choice);
   };
   const auto [want, kept] = run(Strategy::MicroBatch, std::size_t{1} << 40);
   EXPECT_TRUE(kept.swapped.empty() && kept.recomputed.empty());

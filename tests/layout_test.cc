@@ -256,19 +256,21 @@ TEST(ChannelsLast, OneStepSavesTheSameCheckpoint) {
   std::filesystem::create_directories(dir);
   std::string files[2];
   for (int nhwc = 0; nhwc < 2; ++nhwc) {
-    const Graph g = built("resnet20", 3, DType::BF16, nhwc);
-    ParamStore params(g);
-    params.init(5);
-    Arena arena;
-    Scheduler sched(g, params, arena, 16);
-    OptimizerConfig oc;
-    oc.lr = 0.1;
-    oc.momentum = 0.9;
-    auto opt = make_optimizer(params, oc);
-    test::run_one_batch(g, params, sched, 32, kClasses);
-    opt->step();
     files[nhwc] = dir + (nhwc ? "/nhwc.safetensors" : "/nchw.safetensors");
-    save_checkpoint(files[nhwc], params, opt.get(), "resnet20");
+    TrainConfig c;
+    c.model = "resnet20";
+    c.device = Device::CPU;
+    c.precision = Precision::BF16;
+    c.batch = 32;
+    c.micro_batch = 16;
+    c.seed = 5;
+    c.optimizer = OptimizerConfig{};
+    c.optimizer.lr = 0.1;
+    c.optimizer.momentum = 0.9;
+    c.save = files[nhwc];
+    const Graph g = built("resnet20", 3, DType::BF16, nhwc);
+    Trainer t(c, g, test::random_batch(g, 32, kClasses));
+    EXPECT_EQ(t.fit().steps, 1);
   }
   const std::string a = file_bytes(files[0]), b = file_bytes(files[1]);
   EXPECT_GT(a.size(), 1000u);

@@ -86,13 +86,7 @@ TEST(LeanWorkspace, TheStrategyRunsLeanStepsWhereWorkspaceSetsThePeak) {
   EXPECT_LE(p.plan.memory.total(), r.budget);
   EXPECT_FALSE(p.choice.lean.empty());
   EXPECT_TRUE(p.choice.swapped.empty() && p.choice.recomputed.empty());
-  auto run = [](const Graph& graph, StrategyPlan& plan) {
-    ParamStore params(graph);
-    params.init(3);
-    Arena arena;
-    Scheduler sched(graph, params, arena, std::move(plan.plan.train), std::move(plan.plan.eval));
-    return test::run_one_batch(graph, params, sched, 64, 10, 11);
-  };
+  auto run = [](const Graph& graph, StrategyPlan& plan) { return test::run_one_batch(graph, std::move(plan), 64, 10); };
   const test::BatchOutcome want = run(reference, want_plan), got = run(g, p);
   ASSERT_EQ(got.grads.size(), want.grads.size());
   EXPECT_EQ(0, std::memcmp(got.grads.data(), want.grads.data(), got.grads.size() * sizeof(float)));

@@ -8,9 +8,9 @@
 #include "engine/run/executor.h"
 #include "engine/strategy/memory_report.h"
 #include "engine/optim/optimizer.h"
-#include "engine/train/scheduler.h"
 #include "engine/train/trainer.h"
 #include "engine/train/model_registry.h"
+#include "tests/batch_outcome.h"
 #include "tests/optimizer_configs.h"
 
 namespace crumb {
@@ -190,22 +190,30 @@ TEST(MemoryReport, ExplainShowsThePrecisionAndEachDtype) {
   EXPECT_STREQ(precision_of(g), "fp16");
 }
 
-// The budget search, --explain and the executors share one compile: the scheduler built from the
-// chosen passes runs exactly the plans the search measured, and sizes the arena once for both.
-TEST(MemoryReport, SchedulerRunsThePlansTheSearchMeasured) {
+// The budget search, --explain and the executors share one compile: a Trainer given the chosen passes
+// runs exactly the plans the search measured, and sizes the arena once for both.
+TEST(MemoryReport, TheTrainerRunsThePlansTheSearchMeasured) {
   const Graph g = trained_graph("lenet5");
   MicroBatchPlan chosen = choose_micro_batch(g, 512, measure_memory(g, 37, kSgd, Device::CPU, 0, 512).total(), kSgd);
   ASSERT_EQ(chosen.micro_batch, 37);
   const MemoryBreakdown mb = chosen.memory;
   const std::size_t train_arena = chosen.train.plan.arena_bytes, eval_arena = chosen.eval.plan.arena_bytes;
-  ParamStore params(g);
-  Arena arena;
-  Scheduler sched(g, params, arena, std::move(chosen.train), std::move(chosen.eval));
-  EXPECT_EQ(sched.micro_batch(), 37);
-  EXPECT_EQ(sched.train_executor().plan().arena_bytes, train_arena);
-  EXPECT_EQ(sched.eval_executor().plan().arena_bytes, eval_arena);
-  EXPECT_EQ(arena.size(), mb.arena);
-  EXPECT_EQ(sched.train_executor().plan().peak_live, mb.activations);
+  RunPlan plan;
+  plan.graph = g;
+  plan.strategy.plan = std::move(chosen);
+  plan.batch = 512;
+  TrainConfig c;
+  c.model = "lenet5";
+  c.device = Device::CPU;
+  c.batch = 512;
+  Trainer t(c, std::move(plan), test::random_batch(g, 512, 10));
+  t.prepare();
+  EXPECT_EQ(t.micro_batch(), 37);
+  EXPECT_EQ(t.scheduler().micro_batch(), 37);
+  EXPECT_EQ(t.scheduler().train_executor().plan().arena_bytes, train_arena);
+  EXPECT_EQ(t.scheduler().eval_executor().plan().arena_bytes, eval_arena);
+  EXPECT_EQ(t.arena_bytes(), mb.arena);
+  EXPECT_EQ(t.scheduler().train_executor().plan().peak_live, mb.activations);
 }
 
 // Executors resolve their pointers once; an arena that would move under them refuses to grow.

@@ -150,13 +150,7 @@ TEST(Segments, Resnet20RecomputesInAtMostSixTenthsOfItsMemory) {
   EXPECT_LE(p.plan.memory.total(), least);
   EXPECT_FALSE(p.choice.recomputed.empty());
   EXPECT_TRUE(p.choice.swapped.empty());
-  auto run = [](const Graph& graph, StrategyPlan& plan) {
-    ParamStore params(graph);
-    params.init(3);
-    Arena arena;
-    Scheduler sched(graph, params, arena, std::move(plan.plan.train), std::move(plan.plan.eval));
-    return test::run_one_batch(graph, params, sched, 8, kClasses, 11);
-  };
+  auto run = [](const Graph& graph, StrategyPlan& plan) { return test::run_one_batch(graph, std::move(plan), 8, kClasses); };
   const test::BatchOutcome want = run(reference, want_plan), got = run(g, p);
   ASSERT_EQ(got.grads.size(), want.grads.size());
   EXPECT_EQ(0, std::memcmp(got.grads.data(), want.grads.data(), got.grads.size() * sizeof(float)));

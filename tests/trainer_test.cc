@@ -71,6 +71,51 @@ TEST(Trainer, FitCallsBackPerStepAndEpoch) {
   EXPECT_TRUE(std::isfinite(r.last_loss));
 }
 
+// shuffle off (PyTorch's DataLoader(shuffle=False)): the first batch is the data's first samples, so its
+// loss is that of a run on those samples alone; shuffled, it is another draw.
+TEST(Trainer, UnshuffledBatchesKeepTheDataOrder) {
+  TrainConfig c = small_run();
+  c.augment = false;
+  c.epochs = 1;
+  const auto data = synthetic_data(c);
+  auto first = std::make_shared<data::DataSplit>(*data);
+  first->train.keep_first(c.batch);
+  auto first_loss = [&](bool shuffle, std::shared_ptr<const data::DataSplit> d) {
+    TrainConfig run = c;
+    run.shuffle = shuffle;
+    Trainer t(run, std::move(d));
+    t.prepare();
+    t.start_epoch(0);
+    StepInfo step;
+    EXPECT_TRUE(t.train_batch(step));
+    return step.loss;
+  };
+  const double alone = first_loss(false, first);
+  EXPECT_EQ(first_loss(false, data), alone);
+  EXPECT_NE(first_loss(true, data), alone);
+}
+
+// A plan the caller made (plan_run's, as the Trainer makes it) trains as the Trainer's own does; one for
+// another batch or micro-batch is an error naming both.
+TEST(Trainer, RunsThePlanItIsGiven) {
+  TrainConfig c = small_run();
+  const auto data = synthetic_data(c);
+  const data::DataShape shape{1, 12, 12, 4};
+  Trainer own(c, data), given(c, plan_run(c, shape, c.batch, Device::CPU), data);
+  own.fit();
+  given.fit();
+  EXPECT_EQ(given.micro_batch(), own.micro_batch());
+  EXPECT_TRUE(weights(given) == weights(own));
+  EXPECT_EQ(test::error_of([&] { Trainer(c, plan_run(c, shape, 8, Device::CPU), data); }),
+            "the plan given to the Trainer is for batches of 8 samples but the run's are 16 (per rank): plan it for "
+            "those");
+  TrainConfig m = c;
+  m.micro_batch = 8;
+  const std::string msg = test::error_of([&] { Trainer(m, plan_run(c, shape, c.batch, Device::CPU), data); });
+  EXPECT_NE(msg.find("--micro-batch 8 but the plan given to the Trainer runs micro-batches of 16"), std::string::npos)
+      << msg;
+}
+
 // Two epochs in one fit, and one epoch saved then resumed for the second, give the same bytes; so does a
 // run stopped in the middle of an epoch (it saves) and resumed.
 TEST(Trainer, ResumeIsExact) {

@@ -673,7 +673,7 @@ std::string result_settings(const TrainConfig& c) {
     w.string(o.name, o.get(c));
   }
   // What no option sets (a C++ caller's).
-  return w.boolean("drop-last", c.drop_last).integer("gn-groups", c.norm.gn_groups).str();
+  return w.boolean("drop-last", c.drop_last).boolean("shuffle", c.shuffle).integer("gn-groups", c.norm.gn_groups).str();
 }
 
 Settings resume_settings(const std::vector<Option>& table, const Settings& recorded, const Settings& given) {

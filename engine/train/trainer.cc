@@ -68,19 +68,29 @@ bool sum_over_ranks(Communicator& comm, BatchResult& r, bool stop) {
 
 Trainer::Trainer(TrainConfig cfg, std::shared_ptr<const data::DataSplit> data, std::shared_ptr<Communicator> comm)
     : cfg_(std::move(cfg)), comm_(std::move(comm)), scaler_(cfg_.loss_scale, cfg_.precision == Precision::FP16) {
-  build(std::nullopt, std::move(data));
+  build(std::nullopt, std::nullopt, std::move(data));
 }
 
 Trainer::Trainer(TrainConfig cfg, Graph model, std::shared_ptr<const data::DataSplit> data,
                  std::shared_ptr<Communicator> comm)
     : cfg_(std::move(cfg)), comm_(std::move(comm)), scaler_(cfg_.loss_scale, cfg_.precision == Precision::FP16) {
-  CRUMB_CHECK(cfg_.network.empty(), "a Trainer given a graph takes no network description (TrainConfig::network)");
-  CRUMB_CHECK(data, "a Trainer given a graph needs its data (the images its input \"x\" takes)");
-  cfg_.graph_given = true;
-  build(std::move(model), std::move(data));
+  build(std::move(model), std::nullopt, std::move(data));
 }
 
-void Trainer::build(std::optional<Graph> model, std::shared_ptr<const data::DataSplit> data) {
+Trainer::Trainer(TrainConfig cfg, RunPlan plan, std::shared_ptr<const data::DataSplit> data,
+                 std::shared_ptr<Communicator> comm)
+    : cfg_(std::move(cfg)), comm_(std::move(comm)), scaler_(cfg_.loss_scale, cfg_.precision == Precision::FP16) {
+  build(std::nullopt, std::move(plan), std::move(data));
+}
+
+void Trainer::build(std::optional<Graph> model, std::optional<RunPlan> plan,
+                    std::shared_ptr<const data::DataSplit> data) {
+  if (model || plan) {
+    const char* given = model ? "graph" : "plan";
+    CRUMB_CHECK(cfg_.network.empty(), "a Trainer given a ", given, " takes no network description (TrainConfig::network)");
+    CRUMB_CHECK(data, "a Trainer given a ", given, " needs its data (the images its input \"x\" takes)");
+    cfg_.graph_given = true;
+  }
   cfg_.validate();
   // Before any file is read: no output of the run may replace one of its inputs.
   check_run_files(cfg_);
@@ -96,10 +106,23 @@ void Trainer::build(std::optional<Graph> model, std::shared_ptr<const data::Data
   // no samples yet (a trainer that predicts until train_more), the batch training would use.
   batch_ = train.count > 0 ? std::min(cfg_.batch, train.count) : cfg_.batch;
   // Each rank plans for the largest share, rank 0's.
-  named_model_ = !model && cfg_.network.empty();
+  named_model_ = !model && !plan && cfg_.network.empty();
   const int share = batch_share(batch_, ranks(), 0).size;
-  plan_ = model ? plan_graph(cfg_, std::move(*model), share, device)
-                : plan_run(cfg_, {train.channels, train.height, train.width, train.num_classes}, share, device);
+  if (plan) {
+    CRUMB_CHECK(plan->device == device, "the plan given to the Trainer is for ", device_name(plan->device),
+                " but the run is on ", device_name(device), ": plan it for the run's device (TrainConfig::device)");
+    CRUMB_CHECK(plan->batch == share, "the plan given to the Trainer is for batches of ", plan->batch,
+                " samples but the run's are ", share, " (per rank): plan it for those");
+    const int m = plan->strategy.plan.micro_batch;
+    CRUMB_CHECK(cfg_.micro_batch == 0 || cfg_.micro_batch == m, "--micro-batch ", cfg_.micro_batch,
+                " but the plan given to the Trainer runs micro-batches of ", m, ": leave it 0 or give the plan's");
+    check_bn_group(cfg_, plan->graph, share, false);
+    check_micro_batch(plan->graph, m, share);
+    plan_ = std::move(*plan);
+  } else {
+    plan_ = model ? plan_graph(cfg_, std::move(*model), share, device)
+                  : plan_run(cfg_, {train.channels, train.height, train.width, train.num_classes}, share, device);
+  }
   if (comm_) check_ranks_agree(*comm_, rank_digest(cfg_, plan_.graph, train));
 }
 
@@ -164,7 +187,9 @@ void Trainer::make_loaders() {
   const Memory batch_memory = backend(plan_.device).host_memory();
   train_loader_ = std::make_unique<data::Loader>(
       data_->train, batch_, data_->norm,
-      data::LoaderOptions::shuffled(cfg_.seed).dropping_last(cfg_.drop_last).in(batch_memory));
+      (cfg_.shuffle ? data::LoaderOptions::shuffled(cfg_.seed) : data::LoaderOptions::in_order(cfg_.seed))
+          .dropping_last(cfg_.drop_last)
+          .in(batch_memory));
   // The loader assembles this rank's share of each batch, a micro-batch at a time.
   train_loader_->set_micro_batch(m, comm_ ? comm_->rank() : 0, ranks());
   if (cfg_.augment) train_loader_->set_augment({4, true});

@@ -79,6 +79,9 @@ struct TrainConfig {
   int batch = 64;        // a batch larger than the training set is the whole set
   int micro_batch = 0;   // 0: the budget decides (the `micro-batch` row of engine/train/options.cc says how)
   bool drop_last = false;  // skip each epoch's short last batch
+  // Each epoch's samples in a fresh order drawn from (seed, epoch), as PyTorch's DataLoader(shuffle=True);
+  // false keeps the data's own order in every epoch (shuffle=False).
+  bool shuffle = true;
   OptimizerConfig optimizer = default_optimizer(OptimizerKind::Sgd);  // its schedule's horizon is set by the run
   std::optional<Device> device;  // none: CUDA where a GPU is usable, else the CPU
   int threads = 2;
@@ -272,6 +275,12 @@ class Trainer {
   // cfg.dropout do not apply (a norm or dropout other than the default is an error).
   Trainer(TrainConfig cfg, Graph model, std::shared_ptr<const data::DataSplit> data,
           std::shared_ptr<Communicator> comm = nullptr);
+  // The same for a plan the caller made and chose (plan_run or plan_graph's, or a graph and the
+  // StrategyPlan of its own plan_strategy call): the Trainer runs it as it is, without planning again. It
+  // must be for cfg's device and each rank's share of a batch (plan.batch), and cfg.micro_batch, if set,
+  // the plan's; cfg's budget and strategy, which chose it, do not apply.
+  Trainer(TrainConfig cfg, RunPlan plan, std::shared_ptr<const data::DataSplit> data,
+          std::shared_ptr<Communicator> comm = nullptr);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -356,8 +365,9 @@ class Trainer {
 
  private:
   void save_at(int epoch, int batch, const std::string& path = "");
-  // The constructors' common part: reads the data, connects the ranks, plans `model` (cfg's when none).
-  void build(std::optional<Graph> model, std::shared_ptr<const data::DataSplit> data);
+  // The constructors' common part: reads the data, connects the ranks, plans `model` (cfg's when none)
+  // unless given the plan.
+  void build(std::optional<Graph> model, std::optional<RunPlan> plan, std::shared_ptr<const data::DataSplit> data);
   // prepare()'s part for cfg.resume: reads where the run stood, or starts the schedule's `run_steps` anew.
   void continue_run(long long run_steps);
   void check_finite(int epoch, int batch);
@@ -399,7 +409,7 @@ class Trainer {
   bool stop_agreed_ = false;  // the last step's stop decision, the same on every rank
   std::function<void(ParamStore&)> initial_state_;
   BatchHooks hooks_;
-  bool named_model_ = false;  // the model is cfg.model from the registry (not a network nor a graph)
+  bool named_model_ = false;  // the model is cfg.model from the registry (not a network, a graph nor a plan)
   std::vector<std::string> warnings_;
   // What train_batch ran: forward + backward of every micro-batch, without the optimizer.
   double batch_seconds_ = 0;
