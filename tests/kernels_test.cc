@@ -106,9 +106,12 @@ TYPED_TEST(CpuKernelTest, Linear) {
       }
     }
     const auto tx = cast<T>(x), tw = cast<T>(w), tb = cast<T>(b), tdy = cast<T>(dy);
-    check_outputs<T>({y}, false, [&](auto& o, bool) { linear_forward(o[0], tx.data(), tw.data(), tb.data(), n, in, out); });
-    check_outputs<T>({y_nobias}, false,
-                     [&](auto& o, bool) { linear_forward(o[0], tx.data(), tw.data(), (const T*)nullptr, n, in, out); });
+    std::vector<T> ws(linear_forward_workspace(in, out));
+    check_outputs<T>({y}, false,
+                     [&](auto& o, bool) { linear_forward(o[0], tx.data(), tw.data(), tb.data(), n, in, out, ws.data()); });
+    check_outputs<T>({y_nobias}, false, [&](auto& o, bool) {
+      linear_forward(o[0], tx.data(), tw.data(), (const T*)nullptr, n, in, out, ws.data());
+    });
     check_outputs<T>({dx}, true,
                      [&](auto& o, bool acc) { linear_backward_data(o[0], tdy.data(), tw.data(), n, in, out, acc); });
     check_outputs<T>({dw, db}, true, [&](auto& o, bool acc) {
@@ -297,6 +300,35 @@ TYPED_TEST(CpuKernelTest, Conv2dForwardIsBitwiseIndependentOfTheBatch) {
         EXPECT_TRUE(forward(s, x.data()) == alone) << threads << " threads";
       }
     }
+  omp_set_num_threads(saved);
+}
+
+// The linear layer's forward likewise: a sample's output is the same bits alone, in any batch, split
+// along either side of the output by any number of threads (work above kParallelMacs splits it).
+TYPED_TEST(CpuKernelTest, LinearForwardIsBitwiseIndependentOfTheBatch) {
+  using T = TypeParam;
+  const int saved = omp_get_max_threads();
+  for (auto [n, in, out] : {std::tuple{3, 33, 19}, {37, 300, 150}, {200, 100, 60}}) {
+    SCOPED_TRACE(::testing::Message() << "n=" << n << " in=" << in << " out=" << out);
+    const auto x = cast<T>(random_doubles(std::size_t(n) * in, 1));
+    const auto w = cast<T>(random_doubles(std::size_t(out) * in, 2));
+    const auto b = cast<T>(random_doubles(out, 3));
+    std::vector<T> ws(linear_forward_workspace(in, out));
+    auto forward = [&](int rows, const T* xs) {
+      std::vector<T> y(std::size_t(rows) * out);
+      linear_forward(y.data(), xs, w.data(), b.data(), rows, in, out, ws.data(), true);
+      return y;
+    };
+    std::vector<T> alone;
+    for (int i = 0; i < n; ++i) {
+      const auto y = forward(1, x.data() + std::size_t(i) * in);
+      alone.insert(alone.end(), y.begin(), y.end());
+    }
+    for (int threads : {1, 2, 3}) {
+      omp_set_num_threads(threads);
+      EXPECT_TRUE(forward(n, x.data()) == alone) << threads << " threads";
+    }
+  }
   omp_set_num_threads(saved);
 }
 

@@ -13,8 +13,9 @@
 //   nearly a matrix-vector product, so blocks of samples share one: their column matrices side by side,
 //   y and dy gathered to and from [c_out, block]. Which samples share a block depends on the micro-batch
 //   size and the thread split, so the forward GEMM on small maps is ordered_gemm, whose results do not
-//   depend on the grouping; on larger maps too, for its register tiles. The backward GEMMs are linear
-//   in dy and only round differently, so they use Eigen's.
+//   depend on the grouping. The other GEMMs run on its register tiles too, for their speed (Eigen packed
+//   both operands of every per-sample GEMM and ran at 30-45% of the fma rate): the data gradient reads
+//   w^T in place, the weight gradient a transposed copy of the column matrix.
 // Stride-1 3x3 layers may run their forward and data-gradient passes as Winograd instead
 // (conv2d_winograd.cc), where the caller chooses it.
 #include <algorithm>
@@ -36,9 +37,8 @@ using detail::assign;
 using detail::CMatR;
 using detail::copy_short;
 using detail::CVecMap;
-using detail::gemm;
-using detail::MatR;
 using detail::ordered_gemm;
+using detail::ordered_gemm_tn;
 using detail::Range;
 using detail::valid_range;
 using detail::VecMap;
@@ -65,6 +65,7 @@ struct Geom {
   int block;             // samples per GEMM: 1 unblocked
   std::ptrdiff_t col;    // column buffer elements per slice ([k, block * hw])
   std::ptrdiff_t out;    // gathered y / dy elements per slice ([c_out, block * hw]; 0 unblocked)
+  std::ptrdiff_t colt;   // the weight gradient's transposed column matrix ([block * hw, k]) per slice
   // The data gradient goes direct only at stride 1; each direct pass has its own workspace.
   Geom(const Conv2dShape& s, detail::ConvPass pass)
       : k(std::ptrdiff_t{s.c_in} * s.kh * s.kw),
@@ -83,8 +84,9 @@ struct Geom {
                      : !blocked && pointwise ? 0
                                              : k * block * hw,
                      small_backward ? detail::small_slice_len(s) : 0)),
-        out(!blocked ? 0 : std::ptrdiff_t{s.c_out} * block * hw) {}
-  std::ptrdiff_t slice_len() const { return col + out; }
+        out(!blocked ? 0 : std::ptrdiff_t{s.c_out} * block * hw),
+        colt(pass == detail::ConvPass::Weight && !direct && !small ? k * block * hw : 0) {}
+  std::ptrdiff_t slice_len() const { return col + out + colt; }
   bool small_for(int i0, int i1) const {
     return small || (small_backward && i1 - i0 >= detail::kSmallBackwardSamples);
   }
@@ -296,6 +298,14 @@ std::size_t conv2d_backward_weight_workspace(const Conv2dShape& s) {
 }
 
 namespace {
+// Columns per panel of a GEMM whose right-hand operand has `depth` rows: whole tiles whose rows fit in
+// kPanelBytes, so they stay in L2 while every row block passes over them (a 56x56 map of 256 channels
+// is 3 MiB); each entry's fma sequence is the same in any panel.
+template <class T> std::ptrdiff_t panel_columns(std::ptrdiff_t depth) {
+  return std::max<std::ptrdiff_t>(kPanelColumns, kPanelBytes / (depth * std::ptrdiff_t{sizeof(T)}) / kPanelColumns *
+                                                     kPanelColumns);
+}
+
 // The ReLU epilogue over `count` values just stored (relu_forward's rule: NaN propagates, -0 becomes 0).
 template <class T> void clamp(T* y, std::ptrdiff_t count) {
 #pragma omp simd
@@ -334,11 +344,8 @@ void conv2d_forward(T* y, const T* x, const T* w, const T* b, const Conv2dShape&
       return;
     }
     // ordered_gemm's 8 x 48 register tiles (16 x 8 lanes on AVX2), not Eigen's: on 1x1 and strided
-    // layers Eigen packed both operands of every per-sample GEMM and ran at 20-50% of the fma rate. In
-    // panels of columns whose k rows stay in L2 while every row block passes over them (a 56x56 map of
-    // 256 channels is 3 MiB); each entry's fma sequence is the same in any panel.
-    const std::ptrdiff_t panel = std::max<std::ptrdiff_t>(kPanelColumns, kPanelBytes / (g.k * std::ptrdiff_t{sizeof(T)}) /
-                                                                            kPanelColumns * kPanelColumns);
+    // layers Eigen packed both operands of every per-sample GEMM and ran at 20-50% of the fma rate.
+    const std::ptrdiff_t panel = panel_columns<T>(g.k);
     for (int i = i0; i < i1; ++i) {
       const T* X = columns(s, g, x + i * g.x_len, col).data();
       for (std::ptrdiff_t j = 0; j < g.hw; j += panel)
@@ -352,7 +359,6 @@ template <class T>
 void conv2d_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, T* workspace, bool accumulate) {
   if (s.groups > 1) return detail::grouped_backward_data(dx, dy, w, s, workspace, accumulate);
   const Geom g(s, detail::ConvPass::Data);
-  const auto Wt = CMatR<T>(w, s.c_out, g.k).transpose();
   T* flipped = workspace + workspace_slices(s) * g.slice_len();
   if (g.direct) detail::direct_flip_weights(flipped, w, s);
   for_each_slice(active_slices(s, g), s.n, [&](int slice, int i0, int i1) {
@@ -366,7 +372,7 @@ void conv2d_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, 
         const int count = std::min(g.block, i1 - i);
         const std::ptrdiff_t ld = count * g.hw;
         gather(dyb, dy + i * g.y_len, s.c_out, g, count, g.y_len);
-        gemm(MatR<T>(dcol, g.k, ld), Wt, CMatR<T>(dyb, s.c_out, ld), false);
+        ordered_gemm_tn(dcol, ld, w, g.k, dyb, ld, g.k, ld, s.c_out, false);
         for (int j = 0; j < count; ++j) {
           T* dx_j = dx + (i + j) * g.x_len;
           if (!accumulate) std::fill(dx_j, dx_j + g.x_len, T(0));
@@ -380,17 +386,19 @@ void conv2d_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, 
       }
       return;
     }
-    MatR<T> dcol(workspace + slice * g.slice_len(), g.k, g.hw);
+    // A pointwise layer's column gradient is dx itself.
+    T* dcol = workspace + slice * g.slice_len();
+    const std::ptrdiff_t panel = panel_columns<T>(s.c_out);
     for (int i = i0; i < i1; ++i) {
-      const CMatR<T> DY(dy + i * g.y_len, s.c_out, g.hw);
+      const T* dy_i = dy + i * g.y_len;
       T* dx_i = dx + i * g.x_len;
-      if (g.pointwise) {
-        gemm(MatR<T>(dx_i, s.c_in, g.hw), Wt, DY, accumulate);
-        continue;
-      }
-      gemm(dcol, Wt, DY, false);
+      T* out = g.pointwise ? dx_i : dcol;
+      for (std::ptrdiff_t j = 0; j < g.hw; j += panel)
+        ordered_gemm_tn(out + j, g.hw, w, g.k, dy_i + j, g.hw, g.k, std::min(panel, g.hw - j), s.c_out,
+                        g.pointwise && accumulate);
+      if (g.pointwise) continue;
       if (!accumulate) std::fill(dx_i, dx_i + g.x_len, T(0));
-      col2im_add(s, dcol.data(), g.hw, dx_i);
+      col2im_add(s, dcol, g.hw, dx_i);
     }
   });
 }
@@ -408,27 +416,38 @@ void conv2d_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dS
     VecMap<T>(dw, dw_len) += CVecMap<T>(p, dw_len);
     if (db) VecMap<T>(db, s.c_out) += CVecMap<T>(p + dw_len, s.c_out);
   };
+  // dw_s (=|+=) dy_b [c_out, depth] * cols [k, depth]^T, cols transposed into colt: in pieces of the
+  // depth whose rows of colt stay in L2 while every row block passes over them, each piece's tiles
+  // starting from where the previous one left dw_s (so the same bits as one pass).
+  const std::ptrdiff_t piece = std::max<std::ptrdiff_t>(64, kPanelBytes / (g.k * std::ptrdiff_t{sizeof(T)}));
+  auto weight_gemm = [&](T* dw_s, const T* dy_b, const CMatR<T>& cols, T* colt, bool acc) {
+    const std::ptrdiff_t depth = cols.cols();
+    detail::transpose_into(colt, cols.data(), g.k, depth, depth);
+    for (std::ptrdiff_t p = 0; p < depth; p += piece)
+      ordered_gemm(dw_s, g.k, dy_b + p, depth, colt + p * g.k, g.k, s.c_out, g.k, std::min(piece, depth - p),
+                   static_cast<const T*>(nullptr), acc || p > 0);
+  };
   auto run_slice = [&](int slice, int i0, int i1, T* col, T* dw_s) {
     T* db_s = !db ? nullptr : slice == 0 ? db : dw_s + dw_len;
     bool acc = slice == 0 && accumulate;
     if (g.small_for(i0, i1)) return detail::small_backward_weight(dw_s, db_s, dy, x, s, i0, i1, col, acc);
     if (g.direct) return detail::direct_backward_weight(dw_s, db_s, dy, x, s, i0, i1, col, acc);
+    T* colt = col + g.col + g.out;
     if (g.blocked) {
       T* dyb = col + g.col;
       for (int i = i0; i < i1; i += g.block, acc = true) {
         const int count = std::min(g.block, i1 - i);
         const std::ptrdiff_t ld = count * g.hw;
         gather(dyb, dy + i * g.y_len, s.c_out, g, count, g.y_len);
-        const CMatR<T> DY(dyb, s.c_out, ld);
-        gemm(MatR<T>(dw_s, s.c_out, g.k), DY, block_columns(s, g, x + i * g.x_len, count, col).transpose(), acc);
-        if (db_s) assign(VecMap<T>(db_s, s.c_out), DY.rowwise().sum(), acc);
+        weight_gemm(dw_s, dyb, block_columns(s, g, x + i * g.x_len, count, col), colt, acc);
+        if (db_s) assign(VecMap<T>(db_s, s.c_out), CMatR<T>(dyb, s.c_out, ld).rowwise().sum(), acc);
       }
       return;
     }
     for (int i = i0; i < i1; ++i, acc = true) {
-      const CMatR<T> DY(dy + i * g.y_len, s.c_out, g.hw);
-      gemm(MatR<T>(dw_s, s.c_out, g.k), DY, columns(s, g, x + i * g.x_len, col).transpose(), acc);
-      if (db_s) assign(VecMap<T>(db_s, s.c_out), DY.rowwise().sum(), acc);
+      const T* dy_i = dy + i * g.y_len;
+      weight_gemm(dw_s, dy_i, columns(s, g, x + i * g.x_len, col), colt, acc);
+      if (db_s) assign(VecMap<T>(db_s, s.c_out), CMatR<T>(dy_i, s.c_out, g.hw).rowwise().sum(), acc);
     }
   };
   if (s.lean) {
