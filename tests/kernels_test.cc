@@ -106,14 +106,14 @@ TYPED_TEST(CpuKernelTest, Linear) {
       }
     }
     const auto tx = cast<T>(x), tw = cast<T>(w), tb = cast<T>(b), tdy = cast<T>(dy);
-    std::vector<T> ws(linear_forward_workspace(in, out));
+    std::vector<T> ws(linear_forward_workspace(in, out)), wsd(linear_backward_data_workspace(in, out));
     check_outputs<T>({y}, false,
                      [&](auto& o, bool) { linear_forward(o[0], tx.data(), tw.data(), tb.data(), n, in, out, ws.data()); });
     check_outputs<T>({y_nobias}, false, [&](auto& o, bool) {
       linear_forward(o[0], tx.data(), tw.data(), (const T*)nullptr, n, in, out, ws.data());
     });
     check_outputs<T>({dx}, true,
-                     [&](auto& o, bool acc) { linear_backward_data(o[0], tdy.data(), tw.data(), n, in, out, acc); });
+                     [&](auto& o, bool acc) { linear_backward_data(o[0], tdy.data(), tw.data(), n, in, out, wsd.data(), acc); });
     check_outputs<T>({dw, db}, true, [&](auto& o, bool acc) {
       linear_backward_weight(o[0], o[1], tdy.data(), tx.data(), n, in, out, acc);
     });

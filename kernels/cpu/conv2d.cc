@@ -361,6 +361,7 @@ void conv2d_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, 
   const Geom g(s, detail::ConvPass::Data);
   T* flipped = workspace + workspace_slices(s) * g.slice_len();
   if (g.direct) detail::direct_flip_weights(flipped, w, s);
+  const std::ptrdiff_t panel = panel_columns<T>(s.c_out);
   for_each_slice(active_slices(s, g), s.n, [&](int slice, int i0, int i1) {
     T* ws = workspace + slice * g.slice_len();
     if (g.small_for(i0, i1)) return detail::small_backward_data(dx, dy, w, s, i0, i1, ws, accumulate);
@@ -372,7 +373,8 @@ void conv2d_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, 
         const int count = std::min(g.block, i1 - i);
         const std::ptrdiff_t ld = count * g.hw;
         gather(dyb, dy + i * g.y_len, s.c_out, g, count, g.y_len);
-        ordered_gemm_tn(dcol, ld, w, g.k, dyb, ld, g.k, ld, s.c_out, false);
+        for (std::ptrdiff_t j = 0; j < ld; j += panel)
+          ordered_gemm_tn(dcol + j, ld, w, g.k, dyb + j, ld, g.k, std::min(panel, ld - j), s.c_out, false);
         for (int j = 0; j < count; ++j) {
           T* dx_j = dx + (i + j) * g.x_len;
           if (!accumulate) std::fill(dx_j, dx_j + g.x_len, T(0));
@@ -388,7 +390,6 @@ void conv2d_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, 
     }
     // A pointwise layer's column gradient is dx itself.
     T* dcol = workspace + slice * g.slice_len();
-    const std::ptrdiff_t panel = panel_columns<T>(s.c_out);
     for (int i = i0; i < i1; ++i) {
       const T* dy_i = dy + i * g.y_len;
       T* dx_i = dx + i * g.x_len;
