@@ -125,8 +125,44 @@ inline void ordered_tile(T* dst, std::ptrdiff_t ldd, const T* lhs, std::ptrdiff_
 #pragma GCC diagnostic pop
 #endif
 
+template <int R, int C, class T>
+inline void ordered_rows(T* dst, std::ptrdiff_t ldd, const T* lhs, std::ptrdiff_t ldl, const LhsCols* cols,
+                         const RhsRows<T>& rhs, std::ptrdiff_t n, const T* init, bool from_dst);
+
+// The last n columns, fewer than one vector (a 14x14 map's 196 = 4 x 48 + 4): tiles narrower than a
+// vector run lane by lane at a sixteenth of the rate, as long as all the rest. Instead their right-hand
+// rows are copied, zero-padded to one vector, a few groups at a time, and run through the one-vector
+// tile from its accumulators kept here (the padding lanes compute values that are dropped): every
+// entry keeps its sequence of fmas.
+template <int R, class T>
+inline void ordered_tail(T* dst, std::ptrdiff_t ldd, const T* lhs, std::ptrdiff_t ldl, const LhsCols* cols,
+                         const RhsRows<T>& rhs, std::ptrdiff_t n, const T* init, bool from_dst) {
+  constexpr int L = kVectorBytes / sizeof(T), kMaxTaps = 64, kRows = 256;  // buf: 16 KiB of stack
+  if (rhs.taps > kMaxTaps) return ordered_rows<R, L / 2>(dst, ldd, lhs, ldl, cols, rhs, n, init, from_dst);
+  T acc[R * L], buf[kRows * L];
+  std::ptrdiff_t tap[kMaxTaps];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < L; ++c) acc[r * L + c] = c >= n ? T(0) : from_dst ? dst[r * ldd + c] : init ? init[r] : T(0);
+  for (int t = 0; t < rhs.taps; ++t) tap[t] = std::ptrdiff_t{t} * L;
+  const int per = kRows / rhs.taps;
+  const std::ptrdiff_t lhs_stride = cols ? cols->group_stride : rhs.taps;
+  for (int g0 = 0; g0 < rhs.groups; g0 += per) {
+    const int count = rhs.groups - g0 < per ? rhs.groups - g0 : per;
+    for (int g = 0; g < count; ++g)
+      for (int t = 0; t < rhs.taps; ++t) {
+        const T* b = rhs.base + (g0 + g) * rhs.group_stride + rhs.tap[t];
+        T* d = buf + (std::ptrdiff_t{g} * rhs.taps + t) * L;
+        for (int c = 0; c < L; ++c) d[c] = c < n ? b[c] : T(0);
+      }
+    ordered_tile<R, L>(acc, L, lhs + g0 * lhs_stride, ldl, cols, RhsRows<T>{buf, rhs.taps * L, tap, rhs.taps, count},
+                       static_cast<const T*>(nullptr), true);
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < n; ++c) dst[r * ldd + c] = acc[r * L + c];
+}
+
 // Columns [0, n) of R rows in tiles of C, then narrower tiles for the tail (same per-entry sequence):
-// one vector narrower at a time down to one vector, then halves.
+// one vector narrower at a time down to one vector, then ordered_tail.
 template <int R, int C, class T>
 inline void ordered_rows(T* dst, std::ptrdiff_t ldd, const T* lhs, std::ptrdiff_t ldl, const LhsCols* cols,
                          const RhsRows<T>& rhs, std::ptrdiff_t n, const T* init, bool from_dst) {
@@ -136,7 +172,9 @@ inline void ordered_rows(T* dst, std::ptrdiff_t ldd, const T* lhs, std::ptrdiff_
   // vectors left over go as two tiles of (C + 1) / 2 vectors instead (a 7x7 map's 64 columns as 32 + 32).
   const std::ptrdiff_t full = C == 3 * kVector && n % C == kVector ? n - C - kVector : n;
   for (; j + C <= full; j += C) ordered_tile<R, C>(dst + j, ldd, lhs, ldl, cols, rhs.at_column(j), init, from_dst);
-  if constexpr (C > 1) {
+  if constexpr (C == kVector) {
+    if (j < n) ordered_tail<R>(dst + j, ldd, lhs, ldl, cols, rhs.at_column(j), n - j, init, from_dst);
+  } else if constexpr (C > 1) {
     constexpr int kNext = C > kVector ? C - kVector : C / 2;
     if (j < n) ordered_rows<R, kNext>(dst + j, ldd, lhs, ldl, cols, rhs.at_column(j), n - j, init, from_dst);
   }
