@@ -88,8 +88,9 @@ TYPED_TEST_SUITE(CpuKernelTest, Types);
 
 TYPED_TEST(CpuKernelTest, Linear) {
   using T = TypeParam;
-  // The last case is big enough to be split across threads and tiled along every GEMM dimension.
-  for (auto [n, in, out] : {std::tuple{3, 5, 4}, {1, 1, 1}, {7, 33, 19}, {64, 120, 84}, {8, 700, 300}}) {
+  // The last two are big enough to be split across threads and tiled along every GEMM dimension, the
+  // last one's depth cut into pieces by ordered_gemm's L2 blocking.
+  for (auto [n, in, out] : {std::tuple{3, 5, 4}, {1, 1, 1}, {7, 33, 19}, {64, 120, 84}, {8, 700, 300}, {520, 300, 200}}) {
     Vec x = random_doubles(n * in, 1), w = random_doubles(out * in, 2), b = random_doubles(out, 3);
     Vec dy = random_doubles(n * out, 4);
     round_to<T>(x), round_to<T>(w), round_to<T>(b), round_to<T>(dy);
@@ -207,6 +208,9 @@ TYPED_TEST(CpuKernelTest, Conv2d) {
            conv_shape(2, 2, 36, 34, 3, 2, 2, 3, 3, 0, 0),   // stride > kernel: phases never read
            conv_shape(2, 3, 12, 22, 4, 3, 3, 1, 2, 1, 1),   // strides differ
            conv_shape(2, 4, 14, 15, 6, 1, 1, 2, 2, 0, 0),   // 1x1 stride 2 (a ResNet downsample): im2col
+           // Pointwise with depth enough for ordered_gemm's L2 blocking to cut it into pieces.
+           conv_shape(2, 260, 12, 12, 300, 1, 1, 1, 1, 0, 0),  // 144 pixels: one GEMM per sample
+           conv_shape(3, 260, 8, 8, 300, 1, 1, 1, 1, 0, 0),    // 64 pixels: blocks of samples
            conv_shape(2, 1, 28, 28, 8, 7, 7, 2, 2, 3, 3),   // a ResNet stem: 7x7 stride 2 pad 3
            // Small maps, conv2d_small.h: one GEMM per output pixel over the taps inside the image.
            conv_shape(140, 3, 4, 4, 5, 3, 3, 1, 1, 1, 1),   // 4x4: chunks of 64 samples plus a ragged one
@@ -308,7 +312,8 @@ TYPED_TEST(CpuKernelTest, Conv2dForwardIsBitwiseIndependentOfTheBatch) {
 TYPED_TEST(CpuKernelTest, LinearForwardIsBitwiseIndependentOfTheBatch) {
   using T = TypeParam;
   const int saved = omp_get_max_threads();
-  for (auto [n, in, out] : {std::tuple{3, 33, 19}, {37, 300, 150}, {200, 100, 60}}) {
+  // The last: the whole batch's depth in L2-sized pieces, a sample alone in one.
+  for (auto [n, in, out] : {std::tuple{3, 33, 19}, {37, 300, 150}, {200, 100, 60}, {520, 300, 200}}) {
     SCOPED_TRACE(::testing::Message() << "n=" << n << " in=" << in << " out=" << out);
     const auto x = cast<T>(random_doubles(std::size_t(n) * in, 1));
     const auto w = cast<T>(random_doubles(std::size_t(out) * in, 2));

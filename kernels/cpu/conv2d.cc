@@ -36,6 +36,7 @@ namespace {
 using detail::assign;
 using detail::CMatR;
 using detail::copy_short;
+using detail::for_each_block;
 using detail::CVecMap;
 using detail::ordered_gemm;
 using detail::ordered_gemm_tn;
@@ -298,14 +299,6 @@ std::size_t conv2d_backward_weight_workspace(const Conv2dShape& s) {
 }
 
 namespace {
-// Columns per panel of a GEMM whose right-hand operand has `depth` rows: whole tiles whose rows fit in
-// kPanelBytes, so they stay in L2 while every row block passes over them (a 56x56 map of 256 channels
-// is 3 MiB); each entry's fma sequence is the same in any panel.
-template <class T> std::ptrdiff_t panel_columns(std::ptrdiff_t depth) {
-  return std::max<std::ptrdiff_t>(kPanelColumns, kPanelBytes / (depth * std::ptrdiff_t{sizeof(T)}) / kPanelColumns *
-                                                     kPanelColumns);
-}
-
 // The ReLU epilogue over `count` values just stored (relu_forward's rule: NaN propagates, -0 becomes 0).
 template <class T> void clamp(T* y, std::ptrdiff_t count) {
 #pragma omp simd
@@ -344,8 +337,11 @@ void conv2d_forward(T* y, const T* x, const T* w, const T* b, const Conv2dShape&
       return;
     }
     // ordered_gemm's 8 x 48 register tiles (16 x 8 lanes on AVX2), not Eigen's: on 1x1 and strided
-    // layers Eigen packed both operands of every per-sample GEMM and ran at 20-50% of the fma rate.
-    const std::ptrdiff_t panel = panel_columns<T>(g.k);
+    // layers Eigen packed both operands of every per-sample GEMM and ran at 20-50% of the fma rate. In
+    // panels of columns whose k rows stay in L2 while every row block passes over them (a 56x56 map of
+    // 256 channels is 3 MiB); each entry's fma sequence is the same in any panel.
+    const std::ptrdiff_t panel = std::max<std::ptrdiff_t>(kPanelColumns, kPanelBytes / (g.k * std::ptrdiff_t{sizeof(T)}) /
+                                                                            kPanelColumns * kPanelColumns);
     for (int i = i0; i < i1; ++i) {
       const T* X = columns(s, g, x + i * g.x_len, col).data();
       for (std::ptrdiff_t j = 0; j < g.hw; j += panel)
@@ -361,7 +357,6 @@ void conv2d_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, 
   const Geom g(s, detail::ConvPass::Data);
   T* flipped = workspace + workspace_slices(s) * g.slice_len();
   if (g.direct) detail::direct_flip_weights(flipped, w, s);
-  const std::ptrdiff_t panel = panel_columns<T>(s.c_out);
   for_each_slice(active_slices(s, g), s.n, [&](int slice, int i0, int i1) {
     T* ws = workspace + slice * g.slice_len();
     if (g.small_for(i0, i1)) return detail::small_backward_data(dx, dy, w, s, i0, i1, ws, accumulate);
@@ -373,8 +368,9 @@ void conv2d_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, 
         const int count = std::min(g.block, i1 - i);
         const std::ptrdiff_t ld = count * g.hw;
         gather(dyb, dy + i * g.y_len, s.c_out, g, count, g.y_len);
-        for (std::ptrdiff_t j = 0; j < ld; j += panel)
-          ordered_gemm_tn(dcol + j, ld, w, g.k, dyb + j, ld, g.k, std::min(panel, ld - j), s.c_out, false);
+        for_each_block<T>(g.k, ld, s.c_out, false, [&](auto p0, auto p1, auto c0, auto c1, bool from_dst) {
+          ordered_gemm_tn(dcol + c0, ld, w + p0 * g.k, g.k, dyb + p0 * ld + c0, ld, g.k, c1 - c0, p1 - p0, from_dst);
+        });
         for (int j = 0; j < count; ++j) {
           T* dx_j = dx + (i + j) * g.x_len;
           if (!accumulate) std::fill(dx_j, dx_j + g.x_len, T(0));
@@ -394,9 +390,11 @@ void conv2d_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, 
       const T* dy_i = dy + i * g.y_len;
       T* dx_i = dx + i * g.x_len;
       T* out = g.pointwise ? dx_i : dcol;
-      for (std::ptrdiff_t j = 0; j < g.hw; j += panel)
-        ordered_gemm_tn(out + j, g.hw, w, g.k, dy_i + j, g.hw, g.k, std::min(panel, g.hw - j), s.c_out,
-                        g.pointwise && accumulate);
+      for_each_block<T>(g.k, g.hw, s.c_out, g.pointwise && accumulate,
+                        [&](auto p0, auto p1, auto c0, auto c1, bool from_dst) {
+                          ordered_gemm_tn(out + c0, g.hw, w + p0 * g.k, g.k, dy_i + p0 * g.hw + c0, g.hw, g.k, c1 - c0,
+                                          p1 - p0, from_dst);
+                        });
       if (g.pointwise) continue;
       if (!accumulate) std::fill(dx_i, dx_i + g.x_len, T(0));
       col2im_add(s, dcol, g.hw, dx_i);
@@ -417,16 +415,14 @@ void conv2d_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dS
     VecMap<T>(dw, dw_len) += CVecMap<T>(p, dw_len);
     if (db) VecMap<T>(db, s.c_out) += CVecMap<T>(p + dw_len, s.c_out);
   };
-  // dw_s (=|+=) dy_b [c_out, depth] * cols [k, depth]^T, cols transposed into colt: in pieces of the
-  // depth whose rows of colt stay in L2 while every row block passes over them, each piece's tiles
-  // starting from where the previous one left dw_s (so the same bits as one pass).
-  const std::ptrdiff_t piece = std::max<std::ptrdiff_t>(64, kPanelBytes / (g.k * std::ptrdiff_t{sizeof(T)}));
+  // dw_s (=|+=) dy_b [c_out, depth] * cols [k, depth]^T, cols transposed into colt.
   auto weight_gemm = [&](T* dw_s, const T* dy_b, const CMatR<T>& cols, T* colt, bool acc) {
     const std::ptrdiff_t depth = cols.cols();
     detail::transpose_into(colt, cols.data(), g.k, depth, depth);
-    for (std::ptrdiff_t p = 0; p < depth; p += piece)
-      ordered_gemm(dw_s, g.k, dy_b + p, depth, colt + p * g.k, g.k, s.c_out, g.k, std::min(piece, depth - p),
-                   static_cast<const T*>(nullptr), acc || p > 0);
+    for_each_block<T>(s.c_out, g.k, depth, acc, [&](auto p0, auto p1, auto c0, auto c1, bool from_dst) {
+      ordered_gemm(dw_s + c0, g.k, dy_b + p0, depth, colt + p0 * g.k + c0, g.k, s.c_out, c1 - c0, p1 - p0,
+                   static_cast<const T*>(nullptr), from_dst);
+    });
   };
   auto run_slice = [&](int slice, int i0, int i1, T* col, T* dw_s) {
     T* db_s = !db ? nullptr : slice == 0 ? db : dw_s + dw_len;

@@ -34,17 +34,24 @@ struct Panels {
   std::ptrdiff_t width_at(std::ptrdiff_t c) const { return std::min(width, cols - c / width * width); }
 };
 
-// dst[rows, c0:c1] (=|+=) lhs[rows, depth] * the panels' columns c0:c1; a range may start or end inside a
-// panel. The same per-entry fma sequence as one ordered_gemm over the whole matrix.
+// dst[rows, c0:c1] (=|+=) lhs[rows, depth] * the panels' columns c0:c1 (a range may start or end inside a
+// panel), in depth pieces whose lhs block stays in L2 (ordered_gemm.h's l2_blocking): the same
+// per-entry fma sequence as one ordered_gemm over the whole matrix.
 template <class T>
 void paneled(T* dst, std::ptrdiff_t ldd, const T* lhs, std::ptrdiff_t rows, const T* panels, const Panels& p,
              std::ptrdiff_t c0, std::ptrdiff_t c1, bool from_dst) {
-  for (std::ptrdiff_t c = c0; c < c1;) {
-    const std::ptrdiff_t start = c / p.width * p.width, width = p.width_at(c), end = std::min(c1, start + width);
-    ordered_gemm(dst + c, ldd, lhs, p.depth, panels + start * p.depth + (c - start), width, rows, end - c, p.depth,
-                 static_cast<const T*>(nullptr), from_dst);
-    c = end;
-  }
+  const std::ptrdiff_t piece = detail::l2_blocking<T>(rows, p.depth).depth;
+  std::ptrdiff_t p0 = 0;
+  do {
+    const std::ptrdiff_t p1 = std::min(p.depth, p0 + piece);
+    for (std::ptrdiff_t c = c0; c < c1;) {
+      const std::ptrdiff_t start = c / p.width * p.width, width = p.width_at(c), end = std::min(c1, start + width);
+      ordered_gemm(dst + c, ldd, lhs + p0, p.depth, panels + start * p.depth + p0 * width + (c - start), width, rows,
+                   end - c, p1 - p0, static_cast<const T*>(nullptr), from_dst || p0 > 0);
+      c = end;
+    }
+    p0 = p1;
+  } while (p0 < p.depth);
 }
 
 // f(rows [r0, r1), cols [c0, c1)) over blocks of a rows x cols output, split along the longer side.
@@ -89,7 +96,10 @@ void linear_backward_data(T* dx, const T* dy, const T* w, int n, int in, int out
 template <class T>
 void linear_backward_weight(T* dw, T* db, const T* dy, const T* x, int n, int in, int out, bool accumulate) {
   split_output(out, in, 1.0 * n * in * out, [&](std::ptrdiff_t r0, std::ptrdiff_t r1, std::ptrdiff_t c0, std::ptrdiff_t c1) {
-    ordered_gemm_tn(dw + r0 * in + c0, in, dy + r0, out, x + c0, in, r1 - r0, c1 - c0, n, accumulate);
+    detail::for_each_block<T>(r1 - r0, c1 - c0, n, accumulate, [&](auto p0, auto p1, auto b0, auto b1, bool from_dst) {
+      ordered_gemm_tn(dw + r0 * in + c0 + b0, in, dy + p0 * out + r0, out, x + p0 * in + c0 + b0, in, r1 - r0, b1 - b0,
+                      p1 - p0, from_dst);
+    });
     if (db && c0 == 0) {
       const auto sums = CMatR<T>(dy, n, out).middleCols(r0, r1 - r0).colwise().sum().transpose();
       detail::assign(VecMap<T>(db + r0, r1 - r0), sums, accumulate);

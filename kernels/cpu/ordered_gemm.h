@@ -204,6 +204,35 @@ void ordered_gemm(T* dst, std::ptrdiff_t ldd, const T* lhs, std::ptrdiff_t ldl, 
                from_dst);
 }
 
+// Blocks of a GEMM that stay in L2 (half of a 1 MiB one): depth pieces whose left-hand [m, depth]
+// block fits in kBlockBytes, and within each, column panels of whole tiles whose right-hand [depth,
+// width] block does too. Each row block then passes over a panel from L2, and each piece of lhs serves
+// every panel; a 1x1 layer's weight (4 MiB at 2048 x 512) or a 56x56 map's column matrix read whole per
+// row block came from L3 at half the tiles' rate. A piece after the first continues from dst
+// (from_dst), so the entries' fma sequences are those of one pass.
+struct Blocking {
+  std::ptrdiff_t depth, width;
+};
+template <class T> Blocking l2_blocking(std::ptrdiff_t m, std::ptrdiff_t k) {
+  constexpr std::ptrdiff_t kBlockBytes = 256 << 10, kMinDepth = 64, kTile = 3 * kVectorBytes / sizeof(T);
+  const std::ptrdiff_t fit = kBlockBytes / (std::ptrdiff_t{sizeof(T)} * (m > 0 ? m : 1));
+  const std::ptrdiff_t depth = k < kMinDepth ? (k > 0 ? k : 1) : fit < kMinDepth ? kMinDepth : fit < k ? fit : k;
+  const std::ptrdiff_t width = kBlockBytes / (std::ptrdiff_t{sizeof(T)} * depth) / kTile * kTile;
+  return {depth, width > kTile ? width : kTile};
+}
+
+// f(p0, p1, c0, c1, from_dst) over the blocks of an [m, n] x depth k product, depth pieces outer.
+template <class T, class F>
+void for_each_block(std::ptrdiff_t m, std::ptrdiff_t n, std::ptrdiff_t k, bool from_dst, F&& f) {
+  const Blocking b = l2_blocking<T>(m, k);
+  std::ptrdiff_t p0 = 0;
+  do {
+    const std::ptrdiff_t p1 = p0 + b.depth < k ? p0 + b.depth : k;
+    for (std::ptrdiff_t c0 = 0; c0 < n; c0 += b.width) f(p0, p1, c0, c0 + b.width < n ? c0 + b.width : n, from_dst || p0 > 0);
+    p0 = p1;
+  } while (p0 < k);
+}
+
 // The same with lhs given transposed, read in place: lhs[i, p] = lhs_t[p * ldlt + i] (a data gradient's
 // w^T, a weight gradient's dy^T). A tile's rows are then adjacent, so its broadcasts share cache lines.
 template <class T>
