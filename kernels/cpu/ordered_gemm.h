@@ -228,7 +228,11 @@ void for_each_block(std::ptrdiff_t m, std::ptrdiff_t n, std::ptrdiff_t k, bool f
   std::ptrdiff_t p0 = 0;
   do {
     const std::ptrdiff_t p1 = p0 + b.depth < k ? p0 + b.depth : k;
-    for (std::ptrdiff_t c0 = 0; c0 < n; c0 += b.width) f(p0, p1, c0, c0 + b.width < n ? c0 + b.width : n, from_dst || p0 > 0);
+    // Under a tile left over joins the last panel: 64 columns as one panel (32 + 32), not 48 + 16.
+    for (std::ptrdiff_t c0 = 0, c1; c0 < n; c0 = c1) {
+      c1 = n - c0 - b.width < 3 * kVectorBytes / std::ptrdiff_t{sizeof(T)} ? n : c0 + b.width;
+      f(p0, p1, c0, c1, from_dst || p0 > 0);
+    }
     p0 = p1;
   } while (p0 < k);
 }
