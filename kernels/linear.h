@@ -10,9 +10,9 @@ namespace crumb::cpu {
 
 // ---- linear: x [n, in], w [out, in] (PyTorch layout), b [out] (may be null), y [n, out]
 // relu: y = max(x w^T + b, 0) as each block is stored (a fused ReLU epilogue, as conv2d_forward's).
-// workspace: linear_forward_workspace(in, out) elements of T (w transposed, in panels). Each y entry's bits depend on
-// its own sample alone, not on n or the thread count.
-std::size_t linear_forward_workspace(int in, int out);
+// workspace: linear_forward_workspace(n, in, out) elements of T (w transposed, or x and y). Each y entry's
+// bits depend on its own sample alone, not on n or the thread count.
+std::size_t linear_forward_workspace(int n, int in, int out);
 template <class T>
 void linear_forward(T* y, const T* x, const T* w, const T* b, int n, int in, int out, T* workspace,
                     bool relu = false);

@@ -107,7 +107,7 @@ TYPED_TEST(CpuKernelTest, Linear) {
       }
     }
     const auto tx = cast<T>(x), tw = cast<T>(w), tb = cast<T>(b), tdy = cast<T>(dy);
-    std::vector<T> ws(linear_forward_workspace(in, out)), wsd(linear_backward_data_workspace(in, out));
+    std::vector<T> ws(linear_forward_workspace(n, in, out)), wsd(linear_backward_data_workspace(in, out));
     check_outputs<T>({y}, false,
                      [&](auto& o, bool) { linear_forward(o[0], tx.data(), tw.data(), tb.data(), n, in, out, ws.data()); });
     check_outputs<T>({y_nobias}, false, [&](auto& o, bool) {
@@ -318,7 +318,7 @@ TYPED_TEST(CpuKernelTest, LinearForwardIsBitwiseIndependentOfTheBatch) {
     const auto x = cast<T>(random_doubles(std::size_t(n) * in, 1));
     const auto w = cast<T>(random_doubles(std::size_t(out) * in, 2));
     const auto b = cast<T>(random_doubles(out, 3));
-    std::vector<T> ws(linear_forward_workspace(in, out));
+    std::vector<T> ws(std::max(linear_forward_workspace(1, in, out), linear_forward_workspace(n, in, out)));
     auto forward = [&](int rows, const T* xs) {
       std::vector<T> y(std::size_t(rows) * out);
       linear_forward(y.data(), xs, w.data(), b.data(), rows, in, out, ws.data(), true);

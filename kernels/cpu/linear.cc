@@ -18,7 +18,16 @@ using detail::ordered_gemm_tn;
 using detail::parallel_ranges;
 using detail::VecMap;
 
-std::size_t linear_forward_workspace(int in, int out) { return std::size_t(in) * std::size_t(out); }
+// Fewer samples than output features: y^T = w x^T + b, with copies of x and y (n x (in + out)) in place
+// of w's (in x out), which at 8 samples cost more than the multiply-adds. Each entry is the same fma
+// sequence either way (b, then x[i, p] * w[o, p] for p in order; the product commutes), so which way
+// a call goes does not change its bits.
+bool transposed_forward(int n, int out) { return n < out; }
+
+std::size_t linear_forward_workspace(int n, int in, int out) {
+  return transposed_forward(n, out) ? std::size_t(n) * (std::size_t(in) + std::size_t(out))
+                                    : std::size_t(in) * std::size_t(out);
+}
 std::size_t linear_backward_data_workspace(int in, int out) { return std::size_t(in) * std::size_t(out); }
 
 namespace {
@@ -66,6 +75,21 @@ template <class F> void split_output(std::ptrdiff_t rows, std::ptrdiff_t cols, d
 
 template <class T>
 void linear_forward(T* y, const T* x, const T* w, const T* b, int n, int in, int out, T* workspace, bool relu) {
+  if (transposed_forward(n, out)) {
+    T* xt = workspace;
+    T* yt = workspace + std::ptrdiff_t{n} * in;
+    detail::transpose_into(xt, x, n, in, in);
+    parallel_ranges(out, 1.0 * n * in * out, [&](Eigen::Index o0, Eigen::Index o1) {
+      detail::for_each_block<T>(n, n, in, false, [&](auto p0, auto p1, auto c0, auto c1, bool from_dst) {
+        ordered_gemm(yt + o0 * n + c0, n, w + o0 * in + p0, in, xt + p0 * n + c0, n, o1 - o0, c1 - c0, p1 - p0,
+                     b && !from_dst ? b + o0 : nullptr, from_dst);
+      });
+    });
+    detail::transpose_into(y, yt, out, n, n);
+    if (relu)
+      for (T* v = y; v < y + std::ptrdiff_t{n} * out; ++v) *v = *v <= T(0) ? T(0) : *v;
+    return;
+  }
   const Panels p = Panels::of<T>(in, out);
   for (std::ptrdiff_t c = 0; c < out; c += p.width)  // panel [in, width] = w[c:c+width, :]^T
     detail::transpose_into(workspace + c * in, w + c * in, p.width_at(c), in, in);
