@@ -16,9 +16,9 @@ std::size_t linear_forward_workspace(int n, int in, int out);
 template <class T>
 void linear_forward(T* y, const T* x, const T* w, const T* b, int n, int in, int out, T* workspace,
                     bool relu = false);
-// dx [n, in] (=|+=) dy [n, out] * w [out, in]; workspace: linear_backward_data_workspace(n, in, out)
-// elements of T (w rearranged in panels, or dy and dx transposed).
-std::size_t linear_backward_data_workspace(int n, int in, int out);
+// dx [n, in] (=|+=) dy [n, out] * w [out, in]; workspace: linear_backward_data_workspace(in, out) elements
+// of T (w rearranged in panels).
+std::size_t linear_backward_data_workspace(int in, int out);
 template <class T>
 void linear_backward_data(T* dx, const T* dy, const T* w, int n, int in, int out, T* workspace, bool accumulate);
 // dw [out, in] (=|+=) dy^T x; db [out] (=|+=) sum over n of dy (db may be null)

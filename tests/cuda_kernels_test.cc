@@ -935,7 +935,7 @@ TEST_F(CudaLibraryTest, Linear) {
                  b = random_floats(out, 3), dy = random_floats(std::size_t(n) * out, 4);
     const DeviceArray<float> dev_x(x), dev_w(w), dev_b(b), dev_dy(dy);
     const std::size_t y_size = std::size_t(n) * out, x_size = std::size_t(n) * in, w_size = std::size_t(out) * in;
-    std::vector<float> ws(cpu::linear_forward_workspace(n, in, out)), wsd(cpu::linear_backward_data_workspace(n, in, out));
+    std::vector<float> ws(cpu::linear_forward_workspace(n, in, out)), wsd(cpu::linear_backward_data_workspace(in, out));
     for (bool bias : {true, false}) {
       check_against_cpu(
           {y_size}, false,
@@ -1423,7 +1423,7 @@ template <class T> void check_linear_half(cublasHandle_t blas) {
                  dy = rounded<T>(random_floats(std::size_t(n) * out, 4));
     const DeviceArray<T> dev_x(narrow<T>(x)), dev_w(narrow<T>(w)), dev_b(narrow<T>(b)), dev_dy(narrow<T>(dy));
     const std::size_t y_size = std::size_t(n) * out, x_size = std::size_t(n) * in, w_size = std::size_t(out) * in;
-    std::vector<float> ws(cpu::linear_forward_workspace(n, in, out)), wsd(cpu::linear_backward_data_workspace(n, in, out));
+    std::vector<float> ws(cpu::linear_forward_workspace(n, in, out)), wsd(cpu::linear_backward_data_workspace(in, out));
     check_half<T>(
         {y_size}, false,
         [&](auto& o, bool) { cpu::linear_forward(o[0], x.data(), w.data(), b.data(), n, in, out, ws.data()); },

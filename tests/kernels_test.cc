@@ -107,7 +107,7 @@ TYPED_TEST(CpuKernelTest, Linear) {
       }
     }
     const auto tx = cast<T>(x), tw = cast<T>(w), tb = cast<T>(b), tdy = cast<T>(dy);
-    std::vector<T> ws(linear_forward_workspace(n, in, out)), wsd(linear_backward_data_workspace(n, in, out));
+    std::vector<T> ws(linear_forward_workspace(n, in, out)), wsd(linear_backward_data_workspace(in, out));
     check_outputs<T>({y}, false,
                      [&](auto& o, bool) { linear_forward(o[0], tx.data(), tw.data(), tb.data(), n, in, out, ws.data()); });
     check_outputs<T>({y_nobias}, false, [&](auto& o, bool) {

@@ -74,9 +74,9 @@ std::size_t fwd_workspace(const Graph& g, const Node& n, int batch, const OpStat
   const LinearGeometry& s = ops::geometry<LinearGeometry>(n);
   return cpu::linear_forward_workspace(batch, s.in, s.out) * dtype_size(g.master_dtype());
 }
-std::size_t bwd_data_workspace(const Graph& g, const Node& n, int batch, const OpState*) {
+std::size_t bwd_data_workspace(const Graph& g, const Node& n, int, const OpState*) {
   const LinearGeometry& s = ops::geometry<LinearGeometry>(n);
-  return cpu::linear_backward_data_workspace(batch, s.in, s.out) * dtype_size(g.master_dtype());
+  return cpu::linear_backward_data_workspace(s.in, s.out) * dtype_size(g.master_dtype());
 }
 
 // The bias is the parameter's bf16 copy, or float32 where the graph keeps it so.

@@ -18,22 +18,22 @@ using detail::ordered_gemm_tn;
 using detail::parallel_ranges;
 using detail::VecMap;
 
-// Fewer samples than output features: the forward as y^T = w x^T + b and the data gradient as
-// dx^T = w^T dy^T, with copies of x and y (or dy and dx) in place of w's, which at 8 samples cost more
-// than the multiply-adds. Their rows are padded to whole vectors (zero columns, dropped): 8 columns
-// would otherwise go through ordered_gemm's tail copy once per row block. Each forward entry is the same
-// fma sequence either way (b, then x[i, p] * w[o, p] for p in order; the product commutes), so which
-// way a call goes does not change its bits.
+// Fewer samples than output features: the forward as y^T = w x^T + b, with copies of x and y in place
+// of w's, which at 8 samples cost more than the multiply-adds. Their rows are padded to whole vectors
+// (zero columns, dropped): 8 columns would otherwise go through ordered_gemm's tail copy once per row
+// block. Each entry is the same fma sequence either way (b, then x[i, p] * w[o, p] for p in order; the
+// product commutes), so which way a call goes does not change its bits. (The data gradient the same
+// way, dx^T = w^T dy^T, read w^T in place one row of w per depth step and ran slower than the panels.)
+namespace {
 bool transposed(int n, int out) { return n < out; }
 std::size_t padded_samples(int n) { return (std::size_t(n) + 15) / 16 * 16; }
+}  // namespace
 
 // Enough for any call of n samples or fewer (a micro-batch's last, ragged one may go the other way).
-std::size_t workspace_for(int n, int in, int out) {
+std::size_t linear_forward_workspace(int n, int in, int out) {
   const std::size_t transposed_len = padded_samples(std::min(n, out - 1)) * (std::size_t(in) + std::size_t(out));
   return transposed(n, out) ? transposed_len : std::max(transposed_len, std::size_t(in) * std::size_t(out));
 }
-
-std::size_t linear_forward_workspace(int n, int in, int out) { return workspace_for(n, in, out); }
 
 namespace {
 // A right-hand operand of `depth` rows and `cols` columns as panels of `width` columns (the last one
@@ -77,13 +77,10 @@ template <class T> void to_columns(T* dst, std::ptrdiff_t ld, const T* src, int 
   }
 }
 
-// dst[n, cols] (=|+=) the first n columns of src[cols, ld], transposed.
-template <class T> void from_columns(T* dst, const T* src, std::ptrdiff_t ld, int n, int cols, bool accumulate) {
+// dst[n, cols] = the first n columns of src[cols, ld], transposed.
+template <class T> void from_columns(T* dst, const T* src, std::ptrdiff_t ld, int n, int cols) {
   for (int i = 0; i < n; ++i)
-    for (std::ptrdiff_t c = 0; c < cols; ++c) {
-      const T v = src[c * ld + i];
-      dst[i * std::ptrdiff_t{cols} + c] = accumulate ? dst[i * std::ptrdiff_t{cols} + c] + v : v;
-    }
+    for (std::ptrdiff_t c = 0; c < cols; ++c) dst[i * std::ptrdiff_t{cols} + c] = src[c * ld + i];
 }
 
 // f(rows [r0, r1), cols [c0, c1)) over blocks of a rows x cols output, split along the longer side.
@@ -96,7 +93,7 @@ template <class F> void split_output(std::ptrdiff_t rows, std::ptrdiff_t cols, d
 }
 }  // namespace
 
-std::size_t linear_backward_data_workspace(int n, int in, int out) { return workspace_for(n, in, out); }
+std::size_t linear_backward_data_workspace(int in, int out) { return std::size_t(in) * std::size_t(out); }
 
 template <class T>
 void linear_forward(T* y, const T* x, const T* w, const T* b, int n, int in, int out, T* workspace, bool relu) {
@@ -111,7 +108,7 @@ void linear_forward(T* y, const T* x, const T* w, const T* b, int n, int in, int
                      b && !from_dst ? b + o0 : nullptr, from_dst);
       });
     });
-    from_columns(y, yt, ld, n, out, false);
+    from_columns(y, yt, ld, n, out);
     if (relu)
       for (T* v = y; v < y + std::ptrdiff_t{n} * out; ++v) *v = *v <= T(0) ? T(0) : *v;
     return;
@@ -133,20 +130,6 @@ void linear_forward(T* y, const T* x, const T* w, const T* b, int n, int in, int
 
 template <class T>
 void linear_backward_data(T* dx, const T* dy, const T* w, int n, int in, int out, T* workspace, bool accumulate) {
-  if (transposed(n, out)) {
-    const std::ptrdiff_t ld = padded_samples(n);
-    T* dyt = workspace;
-    T* dxt = workspace + ld * out;
-    to_columns(dyt, ld, dy, n, out);
-    parallel_ranges(in, 1.0 * n * in * out, [&](Eigen::Index i0, Eigen::Index i1) {
-      detail::for_each_block<T>(ld, ld, out, false, [&](auto p0, auto p1, auto c0, auto c1, bool from_dst) {
-        ordered_gemm_tn(dxt + i0 * ld + c0, ld, w + p0 * in + i0, in, dyt + p0 * ld + c0, ld, i1 - i0, c1 - c0,
-                        p1 - p0, from_dst);
-      });
-    });
-    from_columns(dx, dxt, ld, n, in, accumulate);
-    return;
-  }
   const Panels p = Panels::of<T>(out, in);
   for (std::ptrdiff_t c = 0; c < in; c += p.width) {  // panel [out, width] = w[:, c:c+width]
     const std::ptrdiff_t width = p.width_at(c);
