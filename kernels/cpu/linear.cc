@@ -102,6 +102,7 @@ void linear_forward(T* y, const T* x, const T* w, const T* b, int n, int in, int
     T* xt = workspace;
     T* yt = workspace + ld * in;
     to_columns(xt, ld, x, n, in);
+    // Blocked by the size of x^T, the operand every row block of w passes over (w is read once).
     parallel_ranges(out, 1.0 * n * in * out, [&](Eigen::Index o0, Eigen::Index o1) {
       detail::for_each_block<T>(ld, ld, in, false, [&](auto p0, auto p1, auto c0, auto c1, bool from_dst) {
         ordered_gemm(yt + o0 * ld + c0, ld, w + o0 * in + p0, in, xt + p0 * ld + c0, ld, o1 - o0, c1 - c0, p1 - p0,
