@@ -124,6 +124,26 @@ TYPED_TEST(CpuKernelTest, Linear) {
   }
 }
 
+// A large weight's data gradient goes through the workspace a chunk of panels at a time: the workspace stays
+// a bounded fraction of the weight (VGG's classifier: not a second 392 MiB), and the chunks give the result.
+TYPED_TEST(CpuKernelTest, LinearDataGradientInChunks) {
+  using T = TypeParam;
+  // In float elements (a count for any T: float64 graphs, the gradient checks', take twice the bytes).
+  EXPECT_LE(linear_backward_data_workspace(25088, 4096) * sizeof(float), std::size_t{17} << 20);
+  const int n = 2, in = 4500, out = 2048;
+  ASSERT_LT(linear_backward_data_workspace(in, out), std::size_t(in) * out / 2) << "one chunk: the test covers none";
+  Vec w = random_doubles(std::size_t(out) * in, 2), dy = random_doubles(n * out, 4);
+  round_to<T>(w), round_to<T>(dy);
+  Vec dx(std::size_t(n) * in, 0.0);
+  for (int i = 0; i < n; ++i)
+    for (int o = 0; o < out; ++o)
+      for (int k = 0; k < in; ++k) dx[i * in + k] += dy[i * out + o] * w[std::size_t(o) * in + k];
+  const auto tw = cast<T>(w), tdy = cast<T>(dy);
+  std::vector<T> wsd(linear_backward_data_workspace(in, out));
+  check_outputs<T>({dx}, true,
+                   [&](auto& o, bool acc) { linear_backward_data(o[0], tdy.data(), tw.data(), n, in, out, wsd.data(), acc); });
+}
+
 // ---- conv2d
 
 Conv2dShape conv_shape(int n, int c_in, int h, int w, int c_out, int kh, int kw, int sh, int sw, int ph, int pw) {

@@ -1,6 +1,7 @@
 // The three GEMMs on ordered_gemm's register tiles. The forward and the data gradient multiply by the
 // weight from the right ([in, out] and [out, in]); it goes through the workspace once per call, cut into
-// panels of columns, each panel contiguous (the forward's transposed on the way): a panel's rows then
+// panels of columns, each panel contiguous (the forward's transposed on the way; the data gradient's a
+// chunk of panels at a time, so its workspace stays small beside a large weight): a panel's rows then
 // stay in L2 and in a few pages while every row block of the left-hand side passes over them, where the
 // weight read in place (2560 x 2560 is 26 MB, 10 KB between rows) ran at half the rate. The weight
 // gradient reads both operands in place. Every output entry is one fixed sequence of fmas, so the
@@ -93,7 +94,21 @@ template <class F> void split_output(std::ptrdiff_t rows, std::ptrdiff_t cols, d
 }
 }  // namespace
 
-std::size_t linear_backward_data_workspace(int in, int out) { return std::size_t(in) * std::size_t(out); }
+// The data gradient copies w's panels a chunk of at most kChunkBytes at a time (one panel at least):
+// copying the whole weight would make the largest layer's weight a second time the step's workspace (VGG's
+// 25088 x 4096 classifier: 392 MiB), while one chunk for a small layer keeps it to one parallel pass.
+namespace {
+constexpr std::ptrdiff_t kChunkBytes = 16 << 20;
+template <class T> std::ptrdiff_t chunk_columns(const Panels& p) {
+  const std::ptrdiff_t panels = std::max<std::ptrdiff_t>(1, kChunkBytes / (p.depth * p.width * std::ptrdiff_t{sizeof(T)}));
+  return std::min(p.cols, panels * p.width);
+}
+}  // namespace
+
+std::size_t linear_backward_data_workspace(int in, int out) {
+  return std::size_t(out) * std::size_t(std::max(chunk_columns<float>(Panels::of<float>(out, in)),
+                                                 chunk_columns<double>(Panels::of<double>(out, in))));
+}
 
 template <class T>
 void linear_forward(T* y, const T* x, const T* w, const T* b, int n, int in, int out, T* workspace, bool relu) {
@@ -132,13 +147,21 @@ void linear_forward(T* y, const T* x, const T* w, const T* b, int n, int in, int
 template <class T>
 void linear_backward_data(T* dx, const T* dy, const T* w, int n, int in, int out, T* workspace, bool accumulate) {
   const Panels p = Panels::of<T>(out, in);
-  for (std::ptrdiff_t c = 0; c < in; c += p.width) {  // panel [out, width] = w[:, c:c+width]
-    const std::ptrdiff_t width = p.width_at(c);
-    for (std::ptrdiff_t o = 0; o < out; ++o) std::copy(w + o * in + c, w + o * in + c + width, workspace + c * out + o * width);
+  const std::ptrdiff_t chunk = chunk_columns<T>(p);
+  for (std::ptrdiff_t c = 0; c < in; c += chunk) {  // columns c:c+cols of w as panels [out, width]
+    const std::ptrdiff_t cols = std::min(chunk, in - c);
+    const Panels part{out, cols, p.width};
+    // Row by row (each row of the chunk read whole), the rows shared among the threads.
+    parallel_ranges(out, 1.0 * out * cols, [&](Eigen::Index o0, Eigen::Index o1) {
+      for (std::ptrdiff_t o = o0; o < o1; ++o)
+        for (std::ptrdiff_t q = 0; q < cols; q += p.width)
+          std::copy(w + o * in + c + q, w + o * in + c + q + part.width_at(q), workspace + q * out + o * part.width_at(q));
+    });
+    split_output(n, cols, 1.0 * n * cols * out,
+                 [&](std::ptrdiff_t r0, std::ptrdiff_t r1, std::ptrdiff_t c0, std::ptrdiff_t c1) {
+                   paneled(dx + r0 * in + c, in, dy + r0 * out, r1 - r0, workspace, part, c0, c1, accumulate);
+                 });
   }
-  split_output(n, in, 1.0 * n * in * out, [&](std::ptrdiff_t r0, std::ptrdiff_t r1, std::ptrdiff_t c0, std::ptrdiff_t c1) {
-    paneled(dx + r0 * in, in, dy + r0 * out, r1 - r0, workspace, p, c0, c1, accumulate);
-  });
 }
 
 template <class T>
