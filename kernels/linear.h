@@ -10,11 +10,17 @@ namespace crumb::cpu {
 
 // ---- linear: x [n, in], w [out, in] (PyTorch layout), b [out] (may be null), y [n, out]
 // relu: y = max(x w^T + b, 0) as each block is stored (a fused ReLU epilogue, as conv2d_forward's).
+// workspace: linear_forward_workspace(n, in, out) elements of T (w transposed, or x and y). Each y entry's
+// bits depend on its own sample alone, not on n or the thread count.
+std::size_t linear_forward_workspace(int n, int in, int out);
 template <class T>
-void linear_forward(T* y, const T* x, const T* w, const T* b, int n, int in, int out, bool relu = false);
-// dx [n, in] (=|+=) dy [n, out] * w [out, in]
+void linear_forward(T* y, const T* x, const T* w, const T* b, int n, int in, int out, T* workspace,
+                    bool relu = false);
+// dx [n, in] (=|+=) dy [n, out] * w [out, in]; workspace: linear_backward_data_workspace(in, out) elements
+// of T (w rearranged in panels).
+std::size_t linear_backward_data_workspace(int in, int out);
 template <class T>
-void linear_backward_data(T* dx, const T* dy, const T* w, int n, int in, int out, bool accumulate);
+void linear_backward_data(T* dx, const T* dy, const T* w, int n, int in, int out, T* workspace, bool accumulate);
 // dw [out, in] (=|+=) dy^T x; db [out] (=|+=) sum over n of dy (db may be null)
 template <class T>
 void linear_backward_weight(T* dw, T* db, const T* dy, const T* x, int n, int in, int out, bool accumulate);

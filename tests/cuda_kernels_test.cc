@@ -935,10 +935,11 @@ TEST_F(CudaLibraryTest, Linear) {
                  b = random_floats(out, 3), dy = random_floats(std::size_t(n) * out, 4);
     const DeviceArray<float> dev_x(x), dev_w(w), dev_b(b), dev_dy(dy);
     const std::size_t y_size = std::size_t(n) * out, x_size = std::size_t(n) * in, w_size = std::size_t(out) * in;
+    std::vector<float> ws(cpu::linear_forward_workspace(n, in, out)), wsd(cpu::linear_backward_data_workspace(in, out));
     for (bool bias : {true, false}) {
       check_against_cpu(
           {y_size}, false,
-          [&](auto& o, bool) { cpu::linear_forward(o[0], x.data(), w.data(), bias ? b.data() : nullptr, n, in, out); },
+          [&](auto& o, bool) { cpu::linear_forward(o[0], x.data(), w.data(), bias ? b.data() : nullptr, n, in, out, ws.data()); },
           [&](auto& o, bool) {
             linear_forward(blas_, o[0], dev_x.get(), dev_w.get(), bias ? dev_b.get() : nullptr, n, in, out);
           },
@@ -955,7 +956,7 @@ TEST_F(CudaLibraryTest, Linear) {
     }
     check_against_cpu(
         {x_size}, true,
-        [&](auto& o, bool acc) { cpu::linear_backward_data(o[0], dy.data(), w.data(), n, in, out, acc); },
+        [&](auto& o, bool acc) { cpu::linear_backward_data(o[0], dy.data(), w.data(), n, in, out, wsd.data(), acc); },
         [&](auto& o, bool acc) { linear_backward_data(blas_, o[0], dev_dy.get(), dev_w.get(), n, in, out, acc); },
         "linear_backward_data" + at);
   }
@@ -1422,13 +1423,15 @@ template <class T> void check_linear_half(cublasHandle_t blas) {
                  dy = rounded<T>(random_floats(std::size_t(n) * out, 4));
     const DeviceArray<T> dev_x(narrow<T>(x)), dev_w(narrow<T>(w)), dev_b(narrow<T>(b)), dev_dy(narrow<T>(dy));
     const std::size_t y_size = std::size_t(n) * out, x_size = std::size_t(n) * in, w_size = std::size_t(out) * in;
+    std::vector<float> ws(cpu::linear_forward_workspace(n, in, out)), wsd(cpu::linear_backward_data_workspace(in, out));
     check_half<T>(
-        {y_size}, false, [&](auto& o, bool) { cpu::linear_forward(o[0], x.data(), w.data(), b.data(), n, in, out); },
+        {y_size}, false,
+        [&](auto& o, bool) { cpu::linear_forward(o[0], x.data(), w.data(), b.data(), n, in, out, ws.data()); },
         [&](auto& o, bool) { linear_forward<T>(blas, o[0], dev_x.get(), dev_w.get(), dev_b.get(), n, in, out); },
         "linear_forward" + at, 2 * kUlp<T>);
     check_half<T>(
         {x_size}, true,
-        [&](auto& o, bool acc) { cpu::linear_backward_data(o[0], dy.data(), w.data(), n, in, out, acc); },
+        [&](auto& o, bool acc) { cpu::linear_backward_data(o[0], dy.data(), w.data(), n, in, out, wsd.data(), acc); },
         [&](auto& o, bool acc) { linear_backward_data<T>(blas, o[0], dev_dy.get(), dev_w.get(), n, in, out, acc); },
         "linear_backward_data" + at, kUlp<T>);
     check_against_cpu(

@@ -88,8 +88,9 @@ TYPED_TEST_SUITE(CpuKernelTest, Types);
 
 TYPED_TEST(CpuKernelTest, Linear) {
   using T = TypeParam;
-  // The last case is big enough to be split across threads and tiled along every GEMM dimension.
-  for (auto [n, in, out] : {std::tuple{3, 5, 4}, {1, 1, 1}, {7, 33, 19}, {64, 120, 84}, {8, 700, 300}}) {
+  // The last two are big enough to be split across threads and tiled along every GEMM dimension, the
+  // last one's depth cut into pieces by ordered_gemm's L2 blocking.
+  for (auto [n, in, out] : {std::tuple{3, 5, 4}, {1, 1, 1}, {7, 33, 19}, {64, 120, 84}, {8, 700, 300}, {520, 300, 200}}) {
     Vec x = random_doubles(n * in, 1), w = random_doubles(out * in, 2), b = random_doubles(out, 3);
     Vec dy = random_doubles(n * out, 4);
     round_to<T>(x), round_to<T>(w), round_to<T>(b), round_to<T>(dy);
@@ -106,11 +107,14 @@ TYPED_TEST(CpuKernelTest, Linear) {
       }
     }
     const auto tx = cast<T>(x), tw = cast<T>(w), tb = cast<T>(b), tdy = cast<T>(dy);
-    check_outputs<T>({y}, false, [&](auto& o, bool) { linear_forward(o[0], tx.data(), tw.data(), tb.data(), n, in, out); });
-    check_outputs<T>({y_nobias}, false,
-                     [&](auto& o, bool) { linear_forward(o[0], tx.data(), tw.data(), (const T*)nullptr, n, in, out); });
+    std::vector<T> ws(linear_forward_workspace(n, in, out)), wsd(linear_backward_data_workspace(in, out));
+    check_outputs<T>({y}, false,
+                     [&](auto& o, bool) { linear_forward(o[0], tx.data(), tw.data(), tb.data(), n, in, out, ws.data()); });
+    check_outputs<T>({y_nobias}, false, [&](auto& o, bool) {
+      linear_forward(o[0], tx.data(), tw.data(), (const T*)nullptr, n, in, out, ws.data());
+    });
     check_outputs<T>({dx}, true,
-                     [&](auto& o, bool acc) { linear_backward_data(o[0], tdy.data(), tw.data(), n, in, out, acc); });
+                     [&](auto& o, bool acc) { linear_backward_data(o[0], tdy.data(), tw.data(), n, in, out, wsd.data(), acc); });
     check_outputs<T>({dw, db}, true, [&](auto& o, bool acc) {
       linear_backward_weight(o[0], o[1], tdy.data(), tx.data(), n, in, out, acc);
     });
@@ -118,6 +122,26 @@ TYPED_TEST(CpuKernelTest, Linear) {
       linear_backward_weight(o[0], (T*)nullptr, tdy.data(), tx.data(), n, in, out, acc);
     });
   }
+}
+
+// A large weight's data gradient goes through the workspace a chunk of panels at a time: the workspace stays
+// a bounded fraction of the weight (VGG's classifier: not a second 392 MiB), and the chunks give the result.
+TYPED_TEST(CpuKernelTest, LinearDataGradientInChunks) {
+  using T = TypeParam;
+  // In float elements (a count for any T: float64 graphs, the gradient checks', take twice the bytes).
+  EXPECT_LE(linear_backward_data_workspace(25088, 4096) * sizeof(float), std::size_t{17} << 20);
+  const int n = 2, in = 4500, out = 2048;
+  ASSERT_LT(linear_backward_data_workspace(in, out), std::size_t(in) * out / 2) << "one chunk: the test covers none";
+  Vec w = random_doubles(std::size_t(out) * in, 2), dy = random_doubles(n * out, 4);
+  round_to<T>(w), round_to<T>(dy);
+  Vec dx(std::size_t(n) * in, 0.0);
+  for (int i = 0; i < n; ++i)
+    for (int o = 0; o < out; ++o)
+      for (int k = 0; k < in; ++k) dx[i * in + k] += dy[i * out + o] * w[std::size_t(o) * in + k];
+  const auto tw = cast<T>(w), tdy = cast<T>(dy);
+  std::vector<T> wsd(linear_backward_data_workspace(in, out));
+  check_outputs<T>({dx}, true,
+                   [&](auto& o, bool acc) { linear_backward_data(o[0], tdy.data(), tw.data(), n, in, out, wsd.data(), acc); });
 }
 
 // ---- conv2d
@@ -204,6 +228,9 @@ TYPED_TEST(CpuKernelTest, Conv2d) {
            conv_shape(2, 2, 36, 34, 3, 2, 2, 3, 3, 0, 0),   // stride > kernel: phases never read
            conv_shape(2, 3, 12, 22, 4, 3, 3, 1, 2, 1, 1),   // strides differ
            conv_shape(2, 4, 14, 15, 6, 1, 1, 2, 2, 0, 0),   // 1x1 stride 2 (a ResNet downsample): im2col
+           // Pointwise with depth enough for ordered_gemm's L2 blocking to cut it into pieces.
+           conv_shape(2, 260, 12, 12, 300, 1, 1, 1, 1, 0, 0),  // 144 pixels: one GEMM per sample
+           conv_shape(3, 260, 8, 8, 300, 1, 1, 1, 1, 0, 0),    // 64 pixels: blocks of samples
            conv_shape(2, 1, 28, 28, 8, 7, 7, 2, 2, 3, 3),   // a ResNet stem: 7x7 stride 2 pad 3
            // Small maps, conv2d_small.h: one GEMM per output pixel over the taps inside the image.
            conv_shape(140, 3, 4, 4, 5, 3, 3, 1, 1, 1, 1),   // 4x4: chunks of 64 samples plus a ragged one
@@ -297,6 +324,36 @@ TYPED_TEST(CpuKernelTest, Conv2dForwardIsBitwiseIndependentOfTheBatch) {
         EXPECT_TRUE(forward(s, x.data()) == alone) << threads << " threads";
       }
     }
+  omp_set_num_threads(saved);
+}
+
+// The linear layer's forward likewise: a sample's output is the same bits alone, in any batch, split
+// along either side of the output by any number of threads (work above kParallelMacs splits it).
+TYPED_TEST(CpuKernelTest, LinearForwardIsBitwiseIndependentOfTheBatch) {
+  using T = TypeParam;
+  const int saved = omp_get_max_threads();
+  // The last: the whole batch's depth in L2-sized pieces, a sample alone in one.
+  for (auto [n, in, out] : {std::tuple{3, 33, 19}, {37, 300, 150}, {200, 100, 60}, {520, 300, 200}}) {
+    SCOPED_TRACE(::testing::Message() << "n=" << n << " in=" << in << " out=" << out);
+    const auto x = cast<T>(random_doubles(std::size_t(n) * in, 1));
+    const auto w = cast<T>(random_doubles(std::size_t(out) * in, 2));
+    const auto b = cast<T>(random_doubles(out, 3));
+    std::vector<T> ws(std::max(linear_forward_workspace(1, in, out), linear_forward_workspace(n, in, out)));
+    auto forward = [&](int rows, const T* xs) {
+      std::vector<T> y(std::size_t(rows) * out);
+      linear_forward(y.data(), xs, w.data(), b.data(), rows, in, out, ws.data(), true);
+      return y;
+    };
+    std::vector<T> alone;
+    for (int i = 0; i < n; ++i) {
+      const auto y = forward(1, x.data() + std::size_t(i) * in);
+      alone.insert(alone.end(), y.begin(), y.end());
+    }
+    for (int threads : {1, 2, 3}) {
+      omp_set_num_threads(threads);
+      EXPECT_TRUE(forward(n, x.data()) == alone) << threads << " threads";
+    }
+  }
   omp_set_num_threads(saved);
 }
 

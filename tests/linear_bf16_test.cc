@@ -31,8 +31,9 @@ void expect_paths_agree(const Case& c) {
   std::vector<bf16> fast(std::size_t(c.n) * c.out);
   cpu::linear_forward_bf16(fast.data(), x.data(), w.data(), c.bias ? b.data() : nullptr, c.n, c.in, c.out, c.relu);
   const auto xf = widened(x), wf = widened(w), bf = widened(b);
-  std::vector<float> slow(fast.size());
-  cpu::linear_forward<float>(slow.data(), xf.data(), wf.data(), c.bias ? bf.data() : nullptr, c.n, c.in, c.out, c.relu);
+  std::vector<float> slow(fast.size()), ws(cpu::linear_forward_workspace(c.n, c.in, c.out));
+  cpu::linear_forward<float>(slow.data(), xf.data(), wf.data(), c.bias ? bf.data() : nullptr, c.n, c.in, c.out,
+                             ws.data(), c.relu);
   for (int i = 0; i < c.n; ++i)
     for (int o = 0; o < c.out; ++o) {
       double magnitude = c.bias ? std::fabs(bf[o]) : 0.0;

@@ -149,8 +149,9 @@ void commit(const StepArgs& a) {
 // ---- widened_in_slices: the OpImpl's three functions.
 
 // Samples per slice: an eighth of the micro-batch but at least kMinSliceSamples, and no more than
-// kWidenSliceBytes of copies. The floor keeps a linear layer's slice a matrix product: at 8 rows and
-// fewer, the kernel computes it a row at a time (kernels/cpu/kernel_util.h, kGemvMaxRows).
+// kWidenSliceBytes of copies. The floor keeps a linear layer's slice a matrix product: with a few
+// samples its register tiles (kernels/cpu/ordered_gemm.h) sit mostly empty, and the data gradient
+// repacks the whole weight for each slice.
 constexpr int kMinSliceSamples = 32;
 int slice_samples(const Graph& g, const Node& n, int max_batch) {
   std::size_t per_sample = 0;

@@ -66,7 +66,17 @@ template <class T>
 void fwd_cpu(const StepArgs& a) {
   const LinearGeometry& s = ops::geometry<LinearGeometry>(*a.node);
   cpu::linear_forward<T>(a.out<T>(), a.in<T>(0), a.in<T>(1), a.node->in.size() == 3 ? a.in<T>(2) : nullptr, a.n, s.in,
-                         s.out, relu_epilogue(*a.node));
+                         s.out, static_cast<T*>(a.workspace), relu_epilogue(*a.node));
+}
+
+// The operands rearranged for the forward or the data gradient, in the dtype the row computes in.
+std::size_t fwd_workspace(const Graph& g, const Node& n, int batch, const OpState*) {
+  const LinearGeometry& s = ops::geometry<LinearGeometry>(n);
+  return cpu::linear_forward_workspace(batch, s.in, s.out) * dtype_size(g.master_dtype());
+}
+std::size_t bwd_data_workspace(const Graph& g, const Node& n, int, const OpState*) {
+  const LinearGeometry& s = ops::geometry<LinearGeometry>(n);
+  return cpu::linear_backward_data_workspace(s.in, s.out) * dtype_size(g.master_dtype());
 }
 
 // The bias is the parameter's bf16 copy, or float32 where the graph keeps it so.
@@ -84,7 +94,8 @@ void fwd_cpu_bf16(const StepArgs& a) {
 template <class T>
 void bwd_data_cpu(const StepArgs& a) {
   const LinearGeometry& s = ops::geometry<LinearGeometry>(*a.node);
-  cpu::linear_backward_data<T>(a.out<T>(), a.in<T>(0), a.in<T>(1), a.n, s.in, s.out, a.accumulate);
+  cpu::linear_backward_data<T>(a.out<T>(), a.in<T>(0), a.in<T>(1), a.n, s.in, s.out, static_cast<T*>(a.workspace),
+                               a.accumulate);
 }
 
 template <class T>
@@ -110,8 +121,8 @@ const OpDef kLinearBwdWeight = OpDef("linear_backward_weight", infer_bwd_weight)
 
 CRUMB_ON_LOAD {
   ImplTable& t = impl_table();
-  CRUMB_CPU_ROWS(t, kLinear, fwd_cpu);
-  CRUMB_CPU_ROWS(t, kLinearBwdData, bwd_data_cpu);
+  CRUMB_CPU_ROWS(t, kLinear, fwd_cpu, .with_workspace(fwd_workspace));
+  CRUMB_CPU_ROWS(t, kLinearBwdData, bwd_data_cpu, .with_workspace(bwd_data_workspace));
   CRUMB_CPU_ROWS(t, kLinearBwdWeight, bwd_weight_cpu);
   // bf16's forward runs on vdpbf16ps where the CPU has it, else (and fp16's) widened like the gradients.
   add_widened_in_slices(t, Device::CPU, {&kLinearBwdData, &kLinearBwdWeight});

@@ -13,8 +13,9 @@
 //   nearly a matrix-vector product, so blocks of samples share one: their column matrices side by side,
 //   y and dy gathered to and from [c_out, block]. Which samples share a block depends on the micro-batch
 //   size and the thread split, so the forward GEMM on small maps is ordered_gemm, whose results do not
-//   depend on the grouping; on larger maps too, for its register tiles. The backward GEMMs are linear
-//   in dy and only round differently, so they use Eigen's.
+//   depend on the grouping. The other GEMMs run on its register tiles too, for their speed (Eigen packed
+//   both operands of every per-sample GEMM and ran at 30-45% of the fma rate): the data gradient reads
+//   w^T in place, the weight gradient a transposed copy of the column matrix.
 // Stride-1 3x3 layers may run their forward and data-gradient passes as Winograd instead
 // (conv2d_winograd.cc), where the caller chooses it.
 #include <algorithm>
@@ -35,10 +36,10 @@ namespace {
 using detail::assign;
 using detail::CMatR;
 using detail::copy_short;
+using detail::for_each_block;
 using detail::CVecMap;
-using detail::gemm;
-using detail::MatR;
 using detail::ordered_gemm;
+using detail::ordered_gemm_tn;
 using detail::Range;
 using detail::valid_range;
 using detail::VecMap;
@@ -49,6 +50,11 @@ constexpr int kMaxSlices = 8;
 constexpr std::ptrdiff_t kLeanPhases = 64;
 // Output pixels one GEMM should cover at least (the GEMM's n): below it, samples are blocked.
 constexpr std::ptrdiff_t kBlockColumns = 128;
+// The data gradient's blocks of samples are computed on rows padded to whole vectors (zero columns):
+// rows of 147 or 98 columns (3 or 2 samples of 7x7) start anywhere in a cache line, and every vector
+// load of the tiles split across two.
+constexpr std::ptrdiff_t kRowLanes = 16;
+std::ptrdiff_t padded_row(std::ptrdiff_t cols) { return (cols + kRowLanes - 1) / kRowLanes * kRowLanes; }
 // The forward GEMM of a sample runs over panels of whole 48-column tiles whose rows fit in this much L2.
 constexpr std::ptrdiff_t kPanelColumns = 48, kPanelBytes = 256 << 10;
 
@@ -65,6 +71,7 @@ struct Geom {
   int block;             // samples per GEMM: 1 unblocked
   std::ptrdiff_t col;    // column buffer elements per slice ([k, block * hw])
   std::ptrdiff_t out;    // gathered y / dy elements per slice ([c_out, block * hw]; 0 unblocked)
+  std::ptrdiff_t colt;   // the weight gradient's transposed column matrix ([block * hw, k]) per slice
   // The data gradient goes direct only at stride 1; each direct pass has its own workspace.
   Geom(const Conv2dShape& s, detail::ConvPass pass)
       : k(std::ptrdiff_t{s.c_in} * s.kh * s.kw),
@@ -81,10 +88,11 @@ struct Geom {
         col(std::max(direct  ? detail::direct_slice_len(s, pass)
                      : small ? detail::small_slice_len(s)
                      : !blocked && pointwise ? 0
-                                             : k * block * hw,
+                                             : k * padded_row(block * hw),
                      small_backward ? detail::small_slice_len(s) : 0)),
-        out(!blocked ? 0 : std::ptrdiff_t{s.c_out} * block * hw) {}
-  std::ptrdiff_t slice_len() const { return col + out; }
+        out(!blocked ? 0 : std::ptrdiff_t{s.c_out} * padded_row(block * hw)),
+        colt(pass == detail::ConvPass::Weight && !direct && !small ? k * block * hw : 0) {}
+  std::ptrdiff_t slice_len() const { return col + out + colt; }
   bool small_for(int i0, int i1) const {
     return small || (small_backward && i1 - i0 >= detail::kSmallBackwardSamples);
   }
@@ -261,9 +269,9 @@ template <class T> CMatR<T> block_columns(const Conv2dShape& s, const Geom& g, c
   return CMatR<T>(col, g.k, ld);
 }
 
-// [rows, count * hw] block <-> count NCHW samples of [rows, hw] (sample stride len).
-template <class T> void gather(T* block, const T* v, std::ptrdiff_t rows, const Geom& g, int count, std::ptrdiff_t len) {
-  const std::ptrdiff_t ld = count * g.hw;
+// [rows, count * hw] block (rows ld apart) <-> count NCHW samples of [rows, hw] (sample stride len).
+template <class T>
+void gather(T* block, std::ptrdiff_t ld, const T* v, std::ptrdiff_t rows, const Geom& g, int count, std::ptrdiff_t len) {
   for (int j = 0; j < count; ++j)
     for (std::ptrdiff_t r = 0; r < rows; ++r)
       std::copy(v + j * len + r * g.hw, v + j * len + (r + 1) * g.hw, block + r * ld + j * g.hw);
@@ -352,7 +360,6 @@ template <class T>
 void conv2d_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, T* workspace, bool accumulate) {
   if (s.groups > 1) return detail::grouped_backward_data(dx, dy, w, s, workspace, accumulate);
   const Geom g(s, detail::ConvPass::Data);
-  const auto Wt = CMatR<T>(w, s.c_out, g.k).transpose();
   T* flipped = workspace + workspace_slices(s) * g.slice_len();
   if (g.direct) detail::direct_flip_weights(flipped, w, s);
   for_each_slice(active_slices(s, g), s.n, [&](int slice, int i0, int i1) {
@@ -364,9 +371,12 @@ void conv2d_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, 
       T* dyb = dcol + g.col;
       for (int i = i0; i < i1; i += g.block) {
         const int count = std::min(g.block, i1 - i);
-        const std::ptrdiff_t ld = count * g.hw;
-        gather(dyb, dy + i * g.y_len, s.c_out, g, count, g.y_len);
-        gemm(MatR<T>(dcol, g.k, ld), Wt, CMatR<T>(dyb, s.c_out, ld), false);
+        const std::ptrdiff_t ld = padded_row(count * g.hw);
+        gather(dyb, ld, dy + i * g.y_len, s.c_out, g, count, g.y_len);
+        for (std::ptrdiff_t r = 0; r < s.c_out; ++r) std::fill(dyb + r * ld + count * g.hw, dyb + (r + 1) * ld, T(0));
+        for_each_block<T>(g.k, ld, s.c_out, false, [&](auto p0, auto p1, auto c0, auto c1, bool from_dst) {
+          ordered_gemm_tn(dcol + c0, ld, w + p0 * g.k, g.k, dyb + p0 * ld + c0, ld, g.k, c1 - c0, p1 - p0, from_dst);
+        });
         for (int j = 0; j < count; ++j) {
           T* dx_j = dx + (i + j) * g.x_len;
           if (!accumulate) std::fill(dx_j, dx_j + g.x_len, T(0));
@@ -380,17 +390,20 @@ void conv2d_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, 
       }
       return;
     }
-    MatR<T> dcol(workspace + slice * g.slice_len(), g.k, g.hw);
+    // A pointwise layer's column gradient is dx itself.
+    T* dcol = workspace + slice * g.slice_len();
     for (int i = i0; i < i1; ++i) {
-      const CMatR<T> DY(dy + i * g.y_len, s.c_out, g.hw);
+      const T* dy_i = dy + i * g.y_len;
       T* dx_i = dx + i * g.x_len;
-      if (g.pointwise) {
-        gemm(MatR<T>(dx_i, s.c_in, g.hw), Wt, DY, accumulate);
-        continue;
-      }
-      gemm(dcol, Wt, DY, false);
+      T* out = g.pointwise ? dx_i : dcol;
+      for_each_block<T>(g.k, g.hw, s.c_out, g.pointwise && accumulate,
+                        [&](auto p0, auto p1, auto c0, auto c1, bool from_dst) {
+                          ordered_gemm_tn(out + c0, g.hw, w + p0 * g.k, g.k, dy_i + p0 * g.hw + c0, g.hw, g.k, c1 - c0,
+                                          p1 - p0, from_dst);
+                        });
+      if (g.pointwise) continue;
       if (!accumulate) std::fill(dx_i, dx_i + g.x_len, T(0));
-      col2im_add(s, dcol.data(), g.hw, dx_i);
+      col2im_add(s, dcol, g.hw, dx_i);
     }
   });
 }
@@ -408,27 +421,37 @@ void conv2d_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dS
     VecMap<T>(dw, dw_len) += CVecMap<T>(p, dw_len);
     if (db) VecMap<T>(db, s.c_out) += CVecMap<T>(p + dw_len, s.c_out);
   };
+  // dw_s (=|+=) dy_b [c_out, depth] * cols [k, depth]^T, cols transposed into colt (dot products along
+  // both rows, dot_gemm, ran 42-51% of the fma peak on ResNet-50's 1x1 layers, this 50-74%).
+  auto weight_gemm = [&](T* dw_s, const T* dy_b, const CMatR<T>& cols, T* colt, bool acc) {
+    const std::ptrdiff_t depth = cols.cols();
+    detail::transpose_into(colt, cols.data(), g.k, depth, depth);
+    for_each_block<T>(s.c_out, g.k, depth, acc, [&](auto p0, auto p1, auto c0, auto c1, bool from_dst) {
+      ordered_gemm(dw_s + c0, g.k, dy_b + p0, depth, colt + p0 * g.k + c0, g.k, s.c_out, c1 - c0, p1 - p0,
+                   static_cast<const T*>(nullptr), from_dst);
+    });
+  };
   auto run_slice = [&](int slice, int i0, int i1, T* col, T* dw_s) {
     T* db_s = !db ? nullptr : slice == 0 ? db : dw_s + dw_len;
     bool acc = slice == 0 && accumulate;
     if (g.small_for(i0, i1)) return detail::small_backward_weight(dw_s, db_s, dy, x, s, i0, i1, col, acc);
     if (g.direct) return detail::direct_backward_weight(dw_s, db_s, dy, x, s, i0, i1, col, acc);
+    T* colt = col + g.col + g.out;
     if (g.blocked) {
       T* dyb = col + g.col;
       for (int i = i0; i < i1; i += g.block, acc = true) {
         const int count = std::min(g.block, i1 - i);
         const std::ptrdiff_t ld = count * g.hw;
-        gather(dyb, dy + i * g.y_len, s.c_out, g, count, g.y_len);
-        const CMatR<T> DY(dyb, s.c_out, ld);
-        gemm(MatR<T>(dw_s, s.c_out, g.k), DY, block_columns(s, g, x + i * g.x_len, count, col).transpose(), acc);
-        if (db_s) assign(VecMap<T>(db_s, s.c_out), DY.rowwise().sum(), acc);
+        gather(dyb, ld, dy + i * g.y_len, s.c_out, g, count, g.y_len);
+        weight_gemm(dw_s, dyb, block_columns(s, g, x + i * g.x_len, count, col), colt, acc);
+        if (db_s) assign(VecMap<T>(db_s, s.c_out), CMatR<T>(dyb, s.c_out, ld).rowwise().sum(), acc);
       }
       return;
     }
     for (int i = i0; i < i1; ++i, acc = true) {
-      const CMatR<T> DY(dy + i * g.y_len, s.c_out, g.hw);
-      gemm(MatR<T>(dw_s, s.c_out, g.k), DY, columns(s, g, x + i * g.x_len, col).transpose(), acc);
-      if (db_s) assign(VecMap<T>(db_s, s.c_out), DY.rowwise().sum(), acc);
+      const T* dy_i = dy + i * g.y_len;
+      weight_gemm(dw_s, dy_i, columns(s, g, x + i * g.x_len, col), colt, acc);
+      if (db_s) assign(VecMap<T>(db_s, s.c_out), CMatR<T>(dy_i, s.c_out, g.hw).rowwise().sum(), acc);
     }
   };
   if (s.lean) {

@@ -9,9 +9,7 @@
 #include <string>
 #include <vector>
 
-#include <Eigen/Core>
-
-#include "kernels/linear.h"
+#include "kernels/cpu/kernel_util.h"
 #include "kernels/cpu/ordered_gemm.h"
 
 namespace crumb::bench {
@@ -40,13 +38,20 @@ template <class F> double best_seconds(double budget, F&& run) {
   return best;
 }
 
-// The kernels' GEMM path: linear_forward is Eigen's GEMM over per-thread tiles, exactly as conv and
-// linear layers call it.
+// Eigen's GEMM over per-thread column blocks, as the kernels that still use it call it (kernel_util.h's
+// gemm and parallel_ranges).
 double gemm_flops(int n, double seconds) {
   const std::size_t count = std::size_t(n) * n;
   std::vector<float> x(count, 0.5f), w(count, 0.25f), y(count);
-  const double t =
-      best_seconds(seconds, [&] { cpu::linear_forward<float>(y.data(), x.data(), w.data(), nullptr, n, n, n); });
+  using Mat = Eigen::Map<Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+  using CMat = Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+  const double t = best_seconds(seconds, [&] {
+    Mat Y(y.data(), n, n);
+    const CMat X(x.data(), n, n), W(w.data(), n, n);
+    cpu::detail::parallel_ranges(n, 1.0 * n * n * n, [&](Eigen::Index o0, Eigen::Index o1) {
+      cpu::detail::gemm(Y.middleCols(o0, o1 - o0), X, W.middleRows(o0, o1 - o0).transpose(), false);
+    });
+  });
   return 2.0 * n * n * n / t;
 }
 

@@ -127,7 +127,7 @@ int run(int argc, char** argv) {
     benchmark::AddCustomContext("cpu_peak_GFLOP/s", std::to_string(ceilings.peak.flops / 1e9));
     benchmark::AddCustomContext("cpu_peak_GB/s", std::to_string(ceilings.peak.bytes / 1e9));
     benchmark::AddCustomContext("cpu_peak_source", "GEMM: the better of a " + std::to_string(ceilings.gemm_n) +
-                                "^3 sgemm through cpu::linear_forward (Eigen) and ordered_gemm's 8x48 register "
+                                "^3 sgemm through Eigen (detail::gemm in per-thread column blocks) and ordered_gemm's 8x48 register "
                                 "tile on an L2-resident 64x768x256 per thread; bandwidth: best STREAM triad "
                                 "over 3 x " + std::to_string(ceilings.stream_elements) + " floats");
     benchmark::AddCustomContext("cpu_gemm_eigen_GFLOP/s", std::to_string(ceilings.eigen_flops / 1e9));
