@@ -7,7 +7,8 @@ in memory, and trains at each point's memory as --memory-budget. For each it pri
 step (one micro-batch's forward and backward), the training run's own prediction for the plan it ran (its
 kernel times are measured again, so it may choose another plan at that budget: its recomputed count is
 shown beside the point's), and the measured step (train's measured_step_s, the mean over the run), with the
-error of each prediction. A table, then one JSON line.
+error of each prediction. A table, then one JSON line, with the load average before and after (the kernel
+times and the steps are both wall-clock times on cores other processes may share: read them on a quiet machine).
 
 usage: tools/bench/frontier_predictions.py [--train build/train] [--points 5] [--repeat 1] [-- TRAIN FLAGS]
 default flags: resnet20 on synthetic 3x32x32, batch 32, micro-batch 8, BatchNorm groups of 8, recompute only.
@@ -40,6 +41,7 @@ def main():
     ap.add_argument("flags", nargs="*", help="train's flags (after --)")
     a = ap.parse_args()
     flags = a.flags or DEFAULT
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         run([a.train] + flags + ["--memory-budget", "1GiB", "--frontier", "--report-dir", tmp])
         with open(os.path.join(tmp, "frontier.csv"), newline="") as f:
@@ -63,6 +65,8 @@ def main():
                      "run_recomputed": best["recomputed"], "run_predicted_s": best["predicted_step_s"],
                      "measured_s": measured, "error": predicted / measured - 1,
                      "run_error": best["predicted_step_s"] / measured - 1 if best["predicted_step_s"] else None})
+    load_after = os.getloadavg()
+    print(f"load average {load_before[0]:.2f} before, {load_after[0]:.2f} after (1 minute)")
     print(f"{'memory':>12}  {'plan':<10} {'recomputed':>10}  {'predicted':>10}  {'run predicted':>13}  "
           f"{'measured':>9}  {'error':>7}  {'run error':>9}")
     for r in rows:
@@ -70,7 +74,8 @@ def main():
         print(f"{r['memory']:>12}  {r['plan']:<10} {r['point_recomputed']:>4} / {r['run_recomputed']:<3}  "
               f"{r['predicted_s'] * 1e3:>7.1f} ms  {r['run_predicted_s'] * 1e3:>10.1f} ms  {r['measured_s'] * 1e3:>6.1f} ms"
               f"  {100 * r['error']:+6.1f}%  {run_err}")
-    print(json.dumps({"bench": "frontier_predictions", "flags": flags, "points": rows}, separators=(",", ":")))
+    print(json.dumps({"bench": "frontier_predictions", "flags": flags, "points": rows,
+                      "load_before": load_before[0], "load_after": load_after[0]}, separators=(",", ":")))
 
 
 if __name__ == "__main__":
