@@ -3,22 +3,11 @@
 // No test here depends on how fast anything ran.
 #include <gtest/gtest.h>
 
-#include "engine/graph/autograd.h"
-#include "engine/graph/fusion.h"
 #include "engine/strategy/cost_model.h"
-#include "engine/train/model_registry.h"
+#include "tests/small_resnet.h"
 
 namespace crumb {
 namespace {
-
-Graph resnet20() {
-  models::NormSpec norm;
-  norm.bn.group = 8;
-  Graph g = models::build("resnet20", {3, 8, 8, 5, norm});
-  build_backward(g);
-  fuse(g);
-  return g;
-}
 
 NodeId lean_capable(const Graph& g) {
   for (NodeId i = 0; i < g.num_nodes(); ++i)
@@ -28,7 +17,7 @@ NodeId lean_capable(const Graph& g) {
 }
 
 TEST(CostModel, FixedPartCountedOnceAtAnyMicroBatch) {
-  const Graph g = resnet20();
+  const Graph g = test::small_resnet20();
   const Node& n = g.node(0);
   CostModel c;
   c.measured_batch = 4;
@@ -42,7 +31,7 @@ TEST(CostModel, FixedPartCountedOnceAtAnyMicroBatch) {
 }
 
 TEST(CostModel, LeanStepPricedOnceWhicheverWayItWasMeasured) {
-  Graph g = resnet20();
+  Graph g = test::small_resnet20();
   const NodeId id = lean_capable(g);
   const std::string name = g.node(id).name;
   CostModel c;
@@ -61,7 +50,7 @@ TEST(CostModel, LeanStepPricedOnceWhicheverWayItWasMeasured) {
 }
 
 TEST(CostModel, SimulateSumsTheTrainingPassAtTheMicroBatch) {
-  const Graph g = resnet20();
+  const Graph g = test::small_resnet20();
   CostModel c;
   c.measured_batch = 4;
   double expected = 0;
@@ -74,7 +63,7 @@ TEST(CostModel, SimulateSumsTheTrainingPassAtTheMicroBatch) {
 }
 
 TEST(CostModel, MeasuredPartsWithinTheirTimes) {
-  Graph g = resnet20();
+  Graph g = test::small_resnet20();
   g.node(lean_capable(g)).lean = true;
   const CostModel c = measure_costs(g, 8, Device::CPU);
   EXPECT_EQ(c.measured_batch, timing_batch(8, Device::CPU));
