@@ -5,23 +5,12 @@
 #include <sstream>
 #include <string>
 
-#include "engine/graph/autograd.h"
-#include "engine/graph/fusion.h"
 #include "engine/strategy/memory_strategy.h"
-#include "engine/train/model_registry.h"
+#include "tests/small_resnet.h"
 #include "tests/test_util.h"
 
 namespace crumb {
 namespace {
-
-Graph resnet20() {
-  models::NormSpec norm;
-  norm.bn.group = 8;
-  Graph g = models::build("resnet20", {3, 8, 8, 5, norm});
-  build_backward(g);
-  fuse(g);
-  return g;
-}
 
 StrategyRequest request(Strategy s, std::size_t budget) {
   StrategyRequest r;
@@ -43,7 +32,7 @@ std::size_t least_budget(const Graph& g, Strategy s) {
 }
 
 TEST(Frontier, FromTheLeastBudgetToInMemoryEachPointFaster) {
-  const Graph g = resnet20();
+  const Graph g = test::small_resnet20();
   for (Strategy s : {Strategy::Auto, Strategy::Recompute}) {
     SCOPED_TRACE(strategy_name(s));
     const Frontier f = memory_frontier(g, request(s, 0), 5);

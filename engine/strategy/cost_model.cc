@@ -21,7 +21,12 @@ double CostModel::seconds(const Node& n, int m) const {
   if (it == node_seconds.end() && n.name.size() > suffix.size() &&
       n.name.compare(n.name.size() - suffix.size(), suffix.size(), suffix) == 0)
     it = node_seconds.find(n.name.substr(0, n.name.size() - suffix.size()));
-  return it == node_seconds.end() ? 0.0 : it->second * m / measured_batch * (n.lean ? lean_slowdown : 1.0);
+  if (it == node_seconds.end()) return 0.0;
+  const auto fixed_it = fixed_seconds.find(it->first);
+  const double fixed = fixed_it == fixed_seconds.end() ? 0.0 : fixed_it->second;
+  const double seconds = fixed + (it->second - fixed) * m / measured_batch;
+  const bool lean_measured = measured_lean.count(it->first) != 0;
+  return n.lean == lean_measured ? seconds : n.lean ? seconds * lean_slowdown : seconds / lean_slowdown;
 }
 
 double CostModel::simulate(const Graph& g, int m) const {
@@ -83,14 +88,25 @@ CostModel measure_costs(const Graph& g, int m, Device device, int index) {
                           b.memory(), index);
       e.bind(x, inputs.back().data());
     }
-    std::vector<double> best;
-    for (int run = 0; run < 3; ++run) {
-      const std::vector<double> t = e.time_steps(c.measured_batch);
-      if (run == 0) continue;  // warm-up: first touches of the arena, lazily built library state
-      if (best.empty()) best = t;
+    const int b = c.measured_batch, half = b / 2;
+    e.time_steps(b);  // warm-up: first touches of the arena, lazily built library state
+    std::vector<double> at_b(e.plan().order.size(), 1e30), at_half(at_b);
+    auto keep_fastest = [](std::vector<double>& best, const std::vector<double>& t) {
       for (std::size_t s = 0; s < t.size(); ++s) best[s] = std::min(best[s], t[s]);
+    };
+    for (int run = 0; run < 3; ++run) {
+      keep_fastest(at_b, e.time_steps(b));
+      if (half >= 1) keep_fastest(at_half, e.time_steps(half));
     }
-    for (std::size_t s = 0; s < best.size(); ++s) c.node_seconds[g.node(e.plan().order[s]).name] = best[s];
+    for (std::size_t s = 0; s < at_b.size(); ++s) {
+      const Node& n = g.node(e.plan().order[s]);
+      c.node_seconds[n.name] = at_b[s];
+      if (n.lean) c.measured_lean.insert(n.name);
+      // The line through the two timings, at 0 samples; within [0, at_b]: timing noise can tilt the line
+      // of a node of microseconds either way.
+      if (half >= 1)
+        c.fixed_seconds[n.name] = std::clamp(at_half[s] - (at_b[s] - at_half[s]) * half / (b - half), 0.0, at_b[s]);
+    }
   }
   constexpr std::size_t kBytes = std::size_t{16} << 20;
   Buffer on_device(kBytes, b.memory(), index), host(kBytes, b.host_memory(), index);

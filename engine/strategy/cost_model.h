@@ -1,11 +1,14 @@
 // What the memory strategy (engine/strategy/memory_strategy.h) predicts step times from: each node's kernel time,
-// measured on this machine by running the training pass once at a small micro-batch, and the bandwidth of
-// copies between the device and the host pool, measured with the same copy queue swapping uses. Kernel
-// times scale linearly with the micro-batch size (per-sample work; on the CPU, measured to hold within a
-// few percent past a handful of samples, docs/memory.md), and a recomputed node costs what its original did.
+// measured on this machine by running the training pass at a small micro-batch and at half of it, and the
+// bandwidth of copies between the device and the host pool, measured with the same copy queue swapping uses.
+// A kernel's time is a fixed part (starting its threads, setting up its loops: what the node costs whatever
+// the samples) plus a part linear in the micro-batch size, the two found from the two timings; scaling the
+// whole time linearly instead counts the fixed part m / measured_batch times, which on resnet20 at 4 samples
+// scaled to 8 predicted the step 9% high (docs/memory.md). A recomputed node costs what its original did.
 #pragma once
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "engine/graph/graph.h"
 
@@ -14,17 +17,25 @@ namespace crumb {
 struct CostModel {
   int measured_batch = 0;
   std::unordered_map<std::string, double> node_seconds;  // by node name, at measured_batch samples
+  // The part of node_seconds that does not scale with the samples (0 where absent): at m samples a node takes
+  // fixed + (node_seconds - fixed) * m / measured_batch.
+  std::unordered_map<std::string, double> fixed_seconds;
+  // The nodes whose node_seconds were measured running their lean variant (Node::lean): measured within a
+  // budget that only the lean plan fits (memory_strategy.cc, measure_within).
+  std::unordered_set<std::string> measured_lean;
   double seconds_per_byte = 0;                           // a copy to or from the host pool
   // Whether copies overlap the kernels (Backend::copies_overlap): on a GPU the copy engines run beside the
   // SMs; on the CPU the copy thread takes a core and memory bandwidth from the kernels' threads, so a
   // copy's time adds to the step.
   bool copies_overlap = true;
   // A lean step (Node::lean: its slices of samples one after another on one thread instead of side by
-  // side) takes this many times its measured time: the kernels' threads, at most 8 slices. Not measured.
+  // side) takes this many times the time of the step that is not lean: the kernels' threads, at most 8
+  // slices. Not measured.
   double lean_slowdown = 1;
 
   // Seconds of node n at a micro-batch of m samples: its own measured time, or for a node a memory
-  // strategy added, the time of the node it recomputes (a copy or a wait: 0; they are simulated).
+  // strategy added, the time of the node it recomputes (a copy or a wait: 0; they are simulated); times
+  // lean_slowdown where n is lean and was measured not lean, divided by it where the reverse.
   double seconds(const Node& n, int m) const;
   // The training pass of g at m samples, simulated: nodes one after another, copies one after another
   // on their own queue (or, where copies do not overlap, in line with the nodes), a wait holding the nodes
@@ -36,8 +47,10 @@ struct CostModel {
 // on a GPU).
 int timing_batch(int m, Device device, int index = 0);
 
-// Runs g's training pass (g must have its backward) at timing_batch(m) samples: once to warm up, then two
-// timed runs, keeping each node's fastest; then copies of 16 MiB each way, fastest of three. It allocates
+// Runs g's training pass (g must have its backward) at timing_batch(m) samples once to warm up, then three
+// timed runs at that batch and three at half of it (where it is 2 or more) in turn, keeping each node's
+// fastest at each (fastest: a core taken by another process only ever adds time), and splits each node's
+// time into its fixed and linear parts; then copies of 16 MiB each way, fastest of three. It allocates
 // what a run of g in memory at that micro-batch does without the optimizer state and the loader (the
 // parameters and their gradients, the arena, the inputs), freed before the copies' 32 MiB: a caller
 // that keeps within a budget checks that plan first (engine/strategy/memory_strategy.cc).

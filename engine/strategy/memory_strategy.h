@@ -1,8 +1,8 @@
 // The memory strategy: for a batch of B samples and a memory budget, the micro-batch size m and, per saved
 // value, whether it stays in the arena, is swapped to the host pool (engine/strategy/swap.h) or is recomputed in the
 // backward pass (engine/strategy/recompute.h). Micro-batching first: it costs nothing per sample (each sample's
-// arithmetic is the same at any m, and the cost model scales kernel times linearly in m), so `auto` takes
-// the largest m whose in-memory plan fits, as the budget search always did. Only where the smallest
+// arithmetic is the same at any m; in the cost model a larger m only spreads each kernel's fixed part over
+// more samples), so `auto` takes the largest m whose in-memory plan fits, as the budget search always did. Only where the smallest
 // allowed m (one BatchNorm group) or a forced --micro-batch does not fit does it swap and recompute:
 // greedily, values live at the plan's peak first, each taking the cheaper of the two by predicted cost
 // per byte saved (a recomputation costs its nodes' measured kernel times; a swap costs the part of its two

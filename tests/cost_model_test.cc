@@ -1,0 +1,82 @@
+// The cost model's arithmetic (engine/strategy/cost_model.h): a node's time at m samples from its fixed and
+// linear parts, lean steps priced once whichever way they were measured, and what measure_costs records.
+// No test here depends on how fast anything ran.
+#include <gtest/gtest.h>
+
+#include "engine/strategy/cost_model.h"
+#include "tests/small_resnet.h"
+
+namespace crumb {
+namespace {
+
+NodeId lean_capable(const Graph& g) {
+  for (NodeId i = 0; i < g.num_nodes(); ++i)
+    if (g.node(i).def->lean_variant) return i;
+  ADD_FAILURE() << "resnet20 has no node with a lean variant";
+  return 0;
+}
+
+TEST(CostModel, FixedPartCountedOnceAtAnyMicroBatch) {
+  const Graph g = test::small_resnet20();
+  const Node& n = g.node(0);
+  CostModel c;
+  c.measured_batch = 4;
+  c.node_seconds[n.name] = 0.004;
+  EXPECT_DOUBLE_EQ(c.seconds(n, 8), 0.008);  // no fixed part: linear
+  c.fixed_seconds[n.name] = 0.001;
+  EXPECT_DOUBLE_EQ(c.seconds(n, 4), 0.004);
+  EXPECT_DOUBLE_EQ(c.seconds(n, 8), 0.001 + 0.003 * 2);
+  EXPECT_DOUBLE_EQ(c.seconds(n, 32), 0.001 + 0.003 * 8);
+  EXPECT_DOUBLE_EQ(c.seconds(n, 1), 0.001 + 0.003 / 4);
+}
+
+TEST(CostModel, LeanStepPricedOnceWhicheverWayItWasMeasured) {
+  Graph g = test::small_resnet20();
+  const NodeId id = lean_capable(g);
+  const std::string name = g.node(id).name;
+  CostModel c;
+  c.measured_batch = 4;
+  c.lean_slowdown = 2;
+  c.node_seconds[name] = 0.004;
+  c.fixed_seconds[name] = 0.001;
+  const double plain = c.seconds(g.node(id), 8);
+  g.node(id).lean = true;
+  EXPECT_DOUBLE_EQ(c.seconds(g.node(id), 8), 2 * plain);
+  // Measured running lean (within a budget only the lean plan fits): the time is the lean step's already.
+  c.measured_lean.insert(name);
+  EXPECT_DOUBLE_EQ(c.seconds(g.node(id), 8), plain);
+  g.node(id).lean = false;
+  EXPECT_DOUBLE_EQ(c.seconds(g.node(id), 8), plain / 2);
+}
+
+TEST(CostModel, SimulateSumsTheTrainingPassAtTheMicroBatch) {
+  const Graph g = test::small_resnet20();
+  CostModel c;
+  c.measured_batch = 4;
+  double expected = 0;
+  for (NodeId i = 0; i < g.num_nodes(); ++i) {
+    c.node_seconds[g.node(i).name] = 1e-3 * (i + 1);
+    c.fixed_seconds[g.node(i).name] = 1e-3;
+    expected += 1e-3 + 1e-3 * i * 8 / 4;
+  }
+  EXPECT_NEAR(c.simulate(g, 8), expected, 1e-12 * expected);
+}
+
+TEST(CostModel, MeasuredPartsWithinTheirTimes) {
+  Graph g = test::small_resnet20();
+  g.node(lean_capable(g)).lean = true;
+  const CostModel c = measure_costs(g, 8, Device::CPU);
+  EXPECT_EQ(c.measured_batch, timing_batch(8, Device::CPU));
+  for (NodeId i = 0; i < g.num_nodes(); ++i) {
+    const Node& n = g.node(i);
+    SCOPED_TRACE(n.name);
+    ASSERT_EQ(c.node_seconds.count(n.name), 1u);
+    ASSERT_EQ(c.fixed_seconds.count(n.name), 1u);
+    EXPECT_GE(c.fixed_seconds.at(n.name), 0.0);
+    EXPECT_LE(c.fixed_seconds.at(n.name), c.node_seconds.at(n.name));
+    EXPECT_EQ(c.measured_lean.count(n.name), n.lean ? 1u : 0u);
+  }
+}
+
+}  // namespace
+}  // namespace crumb
