@@ -44,9 +44,11 @@ TEST(Training, LossFallsOnEveryModel) {
     // instead (TorchParity.Vgg11Bn*).
     if (models::min_image_size(model) > 16) continue;
     TrainedModel r(model, 32, 1);
-    // At lr 0.05 ResNet-50's first epoch diverges (mean loss 43 on 4 classes) and whether later epochs
-    // recover turns on float rounding (summation order); at 0.002 its loss falls every epoch, 1.6 -> 0.015.
-    if (model == "resnet50") r.opt = make_optimizer(r.params, sgd_config(0.002f, 0.9f, 1e-4f));
+    // At lr 0.05 the ImageNet ResNets are unstable on these 16x16 images: ResNet-50's first epoch diverges
+    // (mean loss 43 on 4 classes) and ResNet-18's test loss reaches hundreds within 2 epochs, and whether
+    // later epochs recover turns on float rounding (the baseline-ISA build and the native one agree to 1e-5
+    // for 4 steps, then part). At 0.002 their loss falls every epoch.
+    if (model == "resnet50" || model == "resnet18") r.opt = make_optimizer(r.params, sgd_config(0.002f, 0.9f, 1e-4f));
     const std::vector<double> l = train(r, 32, 4);
     EXPECT_LT(l.back(), 0.5 * l.front()) << model << ": " << l.front() << " -> " << l.back();
   }
