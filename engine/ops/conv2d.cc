@@ -163,10 +163,21 @@ void bwd_weight_cpu(const StepArgs& a) {
                                  shape(a), static_cast<T*>(a.workspace), a.accumulate);
 }
 
-// Direct-convolution FLOPs, the same for all three passes, whatever algorithm runs.
+// Window positions along one axis that read the image rather than its padding.
+long long taps_in_image(int out, int k, int stride, int pad, int in) {
+  long long taps = 0;
+  for (int o = 0; o < out; ++o)
+    for (int i = 0; i < k; ++i) taps += o * stride - pad + i >= 0 && o * stride - pad + i < in;
+  return taps;
+}
+
+// Direct-convolution FLOPs, the same for all three passes, whatever algorithm runs. Taps on padding
+// are no work (the CPU paths skip them): a 3x3 window over a 1x1 map is one multiply-add per channel
+// pair, not nine, or small maps would report more than the FMA peak.
 double flops(const Graph&, const Node& n, int batch) {
   const cpu::Conv2dShape s = ops::at_batch<cpu::Conv2dShape>(n, batch);
-  return 2.0 * s.out_count() * (s.c_in / s.groups) * s.kh * s.kw;
+  return 2.0 * s.n * s.c_out * (s.c_in / s.groups) * taps_in_image(s.h_out, s.kh, s.stride_h, s.pad_h, s.h) *
+         taps_in_image(s.w_out, s.kw, s.stride_w, s.pad_w, s.w);
 }
 
 }  // namespace

@@ -79,9 +79,11 @@ def check_work(binary):
     rows = {b["name"]: b for b in json.loads(run.stdout)["benchmarks"]}
     conv, relu = rows["cpu/conv2d/lenet5/0/real_time"], rows["cpu/relu/lenet5/1/real_time"]
     assert conv["time_unit"] == relu["time_unit"] == "us"
-    # lenet5's first layer: x [64, 1, 28, 28], w [6, 1, 5, 5], padding 2: 64 x 6 x 28 x 28 outputs of 25 taps.
+    # lenet5's first layer: x [64, 1, 28, 28], w [6, 1, 5, 5], padding 2: 64 x 6 x 28 x 28 outputs of 25
+    # taps, less those on the padding: along each axis the 2 outer outputs see 3 and 4 of the 5 rows, at
+    # either edge, so 28 x 5 - 6 = 134 taps per axis, 134^2 per output plane.
     flops = conv["GFLOP/s"] * 1e9 * conv["real_time"] * 1e-6
-    assert abs(flops / (2 * 64 * 6 * 28 * 28 * 25) - 1) < 1e-3, flops
+    assert abs(flops / (2 * 64 * 6 * 134 * 134) - 1) < 1e-3, flops
     # The ReLU after the first pool: [64, 6, 14, 14] float32 in, the same out.
     moved = relu["GB/s"] * 1e9 * relu["real_time"] * 1e-6
     assert abs(moved / (2 * 4 * 64 * 6 * 14 * 14) - 1) < 1e-3, moved
