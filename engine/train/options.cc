@@ -330,6 +330,10 @@ std::vector<Option> engine_rows() {
   add("augment", T::Choice).metavar("MODE").result().clients(kEveryClient)
       .help("none | crop-flip (random crop with 4-pixel zero padding, horizontal flip, on the training set, seeded)")
       .choice_field<bool>({{"none", false}, {"crop-flip", true}}, [](auto& c) -> auto& { return c.augment; });
+  add("shuffle", T::Bool).metavar("on|off").result().clients(kEveryClient)
+      .help("on: each epoch's training samples in a fresh order drawn from (seed, epoch), as PyTorch's "
+            "DataLoader(shuffle=True); off: the data's own order in every epoch (shuffle=False)")
+      .field([](auto& c) -> auto& { return c.shuffle; });
   add("input", T::Shape).metavar("CxHxW").result().clients(kPlanned).needs(synthetic_needs)
       .help("synthetic: image shape, e.g. 3x224x224")
       .set([](TrainConfig& c, const OptionValue& v) {
@@ -673,7 +677,7 @@ std::string result_settings(const TrainConfig& c) {
     w.string(o.name, o.get(c));
   }
   // What no option sets (a C++ caller's).
-  return w.boolean("drop-last", c.drop_last).boolean("shuffle", c.shuffle).integer("gn-groups", c.norm.gn_groups).str();
+  return w.boolean("drop-last", c.drop_last).integer("gn-groups", c.norm.gn_groups).str();
 }
 
 Settings resume_settings(const std::vector<Option>& table, const Settings& recorded, const Settings& given) {

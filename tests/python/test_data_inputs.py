@@ -166,3 +166,19 @@ def test_a_memory_map_larger_than_the_memory_allowed_trains(tmp_path):
             except OSError:
                 import time
                 time.sleep(0.1)
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_shuffle_off_trains_in_the_data_order(shuffle):
+    """shuffle=False (train --shuffle off) takes the batches in the data's own order, every epoch, as
+    PyTorch's DataLoader(shuffle=False). With a learning rate of 1e-12 the weights stay put, so each step's
+    loss is the loss of the samples it took; lenet5 has no BatchNorm or dropout, so that equals evaluate's
+    loss of the same samples. shuffle=True (the default) must then not match, or the test could not fail."""
+    x, y = images(32, shape=(1, 28, 28))
+    losses = []
+    t = crumb.Trainer(model="lenet5", batch=8, lr=1e-12, momentum=0, seed=3, shuffle=shuffle, progress=False)
+    t.fit(x, y, epochs=2, callbacks=[crumb.LambdaCallback(on_step=lambda tr, logs: losses.append(logs["loss"]))])
+    in_order = [t.evaluate(x[i:i + 8], y[i:i + 8])["loss"] for i in range(0, 32, 8)] * 2
+    matches = [abs(a - b) <= 1e-5 * abs(b) for a, b in zip(losses, in_order)]
+    assert len(losses) == 8
+    assert all(matches) if not shuffle else not all(matches), (losses, in_order)

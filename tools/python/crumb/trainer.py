@@ -74,6 +74,7 @@ class Trainer:
         threads: int = 2,
         seed: int = 0,
         augment: Literal["none", "crop-flip"] = "none",
+        shuffle: bool = True,
         memory_budget: int | str | None = None,
         strategy: Literal["auto", "micro-batch", "swap", "recompute", "none"] = "auto",
         save: str | os.PathLike | None = None,
@@ -147,6 +148,8 @@ class Trainer:
             seed: seed for initialisation, shuffling, augmentation, dropout and synthetic data
             augment: none | crop-flip (random crop with 4-pixel zero padding, horizontal flip, on the training set,
                 seeded)
+            shuffle: on: each epoch's training samples in a fresh order drawn from (seed, epoch), as PyTorch's
+                DataLoader(shuffle=True); off: the data's own order in every epoch (shuffle=False)
             memory_budget: memory for persistent state + arena + workspace + input staging, e.g. 64MiB, 1.5GiB; the
                 largest micro-batch that fits is used (default 4GiB on the CPU, 95% of the free GPU memory on CUDA)
             strategy: how to fit the budget: auto | micro-batch | swap | recompute | none. auto: the largest
