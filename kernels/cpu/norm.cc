@@ -101,6 +101,71 @@ template <class G, class T> void add_moments(Lanes& s, Lanes& t, const G* g, con
   }
 }
 
+// Eight values of g = dy where y > 0, else +0 (the ReLU's backward, folded in), in double.
+template <class T> inline D8 masked8(const T* dy, const T* y) {
+  if constexpr (std::is_same_v<T, double>) {
+    const D8 d = load8(dy), v = load8(y);
+    return v > 0 ? d : D8{};
+  } else {
+    F8 d, v;
+    if constexpr (std::is_same_v<T, float>) {
+      std::memcpy(&d, dy, sizeof d);
+      std::memcpy(&v, y, sizeof v);
+    } else {
+      for (int k = 0; k < 8; ++k) d[k] = load(dy[k]), v[k] = load(y[k]);
+    }
+    return __builtin_convertvector(v > 0 ? d : F8{}, D8);
+  }
+}
+// Stores eight values of T held exactly in double.
+template <class T> inline void store8(T* p, D8 v) {
+  if constexpr (std::is_same_v<T, double>) {
+    std::memcpy(p, &v, sizeof v);
+  } else if constexpr (std::is_same_v<T, float>) {
+    const F8 f = __builtin_convertvector(v, F8);
+    std::memcpy(p, &f, sizeof f);
+  } else {
+    for (int k = 0; k < 8; ++k) p[k] = store<T>(Arith<T>(v[k]));
+  }
+}
+// add_moments of g = dy masked where y > 0 (gate_run's values), also written to gout where given (it may
+// alias dy): one loop over the three streams. Masking into a buffer and summing from it took two loops,
+// each streaming part of the data while the other streams' prefetches idled (measured 1.2x the time).
+template <class T>
+void add_masked_moments(Lanes& s, Lanes& t, const T* dy, const T* y, const T* x, T* gout, int len, double mean) {
+  using A = Arith<T>;
+  D8 a0 = s.v[0], a1 = s.v[1], b0 = t.v[0], b1 = t.v[1];
+  int i = 0;
+  for (; i + kLanes <= len; i += kLanes) {
+    const D8 g0 = masked8(dy + i, y + i), g1 = masked8(dy + i + 8, y + i + 8);
+    if (gout) store8(gout + i, g0), store8(gout + i + 8, g1);
+    a0 += g0;
+    a1 += g1;
+    b0 += g0 * (load8(x + i) - mean);
+    b1 += g1 * (load8(x + i + 8) - mean);
+  }
+  s.v[0] = a0, s.v[1] = a1, t.v[0] = b0, t.v[1] = b1;
+  const T zero = store<T>(A(0));
+  for (int k = 0; i + k < len; ++k) {
+    const T g = load(y[i + k]) > A(0) ? dy[i + k] : zero;
+    if (gout) gout[i + k] = g;
+    const double gk = load(g);
+    s.add_at(k, gk);
+    t.add_at(k, gk * (load(x[i + k]) - mean));
+  }
+}
+
+// The sums of channel runs of dy, or of dy masked where y > 0 (also written to gout where given), into
+// (la, lb): sum of g and of g (x - mean) over the run at `at`.
+template <class T>
+void run_moments(Lanes& la, Lanes& lb, const T* dy, const T* x, const NormReluGrad<T>& relu, T* gout,
+                 std::ptrdiff_t at, int len, double mean) {
+  if (relu.y)
+    add_masked_moments(la, lb, dy + at, relu.y + at, x + at, gout ? gout + at : nullptr, len, mean);
+  else
+    add_moments(la, lb, dy + at, x + at, len, mean);
+}
+
 // Mean and M2 (sum of squared deviations) of `runs` runs of `len` values, run r at x + r * stride.
 struct Moments {
   double mean, m2;
@@ -142,44 +207,6 @@ void affine_runs(T* y, const T* x, int runs, std::ptrdiff_t stride, int len, Ari
   }
 }
 
-// The gradient reaching the normalisation over `len` values from `from` into g: dy where the fused
-// forward's output y is > 0 (NormReluGrad). A loop of its own over plain arguments, so that it vectorises.
-template <class T> void gate_run(T* g, const T* dy, const T* y, std::ptrdiff_t from, int len) {
-  using A = Arith<T>;
-  const T zero = store<T>(A(0));
-  const T* d = dy + from;
-  const T* py = y + from;
-#pragma omp simd
-  for (int i = 0; i < len; ++i) g[i] = load(py[i]) > A(0) ? d[i] : zero;
-}
-// Values per chunk of gate_run's output, on the stack (a multiple of kLanes, so a run's lanes do not
-// depend on its chunking).
-constexpr int kGateChunk = 4096;
-static_assert(kGateChunk % kLanes == 0);
-
-// sg += sum of g, sgx += sum of g (x - mean) over the run of `len` values at `run`, g the gradient reaching
-// the normalisation (dy itself without a ReLU: y null), written to gout there where given (it may alias dy).
-template <class T>
-void sums_run(Lanes& sg, Lanes& sgx, const T* dy, const T* x, T* gout, const T* y, std::ptrdiff_t run, int len,
-              double mean) {
-  const T* px = x + run;
-  if (!y) {
-    add_moments(sg, sgx, dy + run, px, len, mean);
-    return;
-  }
-  if (gout) {
-    gate_run(gout + run, dy, y, run, len);
-    add_moments(sg, sgx, gout + run, px, len, mean);
-    return;
-  }
-  T g[kGateChunk];
-  for (int from = 0; from < len; from += kGateChunk) {
-    const int n = std::min(kGateChunk, len - from);
-    gate_run(g, dy, y, run + from, n);
-    add_moments(sg, sgx, g, px + from, n, mean);
-  }
-}
-
 // dx = k g - a - slope (x - mean) over the run of `len` values at `run` (dx may alias g).
 template <class T>
 void dx_run(T* dx, const T* g, const T* x, std::ptrdiff_t run, int len, Arith<T> k, Arith<T> a, Arith<T> slope,
@@ -191,47 +218,87 @@ void dx_run(T* dx, const T* g, const T* x, std::ptrdiff_t run, int len, Arith<T>
   for (int i = 0; i < len; ++i) pdx[i] = store<T>(k * load(pg[i]) - a - slope * (load(px[i]) - mean));
 }
 
-double inv_std(double var, double eps) { return 1.0 / std::sqrt(var + eps); }
-
-// y = (x - mean) * invstd * w + b over channel c of group g, from the group's statistics as stored (rounded
-// to Arith<T>): batch_norm_apply recomputes the training forward's output bit for bit from them.
-template <class T, class A = Arith<T>>
-void normalize_group(T* y, const T* x, const A* w, const A* b, const A* stats, const BatchNormShape& s, int c, int g,
-                     const NormEpilogue<T>& e) {
-  const std::ptrdiff_t stride = std::ptrdiff_t{s.c} * s.hw, at = g * s.group * stride + std::ptrdiff_t{c} * s.hw;
-  const double mean = stats[(2 * g) * s.c + c], scale = w[c] * double(stats[(2 * g + 1) * s.c + c]);
-  affine_runs(y + at, x + at, s.group_size(g), stride, s.hw, A(scale), A(b[c] - mean * scale),
-              e.residual ? e.residual + at : nullptr, e.relu);
-}
-
-bool parallel(const BatchNormShape& s) { return std::ptrdiff_t{s.n} * s.c * s.hw > kParallelGrain; }
-
-// A BatchNorm's residual epilogue, y = relu(y + residual) (rounded as the add and the ReLU round), as a pass
-// of its own over the whole tensor after the normalisation: the per-channel loops visit a channel's runs a
-// sample apart, and a third stream of such runs costs more than one contiguous pass (measured on the CPU).
-template <class T> void residual_pass(T* y, const NormEpilogue<T>& e, const BatchNormShape& s) {
-  const std::ptrdiff_t count = std::ptrdiff_t{s.n} * s.c * s.hw;
-  const T* r = e.residual;
-  if (e.relu) {
-#pragma omp parallel for simd schedule(static) if (count > kParallelGrain)
-    for (std::ptrdiff_t i = 0; i < count; ++i) y[i] = store<T>(relu_of(load(store<T>(load(y[i]) + load(r[i])))));
-  } else {
-#pragma omp parallel for simd schedule(static) if (count > kParallelGrain)
-    for (std::ptrdiff_t i = 0; i < count; ++i) y[i] = store<T>(load(y[i]) + load(r[i]));
+// The same with g = dy masked where y > 0, computed again from dy and y.
+template <class T>
+void dx_run_masked(T* dx, const T* dy, const T* y, const T* x, std::ptrdiff_t run, int len, Arith<T> k, Arith<T> a,
+                   Arith<T> slope, Arith<T> mean) {
+  using A = Arith<T>;
+  T* pdx = dx + run;
+  const T* pg = dy + run;
+  const T* py = y + run;
+  const T* px = x + run;
+#pragma omp simd
+  for (int i = 0; i < len; ++i) {
+    const A g = load(py[i]) > A(0) ? load(pg[i]) : A(0);
+    pdx[i] = store<T>(k * g - a - slope * (load(px[i]) - mean));
   }
 }
 
-// A BatchNorm's ReLU mask (NormReluGrad), g = dy where y > 0, as a pass of its own over the whole tensor
-// before the normalisation's backward, for the reason residual_pass is one: in the per-channel loops, y's
-// runs a sample apart were a third stream beside dy and x, and short runs (a feature map of 1 to 49 values
-// in the ResNets' later stages) paid the mask's loop per run: the fused backward measured up to 1.5x the
-// unfused pair (kernels_bench, tools/bench/README.md). As one contiguous pass it is relu_backward's.
-template <class T> void gate_pass(T* g, const T* dy, const T* y, const BatchNormShape& s) {
-  using A = Arith<T>;
-  const std::ptrdiff_t count = std::ptrdiff_t{s.n} * s.c * s.hw;
-  const T zero = store<T>(A(0));
-#pragma omp parallel for simd schedule(static) if (count > kParallelGrain)
-  for (std::ptrdiff_t i = 0; i < count; ++i) g[i] = load(y[i]) > A(0) ? dy[i] : zero;
+// dx over the run at `at` from the gradient reaching the normalisation: gres where the first pass wrote it
+// (the residual's gradient), else dy masked again where y > 0, else dy.
+template <class T>
+void dx_of_run(T* dx, const T* dy, const T* x, const NormReluGrad<T>& relu, const T* gres, std::ptrdiff_t at,
+               int len, Arith<T> k, Arith<T> a, Arith<T> slope, Arith<T> mean) {
+  if (relu.y && !gres)
+    dx_run_masked(dx, dy, relu.y, x, at, len, k, a, slope, mean);
+  else
+    dx_run(dx, gres ? gres : dy, x, at, len, k, a, slope, mean);
+}
+
+double inv_std(double var, double eps) { return 1.0 / std::sqrt(var + eps); }
+
+bool parallel(const BatchNormShape& s) { return std::ptrdiff_t{s.n} * s.c * s.hw > kParallelGrain; }
+
+// BatchNorm's passes walk blocks of channels, group by group, and a block's runs of one sample are one
+// contiguous stretch of memory, visited sample by sample: a channel's runs alone are short and a sample
+// apart, which the hardware prefetchers follow badly (a prefetch stream starts over at each run; the
+// per-channel forward ran at a third of a copy's rate from DRAM, kernels_bench --cold). So blocks are as
+// wide as the threads allow: measured on resnet20's shapes, each halving of the stretch cost more than a
+// block's values staying in L2 for the later passes saved. Only a block whose values of one group, in the
+// streams a later pass reads again, would pass kBlockBytes (a quarter of a 32 MiB L3) is narrower, so
+// those passes find them in L3 rather than DRAM. Blocks split over the threads. Each channel's sums still
+// run over its values in sample order, so the bits do not depend on the blocking or the thread count.
+constexpr int kMaxBlock = 128;
+constexpr std::size_t kBlockBytes = std::size_t(8) << 20;
+// Channels per block where `streams` tensors of `value_bytes` values are read again by a later pass.
+int channel_block(const BatchNormShape& s, int streams, std::size_t value_bytes) {
+  const std::size_t per_channel = std::size_t(std::min(s.group, s.n)) * s.hw * value_bytes * streams;
+  int block = int(std::clamp<std::size_t>(kBlockBytes / std::max<std::size_t>(1, per_channel), 1, kMaxBlock));
+  if (parallel(s)) block = std::min(block, (s.c + omp_get_max_threads() - 1) / omp_get_max_threads());
+  return std::min(block, s.c);
+}
+
+// Calls f(j, at) for the run of channel c0 + j (j < nc) of every sample of group g, at offset `at`, in
+// memory order.
+template <class F> void for_runs(const BatchNormShape& s, int c0, int nc, int g, F&& f) {
+  const std::ptrdiff_t stride = std::ptrdiff_t{s.c} * s.hw, at = g * s.group * stride + std::ptrdiff_t{c0} * s.hw;
+  const int samples = s.group_size(g);
+  for (int r = 0; r < samples; ++r)
+    for (int j = 0; j < nc; ++j) f(j, at + r * stride + std::ptrdiff_t{j} * s.hw);
+}
+
+// Calls body(c0, nc) for every block of `block` channels, split over the threads.
+template <class F> void for_blocks(const BatchNormShape& s, int block, F&& body) {
+  const int blocks = (s.c + block - 1) / block;
+#pragma omp parallel for schedule(static) if (parallel(s))
+  for (int bl = 0; bl < blocks; ++bl) body(bl * block, std::min(block, s.c - bl * block));
+}
+
+// y = x * scale[j] + shift[j] over the block's runs of group g, with the epilogue (affine_runs).
+template <class T>
+void apply_block(T* y, const T* x, const BatchNormShape& s, int c0, int nc, int g, const Arith<T>* scale,
+                 const Arith<T>* shift, const NormEpilogue<T>& e) {
+  for_runs(s, c0, nc, g, [&](int j, std::ptrdiff_t at) {
+    affine_runs(y + at, x + at, 1, 0, s.hw, scale[j], shift[j], e.residual ? e.residual + at : nullptr, e.relu);
+  });
+}
+
+// The affine map of channel c from its statistics as stored (rounded to Arith<T>): batch_norm_apply
+// recomputes the training forward's output bit for bit from them.
+template <class A> void affine_of(A* scale, A* shift, const A* w, const A* b, A mean, A invstd, int c) {
+  const double k = w[c] * double(invstd);
+  *scale = A(k);
+  *shift = A(b[c] - double(mean) * k);
 }
 
 }  // namespace
@@ -241,54 +308,60 @@ void batch_norm_forward_train(T* y, Arith<T>* stats, const T* x, const Arith<T>*
                               const BatchNormShape& s, double eps, double* moments, Arith<T>* running_mean,
                               Arith<T>* running_var, int64_t* tracked, double momentum,
                               const NormEpilogue<T>& epilogue) {
-  if (epilogue.residual) {
-    batch_norm_forward_train<T>(y, stats, x, w, b, s, eps, moments, running_mean, running_var, tracked, momentum, {});
-    residual_pass(y, epilogue, s);
-    return;
-  }
   using A = Arith<T>;
-  const std::ptrdiff_t stride = std::ptrdiff_t{s.c} * s.hw;
+  if (s.n == 0) return;
   const int groups = s.groups();
-#pragma omp parallel for schedule(static) if (parallel(s))
-  for (int c = 0; c < s.c; ++c) {
+  for_blocks(s, channel_block(s, 1, sizeof(T)), [&](int c0, int nc) {
     for (int g = 0; g < groups; ++g) {
-      const int samples = s.group_size(g);
-      const std::ptrdiff_t at = g * s.group * stride + std::ptrdiff_t{c} * s.hw;
-      const Moments mo = moments_of(x + at, samples, stride, s.hw);
-      const double count = double(samples) * s.hw;
-      stats[(2 * g) * s.c + c] = A(mo.mean);
-      stats[(2 * g + 1) * s.c + c] = A(inv_std(mo.m2 / count, eps));
-      normalize_group(y, x, w, b, stats, s, c, g, epilogue);
-      if (moments) {  // Chan et al.: merge (count, mean, m2) of the group into the channel's running total
-        double& n_a = moments[c];
-        double& mean_a = moments[s.c + c];
-        double& m2_a = moments[2 * s.c + c];
-        const double total = n_a + count, delta = mo.mean - mean_a;
-        mean_a += delta * (count / total);
-        m2_a += mo.m2 + delta * delta * (n_a * count / total);
-        n_a = total;
+      const double count = double(s.group_size(g)) * s.hw;
+      Lanes lanes[kMaxBlock];
+      for_runs(s, c0, nc, g, [&](int j, std::ptrdiff_t at) { add_values(lanes[j], x + at, s.hw); });
+      double mean[kMaxBlock];
+      for (int j = 0; j < nc; ++j) mean[j] = lanes[j].total() / count, lanes[j] = {};
+      for_runs(s, c0, nc, g, [&](int j, std::ptrdiff_t at) { add_squares(lanes[j], x + at, s.hw, mean[j]); });
+      A scale[kMaxBlock], shift[kMaxBlock];
+      for (int j = 0; j < nc; ++j) {
+        const int c = c0 + j;
+        const double m2 = lanes[j].total();
+        A* mean_at = stats + (2 * g) * s.c + c;
+        A* invstd_at = stats + (2 * g + 1) * s.c + c;
+        *mean_at = A(mean[j]);
+        *invstd_at = A(inv_std(m2 / count, eps));
+        affine_of(scale + j, shift + j, w, b, *mean_at, *invstd_at, c);
+        if (moments) {  // Chan et al.: merge (count, mean, m2) of the group into the channel's running total
+          double& n_a = moments[c];
+          double& mean_a = moments[s.c + c];
+          double& m2_a = moments[2 * s.c + c];
+          const double total = n_a + count, delta = mean[j] - mean_a;
+          mean_a += delta * (count / total);
+          m2_a += m2 + delta * delta * (n_a * count / total);
+          n_a = total;
+        }
+        if (running_mean) {
+          running_mean[c] = A((1 - momentum) * running_mean[c] + momentum * mean[j]);
+          running_var[c] = A((1 - momentum) * running_var[c] + momentum * (count > 1 ? m2 / (count - 1) : 0.0));
+        }
       }
-      if (running_mean) {
-        running_mean[c] = A((1 - momentum) * running_mean[c] + momentum * mo.mean);
-        running_var[c] = A((1 - momentum) * running_var[c] + momentum * (count > 1 ? mo.m2 / (count - 1) : 0.0));
-      }
+      apply_block(y, x, s, c0, nc, g, scale, shift, epilogue);
     }
-  }
+  });
   if (running_mean) *tracked += groups;
 }
 
 template <class T>
 void batch_norm_apply(T* y, const T* x, const Arith<T>* w, const Arith<T>* b, const Arith<T>* stats,
                       const BatchNormShape& s, const NormEpilogue<T>& epilogue) {
-  if (epilogue.residual) {
-    batch_norm_apply<T>(y, x, w, b, stats, s, {});
-    residual_pass(y, epilogue, s);
-    return;
-  }
+  using A = Arith<T>;
+  if (s.n == 0) return;
   const int groups = s.groups();
-#pragma omp parallel for schedule(static) if (parallel(s))
-  for (int c = 0; c < s.c; ++c)
-    for (int g = 0; g < groups; ++g) normalize_group(y, x, w, b, stats, s, c, g, epilogue);
+  for_blocks(s, channel_block(s, 1, sizeof(T)), [&](int c0, int nc) {
+    for (int g = 0; g < groups; ++g) {
+      A scale[kMaxBlock], shift[kMaxBlock];
+      for (int j = 0; j < nc; ++j)
+        affine_of(scale + j, shift + j, w, b, stats[(2 * g) * s.c + c0 + j], stats[(2 * g + 1) * s.c + c0 + j], c0 + j);
+      apply_block(y, x, s, c0, nc, g, scale, shift, epilogue);
+    }
+  });
 }
 
 template <class T>
@@ -305,78 +378,57 @@ template <class T>
 void batch_norm_forward_frozen(T* y, Arith<T>* stats, const T* x, const Arith<T>* w, const Arith<T>* b,
                                const Arith<T>* running_mean, const Arith<T>* running_var, const BatchNormShape& s,
                                double eps, const NormEpilogue<T>& epilogue) {
-  if (epilogue.residual) {
-    batch_norm_forward_frozen<T>(y, stats, x, w, b, running_mean, running_var, s, eps, {});
-    residual_pass(y, epilogue, s);
-    return;
-  }
   using A = Arith<T>;
-  const std::ptrdiff_t stride = std::ptrdiff_t{s.c} * s.hw;
+  if (s.n == 0) return;
   const int groups = s.groups();
-#pragma omp parallel for schedule(static) if (parallel(s))
-  for (int c = 0; c < s.c; ++c) {
-    // invstd rounded as stats stores it, so batch_norm_apply recomputes a frozen layer bit for bit too.
-    const A invstd = A(inv_std(running_var[c], eps));
-    const double scale = w[c] * double(invstd);
-    const std::ptrdiff_t at = std::ptrdiff_t{c} * s.hw;
-    affine_runs(y + at, x + at, s.n, stride, s.hw, A(scale), A(b[c] - running_mean[c] * scale),
-                epilogue.residual ? epilogue.residual + at : nullptr, epilogue.relu);
-    if (stats)
+  // invstd rounded as stats stores it, so batch_norm_apply recomputes a frozen layer bit for bit too.
+  if (stats)
+    for (int c = 0; c < s.c; ++c)
       for (int g = 0; g < groups; ++g) {
         stats[(2 * g) * s.c + c] = running_mean[c];
-        stats[(2 * g + 1) * s.c + c] = invstd;
+        stats[(2 * g + 1) * s.c + c] = A(inv_std(running_var[c], eps));
       }
-  }
+  for_blocks(s, channel_block(s, 1, sizeof(T)), [&](int c0, int nc) {
+    A scale[kMaxBlock], shift[kMaxBlock];
+    for (int j = 0; j < nc; ++j)
+      affine_of(scale + j, shift + j, w, b, running_mean[c0 + j], A(inv_std(running_var[c0 + j], eps)), c0 + j);
+    for (int g = 0; g < groups; ++g) apply_block(y, x, s, c0, nc, g, scale, shift, epilogue);
+  });
 }
 
-// Where a fused backward writes its masked gradient g once, for the passes after the first to read: the
-// residual's gradient where there is one, else dx (which the input gradient then overwrites in place);
-// null without a ReLU (g is dy) or where neither is wanted.
-template <class T> T* masked_gradient(const NormReluGrad<T>& relu, T* dx) {
-  if (!relu.y) return nullptr;
-  return relu.dresidual ? relu.dresidual : dx;
-}
-
-// Channels per block of BatchNorm's backward: a block's runs of one sample are one contiguous stretch of
-// memory, visited sample by sample (a channel's runs alone are too short and far apart for the hardware
-// prefetcher, with three or four streams of them); blocks split over the threads. Each channel's sums still
-// run over its values in sample order, so the bits do not depend on the blocking.
-constexpr int kChannelBlock = 8;
-int channel_block(int c) { return std::max(1, std::min(kChannelBlock, c / std::max(1, omp_get_max_threads()))); }
-
+// Two passes per block and group: the sums of g and g (x - mean) per channel, then dx from them. g is dy,
+// or with a ReLU dy masked where y > 0 in the sums' loop, written there to the residual's gradient where
+// that is wanted; the second pass reads it back from there, or computes it again from dy and y (writing it
+// to dx in the first pass and reading it back measured slower: dx's lines are then fetched twice).
 template <class T>
 void batch_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T* x, const Arith<T>* w,
                          const Arith<T>* stats, const BatchNormShape& s, bool batch_stats, bool accumulate,
                          const NormReluGrad<T>& relu) {
   using A = Arith<T>;
-  const std::ptrdiff_t stride = std::ptrdiff_t{s.c} * s.hw;
-  const int groups = s.groups(), block = channel_block(s.c), blocks = (s.c + block - 1) / block;
-  if (T* g = masked_gradient(relu, dx)) {
-    gate_pass(g, dy, relu.y, s);
-    batch_norm_backward<T>(dw, db, dx, g, x, w, stats, s, batch_stats, accumulate, {});
-    return;
-  }
-  // From here on dx is null wherever there is a mask: the sums gate dy run by run, on the stack.
+  T* gres = relu.y ? relu.dresidual : nullptr;
   with_write_mode(accumulate, [&](auto acc) {
-#pragma omp parallel for schedule(static) if (parallel(s))
-    for (int bl = 0; bl < blocks; ++bl) {
-      const int c0 = bl * block, nc = std::min(block, s.c - c0);
-      double sum_dw[kChannelBlock] = {}, sum_db[kChannelBlock] = {};
+    if (s.n == 0) {
+      for (int c = 0; c < s.c; ++c) put(acc, dw[c], A(0)), put(acc, db[c], A(0));
+      return;
+    }
+    const int groups = s.groups();
+    for_blocks(s, channel_block(s, 2, sizeof(T)), [&](int c0, int nc) {
+      double sum_dw[kMaxBlock] = {}, sum_db[kMaxBlock] = {};
       for (int grp = 0; grp < groups; ++grp) {
         const int samples = s.group_size(grp);
-        const std::ptrdiff_t at = grp * s.group * stride + std::ptrdiff_t{c0} * s.hw;
         const A* mean = stats + (2 * grp) * s.c + c0;
         const A* invstd = stats + (2 * grp + 1) * s.c + c0;
-        Lanes lg[kChannelBlock], lgx[kChannelBlock];  // sums of g and of g * (x - mean) over the group
-        for (int r = 0; r < samples; ++r)
-          for (int j = 0; j < nc; ++j)
-            sums_run(lg[j], lgx[j], dy, x, static_cast<T*>(nullptr), relu.y,
-                     at + r * stride + std::ptrdiff_t{j} * s.hw, s.hw, mean[j]);
-        A k[kChannelBlock], a[kChannelBlock], slope[kChannelBlock];
+        Lanes lg[kMaxBlock], lgx[kMaxBlock];  // sums of g and of g * (x - mean) over the group
+        for_runs(s, c0, nc, grp, [&](int j, std::ptrdiff_t at) {
+          run_moments(lg[j], lgx[j], dy, x, relu, gres, at, s.hw, mean[j]);
+        });
+        A k[kMaxBlock], a[kMaxBlock], slope[kMaxBlock];
         for (int j = 0; j < nc; ++j) {
           const double sdy = lg[j].total(), sdyx = lgx[j].total(), is = invstd[j];
           sum_db[j] += sdy;
-          sum_dw[j] += sdyx * is;
+          // std::fma: GCC contracts a * b + c into one at its discretion (-ffp-contract=fast), and did in one
+          // of two paths computing the same sum here; written out, every path rounds once, as this always did.
+          sum_dw[j] = std::fma(sdyx, is, sum_dw[j]);
           // dx = w invstd (g - mean(g) - xhat mean(g xhat)) with batch statistics, w invstd g without.
           const double count = double(samples) * s.hw, kj = w[c0 + j] * is;
           k[j] = A(kj);
@@ -384,15 +436,15 @@ void batch_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T
           slope[j] = A(batch_stats ? kj * sdyx * is * is / count : 0.0);
         }
         if (!dx) continue;
-        for (int r = 0; r < samples; ++r)
-          for (int j = 0; j < nc; ++j)
-            dx_run(dx, dy, x, at + r * stride + std::ptrdiff_t{j} * s.hw, s.hw, k[j], a[j], slope[j], A(mean[j]));
+        for_runs(s, c0, nc, grp, [&](int j, std::ptrdiff_t at) {
+          dx_of_run(dx, dy, x, relu, gres, at, s.hw, k[j], a[j], slope[j], A(mean[j]));
+        });
       }
       for (int j = 0; j < nc; ++j) {
         put(acc, dw[c0 + j], A(sum_dw[j]));
         put(acc, db[c0 + j], A(sum_db[j]));
       }
-    }
+    });
   });
 }
 
@@ -421,6 +473,9 @@ void group_norm_forward(T* y, Arith<T>* stats, const T* x, const Arith<T>* w, co
   }
 }
 
+// Channels of a GroupNorm backward task's groups: its dw and db sums, in double, on the stack.
+constexpr int kMaxGroupChannels = 512;
+
 template <class T>
 void group_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T* x, const Arith<T>* w,
                          const Arith<T>* stats, const GroupNormShape& s, bool accumulate,
@@ -433,47 +488,75 @@ void group_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T
   auto invstd_of = [&](std::ptrdiff_t sample, std::ptrdiff_t g) {
     return double(stats[sample * 2 * s.groups + s.groups + g]);
   };
-  T* gout = masked_gradient(relu, dx);
-  // dw, db reduce over samples: a pass split over channels, so no two threads write one channel. It computes
-  // the ReLU's mask, once, and writes the masked gradient for the input gradient's pass (each value once,
-  // after reading it: it may alias dy).
+  // The masked gradient is written where it is wanted (the residual's gradient); dx is computed from dy and
+  // y again.
+  T* gres = relu.y ? relu.dresidual : nullptr;
+  // The (sample, group) row, a contiguous block: its channels' sums (each run's passed to part(c, sum of g,
+  // sum of g (x - mean), invstd) for dw and db; the masked gradient written to gwrite where given), then its
+  // dx = invstd (g w - mean(g w) - xhat mean(g w xhat)) while the row is still in L1 or L2 (within a group
+  // w varies by channel).
+  auto row = [&](std::ptrdiff_t sample, int g, T* gwrite, auto&& part) {
+    const std::ptrdiff_t at = (sample * s.groups + g) * len;
+    const double mean = mean_of(sample, g), invstd = invstd_of(sample, g);
+    double sdyw = 0, sdywx = 0;
+    for (int j = 0; j < cpg; ++j) {
+      const int c = g * cpg + j;
+      Lanes la, lb;
+      run_moments(la, lb, dy, x, relu, gwrite, at + j * s.hw, s.hw, mean);
+      const double ta = la.total(), tb = lb.total();
+      part(c, ta, tb, invstd);
+      sdyw = std::fma(w[c], ta, sdyw);  // std::fma: as BatchNorm's sum_dw
+      sdywx = std::fma(w[c], tb, sdywx);
+    }
+    if (!dx) return;
+    const A a = A(invstd * sdyw / double(len)), slope = A(invstd * invstd * invstd * sdywx / double(len));
+    for (int j = 0; j < cpg; ++j)
+      dx_of_run(dx, dy, x, relu, gres, at + j * s.hw, s.hw, A(w[g * cpg + j] * invstd), a, slope, A(mean));
+  };
+  const int workers = threads ? omp_get_max_threads() : 1;
   with_write_mode(accumulate, [&](auto acc) {
+    if (cpg <= kMaxGroupChannels && s.groups >= workers) {
+      // One pass over the rows, whose runs' parts of dw and db add up in sample order: tasks take whole
+      // groups, so each channel's sums stay in one thread, and walk their groups' rows sample by sample, a
+      // contiguous stretch per sample.
+      const int per = std::max(1, std::min(kMaxGroupChannels / cpg, s.groups / workers));
+      const int tasks = (s.groups + per - 1) / per;
+#pragma omp parallel for schedule(static) if (threads)
+      for (int task = 0; task < tasks; ++task) {
+        const int g0 = task * per, g1 = std::min(s.groups, g0 + per), c0 = g0 * cpg;
+        double sum_dw[kMaxGroupChannels] = {}, sum_db[kMaxGroupChannels] = {};
+        for (int sample = 0; sample < s.n; ++sample)
+          for (int g = g0; g < g1; ++g)
+            row(sample, g, gres, [&](int c, double ta, double tb, double invstd) {
+              sum_db[c - c0] += ta;
+              sum_dw[c - c0] = std::fma(tb, invstd, sum_dw[c - c0]);
+            });
+        for (int c = c0; c < g1 * cpg; ++c) {
+          put(acc, dw[c], A(sum_dw[c - c0]));
+          put(acc, db[c], A(sum_db[c - c0]));
+        }
+      }
+      return;
+    }
+    // Fewer groups than threads, or more channels per group than a task holds: dw and db in a pass split
+    // over channels (which writes the residual's gradient), then the rows.
 #pragma omp parallel for schedule(static) if (threads)
     for (int c = 0; c < s.c; ++c) {
       const int g = c / cpg;
       double sum_dw = 0, sum_db = 0;
       for (int sample = 0; sample < s.n; ++sample) {
-        const std::ptrdiff_t at = (std::ptrdiff_t{sample} * s.c + c) * s.hw;
-        const double mean = mean_of(sample, g), invstd = invstd_of(sample, g);
         Lanes la, lb;
-        sums_run(la, lb, dy, x, gout, relu.y, at, s.hw, mean);
+        run_moments(la, lb, dy, x, relu, gres, (std::ptrdiff_t{sample} * s.c + c) * s.hw, s.hw, mean_of(sample, g));
         sum_db += la.total();
-        sum_dw += lb.total() * invstd;
+        sum_dw = std::fma(lb.total(), invstd_of(sample, g), sum_dw);
       }
       put(acc, dw[c], A(sum_dw));
       put(acc, db[c], A(sum_db));
     }
-  });
-  if (!dx) return;
-  // Within a group w varies by channel: dx = invstd (g w - mean(g w) - xhat mean(g w xhat)), over (sample,
-  // group) rows from the masked gradient (dy without a ReLU), in place where that is dx.
-  const T* gin = gout ? gout : dy;
+    if (!dx) return;
 #pragma omp parallel for schedule(static) if (threads)
-  for (std::ptrdiff_t row = 0; row < rows; ++row) {
-    const std::ptrdiff_t sample = row / s.groups, g = row % s.groups, at = row * len;
-    const double mean = mean_of(sample, g), invstd = invstd_of(sample, g);
-    double sdyw = 0, sdywx = 0;
-    for (int j = 0; j < cpg; ++j) {
-      const double wc = w[g * cpg + j];
-      Lanes la, lb;
-      sums_run(la, lb, gin, x, static_cast<T*>(nullptr), static_cast<const T*>(nullptr), at + j * s.hw, s.hw, mean);
-      sdyw += wc * la.total();
-      sdywx += wc * lb.total();
-    }
-    const A a = A(invstd * sdyw / double(len)), slope = A(invstd * invstd * invstd * sdywx / double(len));
-    for (int j = 0; j < cpg; ++j)
-      dx_run(dx, gin, x, at + j * s.hw, s.hw, A(w[g * cpg + j] * invstd), a, slope, A(mean));
-  }
+    for (std::ptrdiff_t r = 0; r < rows; ++r) row(r / s.groups, int(r % s.groups), nullptr, [](int, double, double, double) {});
+  });
 }
 
 #define CRUMB_INSTANTIATE(T)                                                                                  \
