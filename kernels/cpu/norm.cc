@@ -8,6 +8,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include <immintrin.h>
+
 #include "kernels/cpu/kernel_util.h"
 #include "kernels/norm.h"
 
@@ -40,6 +42,16 @@ struct Lanes {
   }
   void add_at(int lane, double value) { v[lane / 8][lane % 8] += value; }
 };
+// Eight floats widened to double. GCC lowers __builtin_convertvector of eight floats to two four-wide
+// conversions and a shuffle even where one AVX-512 instruction does it, which cost the sums' loops a third
+// of their time (measured).
+inline D8 widen8(F8 f) {
+#if defined(__AVX512F__)
+  return D8(_mm512_maskz_cvtps_pd(0xff, __m256(f)));  // maskz: GCC 12 warns on the unmasked one's undefined
+#else
+  return __builtin_convertvector(f, D8);
+#endif
+}
 // Eight values from p, in double.
 template <class T> inline D8 load8(const T* p) {
   if constexpr (std::is_same_v<T, double>) {
@@ -53,7 +65,7 @@ template <class T> inline D8 load8(const T* p) {
     } else {
       for (int k = 0; k < 8; ++k) f[k] = load(p[k]);
     }
-    return __builtin_convertvector(f, D8);
+    return widen8(f);
   }
 }
 // s += p[i] over i < len.
@@ -101,11 +113,13 @@ template <class G, class T> void add_moments(Lanes& s, Lanes& t, const G* g, con
   }
 }
 
-// Eight values of g = dy where y > 0, else +0 (the ReLU's backward, folded in), in double.
-template <class T> inline D8 masked8(const T* dy, const T* y) {
+// Eight values of g = dy where y > 0, else +0 (the ReLU's backward, folded in), in double; also stored to
+// gout where given.
+template <class T> inline D8 masked8(const T* dy, const T* y, T* gout) {
   if constexpr (std::is_same_v<T, double>) {
-    const D8 d = load8(dy), v = load8(y);
-    return v > 0 ? d : D8{};
+    const D8 d = load8(dy), v = load8(y), g = v > 0 ? d : D8{};
+    if (gout) std::memcpy(gout, &g, sizeof g);
+    return g;
   } else {
     F8 d, v;
     if constexpr (std::is_same_v<T, float>) {
@@ -114,18 +128,16 @@ template <class T> inline D8 masked8(const T* dy, const T* y) {
     } else {
       for (int k = 0; k < 8; ++k) d[k] = load(dy[k]), v[k] = load(y[k]);
     }
-    return __builtin_convertvector(v > 0 ? d : F8{}, D8);
-  }
-}
-// Stores eight values of T held exactly in double.
-template <class T> inline void store8(T* p, D8 v) {
-  if constexpr (std::is_same_v<T, double>) {
-    std::memcpy(p, &v, sizeof v);
-  } else if constexpr (std::is_same_v<T, float>) {
-    const F8 f = __builtin_convertvector(v, F8);
-    std::memcpy(p, &f, sizeof f);
-  } else {
-    for (int k = 0; k < 8; ++k) p[k] = store<T>(Arith<T>(v[k]));
+    const F8 g = v > 0 ? d : F8{};
+    if (gout) {
+      if constexpr (std::is_same_v<T, float>) {
+        std::memcpy(gout, &g, sizeof g);
+      } else {
+        const T zero = store<T>(Arith<T>(0));
+        for (int k = 0; k < 8; ++k) gout[k] = v[k] > 0 ? dy[k] : zero;  // dy's own bits, NaN payloads too
+      }
+    }
+    return widen8(g);
   }
 }
 // add_moments of g = dy masked where y > 0 (gate_run's values), also written to gout where given (it may
@@ -137,8 +149,8 @@ void add_masked_moments(Lanes& s, Lanes& t, const T* dy, const T* y, const T* x,
   D8 a0 = s.v[0], a1 = s.v[1], b0 = t.v[0], b1 = t.v[1];
   int i = 0;
   for (; i + kLanes <= len; i += kLanes) {
-    const D8 g0 = masked8(dy + i, y + i), g1 = masked8(dy + i + 8, y + i + 8);
-    if (gout) store8(gout + i, g0), store8(gout + i + 8, g1);
+    const D8 g0 = masked8(dy + i, y + i, gout ? gout + i : nullptr);
+    const D8 g1 = masked8(dy + i + 8, y + i + 8, gout ? gout + i + 8 : nullptr);
     a0 += g0;
     a1 += g1;
     b0 += g0 * (load8(x + i) - mean);
@@ -182,63 +194,64 @@ template <class T> Moments moments_of(const T* x, int runs, std::ptrdiff_t strid
 // The ReLU of a value already rounded to T, which it leaves exact (NaN propagates, as relu_forward's).
 template <class A> A relu_of(A v) { return v <= A(0) ? A(0) : v; }
 
-// y = x * scale + shift over `runs` runs of `len` values, then the fused epilogue: + the residual (res, at
-// x's offsets; null: none) and the ReLU, rounded to T after each part as the separate ops round.
-template <class T>
-void affine_runs(T* y, const T* x, int runs, std::ptrdiff_t stride, int len, Arith<T> scale, Arith<T> shift,
-                 const T* res = nullptr, bool relu = false) {
-  for (int r = 0; r < runs; ++r) {
-    const T* p = x + r * stride;
-    const T* pr = res ? res + r * stride : nullptr;
-    T* q = y + r * stride;
-    if (pr && relu) {
+// A coefficient of an elementwise map over a run: one value for the whole run, or one per value.
+template <class A> inline A coef(A c, int) { return c; }
+template <class A> inline A coef(const A* c, int i) { return c[i]; }
+
+// y = x * scale + shift over `len` values, then the fused epilogue: + the residual (res, at x's offsets;
+// null: none) and the ReLU, rounded to T after each part as the separate ops round.
+template <class T, class C>
+void affine_run(T* q, const T* p, int len, C scale, C shift, const T* pr = nullptr, bool relu = false) {
+  if (pr && relu) {
 #pragma omp simd
-      for (int i = 0; i < len; ++i) q[i] = store<T>(relu_of(load(store<T>(load(store<T>(load(p[i]) * scale + shift)) + load(pr[i])))));
-    } else if (pr) {
+    for (int i = 0; i < len; ++i)
+      q[i] = store<T>(relu_of(load(store<T>(load(store<T>(load(p[i]) * coef(scale, i) + coef(shift, i))) + load(pr[i])))));
+  } else if (pr) {
 #pragma omp simd
-      for (int i = 0; i < len; ++i) q[i] = store<T>(load(store<T>(load(p[i]) * scale + shift)) + load(pr[i]));
-    } else if (relu) {
+    for (int i = 0; i < len; ++i) q[i] = store<T>(load(store<T>(load(p[i]) * coef(scale, i) + coef(shift, i))) + load(pr[i]));
+  } else if (relu) {
 #pragma omp simd
-      for (int i = 0; i < len; ++i) q[i] = store<T>(relu_of(load(store<T>(load(p[i]) * scale + shift))));
-    } else {
+    for (int i = 0; i < len; ++i) q[i] = store<T>(relu_of(load(store<T>(load(p[i]) * coef(scale, i) + coef(shift, i)))));
+  } else {
 #pragma omp simd
-      for (int i = 0; i < len; ++i) q[i] = store<T>(load(p[i]) * scale + shift);
-    }
+    for (int i = 0; i < len; ++i) q[i] = store<T>(load(p[i]) * coef(scale, i) + coef(shift, i));
   }
 }
 
-// dx = k g - a - slope (x - mean) over the run of `len` values at `run` (dx may alias g).
-template <class T>
-void dx_run(T* dx, const T* g, const T* x, std::ptrdiff_t run, int len, Arith<T> k, Arith<T> a, Arith<T> slope,
-            Arith<T> mean) {
+// dx = k g - a - slope (x - mean) over the run of `len` values at `run` (dx may alias g); the coefficients
+// one per run or one per value (coef).
+template <class T, class C>
+void dx_run(T* dx, const T* g, const T* x, std::ptrdiff_t run, int len, C k, C a, C slope, C mean) {
   T* pdx = dx + run;
   const T* pg = g + run;
   const T* px = x + run;
 #pragma omp simd
-  for (int i = 0; i < len; ++i) pdx[i] = store<T>(k * load(pg[i]) - a - slope * (load(px[i]) - mean));
+  for (int i = 0; i < len; ++i)
+    pdx[i] = store<T>(coef(k, i) * load(pg[i]) - coef(a, i) - coef(slope, i) * (load(px[i]) - coef(mean, i)));
 }
 
 // The same with g = dy masked where y > 0, computed again from dy and y.
-template <class T>
-void dx_run_masked(T* dx, const T* dy, const T* y, const T* x, std::ptrdiff_t run, int len, Arith<T> k, Arith<T> a,
-                   Arith<T> slope, Arith<T> mean) {
+template <class T, class C>
+void dx_run_masked(T* dx, const T* dy, const T* y, const T* x, std::ptrdiff_t run, int len, C k, C a, C slope,
+                   C mean) {
   using A = Arith<T>;
   T* pdx = dx + run;
   const T* pg = dy + run;
   const T* py = y + run;
   const T* px = x + run;
+  // dy loaded whatever the mask: a load under the condition kept the loop from vectorising (2.7x the time).
 #pragma omp simd
   for (int i = 0; i < len; ++i) {
-    const A g = load(py[i]) > A(0) ? load(pg[i]) : A(0);
-    pdx[i] = store<T>(k * g - a - slope * (load(px[i]) - mean));
+    const A d = load(pg[i]), g = load(py[i]) > A(0) ? d : A(0);
+    pdx[i] = store<T>(coef(k, i) * g - coef(a, i) - coef(slope, i) * (load(px[i]) - coef(mean, i)));
   }
 }
 
 // dx over the run at `at` from the gradient reaching the normalisation: gres where the first pass wrote it
 // (the residual's gradient), else dy masked again where y > 0, else dy.
-template <class T>
+template <class T, class C>
 void dx_of_run(T* dx, const T* dy, const T* x, const NormReluGrad<T>& relu, const T* gres, std::ptrdiff_t at,
-               int len, Arith<T> k, Arith<T> a, Arith<T> slope, Arith<T> mean) {
+               int len, C k, C a, C slope, C mean) {
   if (relu.y && !gres)
     dx_run_masked(dx, dy, relu.y, x, at, len, k, a, slope, mean);
   else
@@ -260,10 +273,31 @@ bool parallel(const BatchNormShape& s) { return std::ptrdiff_t{s.n} * s.c * s.hw
 // run over its values in sample order, so the bits do not depend on the blocking or the thread count.
 constexpr int kMaxBlock = 128;
 constexpr std::size_t kBlockBytes = std::size_t(8) << 20;
+// Runs no longer than the lanes (feature maps of 1 to 16 values: a ResNet's last stages): value i of a run
+// goes to lane i, so a block's lanes are the positions of a sample's stretch (nc runs of hw values), and
+// sums over the stretch position by position, in sample order, are the lanes' own. The passes then run
+// over whole stretches, vectorised across channels, with the per-channel coefficients spread over the
+// positions: per run, a loop and its scalar tail for 1 to 16 values made BatchNorm's passes several times
+// slower there, and the mask's compare in that tail a branch (the fused backward 1.2x the unfused pair).
+constexpr int kShortStretch = 1024;  // a block's positions, on the stack
+bool short_runs(const BatchNormShape& s) { return s.hw <= kLanes; }
+// The lanes of a channel from its positions' sums (hw <= kLanes of them).
+Lanes lanes_at(const double* sums, int hw) {
+  Lanes l;
+  for (int i = 0; i < hw; ++i) l.v[i / 8][i % 8] = sums[i];
+  return l;
+}
+// v[j * hw + i] = per_channel[j] for every position i of channel j < nc.
+template <class V, class W> void spread(V* v, const W* per_channel, int nc, int hw) {
+  for (int j = 0; j < nc; ++j)
+    for (int i = 0; i < hw; ++i) v[j * hw + i] = V(per_channel[j]);
+}
+
 // Channels per block where `streams` tensors of `value_bytes` values are read again by a later pass.
 int channel_block(const BatchNormShape& s, int streams, std::size_t value_bytes) {
   const std::size_t per_channel = std::size_t(std::min(s.group, s.n)) * s.hw * value_bytes * streams;
   int block = int(std::clamp<std::size_t>(kBlockBytes / std::max<std::size_t>(1, per_channel), 1, kMaxBlock));
+  if (short_runs(s)) block = std::min(block, kShortStretch / s.hw);
   if (parallel(s)) block = std::min(block, (s.c + omp_get_max_threads() - 1) / omp_get_max_threads());
   return std::min(block, s.c);
 }
@@ -277,6 +311,14 @@ template <class F> void for_runs(const BatchNormShape& s, int c0, int nc, int g,
     for (int j = 0; j < nc; ++j) f(j, at + r * stride + std::ptrdiff_t{j} * s.hw);
 }
 
+// Calls f(at) for the stretch of the block's runs (nc * hw values from offset `at`) of every sample of group
+// g, in order.
+template <class F> void for_stretches(const BatchNormShape& s, int c0, int g, F&& f) {
+  const std::ptrdiff_t stride = std::ptrdiff_t{s.c} * s.hw, at = g * s.group * stride + std::ptrdiff_t{c0} * s.hw;
+  const int samples = s.group_size(g);
+  for (int r = 0; r < samples; ++r) f(at + r * stride);
+}
+
 // Calls body(c0, nc) for every block of `block` channels, split over the threads.
 template <class F> void for_blocks(const BatchNormShape& s, int block, F&& body) {
   const int blocks = (s.c + block - 1) / block;
@@ -284,13 +326,107 @@ template <class F> void for_blocks(const BatchNormShape& s, int block, F&& body)
   for (int bl = 0; bl < blocks; ++bl) body(bl * block, std::min(block, s.c - bl * block));
 }
 
-// y = x * scale[j] + shift[j] over the block's runs of group g, with the epilogue (affine_runs).
+// y = x * scale[j] + shift[j] over the block's runs of group g, with the epilogue (affine_run).
 template <class T>
 void apply_block(T* y, const T* x, const BatchNormShape& s, int c0, int nc, int g, const Arith<T>* scale,
                  const Arith<T>* shift, const NormEpilogue<T>& e) {
+  if (short_runs(s)) {
+    Arith<T> sc[kShortStretch], sh[kShortStretch];
+    spread(sc, scale, nc, s.hw);
+    spread(sh, shift, nc, s.hw);
+    const Arith<T>*psc = sc, *psh = sh;
+    for_stretches(s, c0, g, [&](std::ptrdiff_t at) {
+      affine_run(y + at, x + at, nc * s.hw, psc, psh, e.residual ? e.residual + at : nullptr, e.relu);
+    });
+    return;
+  }
   for_runs(s, c0, nc, g, [&](int j, std::ptrdiff_t at) {
-    affine_runs(y + at, x + at, 1, 0, s.hw, scale[j], shift[j], e.residual ? e.residual + at : nullptr, e.relu);
+    affine_run(y + at, x + at, s.hw, scale[j], shift[j], e.residual ? e.residual + at : nullptr, e.relu);
   });
+}
+
+// mean[j] and m2[j] (sum of squared deviations from it) of the block's channels over group g: two passes.
+template <class T>
+void block_moments(double* mean, double* m2, const T* x, const BatchNormShape& s, int c0, int nc, int g) {
+  const double count = double(s.group_size(g)) * s.hw;
+  if (short_runs(s)) {
+    const int n = nc * s.hw;
+    double sum[kShortStretch] = {}, at_mean[kShortStretch];
+    for_stretches(s, c0, g, [&](std::ptrdiff_t at) {
+      for (int i = 0; i < n; ++i) sum[i] += load(x[at + i]);
+    });
+    for (int j = 0; j < nc; ++j) mean[j] = lanes_at(sum + j * s.hw, s.hw).total() / count;
+    spread(at_mean, mean, nc, s.hw);
+    std::fill_n(sum, n, 0.0);
+    // std::fma: add_squares' tail, which these sums are, contracts (d * d) + sum so.
+    for_stretches(s, c0, g, [&](std::ptrdiff_t at) {
+      for (int i = 0; i < n; ++i) {
+        const double d = load(x[at + i]) - at_mean[i];
+        sum[i] = std::fma(d, d, sum[i]);
+      }
+    });
+    for (int j = 0; j < nc; ++j) m2[j] = lanes_at(sum + j * s.hw, s.hw).total();
+    return;
+  }
+  Lanes lanes[kMaxBlock];
+  for_runs(s, c0, nc, g, [&](int j, std::ptrdiff_t at) { add_values(lanes[j], x + at, s.hw); });
+  for (int j = 0; j < nc; ++j) mean[j] = lanes[j].total() / count, lanes[j] = {};
+  for_runs(s, c0, nc, g, [&](int j, std::ptrdiff_t at) { add_squares(lanes[j], x + at, s.hw, mean[j]); });
+  for (int j = 0; j < nc; ++j) m2[j] = lanes[j].total();
+}
+
+// The sums of g and of g (x - mean[j]) over group g of the block's channels, into lg[j], lgx[j]; g is dy,
+// or dy masked where y > 0 (written to gres where given).
+template <class T>
+void block_grad_sums(Lanes* lg, Lanes* lgx, const T* dy, const T* x, const NormReluGrad<T>& relu, T* gres,
+                     const Arith<T>* mean, const BatchNormShape& s, int c0, int nc, int g) {
+  using A = Arith<T>;
+  if (short_runs(s)) {
+    const int n = nc * s.hw;
+    double sg[kShortStretch] = {}, sgx[kShortStretch] = {}, at_mean[kShortStretch];
+    spread(at_mean, mean, nc, s.hw);
+    const T* y = relu.y;
+    const T zero = store<T>(A(0));
+    T masked[kShortStretch];  // where the residual's gradient is not wanted
+    // The mask in a loop of its own, into the residual's gradient or the stack, then the sums from there (in
+    // one loop, the mask's select on T beside the sums in double kept GCC from vectorising for float and
+    // the 16-bit types). std::fma: add_moments' tail, which these sums are, contracts g (x - mean) + sum so.
+    for_stretches(s, c0, g, [&](std::ptrdiff_t at) {
+      const T* gs = dy + at;
+      if (y) {
+        T* gd = gres ? gres + at : masked;
+        for (int i = 0; i < n; ++i) gd[i] = load(y[at + i]) > A(0) ? dy[at + i] : zero;
+        gs = gd;
+      }
+      for (int i = 0; i < n; ++i) {
+        const double gi = load(gs[i]);
+        sg[i] += gi;
+        sgx[i] = std::fma(gi, load(x[at + i]) - at_mean[i], sgx[i]);
+      }
+    });
+    for (int j = 0; j < nc; ++j) lg[j] = lanes_at(sg + j * s.hw, s.hw), lgx[j] = lanes_at(sgx + j * s.hw, s.hw);
+    return;
+  }
+  for_runs(s, c0, nc, g, [&](int j, std::ptrdiff_t at) { run_moments(lg[j], lgx[j], dy, x, relu, gres, at, s.hw, double(mean[j])); });
+}
+
+// dx over group g of the block's channels from their coefficients (dx_of_run).
+template <class T>
+void block_dx(T* dx, const T* dy, const T* x, const NormReluGrad<T>& relu, const T* gres, const Arith<T>* k,
+              const Arith<T>* a, const Arith<T>* slope, const Arith<T>* mean, const BatchNormShape& s, int c0, int nc,
+              int g) {
+  using A = Arith<T>;
+  if (short_runs(s)) {
+    A sk[kShortStretch], sa[kShortStretch], ss[kShortStretch], sm[kShortStretch];
+    spread(sk, k, nc, s.hw);
+    spread(sa, a, nc, s.hw);
+    spread(ss, slope, nc, s.hw);
+    spread(sm, mean, nc, s.hw);
+    const A *pk = sk, *pa = sa, *ps = ss, *pm = sm;
+    for_stretches(s, c0, g, [&](std::ptrdiff_t at) { dx_of_run(dx, dy, x, relu, gres, at, nc * s.hw, pk, pa, ps, pm); });
+    return;
+  }
+  for_runs(s, c0, nc, g, [&](int j, std::ptrdiff_t at) { dx_of_run(dx, dy, x, relu, gres, at, s.hw, k[j], a[j], slope[j], mean[j]); });
 }
 
 // The affine map of channel c from its statistics as stored (rounded to Arith<T>): batch_norm_apply
@@ -314,15 +450,12 @@ void batch_norm_forward_train(T* y, Arith<T>* stats, const T* x, const Arith<T>*
   for_blocks(s, channel_block(s, 1, sizeof(T)), [&](int c0, int nc) {
     for (int g = 0; g < groups; ++g) {
       const double count = double(s.group_size(g)) * s.hw;
-      Lanes lanes[kMaxBlock];
-      for_runs(s, c0, nc, g, [&](int j, std::ptrdiff_t at) { add_values(lanes[j], x + at, s.hw); });
-      double mean[kMaxBlock];
-      for (int j = 0; j < nc; ++j) mean[j] = lanes[j].total() / count, lanes[j] = {};
-      for_runs(s, c0, nc, g, [&](int j, std::ptrdiff_t at) { add_squares(lanes[j], x + at, s.hw, mean[j]); });
+      double mean[kMaxBlock], m2s[kMaxBlock];
+      block_moments(mean, m2s, x, s, c0, nc, g);
       A scale[kMaxBlock], shift[kMaxBlock];
       for (int j = 0; j < nc; ++j) {
         const int c = c0 + j;
-        const double m2 = lanes[j].total();
+        const double m2 = m2s[j];
         A* mean_at = stats + (2 * g) * s.c + c;
         A* invstd_at = stats + (2 * g + 1) * s.c + c;
         *mean_at = A(mean[j]);
@@ -419,9 +552,7 @@ void batch_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T
         const A* mean = stats + (2 * grp) * s.c + c0;
         const A* invstd = stats + (2 * grp + 1) * s.c + c0;
         Lanes lg[kMaxBlock], lgx[kMaxBlock];  // sums of g and of g * (x - mean) over the group
-        for_runs(s, c0, nc, grp, [&](int j, std::ptrdiff_t at) {
-          run_moments(lg[j], lgx[j], dy, x, relu, gres, at, s.hw, mean[j]);
-        });
+        block_grad_sums(lg, lgx, dy, x, relu, gres, mean, s, c0, nc, grp);
         A k[kMaxBlock], a[kMaxBlock], slope[kMaxBlock];
         for (int j = 0; j < nc; ++j) {
           const double sdy = lg[j].total(), sdyx = lgx[j].total(), is = invstd[j];
@@ -435,10 +566,7 @@ void batch_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T
           a[j] = A(batch_stats ? kj * sdy / count : 0.0);
           slope[j] = A(batch_stats ? kj * sdyx * is * is / count : 0.0);
         }
-        if (!dx) continue;
-        for_runs(s, c0, nc, grp, [&](int j, std::ptrdiff_t at) {
-          dx_of_run(dx, dy, x, relu, gres, at, s.hw, k[j], a[j], slope[j], A(mean[j]));
-        });
+        if (dx) block_dx(dx, dy, x, relu, gres, k, a, slope, mean, s, c0, nc, grp);
       }
       for (int j = 0; j < nc; ++j) {
         put(acc, dw[c0 + j], A(sum_dw[j]));
@@ -467,7 +595,7 @@ void group_norm_forward(T* y, Arith<T>* stats, const T* x, const Arith<T>* w, co
       const int c = int(g) * cpg + j;
       const double scale = w[c] * double(invstd);
       const std::ptrdiff_t run = at + j * s.hw;
-      affine_runs(y + run, x + run, 1, 0, s.hw, A(scale), A(b[c] - mean * scale),
+      affine_run(y + run, x + run, s.hw, A(scale), A(b[c] - mean * scale),
                   epilogue.residual ? epilogue.residual + run : nullptr, epilogue.relu);
     }
   }
