@@ -530,15 +530,16 @@ void batch_norm_forward_frozen(T* y, Arith<T>* stats, const T* x, const Arith<T>
 }
 
 // Two passes per block and group: the sums of g and g (x - mean) per channel, then dx from them. g is dy,
-// or with a ReLU dy masked where y > 0 in the sums' loop, written there to the residual's gradient where
-// that is wanted; the second pass reads it back from there, or computes it again from dy and y (writing it
-// to dx in the first pass and reading it back measured slower: dx's lines are then fetched twice).
+// or with a ReLU dy masked where y > 0 in the sums' loop, written there where it is kept: the residual's
+// gradient where that is wanted, or dx where dx takes dy's storage (in place: the same lines, already
+// fetched); the second pass reads it back from there, or else computes it again from dy and y (writing it
+// to a dx of its own in the first pass and reading it back measured slower: dx's lines fetched twice).
 template <class T>
 void batch_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T* x, const Arith<T>* w,
                          const Arith<T>* stats, const BatchNormShape& s, bool batch_stats, bool accumulate,
                          const NormReluGrad<T>& relu) {
   using A = Arith<T>;
-  T* gres = relu.y ? relu.dresidual : nullptr;
+  T* gres = relu.y ? (relu.dresidual ? relu.dresidual : dx == dy ? dx : nullptr) : nullptr;
   with_write_mode(accumulate, [&](auto acc) {
     if (s.n == 0) {
       for (int c = 0; c < s.c; ++c) put(acc, dw[c], A(0)), put(acc, db[c], A(0));
