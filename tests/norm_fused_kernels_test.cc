@@ -38,6 +38,22 @@ template <class T> std::vector<T> activations(std::size_t count, unsigned seed) 
   }
 }
 
+// A check's operands, `count` activations each (x, the residual r, the gradient dy) and the parameters w
+// and b of `c` channels, from seeds seed, seed + 1, ...
+template <class T> struct Operands {
+  std::size_t count;
+  std::vector<T> x, r, dy;
+  std::vector<Arith<T>> w, b;
+  Operands(std::size_t n, int c, unsigned seed)
+      : count(n), x(activations<T>(n, seed)), r(activations<T>(n, seed + 1)), dy(activations<T>(n, seed + 2)),
+        w(values_of<Arith<T>>(c, seed + 3, 0.5, 1.5)), b(values_of<Arith<T>>(c, seed + 4, -0.5, 0.5)) {}
+};
+
+std::string shape_name(const char* what, int n, int c, int hw, const char* last, int value) {
+  return std::string(what) + " n=" + std::to_string(n) + " c=" + std::to_string(c) + " hw=" + std::to_string(hw) +
+         " " + last + "=" + std::to_string(value);
+}
+
 template <class V> void expect_bits(const V& got, const V& want, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (std::size_t i = 0; i < got.size(); ++i)
@@ -86,12 +102,12 @@ const BnCase kBnCases[] = {
 
 template <class T> void check_batch_norm(const BnCase& k) {
   using A = Arith<T>;
-  SCOPED_TRACE("BatchNorm n=" + std::to_string(k.n) + " c=" + std::to_string(k.c) + " hw=" + std::to_string(k.hw) +
-               " group=" + std::to_string(k.group));
+  SCOPED_TRACE(shape_name("BatchNorm", k.n, k.c, k.hw, "group", k.group));
   const BatchNormShape s{k.n, k.c, k.hw, k.group};
-  const std::size_t count = std::size_t(k.n) * k.c * k.hw, stats_size = 2 * std::size_t(s.groups()) * k.c;
-  const std::vector<T> x = activations<T>(count, 1), r = activations<T>(count, 2), dy = activations<T>(count, 3);
-  const std::vector<A> w = values_of<A>(k.c, 4, 0.5, 1.5), b = values_of<A>(k.c, 5, -0.5, 0.5);
+  const Operands<T> o(std::size_t(k.n) * k.c * k.hw, k.c, 1);
+  const std::size_t count = o.count, stats_size = 2 * std::size_t(s.groups()) * k.c;
+  const std::vector<T>&x = o.x, &r = o.r, &dy = o.dy;
+  const std::vector<A>&w = o.w, &b = o.b;
   const double eps = 1e-5;
 
   // The chain, at one thread: batch_norm, add, relu; relu_backward, batch_norm_backward.
@@ -212,12 +228,15 @@ template <class T> void check_batch_norm(const BnCase& k) {
   });
 }
 
+// f(T{}) for each storage type the checks run in.
+template <class F> void for_types(F&& f) {
+  f(float{});
+  f(double{});
+  f(bf16{});
+}
+
 TEST(NormFusedKernels, BatchNormEqualsTheChainBitForBit) {
-  for (const BnCase& k : kBnCases) {
-    check_batch_norm<float>(k);
-    check_batch_norm<double>(k);
-    check_batch_norm<bf16>(k);
-  }
+  for (const BnCase& k : kBnCases) for_types([&](auto t) { check_batch_norm<decltype(t)>(k); });
 }
 
 struct GnCase {
@@ -233,19 +252,19 @@ const GnCase kGnCases[] = {
 
 template <class T> void check_group_norm(const GnCase& k) {
   using A = Arith<T>;
-  SCOPED_TRACE("GroupNorm n=" + std::to_string(k.n) + " c=" + std::to_string(k.c) + " hw=" + std::to_string(k.hw) +
-               " groups=" + std::to_string(k.groups));
+  SCOPED_TRACE(shape_name("GroupNorm", k.n, k.c, k.hw, "groups", k.groups));
   const GroupNormShape s{k.n, k.c, k.hw, k.groups};
-  const std::size_t count = std::size_t(k.n) * k.c * k.hw, stats_size = 2 * std::size_t(k.n) * k.groups;
-  const std::vector<T> x = activations<T>(count, 11), r = activations<T>(count, 12), dy = activations<T>(count, 13);
-  const std::vector<A> w = values_of<A>(k.c, 14, 0.5, 1.5), b = values_of<A>(k.c, 15, -0.5, 0.5);
-  const double eps = 1e-5;
+  const Operands<T> o(std::size_t(k.n) * k.c * k.hw, k.c, 11);
+  const std::size_t count = o.count;
+  const std::vector<T>&x = o.x, &r = o.r, &dy = o.dy;
+  const std::vector<A>& w = o.w;
 
+  // The chain at one thread, as for BatchNorm.
   const ThreadCount keep;
   omp_set_num_threads(1);
   std::vector<T> z(count), zr(count), y(count), g(count), dx(count);
-  std::vector<A> stats(stats_size), dw(k.c), db(k.c);
-  group_norm_forward<T>(z.data(), stats.data(), x.data(), w.data(), b.data(), s, eps);
+  std::vector<A> stats(2 * std::size_t(k.n) * k.groups), dw(k.c), db(k.c);
+  group_norm_forward<T>(z.data(), stats.data(), x.data(), w.data(), o.b.data(), s, 1e-5);
   add_forward<T>(zr.data(), z.data(), r.data(), count);
   relu_forward<T>(y.data(), zr.data(), count);
   relu_backward<T>(g.data(), dy.data(), y.data(), count, false);
@@ -253,8 +272,8 @@ template <class T> void check_group_norm(const GnCase& k) {
 
   at_thread_counts([&] {
     std::vector<T> fy(count);
-    std::vector<A> fstats(stats_size);
-    group_norm_forward<T>(fy.data(), fstats.data(), x.data(), w.data(), b.data(), s, eps, {r.data(), true});
+    std::vector<A> fstats(stats.size());
+    group_norm_forward<T>(fy.data(), fstats.data(), x.data(), w.data(), o.b.data(), s, 1e-5, {r.data(), true});
     expect_bits(fy, y, "fused forward");
     expect_bits(fstats, stats, "statistics");
     for (bool residual : {true, false})
@@ -262,7 +281,7 @@ template <class T> void check_group_norm(const GnCase& k) {
         SCOPED_TRACE(std::string(residual ? "with" : "without") + " the residual's gradient, " +
                      (with_dx ? "with" : "without") + " dx");
         std::vector<T> fdx(count), fdr = dy;
-        std::vector<A> fdw = w, fdb = b, pdw = w, pdb = b;  // accumulate onto these
+        std::vector<A> fdw = w, fdb = o.b, pdw = w, pdb = o.b;  // accumulate onto these
         group_norm_backward<T>(fdw.data(), fdb.data(), with_dx ? fdx.data() : nullptr, fdr.data(), x.data(), w.data(),
                                stats.data(), s, true, {y.data(), residual ? fdr.data() : nullptr});
         std::vector<T> pdx(count);
@@ -282,11 +301,7 @@ template <class T> void check_group_norm(const GnCase& k) {
 }
 
 TEST(NormFusedKernels, GroupNormEqualsTheChainBitForBit) {
-  for (const GnCase& k : kGnCases) {
-    check_group_norm<float>(k);
-    check_group_norm<double>(k);
-    check_group_norm<bf16>(k);
-  }
+  for (const GnCase& k : kGnCases) for_types([&](auto t) { check_group_norm<decltype(t)>(k); });
 }
 
 }  // namespace
