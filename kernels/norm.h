@@ -65,8 +65,8 @@ template <class T>
 void batch_norm_forward_frozen(T* y, Arith<T>* stats, const T* x, const Arith<T>* w, const Arith<T>* b,
                                const Arith<T>* running_mean, const Arith<T>* running_var, const BatchNormShape& s,
                                double eps, const NormEpilogue<T>& epilogue = {});
-// dw, db (=|+=) sum of dy * xhat, sum of dy per channel; dx (= always; may be null) the gradient
-// through the group statistics (batch_stats) or through the affine map alone (a frozen layer).
+// dw, db (=|+=) sum of dy * xhat, sum of dy per channel; dx (= always; may be null; may be dy itself) the
+// gradient through the group statistics (batch_stats) or through the affine map alone (a frozen layer).
 template <class T>
 void batch_norm_backward(Arith<T>* dw, Arith<T>* db, T* dx, const T* dy, const T* x, const Arith<T>* w,
                          const Arith<T>* stats, const BatchNormShape& s, bool batch_stats, bool accumulate,
@@ -94,9 +94,9 @@ namespace crumb::cuda {
 // one block each (two passes over its range for the statistics), whose partial sums go to the workspace
 // and are combined by one thread per channel in range order (Chan et al.'s merge of (count, mean, M2) for
 // the statistics), visiting the groups in order; the running statistics, *tracked and moments are updated
-// there, on the device. No output may alias an input, but for two: a fused backward's residual gradient
-// may take dy's storage, and batch_norm_apply's y x's (each value is read before the same thread writes
-// it). The activations (x, y, dy, dx) are of storage type
+// there, on the device. No output may alias an input, but for three: a fused backward's residual gradient
+// may take dy's storage, so may a fused BatchNorm backward's dx where it has no residual gradient, and
+// batch_norm_apply's y x's (each value is read before the same thread writes it). The activations (x, y, dy, dx) are of storage type
 // T: float, bf16 or f16 (kernels/half.h), loaded as float; everything else is float32 (moments double)
 // for every T, as mixed precision keeps normalisation parameters, their gradients and statistics.
 // BatchNorm, training: deferred (moments != null: each group Chan-merged into moments in group order) or

@@ -97,6 +97,7 @@ struct OpDef {
   OpDef& with_backward(BackwardFn f) { backward = f; return *this; }
   OpDef& with_outputs(std::vector<OutSpec> o) { outputs = std::move(o); return *this; }
   OpDef& with_inplace(bool b) { inplace = b; return *this; }
+  OpDef& with_inplace_output(int i) { inplace = true; inplace_output = i; return *this; }
   OpDef& with_view(bool b) { view = b; return *this; }
   OpDef& with_required_outputs(std::size_t n) { required_outputs = n; return *this; }
   OpDef& with_random(bool b) { random = b; return *this; }
@@ -113,8 +114,10 @@ struct OpDef {
   BackwardFn backward = nullptr;
   // Its outputs, in order (Graph::apply creates them); one in the graph's float dtype unless set.
   std::vector<OutSpec> outputs = {OutDType::Float};
-  // out[0] may take over in[0]'s storage when in[0] is not used afterwards (ReLU, ReLU backward).
+  // out[inplace_output] (where the node has it) may take over in[0]'s storage when in[0] is not used
+  // afterwards (ReLU, ReLU backward; a fused BatchNorm + ReLU backward's dx).
   bool inplace = false;
+  int inplace_output = 0;
   // out[0] is a view of in[0]: no computation, no storage of its own (reshape/flatten).
   bool view = false;
   // Its CPU rows have a variant with less workspace, slower, with the same bits (Node::lean runs it).

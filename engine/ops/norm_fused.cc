@@ -234,9 +234,11 @@ const OpDef kBatchNormRelu = OpDef("batch_norm_relu", infer_bn_relu)
 const OpDef kBatchNormAddRelu = OpDef("batch_norm_add_relu", infer_bn_relu)
                                 .with_outputs({OutDType::Float, OutDType::Master, OutSpec::metric(OutDType::F64)})
                                 .with_recompute(bn_relu_recompute).with_layouts(Layouts::Nhwc);
+// dx may take dy's storage: the mask is then written over dy in the first pass and dx over it in the second,
+// one stream of memory fewer in each (kernels/norm.h).
 const OpDef kBatchNormReluBwd = OpDef("batch_norm_relu_backward", infer_bn_relu_bwd)
                                 .with_outputs({OutDType::Float, OutDType::Float, OutDType::Float})
-                                .with_required_outputs(2).with_layouts(Layouts::Nhwc);
+                                .with_required_outputs(2).with_inplace_output(2).with_layouts(Layouts::Nhwc);
 const OpDef kBatchNormAddReluBwd = OpDef("batch_norm_add_relu_backward", infer_bn_add_relu_bwd)
                                    .with_outputs({OutDType::Float, OutDType::Float, OutDType::Float, OutDType::Float})
                                    .with_required_outputs(3).with_inplace(true).with_layouts(Layouts::Nhwc);

@@ -221,10 +221,12 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<NodeId>& order, int bat
   }
   for (int s = 0; s < ns; ++s) {
     const Node& n = g.node(order[s]);
-    if (!n.def->inplace || !in_arena(g, n.in[0]) || !in_arena(g, n.out[0])) continue;
-    if (in_host[grp.find(n.in[0])] != in_host[n.out[0]]) continue;  // storage is never shared across spaces
+    if (!n.def->inplace || n.def->inplace_output >= static_cast<int>(n.out.size())) continue;
+    const ValueId out = n.out[n.def->inplace_output];
+    if (!in_arena(g, n.in[0]) || !in_arena(g, out)) continue;
+    if (in_host[grp.find(n.in[0])] != in_host[out]) continue;  // storage is never shared across spaces
     const int r = grp.find(n.in[0]);
-    if (glast[r] == s && gbytes[r] >= bytes[n.out[0]] && grp.find(n.out[0]) != r) join(n.in[0], n.out[0]);
+    if (glast[r] == s && gbytes[r] >= bytes[out] && grp.find(out) != r) join(n.in[0], out);
   }
 
   // Blocks to place, per space: one per storage group, and in the arena one per step that needs workspace.

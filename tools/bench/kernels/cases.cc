@@ -296,12 +296,16 @@ std::vector<Case> cases(const Suite& suite) {
   return suite.model.empty() ? deepbench_cases() : model_cases(suite);
 }
 
-// Whether the engine runs n in place (its first output in its first input's storage, as the planner puts an
-// in-place op whose input dies there) and a case may too: a ReLU's mask, applied to its own result again on
-// every repetition, leaves the same values. A separate output would be a stream of memory more than the
-// training step moves (the fused backward's residual gradient over dy, relu_backward's dx).
+// Whether the engine runs n in place (its in-place output, OpDef::inplace_output, in its first input's
+// storage, as the planner puts an in-place op whose input dies there) and a case may too: a ReLU's mask,
+// applied to its own result again on every repetition, leaves the same values; the fused BatchNorm + ReLU
+// backward's dx, written over dy, is the next repetition's dy (the same work on other values, which stay
+// bounded: a repetition scales the last by w invstd, below 1 with these operands, and shifts it). A separate output would be a stream of
+// memory more than the training step moves (the fused backward's residual gradient or dx over dy,
+// relu_backward's dx).
 bool masks_in_place(const Node& n) {
-  return n.def == &kReluBwd || n.def == &kBatchNormAddReluBwd || n.def == &kGroupNormAddReluBwd;
+  return n.def == &kReluBwd || n.def == &kBatchNormAddReluBwd || n.def == &kGroupNormAddReluBwd ||
+         (n.def == &kBatchNormReluBwd && n.out.size() > 2);
 }
 
 struct EngineCall::Impl {
@@ -356,7 +360,7 @@ struct EngineCall::Impl {
     backend.upload(key.data(), &k, sizeof k);
     if (masks_in_place(n)) {
       give(g, n.in[0], c.batch, Fill::Operands);
-      ptr[n.out[0]] = ptr[n.in[0]];
+      ptr[n.out[n.def->inplace_output]] = ptr[n.in[0]];
     }
     for (ValueId v : n.out) give(g, v, c.batch, Fill::Zeros);
     for (ValueId v : n.in) give(g, v, c.batch, Fill::Operands);

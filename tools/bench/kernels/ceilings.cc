@@ -88,6 +88,23 @@ double triad_bytes(int64_t n, double seconds) {
   return 3.0 * sizeof(float) * n / t;
 }
 
+// A copy b = a on all OpenMP threads, two of the triad's arrays, bytes counted the same way (read plus
+// write): the streaming pass with the least arithmetic, one read stream per written one, the fairest
+// yardstick for the normalisation passes, which read one to three tensors per tensor they write.
+double copy_bytes(int64_t n, double seconds) {
+  std::vector<float> a(n), b(n);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    a[i] = 1;
+    b[i] = 0;
+  }
+  const double t = best_seconds(seconds, [&] {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) b[i] = a[i];
+  });
+  return 2.0 * sizeof(float) * n / t;
+}
+
 // Independent chains of packet FMAs in registers, enough of them to cover the FMA latency on two units
 // (4 cycles x 2 units = 8; 12 leaves room). No loads, no stores: the arithmetic peak, which a GEMM can
 // approach but not pass.
@@ -143,7 +160,9 @@ CpuCeilings measure_cpu_ceilings(double seconds) {
   const double eigen = gemm_flops(n, seconds), tile = tile_flops(64, quick ? 256 : 768, 256, seconds);
   int lanes = 0;
   const double fma = fma_flops(seconds, &lanes);
-  return {{std::max(eigen, tile), triad_bytes(elements, seconds)}, n, elements, eigen, tile, fma, lanes, cpuinfo_mhz()};
+  const double copy = copy_bytes(elements, seconds);
+  return {{std::max(eigen, tile), triad_bytes(elements, seconds), 0, copy}, n, elements, copy, eigen, tile, fma, lanes,
+          cpuinfo_mhz()};
 }
 
 }  // namespace crumb::bench

@@ -1,4 +1,5 @@
-// The CPU benchmarks: the engine's CPU rows, one per Case, named "cpu/<op>/<suite>/<layer>".
+// The CPU benchmarks: the engine's CPU rows, one per Case, named "cpu/<op>/<suite>/<layer>"; cold: each
+// call after the caches were flushed (untimed), not on the operands the previous call left there.
 #pragma once
 #include <vector>
 
@@ -7,6 +8,6 @@
 
 namespace crumb::bench {
 
-void register_cpu(const std::vector<Case>& cases, const Peak& peak);
+void register_cpu(const std::vector<Case>& cases, const Peak& peak, bool cold);
 
 }  // namespace crumb::bench

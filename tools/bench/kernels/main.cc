@@ -7,6 +7,8 @@
 //   --ceiling_seconds=S   time spent measuring each CPU ceiling (default 1; 0 = one quick rough run each)
 //   --conv-algo=measure|direct|winograd  the CPU's stride-1 3x3 convolutions (Graph::conv_algo; default
 //                         direct); each such CPU benchmark reports "winograd" 1 or 0, what it ran
+//   --cold                CPU: flush the caches (untimed) before every call, so that each finds its
+//                         operands in DRAM as a training step's kernels mostly do
 // Threads come from OMP_NUM_THREADS.
 #include <omp.h>
 
@@ -36,10 +38,11 @@ struct Options {
   bool cpu = true, cuda = true;
   double ceiling_seconds = 1.0;
   Graph::ConvAlgo conv_algo = Graph::ConvAlgo::Direct;
+  bool cold = false;
 };
 
 const char kUsage[] = "usage: kernels_bench [--suites=a,b] [--device=cpu|cuda|all] [--ceiling_seconds=S] "
-                      "[--conv-algo=measure|direct|winograd] [Google Benchmark flags]";
+                      "[--conv-algo=measure|direct|winograd] [--cold] [Google Benchmark flags]";
 
 std::vector<std::string> split(const std::string& list) {
   std::vector<std::string> out;
@@ -64,7 +67,9 @@ Options parse(int argc, char** argv) {
       const std::string prefix = std::string(flag) + "=";
       return arg.compare(0, prefix.size(), prefix) == 0 ? argv[i] + prefix.size() : nullptr;
     };
-    if (const char* v = value("--suites")) {
+    if (arg == "--cold") {
+      o.cold = true;
+    } else if (const char* v = value("--suites")) {
       o.suites = split(v);
       for (const std::string& name : o.suites) {
         bool found = false;
@@ -130,6 +135,8 @@ int run(int argc, char** argv) {
                                 "^3 sgemm through Eigen (detail::gemm in per-thread column blocks) and ordered_gemm's 8x48 register "
                                 "tile on an L2-resident 64x768x256 per thread; bandwidth: best STREAM triad "
                                 "over 3 x " + std::to_string(ceilings.stream_elements) + " floats");
+    benchmark::AddCustomContext("cpu_copy_GB/s", std::to_string(ceilings.copy_bytes / 1e9));
+    benchmark::AddCustomContext("cpu_cold", o.cold ? "1" : "0");
     benchmark::AddCustomContext("cpu_gemm_eigen_GFLOP/s", std::to_string(ceilings.eigen_flops / 1e9));
     benchmark::AddCustomContext("cpu_gemm_tile_GFLOP/s", std::to_string(ceilings.tile_flops / 1e9));
     benchmark::AddCustomContext("cpu_fma_peak_GFLOP/s", std::to_string(ceilings.fma_flops / 1e9));
@@ -137,15 +144,15 @@ int run(int argc, char** argv) {
     benchmark::AddCustomContext("cpu_cpuinfo_MHz", std::to_string(ceilings.cpuinfo_mhz));
     // What the FMA figure means in units: lanes x 2 flops x threads x GHz per unit; 2 units are usual.
     const double per_unit_ghz = ceilings.fma_flops / (2.0 * ceilings.fma_lanes * omp_get_max_threads()) / 1e9;
-    std::fprintf(stderr, "CPU ceilings (%d threads): GEMM %.1f GFLOP/s (Eigen %.1f, register tile %.1f), triad %.1f GB/s\n"
+    std::fprintf(stderr, "CPU ceilings (%d threads): GEMM %.1f GFLOP/s (Eigen %.1f, register tile %.1f), triad %.1f GB/s, copy %.1f GB/s\n"
                  "FMA peak %.1f GFLOP/s (%d-lane vectors: %.2f GHz x units; /proc/cpuinfo says %.0f MHz): "
                  "the GEMM ceiling is %.0f%% of it\n",
                  omp_get_max_threads(), ceilings.peak.flops / 1e9, ceilings.eigen_flops / 1e9,
-                 ceilings.tile_flops / 1e9, ceilings.peak.bytes / 1e9, ceilings.fma_flops / 1e9, ceilings.fma_lanes,
+                 ceilings.tile_flops / 1e9, ceilings.peak.bytes / 1e9, ceilings.copy_bytes / 1e9, ceilings.fma_flops / 1e9, ceilings.fma_lanes,
                  per_unit_ghz, ceilings.cpuinfo_mhz, 100 * ceilings.peak.flops / ceilings.fma_flops);
     Peak peak = ceilings.peak;
     peak.fma = ceilings.fma_flops;
-    register_cpu(all, peak);
+    register_cpu(all, peak, o.cold);
   }
   if (o.cuda) {
 #if CRUMB_HAVE_CUDA

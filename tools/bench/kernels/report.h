@@ -14,6 +14,7 @@ struct Peak {
   double flops;  // FLOP/s of a GEMM-like kernel at its best
   double bytes;  // bytes/s of a streaming kernel at its best
   double fma = 0;  // FLOP/s of the FMA units alone (the CPU's; 0: not measured)
+  double copy = 0;  // bytes/s of a plain copy (the CPU's; 0: not measured)
 };
 
 // The percentage of `peak` a benchmark reached, as a rate counter: a rate divides by the elapsed seconds,
@@ -26,7 +27,8 @@ inline benchmark::Counter pct_of(const benchmark::State& state, const Case& c, c
 
 // Sets the rate counter ("GFLOP/s" or "TFLOP/s" for GEMM-like kernels, "GB/s" otherwise), "pct_peak"
 // (that rate as a percentage of the matching Peak field), "pct_fma" (of the FMA units' peak, where
-// measured), "layers" and the shape as the label.
+// measured), "pct_copy" (a streaming kernel's rate as a percentage of a plain copy's, where measured),
+// "layers" and the shape as the label.
 // flop_unit is 1e9 (GFLOP/s) or 1e12 (TFLOP/s). Rates are per second of the benchmark's own time, so
 // they come out right whether it runs on real or manual time.
 inline void report(benchmark::State& state, const Case& c, const Peak& peak, double flop_unit = 1e9) {
@@ -39,6 +41,8 @@ inline void report(benchmark::State& state, const Case& c, const Peak& peak, dou
   state.counters["pct_peak"] = pct_of(state, c, peak);
   if (gemm && peak.fma > 0)
     state.counters["pct_fma"] = Counter(100 * work * calls / peak.fma, Counter::kIsRate);
+  if (!gemm && peak.copy > 0)
+    state.counters["pct_copy"] = Counter(100 * work * calls / peak.copy, Counter::kIsRate);
   state.counters["layers"] = c.layers;
   state.SetLabel(c.label);
 }
