@@ -358,9 +358,11 @@ TEST(TrainCli, ResumeIsExact) {
   const Result stopped = run_interrupted(mid + "--save " + b, 0.7);
   ASSERT_TRUE(stopped.code == 130 || stopped.code == 0) << stopped.err;  // 0: it finished before the signal
   if (stopped.code == 130) {
-    // The original command line with --resume added.
+    // The original command line with --resume added. A signal after the last step (during the final
+    // evaluation) leaves a finished run, which a resume refuses with one line and leaves unchanged.
     const Result rest = run_train(mid + "--save " + b + " --resume " + b);
-    ASSERT_EQ(rest.code, 0) << rest.err;
+    const bool finished = rest.err.find(b + " finished its 2 epoch(s)") != std::string::npos;
+    ASSERT_TRUE(rest.code == 0 || (rest.code == 1 && finished)) << rest.err;
   }
   EXPECT_EQ(tensor_bytes(a), tensor_bytes(b)) << stopped.err;
 
