@@ -305,7 +305,7 @@ std::vector<Case> cases(const Suite& suite) {
 // relu_backward's dx).
 bool masks_in_place(const Node& n) {
   return n.def == &kReluBwd || n.def == &kBatchNormAddReluBwd || n.def == &kGroupNormAddReluBwd ||
-         (n.def == &kBatchNormReluBwd && n.out.size() > 2);
+         (n.def == &kBatchNormReluBwd && static_cast<int>(n.out.size()) > n.def->inplace_output);
 }
 
 struct EngineCall::Impl {

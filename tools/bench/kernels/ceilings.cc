@@ -161,7 +161,7 @@ CpuCeilings measure_cpu_ceilings(double seconds) {
   int lanes = 0;
   const double fma = fma_flops(seconds, &lanes);
   const double copy = copy_bytes(elements, seconds);
-  return {{std::max(eigen, tile), triad_bytes(elements, seconds), 0, copy}, n, elements, copy, eigen, tile, fma, lanes,
+  return {{std::max(eigen, tile), triad_bytes(elements, seconds), 0, copy}, n, elements, eigen, tile, fma, lanes,
           cpuinfo_mhz()};
 }
 

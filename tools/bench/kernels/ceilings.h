@@ -10,10 +10,9 @@
 namespace crumb::bench {
 
 struct CpuCeilings {
-  Peak peak;
+  Peak peak;  // peak.copy: a plain copy b = a over two arrays of stream_elements
   int gemm_n;              // the square GEMM's size
   int64_t stream_elements; // elements of each of the triad's three arrays
-  double copy_bytes;       // a plain copy b = a over two arrays of that size (peak.copy)
   double eigen_flops;      // the two GEMM figures; peak.flops is the better
   double tile_flops;
   // The FMA units' own peak: independent register FMAs on every thread, no loads (so units x lanes x 2 x

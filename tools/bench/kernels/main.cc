@@ -135,7 +135,7 @@ int run(int argc, char** argv) {
                                 "^3 sgemm through Eigen (detail::gemm in per-thread column blocks) and ordered_gemm's 8x48 register "
                                 "tile on an L2-resident 64x768x256 per thread; bandwidth: best STREAM triad "
                                 "over 3 x " + std::to_string(ceilings.stream_elements) + " floats");
-    benchmark::AddCustomContext("cpu_copy_GB/s", std::to_string(ceilings.copy_bytes / 1e9));
+    benchmark::AddCustomContext("cpu_copy_GB/s", std::to_string(ceilings.peak.copy / 1e9));
     benchmark::AddCustomContext("cpu_cold", o.cold ? "1" : "0");
     benchmark::AddCustomContext("cpu_gemm_eigen_GFLOP/s", std::to_string(ceilings.eigen_flops / 1e9));
     benchmark::AddCustomContext("cpu_gemm_tile_GFLOP/s", std::to_string(ceilings.tile_flops / 1e9));
@@ -148,7 +148,7 @@ int run(int argc, char** argv) {
                  "FMA peak %.1f GFLOP/s (%d-lane vectors: %.2f GHz x units; /proc/cpuinfo says %.0f MHz): "
                  "the GEMM ceiling is %.0f%% of it\n",
                  omp_get_max_threads(), ceilings.peak.flops / 1e9, ceilings.eigen_flops / 1e9,
-                 ceilings.tile_flops / 1e9, ceilings.peak.bytes / 1e9, ceilings.copy_bytes / 1e9, ceilings.fma_flops / 1e9, ceilings.fma_lanes,
+                 ceilings.tile_flops / 1e9, ceilings.peak.bytes / 1e9, ceilings.peak.copy / 1e9, ceilings.fma_flops / 1e9, ceilings.fma_lanes,
                  per_unit_ghz, ceilings.cpuinfo_mhz, 100 * ceilings.peak.flops / ceilings.fma_flops);
     Peak peak = ceilings.peak;
     peak.fma = ceilings.fma_flops;
