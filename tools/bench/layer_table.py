@@ -37,7 +37,10 @@ def kernels_rows(exe, suite, threads):
         out = os.path.join(tmp, "kb.json")
         cmd = [exe, f"--suites={suite}", "--device=cpu", "--ceiling_seconds=0.2",
                "--benchmark_filter=^cpu/(conv2d|linear)", f"--benchmark_out={out}", "--benchmark_out_format=json"]
-        p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
+        except OSError as e:
+            sys.exit(f"layer_table: cannot run --kernels-bench {exe}: {e.strerror} (build it: cmake --build build)")
         if p.returncode != 0:
             sys.exit(f"{' '.join(cmd)} failed: {p.stderr.strip()[-2000:]}")
         with open(out) as f:
