@@ -364,8 +364,10 @@ class Search {
     std::optional<Trial>& cached = least_[allow_swap * 2 + allow_recompute];
     if (cached) return *cached;
     cached = greedy(allow_swap, allow_recompute, 0, nullptr);
-    if (allow_recompute) {
-      Trial seg = greedy(allow_swap, true, 0, nullptr, {segment_least().recomputed, segment_least().refresh});
+    for (bool two_levels : {false, true}) {
+      if (!allow_recompute) break;
+      const Trial& from = segment_least(two_levels);
+      Trial seg = greedy(allow_swap, true, 0, nullptr, {from.recomputed, from.refresh});
       if (seg.total < cached->total) cached = std::move(seg);
     }
     return *cached;
@@ -428,37 +430,38 @@ class Search {
 
   // Every segment dropped, in the groups that give the least total: the same every run (no timing decides
   // it). Computed once per search.
-  const Trial& segment_least() const {
-    if (segment_least_) return *segment_least_;
-    segment_least_ = trial({}, {}, &estimated_);
+  // two_levels: the plans choose_segments makes (nested and light groups), else every segment dropped in
+  // plain groups (segment_values). The greedy search goes on from each (least), as the one that holds less
+  // does not always leave it the most to take.
+  const Trial& segment_least(bool two_levels) const {
+    std::optional<Trial>& least = segment_least_[two_levels];
+    if (least) return *least;
+    least = trial({}, {}, &estimated_);
     for (std::size_t limit : limits()) {
-      bool any = false;
-      // Every segment dropped in plain groups, and the plan that recomputes least within the limit with
-      // nested groups (choose_segments).
-      for (const SegmentRecompute& plan :
-           {segment_values(droppable_segments(), limit, &estimated_), nested_values(limit, &estimated_)}) {
-        if (plan.values.empty()) continue;
-        any = true;
-        Trial t = trial(plan.values, {}, &estimated_, {}, plan.refresh);
-        if (t.total < segment_least_->total) segment_least_ = std::move(t);
-      }
-      if (!any) break;  // the model of the peak says that a lower limit cannot be met either
+      const SegmentRecompute plan =
+          two_levels ? nested_values(limit, &estimated_) : segment_values(droppable_segments(), limit, &estimated_);
+      if (plan.values.empty()) break;  // the model of the peak says that a lower limit cannot be met either
+      Trial t = trial(plan.values, {}, &estimated_, {}, plan.refresh);
+      if (t.total < least->total) least = std::move(t);
     }
-    lean_peaks(*segment_least_, 0);
+    lean_peaks(*least, 0);
     // Fewer segments dropped can hold less (recomputed copies live in the backward pass too): the fastest
     // plan under a budget just below the least so far, by the same estimate, while that finds one.
-    for (int round = 0; round < 3 && segment_least_->total > fixed_ + 1; ++round) {
-      std::optional<Trial> lower = segment_fit(segment_least_->total - 1, estimated_);
-      if (!lower || lower->total >= segment_least_->total) break;
-      segment_least_ = std::move(*lower);
+    for (int round = 0; round < 3 && least->total > fixed_ + 1; ++round) {
+      std::optional<Trial> lower = segment_fit(least->total - 1, estimated_, two_levels);
+      if (!lower || lower->total >= least->total) break;
+      least = std::move(*lower);
     }
-    return *segment_least_;
+    return *least;
   }
+
+  std::size_t segment_least_total() const { return std::min(segment_least(false).total, segment_least(true).total); }
 
   // The segment plan with the least predicted step under the budget: for limits on the backward pass's saved
   // bytes at and below what the budget leaves the arena, the fewest segments dropped that fit (a binary
   // search: dropping more holds less), then the fastest of those by `costs`.
-  std::optional<Trial> segment_fit(std::size_t budget, const CostModel& costs) const {
+  // two_levels: nested and light groups too (choose_segments).
+  std::optional<Trial> segment_fit(std::size_t budget, const CostModel& costs, bool two_levels = true) const {
     std::optional<Trial> best;
     double best_seconds = 0;
     if (budget <= fixed_) return best;
@@ -482,7 +485,8 @@ class Search {
         }
       }
       std::optional<Trial> nested_fit;
-      if (const SegmentRecompute nested = nested_values(limit, &costs); !nested.values.empty()) {
+      if (const SegmentRecompute nested = two_levels ? nested_values(limit, &costs) : SegmentRecompute{};
+          !nested.values.empty()) {
         nested_fit = trial(nested.values, {}, &costs, {}, nested.refresh);
         lean_peaks(*nested_fit, budget);
       }
@@ -569,7 +573,7 @@ class Search {
   int m_;
   CostModel estimated_;  // estimate_costs: what decides whether a budget fits
   mutable std::optional<Trial> least_[4];  // least(), by technique
-  mutable std::optional<Trial> segment_least_;
+  mutable std::optional<Trial> segment_least_[2];  // segment_least(two_levels)
   MicroBatchPlan base_;
   std::size_t fixed_ = 0;  // everything but the arena
   std::unordered_map<std::string, std::size_t> workspace_;
@@ -581,6 +585,19 @@ class Search {
   SegmentModel seg_model_;  // what choose_segments weighs, but the seconds (segment_model)
   std::vector<bool> seg_can_drop_;  // segment k has values to recompute
 };
+
+// Of `values` (of g), those whose producer a rewrite of g computes again more than once (its clones are named
+// after it, engine/graph/op.h).
+std::vector<ValueId> computed_twice(const Graph& g, const Graph& rewritten, const std::vector<ValueId>& values) {
+  std::unordered_map<std::string, int> clones;
+  for (NodeId i = 0; i < rewritten.num_nodes(); ++i) clones[rewritten.node(i).name] += 1;
+  std::vector<ValueId> out;
+  for (ValueId v : values) {
+    const auto it = clones.find(g.node(g.value(v).producer).name + std::string(ops::kRecomputeSuffix));
+    if (it != clones.end() && it->second > 1) out.push_back(v);
+  }
+  return out;
+}
 
 // The techniques a strategy may use, and in what combinations: auto tries both together, then each alone.
 struct Technique {
@@ -631,11 +648,13 @@ std::optional<Trial> best_fit(const Search& s, Strategy strategy, std::size_t bu
     if (trial.total > budget) trial = least(s, t);
     std::vector<Trial> candidates;
     candidates.push_back(std::move(trial));
-    if (t.recompute && s.segment_least().total <= budget) {
+    if (t.recompute && s.segment_least_total() <= budget) {
       if (std::optional<Trial> seg = s.segment_fit(budget, costs)) candidates.push_back(std::move(*seg));
     }
-    if (t.recompute && t.swap) {
-      Trial seg = s.greedy(true, false, budget, &costs, {s.segment_least().recomputed, s.segment_least().refresh});
+    for (bool two_levels : {false, true}) {
+      if (!t.recompute || !t.swap) break;
+      const Trial& from = s.segment_least(two_levels);
+      Trial seg = s.greedy(true, false, budget, &costs, {from.recomputed, from.refresh});
       if (seg.total <= budget) candidates.push_back(std::move(seg));
     }
     for (Trial& c : candidates) {
@@ -762,6 +781,7 @@ StrategyPlan plan_strategy(Graph& g, const StrategyRequest& r) {
   for (const SavedValue& v : saved_values(g)) saved[v.value] = true;
   for (ValueId v : chosen->recomputed)
     if (saved[v]) out.choice.recomputed.push_back(v);
+  out.choice.twice = computed_twice(g, chosen->graph, out.choice.recomputed);
   for (NodeId i = 0; i < chosen->graph.num_nodes(); ++i)
     if (chosen->graph.node(i).lean) out.choice.lean.push_back(chosen->graph.node(i).name);
   out.choice.used = chosen->swapped.empty() ? (chosen->recomputed.empty() ? "in memory" : "recompute")
@@ -804,8 +824,11 @@ Frontier memory_frontier(const Graph& g, const StrategyRequest& r, int points) {
     p.predicted_seconds = f.costs.simulate(t.graph, m);
     std::vector<bool> left(g.num_values(), false);
     for (ValueId v : t.swapped) left[v] = true, p.swapped += 1, p.swapped_bytes += bytes_at(g, v, m);
+    std::vector<ValueId> recomputed;
     for (ValueId v : t.recomputed)
-      if (saved[v] && !left[v]) left[v] = true, p.recomputed += 1, p.recomputed_bytes += bytes_at(g, v, m);
+      if (saved[v] && !left[v]) left[v] = true, recomputed.push_back(v), p.recomputed_bytes += bytes_at(g, v, m);
+    p.recomputed = static_cast<int>(recomputed.size());
+    p.twice = static_cast<int>(computed_twice(g, t.graph, recomputed).size());
     for (const SavedValue& v : all_saved)
       if (!left[v.value]) p.kept += 1, p.kept_bytes += bytes_at(g, v.value, m);
     for (NodeId i = 0; i < t.graph.num_nodes(); ++i) p.lean += t.graph.node(i).lean;
@@ -850,14 +873,14 @@ void write_frontier(std::ostream& os, const Frontier& f, std::size_t budget) {
      << "; steps predicted from kernel times measured at " << f.costs.measured_batch << " samples):\n"
      << "  " << std::right << std::setw(12) << "memory" << std::setw(8) << "x" << std::setw(14) << "step"
      << std::setw(9) << "x" << "  " << std::left << std::setw(16) << "plan"
-     << "saved values kept / recomputed / swapped; steps lean\n";
+     << "saved values kept / recomputed (those twice) / swapped; steps lean\n";
   for (const FrontierPoint& p : f.points) {
     os << "  " << std::right << std::setw(12) << format_bytes(p.total) << std::fixed << std::setprecision(3)
        << std::setw(8) << double(p.total) / double(full.total) << std::setprecision(2) << std::setw(11)
        << p.predicted_seconds * 1e3 << " ms" << std::setprecision(3) << std::setw(9)
        << (full.predicted_seconds > 0 ? p.predicted_seconds / full.predicted_seconds : 0.0) << "  " << std::left
        << std::setw(16) << p.used << p.kept << " (" << format_bytes(p.kept_bytes) << ") / " << p.recomputed << " ("
-       << format_bytes(p.recomputed_bytes) << ") / " << p.swapped << " (" << format_bytes(p.swapped_bytes) << "); "
+       << format_bytes(p.recomputed_bytes) << (p.twice ? ", " + std::to_string(p.twice) + " twice" : "") << ") / " << p.swapped << " (" << format_bytes(p.swapped_bytes) << "); "
        << p.lean
        << (&p - f.points.data() == marked ? "  <- the budget's" : "")
        << "\n";
@@ -873,7 +896,8 @@ void write_strategy_report(std::ostream& os, const Graph& g, const StrategyPlan&
   for (ValueId v : c.swapped) swapped += bytes_at(g, v, m);
   for (ValueId v : c.recomputed) recomputed += bytes_at(g, v, m);
   os << "strategy " << strategy_name(c.requested) << ": " << c.used << " at micro-batch " << m << ": "
-     << c.recomputed.size() << " values recomputed (" << format_bytes(recomputed) << "), " << c.swapped.size()
+     << c.recomputed.size() << " values recomputed (" << format_bytes(recomputed)
+     << (c.twice.empty() ? "" : ", " + std::to_string(c.twice.size()) + " of them twice") << "), " << c.swapped.size()
      << " swapped to the host pool (" << format_bytes(swapped) << ")"
      << (c.lean.empty() ? "" : ", " + std::to_string(c.lean.size()) + " steps lean") << "\n"
      << "  memory " << format_bytes(p.plan.memory.total()) << " against " << format_bytes(c.in_memory_total)
@@ -890,7 +914,8 @@ void write_strategy_report(std::ostream& os, const Graph& g, const StrategyPlan&
     os << "  " << std::left << std::setw(10) << what << std::setw(34) << g.value(v).name << std::setw(22) << n.def->name
        << std::right << std::setw(12) << format_bytes(bytes_at(g, v, m)) << "\n";
   };
-  for (ValueId v : c.recomputed) line("recompute", v);
+  for (ValueId v : c.recomputed)
+    line(std::find(c.twice.begin(), c.twice.end(), v) == c.twice.end() ? "recompute" : "twice", v);
   for (ValueId v : c.swapped) line("swap", v);
   for (const std::string& step : c.lean) os << "  lean      " << step << "\n";
 }

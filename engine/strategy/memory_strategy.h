@@ -42,6 +42,9 @@ struct StrategyChoice {
   // the whole batch), "recompute", "swap" or "swap+recompute".
   std::string used;
   std::vector<ValueId> swapped, recomputed;  // values of the graph (as built) that left the arena
+  // Of recomputed, those computed a second time in the backward pass (nested and light segment groups,
+  // engine/strategy/segments.h).
+  std::vector<ValueId> twice;
   std::vector<std::string> lean;             // steps that run their variant with less workspace (Node::lean)
   std::size_t in_memory_total = 0;           // the same micro-batch without swapping or recomputing
   // One micro-batch's step, predicted by the cost model, and the same in memory; 0 when nothing was
@@ -70,6 +73,7 @@ struct FrontierPoint {
   double predicted_seconds = 0;
   std::string used;  // as StrategyChoice::used
   int kept = 0, recomputed = 0, swapped = 0, lean = 0;  // lean: steps running their lean variant (Node::lean)
+  int twice = 0;  // of the values recomputed, those computed a second time (StrategyChoice::twice)
   std::size_t kept_bytes = 0, recomputed_bytes = 0, swapped_bytes = 0;
 };
 
