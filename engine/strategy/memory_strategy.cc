@@ -873,7 +873,7 @@ void write_frontier(std::ostream& os, const Frontier& f, std::size_t budget) {
      << "; steps predicted from kernel times measured at " << f.costs.measured_batch << " samples):\n"
      << "  " << std::right << std::setw(12) << "memory" << std::setw(8) << "x" << std::setw(14) << "step"
      << std::setw(9) << "x" << "  " << std::left << std::setw(16) << "plan"
-     << "saved values kept / recomputed (those twice) / swapped; steps lean\n";
+     << "saved values kept / recomputed (those twice) / swapped; steps lean[; graph]\n";
   for (const FrontierPoint& p : f.points) {
     os << "  " << std::right << std::setw(12) << format_bytes(p.total) << std::fixed << std::setprecision(3)
        << std::setw(8) << double(p.total) / double(full.total) << std::setprecision(2) << std::setw(11)
@@ -881,7 +881,7 @@ void write_frontier(std::ostream& os, const Frontier& f, std::size_t budget) {
        << (full.predicted_seconds > 0 ? p.predicted_seconds / full.predicted_seconds : 0.0) << "  " << std::left
        << std::setw(16) << p.used << p.kept << " (" << format_bytes(p.kept_bytes) << ") / " << p.recomputed << " ("
        << format_bytes(p.recomputed_bytes) << (p.twice ? ", " + std::to_string(p.twice) + " twice" : "") << ") / " << p.swapped << " (" << format_bytes(p.swapped_bytes) << "); "
-       << p.lean
+       << p.lean << (p.graph.empty() ? "" : "; " + p.graph)
        << (&p - f.points.data() == marked ? "  <- the budget's" : "")
        << "\n";
     os.unsetf(std::ios::floatfield);

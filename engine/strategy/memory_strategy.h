@@ -74,6 +74,9 @@ struct FrontierPoint {
   std::string used;  // as StrategyChoice::used
   int kept = 0, recomputed = 0, swapped = 0, lean = 0;  // lean: steps running their lean variant (Node::lean)
   int twice = 0;  // of the values recomputed, those computed a second time (StrategyChoice::twice)
+  // Empty for the graph memory_frontier was given; "In-Place" or "unfused" for a point of the graph a fused
+  // plan falls back on there (plan_frontier, engine/train/trainer.h).
+  std::string graph;
   std::size_t kept_bytes = 0, recomputed_bytes = 0, swapped_bytes = 0;
 };
 
