@@ -121,6 +121,7 @@ class Search {
   // that read them.
   void segment_model(const std::vector<int>& segment_of) {
     const std::size_t n = segs_.size();
+    const Graph& g = deferred_;  // the plan's node ids are its own (its forward nodes are g_'s)
     SegmentModel& sm = seg_model_;
     sm.output = seg_bytes_.output;
     sm.saved = sm.saved_light = seg_bytes_.saved;
@@ -129,54 +130,54 @@ class Search {
     sm.peak_recomputed.assign(n, 0);
     sm.peak_recomputed_light.assign(n, 0);
     sm.can_drop = seg_can_drop_;
-    std::vector<bool> cheap(g_.num_values(), false);  // a cheap inner value of its segment
+    std::vector<bool> cheap(g.num_values(), false);  // a cheap inner value of its segment
     for (std::size_t k = 0; k < n; ++k)
       for (NodeId i = segs_[k].first_node; i <= segs_[k].last_node; ++i)
-        for (ValueId v : g_.node(i).out)
-          if (v != segs_[k].output && cheap_to_recompute(g_, v)) {
+        for (ValueId v : g.node(i).out)
+          if (v != segs_[k].output && cheap_to_recompute(g, v)) {
             cheap[v] = true;
-            if (is_saved_[v]) sm.saved_light[k] -= bytes_at(g_, v, m_);
+            if (is_saved_[v]) sm.saved_light[k] -= bytes_at(g, v, m_);
           }
     const Trial whole = trial({}, {}, &estimated_, {}, {}, true);
     const MemoryPlan& plan = whole.plan;
     const int steps = static_cast<int>(plan.order.size());
-    std::vector<int> step_of(g_.num_nodes(), -1);
+    std::vector<int> step_of(g.num_nodes(), -1);
     for (int s = 0; s < steps; ++s) step_of[plan.order[s]] = s;
     // trigger[v]: for an inner value of a dropped segment, the step that computes it again: the first
     // backward step that reads it or a value computed from it inside the segment (forward nodes in reverse).
     constexpr int kNever = std::numeric_limits<int>::max();
-    std::vector<int> trigger(g_.num_values(), kNever);
-    for (NodeId i = first_backward_node(g_); i < g_.num_nodes(); ++i)
-      for (ValueId v : g_.node(i).in) trigger[v] = std::min(trigger[v], step_of[i]);
+    std::vector<int> trigger(g.num_values(), kNever);
+    for (NodeId i = first_backward_node(g); i < g.num_nodes(); ++i)
+      for (ValueId v : g.node(i).in) trigger[v] = std::min(trigger[v], step_of[i]);
     for (std::size_t k = 0; k < n; ++k)
       for (NodeId i = segs_[k].last_node; i >= segs_[k].first_node; --i) {
         int t = kNever;
-        for (ValueId v : g_.node(i).out) t = std::min(t, v == segs_[k].output ? kNever : trigger[v]);
-        for (ValueId v : g_.node(i).in)
-          if (g_.value(v).producer >= segs_[k].first_node && g_.value(v).producer <= segs_[k].last_node)
+        for (ValueId v : g.node(i).out) t = std::min(t, v == segs_[k].output ? kNever : trigger[v]);
+        for (ValueId v : g.node(i).in)
+          if (g.value(v).producer >= segs_[k].first_node && g.value(v).producer <= segs_[k].last_node)
             trigger[v] = std::min(trigger[v], t);
       }
-    std::vector<bool> inner(g_.num_values(), false);  // recomputed with its dropped segment
+    std::vector<bool> inner(g.num_values(), false);  // recomputed with its dropped segment
     for (std::size_t k = 0; k < n; ++k)
       for (NodeId i = segs_[k].first_node; i <= segs_[k].last_node; ++i)
-        for (ValueId v : g_.node(i).out) inner[v] = v != segs_[k].output && recomputable(g_, v);
+        for (ValueId v : g.node(i).out) inner[v] = v != segs_[k].output && recomputable(g, v);
     std::vector<int> phase(steps, 0);
     for (int s = steps - 1, current = 0; s >= 0; --s) {
-      const Node& node = g_.node(plan.order[s]);
+      const Node& node = g.node(plan.order[s]);
       if (!node.backward) continue;
       for (ValueId v : node.in) {
-        const NodeId p = g_.value(v).producer;
+        const NodeId p = g.value(v).producer;
         if (p >= 0 && segment_of[p] >= 0) current = std::max(current, segment_of[p]);
       }
       phase[s] = current;
     }
     // A block lives from the first step of its values to the last (an in-place ReLU's output keeps its
     // BatchNorm's block); it is cheap when all its values are.
-    std::vector<int> first(g_.num_values(), -1), last(g_.num_values(), -1);
-    std::vector<bool> cheap_block(g_.num_values(), true);
-    std::vector<int> block_trigger(g_.num_values(), kNever);  // kNever: not all of it is computed again
-    std::vector<bool> inner_block(g_.num_values(), true);
-    for (ValueId v = 0; v < g_.num_values(); ++v) {
+    std::vector<int> first(g.num_values(), -1), last(g.num_values(), -1);
+    std::vector<bool> cheap_block(g.num_values(), true);
+    std::vector<int> block_trigger(g.num_values(), kNever);  // kNever: not all of it is computed again
+    std::vector<bool> inner_block(g.num_values(), true);
+    for (ValueId v = 0; v < g.num_values(); ++v) {
       const ValueId b = plan.block_of[v];
       if (b < 0 || plan.first[v] < 0) continue;
       first[b] = first[b] < 0 ? plan.first[v] : std::min(first[b], plan.first[v]);
@@ -190,19 +191,19 @@ class Search {
       ValueId block;
     };
     std::vector<std::vector<Live>> forward_blocks(steps);
-    for (ValueId v = 0; v < g_.num_values(); ++v) {
-      const NodeId p = g_.value(v).producer;
+    for (ValueId v = 0; v < g.num_values(); ++v) {
+      const NodeId p = g.value(v).producer;
       if (first[v] < 0 || p < 0 || segment_of[p] < 0) continue;
       for (int st = first[v]; st <= last[v]; ++st) forward_blocks[st].push_back({segment_of[p], v});
     }
     for (int s = 0; s < steps; ++s) {
-      const Node& node = g_.node(plan.order[s]);
+      const Node& node = g.node(plan.order[s]);
       if (!node.backward) continue;
       const int k = phase[s];
       // Of k's blocks: cheap ones not read here; ones not yet computed again; either.
       std::size_t before = 0, unread_cheap = 0, not_yet = 0, either = 0;
       for (const Live& l : forward_blocks[s]) {
-        const std::size_t bytes = bytes_at(g_, l.block, m_);
+        const std::size_t bytes = bytes_at(g, l.block, m_);
         if (l.segment < k) before += bytes;
         if (l.segment != k) continue;
         bool read = false;
@@ -392,7 +393,7 @@ class Search {
       if (seg_bytes_.saved[k] == 0 && drop[k - 1]) drop[k] = true;
     const std::vector<bool> starts = group_segments(drop, seg_bytes_, limit);
     if (starts.empty()) return {};
-    return segment_plan(g_, segs_, {drop, starts, {}, {}});
+    return segment_plan(deferred_, segs_, {drop, starts, {}, {}});
   }
 
   // The segment plan with the least recomputation time (by costs) whose model of the backward peak stays
@@ -410,7 +411,7 @@ class Search {
       }
     const std::optional<SegmentChoice> c = choose_segments(model, limit);
     if (!c) return {};
-    return segment_plan(g_, segs_, *c);
+    return segment_plan(deferred_, segs_, *c);
   }
 
   std::size_t droppable_segments() const {
