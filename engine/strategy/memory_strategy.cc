@@ -685,6 +685,27 @@ CostModel measure_within(const Graph& g, const Search& s, const StrategyRequest&
   return measure_costs(smallest->graph, timing, r.device, r.index);
 }
 
+// Takes `chosen` (a trial of s) as the plan: rewrites g for it, names what it swaps, recomputes (twice) and
+// runs lean in out.choice, and compiles it into out.plan.
+void adopt(Graph& g, const Search& s, Trial chosen, const StrategyRequest& r, StrategyPlan& out) {
+  out.choice.in_memory_total = s.in_memory_total();
+  out.choice.swapped = chosen.swapped;
+  // The values that leave the arena: a segment plan also names the unsaved values between them.
+  std::vector<bool> saved(g.num_values(), false);
+  for (const SavedValue& v : saved_values(g)) saved[v.value] = true;
+  for (ValueId v : chosen.recomputed)
+    if (saved[v]) out.choice.recomputed.push_back(v);
+  out.choice.twice = computed_twice(g, chosen.graph, out.choice.recomputed);
+  for (NodeId i = 0; i < chosen.graph.num_nodes(); ++i)
+    if (chosen.graph.node(i).lean) out.choice.lean.push_back(chosen.graph.node(i).name);
+  out.choice.used = chosen.swapped.empty() ? (chosen.recomputed.empty() ? "in memory" : "recompute")
+                                           : (chosen.recomputed.empty() ? "swap" : "swap+recompute");
+  g = std::move(chosen.graph);
+  const int m = s.micro_batch();
+  out.plan = plan_micro_batch(g, m, r.optimizer, r.device, r.index);
+  count_loader(g, r.batch, out.plan);
+}
+
 // what_m: the micro-batch and why it is that size ("--micro-batch 32", "micro-batch 32 (one BatchNorm group)").
 [[noreturn]] void fail_budget(const Search& s, Strategy strategy, const std::string& what_m, std::size_t budget) {
   // auto's least is the best of the three ways it tries (both together can end above swapping alone).
@@ -774,24 +795,23 @@ StrategyPlan plan_strategy(Graph& g, const StrategyRequest& r) {
       }
     }
   }
-  out.choice.in_memory_total = search->in_memory_total();
   out.choice.in_memory_seconds = costs.simulate(g, m);
-  out.choice.swapped = chosen->swapped;
-  // The values that leave the arena: a segment plan also names the unsaved values between them.
-  std::vector<bool> saved(g.num_values(), false);
-  for (const SavedValue& v : saved_values(g)) saved[v.value] = true;
-  for (ValueId v : chosen->recomputed)
-    if (saved[v]) out.choice.recomputed.push_back(v);
-  out.choice.twice = computed_twice(g, chosen->graph, out.choice.recomputed);
-  for (NodeId i = 0; i < chosen->graph.num_nodes(); ++i)
-    if (chosen->graph.node(i).lean) out.choice.lean.push_back(chosen->graph.node(i).name);
-  out.choice.used = chosen->swapped.empty() ? (chosen->recomputed.empty() ? "in memory" : "recompute")
-                                            : (chosen->recomputed.empty() ? "swap" : "swap+recompute");
-  g = std::move(chosen->graph);
+  adopt(g, *search, std::move(*chosen), r, out);
   out.choice.predicted_seconds = costs.simulate(g, m);
   out.choice.costs = std::move(costs);
-  out.plan = plan_micro_batch(g, m, r.optimizer, r.device, r.index);
-  count_loader(g, r.batch, out.plan);
+  return out;
+}
+
+StrategyPlan least_plan(Graph& g, const StrategyRequest& r) {
+  CRUMB_CHECK(r.strategy == Strategy::Swap || r.strategy == Strategy::Recompute || r.strategy == Strategy::Auto,
+              "least_plan: --strategy ", strategy_name(r.strategy), " neither swaps nor recomputes");
+  const Search s(g, r, smallest_micro_batch(g, r));
+  const Trial* best = nullptr;
+  for (const Technique& t : techniques(r.strategy))
+    if (!best || least(s, t).total < best->total) best = &least(s, t);
+  StrategyPlan out;
+  out.choice.requested = r.strategy;
+  adopt(g, s, Trial(*best), r, out);
   return out;
 }
 

@@ -66,6 +66,12 @@ StrategyPlan plan_strategy(Graph& g, const StrategyRequest& request);
 // The least budget plan_strategy(g, request) meets at the smallest (or forced) micro-batch, the one its
 // failure names, from sizes alone: nothing is measured or rewritten.
 std::size_t least_budget(const Graph& g, const StrategyRequest& request);
+// The plan whose total least_budget(g, r) is, for a strategy that swaps or recomputes (swap, recompute or
+// auto): g rewritten for it and compiled. Decided from sizes and estimated costs, as the least is: the same
+// every run (plan_strategy at that budget takes the fastest plan that fits by measured times, which may be
+// another); its choice has no predicted times.
+StrategyPlan least_plan(Graph& g, const StrategyRequest& r);
+
 // One plan on the memory-time frontier: the memory it needs (the least budget it fits) and the step the
 // cost model predicts for it, and what it does with the saved values (bytes at its micro-batch).
 struct FrontierPoint {
