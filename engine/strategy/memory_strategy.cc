@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <iomanip>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -12,6 +13,7 @@
 #include "engine/device/backend.h"
 #include "engine/plan/compile.h"
 #include "engine/graph/op.h"
+#include "engine/strategy/defer_branches.h"
 #include "engine/strategy/recompute.h"
 #include "engine/strategy/segments.h"
 #include "engine/graph/saved_values.h"
@@ -48,6 +50,7 @@ std::size_t bytes_at(const Graph& g, ValueId v, int m) {
 struct Trial {
   Graph graph;
   std::vector<ValueId> swapped, recomputed;
+  std::vector<Refresh> refresh;  // values recomputed a second time (nested segment groups)
   MemoryPlan plan;
   std::size_t total = 0;
   std::vector<std::string> lean;  // steps running their lean variant
@@ -58,7 +61,7 @@ class Search {
   // Plans only: nothing is measured or allocated, so a search costs memory in proportion to the graph,
   // not to its tensors.
   Search(const Graph& g, const StrategyRequest& r, int m)
-      : g_(g), m_(m), estimated_(estimate_costs(g, m)), base_(plan_micro_batch(g, m, r.optimizer, r.device, r.index)) {
+      : g_(g), deferred_(deferred(g)), m_(m), estimated_(estimate_costs(g, m)), base_(plan_micro_batch(g, m, r.optimizer, r.device, r.index)) {
     count_loader(g, r.batch, base_);
     fixed_ = base_.memory.total() - base_.memory.arena;
     const std::vector<NodeId>& order = base_.train.plan.order;
@@ -72,36 +75,158 @@ class Search {
       const std::size_t bytes = compile_step(b, g, lean, m).workspace;
       if (bytes < base_.train.steps[s].workspace) lean_workspace_[lean.name] = bytes;
     }
-    saved_ = saved_values(g);
-    is_saved_.assign(g.num_values(), false);
+    saved_ = saved_values(g_);
+    is_saved_.assign(g_.num_values(), false);
     for (const SavedValue& s : saved_) is_saved_[s.value] = true;
-    segs_ = segments(g);
+    segs_ = segments(g_);
     seg_bytes_.saved.assign(segs_.size(), 0);
     seg_bytes_.output.assign(segs_.size(), 0);
     seg_bytes_.transient.assign(segs_.size(), 0);
-    std::vector<int> segment_of(g.num_nodes(), -1);
+    std::vector<int> segment_of(g_.num_nodes(), -1);
     for (std::size_t k = 0; k < segs_.size(); ++k) {
       std::size_t& largest = seg_bytes_.transient[k];
       for (NodeId i = segs_[k].first_node; i <= segs_[k].last_node; ++i) {
         segment_of[i] = static_cast<int>(k);
-        for (ValueId v : g.node(i).out) {
-          if (is_saved_[v]) seg_bytes_.saved[k] += bytes_at(g, v, m_);
-          if (g.value(v).kind == ValueKind::Activation) largest = std::max(largest, bytes_at(g, v, m_));
+        for (ValueId v : g_.node(i).out) {
+          if (is_saved_[v]) seg_bytes_.saved[k] += bytes_at(g_, v, m_);
+          if (g_.value(v).kind == ValueKind::Activation) largest = std::max(largest, bytes_at(g_, v, m_));
         }
       }
-      if (segs_[k].output >= 0) seg_bytes_.output[k] = bytes_at(g, segs_[k].output, m_);
+      if (segs_[k].output >= 0) seg_bytes_.output[k] = bytes_at(g_, segs_[k].output, m_);
+      bool recomputes = false;
+      for (NodeId i = segs_[k].first_node; i <= segs_[k].last_node; ++i)
+        for (ValueId v : g_.node(i).out) recomputes |= recomputable(g_, v);
+      seg_can_drop_.push_back(recomputes);
     }
     // Beside its saved values a segment's backward holds a gradient in and one out, as large as its largest
     // value, and a step's workspace, counted with the latest segment whose values the step reads.
     std::vector<std::size_t> workspace(segs_.size(), 0);
-    for (NodeId i = first_backward_node(g); i < g.num_nodes(); ++i) {
+    for (NodeId i = first_backward_node(g_); i < g_.num_nodes(); ++i) {
       int k = -1;
-      for (ValueId v : g.node(i).in)
-        if (g.value(v).producer >= 0) k = std::max(k, segment_of[g.value(v).producer]);
-      const auto w = workspace_.find(g.node(i).name);
+      for (ValueId v : g_.node(i).in)
+        if (g_.value(v).producer >= 0) k = std::max(k, segment_of[g_.value(v).producer]);
+      const auto w = workspace_.find(g_.node(i).name);
       if (k >= 0 && w != workspace_.end()) workspace[k] = std::max(workspace[k], w->second);
     }
     for (std::size_t k = 0; k < segs_.size(); ++k) seg_bytes_.transient[k] = 2 * seg_bytes_.transient[k] + workspace[k];
+    segment_model(segment_of);
+  }
+
+  // What choose_segments weighs (SegmentModel), but the seconds, from the plan in memory. Segment k's
+  // backward steps run from the first after the last that reads a value of a later segment (a downsampling
+  // shortcut's gradient, which reads the block's input, belongs to the block) to the last that reads one
+  // of k's; at each, what is live beyond the blocks the segments before k computed (which the backward pass
+  // holds until their own steps) is k's own: its saved values, the gradients, the workspace. Its peak is
+  // that at its most; light, without the blocks of its cheap values (cheap_to_recompute) but at the steps
+  // that read them.
+  void segment_model(const std::vector<int>& segment_of) {
+    const std::size_t n = segs_.size();
+    const Graph& g = deferred_;  // the plan's node ids are its own (its forward nodes are g_'s)
+    SegmentModel& sm = seg_model_;
+    sm.output = seg_bytes_.output;
+    sm.saved = sm.saved_light = seg_bytes_.saved;
+    sm.peak.assign(n, 0);
+    sm.peak_light.assign(n, 0);
+    sm.peak_recomputed.assign(n, 0);
+    sm.peak_recomputed_light.assign(n, 0);
+    sm.can_drop = seg_can_drop_;
+    std::vector<bool> cheap(g.num_values(), false);  // a cheap inner value of its segment
+    for (std::size_t k = 0; k < n; ++k)
+      for (NodeId i = segs_[k].first_node; i <= segs_[k].last_node; ++i)
+        for (ValueId v : g.node(i).out)
+          if (v != segs_[k].output && cheap_to_recompute(g, v)) {
+            cheap[v] = true;
+            if (is_saved_[v]) sm.saved_light[k] -= bytes_at(g, v, m_);
+          }
+    const Trial whole = trial({}, {}, &estimated_, {}, {}, true);
+    const MemoryPlan& plan = whole.plan;
+    const int steps = static_cast<int>(plan.order.size());
+    std::vector<int> step_of(g.num_nodes(), -1);
+    for (int s = 0; s < steps; ++s) step_of[plan.order[s]] = s;
+    // trigger[v]: for an inner value of a dropped segment, the step that computes it again: the first
+    // backward step that reads it or a value computed from it inside the segment (forward nodes in reverse).
+    constexpr int kNever = std::numeric_limits<int>::max();
+    std::vector<int> trigger(g.num_values(), kNever);
+    for (NodeId i = first_backward_node(g); i < g.num_nodes(); ++i)
+      for (ValueId v : g.node(i).in) trigger[v] = std::min(trigger[v], step_of[i]);
+    for (std::size_t k = 0; k < n; ++k)
+      for (NodeId i = segs_[k].last_node; i >= segs_[k].first_node; --i) {
+        int t = kNever;
+        for (ValueId v : g.node(i).out) t = std::min(t, v == segs_[k].output ? kNever : trigger[v]);
+        for (ValueId v : g.node(i).in)
+          if (g.value(v).producer >= segs_[k].first_node && g.value(v).producer <= segs_[k].last_node)
+            trigger[v] = std::min(trigger[v], t);
+      }
+    std::vector<bool> inner(g.num_values(), false);  // recomputed with its dropped segment
+    for (std::size_t k = 0; k < n; ++k)
+      for (NodeId i = segs_[k].first_node; i <= segs_[k].last_node; ++i)
+        for (ValueId v : g.node(i).out) inner[v] = v != segs_[k].output && recomputable(g, v);
+    std::vector<int> phase(steps, 0);
+    for (int s = steps - 1, current = 0; s >= 0; --s) {
+      const Node& node = g.node(plan.order[s]);
+      if (!node.backward) continue;
+      for (ValueId v : node.in) {
+        const NodeId p = g.value(v).producer;
+        if (p >= 0 && segment_of[p] >= 0) current = std::max(current, segment_of[p]);
+      }
+      phase[s] = current;
+    }
+    // A block lives from the first step of its values to the last (an in-place ReLU's output keeps its
+    // BatchNorm's block); it is cheap when all its values are.
+    std::vector<int> first(g.num_values(), -1), last(g.num_values(), -1);
+    std::vector<bool> cheap_block(g.num_values(), true);
+    std::vector<int> block_trigger(g.num_values(), kNever);  // kNever: not all of it is computed again
+    std::vector<bool> inner_block(g.num_values(), true);
+    for (ValueId v = 0; v < g.num_values(); ++v) {
+      const ValueId b = plan.block_of[v];
+      if (b < 0 || plan.first[v] < 0) continue;
+      first[b] = first[b] < 0 ? plan.first[v] : std::min(first[b], plan.first[v]);
+      last[b] = std::max(last[b], plan.last[v]);
+      cheap_block[b] = cheap_block[b] && cheap[v];
+      inner_block[b] = inner_block[b] && inner[v];
+      block_trigger[b] = std::min(block_trigger[b], trigger[v]);
+    }
+    struct Live {
+      int segment;
+      ValueId block;
+    };
+    std::vector<std::vector<Live>> forward_blocks(steps);
+    for (ValueId v = 0; v < g.num_values(); ++v) {
+      const NodeId p = g.value(v).producer;
+      if (first[v] < 0 || p < 0 || segment_of[p] < 0) continue;
+      for (int st = first[v]; st <= last[v]; ++st) forward_blocks[st].push_back({segment_of[p], v});
+    }
+    for (int s = 0; s < steps; ++s) {
+      const Node& node = g.node(plan.order[s]);
+      if (!node.backward) continue;
+      const int k = phase[s];
+      // Of k's blocks: cheap ones not read here; ones not yet computed again; either.
+      std::size_t before = 0, unread_cheap = 0, not_yet = 0, either = 0;
+      for (const Live& l : forward_blocks[s]) {
+        const std::size_t bytes = bytes_at(g, l.block, m_);
+        if (l.segment < k) before += bytes;
+        if (l.segment != k) continue;
+        bool read = false;
+        for (ValueId v : node.in) read |= plan.block_of[v] == l.block;
+        const bool cheap_unread = cheap_block[l.block] && !read;
+        const bool later = inner_block[l.block] && block_trigger[l.block] != kNever && block_trigger[l.block] > s;
+        unread_cheap += cheap_unread ? bytes : 0;
+        not_yet += later ? bytes : 0;
+        either += cheap_unread || later ? bytes : 0;
+      }
+      const std::size_t here = plan.live_bytes[s] + plan.step_workspace[s];
+      const std::size_t own = here > before ? here - before : 0;
+      auto less = [&](std::size_t b) { return own > b ? own - b : 0; };
+      sm.peak[k] = std::max(sm.peak[k], own);
+      sm.peak_light[k] = std::max(sm.peak_light[k], less(unread_cheap));
+      sm.peak_recomputed[k] = std::max(sm.peak_recomputed[k], less(not_yet));
+      sm.peak_recomputed_light[k] = std::max(sm.peak_recomputed_light[k], less(either));
+    }
+    // A segment whose backward reads nothing of its own still holds its saved values.
+    for (std::size_t k = 0; k < n; ++k) {
+      sm.peak[k] = std::max(sm.peak[k], sm.saved[k]);
+      sm.peak_light[k] = std::max(sm.peak_light[k], sm.saved_light[k]);
+    }
   }
 
   int micro_batch() const { return m_; }
@@ -111,10 +236,13 @@ class Search {
 
   // costs: the cost model that times swaps.
   // lean: steps that run their lean variant (Node::lean).
+  // refresh: the values recomputed a second time (Refresh), of those in recomputed.
+  // A plan that recomputes starts from deferred_, one that does not from g_ (unless `deferred`).
   Trial trial(const std::vector<ValueId>& recomputed, const std::vector<ValueId>& swapped,
-              const CostModel* costs, const std::vector<std::string>& lean = {}) const {
-    Trial t{g_, {}, recomputed, {}, 0, lean};
-    if (!recomputed.empty()) recompute(t.graph, recomputed);
+              const CostModel* costs, const std::vector<std::string>& lean = {},
+              const std::vector<Refresh>& refresh = {}, bool deferred = false) const {
+    Trial t{recomputed.empty() && !deferred ? g_ : deferred_, {}, recomputed, refresh, {}, 0, lean};
+    if (!recomputed.empty()) recompute(t.graph, recomputed, refresh);
     if (!swapped.empty()) {
       SwapTiming timing;
       for (NodeId i = 0; i < t.graph.num_nodes(); ++i) timing.node_seconds.push_back(costs->seconds(t.graph.node(i), m_));
@@ -182,12 +310,12 @@ class Search {
   // every run.
   // Starts from recomputing `initial` (a segment plan), which it only adds to.
   Trial greedy(bool allow_swap, bool allow_recompute, std::size_t budget, const CostModel* measured,
-               const std::vector<ValueId>& initial = {}) const {
+               const SegmentRecompute& initial = {}) const {
     const CostModel* costs = measured ? measured : &estimated_;
-    std::vector<ValueId> recomputed = initial, swapped;
+    std::vector<ValueId> recomputed = initial.values, swapped;
     std::vector<bool> taken(g_.num_values(), false);
-    for (ValueId v : initial) taken[v] = true;
-    Trial best = trial(recomputed, swapped, costs);
+    for (ValueId v : initial.values) taken[v] = true;
+    Trial best = trial(recomputed, swapped, costs, {}, initial.refresh);
     bool one_at_a_time = false;
     while (best.total > budget) {
       const std::vector<Option> options = live_at_peak(best, taken, allow_swap, allow_recompute, costs);
@@ -208,7 +336,7 @@ class Search {
       }
       std::sort(try_recomputed.begin(), try_recomputed.end());
       try_recomputed.erase(std::unique(try_recomputed.begin(), try_recomputed.end()), try_recomputed.end());
-      Trial t = trial(try_recomputed, try_swapped, costs, best.lean);
+      Trial t = trial(try_recomputed, try_swapped, costs, best.lean, initial.refresh);
       if (t.total < best.total) {
         for (const Option& o : options) {
           if (std::find(try_swapped.begin(), try_swapped.end(), o.value) == try_swapped.end() &&
@@ -237,8 +365,10 @@ class Search {
     std::optional<Trial>& cached = least_[allow_swap * 2 + allow_recompute];
     if (cached) return *cached;
     cached = greedy(allow_swap, allow_recompute, 0, nullptr);
-    if (allow_recompute) {
-      Trial seg = greedy(allow_swap, true, 0, nullptr, segment_least().recomputed);
+    for (bool two_levels : {false, true}) {
+      if (!allow_recompute) break;
+      const Trial& from = segment_least(two_levels);
+      Trial seg = greedy(allow_swap, true, 0, nullptr, {from.recomputed, from.refresh});
       if (seg.total < cached->total) cached = std::move(seg);
     }
     return *cached;
@@ -247,7 +377,7 @@ class Search {
   // The values a segment plan recomputes: the `dropped` segments that save the most bytes per second of
   // recomputation (by costs), grouped so that the backward pass holds at most `limit` bytes of saved values
   // (group_segments); empty when they cannot be.
-  std::vector<ValueId> segment_values(std::size_t dropped, std::size_t limit, const CostModel* costs) const {
+  SegmentRecompute segment_values(std::size_t dropped, std::size_t limit, const CostModel* costs) const {
     std::vector<std::pair<double, std::size_t>> order;  // (bytes per second, segment)
     for (std::size_t k = 0; k < segs_.size(); ++k) {
       if (seg_bytes_.saved[k] == 0) continue;
@@ -262,7 +392,26 @@ class Search {
     for (std::size_t k = 1; k < segs_.size(); ++k)
       if (seg_bytes_.saved[k] == 0 && drop[k - 1]) drop[k] = true;
     const std::vector<bool> starts = group_segments(drop, seg_bytes_, limit);
-    return starts.empty() ? std::vector<ValueId>{} : segment_plan(g_, segs_, drop, starts);
+    if (starts.empty()) return {};
+    return segment_plan(deferred_, segs_, {drop, starts, {}, {}});
+  }
+
+  // The segment plan with the least recomputation time (by costs) whose model of the backward peak stays
+  // within `limit`, nested groups included (choose_segments); empty when none does.
+  SegmentRecompute nested_values(std::size_t limit, const CostModel* costs) const {
+    SegmentModel model = seg_model_;
+    model.seconds.assign(segs_.size(), 0.0);
+    model.light_seconds.assign(segs_.size(), 0.0);
+    for (std::size_t k = 0; k < segs_.size(); ++k)
+      for (NodeId i = segs_[k].first_node; i <= segs_[k].last_node; ++i) {
+        model.seconds[k] += cost(i, costs);
+        bool cheap = false;
+        for (ValueId v : g_.node(i).out) cheap |= v != segs_[k].output && cheap_to_recompute(g_, v);
+        if (cheap) model.light_seconds[k] += cost(i, costs);
+      }
+    const std::optional<SegmentChoice> c = choose_segments(model, limit);
+    if (!c) return {};
+    return segment_plan(deferred_, segs_, *c);
   }
 
   std::size_t droppable_segments() const {
@@ -282,30 +431,38 @@ class Search {
 
   // Every segment dropped, in the groups that give the least total: the same every run (no timing decides
   // it). Computed once per search.
-  const Trial& segment_least() const {
-    if (segment_least_) return *segment_least_;
-    segment_least_ = trial({}, {}, &estimated_);
+  // two_levels: the plans choose_segments makes (nested and light groups), else every segment dropped in
+  // plain groups (segment_values). The greedy search goes on from each (least), as the one that holds less
+  // does not always leave it the most to take.
+  const Trial& segment_least(bool two_levels) const {
+    std::optional<Trial>& least = segment_least_[two_levels];
+    if (least) return *least;
+    least = trial({}, {}, &estimated_);
     for (std::size_t limit : limits()) {
-      const std::vector<ValueId> values = segment_values(droppable_segments(), limit, &estimated_);
-      if (values.empty()) break;  // the model of the peak says that a lower limit cannot be met either
-      Trial t = trial(values, {}, &estimated_);
-      if (t.total < segment_least_->total) segment_least_ = std::move(t);
+      const SegmentRecompute plan =
+          two_levels ? nested_values(limit, &estimated_) : segment_values(droppable_segments(), limit, &estimated_);
+      if (plan.values.empty()) break;  // the model of the peak says that a lower limit cannot be met either
+      Trial t = trial(plan.values, {}, &estimated_, {}, plan.refresh);
+      if (t.total < least->total) least = std::move(t);
     }
-    lean_peaks(*segment_least_, 0);
+    lean_peaks(*least, 0);
     // Fewer segments dropped can hold less (recomputed copies live in the backward pass too): the fastest
     // plan under a budget just below the least so far, by the same estimate, while that finds one.
-    for (int round = 0; round < 3 && segment_least_->total > fixed_ + 1; ++round) {
-      std::optional<Trial> lower = segment_fit(segment_least_->total - 1, estimated_);
-      if (!lower || lower->total >= segment_least_->total) break;
-      segment_least_ = std::move(*lower);
+    for (int round = 0; round < 3 && least->total > fixed_ + 1; ++round) {
+      std::optional<Trial> lower = segment_fit(least->total - 1, estimated_, two_levels);
+      if (!lower || lower->total >= least->total) break;
+      least = std::move(*lower);
     }
-    return *segment_least_;
+    return *least;
   }
+
+  std::size_t segment_least_total() const { return std::min(segment_least(false).total, segment_least(true).total); }
 
   // The segment plan with the least predicted step under the budget: for limits on the backward pass's saved
   // bytes at and below what the budget leaves the arena, the fewest segments dropped that fit (a binary
   // search: dropping more holds less), then the fastest of those by `costs`.
-  std::optional<Trial> segment_fit(std::size_t budget, const CostModel& costs) const {
+  // two_levels: nested and light groups too (choose_segments).
+  std::optional<Trial> segment_fit(std::size_t budget, const CostModel& costs, bool two_levels = true) const {
     std::optional<Trial> best;
     double best_seconds = 0;
     if (budget <= fixed_) return best;
@@ -315,10 +472,10 @@ class Search {
       std::optional<Trial> fit;
       while (lo <= hi) {
         const std::size_t mid = lo + (hi - lo) / 2;
-        const std::vector<ValueId> values = segment_values(mid, limit, &costs);
+        const SegmentRecompute plan = segment_values(mid, limit, &costs);
         std::optional<Trial> t;
-        if (!values.empty()) {
-          t = trial(values, {}, &costs);
+        if (!plan.values.empty()) {
+          t = trial(plan.values, {}, &costs);
           lean_peaks(*t, budget);
         }
         if (t && t->total <= budget) {
@@ -328,9 +485,19 @@ class Search {
           lo = mid + 1;
         }
       }
-      if (!fit) continue;
-      const double seconds = costs.simulate(fit->graph, m_);
-      if (!best || seconds < best_seconds) best = std::move(fit), best_seconds = seconds;
+      std::optional<Trial> nested_fit;
+      if (const SegmentRecompute nested = two_levels ? nested_values(limit, &costs) : SegmentRecompute{};
+          !nested.values.empty()) {
+        nested_fit = trial(nested.values, {}, &costs, {}, nested.refresh);
+        lean_peaks(*nested_fit, budget);
+      }
+      // The fewest segments dropped in plain groups, and the least recomputation time within the limit with
+      // nested groups (choose_segments).
+      for (std::optional<Trial>* t : {&fit, &nested_fit}) {
+        if (!*t || (*t)->total > budget) continue;
+        const double seconds = costs.simulate((*t)->graph, m_);
+        if (!best || seconds < best_seconds) best = std::move(*t), best_seconds = seconds;
+      }
     }
     return best;
   }
@@ -395,11 +562,19 @@ class Search {
   // Seconds of base-graph node i at m.
   double cost(NodeId i, const CostModel* costs) const { return costs->seconds(g_.node(i), m_); }
 
+  static Graph deferred(Graph g) {
+    defer_gradient_branches(g);
+    return g;
+  }
+
   const Graph& g_;
+  // Recomputation starts from g with its gradient branches reordered (defer_gradient_branches): recomputed
+  // shortcut branches then run where they hold least. The same values and forward nodes as g_.
+  Graph deferred_;
   int m_;
   CostModel estimated_;  // estimate_costs: what decides whether a budget fits
   mutable std::optional<Trial> least_[4];  // least(), by technique
-  mutable std::optional<Trial> segment_least_;
+  mutable std::optional<Trial> segment_least_[2];  // segment_least(two_levels)
   MicroBatchPlan base_;
   std::size_t fixed_ = 0;  // everything but the arena
   std::unordered_map<std::string, std::size_t> workspace_;
@@ -408,7 +583,22 @@ class Search {
   std::vector<bool> is_saved_;
   std::vector<Segment> segs_;
   SegmentBytes seg_bytes_;  // at m_
+  SegmentModel seg_model_;  // what choose_segments weighs, but the seconds (segment_model)
+  std::vector<bool> seg_can_drop_;  // segment k has values to recompute
 };
+
+// Of `values` (of g), those whose producer a rewrite of g computes again more than once (its clones are named
+// after it, engine/graph/op.h).
+std::vector<ValueId> computed_twice(const Graph& g, const Graph& rewritten, const std::vector<ValueId>& values) {
+  std::unordered_map<std::string, int> clones;
+  for (NodeId i = 0; i < rewritten.num_nodes(); ++i) clones[rewritten.node(i).name] += 1;
+  std::vector<ValueId> out;
+  for (ValueId v : values) {
+    const auto it = clones.find(g.node(g.value(v).producer).name + std::string(ops::kRecomputeSuffix));
+    if (it != clones.end() && it->second > 1) out.push_back(v);
+  }
+  return out;
+}
 
 // The techniques a strategy may use, and in what combinations: auto tries both together, then each alone.
 struct Technique {
@@ -459,11 +649,13 @@ std::optional<Trial> best_fit(const Search& s, Strategy strategy, std::size_t bu
     if (trial.total > budget) trial = least(s, t);
     std::vector<Trial> candidates;
     candidates.push_back(std::move(trial));
-    if (t.recompute && s.segment_least().total <= budget) {
+    if (t.recompute && s.segment_least_total() <= budget) {
       if (std::optional<Trial> seg = s.segment_fit(budget, costs)) candidates.push_back(std::move(*seg));
     }
-    if (t.recompute && t.swap) {
-      Trial seg = s.greedy(true, false, budget, &costs, s.segment_least().recomputed);
+    for (bool two_levels : {false, true}) {
+      if (!t.recompute || !t.swap) break;
+      const Trial& from = s.segment_least(two_levels);
+      Trial seg = s.greedy(true, false, budget, &costs, {from.recomputed, from.refresh});
       if (seg.total <= budget) candidates.push_back(std::move(seg));
     }
     for (Trial& c : candidates) {
@@ -491,6 +683,27 @@ CostModel measure_within(const Graph& g, const Search& s, const StrategyRequest&
     if (least_t.total <= r.budget && (!smallest || held(least_t) < held(*smallest))) smallest = &least_t;
   }
   return measure_costs(smallest->graph, timing, r.device, r.index);
+}
+
+// Takes `chosen` (a trial of s) as the plan: rewrites g for it, names what it swaps, recomputes (twice) and
+// runs lean in out.choice, and compiles it into out.plan.
+void adopt(Graph& g, const Search& s, Trial chosen, const StrategyRequest& r, StrategyPlan& out) {
+  out.choice.in_memory_total = s.in_memory_total();
+  out.choice.swapped = chosen.swapped;
+  // The values that leave the arena: a segment plan also names the unsaved values between them.
+  std::vector<bool> saved(g.num_values(), false);
+  for (const SavedValue& v : saved_values(g)) saved[v.value] = true;
+  for (ValueId v : chosen.recomputed)
+    if (saved[v]) out.choice.recomputed.push_back(v);
+  out.choice.twice = computed_twice(g, chosen.graph, out.choice.recomputed);
+  for (NodeId i = 0; i < chosen.graph.num_nodes(); ++i)
+    if (chosen.graph.node(i).lean) out.choice.lean.push_back(chosen.graph.node(i).name);
+  out.choice.used = chosen.swapped.empty() ? (chosen.recomputed.empty() ? "in memory" : "recompute")
+                                           : (chosen.recomputed.empty() ? "swap" : "swap+recompute");
+  g = std::move(chosen.graph);
+  const int m = s.micro_batch();
+  out.plan = plan_micro_batch(g, m, r.optimizer, r.device, r.index);
+  count_loader(g, r.batch, out.plan);
 }
 
 // what_m: the micro-batch and why it is that size ("--micro-batch 32", "micro-batch 32 (one BatchNorm group)").
@@ -582,23 +795,23 @@ StrategyPlan plan_strategy(Graph& g, const StrategyRequest& r) {
       }
     }
   }
-  out.choice.in_memory_total = search->in_memory_total();
   out.choice.in_memory_seconds = costs.simulate(g, m);
-  out.choice.swapped = chosen->swapped;
-  // The values that leave the arena: a segment plan also names the unsaved values between them.
-  std::vector<bool> saved(g.num_values(), false);
-  for (const SavedValue& v : saved_values(g)) saved[v.value] = true;
-  for (ValueId v : chosen->recomputed)
-    if (saved[v]) out.choice.recomputed.push_back(v);
-  for (NodeId i = 0; i < chosen->graph.num_nodes(); ++i)
-    if (chosen->graph.node(i).lean) out.choice.lean.push_back(chosen->graph.node(i).name);
-  out.choice.used = chosen->swapped.empty() ? (chosen->recomputed.empty() ? "in memory" : "recompute")
-                                            : (chosen->recomputed.empty() ? "swap" : "swap+recompute");
-  g = std::move(chosen->graph);
+  adopt(g, *search, std::move(*chosen), r, out);
   out.choice.predicted_seconds = costs.simulate(g, m);
   out.choice.costs = std::move(costs);
-  out.plan = plan_micro_batch(g, m, r.optimizer, r.device, r.index);
-  count_loader(g, r.batch, out.plan);
+  return out;
+}
+
+StrategyPlan least_plan(Graph& g, const StrategyRequest& r) {
+  CRUMB_CHECK(r.strategy == Strategy::Swap || r.strategy == Strategy::Recompute || r.strategy == Strategy::Auto,
+              "least_plan: --strategy ", strategy_name(r.strategy), " neither swaps nor recomputes");
+  const Search s(g, r, smallest_micro_batch(g, r));
+  const Trial* best = nullptr;
+  for (const Technique& t : techniques(r.strategy))
+    if (!best || least(s, t).total < best->total) best = &least(s, t);
+  StrategyPlan out;
+  out.choice.requested = r.strategy;
+  adopt(g, s, Trial(*best), r, out);
   return out;
 }
 
@@ -632,8 +845,11 @@ Frontier memory_frontier(const Graph& g, const StrategyRequest& r, int points) {
     p.predicted_seconds = f.costs.simulate(t.graph, m);
     std::vector<bool> left(g.num_values(), false);
     for (ValueId v : t.swapped) left[v] = true, p.swapped += 1, p.swapped_bytes += bytes_at(g, v, m);
+    std::vector<ValueId> recomputed;
     for (ValueId v : t.recomputed)
-      if (saved[v] && !left[v]) left[v] = true, p.recomputed += 1, p.recomputed_bytes += bytes_at(g, v, m);
+      if (saved[v] && !left[v]) left[v] = true, recomputed.push_back(v), p.recomputed_bytes += bytes_at(g, v, m);
+    p.recomputed = static_cast<int>(recomputed.size());
+    p.twice = static_cast<int>(computed_twice(g, t.graph, recomputed).size());
     for (const SavedValue& v : all_saved)
       if (!left[v.value]) p.kept += 1, p.kept_bytes += bytes_at(g, v.value, m);
     for (NodeId i = 0; i < t.graph.num_nodes(); ++i) p.lean += t.graph.node(i).lean;
@@ -678,15 +894,15 @@ void write_frontier(std::ostream& os, const Frontier& f, std::size_t budget) {
      << "; steps predicted from kernel times measured at " << f.costs.measured_batch << " samples):\n"
      << "  " << std::right << std::setw(12) << "memory" << std::setw(8) << "x" << std::setw(14) << "step"
      << std::setw(9) << "x" << "  " << std::left << std::setw(16) << "plan"
-     << "saved values kept / recomputed / swapped; steps lean\n";
+     << "saved values kept / recomputed (those twice) / swapped; steps lean[; graph]\n";
   for (const FrontierPoint& p : f.points) {
     os << "  " << std::right << std::setw(12) << format_bytes(p.total) << std::fixed << std::setprecision(3)
        << std::setw(8) << double(p.total) / double(full.total) << std::setprecision(2) << std::setw(11)
        << p.predicted_seconds * 1e3 << " ms" << std::setprecision(3) << std::setw(9)
        << (full.predicted_seconds > 0 ? p.predicted_seconds / full.predicted_seconds : 0.0) << "  " << std::left
        << std::setw(16) << p.used << p.kept << " (" << format_bytes(p.kept_bytes) << ") / " << p.recomputed << " ("
-       << format_bytes(p.recomputed_bytes) << ") / " << p.swapped << " (" << format_bytes(p.swapped_bytes) << "); "
-       << p.lean
+       << format_bytes(p.recomputed_bytes) << (p.twice ? ", " + std::to_string(p.twice) + " twice" : "") << ") / " << p.swapped << " (" << format_bytes(p.swapped_bytes) << "); "
+       << p.lean << (p.graph.empty() ? "" : "; " + p.graph)
        << (&p - f.points.data() == marked ? "  <- the budget's" : "")
        << "\n";
     os.unsetf(std::ios::floatfield);
@@ -701,7 +917,8 @@ void write_strategy_report(std::ostream& os, const Graph& g, const StrategyPlan&
   for (ValueId v : c.swapped) swapped += bytes_at(g, v, m);
   for (ValueId v : c.recomputed) recomputed += bytes_at(g, v, m);
   os << "strategy " << strategy_name(c.requested) << ": " << c.used << " at micro-batch " << m << ": "
-     << c.recomputed.size() << " values recomputed (" << format_bytes(recomputed) << "), " << c.swapped.size()
+     << c.recomputed.size() << " values recomputed (" << format_bytes(recomputed)
+     << (c.twice.empty() ? "" : ", " + std::to_string(c.twice.size()) + " of them twice") << "), " << c.swapped.size()
      << " swapped to the host pool (" << format_bytes(swapped) << ")"
      << (c.lean.empty() ? "" : ", " + std::to_string(c.lean.size()) + " steps lean") << "\n"
      << "  memory " << format_bytes(p.plan.memory.total()) << " against " << format_bytes(c.in_memory_total)
@@ -718,7 +935,8 @@ void write_strategy_report(std::ostream& os, const Graph& g, const StrategyPlan&
     os << "  " << std::left << std::setw(10) << what << std::setw(34) << g.value(v).name << std::setw(22) << n.def->name
        << std::right << std::setw(12) << format_bytes(bytes_at(g, v, m)) << "\n";
   };
-  for (ValueId v : c.recomputed) line("recompute", v);
+  for (ValueId v : c.recomputed)
+    line(std::find(c.twice.begin(), c.twice.end(), v) == c.twice.end() ? "recompute" : "twice", v);
   for (ValueId v : c.swapped) line("swap", v);
   for (const std::string& step : c.lean) os << "  lean      " << step << "\n";
 }

@@ -42,6 +42,9 @@ struct StrategyChoice {
   // the whole batch), "recompute", "swap" or "swap+recompute".
   std::string used;
   std::vector<ValueId> swapped, recomputed;  // values of the graph (as built) that left the arena
+  // Of recomputed, those computed a second time in the backward pass (nested and light segment groups,
+  // engine/strategy/segments.h).
+  std::vector<ValueId> twice;
   std::vector<std::string> lean;             // steps that run their variant with less workspace (Node::lean)
   std::size_t in_memory_total = 0;           // the same micro-batch without swapping or recomputing
   // One micro-batch's step, predicted by the cost model, and the same in memory; 0 when nothing was
@@ -63,6 +66,12 @@ StrategyPlan plan_strategy(Graph& g, const StrategyRequest& request);
 // The least budget plan_strategy(g, request) meets at the smallest (or forced) micro-batch, the one its
 // failure names, from sizes alone: nothing is measured or rewritten.
 std::size_t least_budget(const Graph& g, const StrategyRequest& request);
+// The plan whose total least_budget(g, r) is, for a strategy that swaps or recomputes (swap, recompute or
+// auto): g rewritten for it and compiled. Decided from sizes and estimated costs, as the least is: the same
+// every run (plan_strategy at that budget takes the fastest plan that fits by measured times, which may be
+// another); its choice has no predicted times.
+StrategyPlan least_plan(Graph& g, const StrategyRequest& r);
+
 // One plan on the memory-time frontier: the memory it needs (the least budget it fits) and the step the
 // cost model predicts for it, and what it does with the saved values (bytes at its micro-batch).
 struct FrontierPoint {
@@ -70,6 +79,10 @@ struct FrontierPoint {
   double predicted_seconds = 0;
   std::string used;  // as StrategyChoice::used
   int kept = 0, recomputed = 0, swapped = 0, lean = 0;  // lean: steps running their lean variant (Node::lean)
+  int twice = 0;  // of the values recomputed, those computed a second time (StrategyChoice::twice)
+  // Empty for the graph memory_frontier was given; "In-Place" or "unfused" for a point of the graph a fused
+  // plan falls back on there (plan_frontier, engine/train/trainer.h).
+  std::string graph;
   std::size_t kept_bytes = 0, recomputed_bytes = 0, swapped_bytes = 0;
 };
 

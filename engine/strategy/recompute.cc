@@ -36,7 +36,7 @@ std::vector<ValueId> recompute_closure(const Graph& g, ValueId v, const std::vec
   return closure;
 }
 
-int recompute(Graph& g, const std::vector<ValueId>& values) {
+int recompute(Graph& g, const std::vector<ValueId>& values, const std::vector<Refresh>& refresh) {
   std::vector<bool> wanted(g.num_values(), false);
   for (ValueId v : values) {
     CRUMB_CHECK(v >= 0 && v < g.num_values() && recomputable(g, v), "recompute: '",
@@ -45,6 +45,16 @@ int recompute(Graph& g, const std::vector<ValueId>& values) {
     wanted[v] = true;
   }
   const int nodes_before = g.num_nodes(), backward_from = first_backward_node(g);
+  std::vector<std::vector<ValueId>> refresh_at(nodes_before - backward_from);
+  for (const Refresh& r : refresh) {
+    CRUMB_CHECK(r.before >= backward_from && r.before < nodes_before, "recompute: a refresh before node ", r.before,
+                ", which is not a backward node (", backward_from, " to ", nodes_before - 1, ")");
+    for (ValueId v : r.values)
+      CRUMB_CHECK(v >= 0 && v < g.num_values() && wanted[v], "recompute: refresh of '",
+                  v >= 0 && v < g.num_values() ? g.value(v).name : std::to_string(v), "', which is not recomputed");
+    auto& at = refresh_at[r.before - backward_from];
+    at.insert(at.end(), r.values.begin(), r.values.end());
+  }
   std::vector<NodeId> order;
   for (NodeId i = 0; i < backward_from; ++i) order.push_back(i);
   std::vector<ValueId> copy_of(g.num_values(), -1);
@@ -62,6 +72,7 @@ int recompute(Graph& g, const std::vector<ValueId>& values) {
     return copy_of[u];
   };
   for (NodeId i = backward_from; i < nodes_before; ++i) {
+    for (ValueId v : refresh_at[i - backward_from]) copy_of[v] = -1;
     const int before = g.num_nodes();
     std::vector<ValueId> in = g.node(i).in;
     for (ValueId& x : in) x = again(x);

@@ -23,9 +23,21 @@ bool recomputable(const Graph& g, ValueId v);
 // read (those die in the forward otherwise). Empty when v cannot be recomputed that way.
 std::vector<ValueId> recompute_closure(const Graph& g, ValueId v, const std::vector<bool>& is_saved);
 
+// A second level of recomputation: from backward node `before` on (a node of the graph recompute is given),
+// the next reader of each of `values` gets a new copy, computed again from its inputs, instead of the copy
+// made before; the earlier copy then dies with its last reader before `before`. Segment recomputation
+// (engine/strategy/segments.h) uses it to compute a segment's inner values again from the recomputed
+// segment input when its own backward begins, so that a group's recomputation holds only the segment
+// outputs until then (Chen et al. 2016, multi-level).
+struct Refresh {
+  NodeId before = -1;
+  std::vector<ValueId> values;  // of those recompute is given
+};
+
 // Rewrites g (forward + backward, as build_backward left it or after earlier rewrites) so that the backward
-// pass reads recomputed copies of `values` (forward activations with recompute rules). Returns the nodes
-// added. Throws crumb::Error naming a value that cannot be recomputed.
-int recompute(Graph& g, const std::vector<ValueId>& values);
+// pass reads recomputed copies of `values` (forward activations with recompute rules), made again where
+// `refresh` says. Returns the nodes added. Throws crumb::Error naming a value that cannot be recomputed, or
+// a refresh of a value not recomputed or before a node that is not a backward node.
+int recompute(Graph& g, const std::vector<ValueId>& values, const std::vector<Refresh>& refresh = {});
 
 }  // namespace crumb

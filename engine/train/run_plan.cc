@@ -2,6 +2,7 @@
 // budget) and the plan of a model for a batch and a budget (plan_run, plan_graph), before anything is
 // allocated. Declared in engine/train/trainer.h.
 #include <algorithm>
+#include <limits>
 #include <optional>
 
 #include "engine/base/error.h"
@@ -285,7 +286,35 @@ Frontier plan_frontier(const TrainConfig& c, const data::DataShape& shape, int b
   r.micro_batch = micro_batch;
   r.optimizer = c.optimizer;
   r.device = device;
-  return memory_frontier(t.graph, r);
+  if (!t.fused) return memory_frontier(t.graph, r);
+  // A fused plan swaps and recomputes on the first of the fused graph, its In-Place form and the unfused
+  // graph whose least budget meets the budget (plan_fused_strategy): each graph's points below the least
+  // budgets of those before it.
+  Graph lean = t.graph;
+  recompute_in_place(lean);
+  const std::pair<const Graph*, const char*> variants[] = {{&t.graph, ""}, {&lean, "In-Place"}, {&t.unfused, "unfused"}};
+  Frontier out;
+  std::size_t below = std::numeric_limits<std::size_t>::max();
+  for (const auto& [graph, name] : variants) {
+    const std::size_t least = least_budget(*graph, r);
+    if (least >= below) continue;
+    Frontier f = memory_frontier(*graph, r);
+    if (out.points.empty()) {
+      out = std::move(f);
+    } else {
+      for (FrontierPoint& p : f.points)
+        if (p.total < below) out.points.push_back(std::move(p)), out.points.back().graph = name;
+    }
+    below = least;
+  }
+  std::sort(out.points.begin(), out.points.end(),
+            [](const FrontierPoint& a, const FrontierPoint& b) { return a.total < b.total; });
+  // Each faster than the one before it (one with more memory and no less time is no choice).
+  std::vector<FrontierPoint> points;
+  for (FrontierPoint& p : out.points)
+    if (points.empty() || p.predicted_seconds < points.back().predicted_seconds) points.push_back(std::move(p));
+  out.points = std::move(points);
+  return out;
 }
 
 RunPlan plan_graph(const TrainConfig& c, Graph model, int batch, Device device) {

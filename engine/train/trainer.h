@@ -163,7 +163,9 @@ RunPlan plan_graph(const TrainConfig& cfg, Graph model, int batch, Device device
 // groups cfg.norm sets), else its nodes say.
 void check_bn_group(const TrainConfig& cfg, const Graph& g, int batch, bool named);
 // The memory-time frontier of that plan's graph at micro-batch `micro_batch` (engine/strategy/memory_strategy.h):
-// --explain --frontier and the Python module's Plan.frontier().
+// --explain --frontier and the Python module's Plan.frontier(). For a fused graph, of the graphs a fused plan
+// weighs where a budget takes them (the In-Place form's or the unfused graph's points below the fused
+// graph's least budget: FrontierPoint::graph).
 Frontier plan_frontier(const TrainConfig& cfg, const data::DataShape& shape, int batch, Device device, int micro_batch);
 
 // The value `key` recorded in the metadata of the checkpoint at `path` (an error where it records no run).

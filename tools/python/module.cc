@@ -176,7 +176,7 @@ class Plan {
     for (const FrontierPoint& p : f.points)
       rows.append(dict_of("total", p.total, "memory_ratio", double(p.total) / double(full.total), "predicted_s",
                           p.predicted_seconds, "time_ratio", p.predicted_seconds / full.predicted_seconds, "plan",
-                          p.used, "kept", p.kept, "recomputed", p.recomputed, "swapped", p.swapped, "kept_bytes",
+                          p.used, "kept", p.kept, "recomputed", p.recomputed, "recomputed_twice", p.twice, "graph", p.graph, "swapped", p.swapped, "kept_bytes",
                           p.kept_bytes, "recomputed_bytes", p.recomputed_bytes, "swapped_bytes", p.swapped_bytes,
                           "fits", p.total <= run_->budget));
     return rows;

@@ -399,8 +399,10 @@ std::string frontier_svg(const ReportData& r) {
         byte_label(double(p.total)) + " (" + text(double(p.total) / double(full.total), "%.3f") + "x): " +
         text(p.predicted_seconds * 1e3, "%.2f") + " ms (" + text(p.predicted_seconds / full.predicted_seconds, "%.3f") +
         "x), " + p.used + "\nsaved values kept " + std::to_string(p.kept) + " (" + format_bytes(p.kept_bytes) +
-        "), recomputed " + std::to_string(p.recomputed) + " (" + format_bytes(p.recomputed_bytes) + "), swapped " +
-        std::to_string(p.swapped) + " (" + format_bytes(p.swapped_bytes) + "); steps lean " + std::to_string(p.lean);
+        "), recomputed " + std::to_string(p.recomputed) + " (" + format_bytes(p.recomputed_bytes) +
+        (p.twice ? ", " + std::to_string(p.twice) + " twice" : "") + "), swapped " +
+        std::to_string(p.swapped) + " (" + format_bytes(p.swapped_bytes) + "); steps lean " + std::to_string(p.lean) +
+        (p.graph.empty() ? "" : "; the " + p.graph + " graph");
     w.titled("circle",
              {{"class", "point"}, {"cx", px}, {"cy", py}, {"r", 5}, {"fill", "#4e79a7"},
               {"data-total", std::to_string(p.total)}, {"data-seconds", text(p.predicted_seconds, "%.17g")},

@@ -114,7 +114,7 @@ Table frontier_table(const ReportData& r) {
   Table t{"frontier",
           "Memory-time frontier at micro-batch " + std::to_string(f.micro_batch) + " (--explain --frontier)",
           {"memory_bytes", "memory", "memory_x", "step_seconds", "step", "step_x", "plan", "kept", "recomputed",
-           "swapped", "steps_lean", "budget's"},
+           "recomputed_twice", "swapped", "steps_lean", "graph", "budget's"},
           {}};
   const FrontierPoint& full = f.points.back();
   const int marked = budget_point(f, r.budget);
@@ -124,8 +124,8 @@ Table frontier_table(const ReportData& r) {
     t.rows.push_back({std::to_string(p.total), format_bytes(p.total), fixed(double(p.total) / double(full.total), 3),
                       fixed(p.predicted_seconds, 9), fixed(p.predicted_seconds * 1e3, 2) + " ms",
                       fixed(full.predicted_seconds > 0 ? p.predicted_seconds / full.predicted_seconds : 0.0, 3), p.used,
-                      values(p.kept, p.kept_bytes), values(p.recomputed, p.recomputed_bytes),
-                      values(p.swapped, p.swapped_bytes), std::to_string(p.lean), int(i) == marked ? "yes" : ""});
+                      values(p.kept, p.kept_bytes), values(p.recomputed, p.recomputed_bytes), std::to_string(p.twice),
+                      values(p.swapped, p.swapped_bytes), std::to_string(p.lean), p.graph, int(i) == marked ? "yes" : ""});
   }
   return t;
 }
