@@ -37,7 +37,7 @@ void expect_answers(Device device, const Answers& want) {
 }
 
 TEST(Backend, CpuComputesAndStagesInHostMemory) {
-  expect_answers(Device::CPU, {Memory::Host, Memory::Host, false, false, {DType::F32, DType::F64, DType::BF16, DType::F16}, false, 4, "mpi"});
+  expect_answers(Device::CPU, {Memory::Host, Memory::Host, false, false, {DType::F32, DType::F64, DType::BF16, DType::F16}, false, 8, "mpi"});
   EXPECT_EQ(backend(Device::CPU).default_budget(), std::size_t{4} << 30);
   MirroredBuffer block(64, Device::CPU);
   EXPECT_EQ(block.host(), block.device()) << "the CPU computes on the host copy itself";

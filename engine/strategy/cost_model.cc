@@ -90,22 +90,30 @@ CostModel measure_costs(const Graph& g, int m, Device device, int index) {
     }
     const int b = c.measured_batch, half = b / 2;
     e.time_steps(b);  // warm-up: first touches of the arena, lazily built library state
-    std::vector<double> at_b(e.plan().order.size(), 1e30), at_half(at_b);
-    auto keep_fastest = [](std::vector<double>& best, const std::vector<double>& t) {
-      for (std::size_t s = 0; s < t.size(); ++s) best[s] = std::min(best[s], t[s]);
-    };
-    for (int run = 0; run < 3; ++run) {
-      keep_fastest(at_b, e.time_steps(b));
-      if (half >= 1) keep_fastest(at_half, e.time_steps(half));
+    constexpr int kRuns = 3;
+    std::vector<std::vector<double>> at_b(e.plan().order.size()), at_half(at_b.size());
+    for (int run = 0; run < kRuns; ++run) {
+      const std::vector<double> tb = e.time_steps(b);
+      for (std::size_t s = 0; s < tb.size(); ++s) at_b[s].push_back(tb[s]);
+      if (half < 1) continue;
+      const std::vector<double> th = e.time_steps(half);
+      for (std::size_t s = 0; s < th.size(); ++s) at_half[s].push_back(th[s]);
     }
+    auto median = [](std::vector<double>& t) {
+      std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+      return t[t.size() / 2];
+    };
     for (std::size_t s = 0; s < at_b.size(); ++s) {
       const Node& n = g.node(e.plan().order[s]);
-      c.node_seconds[n.name] = at_b[s];
+      const double tb = median(at_b[s]);
+      c.node_seconds[n.name] = tb;
       if (n.lean) c.measured_lean.insert(n.name);
-      // The line through the two timings, at 0 samples; within [0, at_b]: timing noise can tilt the line
+      // The line through the two timings, at 0 samples; within [0, tb]: timing noise can tilt the line
       // of a node of microseconds either way.
-      if (half >= 1)
-        c.fixed_seconds[n.name] = std::clamp(at_half[s] - (at_b[s] - at_half[s]) * half / (b - half), 0.0, at_b[s]);
+      if (half >= 1) {
+        const double th = median(at_half[s]);
+        c.fixed_seconds[n.name] = std::clamp(th - (tb - th) * half / (b - half), 0.0, tb);
+      }
     }
   }
   constexpr std::size_t kBytes = std::size_t{16} << 20;

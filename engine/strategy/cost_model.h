@@ -43,14 +43,14 @@ struct CostModel {
   double simulate(const Graph& g, int m) const;
 };
 
-// The samples measure_costs times a micro-batch of m at: min(m, Backend::timing_batch()) (4 on the CPU, 32
+// The samples measure_costs times a micro-batch of m at: min(m, Backend::timing_batch()) (8 on the CPU, 32
 // on a GPU).
 int timing_batch(int m, Device device, int index = 0);
 
 // Runs g's training pass (g must have its backward) at timing_batch(m) samples once to warm up, then three
 // timed runs at that batch and three at half of it (where it is 2 or more) in turn, keeping each node's
-// fastest at each (fastest: a core taken by another process only ever adds time), and splits each node's
-// time into its fixed and linear parts; then copies of 16 MiB each way, fastest of three. It allocates
+// median at each (the sum of each node's fastest fell 4-5% short of a whole pass: a pass is not every
+// node's best moment at once; docs/memory.md), and splits each node's time into its fixed and linear parts; then copies of 16 MiB each way, fastest of three. It allocates
 // what a run of g in memory at that micro-batch does without the optimizer state and the loader (the
 // parameters and their gradients, the arena, the inputs), freed before the copies' 32 MiB: a caller
 // that keeps within a budget checks that plan first (engine/strategy/memory_strategy.cc).

@@ -14,9 +14,9 @@
 #          [--race-variants fp32,tf32,bf16,bf16-nchw] [-- extra train flags]
 # LIST, comma-separated, run in this order whatever the order given: build (configure + build; configure
 #   alone configures only), cuda, sanitize, resnets, fusion, kernels, bandwidth, nccl, beyond, cpu, train, graphs,
-#   compare, budget, swap. Default: all of them (more than one call can hold: pick some).
+#   compare, budget, swap, predictions. Default: all of them (more than one call can hold: pick some).
 # The --resnet* flags size the resnets and fusion phases (resnet20: 0 = the whole epoch); --race-device cpu with small
-#   sizes rehearses it on a machine without a GPU (CRUMB_GPU_BUILD=build, and CRUMB_BENCH_PYTHON naming a
+#   sizes rehearses them and the predictions phase on a machine without a GPU (CRUMB_GPU_BUILD=build, and CRUMB_BENCH_PYTHON naming a
 #   python with torch).
 # Needs gpu-carry/ (tools/bench/gpu_carry.sh) where the machine lacks Eigen, GoogleTest, zlib, Google
 # Benchmark, Open MPI or the data. CRUMB_GPU_BUILD sets the build folder (default build-gpu/).
@@ -25,7 +25,7 @@
 set -uo pipefail  # no -e: a failing phase is recorded and the next one still runs
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-all_phases=build,cuda,sanitize,resnets,fusion,kernels,bandwidth,nccl,beyond,cpu,train,graphs,compare,budget,swap
+all_phases=build,cuda,sanitize,resnets,fusion,kernels,bandwidth,nccl,beyond,cpu,train,graphs,compare,budget,swap,predictions
 deadline=560 phases=$all_phases models=lenet5,cnn batch=256 epochs=2 repeat=3
 kernel_suites=resnet50_224,deepbench,vgg11_bn_224,resnet18_28,resnet20,resnet20_28,vgg11_bn_32,cnn,lenet5
 kernel_min_time=0.05
@@ -712,6 +712,27 @@ if want swap; then
     --input 3x224x224 --repeat 2 > "$tmpd/swap.txt" 2>> "$train_log"
   note "swap: $(tail -n 1 "$tmpd/swap.txt")"
   cat "$tmpd/swap.txt" >> "$train_log"
+fi
+
+# ---- predicted against measured step time at five points of the recomputation frontier, resnet20 and
+# ResNet-50 (tools/bench/frontier_predictions.py; issue 39 asks within 10%). --resnet50-input sizes ResNet-50.
+if want predictions; then
+  : > "$tmpd/predictions.txt"
+  for spec in "120 --model resnet20 --input 3x32x32 --batch 256 --micro-batch 64 --bn-group 8" \
+              "240 --model resnet50 --input $resnet50_input --classes 1000 --batch 64 --micro-batch 64"; do
+    read -r limit flags <<< "$spec"
+    read -r -a flags <<< "$flags"
+    bounded "$limit" python3 "$repo/tools/bench/frontier_predictions.py" --train "$build/train" --repeat 2 \
+      --limit-train 256 -- "${flags[@]}" --dataset synthetic --strategy recompute --device "$race_device" \
+      --threads "$jobs" > "$tmpd/one.txt" 2>> "$train_log"
+    cat "$tmpd/one.txt" >> "$tmpd/predictions.txt"
+    note "predictions ${flags[1]} on $race_device: $(python3 -c '
+import json, sys
+j = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+e = [p["error"] for p in j[-1]["points"]] if j else []
+print(f"errors {min(e):+.1%} to {max(e):+.1%} at {len(e)} points" if e else "FAILED (see train.log)")' "$tmpd/one.txt")"
+  done
+  cat "$tmpd/predictions.txt" >> "$train_log"
 fi
 
 finish 0
