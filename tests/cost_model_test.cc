@@ -3,6 +3,7 @@
 // No test here depends on how fast anything ran.
 #include <gtest/gtest.h>
 
+#include "engine/device/backend.h"
 #include "engine/strategy/cost_model.h"
 #include "tests/small_resnet.h"
 
@@ -62,11 +63,29 @@ TEST(CostModel, SimulateSumsTheTrainingPassAtTheMicroBatch) {
   EXPECT_NEAR(c.simulate(g, 8), expected, 1e-12 * expected);
 }
 
+// Kernels are timed where their operands outgrow the cache, as at the micro-batch they will run: resnet20 on
+// 8x8 images (16 KiB a sample at its largest step) at the micro-batch itself, on 224x224 images (about
+// 10 MiB a sample) at the device's own timing batch.
+TEST(CostModel, TimedWhereTheOperandsOutgrowTheCache) {
+  const std::size_t cache = backend(Device::CPU).cache_bytes();
+  if (cache < (std::size_t{1} << 20) || cache > (std::size_t{64} << 20))
+    GTEST_SKIP() << "a last-level cache of " << cache << " bytes: the sizes below assume 1-64 MiB";
+  const int base = backend(Device::CPU).timing_batch();
+  EXPECT_EQ(timing_batch(test::small_resnet20(), 64, Device::CPU), 64);
+  EXPECT_EQ(timing_batch(test::small_resnet20(), 3, Device::CPU), 3);
+  models::NormSpec norm;
+  norm.bn.group = 8;
+  Graph large = models::build("resnet20", {3, 224, 224, 5, norm});
+  build_backward(large);
+  EXPECT_EQ(timing_batch(large, 64, Device::CPU), base);
+  EXPECT_EQ(timing_batch(large, 2, Device::CPU), 2);
+}
+
 TEST(CostModel, MeasuredPartsWithinTheirTimes) {
   Graph g = test::small_resnet20();
   g.node(lean_capable(g)).lean = true;
   const CostModel c = measure_costs(g, 8, Device::CPU);
-  EXPECT_EQ(c.measured_batch, timing_batch(8, Device::CPU));
+  EXPECT_EQ(c.measured_batch, timing_batch(g, 8, Device::CPU));
   for (NodeId i = 0; i < g.num_nodes(); ++i) {
     const Node& n = g.node(i);
     SCOPED_TRACE(n.name);

@@ -1,5 +1,6 @@
 #include "engine/cuda/cuda_backend.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -125,6 +126,12 @@ std::size_t CudaBackend::free_bytes() const {
   std::size_t free_bytes = 0, total = 0;
   CRUMB_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
   return free_bytes;
+}
+
+std::size_t CudaBackend::cache_bytes() const {
+  int bytes = 0;
+  CRUMB_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, index()));
+  return static_cast<std::size_t>(std::max(bytes, 0));
 }
 
 void CudaBackend::activate() { CRUMB_CUDA_CHECK(cudaSetDevice(index())); }

@@ -57,6 +57,7 @@ class CudaBackend final : public Backend {
   bool has_tf32() const override { return true; }
   // Enough samples to fill the SMs.
   int timing_batch() const override { return 32; }
+  std::size_t cache_bytes() const override;
   // NCCL, bootstrapped over MPI (engine/dist/nccl_communicator.h).
   const char* communicator() const override { return "nccl"; }
   void activate() override;

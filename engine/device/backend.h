@@ -72,6 +72,9 @@ class Backend {
   // Samples per micro-batch at which the cost model times kernels (engine/strategy/cost_model.h): enough
   // to fill the device, so that times scale linearly from there, and few enough to take seconds.
   virtual int timing_batch() const = 0;
+  // Bytes of the last cache level before memory (the CPU's last level, the GPU's L2); 0 where unknown. The
+  // cost model times kernels at a micro-batch whose operands outgrow it, as a step's do.
+  virtual std::size_t cache_bytes() const = 0;
   // The kind of communicator that connects data-parallel ranks training on this device, as engine/dist
   // registers communicators ("mpi", "nccl").
   virtual const char* communicator() const = 0;

@@ -68,14 +68,26 @@ CostModel estimate_costs(const Graph& g, int m) {
   return c;
 }
 
-int timing_batch(int m, Device device, int index) {
-  return std::max(1, std::min(m, backend(device, index).timing_batch()));
+int timing_batch(const Graph& g, int m, Device device, int index) {
+  const Backend& b = backend(device, index);
+  int64_t samples = b.timing_batch();
+  std::size_t step_bytes = 0;  // per sample, of the step with the most
+  for (NodeId id = 0; id < g.num_nodes(); ++id) {
+    std::size_t bytes = 0;
+    for (const std::vector<ValueId>* values : {&g.node(id).in, &g.node(id).out})
+      for (ValueId v : *values)
+        if (g.value(v).batched) bytes += static_cast<std::size_t>(g.value(v).count(1)) * dtype_size(g.value(v).dtype);
+    step_bytes = std::max(step_bytes, bytes);
+  }
+  if (const std::size_t cache = b.cache_bytes(); cache && step_bytes)
+    samples = std::max<int64_t>(samples, static_cast<int64_t>((cache + step_bytes - 1) / step_bytes));
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(m, samples)));
 }
 
 CostModel measure_costs(const Graph& g, int m, Device device, int index) {
   CostModel c;
   Backend& b = backend(device, index);
-  c.measured_batch = timing_batch(m, device, index);
+  c.measured_batch = timing_batch(g, m, device, index);
   {
     ParamStore params(g, device, index);
     params.init(1);

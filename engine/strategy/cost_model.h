@@ -43,11 +43,13 @@ struct CostModel {
   double simulate(const Graph& g, int m) const;
 };
 
-// The samples measure_costs times a micro-batch of m at: min(m, Backend::timing_batch()) (8 on the CPU, 32
-// on a GPU).
-int timing_batch(int m, Device device, int index = 0);
+// The samples measure_costs times g's micro-batch of m at: Backend::timing_batch() (8 on the CPU, 32 on a
+// GPU), or more where the largest step's operands (its inputs and outputs) would still fit the device's
+// cache (Backend::cache_bytes) there: at m they come from memory, and a time measured in the cache and
+// scaled predicted ResNet-50 at 64x64, m = 64, 43% short (docs/memory.md); at most m.
+int timing_batch(const Graph& g, int m, Device device, int index = 0);
 
-// Runs g's training pass (g must have its backward) at timing_batch(m) samples once to warm up, then three
+// Runs g's training pass (g must have its backward) at timing_batch(g, m) samples once to warm up, then three
 // timed runs at that batch and three at half of it (where it is 2 or more) in turn, keeping each node's
 // median at each (the sum of each node's fastest fell 4-5% short of a whole pass: a pass is not every
 // node's best moment at once; docs/memory.md), and splits each node's time into its fixed and linear parts; then copies of 16 MiB each way, fastest of three. It allocates

@@ -672,7 +672,7 @@ std::optional<Trial> best_fit(const Search& s, Strategy strategy, std::size_t bu
 // host pool (on the CPU the host pool is process memory too); the copies take a constant 32 MiB after
 // that (measure_costs).
 CostModel measure_within(const Graph& g, const Search& s, const StrategyRequest& r) {
-  const int timing = timing_batch(s.micro_batch(), r.device, r.index);
+  const int timing = timing_batch(g, s.micro_batch(), r.device, r.index);
   MicroBatchPlan in_memory = plan_micro_batch(g, timing, r.optimizer, r.device, r.index);
   count_loader(g, r.batch, in_memory);
   if (in_memory.memory.total() <= r.budget) return measure_costs(g, timing, r.device, r.index);
@@ -831,7 +831,7 @@ Frontier memory_frontier(const Graph& g, const StrategyRequest& r, int points) {
   Frontier f;
   f.strategy = strategy;
   f.micro_batch = m;
-  f.costs = measure_costs(g, timing_batch(m, r.device, r.index), r.device, r.index);
+  f.costs = measure_costs(g, timing_batch(g, m, r.device, r.index), r.device, r.index);
   std::size_t lo = s.in_memory_total();
   for (const Technique& t : techniques(strategy)) lo = std::min(lo, least(s, t).total);
   const std::size_t hi = s.in_memory_total();
