@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <functional>
 #include <vector>
 
 #include "engine/graph/graph_ops.h"
@@ -36,12 +35,14 @@ int defer_gradient_branches(Graph& g) {
     // The candidates: the backward nodes before the sum that a is computed from, and those that read what
     // they compute and compute nothing read in this pass (parameter gradients).
     std::vector<bool> in_branch(g.num_nodes(), false);
-    std::function<void(NodeId)> ancestors = [&](NodeId i) {
-      if (i < backward || i >= s || in_branch[i]) return;
+    // An explicit stack: the ancestors of a residual chain's gradient are the whole backward pass before it.
+    for (std::vector<NodeId> stack{first_branch}; !stack.empty();) {
+      const NodeId i = stack.back();
+      stack.pop_back();
+      if (i < backward || i >= s || in_branch[i]) continue;
       in_branch[i] = true;
-      for (ValueId v : g.node(i).in) ancestors(g.value(v).producer);
-    };
-    ancestors(first_branch);
+      for (ValueId v : g.node(i).in) stack.push_back(g.value(v).producer);
+    }
     for (NodeId i = backward; i < s; ++i) {
       if (in_branch[i]) continue;
       bool reads = false, read = false;
@@ -61,7 +62,9 @@ int defer_gradient_branches(Graph& g) {
       for (NodeId i = 0; i < g.num_nodes(); ++i)
         if (!in_branch[i])
           for (ValueId v : g.node(i).out) writes_outside[v] = true;
-      for (NodeId i = backward; i < s; ++i) {
+      // Last node first: a node's readers come after it, so a node left out leaves out those it reads from in
+      // the same pass (ascending, a chain as deep as the backward pass took a pass a node).
+      for (NodeId i = s - 1; i >= backward; --i) {
         if (!in_branch[i]) continue;
         bool out = false, read = false, reads = false;
         for (ValueId v : g.node(i).out) {
