@@ -417,7 +417,7 @@ std::vector<Option> engine_rows() {
             "and the loss stay float32; checkpoints hold the float32 weights. fp16 scales the loss dynamically "
             "(docs/precision.md); bf16 needs a GPU of compute capability >= 8.0. fp64: everything in float64 "
             "(inputs, activations, weights, gradients, optimizer state, checkpoints), on the CPU only: a reference "
-            "mode for comparing with another engine's float64 run, several times slower than fp32")
+            "mode for comparing with another engine's float64 run, with about twice fp32's memory and time")
       .choice_field<Precision>(precisions, [](auto& c) -> auto& { return c.precision; });
   // An alias kept for the command line (and the checkpoints that recorded it); not a result of its own:
   // --precision holds it.
