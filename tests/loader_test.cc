@@ -298,16 +298,22 @@ TEST(DataLoader, MicroBatchesAreSlicesOfTheWholeBatch) {
   EXPECT_THROW(streamed.start(4, 12, 4), Error);     // not this rank's share
 }
 
-// Float32 samples (a mapped .npy, engine/data/npy.h) are normalised as they are, without the byte table,
-// and augmentation pads them with the normalised 0.
-TEST(DataLoader, Float32Samples) {
-  std::vector<float> values = {0.25f, -3.f, 1e6f, 7.5f, 0.f, -0.125f};
+// Three 1x1x2 float32 samples read in place from `values` (six of them), labelled 2, 0, 1.
+Dataset float_samples(const std::vector<float>& values) {
   Dataset ds;
   ds.count = 3;
   ds.width = 2;
   ds.height = 1;
   ds.labels = {2, 0, 1};
   ds.mapped = {values.data(), PixelType::F32, nullptr};
+  return ds;
+}
+
+// Float32 samples (a mapped .npy, engine/data/npy.h) are normalised as they are, without the byte table,
+// and augmentation pads them with the normalised 0.
+TEST(DataLoader, Float32Samples) {
+  const std::vector<float> values = {0.25f, -3.f, 1e6f, 7.5f, 0.f, -0.125f};
+  const Dataset ds = float_samples(values);
   Loader loader(ds, 3, Normalization{0.5f, 2.f}, LoaderOptions::in_order());
   loader.start_epoch(0);
   Batch b;
@@ -328,13 +334,8 @@ TEST(DataLoader, Float32Samples) {
 // pixels' own values: uint8 pixels / 255 and float32 values as they are, in the same order and with the
 // same augmentation as a float32 loader's; it says its samples are twice the bytes.
 TEST(DataLoader, Float64Images) {
-  std::vector<float> values = {0.1f, -3.f, 1e6f, 7.5f, 0.f, -0.125f};
-  Dataset floats;
-  floats.count = 3;
-  floats.width = 2;
-  floats.height = 1;
-  floats.labels = {2, 0, 1};
-  floats.mapped = {values.data(), PixelType::F32, nullptr};
+  const std::vector<float> values = {0.1f, -3.f, 1e6f, 7.5f, 0.f, -0.125f};
+  const Dataset floats = float_samples(values);
   Loader f64(floats, 3, Normalization{0.3f, 0.7f}, LoaderOptions::in_order().as(DType::F64));
   EXPECT_EQ(f64.sample_bytes(0), 2 * sizeof(double));
   EXPECT_EQ(f64.sample_bytes(1), sizeof(int32_t));
