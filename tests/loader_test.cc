@@ -360,7 +360,8 @@ TEST(DataLoader, Float64Images) {
 
   // Shuffled and augmented alike: the float64 images are the float32 loader's within float32 rounding.
   const Dataset ds = make_synthetic(40, 3, 6, 6, 4, 5);
-  Loader a(ds, 8, kSyntheticNorm, LoaderOptions::shuffled(2)), c(ds, 8, kSyntheticNorm, LoaderOptions::shuffled(2).as(DType::F64));
+  Loader a(ds, 8, kSyntheticNorm, LoaderOptions::shuffled(2));
+  Loader c(ds, 8, kSyntheticNorm, LoaderOptions::shuffled(2).as(DType::F64));
   a.set_augment({2, true});
   c.set_augment({2, true});
   a.start_epoch(1);

@@ -57,9 +57,10 @@ void check_against_torch(const std::string& model, int batch, models::NormSpec n
   cfg.optimizer.weight_decay = kWeightDecay;
   // vgg11_bn's float64 weights, gradients and momentum alone are 3 GiB: room for them at the micro-batch given.
   cfg.memory_budget = std::size_t{16} << 30;
+  const std::size_t pixels = static_cast<std::size_t>(batch) * kChannels * kSize * kSize;
   Trainer trainer(cfg, std::move(model_graph),
-                  test::batch_of(test::reference_inputs<float>(static_cast<std::size_t>(batch) * kChannels * kSize * kSize),
-                                 {kChannels, kSize, kSize}, test::reference_labels(batch, kClasses), kClasses));
+                  test::batch_of(test::reference_inputs<float>(pixels), {kChannels, kSize, kSize},
+                                 test::reference_labels(batch, kClasses), kClasses));
   const Graph& g = trainer.graph();
   trainer.set_initial_state([&g](ParamStore& p) { init_like_reference<double>(g, p); });
   StepLosses steps;

@@ -48,7 +48,8 @@ std::vector<std::string> state_names(const OptimizerConfig& cfg) {
 Optimizer::Optimizer(ParamStore& params, const OptimizerConfig& cfg)
     : params_(params), cfg_(cfg), backend_(backend(params.device(), params.index())),
       kernels_(optimizer_kernels(params.device())) {
-  const bool f64 = params.dtype() == DType::F64 && kernels_.sgd_f64 && kernels_.adamw_f64 && kernels_.count_nonfinite_f64;
+  const bool f64 =
+      params.dtype() == DType::F64 && kernels_.sgd_f64 && kernels_.adamw_f64 && kernels_.count_nonfinite_f64;
   CRUMB_CHECK(params.dtype() == DType::F32 || f64, optimizer_name(cfg.kind), " runs on float32 parameters",
               kernels_.sgd_f64 ? " and float64 ones" : "", " on ", device_name(params.device()), "; these are ",
               dtype_name(params.dtype()));
