@@ -19,6 +19,9 @@ namespace crumb::cpu {
 // g is read as grad * extras.grad_scale, and extras.copy receives the updated parameters.
 void adamw_step(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, std::size_t count,
                 const AdamWScalars& s, const StepExtras& extras = {});
+// The same in float64 (torch.optim.AdamW on float64 parameters), without 16-bit copies (extras.copy is null).
+void adamw_step(double* params, const double* grads, double* exp_avg, double* exp_avg_sq, std::size_t count,
+                const AdamWScalarsOf<double>& s, const StepExtras& extras = {});
 
 }  // namespace crumb::cpu
 

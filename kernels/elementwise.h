@@ -35,6 +35,7 @@ template <class T> void copy_or_accumulate(T* y, const T* x, std::size_t count, 
 
 // Elements of x that are NaN or infinite (divergence detection after an optimizer step).
 std::size_t count_nonfinite(const float* x, std::size_t count);
+std::size_t count_nonfinite(const double* x, std::size_t count);
 
 }  // namespace crumb::cpu
 

@@ -19,6 +19,11 @@ namespace crumb::cpu {
 void sgd_momentum_step(float* params, const float* grads, float* momentum_buf, std::size_t count, float lr,
                        float momentum, float weight_decay, bool nesterov, bool first_step,
                        const StepExtras& extras = {});
+// The same in float64 (torch.optim.SGD on float64 parameters); float64 parameters have no 16-bit copies
+// (extras.copy is null).
+void sgd_momentum_step(double* params, const double* grads, double* momentum_buf, std::size_t count, double lr,
+                       double momentum, double weight_decay, bool nesterov, bool first_step,
+                       const StepExtras& extras = {});
 
 }  // namespace crumb::cpu
 

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstring>
+#include <limits>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -587,18 +589,77 @@ TEST(Checkpoint, CorruptFilesAreClearErrors) {
   remove_checkpoint(path);
 }
 
-TEST(Checkpoint, Float64ModelsAreRejected) {
-  Graph g = models::build("mlp", {}, DType::F64);
+// A float64 model (--precision fp64) saves its parameters and optimizer state as F64 and loads them back
+// exactly; a float32 model refuses its file and it refuses a float32 model's, each saying which precision
+// the file holds; a NaN in a float64 parameter is refused before anything is written.
+TEST(Checkpoint, Float64ModelsRoundTrip) {
+  auto graph = [](DType dtype) {
+    Graph g = models::build("mlp", {}, dtype);
+    build_backward(g);
+    return g;
+  };
+  const Graph g = graph(DType::F64);
+  const OptimizerConfig cfg = sgd_config(0.05, 0.9, 1e-4);
   ParamStore params(g);
-  const std::string path = temp_path("f64");
-  try {
-    save_checkpoint(path, params, nullptr, "mlp");
-    ADD_FAILURE() << "saved a float64 model";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("checkpoints support float32 models"), std::string::npos) << e.what();
+  params.init(3);
+  std::unique_ptr<Optimizer> opt = make_optimizer(params, cfg);
+  Rng rng(4);
+  for (int step = 0; step < 2; ++step) {
+    for (ValueId p : g.params()) {
+      auto* grad = static_cast<double*>(params.grad(p));
+      for (int64_t i = 0; i < g.value(p).count(1); ++i) grad[i] = rng.uniform() - 0.5;
+    }
+    opt->step();
   }
-  EXPECT_FALSE(exists(path));
-  EXPECT_THROW(load_checkpoint(path, params, nullptr), Error);
+  // Each parameter's values and momentum (the block's padding between parameters is not saved).
+  auto same = [&](const ParamStore& a, const Optimizer& a_opt) {
+    for (ValueId p : g.params()) {
+      const std::size_t bytes = static_cast<std::size_t>(g.value(p).count(1)) * sizeof(double);
+      if (std::memcmp(a.data(p), params.data(p), bytes) != 0) return false;
+      const auto at = [&](const Optimizer& o, const ParamStore& s) {
+        return static_cast<const char*>(o.state()[0].block.host()) + s.byte_offset(p);
+      };
+      if (std::memcmp(at(a_opt, a), at(*opt, params), bytes) != 0) return false;
+    }
+    return true;
+  };
+  const std::string path = temp_path("f64");
+  save_checkpoint(path, params, opt.get(), "mlp");
+  EXPECT_NE(split(path).header.find("\"dtype\":\"F64\""), std::string::npos) << split(path).header;
+  EXPECT_EQ(split(path).header.find("\"dtype\":\"F32\""), std::string::npos) << split(path).header;
+  ParamStore back(g);
+  back.init(9);
+  std::unique_ptr<Optimizer> back_opt = make_optimizer(back, cfg);
+  load_checkpoint(path, back, back_opt.get());
+  ASSERT_EQ(back_opt->state().size(), 1u);
+  EXPECT_TRUE(same(back, *back_opt));
+  EXPECT_EQ(back_opt->steps(), 2);
+
+  Model f32("mlp", 1);
+  const std::string before = f32.param_bytes();
+  try {
+    load_checkpoint(path, f32.params, f32.opt.get());
+    ADD_FAILURE() << "a float32 model loaded a float64 checkpoint";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is F64 but the model's is F32"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--precision fp64"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(f32.param_bytes(), before);
+  const std::string path32 = temp_path("f32_into_f64");
+  save_checkpoint(path32, f32.params, f32.opt.get(), "mlp");
+  try {
+    load_checkpoint(path32, back, back_opt.get());
+    ADD_FAILURE() << "a float64 model loaded a float32 checkpoint";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is F32 but the model's is F64"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(same(back, *back_opt)) << "a failed load wrote";
+
+  static_cast<double*>(params.data_block())[1] = std::numeric_limits<double>::quiet_NaN();
+  const std::string diverged = temp_path("f64_nan");
+  EXPECT_THROW(save_checkpoint(diverged, params, opt.get(), "mlp"), Error);
+  EXPECT_FALSE(exists(diverged));
+  for (const std::string& f : {path, path32, diverged}) remove_checkpoint(f);
 }
 
 // Keeps the file-size limit low for its lifetime, with SIGXFSZ ignored so write() fails with EFBIG

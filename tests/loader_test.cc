@@ -298,16 +298,22 @@ TEST(DataLoader, MicroBatchesAreSlicesOfTheWholeBatch) {
   EXPECT_THROW(streamed.start(4, 12, 4), Error);     // not this rank's share
 }
 
-// Float32 samples (a mapped .npy, engine/data/npy.h) are normalised as they are, without the byte table,
-// and augmentation pads them with the normalised 0.
-TEST(DataLoader, Float32Samples) {
-  std::vector<float> values = {0.25f, -3.f, 1e6f, 7.5f, 0.f, -0.125f};
+// Three 1x1x2 float32 samples read in place from `values` (six of them), labelled 2, 0, 1.
+Dataset float_samples(const std::vector<float>& values) {
   Dataset ds;
   ds.count = 3;
   ds.width = 2;
   ds.height = 1;
   ds.labels = {2, 0, 1};
   ds.mapped = {values.data(), PixelType::F32, nullptr};
+  return ds;
+}
+
+// Float32 samples (a mapped .npy, engine/data/npy.h) are normalised as they are, without the byte table,
+// and augmentation pads them with the normalised 0.
+TEST(DataLoader, Float32Samples) {
+  const std::vector<float> values = {0.25f, -3.f, 1e6f, 7.5f, 0.f, -0.125f};
+  const Dataset ds = float_samples(values);
   Loader loader(ds, 3, Normalization{0.5f, 2.f}, LoaderOptions::in_order());
   loader.start_epoch(0);
   Batch b;
@@ -322,6 +328,54 @@ TEST(DataLoader, Float32Samples) {
     const bool padded = b.x[i] == (0.f - 0.5f) / 2.f, moved = b.x[i] == (values[i ^ 1] - 0.5f) / 2.f;
     EXPECT_TRUE(b.x[i] == (values[i] - 0.5f) / 2.f || padded || moved) << i;
   }
+}
+
+// A float64 loader (--precision fp64) writes the same images in float64, normalised in float64 from the
+// pixels' own values: uint8 pixels / 255 and float32 values as they are, in the same order and with the
+// same augmentation as a float32 loader's; it says its samples are twice the bytes.
+TEST(DataLoader, Float64Images) {
+  const std::vector<float> values = {0.1f, -3.f, 1e6f, 7.5f, 0.f, -0.125f};
+  const Dataset floats = float_samples(values);
+  Loader f64(floats, 3, Normalization{0.3f, 0.7f}, LoaderOptions::in_order().as(DType::F64));
+  EXPECT_EQ(f64.sample_bytes(0), 2 * sizeof(double));
+  EXPECT_EQ(f64.sample_bytes(1), sizeof(int32_t));
+  f64.start_epoch(0);
+  Batch b;
+  ASSERT_TRUE(f64.next(b));
+  ASSERT_NE(b.x64, nullptr);
+  EXPECT_EQ(b.x, nullptr);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(b.x64[i], (double(values[i]) - double(0.3f)) / double(0.7f)) << i;
+  EXPECT_EQ(std::vector<int32_t>(b.y, b.y + 3), floats.labels);
+
+  Dataset bytes;
+  bytes.count = 1;
+  bytes.height = bytes.width = 16;
+  for (int p = 0; p < 256; ++p) bytes.pixels.push_back(static_cast<uint8_t>(p));
+  bytes.labels = {3};
+  Loader u8(bytes, 1, kFashionMnistNorm, LoaderOptions::in_order().as(DType::F64));
+  u8.start_epoch(0);
+  ASSERT_TRUE(u8.next(b));
+  for (int p = 0; p < 256; ++p)
+    EXPECT_EQ(b.x64[p], (p / 255.0 - double(0.2860f)) / double(0.3530f)) << "pixel " << p;
+
+  // Shuffled and augmented alike: the float64 images are the float32 loader's within float32 rounding.
+  const Dataset ds = make_synthetic(40, 3, 6, 6, 4, 5);
+  Loader a(ds, 8, kSyntheticNorm, LoaderOptions::shuffled(2));
+  Loader c(ds, 8, kSyntheticNorm, LoaderOptions::shuffled(2).as(DType::F64));
+  a.set_augment({2, true});
+  c.set_augment({2, true});
+  a.start_epoch(1);
+  c.start_epoch(1);
+  Batch ba, bc;
+  int batches = 0;
+  while (a.next(ba)) {
+    ASSERT_TRUE(c.next(bc));
+    for (int i = 0; i < ba.size * ds.sample_size(); ++i) ASSERT_NEAR(ba.x[i], bc.x64[i], 1e-6) << i;
+    EXPECT_TRUE(std::equal(ba.y, ba.y + ba.size, bc.y));
+    ++batches;
+  }
+  EXPECT_EQ(batches, 5);
+  EXPECT_THROW(Loader(ds, 8, kSyntheticNorm, LoaderOptions::in_order().as(DType::BF16)), Error);
 }
 
 TEST(SyntheticData, Deterministic) {

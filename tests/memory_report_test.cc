@@ -56,7 +56,7 @@ TEST(MemoryReport, CountsEachOptimizersState) {
 // copies the 16-bit ops read are a persistent block of their own (ParamStore::device_copy_block).
 TEST(MemoryReport, BreakdownMatchesWhatTheEngineAllocates) {
   const MemoryBreakdown f32 = measure_memory(trained_graph("resnet20"), 8, kSgd);
-  for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+  for (DType dtype : {DType::F32, DType::BF16, DType::F16, DType::F64}) {
     Graph g = models::build("resnet20", {}, dtype);
     build_backward(g);
     ParamStore params(g);
@@ -74,6 +74,11 @@ TEST(MemoryReport, BreakdownMatchesWhatTheEngineAllocates) {
     EXPECT_EQ(mb.optimizer_state, opt->state_bytes()) << dtype_name(dtype);
     EXPECT_EQ(mb.persistent(), 2 * params.bytes() + copies + params.state_bytes() + opt->state_bytes());
     EXPECT_EQ(mb.arena, arena.size()) << dtype_name(dtype);
+    if (dtype == DType::F64) {  // --precision fp64: float64 masters and activations
+      EXPECT_GT(mb.params, f32.params);
+      EXPECT_GT(mb.arena, f32.arena);
+      continue;
+    }
     EXPECT_EQ(mb.params, f32.params) << dtype_name(dtype);  // the masters do not shrink
     if (is_half(dtype)) {
       EXPECT_EQ(2 * mb.param_copies, mb.params);

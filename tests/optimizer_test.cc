@@ -12,8 +12,10 @@
 #include <cstring>
 #include <functional>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "engine/device/backend.h"
@@ -30,33 +32,42 @@ using reference::kRefCount;
 using reference::kRefSteps;
 using Floats = std::vector<float>;
 
-// Distance in units in the last place (adjacent floats are 1 apart; +0 and -0 are 0 apart).
-int64_t ulps(float a, float b) {
-  auto ordered = [](float f) {
-    int32_t i;
+// Distance in units in the last place (adjacent values are 1 apart; +0 and -0 are 0 apart).
+template <class T> int64_t ulps(T a, T b) {
+  using Bits = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>;
+  auto ordered = [](T f) {
+    Bits i;
     std::memcpy(&i, &f, sizeof i);
-    return i < 0 ? int64_t{INT32_MIN} - i : int64_t{i};
+    return i < 0 ? std::numeric_limits<Bits>::min() - i : i;
   };
-  return std::abs(ordered(a) - ordered(b));
+  return std::abs(static_cast<int64_t>(ordered(a)) - static_cast<int64_t>(ordered(b)));
 }
 
-// One parameter of kRefCount elements, the reference's tensor, in a store on `device`.
-struct OneTensor {
+// One parameter of kRefCount elements, the reference's tensor, in a store on `device`, of T: float, or
+// double (a float64 graph's parameters, --precision fp64).
+template <class T> struct OneTensorOf {
+  using Values = std::vector<T>;
   Graph g;
   ValueId p;
   ParamStore params;
-  explicit OneTensor(Device device) : g(), p(g.param("w", {kRefCount}, {})), params(g, device) {
-    float* w = static_cast<float*>(params.data(p));
+  explicit OneTensorOf(Device device)
+      : g(graph()), p(g.param("w", {kRefCount}, {})), params(g, device) {
+    T* w = static_cast<T*>(params.data(p));
     for (int i = 0; i < kRefCount; ++i) w[i] = reference::param_init(i);
     params.to_device();
   }
+  static Graph graph() {
+    Graph g;
+    if (std::is_same_v<T, double>) g.set_float_dtype(DType::F64);
+    return g;
+  }
   void set_grad(int step) {
-    Floats grad(kRefCount);
+    Values grad(kRefCount);
     for (int i = 0; i < kRefCount; ++i) grad[i] = reference::grad_at(i, step);
-    copy_bytes(params.device_grad(p), memory_of(params.device()), grad.data(), Memory::Host, grad.size() * 4);
+    copy_bytes(params.device_grad(p), memory_of(params.device()), grad.data(), Memory::Host, grad.size() * sizeof(T));
   }
   // The reference's steps through the optimizer built from cfg; returns the parameter then each state block.
-  std::vector<Floats> run(const OptimizerConfig& cfg) {
+  std::vector<Values> run(const OptimizerConfig& cfg) {
     const std::unique_ptr<Optimizer> opt = make_optimizer(params, cfg);
     for (int s = 0; s < kRefSteps; ++s) {
       set_grad(s);
@@ -65,12 +76,16 @@ struct OneTensor {
     EXPECT_EQ(opt->steps(), kRefSteps);
     params.to_host();
     opt->to_host();
-    const float* w = static_cast<const float*>(params.data(p));
-    std::vector<Floats> out{Floats(w, w + kRefCount)};
-    for (const StateBlock& b : opt->state()) out.emplace_back(b.host(), b.host() + kRefCount);
+    const T* w = static_cast<const T*>(params.data(p));
+    std::vector<Values> out{Values(w, w + kRefCount)};
+    for (const StateBlock& b : opt->state()) {
+      const T* state = reinterpret_cast<const T*>(b.block.host());
+      out.emplace_back(state, state + kRefCount);
+    }
     return out;
   }
 };
+using OneTensor = OneTensorOf<float>;
 
 // PyTorch's CPU kernels are vectorised and may fuse multiply-adds where ours do not (or the reverse),
 // so a value can differ in its last bits. Where terms cancel (SGD's momentum + weight decay) a few
@@ -80,9 +95,10 @@ constexpr int kMaxUlps = 4;
 
 // Agreement with PyTorch to float rounding. Prints the largest absolute difference and the largest
 // distance in ulp of the element itself, the figures the report quotes.
-void expect_matches(const Floats& got, const std::array<float, kRefCount>& want, const std::string& what) {
-  float scale = 0;
-  for (float w : want) scale = std::max(scale, std::abs(w));
+template <class T>
+void expect_matches(const std::vector<T>& got, const std::array<T, kRefCount>& want, const std::string& what) {
+  T scale = 0;
+  for (T w : want) scale = std::max(scale, std::abs(w));
   const double bound = kMaxUlps * double(std::nextafter(scale, INFINITY) - scale);
   double max_abs = 0;
   int64_t max_ulp = 0;
@@ -99,48 +115,66 @@ void expect_matches(const Floats& got, const std::array<float, kRefCount>& want,
 void check_adamw(Device device) {
   for (std::size_t c = 0; c < std::size(reference::kAdamW); ++c) {
     const reference::AdamWCase& ref = reference::kAdamW[c];
+    const OptimizerConfig cfg = adamw_config(ref.lr, ref.weight_decay, ref.beta1, ref.beta2, ref.eps);
     OneTensor t(device);
-    const std::vector<Floats> got = t.run(adamw_config(ref.lr, ref.weight_decay, ref.beta1, ref.beta2, ref.eps));
+    const std::vector<Floats> got = t.run(cfg);
     ASSERT_EQ(got.size(), 3u);
     const std::string at = std::string("adamw ") + device_name(device) + " case " + std::to_string(c);
     expect_matches(got[0], ref.param, at + " param");
     expect_matches(got[1], ref.exp_avg, at + " exp_avg");
     expect_matches(got[2], ref.exp_avg_sq, at + " exp_avg_sq");
+    if (device != Device::CPU) continue;  // float64 parameters train on the CPU only
+    OneTensorOf<double> t64(device);
+    const std::vector<std::vector<double>> got64 = t64.run(cfg);
+    ASSERT_EQ(got64.size(), 3u);
+    expect_matches(got64[0], ref.param64, at + " float64 param");
+    expect_matches(got64[1], ref.exp_avg64, at + " float64 exp_avg");
+    expect_matches(got64[2], ref.exp_avg_sq64, at + " float64 exp_avg_sq");
   }
 }
 
 void check_sgd(Device device) {
   for (std::size_t c = 0; c < std::size(reference::kSgd); ++c) {
     const reference::SgdCase& ref = reference::kSgd[c];
+    const OptimizerConfig cfg = sgd_config(ref.lr, ref.momentum, ref.weight_decay, ref.nesterov);
     OneTensor t(device);
-    const std::vector<Floats> got = t.run(sgd_config(ref.lr, ref.momentum, ref.weight_decay, ref.nesterov));
+    const std::vector<Floats> got = t.run(cfg);
     ASSERT_EQ(got.size(), 2u);
     const std::string at = std::string("sgd ") + device_name(device) + " case " + std::to_string(c);
     expect_matches(got[0], ref.param, at + " param");
     expect_matches(got[1], ref.momentum_buffer, at + " momentum");
+    if (device != Device::CPU) continue;
+    OneTensorOf<double> t64(device);
+    const std::vector<std::vector<double>> got64 = t64.run(cfg);
+    ASSERT_EQ(got64.size(), 2u);
+    expect_matches(got64[0], ref.param64, at + " float64 param");
+    expect_matches(got64[1], ref.momentum_buffer64, at + " float64 momentum");
   }
 }
 
 // Every step counts the parameters it left NaN or infinite, on the parameters' device: a NaN or infinite
 // gradient shows up at once, whichever optimizer.
-void check_nonfinite_count(Device device) {
+template <class T = float> void check_nonfinite_count(Device device) {
   for (const OptimizerConfig& cfg : {sgd_config(0.1, 0.9, 0.0), adamw_config(1e-3, 0.01)}) {
-    OneTensor t(device);
+    OneTensorOf<T> t(device);
     const std::unique_ptr<Optimizer> opt = make_optimizer(t.params, cfg);
     EXPECT_EQ(opt->nonfinite_parameters(), 0u);
     t.set_grad(0);
     opt->step();
     EXPECT_EQ(opt->nonfinite_parameters(), 0u);
-    Floats grad(kRefCount, 0.5f);
+    std::vector<T> grad(kRefCount, T(0.5));
     grad[3] = NAN;
     grad[30] = INFINITY;
-    copy_bytes(t.params.device_grad(t.p), memory_of(device), grad.data(), Memory::Host, grad.size() * 4);
+    copy_bytes(t.params.device_grad(t.p), memory_of(device), grad.data(), Memory::Host, grad.size() * sizeof(T));
     opt->step();
     EXPECT_EQ(opt->nonfinite_parameters(), 2u) << optimizer_name(cfg.kind);
   }
 }
 
-TEST(Optimizer, CountsNonFiniteParametersOnCpu) { check_nonfinite_count(Device::CPU); }
+TEST(Optimizer, CountsNonFiniteParametersOnCpu) {
+  check_nonfinite_count(Device::CPU);
+  check_nonfinite_count<double>(Device::CPU);
+}
 TEST(Optimizer, CountsNonFiniteParametersOnCuda) {
   CRUMB_REQUIRE_GPU();
   check_nonfinite_count(Device::CUDA);

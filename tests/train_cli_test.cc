@@ -803,7 +803,9 @@ TEST(TrainCli, ShapeOverflowNamesTheLayer) {
 namespace {
 
 TEST(TrainCli, PrecisionFlags) {
-  expect_one_error_line(run_train("--precision fp8"), "--precision must be fp32, tf32, bf16 or fp16, got 'fp8'");
+  expect_one_error_line(run_train("--precision fp8"), "--precision must be fp32, tf32, bf16, fp16 or fp64, got 'fp8'");
+  // Refused before the data is read or a GPU is looked for, with or without one.
+  expect_one_error_line(run_train("--precision fp64 --device cuda"), "--precision fp64 runs on the CPU only");
   expect_one_error_line(run_train("--precision bf16 --loss-scale 1024"), "--loss-scale needs --precision fp16");
   expect_one_error_line(run_train("--loss-scale-growth-interval 10"),
                         "--loss-scale-growth-interval needs --precision fp16");
@@ -837,6 +839,20 @@ TEST(TrainCli, Fp16ReportsItsLossScale) {
   EXPECT_NE(text.find("\"skipped\":true"), std::string::npos);
   EXPECT_NE(text.find("\"skipped\":false"), std::string::npos);
   std::filesystem::remove(log);
+}
+
+// --precision fp64 trains every model on the CPU (vgg11_bn, the largest, in TorchParity), the device
+// chosen for it; the summary says fp64.
+TEST(TrainCli, Fp64TrainsEveryModel) {
+  for (const char* model : {"mlp", "cnn", "lenet5", "resnet18", "resnet20", "resnet50"}) {
+    const bool norm = std::string(model).rfind("resnet", 0) == 0;
+    const Result r = run_train(std::string("--model ") + model + " --dataset synthetic --input 3x32x32 --limit-train 8 " +
+                               "--limit-test 4 --batch 4 --precision fp64" + (norm ? " --bn-group 2" : ""));
+    ASSERT_EQ(r.code, 0) << model << ": " << r.err;
+    EXPECT_NE(r.out.find("\"precision\":\"fp64\""), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("\"device\":\"cpu\""), std::string::npos) << r.out;
+    EXPECT_TRUE(std::isfinite(json_number(r.out, "final_loss"))) << r.out;
+  }
 }
 
 TEST(TrainCli, Bf16Trains) {

@@ -141,6 +141,18 @@ TEST(Training, InputsAreBoundByName) {
   EXPECT_NE(error_of({{"x", b.x}, {"y", b.y}, {"z", b.x}}).find("no input named 'z'"), std::string::npos);
   EXPECT_NE(error_of({{"x", b.x}, {"x", b.x}}).find("'x' is given twice"), std::string::npos);
   EXPECT_NE(error_of({{"x", nullptr}, {"y", b.y}}).find("'x' has no data"), std::string::npos);
+  // A source that says its sample size is held to the model's: float64 images for a float32 model are
+  // refused before anything is read.
+  data::Loader wide(ds, 16, {0.5f, 0.25f}, data::LoaderOptions::in_order(2).as(DType::F64));
+  wide.start_epoch(0);
+  ASSERT_TRUE(wide.next(b));
+  try {
+    r.sched.train_batch(wide, b.size);
+    ADD_FAILURE() << "a float32 model trained on float64 images";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("input 'x' comes in samples of 2048 bytes but the model's takes 1024"),
+              std::string::npos) << e.what();
+  }
 }
 
 // The loader streaming micro-batches of m (set_micro_batch) trains exactly as whole batches taken from it

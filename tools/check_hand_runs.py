@@ -17,9 +17,6 @@ ALLOWED = {
                              "no heap allocation per step), data_parallel_test (set_data_parallel with a "
                              "GradientReducer: buckets summed in the last backward, a rank with no samples) and "
                              "cuda_engine_test (the same micro-batches on the CPU and CUDA)",
-    "tests/torch_parity_test.cc": "trains in float64 end to end (float64 inputs, weights and a float64 SGD written "
-                                  "out), which the Trainer's data (uint8 or float32 pixels) and optimizers (float32) "
-                                  "do not carry",
     "tests/norm_invariance_test.cc": "tests Scheduler::train_batch's own refusal of a micro-batch that splits a "
                                      "BatchNorm group (the Trainer's planning refuses one before a scheduler exists)",
 }

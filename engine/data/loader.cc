@@ -28,20 +28,20 @@ Shift draw(Rng& rng, const Augment& a) {
   return s;
 }
 
-// The normalised value of element v of channel c.
-struct FromU8 {
-  const float* lut;
-  float operator()(int c, uint8_t v) const { return lut[c * 256 + v]; }
+// The normalised value of element v of channel c, computed in O (float or double).
+template <class O> struct FromU8 {
+  const O* lut;
+  O operator()(int c, uint8_t v) const { return lut[c * 256 + v]; }
 };
-struct FromF32 {
+template <class O> struct FromF32 {
   const float *mean, *std;
-  float operator()(int c, float v) const { return (v - mean[c]) / std[c]; }
+  O operator()(int c, float v) const { return (O(v) - O(mean[c])) / O(std[c]); }
 };
 
 // One sample, c x h x w at p, normalised into dst; shifted and mirrored by s when augmenting, a 0 pixel
 // filling in.
-template <class T, class Value>
-void put_sample(const T* p, float* dst, int channels, int h, int w, bool augment, Shift s, Value value) {
+template <class T, class O, class Value>
+void put_sample(const T* p, O* dst, int channels, int h, int w, bool augment, Shift s, Value value) {
   const int plane = h * w;
   if (!augment) {
     for (int c = 0; c < channels; ++c)
@@ -61,8 +61,10 @@ void put_sample(const T* p, float* dst, int channels, int h, int w, bool augment
 
 Loader::Loader(const Dataset& ds, int batch_size, Normalization norm, const LoaderOptions& options)
     : ds_(ds), batch_size_(batch_size), shuffle_(options.shuffle), seed_(options.seed),
-      drop_last_(options.drop_last), memory_(options.memory), micro_(batch_size) {
+      drop_last_(options.drop_last), memory_(options.memory), dtype_(options.dtype), micro_(batch_size) {
   CRUMB_CHECK(batch_size > 0, "Loader: batch_size must be > 0, got ", batch_size);
+  CRUMB_CHECK(dtype_ == DType::F32 || dtype_ == DType::F64, "Loader: writes float32 or float64 images, not ",
+              dtype_name(dtype_));
   const std::size_t norms = norm.mean.size();
   CRUMB_CHECK(norms == norm.std.size() && (norms == 1 || norms == std::size_t(ds.channels)),
               "Loader: normalisation has ", norm.mean.size(), " means and ", norm.std.size(),
@@ -75,9 +77,13 @@ Loader::Loader(const Dataset& ds, int batch_size, Normalization norm, const Load
               "Loader: dataset of ", ds.count, " samples of ", ds.sample_size(), " pixels holds ", pixels,
               " pixels and ", ds.labels.size(), " labels");
   lut_.resize(256 * std::size_t(std::max(ds.channels, 1)));
+  if (dtype_ == DType::F64) lut64_.resize(lut_.size());
   for (int c = 0; c < ds.channels; ++c) {
     const std::size_t k = norms == 1 ? 0 : c;
     for (int p = 0; p < 256; ++p) lut_[c * 256 + p] = (float(p) / 255.f - norm.mean[k]) / norm.std[k];
+    if (dtype_ == DType::F64)
+      for (int p = 0; p < 256; ++p)
+        lut64_[c * 256 + p] = (p / 255.0 - double(norm.mean[k])) / double(norm.std[k]);
     mean_.push_back(norm.mean[k]);
     std_.push_back(norm.std[k]);
   }
@@ -147,7 +153,7 @@ void Loader::start_epoch(int epoch, int first_batch) {
   if (capacity != slot_capacity_) {
     for (int s = 0; s < 2; ++s) xbuf_[s] = Buffer(), ybuf_[s] = Buffer();  // never two sizes held at once
     for (int s = 0; s < 2; ++s) {
-      xbuf_[s] = Buffer(size_t(capacity) * ds_.sample_size() * sizeof(float), memory_);
+      xbuf_[s] = Buffer(size_t(capacity) * ds_.sample_size() * dtype_size(dtype_), memory_);
       ybuf_[s] = Buffer(size_t(capacity) * sizeof(int32_t), memory_);
       slot_data_[s][0] = xbuf_[s].data();
       slot_data_[s][1] = ybuf_[s].data();
@@ -215,12 +221,17 @@ bool Loader::next(Batch& out) {
   if (next_batch_ >= batches_per_epoch()) return false;
   batch_ = next_batch_++;
   streamed_ = 0;
-  out = Batch{nullptr, nullptr, std::min(batch_size_, ds_.count - batch_ * batch_size_), batch_};
+  out = Batch{};
+  out.size = std::min(batch_size_, ds_.count - batch_ * batch_size_);
+  out.index = batch_;
   const int parts = parts_of(batch_);
   // The first micro-batch is the caller's from here, so the worker moves on to the second.
   if (parts > 0) take(lock, {batch_, 0});
   if (parts == 1) {
-    out.x = static_cast<const float*>(slot_data_[consumer_slot_][0]);
+    if (dtype_ == DType::F64)
+      out.x64 = static_cast<const double*>(slot_data_[consumer_slot_][0]);
+    else
+      out.x = static_cast<const float*>(slot_data_[consumer_slot_][0]);
     out.y = static_cast<const int32_t*>(slot_data_[consumer_slot_][1]);
   }
   return true;
@@ -261,10 +272,14 @@ void Loader::worker() {
     // An error (a mapped file cut short) goes to the caller, in take().
     std::exception_ptr failure;
     try {
-      if (ds_.pixel_type() == PixelType::F32)
-        fill(slot, part, static_cast<const float*>(ds_.samples()));
-      else
-        fill(slot, part, static_cast<const uint8_t*>(ds_.samples()));
+      const bool f32 = ds_.pixel_type() == PixelType::F32;
+      if (dtype_ == DType::F64) {
+        if (f32) fill<double>(slot, part, static_cast<const float*>(ds_.samples()));
+        else fill<double>(slot, part, static_cast<const uint8_t*>(ds_.samples()));
+      } else {
+        if (f32) fill<float>(slot, part, static_cast<const float*>(ds_.samples()));
+        else fill<float>(slot, part, static_cast<const uint8_t*>(ds_.samples()));
+      }
     } catch (...) {
       failure = std::current_exception();
     }
@@ -279,14 +294,14 @@ void Loader::worker() {
 // Runs on the worker without the lock: it only touches slot `slot`, which the caller does not read
 // until the handshake hands it over, and order_, which start_epoch() changes only while idle. Samples in a
 // file's map are copied under its guard (MappedFile::read): a file cut short is an error, not a SIGBUS.
-template <class T>
+template <class O, class T>
 void Loader::fill(int slot, Part part, const T* pixels) {
   const int sample = ds_.sample_size();
   const BatchShare share = share_of(part.batch);
   const int first = share.offset + part.k * micro_;  // in the batch
   const int size = std::min(micro_, share.size - part.k * micro_);
   const int begin = part.batch * batch_size_ + first;
-  float* x = reinterpret_cast<float*>(xbuf_[slot].data());
+  O* x = reinterpret_cast<O*>(xbuf_[slot].data());
   int32_t* y = reinterpret_cast<int32_t*>(ybuf_[slot].data());
   const bool augment = augment_.pad > 0 || augment_.flip;
   // A sample's draws follow those of the samples before it in its batch, whoever assembles them.
@@ -299,12 +314,14 @@ void Loader::fill(int slot, Part part, const T* pixels) {
     for (int i = 0; i < size; ++i) {
       const int src = order_[begin + i];
       const T* p = pixels + size_t(src) * sample;
-      float* dst = x + size_t(i) * sample;
+      O* dst = x + size_t(i) * sample;
       const Shift s = augment ? draw(rng_, augment_) : Shift{};
-      if constexpr (std::is_same_v<T, uint8_t>)
-        put_sample(p, dst, ds_.channels, ds_.height, ds_.width, augment, s, FromU8{lut_.data()});
+      if constexpr (!std::is_same_v<T, uint8_t>)
+        put_sample(p, dst, ds_.channels, ds_.height, ds_.width, augment, s, FromF32<O>{mean_.data(), std_.data()});
+      else if constexpr (std::is_same_v<O, double>)
+        put_sample(p, dst, ds_.channels, ds_.height, ds_.width, augment, s, FromU8<double>{lut64_.data()});
       else
-        put_sample(p, dst, ds_.channels, ds_.height, ds_.width, augment, s, FromF32{mean_.data(), std_.data()});
+        put_sample(p, dst, ds_.channels, ds_.height, ds_.width, augment, s, FromU8<float>{lut_.data()});
       y[i] = ds_.labels[src];
     }
   };

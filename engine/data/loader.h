@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/base/tensor.h"
 #include "engine/device/buffer.h"
 #include "engine/data/dataset.h"
 #include "engine/data/micro_batches.h"
@@ -28,8 +29,10 @@ namespace crumb::data {
 
 struct Batch {
   // This rank's share of the batch, [share, channels, height, width] normalised and [share], when it is one
-  // micro-batch (always without set_micro_batch); otherwise null, and the scheduler streams it.
+  // micro-batch (always without set_micro_batch); otherwise null, and the scheduler streams it. The images
+  // are at x where the loader writes float32, at x64 where it writes float64 (LoaderOptions::dtype).
   const float* x = nullptr;
+  const double* x64 = nullptr;
   const int32_t* y = nullptr;
   int size = 0;                  // samples in this batch over all ranks (the last batch of an epoch may be short)
   int index = 0;                 // batch index within the epoch
@@ -45,12 +48,15 @@ struct Augment {
 };
 
 // How a Loader orders and keeps its batches, named where it is built:
-//   LoaderOptions::shuffled(seed).dropping_last().in(Memory::Pinned), LoaderOptions::in_order().
+//   LoaderOptions::shuffled(seed).dropping_last().in(Memory::Pinned).as(DType::F64), LoaderOptions::in_order().
 struct LoaderOptions {
   bool shuffle = false;    // false keeps dataset order (evaluation)
   uint64_t seed = 0;       // of the shuffled order and the augmentation
   bool drop_last = false;  // false keeps a short final batch
   Memory memory = Memory::Host;  // where the micro-batch slots live (Memory::Pinned when a GPU copies from them)
+  // The images' dtype, the graph input's: F32, or F64 for a float64 graph (--precision fp64), which also
+  // normalises in float64.
+  DType dtype = DType::F32;
 
   static LoaderOptions shuffled(uint64_t seed) {
     LoaderOptions o;
@@ -71,6 +77,11 @@ struct LoaderOptions {
   LoaderOptions in(Memory m) const {
     LoaderOptions o = *this;
     o.memory = m;
+    return o;
+  }
+  LoaderOptions as(DType images) const {
+    LoaderOptions o = *this;
+    o.dtype = images;
     return o;
   }
 };
@@ -103,6 +114,9 @@ class Loader final : public MicroBatchSource {
   // micro-batches of set_micro_batch's m.
   std::size_t inputs() const override { return 2; }
   const char* name(std::size_t j) const override { return j == 0 ? "x" : "y"; }
+  std::size_t sample_bytes(std::size_t j) const override {
+    return j == 0 ? std::size_t(ds_.sample_size()) * dtype_size(dtype_) : sizeof(int32_t);
+  }
   void start(int first, int count, int m) override;
   const void* const* next() override;
 
@@ -118,7 +132,8 @@ class Loader final : public MicroBatchSource {
   Part after(Part p) const;
   void take(std::unique_lock<std::mutex>& lock, Part p);
   void worker();
-  template <class T>
+  // Part p into slot `slot`: pixels of type T (uint8 or float), images of type O (float or double).
+  template <class O, class T>
   void fill(int slot, Part p, const T* pixels);
   void wait_idle(std::unique_lock<std::mutex>& lock);
 
@@ -128,13 +143,15 @@ class Loader final : public MicroBatchSource {
   uint64_t seed_;
   bool drop_last_;
   Memory memory_;
+  DType dtype_;
   Augment augment_;
   int micro_ = 0, rank_ = 0, ranks_ = 1;  // set_micro_batch's (micro_ = batch_size_ without it)
   int epoch_ = 0;
   std::vector<float> lut_;         // [channel][byte]: the normalised value of each uint8 pixel
+  std::vector<double> lut64_;      // the same in float64, for float64 images
   std::vector<float> mean_, std_;  // [channel]: the normalisation of float32 samples
   std::vector<int> order_;         // sample indices of the current epoch
-  Buffer xbuf_[2];  // float [micro_, sample]
+  Buffer xbuf_[2];  // dtype_ [micro_, sample]
   Buffer ybuf_[2];  // int32 [micro_]
   int slot_capacity_ = 0;  // samples the slots were allocated for
   const void* slot_data_[2][2] = {};  // per slot: its x and y, as next() hands them out

@@ -25,6 +25,9 @@ class MicroBatchSource {
   // The inputs it supplies, bound by name to the graph's (every graph input exactly once).
   virtual std::size_t inputs() const = 0;
   virtual const char* name(std::size_t j) const = 0;
+  // The bytes of one sample of input j, where the source knows them (the loader: float32 or float64
+  // images), checked against the graph input's; 0 where it does not (whole-batch arrays).
+  virtual std::size_t sample_bytes(std::size_t /*j*/) const { return 0; }
   // The scheduler is about to take samples [first, first + count) of the current batch in micro-batches
   // of m (the last one short), in order.
   virtual void start(int first, int count, int m) = 0;

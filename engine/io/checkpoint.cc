@@ -28,9 +28,9 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 const std::string kStatePrefix = "optimizer.";
 const std::string kMetadata = "__metadata__";
 
-void check_float32(const std::string& path, const ParamStore& params) {
-  CRUMB_CHECK(params.dtype() == DType::F32, path, ": checkpoints support float32 models, this one is ",
-              dtype_name(params.dtype()));
+void check_master_dtype(const std::string& path, const ParamStore& params) {
+  CRUMB_CHECK(params.dtype() == DType::F32 || params.dtype() == DType::F64, path,
+              ": checkpoints hold float32 and float64 models, this one is ", dtype_name(params.dtype()));
 }
 
 std::size_t value_bytes(const Graph& g, ValueId v) {
@@ -94,9 +94,9 @@ FileTensor parse_tensor(const std::string& name, const json::Value& entry, uint6
   FileTensor t;
   t.name = name;
   const std::string& dtype = field(entry, "dtype", json::Value::Kind::String, path, name).string;
-  CRUMB_CHECK(dtype == "F32" || dtype == "I64", path, ": tensor '", name, "' has dtype ", dtype,
-              ", only F32 (and I64 for counters) is supported");
-  t.dtype = dtype == "I64" ? DType::I64 : DType::F32;
+  CRUMB_CHECK(dtype == "F32" || dtype == "F64" || dtype == "I64", path, ": tensor '", name, "' has dtype ", dtype,
+              ", only F32, F64 (float64 models) and I64 (counters) are supported");
+  t.dtype = dtype == "I64" ? DType::I64 : dtype == "F64" ? DType::F64 : DType::F32;
   uint64_t count = 1;
   for (const json::Value& item : field(entry, "shape", json::Value::Kind::Array, path, name).items) {
     const uint64_t d = item.integer;
@@ -217,19 +217,24 @@ TensorFile read_tensor_file(const std::string& path, bool with_data = true) {
   return f;
 }
 
-// The first non-finite element of float32 data, or -1: a checkpoint never holds NaN or infinity.
-int64_t first_nonfinite(const char* data, std::size_t bytes) {
-  for (std::size_t i = 0; i < bytes / sizeof(float); ++i) {
-    float v;
-    std::memcpy(&v, data + i * sizeof(float), sizeof v);
+// The first non-finite element of T data, or -1: a checkpoint never holds NaN or infinity.
+template <class T> int64_t first_nonfinite_of(const char* data, std::size_t bytes) {
+  for (std::size_t i = 0; i < bytes / sizeof(T); ++i) {
+    T v;
+    std::memcpy(&v, data + i * sizeof(T), sizeof v);
     if (!std::isfinite(v)) return static_cast<int64_t>(i);
   }
   return -1;
 }
+// The same for data of `dtype`; -1 for integers.
+int64_t first_nonfinite(const char* data, std::size_t bytes, DType dtype) {
+  if (dtype == DType::F32) return first_nonfinite_of<float>(data, bytes);
+  if (dtype == DType::F64) return first_nonfinite_of<double>(data, bytes);
+  return -1;
+}
 
 void check_finite(const Chunk& c, const std::string& path) {
-  if (c.dtype != DType::F32) return;
-  const int64_t i = first_nonfinite(c.data, c.bytes);
+  const int64_t i = first_nonfinite(c.data, c.bytes, c.dtype);
   CRUMB_CHECK(i < 0, "refusing to write checkpoint ", path, ": '", c.name, "' holds a non-finite value at element ", i,
               " (the run diverged; the previous checkpoint, if any, is left as it was)");
 }
@@ -243,6 +248,15 @@ void write_tensor_file(const std::string& path, const std::vector<Chunk>& chunks
   std::vector<std::string_view> pieces{{len, sizeof len}, header};
   for (const Chunk& c : chunks) pieces.emplace_back(c.data, c.bytes);
   write_file_atomically(path, pieces, "checkpoint");
+}
+
+// A float32 checkpoint loaded into a float64 model or the other way: the precision is what differs.
+std::string precision_hint(DType file, DType model) {
+  const bool floats = (file == DType::F32 || file == DType::F64) && (model == DType::F32 || model == DType::F64);
+  if (!floats) return "";
+  return file == DType::F64 ? " (the checkpoint holds float64 weights, from a --precision fp64 run: load it in one)"
+                            : " (the checkpoint holds float32 weights: load it in a run of --precision fp32, tf32, "
+                              "bf16 or fp16)";
 }
 
 bool exists(const std::string& path) {
@@ -313,14 +327,14 @@ void check_checkpoint_path(const std::string& path) {
 
 void save_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt, const std::string& model_name,
                      const CheckpointMetadata& run) {
-  check_float32(path, params);
+  check_master_dtype(path, params);
   check_checkpoint_path(path);
   params.to_host();
   if (opt) opt->to_host();
   const Graph& g = params.graph();
   std::vector<Chunk> chunks;
   for (ValueId p : params.params())
-    chunks.push_back({g.value(p).name, DType::F32, &g.value(p).dims, static_cast<const char*>(params.data(p)),
+    chunks.push_back({g.value(p).name, params.dtype(), &g.value(p).dims, static_cast<const char*>(params.data(p)),
                       param_bytes(params, p)});
   for (ValueId v : g.states())
     chunks.push_back({g.value(v).name, g.value(v).dtype, &g.value(v).dims, static_cast<const char*>(params.state(v)),
@@ -337,7 +351,7 @@ void save_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt
     std::vector<Chunk> state;
     for (const StateBlock& s : opt->state())
       for (ValueId p : params.params())
-        state.push_back({kStatePrefix + s.name + "." + g.value(p).name, DType::F32, &g.value(p).dims,
+        state.push_back({kStatePrefix + s.name + "." + g.value(p).name, params.dtype(), &g.value(p).dims,
                          reinterpret_cast<const char*>(s.host()) + params.byte_offset(p), param_bytes(params, p)});
     for (const Chunk& c : state) check_finite(c, optimizer_path(path));
     // Two files cannot be replaced at once. The optimizer file that pairs with the model file on disk is
@@ -393,7 +407,7 @@ void save_checkpoint_or_rescue(const std::string& path, ParamStore& params, Opti
 CheckpointMetadata checkpoint_metadata(const std::string& path) { return read_tensor_file(path, false).meta.all; }
 
 void load_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt) {
-  check_float32(path, params);
+  check_master_dtype(path, params);
   const TensorFile model = read_tensor_file(path);
   TensorFile optimizer;
   const bool sidecar = opt && has_optimizer_file(path);
@@ -428,7 +442,7 @@ void load_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt
     CRUMB_CHECK(t.dims == g.value(p).dims, path, ": tensor '", t.name, "' has shape ", dims_str(t.dims),
                 " but the model expects ", dims_str(g.value(p).dims), from);
   };
-  // Parameters (F32) and non-trained state (its own dtype), by name, every one present.
+  // Parameters (the master dtype) and non-trained state (its own dtype), by name, every one present.
   std::unordered_map<std::string, ValueId> state_named;
   for (ValueId v : g.states()) state_named[g.value(v).name] = v;
   for (const std::vector<ValueId>* values : {&params.params(), &g.states()})
@@ -438,9 +452,9 @@ void load_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt
                   g.value(v).name, "' ", dims_str(g.value(v).dims), " is missing", from);
       const FileTensor& t = *it->second.first;
       check_shape(t, v);
-      const DType want = g.value(v).kind == ValueKind::State ? g.value(v).dtype : DType::F32;
+      const DType want = g.value(v).kind == ValueKind::State ? g.value(v).dtype : params.dtype();
       CRUMB_CHECK(t.dtype == want, path, ": tensor '", t.name, "' is ", dtype_name(t.dtype), " but the model's is ",
-                  dtype_name(want), from);
+                  dtype_name(want), from, precision_hint(t.dtype, want));
     }
   // Optimizer state: "optimizer.<state>.<param>", every parameter or none for each state name.
   const std::vector<std::string>& known_state = state_names(meta.optimizer);
@@ -466,7 +480,9 @@ void load_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt
                 " is not a parameter or state of this model", from);
     if (is_state) {
       check_shape(t, it->second);
-      CRUMB_CHECK(t.dtype == DType::F32, path, ": optimizer state '", name, "' must be F32", from);
+      CRUMB_CHECK(t.dtype == params.dtype(), path, ": optimizer state '", name, "' is ", dtype_name(t.dtype),
+                  " but the model's parameters are ", dtype_name(params.dtype()), from,
+                  precision_hint(t.dtype, params.dtype()));
     }
     }
   for (const auto& [state, found] : state_found)
@@ -488,8 +504,7 @@ void load_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt
   }
 
   for (const auto& [name, entry] : by_name) {
-    if (entry.first->dtype != DType::F32) continue;
-    const int64_t i = first_nonfinite(entry.second, entry.first->end - entry.first->begin);
+    const int64_t i = first_nonfinite(entry.second, entry.first->end - entry.first->begin, entry.first->dtype);
     CRUMB_CHECK(i < 0, path, ": tensor '", name, "' holds a non-finite value at element ", i,
                 " (saved from a diverged run?)", from);
   }

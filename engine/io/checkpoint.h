@@ -6,7 +6,8 @@
 //   ("optimizer.momentum.*" for SGD, "optimizer.exp_avg.*" and "optimizer.exp_avg_sq.*" for AdamW).
 // Both carry "__metadata__" {"format": "crumb", "model": ..., "optimizer": "sgd" | "adamw",
 // "optimizer_steps": "<n>"}; equal step counts pair them. Files from before the split, with the optimizer
-// tensors in <path>, still load. Float32 models only.
+// tensors in <path>, still load. Parameters and optimizer state are in the model's master dtype: F32, or F64
+// for a float64 model (--precision fp64); a model loads only a checkpoint of its own dtype.
 #pragma once
 #include <string>
 #include <utility>

@@ -48,7 +48,11 @@ std::vector<std::string> state_names(const OptimizerConfig& cfg) {
 Optimizer::Optimizer(ParamStore& params, const OptimizerConfig& cfg)
     : params_(params), cfg_(cfg), backend_(backend(params.device(), params.index())),
       kernels_(optimizer_kernels(params.device())) {
-  CRUMB_CHECK(params.dtype() == DType::F32, optimizer_name(cfg.kind), " runs on float32 parameters");
+  const bool f64 =
+      params.dtype() == DType::F64 && kernels_.sgd_f64 && kernels_.adamw_f64 && kernels_.count_nonfinite_f64;
+  CRUMB_CHECK(params.dtype() == DType::F32 || f64, optimizer_name(cfg.kind), " runs on float32 parameters",
+              kernels_.sgd_f64 ? " and float64 ones" : "", " on ", device_name(params.device()), "; these are ",
+              dtype_name(params.dtype()));
   cfg.validate();
   for (const std::string& name : state_names(cfg)) state_.push_back({name, MirroredBuffer(params.bytes(), params.device(), params.index())});
   nonfinite_ = Buffer(sizeof(uint64_t), memory_of(params.device()), params.index());
@@ -59,8 +63,15 @@ void Optimizer::step(float grad_scale) {
   backend_.activate();
   update(lr(steps_), StepExtras{grad_scale, params_.device_copy_block(), params_.copy_dtype()});
   ++steps_;
-  kernels_.count_nonfinite(backend_, reinterpret_cast<uint64_t*>(nonfinite_.data()),
-                           static_cast<const float*>(params_.device_data_block()), params_.count());
+  count_nonfinite(nonfinite_.data(), params_.device_data_block());
+}
+
+void Optimizer::count_nonfinite(void* out, const void* x) {
+  auto* count = static_cast<uint64_t*>(out);
+  if (params_.dtype() == DType::F64)
+    kernels_.count_nonfinite_f64(backend_, count, static_cast<const double*>(x), params_.count());
+  else
+    kernels_.count_nonfinite(backend_, count, static_cast<const float*>(x), params_.count());
 }
 
 uint64_t Optimizer::nonfinite_parameters() {
@@ -71,8 +82,7 @@ uint64_t Optimizer::nonfinite_parameters() {
 
 uint64_t Optimizer::nonfinite_gradients() {
   backend_.activate();
-  kernels_.count_nonfinite(backend_, reinterpret_cast<uint64_t*>(nonfinite_grads_.data()),
-                           static_cast<const float*>(params_.device_grad_block()), params_.count());
+  count_nonfinite(nonfinite_grads_.data(), params_.device_grad_block());
   uint64_t count = 0;
   backend_.read_back(&count, nonfinite_grads_.data(), sizeof count);
   return count;
@@ -121,6 +131,13 @@ const OptimizerKernels kCpuKernels = {
     [](Backend&, float* p, const float* g, float* m, float* v, std::size_t n, const AdamWScalars& s,
        const StepExtras& x) { cpu::adamw_step(p, g, m, v, n, s, x); },
     [](Backend&, uint64_t* out, const float* x, std::size_t n) { *out = cpu::count_nonfinite(x, n); },
+    [](Backend&, double* p, const double* g, double* m, std::size_t n, double lr, double momentum, double wd,
+       bool nesterov, bool first, const StepExtras& x) {
+      cpu::sgd_momentum_step(p, g, m, n, lr, momentum, wd, nesterov, first, x);
+    },
+    [](Backend&, double* p, const double* g, double* m, double* v, std::size_t n, const AdamWScalarsOf<double>& s,
+       const StepExtras& x) { cpu::adamw_step(p, g, m, v, n, s, x); },
+    [](Backend&, uint64_t* out, const double* x, std::size_t n) { *out = cpu::count_nonfinite(x, n); },
 };
 }  // namespace
 

@@ -5,6 +5,7 @@
 // the learning rate of each step comes from the schedule (engine/optim/lr_schedule.h).
 //   sgd:   torch.optim.SGD (dampening 0), momentum, Nesterov, weight decay added to the gradient (L2)
 //   adamw: torch.optim.AdamW (bias correction, decoupled weight decay), op for op in float32
+// Both run in the parameters' dtype: float32, or float64 (--precision fp64, on the CPU only).
 #pragma once
 #include <memory>
 #include <string>
@@ -51,19 +52,26 @@ struct OptimizerKernels {
                 std::size_t count, const AdamWScalars& s, const StepExtras& extras);
   // *out (the device's memory) = elements of x that are NaN or infinite.
   void (*count_nonfinite)(Backend& b, uint64_t* out, const float* x, std::size_t count);
+  // The same over float64 parameters, on a device that trains them (the CPU); null on the others.
+  void (*sgd_f64)(Backend& b, double* params, const double* grads, double* momentum_buf, std::size_t count,
+                  double lr, double momentum, double weight_decay, bool nesterov, bool first_step,
+                  const StepExtras& extras) = nullptr;
+  void (*adamw_f64)(Backend& b, double* params, const double* grads, double* exp_avg, double* exp_avg_sq,
+                    std::size_t count, const AdamWScalarsOf<double>& s, const StepExtras& extras) = nullptr;
+  void (*count_nonfinite_f64)(Backend& b, uint64_t* out, const double* x, std::size_t count) = nullptr;
 };
 // Adds a device's kernels, at load time (CRUMB_ON_LOAD).
 void register_optimizer_kernels(Device device, const OptimizerKernels& kernels);
 // Throws crumb::Error (ending in "use --device cpu") for a device this build has not.
 const OptimizerKernels& optimizer_kernels(Device device);
 
-// One persistent block of optimizer state, element i belonging to element i of the parameter block.
+// One persistent block of optimizer state, element i belonging to element i of the parameter block (and
+// of its dtype).
 struct StateBlock {
   std::string name;
   MirroredBuffer block;
-  // The host copy; on CUDA current after Optimizer::to_host().
+  // The host copy of a float32 block; on CUDA current after Optimizer::to_host().
   float* host() const { return reinterpret_cast<float*>(block.host()); }
-  float* device() const { return reinterpret_cast<float*>(block.device()); }
 };
 
 class Optimizer {
@@ -105,7 +113,8 @@ class Optimizer {
   Optimizer(ParamStore& params, const OptimizerConfig& cfg);
   // The update of step steps() (0-based) at learning rate lr, enqueued on the parameters' device.
   virtual void update(double lr, const StepExtras& extras) = 0;
-  float* device_state(std::size_t i) const { return state_[i].device(); }
+  // State block i on the device, as T (the parameters' type).
+  template <class T> T* device_state(std::size_t i) const { return reinterpret_cast<T*>(state_[i].block.device()); }
 
   ParamStore& params_;
   OptimizerConfig cfg_;
@@ -114,13 +123,16 @@ class Optimizer {
   const OptimizerKernels& kernels_;
 
  private:
+  // *out (the device's memory) = elements of x (count parameters' worth) that are NaN or infinite.
+  void count_nonfinite(void* out, const void* x);
+
   std::vector<StateBlock> state_;
   long long steps_ = 0;
   Buffer nonfinite_;  // 8 bytes in the device's memory: the last step's count
   Buffer nonfinite_grads_;  // 8 bytes in the device's memory: nonfinite_gradients()'s count
 };
 
-// The optimizer of cfg.kind over params (float32), state allocated on params' device. Throws
+// The optimizer of cfg.kind over params (float32, or float64 on the CPU), state allocated on params' device. Throws
 // crumb::Error on an invalid configuration.
 std::unique_ptr<Optimizer> make_optimizer(ParamStore& params, const OptimizerConfig& cfg);
 

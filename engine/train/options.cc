@@ -406,16 +406,19 @@ std::vector<Option> engine_rows() {
             "on without the log")
       .field([](auto& c) -> auto& { return c.log; });
   std::vector<std::pair<std::string, Precision>> precisions;
-  for (Precision p : {Precision::FP32, Precision::TF32, Precision::BF16, Precision::FP16})
+  for (Precision p : {Precision::FP32, Precision::TF32, Precision::BF16, Precision::FP16, Precision::FP64})
     precisions.push_back({precision_name(p), p});
   add("precision", T::Choice).metavar("P").result().clients(kEveryClient)
-      .help("fp32 | tf32 | bf16 | fp16. tf32: CUDA matrix products and convolutions round float32 operands to TF32 "
-            "on tensor cores (faster, ~1e-3 relative error per product; PyTorch's default for convolutions); the "
-            "CPU computes float32. bf16, fp16: mixed precision as torch.autocast: activations and their gradients "
-            "are 16-bit (half the arena), convolutions and linear layers read 16-bit weight copies, and weights, "
-            "their gradients (accumulated over micro-batches in float32), optimizer state, BatchNorm statistics "
-            "and the loss stay float32; checkpoints hold the float32 weights. fp16 scales the loss dynamically "
-            "(docs/precision.md); bf16 needs a GPU of compute capability >= 8.0")
+      .help("fp32 | tf32 | bf16 | fp16 | fp64. tf32: CUDA matrix products and convolutions round float32 operands "
+            "to TF32 on tensor cores (faster, ~1e-3 relative error per product; PyTorch's default for "
+            "convolutions); the CPU computes float32. bf16, fp16: mixed precision as torch.autocast: activations "
+            "and their gradients are 16-bit (half the arena), convolutions and linear layers read 16-bit weight "
+            "copies, and weights, their gradients (accumulated over micro-batches in float32), optimizer state, "
+            "BatchNorm statistics and the loss stay float32; checkpoints hold the float32 weights. fp16 scales the "
+            "loss dynamically (docs/precision.md); bf16 needs a GPU of compute capability >= 8.0. fp64: everything "
+            "in float64 (inputs, activations, weights, gradients, optimizer state, checkpoints), on the CPU only: "
+            "a reference mode for comparing with another engine's float64 run, with about twice fp32's memory and "
+            "time")
       .choice_field<Precision>(precisions, [](auto& c) -> auto& { return c.precision; });
   // An alias kept for the command line (and the checkpoints that recorded it); not a result of its own:
   // --precision holds it.
@@ -667,6 +670,7 @@ void TrainConfig::validate() const {
               "--dataset cifar10 needs --data DIR, the folder of the CIFAR-10 binary version");
   CRUMB_CHECK(data.dataset != "npy" || !data.dir.empty(), "--dataset npy needs --data DIR, the folder of x.npy and y.npy");
   if (precision == Precision::FP16) loss_scale.validate();
+  if (device) check_precision_device(precision, *device);
 }
 
 std::string result_settings(const TrainConfig& c) {

@@ -139,12 +139,13 @@ const char* precision_name(Precision p) {
     case Precision::TF32: return "tf32";
     case Precision::BF16: return "bf16";
     case Precision::FP16: return "fp16";
+    case Precision::FP64: return "fp64";
     default: return "fp32";
   }
 }
 
 bool precision_named(const std::string& name, Precision& out) {
-  for (Precision p : {Precision::FP32, Precision::TF32, Precision::BF16, Precision::FP16})
+  for (Precision p : {Precision::FP32, Precision::TF32, Precision::BF16, Precision::FP16, Precision::FP64})
     if (name == precision_name(p)) {
       out = p;
       return true;
@@ -162,7 +163,12 @@ OptimizerConfig default_optimizer(OptimizerKind kind) {
 }
 
 DType activation_dtype(Precision p) {
-  return p == Precision::BF16 ? DType::BF16 : p == Precision::FP16 ? DType::F16 : DType::F32;
+  switch (p) {
+    case Precision::BF16: return DType::BF16;
+    case Precision::FP16: return DType::F16;
+    case Precision::FP64: return DType::F64;
+    default: return DType::F32;
+  }
 }
 
 std::string recorded_value(const CheckpointMetadata& meta, const std::string& key, const std::string& path) {
@@ -176,8 +182,14 @@ std::string model_name(const TrainConfig& c) {
   return c.network.empty() ? c.model : parse_network(c.network, "the network description").name;
 }
 
+void check_precision_device(Precision p, Device device) {
+  CRUMB_CHECK(p != Precision::FP64 || device == Device::CPU, "--precision fp64 runs on the CPU only (a float64 ",
+              "reference mode, for comparing numbers with another engine's float64 run), not on ", device_name(device),
+              ": use --device cpu, or fp32, tf32, bf16 or fp16 on ", device_name(device));
+}
+
 Device pick_device(const TrainConfig& c) {
-  if (!c.device) return preferred_device();
+  if (!c.device) return c.precision == Precision::FP64 ? Device::CPU : preferred_device();
   backend(*c.device);
   return *c.device;
 }
@@ -209,6 +221,7 @@ TrainingGraph training_graph(const TrainConfig& c, Graph model, int batch, Devic
   bool as_given = false;
   for (NodeId n = 0; n < g.num_nodes(); ++n) as_given = as_given || g.node(n).backward;
   if (c.precision == Precision::FP16) c.loss_scale.validate();
+  check_precision_device(c.precision, device);
   const std::vector<DType> runs = backend(device).float_dtypes();
   CRUMB_CHECK(std::find(runs.begin(), runs.end(), activation_dtype(c.precision)) != runs.end(), "--precision ",
               precision_name(c.precision), ": ", backend(device).description(), " has no ",

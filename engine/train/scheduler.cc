@@ -79,6 +79,10 @@ void Scheduler::bind(const MicroBatchSource& inputs) {
     while (k < inputs_.size() && g_.value(inputs_[k]).name != name) ++k;
     CRUMB_CHECK(k < inputs_.size(), "the model has no input named '", name, "'");
     CRUMB_CHECK(position_[k] == kUnbound, "input '", name, "' is given twice");
+    const std::size_t given = inputs.sample_bytes(j);
+    CRUMB_CHECK(given == 0 || given == sample_bytes_[k], "input '", name, "' comes in samples of ", given,
+                " bytes but the model's takes ", sample_bytes_[k], " (", dims_str(g_.value(inputs_[k]).dims), " ",
+                dtype_name(g_.value(inputs_[k]).dtype), "): give it in the model's dtype");
     position_[k] = j;
     source_bytes_[j] = sample_bytes_[k];
   }

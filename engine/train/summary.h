@@ -18,7 +18,7 @@ struct RunSummary {
   long long parameters = 0;
   std::size_t arena_bytes = 0, arena_lower_bound = 0;
   std::string device;
-  std::string precision;  // fp32 | tf32 | bf16 | fp16
+  std::string precision;  // fp32 | tf32 | bf16 | fp16 | fp64
   bool tf32 = false, cuda_graphs = false;  // tf32: the device rounded float32 products to TF32
   bool deterministic = false;               // --deterministic
   // fp16: the loss scale at the end and the steps skipped for overflowing gradients.

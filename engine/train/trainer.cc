@@ -189,7 +189,8 @@ void Trainer::make_loaders() {
       data_->train, batch_, data_->norm,
       (cfg_.shuffle ? data::LoaderOptions::shuffled(cfg_.seed) : data::LoaderOptions::in_order(cfg_.seed))
           .dropping_last(cfg_.drop_last)
-          .in(batch_memory));
+          .in(batch_memory)
+          .as(image_dtype()));
   // The loader assembles this rank's share of each batch, a micro-batch at a time.
   train_loader_->set_micro_batch(m, comm_ ? comm_->rank() : 0, ranks());
   if (cfg_.augment) train_loader_->set_augment({4, true});
@@ -197,7 +198,13 @@ void Trainer::make_loaders() {
   test_loader_.reset();
   if (data_->test.count)
     test_loader_ = std::make_unique<data::Loader>(data_->test, std::min(m, data_->test.count), data_->norm,
-                                                  data::LoaderOptions::in_order().in(batch_memory));
+                                                  data::LoaderOptions::in_order().in(batch_memory).as(image_dtype()));
+}
+
+DType Trainer::image_dtype() const {
+  const ValueId x = plan_.graph.find_value("x");
+  CRUMB_CHECK(x >= 0 && plan_.graph.value(x).kind == ValueKind::Input, "the model has no input named 'x' (its images)");
+  return plan_.graph.value(x).dtype;
 }
 
 void Trainer::check_like_training(const data::Dataset& ds, const char* what) const {
@@ -310,7 +317,7 @@ Evaluation Trainer::evaluate(const data::Dataset& ds) {
   CRUMB_CHECK(ds.count > 0, "nothing to evaluate: no samples");
   check_like_training(ds, "the evaluation data");
   data::Loader loader(ds, std::min(micro_batch(), ds.count), data_->norm,
-                      data::LoaderOptions::in_order().in(backend(plan_.device).host_memory()));
+                      data::LoaderOptions::in_order().in(backend(plan_.device).host_memory()).as(image_dtype()));
   return evaluate_with(ds, loader);
 }
 
@@ -353,7 +360,7 @@ void Trainer::predict(const data::Dataset& ds, float* logits) {
   Backend& host = backend(Device::CPU);
   std::vector<unsigned char> chunk;
   data::Loader loader(ds, std::min(micro_batch(), ds.count), data_->norm,
-                      data::LoaderOptions::in_order().in(device.host_memory()));
+                      data::LoaderOptions::in_order().in(device.host_memory()).as(image_dtype()));
   evaluate_with(ds, loader, [&](int first, int n) {
     const std::size_t count = n * row;
     chunk.resize(count * dtype_size(dtype));

@@ -39,13 +39,17 @@
 namespace crumb {
 
 // The arithmetic of a run (docs/precision.md): float32; float32 whose products may round to TF32 (CUDA
-// tensor cores); or mixed precision, with 16-bit activations, float32 master weights, gradients and
-// optimizer state (bf16, or fp16 with a dynamic loss scale, engine/optim/loss_scaler.h).
-enum class Precision : uint8_t { FP32, TF32, BF16, FP16 };
-const char* precision_name(Precision p);  // "fp32" | "tf32" | "bf16" | "fp16"
+// tensor cores); mixed precision, with 16-bit activations, float32 master weights, gradients and
+// optimizer state (bf16, or fp16 with a dynamic loss scale, engine/optim/loss_scaler.h); or float64
+// throughout (fp64: inputs, activations, weights, gradients, optimizer state and checkpoints), a reference
+// mode on the CPU only, for comparing with another engine's float64 run digit for digit.
+enum class Precision : uint8_t { FP32, TF32, BF16, FP16, FP64 };
+const char* precision_name(Precision p);  // "fp32" | "tf32" | "bf16" | "fp16" | "fp64"
 bool precision_named(const std::string& name, Precision& out);
 // The float dtype of its graphs' activations (Graph::float_dtype).
 DType activation_dtype(Precision p);
+// fp64 runs on the CPU only: an error naming the device otherwise.
+void check_precision_device(Precision p, Device device);
 
 // Whether image layers run channels-last (NHWC, engine/plan/layout.h). Auto: on for bf16 and fp16 on
 // CUDA, where cuDNN's tensor-core convolutions want NHWC; off elsewhere (the CPU computes the same
@@ -83,7 +87,7 @@ struct TrainConfig {
   // false keeps the data's own order in every epoch (shuffle=False).
   bool shuffle = true;
   OptimizerConfig optimizer = default_optimizer(OptimizerKind::Sgd);  // its schedule's horizon is set by the run
-  std::optional<Device> device;  // none: CUDA where a GPU is usable, else the CPU
+  std::optional<Device> device;  // none: CUDA where a GPU is usable (and the precision runs there), else the CPU
   int threads = 2;
   uint64_t seed = 0;
   std::size_t memory_budget = 0;  // 0: the device's default (Backend::default_budget)
@@ -149,7 +153,7 @@ struct RunPlan {
   bool unfused = false;
 };
 // The device a config runs on (building the CUDA context where it asks for one, which reports exactly
-// why there is none), and its budget.
+// why there is none; the CPU for fp64 unless it names another), and its budget.
 Device pick_device(const TrainConfig& cfg);
 std::size_t budget_of(const TrainConfig& cfg, Device device);
 // Plans cfg's model for inputs of `shape` and batches of `batch` samples on `device`.
@@ -377,6 +381,9 @@ class Trainer {
   // After an error escaped fit: saves the last good step where there is one and says what was saved.
   std::string after_failure();
   void make_loaders();
+  // The dtype the model's input "x" takes its images in, which the loaders write: float32, or float64 in a
+  // float64 graph.
+  DType image_dtype() const;
   // Checks that ds's images have the run's shape and its labels the run's classes (what = its role).
   void check_like_training(const data::Dataset& ds, const char* what) const;
   // Evaluates ds, whose batches loader assembles.

@@ -93,13 +93,18 @@ template <class T> void copy_or_accumulate(T* y, const T* x, std::size_t count, 
   });
 }
 
-std::size_t count_nonfinite(const float* x, std::size_t count) {
+namespace {
+template <class T> std::size_t nonfinite_in(const T* x, std::size_t count) {
   const auto end = static_cast<std::ptrdiff_t>(count);
   std::size_t bad = 0;
 #pragma omp parallel for simd schedule(static) reduction(+ : bad) if (end > kParallelGrain)
   for (std::ptrdiff_t i = 0; i < end; ++i) bad += !std::isfinite(x[i]);
   return bad;
 }
+}  // namespace
+
+std::size_t count_nonfinite(const float* x, std::size_t count) { return nonfinite_in(x, count); }
+std::size_t count_nonfinite(const double* x, std::size_t count) { return nonfinite_in(x, count); }
 
 #define CRUMB_INSTANTIATE(T)                                                            \
   template void relu_forward<T>(T*, const T*, std::size_t);                            \

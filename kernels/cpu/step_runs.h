@@ -6,6 +6,7 @@
 #pragma once
 #include <algorithm>
 #include <cstddef>
+#include <type_traits>
 
 #include "kernels/cpu/convert16.h"
 #include "kernels/cpu/kernel_util.h"
@@ -13,8 +14,9 @@
 
 namespace crumb::cpu::detail {
 
-// Calls update(begin, end) over [0, count) in runs, then writes copies of params[begin, end) if x asks.
-template <class F> void update_in_runs(float* params, std::size_t count, const StepExtras& x, F&& update) {
+// Calls update(begin, end) over [0, count) in runs, then writes copies of params[begin, end) if x asks
+// (float parameters only: float64 ones have no copies).
+template <class T, class F> void update_in_runs(T* params, std::size_t count, const StepExtras& x, F&& update) {
   constexpr std::ptrdiff_t kRun = 4096;
   const auto end = static_cast<std::ptrdiff_t>(count);
   const std::ptrdiff_t runs = (end + kRun - 1) / kRun;
@@ -23,11 +25,13 @@ template <class F> void update_in_runs(float* params, std::size_t count, const S
     const std::ptrdiff_t begin = r * kRun, stop = std::min(end, begin + kRun);
     update(begin, stop);
     const auto n = static_cast<std::size_t>(stop - begin);
-    if (!x.copy) continue;
-    if (x.copy_dtype == DType::F16) {
-      from_float_run(static_cast<f16*>(x.copy) + begin, params + begin, n);
-    } else {
-      from_float_run(static_cast<bf16*>(x.copy) + begin, params + begin, n);
+    if constexpr (std::is_same_v<T, float>) {
+      if (!x.copy) continue;
+      if (x.copy_dtype == DType::F16) {
+        from_float_run(static_cast<f16*>(x.copy) + begin, params + begin, n);
+      } else {
+        from_float_run(static_cast<bf16*>(x.copy) + begin, params + begin, n);
+      }
     }
   }
 }

@@ -1,13 +1,17 @@
 // libFuzzer target: the checkpoint loader (safetensors header, metadata, tensors, values), into a small
-// model with parameters, BatchNorm state (F32 and I64) and SGD momentum. Any input either loads or throws
-// crumb::Error, and a failed load leaves the model as it was.
-// With CRUMB_FUZZ_SEED=FILE set, writes a valid checkpoint of the model to FILE (and FILE.optimizer) and
-// exits: how corpus/checkpoint/checkpoint.bin and optimizer.bin were made.
+// model with parameters, BatchNorm state (F32 and I64) and SGD momentum, built in float32 and in float64
+// (--precision fp64: F64 parameters, state and momentum). Any input either loads or throws crumb::Error
+// into each, and a failed load leaves the model as it was.
+// With CRUMB_FUZZ_SEED=FILE set, writes a valid checkpoint of the float32 model to FILE (and
+// FILE.optimizer) and of the float64 model to FILE64 (and FILE64.optimizer), FILE64 being FILE with "64"
+// added, and exits: how corpus/checkpoint/checkpoint.bin, optimizer.bin, checkpoint64.bin and
+// optimizer64.bin were made.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/graph/autograd.h"
@@ -27,8 +31,9 @@ struct Model {
   crumb::Graph g;
   std::unique_ptr<crumb::ParamStore> params;
   std::unique_ptr<crumb::Optimizer> opt;
-  Model() {
+  explicit Model(crumb::DType dtype) {
     using namespace crumb;
+    g.set_float_dtype(dtype);
     const ValueId x = g.input("x", {2, 4, 4});
     const ValueId y = g.input("y", {}, DType::I32);
     BatchNormAttrs bn;
@@ -45,24 +50,12 @@ struct Model {
   }
 };
 
-Model& model() {
-  static Model m;
-  return m;
+Model& model(bool f64) {
+  static Model m32(crumb::DType::F32), m64(crumb::DType::F64);
+  return f64 ? m64 : m32;
 }
 
-}  // namespace
-
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  if (const char* seed = std::getenv("CRUMB_FUZZ_SEED")) {
-    crumb::save_checkpoint(seed, *model().params, model().opt.get(), "fuzz");
-    std::exit(0);
-  }
-  return 0;
-}
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
-  Model& m = model();
-  const crumb::fuzz::MemFile file(data, size);
+void load_into(Model& m, const crumb::fuzz::MemFile& file) {
   const std::vector<char> before(static_cast<const char*>(m.params->data_block()),
                                  static_cast<const char*>(m.params->data_block()) + m.params->bytes());
   try {
@@ -70,5 +63,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   } catch (const crumb::Error&) {
     if (std::memcmp(before.data(), m.params->data_block(), before.size()) != 0) std::abort();  // a failed load wrote
   }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  if (const char* seed = std::getenv("CRUMB_FUZZ_SEED")) {
+    crumb::save_checkpoint(seed, *model(false).params, model(false).opt.get(), "fuzz");
+    crumb::save_checkpoint(std::string(seed) + "64", *model(true).params, model(true).opt.get(), "fuzz");
+    std::exit(0);
+  }
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
+  const crumb::fuzz::MemFile file(data, size);
+  load_into(model(false), file);
+  load_into(model(true), file);
   return 0;
 }

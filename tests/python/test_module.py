@@ -316,6 +316,30 @@ def test_resume_continues_the_run(tmp_path):
         crumb.Trainer(model="cnn", progress=False, resume=tmp_path / "run.safetensors", batch=16, seed=2, lr=0.1)
 
 
+def test_fp64_trains_and_loads_weights_in_float64(tmp_path):
+    """precision="fp64" trains in float64 on the CPU: its state_dict is float64, weights of any width load
+    widened to float64 (torch's float64 model's without rounding), its checkpoint holds F64 and loads back;
+    device="cuda" is refused with one line."""
+    torch = pytest.importorskip("torch")
+    x, y = images(16, shape=(1, 8, 8))
+    t = crumb.Trainer(model="mlp", classes=4, batch=8, precision="fp64", progress=False)
+    t.fit(x, y)
+    ref = t.state_dict()
+    assert ref and all(v.dtype == np.float64 for k, v in ref.items() if not k.endswith("num_batches_tracked"))
+    name = next(k for k, v in ref.items() if v.ndim == 2)
+    w = np.random.default_rng(2).standard_normal(ref[name].shape)
+    for given, expect in [(w, w), (w.astype(np.float32), w.astype(np.float32).astype(np.float64)),
+                          (torch.from_numpy(w), w)]:
+        t.load_state_dict({**ref, name: given})
+        np.testing.assert_array_equal(t.state_dict()[name], expect)
+    t.save(tmp_path / "f64.safetensors")
+    back = crumb.Trainer(load=str(tmp_path / "f64.safetensors"), precision="fp64", progress=False)
+    np.testing.assert_array_equal(back.predict(x), t.predict(x))
+    with pytest.raises(crumb.Error) as e:
+        crumb.Trainer(model="mlp", classes=4, batch=8, precision="fp64", device="cuda", progress=False).fit(x, y)
+    assert "--precision fp64 runs on the CPU only" in str(e.value)
+
+
 def test_state_dict_is_torchvisions(tmp_path):
     torch = pytest.importorskip("torch")
     torchvision = pytest.importorskip("torchvision")

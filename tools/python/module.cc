@@ -423,7 +423,7 @@ class Run {
 
   nb::dict info() const {
     nb::dict d = dict_of("epoch", trainer_ ? trainer_->at_epoch() : 0, "batch", trainer_ ? trainer_->at_batch() : 0,
-                         "built", trainer_ != nullptr);
+                         "built", trainer_ != nullptr, "precision", std::string(precision_name(config_.precision)));
     if (trainer_) {
       d["epochs"] = trainer_->config().epochs;  // where the run ends (later fits extend it)
       d["micro_batch"] = trainer_->micro_batch();

@@ -147,7 +147,7 @@ def plan(
     shuffle: bool = True,
     memory_budget: int | str | None = None,
     strategy: Literal["auto", "micro-batch", "swap", "recompute", "none"] = "auto",
-    precision: Literal["fp32", "tf32", "bf16", "fp16"] = "fp32",
+    precision: Literal["fp32", "tf32", "bf16", "fp16", "fp64"] = "fp32",
     loss_scale: float = 65536.0,
     loss_scale_growth_interval: int = 2000,
     channels_last: Literal["on", "off", "auto"] = "auto",
@@ -213,13 +213,15 @@ def plan(
             fed by kernel times and copy bandwidth measured here, predicts it is cheaper. swap / recompute: only
             that technique, at the largest micro-batch it fits. none: the whole batch in memory. Results are the
             same bits either way
-        precision: fp32 | tf32 | bf16 | fp16. tf32: CUDA matrix products and convolutions round float32 operands to
-            TF32 on tensor cores (faster, ~1e-3 relative error per product; PyTorch's default for convolutions); the
-            CPU computes float32. bf16, fp16: mixed precision as torch.autocast: activations and their gradients are
-            16-bit (half the arena), convolutions and linear layers read 16-bit weight copies, and weights, their
-            gradients (accumulated over micro-batches in float32), optimizer state, BatchNorm statistics and the
-            loss stay float32; checkpoints hold the float32 weights. fp16 scales the loss dynamically
-            (docs/precision.md); bf16 needs a GPU of compute capability >= 8.0
+        precision: fp32 | tf32 | bf16 | fp16 | fp64. tf32: CUDA matrix products and convolutions round float32
+            operands to TF32 on tensor cores (faster, ~1e-3 relative error per product; PyTorch's default for
+            convolutions); the CPU computes float32. bf16, fp16: mixed precision as torch.autocast: activations and
+            their gradients are 16-bit (half the arena), convolutions and linear layers read 16-bit weight copies,
+            and weights, their gradients (accumulated over micro-batches in float32), optimizer state, BatchNorm
+            statistics and the loss stay float32; checkpoints hold the float32 weights. fp16 scales the loss
+            dynamically (docs/precision.md); bf16 needs a GPU of compute capability >= 8.0. fp64: everything in
+            float64 (inputs, activations, weights, gradients, optimizer state, checkpoints), on the CPU only: a
+            reference mode for comparing with another engine's float64 run, with about twice fp32's memory and time
         loss_scale: fp16: the initial loss scale, a power of two
         loss_scale_growth_interval: fp16: clean steps in a row before the scale doubles
         channels_last: run convolutions, normalisation and pooling in NHWC (channels_last), with conversions where

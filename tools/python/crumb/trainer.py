@@ -83,7 +83,7 @@ class Trainer:
         fresh_optimizer: bool = False,
         load: str | os.PathLike | None = None,
         log: str | os.PathLike | None = None,
-        precision: Literal["fp32", "tf32", "bf16", "fp16"] = "fp32",
+        precision: Literal["fp32", "tf32", "bf16", "fp16", "fp64"] = "fp32",
         loss_scale: float = 65536.0,
         loss_scale_growth_interval: int = 2000,
         channels_last: Literal["on", "off", "auto"] = "auto",
@@ -175,13 +175,16 @@ class Trainer:
                 per epoch (train/test loss, test accuracy) to FILE, flushed as the run goes (JSON Lines: one object
                 per line, for plots and tail -f); a resumed run appends to it; a write that fails warns once and the
                 run goes on without the log
-            precision: fp32 | tf32 | bf16 | fp16. tf32: CUDA matrix products and convolutions round float32 operands
-                to TF32 on tensor cores (faster, ~1e-3 relative error per product; PyTorch's default for
+            precision: fp32 | tf32 | bf16 | fp16 | fp64. tf32: CUDA matrix products and convolutions round float32
+                operands to TF32 on tensor cores (faster, ~1e-3 relative error per product; PyTorch's default for
                 convolutions); the CPU computes float32. bf16, fp16: mixed precision as torch.autocast: activations
                 and their gradients are 16-bit (half the arena), convolutions and linear layers read 16-bit weight
                 copies, and weights, their gradients (accumulated over micro-batches in float32), optimizer state,
                 BatchNorm statistics and the loss stay float32; checkpoints hold the float32 weights. fp16 scales
-                the loss dynamically (docs/precision.md); bf16 needs a GPU of compute capability >= 8.0
+                the loss dynamically (docs/precision.md); bf16 needs a GPU of compute capability >= 8.0. fp64:
+                everything in float64 (inputs, activations, weights, gradients, optimizer state, checkpoints), on
+                the CPU only: a reference mode for comparing with another engine's float64 run, with about twice
+                fp32's memory and time
             loss_scale: fp16: the initial loss scale, a power of two
             loss_scale_growth_interval: fp16: clean steps in a row before the scale doubles
             channels_last: run convolutions, normalisation and pooling in NHWC (channels_last), with conversions
@@ -214,7 +217,7 @@ class Trainer:
         self._epochs = int(given.get("epochs", 1))
         self._run = _crumb.Run(args + options)
         if weights is not None and not source:  # a checkpoint's weights replace the converted model's
-            self._run.load_state_dict(_tensors(weights))
+            self._run.load_state_dict(_tensors(weights, self._float_type()))
         if (mean is None) != (std is None):
             raise Error("give mean and std together")
         self._norm_given = mean is not None
@@ -398,9 +401,10 @@ class Trainer:
 
     def load_state_dict(self, state) -> None:
         """Loads weights by name: every parameter and running statistic, with its shape (numpy arrays or torch
-        tensors; floating-point values of any width are converted to float32, as torch converts them), or an
-        error naming the first that differs or is not finite (nothing is loaded then)."""
-        self._run.load_state_dict(_tensors(state))
+        tensors; floating-point values of any width are converted to the model's float32, or float64 with
+        ``precision="fp64"``, as torch converts them), or an error naming the first that differs or is not
+        finite (nothing is loaded then)."""
+        self._run.load_state_dict(_tensors(state, self._float_type()))
 
     def save(self, path) -> None:
         """A checkpoint (safetensors, with the optimizer beside it) as ``train --save`` writes it, recording
@@ -423,6 +427,10 @@ class Trainer:
         if self._norm is None or not self._norm_given:
             self._norm = _norm_of(meta, None, None)
 
+    def _float_type(self):
+        """The dtype of the model's weights and statistics: float64 in an fp64 run, else float32."""
+        return np.float64 if self._run.info()["precision"] == "fp64" else np.float32
+
     @property
     def micro_batch(self) -> int | None:
         return self._run.info().get("micro_batch")
@@ -442,24 +450,27 @@ def _norm_of(meta: dict, mean, std):
     return None
 
 
-def _tensors(state) -> list:
+def _tensors(state, float_type=np.float32) -> list:
     """(name, C-contiguous native-order array) for each entry of a state dict. Floating-point values of any
-    width (torch tensors, bfloat16 included) become float32 and integers int64, as torch's load_state_dict copies
-    them into the model's dtypes (the engine then checks each tensor's dtype and shape); a NaN or infinity is
-    refused here, where it is named, rather than surfacing steps later as a diverged loss."""
+    width (torch tensors, bfloat16 included) become float_type (the model's: float32, float64 in an fp64 run)
+    and integers int64, as torch's load_state_dict copies them into the model's dtypes (the engine then checks
+    each tensor's dtype and shape); a NaN or infinity is refused here, where it is named, rather than surfacing
+    steps later as a diverged loss."""
     if not hasattr(state, "items"):
         raise Error(f"load_state_dict takes a mapping of names to arrays (a state_dict), got {type(state).__name__}")
     tensors = []
     for name, value in state.items():
         if hasattr(value, "detach"):  # a torch tensor
             value = value.detach().cpu()
-            value = (value.float() if value.is_floating_point() else value).numpy()
+            if value.is_floating_point():
+                value = value.double() if float_type == np.float64 else value.float()
+            value = value.numpy()
         try:
             a = np.asarray(value)
         except (ValueError, TypeError) as e:
             raise Error(f"load_state_dict: {name!r} is not an array of numbers ({e})") from None
         if a.dtype.kind == "f":
-            a = a.astype(np.float32, copy=False)
+            a = a.astype(float_type, copy=False)
             bad = np.flatnonzero(~np.isfinite(a))
             if bad.size:
                 where = np.unravel_index(bad[0], a.shape) if a.ndim else ()
