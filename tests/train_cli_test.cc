@@ -708,7 +708,7 @@ std::size_t children_peak_rss() {
 // copies (126 MiB more than the small run in the CI's sanitizer build; 4 MiB with
 // ASAN_OPTIONS=quarantine_size_mb=0). Either is far below the gigabytes these tests guard against (kernel
 // timings with buffers of the model's size).
-std::size_t planning_rss_margin() { return std::size_t{crumb::alloc_counter_enabled() ? 96 : 512} << 20; }
+std::size_t planning_rss_margin() { return (crumb::alloc_counter_enabled() ? std::size_t{96} : std::size_t{512}) << 20; }
 
 }  // namespace
 

@@ -53,6 +53,18 @@ double CostModel::simulate(const Graph& g, int m) const {
   return clock;
 }
 
+namespace {
+
+// The bytes node n reads and writes at m samples.
+double node_bytes(const Graph& g, const Node& n, int64_t m) {
+  double bytes = 0;
+  for (const std::vector<ValueId>* values : {&n.in, &n.out})
+    for (ValueId v : *values) bytes += double(g.value(v).count(m)) * dtype_size(g.value(v).dtype);
+  return bytes;
+}
+
+}  // namespace
+
 CostModel estimate_costs(const Graph& g, int m) {
   constexpr double kFlopsPerSecond = 1e11, kBytesPerSecond = 1e10;
   CostModel c;
@@ -60,10 +72,8 @@ CostModel estimate_costs(const Graph& g, int m) {
   c.seconds_per_byte = 1 / kBytesPerSecond;
   for (NodeId id = 0; id < g.num_nodes(); ++id) {
     const Node& n = g.node(id);
-    double bytes = 0;
-    for (const std::vector<ValueId>* values : {&n.in, &n.out})
-      for (ValueId v : *values) bytes += double(g.value(v).count(m)) * dtype_size(g.value(v).dtype);
-    c.node_seconds[n.name] = (n.def->flops ? n.def->flops(g, n, m) / kFlopsPerSecond : 0.0) + bytes / kBytesPerSecond;
+    c.node_seconds[n.name] =
+        (n.def->flops ? n.def->flops(g, n, m) / kFlopsPerSecond : 0.0) + node_bytes(g, n, m) / kBytesPerSecond;
   }
   return c;
 }
@@ -71,14 +81,9 @@ CostModel estimate_costs(const Graph& g, int m) {
 int timing_batch(const Graph& g, int m, Device device, int index) {
   const Backend& b = backend(device, index);
   int64_t samples = b.timing_batch();
-  std::size_t step_bytes = 0;  // per sample, of the step with the most
-  for (NodeId id = 0; id < g.num_nodes(); ++id) {
-    std::size_t bytes = 0;
-    for (const std::vector<ValueId>* values : {&g.node(id).in, &g.node(id).out})
-      for (ValueId v : *values)
-        if (g.value(v).batched) bytes += static_cast<std::size_t>(g.value(v).count(1)) * dtype_size(g.value(v).dtype);
-    step_bytes = std::max(step_bytes, bytes);
-  }
+  std::size_t step_bytes = 0;  // per sample (what one more sample adds), of the step with the most
+  for (NodeId id = 0; id < g.num_nodes(); ++id)
+    step_bytes = std::max(step_bytes, static_cast<std::size_t>(node_bytes(g, g.node(id), 1) - node_bytes(g, g.node(id), 0)));
   if (const std::size_t cache = b.cache_bytes(); cache && step_bytes)
     samples = std::max<int64_t>(samples, static_cast<int64_t>((cache + step_bytes - 1) / step_bytes));
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(m, samples)));
