@@ -3,6 +3,8 @@
 // No test here depends on how fast anything ran.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "engine/device/backend.h"
 #include "engine/strategy/cost_model.h"
 #include "tests/small_resnet.h"
@@ -95,6 +97,54 @@ TEST(CostModel, MeasuredPartsWithinTheirTimes) {
     EXPECT_LE(c.fixed_seconds.at(n.name), c.node_seconds.at(n.name));
     EXPECT_EQ(c.measured_lean.count(n.name), n.lean ? 1u : 0u);
   }
+}
+
+// The unfused graph's costs made comparable with the fused graph's measured at another moment (here a
+// machine 3 times slower, and one convolution slower still): its nodes that the fused graph has too take
+// the fused graph's times, the rest scale by the shared nodes' ratio.
+TEST(CostModel, AlignedCostsTakeTheReferenceTimesAndScaleTheRest) {
+  models::NormSpec norm;
+  norm.bn.group = 8;
+  Graph unfused = models::build("resnet20", {3, 8, 8, 5, norm});
+  build_backward(unfused);
+  const Graph fused = test::small_resnet20();
+  ASSERT_LT(fused.num_nodes(), unfused.num_nodes());
+  CostModel measured = estimate_costs(fused, 4);
+  for (auto& [name, seconds] : measured.node_seconds) seconds *= 3;
+  std::string slow;
+  for (NodeId i = 0; i < fused.num_nodes() && slow.empty(); ++i)
+    if (fused.node(i).def->name == std::string("conv2d")) slow = fused.node(i).name;
+  ASSERT_FALSE(slow.empty());
+  measured.node_seconds[slow] *= 5;
+  measured.fixed_seconds[slow] = 1e-3;
+  const CostModel own = estimate_costs(unfused, 4);
+  const CostModel aligned = align_costs(unfused, own, fused, measured);
+  std::set<std::string> in_fused;
+  for (NodeId i = 0; i < fused.num_nodes(); ++i) in_fused.insert(fused.node(i).name);
+  double own_shared = 0, measured_shared = 0;
+  for (NodeId i = 0; i < unfused.num_nodes(); ++i)
+    if (in_fused.count(unfused.node(i).name)) {
+      own_shared += own.node_seconds.at(unfused.node(i).name);
+      measured_shared += measured.node_seconds.at(unfused.node(i).name);
+    }
+  const double load = measured_shared / own_shared;
+  EXPECT_GT(load, 3.0);
+  int shared = 0, alone = 0;
+  for (NodeId i = 0; i < unfused.num_nodes(); ++i) {
+    const std::string& name = unfused.node(i).name;
+    SCOPED_TRACE(name);
+    if (in_fused.count(name)) {
+      ++shared;
+      EXPECT_EQ(aligned.node_seconds.at(name), measured.node_seconds.at(name));
+    } else {
+      ++alone;
+      EXPECT_NEAR(aligned.node_seconds.at(name), own.node_seconds.at(name) * load, 1e-12);
+    }
+  }
+  EXPECT_GT(shared, 0);
+  EXPECT_GT(alone, 0);
+  EXPECT_EQ(aligned.fixed_seconds.at(slow), 1e-3);
+  EXPECT_THROW(align_costs(unfused, estimate_costs(unfused, 8), fused, measured), Error);
 }
 
 }  // namespace

@@ -89,10 +89,12 @@ int timing_batch(const Graph& g, int m, Device device, int index) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(m, samples)));
 }
 
-CostModel measure_costs(const Graph& g, int m, Device device, int index) {
+namespace {
+
+CostModel measure_at(const Graph& g, int samples, Device device, int index) {
   CostModel c;
   Backend& b = backend(device, index);
-  c.measured_batch = timing_batch(g, m, device, index);
+  c.measured_batch = samples;
   {
     ParamStore params(g, device, index);
     params.init(1);
@@ -150,6 +152,55 @@ CostModel measure_costs(const Graph& g, int m, Device device, int index) {
   c.copies_overlap = b.copies_overlap();
   c.lean_slowdown = std::min(8, std::max(1, num_threads()));
   return c;
+}
+
+}  // namespace
+
+CostModel measure_costs(const Graph& g, int m, Device device, int index) {
+  return measure_at(g, timing_batch(g, m, device, index), device, index);
+}
+
+CostModel align_costs(const Graph& g, CostModel own, const Graph& reference, const CostModel& measured) {
+  CRUMB_CHECK(own.measured_batch == measured.measured_batch, "align_costs: costs measured at ",
+              own.measured_batch, " and ", measured.measured_batch, " samples cannot be compared");
+  std::unordered_map<std::string, NodeId> by_name;
+  for (NodeId i = 0; i < reference.num_nodes(); ++i) by_name.emplace(reference.node(i).name, i);
+  auto same_operands = [&](const std::vector<ValueId>& a, const std::vector<ValueId>& b) {
+    if (a.size() != b.size()) return false;
+    for (std::size_t k = 0; k < a.size(); ++k) {
+      const Value &x = g.value(a[k]), &y = reference.value(b[k]);
+      if (x.dims != y.dims || x.dtype != y.dtype || x.batched != y.batched || x.layout != y.layout) return false;
+    }
+    return true;
+  };
+  double own_shared = 0, measured_shared = 0;
+  std::vector<std::string> alone;
+  for (NodeId i = 0; i < g.num_nodes(); ++i) {
+    const Node& n = g.node(i);
+    const auto it = by_name.find(n.name);
+    const Node* r = it == by_name.end() ? nullptr : &reference.node(it->second);
+    const bool shared = r && r->def == n.def && r->lean == n.lean && same_operands(n.in, r->in) &&
+                        same_operands(n.out, r->out) && measured.node_seconds.count(n.name);
+    if (!shared) {
+      alone.push_back(n.name);
+      continue;
+    }
+    own_shared += own.node_seconds[n.name];
+    measured_shared += measured.node_seconds.at(n.name);
+    own.node_seconds[n.name] = measured.node_seconds.at(n.name);
+    const auto fixed = measured.fixed_seconds.find(n.name);
+    if (fixed != measured.fixed_seconds.end()) own.fixed_seconds[n.name] = fixed->second;
+    else own.fixed_seconds.erase(n.name);
+    if (measured.measured_lean.count(n.name)) own.measured_lean.insert(n.name);
+    else own.measured_lean.erase(n.name);
+  }
+  const double load = own_shared > 0 && measured_shared > 0 ? measured_shared / own_shared : 1.0;
+  for (const std::string& name : alone) {
+    if (auto t = own.node_seconds.find(name); t != own.node_seconds.end()) t->second *= load;
+    if (auto t = own.fixed_seconds.find(name); t != own.fixed_seconds.end()) t->second *= load;
+  }
+  own.seconds_per_byte = measured.seconds_per_byte;
+  return own;
 }
 
 }  // namespace crumb

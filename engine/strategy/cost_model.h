@@ -58,6 +58,15 @@ int timing_batch(const Graph& g, int m, Device device, int index = 0);
 // that keeps within a budget checks that plan first (engine/strategy/memory_strategy.cc).
 CostModel measure_costs(const Graph& g, int m, Device device, int index = 0);
 
+// own, g's costs, made comparable with `measured`, the costs of `reference` (another form of the same
+// model: the unfused graph of a fused one) measured at another moment: each node of g that reference
+// has too (same name, op, lean flag and operand shapes) takes reference's time, and g's other nodes are
+// scaled by how much faster or slower the shared nodes ran in own than in measured (the machine's load
+// between the two measurements). Without it, on 2 cores under a parallel ctest, the unfused graph measured
+// so much faster than the fused one that its least plan beat the fused graph's in-memory plan on time and
+// the frontier of the two was one point. Both must be at the same batch.
+CostModel align_costs(const Graph& g, CostModel own, const Graph& reference, const CostModel& measured);
+
 // A model that measures nothing: each node's floating-point work (OpDef::flops) at 100 GFLOP/s plus the
 // bytes it reads and writes at 10 GB/s, copies at 10 GB/s. Coarse, and the same on every run and machine:
 // what decides whether a budget can be met (engine/strategy/memory_strategy.h), so that the answer never

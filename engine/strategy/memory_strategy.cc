@@ -828,7 +828,16 @@ std::size_t least_budget(const Graph& g, const StrategyRequest& r) {
   return r.strategy == Strategy::Auto ? std::min(least, s.in_memory_total()) : least;
 }
 
+int frontier_timing_batch(const Graph& g, const StrategyRequest& r) {
+  CRUMB_CHECK(r.micro_batch >= 1, "memory_frontier: a micro-batch size is needed, got ", r.micro_batch);
+  return timing_batch(g, std::min(r.micro_batch, r.batch), r.device, r.index);
+}
+
 Frontier memory_frontier(const Graph& g, const StrategyRequest& r, int points) {
+  return memory_frontier(g, r, measure_costs(g, frontier_timing_batch(g, r), r.device, r.index), points);
+}
+
+Frontier memory_frontier(const Graph& g, const StrategyRequest& r, CostModel costs, int points) {
   CRUMB_CHECK(r.micro_batch >= 1, "memory_frontier: a micro-batch size is needed, got ", r.micro_batch);
   CRUMB_CHECK(points >= 2, "memory_frontier: at least 2 budgets, got ", points);
   const int m = std::min(r.micro_batch, r.batch);
@@ -837,7 +846,7 @@ Frontier memory_frontier(const Graph& g, const StrategyRequest& r, int points) {
   Frontier f;
   f.strategy = strategy;
   f.micro_batch = m;
-  f.costs = measure_costs(g, timing_batch(g, m, r.device, r.index), r.device, r.index);
+  f.costs = std::move(costs);
   std::size_t lo = s.in_memory_total();
   for (const Technique& t : techniques(strategy)) lo = std::min(lo, least(s, t).total);
   const std::size_t hi = s.in_memory_total();

@@ -98,6 +98,10 @@ struct Frontier {
 // predicted with kernel times measured here (in memory, at the timing batch), and of those the points
 // that no plan with less memory beats on time. `points` budgets are tried.
 Frontier memory_frontier(const Graph& g, const StrategyRequest& r, int points = 9);
+// The same with g's costs given (measured at frontier_timing_batch(g, r)): for frontiers of several forms
+// of one model drawn together, their costs aligned (engine/strategy/cost_model.h, align_costs).
+Frontier memory_frontier(const Graph& g, const StrategyRequest& r, CostModel costs, int points = 9);
+int frontier_timing_batch(const Graph& g, const StrategyRequest& r);
 
 // The point a budget takes: the fastest whose memory fits it (the last that does); -1 when none fits or
 // the budget is 0.

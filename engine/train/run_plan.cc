@@ -306,12 +306,18 @@ Frontier plan_frontier(const TrainConfig& c, const data::DataShape& shape, int b
   Graph lean = t.graph;
   recompute_in_place(lean);
   const std::pair<const Graph*, const char*> variants[] = {{&t.graph, ""}, {&lean, "In-Place"}, {&t.unfused, "unfused"}};
+  // All measured at one batch (the least of their timing batches), their times aligned with the fused
+  // graph's (align_costs): points of graphs measured at different moments are compared.
+  int timing = std::numeric_limits<int>::max();
+  for (const auto& [graph, name] : variants) timing = std::min(timing, frontier_timing_batch(*graph, r));
   Frontier out;
   std::size_t below = std::numeric_limits<std::size_t>::max();
   for (const auto& [graph, name] : variants) {
     const std::size_t least = least_budget(*graph, r);
     if (least >= below) continue;
-    Frontier f = memory_frontier(*graph, r);
+    CostModel costs = measure_costs(*graph, timing, device);
+    if (!out.points.empty()) costs = align_costs(*graph, std::move(costs), t.graph, out.costs);
+    Frontier f = memory_frontier(*graph, r, std::move(costs));
     if (out.points.empty()) {
       out = std::move(f);
     } else {
