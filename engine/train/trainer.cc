@@ -64,6 +64,17 @@ bool sum_over_ranks(Communicator& comm, BatchResult& r, bool stop) {
   return totals[2] > 0;
 }
 
+
+// count float32 or float64 values of src into dst from element `at` on, as float32 or float64.
+void copy_as(void* dst, DType as, std::size_t at, const void* src, DType from, std::size_t count) {
+  auto copy = [&](auto* d) {
+    if (from == DType::F64) std::copy_n(static_cast<const double*>(src), count, d + at);
+    else std::copy_n(static_cast<const float*>(src), count, d + at);
+  };
+  if (as == DType::F64) copy(static_cast<double*>(dst));
+  else copy(static_cast<float*>(dst));
+}
+
 }  // namespace
 
 Trainer::Trainer(TrainConfig cfg, std::shared_ptr<const data::DataSplit> data, std::shared_ptr<Communicator> comm)
@@ -345,7 +356,10 @@ Evaluation Trainer::evaluate_with(const data::Dataset& ds, data::Loader& loader,
   return {static_cast<double>(correct) / count, loss_sum / count, count};
 }
 
-void Trainer::predict(const data::Dataset& ds, float* logits) {
+void Trainer::predict(const data::Dataset& ds, float* logits) { predict_as(ds, logits, DType::F32); }
+void Trainer::predict(const data::Dataset& ds, double* logits) { predict_as(ds, logits, DType::F64); }
+
+void Trainer::predict_as(const data::Dataset& ds, void* logits, DType as) {
   prepare();
   CRUMB_CHECK(ds.count > 0, "nothing to predict: no samples");
   check_like_training(ds, "the data to predict");
@@ -359,20 +373,37 @@ void Trainer::predict(const data::Dataset& ds, float* logits) {
   Backend& device = backend(plan_.device);
   Backend& host = backend(Device::CPU);
   std::vector<unsigned char> chunk;
+  std::vector<float> widened;
   data::Loader loader(ds, std::min(micro_batch(), ds.count), data_->norm,
                       data::LoaderOptions::in_order().in(device.host_memory()).as(image_dtype()));
   evaluate_with(ds, loader, [&](int first, int n) {
-    const std::size_t count = n * row;
+    const std::size_t count = n * row, at = first * row;
     chunk.resize(count * dtype_size(dtype));
     device.read_back(chunk.data(), sched_->eval_executor().data(out), chunk.size());
-    float* dst = logits + first * row;
-    if (dtype == DType::F64)  // the float64 graphs of the gradient checks
-      std::copy_n(reinterpret_cast<const double*>(chunk.data()), count, dst);
-    else if (dtype == DType::F32)
-      std::memcpy(dst, chunk.data(), chunk.size());
-    else
-      host.convert(dst, DType::F32, chunk.data(), dtype, count);
+    if (dtype == DType::F32 || dtype == DType::F64) {
+      copy_as(logits, as, at, chunk.data(), dtype, count);
+    } else {  // 16-bit logits, through float32
+      widened.resize(count);
+      host.convert(widened.data(), DType::F32, chunk.data(), dtype, count);
+      copy_as(logits, as, at, widened.data(), DType::F32, count);
+    }
   });
+}
+
+void Trainer::preprocess(const data::Dataset& ds, float* x) const { preprocess_as(ds, x, DType::F32); }
+void Trainer::preprocess(const data::Dataset& ds, double* x) const { preprocess_as(ds, x, DType::F64); }
+
+void Trainer::preprocess_as(const data::Dataset& ds, void* x, DType as) const {
+  CRUMB_CHECK(ds.count > 0, "nothing to preprocess: no samples");
+  check_like_training(ds, "the data to preprocess");
+  const DType dtype = image_dtype();
+  const std::size_t sample = ds.sample_size();
+  data::Loader loader(ds, std::min(ds.count, 256), data_->norm, data::LoaderOptions::in_order().as(dtype));
+  loader.start_epoch(0);
+  data::Batch b;
+  for (std::size_t at = 0; loader.next(b); at += static_cast<std::size_t>(b.size) * sample)
+    copy_as(x, as, at, dtype == DType::F64 ? static_cast<const void*>(b.x64) : b.x, dtype,
+            static_cast<std::size_t>(b.size) * sample);
 }
 
 FitResult Trainer::fit(const std::vector<Callback*>& given) {

@@ -315,9 +315,17 @@ class Trainer {
   Evaluation evaluate();
   Evaluation evaluate(const data::Dataset& ds);
   // The model's outputs (logits, before the softmax) for every sample of ds, normalised like the training
-  // data: ds.count x classes() floats into `logits`, whatever the precision. ds's labels are not used
-  // beyond the loss nobody reads; any valid ones do (zeros).
+  // data: ds.count x classes() values into `logits`, converted from the model's (float64 in a float64 run:
+  // output_dtype() says which holds them exactly). ds's labels are not used beyond the loss nobody reads;
+  // any valid ones do (zeros).
   void predict(const data::Dataset& ds, float* logits);
+  void predict(const data::Dataset& ds, double* logits);
+  // ds's images as the model sees them, normalised by the loader that feeds training and prediction:
+  // ds.count x the sample's values into x, converted from the model's input dtype (output_dtype()).
+  void preprocess(const data::Dataset& ds, float* x) const;
+  void preprocess(const data::Dataset& ds, double* x) const;
+  // What predict and preprocess compute in: float64 in a float64 run (--precision fp64), else float32.
+  DType output_dtype() const { return image_dtype(); }
   int classes() const { return data_->train.num_classes; }
   // Continues the run for `epochs` more epochs on `data` (same image shape and classes as the run's),
   // after its last whole epoch (a fit stopped within an epoch starts that epoch again), its schedule
@@ -384,6 +392,8 @@ class Trainer {
   // The dtype the model's input "x" takes its images in, which the loaders write: float32, or float64 in a
   // float64 graph.
   DType image_dtype() const;
+  void predict_as(const data::Dataset& ds, void* logits, DType as);
+  void preprocess_as(const data::Dataset& ds, void* x, DType as) const;
   // Checks that ds's images have the run's shape and its labels the run's classes (what = its role).
   void check_like_training(const data::Dataset& ds, const char* what) const;
   // Evaluates ds, whose batches loader assembles.

@@ -318,8 +318,8 @@ def test_resume_continues_the_run(tmp_path):
 
 def test_fp64_trains_and_loads_weights_in_float64(tmp_path):
     """precision="fp64" trains in float64 on the CPU: its state_dict is float64, weights of any width load
-    widened to float64 (torch's float64 model's without rounding), its checkpoint holds F64 and loads back;
-    device="cuda" is refused with one line."""
+    widened to float64 (torch's float64 model's without rounding), it preprocesses and predicts in float64,
+    its checkpoint holds F64 and loads back; device="cuda" is refused with one line."""
     torch = pytest.importorskip("torch")
     x, y = images(16, shape=(1, 8, 8))
     t = crumb.Trainer(model="mlp", classes=4, batch=8, precision="fp64", progress=False)
@@ -332,6 +332,18 @@ def test_fp64_trains_and_loads_weights_in_float64(tmp_path):
                           (torch.from_numpy(w), w)]:
         t.load_state_dict({**ref, name: given})
         np.testing.assert_array_equal(t.state_dict()[name], expect)
+    # What the model sees and says, in float64: the logits of numpy's float64 forward pass over the
+    # preprocessed images, to float64's rounding (float32 outputs would miss by 1e-7 of their size).
+    seen = t.preprocess(x)
+    assert seen.dtype == np.float64 and seen.shape == x.shape
+    sd = t.state_dict()
+    h = seen.reshape(len(x), -1)
+    for i, layer in enumerate(k[:-len(".weight")] for k in sd if k.endswith(".weight")):
+        h = h @ sd[layer + ".weight"].T + sd[layer + ".bias"]
+        h = np.maximum(h, 0) if i < 2 else h
+    logits = t.predict(x)
+    assert logits.dtype == np.float64
+    np.testing.assert_allclose(logits, h, rtol=1e-12, atol=1e-12)
     t.save(tmp_path / "f64.safetensors")
     back = crumb.Trainer(load=str(tmp_path / "f64.safetensors"), precision="fp64", progress=False)
     np.testing.assert_array_equal(back.predict(x), t.predict(x))

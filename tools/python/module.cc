@@ -333,38 +333,38 @@ class Run {
     return evaluation_dict(e);
   }
 
-  nb::ndarray<nb::numpy, float> predict(const Images& x, int classes) {
+  // The logits, float64 in an fp64 run (Trainer::output_dtype), else float32.
+  nb::object predict(const Images& x, int classes) {
     Call call(*this, "predict", true);
     const data::Dataset ds = unlabelled(x, classes);
     ensure(ds);
-    auto* out = new std::vector<float>(static_cast<std::size_t>(ds.count) * trainer_->classes());
-    nb::capsule owner(out, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
-    {
-      nb::gil_scoped_release release;
-      trainer_->predict(ds, out->data());
-    }
-    return nb::ndarray<nb::numpy, float>(out->data(), {static_cast<std::size_t>(ds.count),
-                                                      static_cast<std::size_t>(trainer_->classes())}, owner);
+    return output_array({static_cast<std::size_t>(ds.count), static_cast<std::size_t>(trainer_->classes())},
+                        [&](auto* out) { trainer_->predict(ds, out); });
   }
 
-  // x as the network sees it: float32, normalised by the loader that feeds training and prediction.
-  nb::ndarray<nb::numpy, float> preprocess(const Images& x, int classes) {
+  // x as the network sees it, normalised by the loader that feeds training and prediction.
+  nb::object preprocess(const Images& x, int classes) {
     Call call(*this, "preprocess", true);
     const data::Dataset ds = unlabelled(x, classes);
     ensure(ds);
-    const std::size_t sample = ds.sample_size();
-    auto* out = new std::vector<float>(static_cast<std::size_t>(ds.count) * sample);
-    nb::capsule owner(out, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+    return output_array({x.shape(0), x.shape(1), x.shape(2), x.shape(3)},
+                        [&](auto* out) { trainer_->preprocess(ds, out); });
+  }
+
+  // A new numpy array of `shape` in the run's output dtype, which fill writes (given a float* or a
+  // double*) with the GIL released.
+  template <class Fill> nb::object output_array(const std::vector<std::size_t>& shape, Fill fill) {
+    const DType dtype = trainer_->output_dtype();
+    std::size_t count = 1;
+    for (std::size_t d : shape) count *= d;
+    auto* out = new std::vector<unsigned char>(count * dtype_size(dtype));
+    nb::capsule owner(out, [](void* p) noexcept { delete static_cast<std::vector<unsigned char>*>(p); });
     {
       nb::gil_scoped_release release;
-      const int chunk = std::min(ds.count, 256);
-      data::Loader loader(ds, chunk, trainer_->data().norm, data::LoaderOptions::in_order());
-      loader.start_epoch(0);
-      data::Batch b;
-      for (std::size_t at = 0; loader.next(b); at += static_cast<std::size_t>(b.size) * sample)
-        std::copy_n(b.x, static_cast<std::size_t>(b.size) * sample, out->data() + at);
+      if (dtype == DType::F64) fill(reinterpret_cast<double*>(out->data()));
+      else fill(reinterpret_cast<float*>(out->data()));
     }
-    return nb::ndarray<nb::numpy, float>(out->data(), {x.shape(0), x.shape(1), x.shape(2), x.shape(3)}, owner);
+    return nb::cast(nb::ndarray<nb::numpy>(out->data(), shape.size(), shape.data(), owner, nullptr, numpy_dtype(dtype)));
   }
 
   // Parameters and state (running statistics) by their PyTorch names, as float32/... numpy copies.

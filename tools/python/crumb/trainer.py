@@ -360,8 +360,8 @@ class Trainer:
         return self._run.evaluate(x, y, self._classes_for(y))
 
     def predict(self, x, layout: str = "auto") -> np.ndarray:
-        """The model's outputs (logits) for x, N x classes float32; ``.argmax(1)`` gives the classes. Works
-        from a checkpoint alone (``Trainer(load=path).predict(x)``), and for a single image."""
+        """The model's outputs (logits) for x, N x classes float32 (float64 in an fp64 run); ``.argmax(1)``
+        gives the classes. Works from a checkpoint alone (``Trainer(load=path).predict(x)``), and for a single image."""
         if self._classes is None:
             raise Error("predict needs classes= (or a fit first, or load= of a checkpoint that records them)")
         x = self._images(x, "x", layout)
@@ -369,8 +369,9 @@ class Trainer:
         return self._run.predict(x, self._classes)
 
     def preprocess(self, x, layout: str = "auto") -> np.ndarray:
-        """x as the model sees it: float32 N x C x H x W, normalised (uint8 pixels / 255, then (v - mean) /
-        std per channel; float32 values v as they are). By the same code that feeds training."""
+        """x as the model sees it: float32 N x C x H x W (float64 in an fp64 run), normalised (uint8 pixels
+        / 255, then (v - mean) / std per channel; float32 values v as they are). By the same code that feeds
+        training."""
         x = self._images(x, "x", layout)
         self._unsettled_norm(x)
         return self._run.preprocess(x, self._classes or 2)
