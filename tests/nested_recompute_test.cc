@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #include "engine/strategy/memory_strategy.h"
 #include "engine/strategy/recompute.h"
 #include "engine/strategy/segments.h"
+#include "engine/strategy/swap.h"
 #include "engine/train/model_registry.h"
 #include "engine/train/trainer.h"
 #include "models/norm_layer.h"
@@ -300,6 +302,63 @@ TEST(Segments, BottleneckBlocksAtTheLeastRecomputeTwice) {
   EXPECT_FALSE(p.choice.twice.empty());
   auto run = [](const Graph& graph, StrategyPlan& plan) { return test::run_one_batch(graph, std::move(plan), 8, kClasses); };
   expect_same_bits(run(g, p), run(reference, want_plan));
+}
+
+// Random segment plans (which segments drop, where groups start, nested or light), each with a random
+// third of the remaining saved values swapped half of the time, on resnet20 fused and unfused and on the
+// bottleneck blocks, from the graph with its shortcut gradients deferred: every plan the search could
+// take, not only those it takes, has the in-memory batch's bits at both micro-batch sizes. Seeded: the
+// same plans every run.
+TEST(Segments, RandomPlansGiveTheSameBits) {
+  struct Case {
+    const char* name;
+    Graph graph;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"resnet20 unfused", resnet20(8, 4)});
+  cases.push_back({"resnet20 fused", resnet20(8, 4)});
+  fuse(cases.back().graph);
+  cases.push_back({"bottlenecks fused", bottlenecks(16, 4)});
+  fuse(cases.back().graph);
+  std::mt19937 gen(39);
+  int plans = 0, twice = 0, swapped = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Graph deferred = c.graph;
+    defer_gradient_branches(deferred);
+    const std::vector<Segment> segs = segments(deferred);
+    const std::size_t n = segs.size();
+    for (int m : {8, 4}) {
+      const test::BatchOutcome want = test::run_one_batch(c.graph, m, 8, kClasses);
+      for (int t = 0; t < 6; ++t) {
+        SCOPED_TRACE("micro-batch " + std::to_string(m) + ", plan " + std::to_string(t));
+        SegmentChoice choice{std::vector<bool>(n), std::vector<bool>(n), std::vector<bool>(n), std::vector<bool>(n)};
+        const bool all = gen() % 4 == 0;
+        for (std::size_t k = 0; k < n; ++k) {
+          choice.drop[k] = all || gen() % 4 != 0;
+          choice.starts[k] = choice.drop[k] && (k == 0 || !choice.drop[k - 1] || gen() % 3 == 0);
+          choice.nested[k] = gen() % 2;
+          choice.light[k] = gen() % 2;
+        }
+        const SegmentRecompute plan = segment_plan(deferred, segs, choice);
+        Graph g = deferred;
+        recompute(g, plan.values, plan.refresh);
+        twice += !plan.refresh.empty();
+        if (gen() % 2) {
+          std::vector<ValueId> out;
+          for (const SavedValue& v : saved_values(g))
+            if (gen() % 3 == 0) out.push_back(v.value);
+          if (!out.empty()) swapped += static_cast<int>(swap(g, out, m, SwapTiming{}).swapped.size());
+        }
+        ++plans;
+        expect_same_bits(test::run_one_batch(g, m, 8, kClasses), want);
+      }
+    }
+  }
+  // The draws reached every kind of plan.
+  EXPECT_EQ(plans, 36);
+  EXPECT_GT(twice, 0);
+  EXPECT_GT(swapped, 0);
 }
 
 // Issue 39's target: ResNet-50 at 224x224, one micro-batch of 32, recomputing only (no host memory), fits
