@@ -44,5 +44,12 @@ std::size_t conv2d_forward_bf16_workspace(const Conv2dShape& s);
 template <class B>
 void conv2d_forward_bf16(bf16* y, const bf16* x, const bf16* w, const B* b, const Conv2dShape& s, bf16* workspace,
                          bool relu = false);
+// The data gradient the same way where s has stride 1 and padding under the kernel
+// (conv2d_backward_data_bf16_direct): the correlation of dy with the flipped kernel, dx (=|+=) its sums
+// (added to dx in float32 and rounded once).
+bool conv2d_backward_data_bf16_direct(const Conv2dShape& s);
+std::size_t conv2d_backward_data_bf16_workspace(const Conv2dShape& s);
+void conv2d_backward_data_bf16(bf16* dx, const bf16* dy, const bf16* w, const Conv2dShape& s, bf16* workspace,
+                               bool accumulate);
 
 }  // namespace crumb::cpu

@@ -86,5 +86,48 @@ TEST(Conv2dBf16, SampleResultsDoNotDependOnTheBatch) {
   }
 }
 
+// The stride-1 data gradient on vdpbf16ps against the widened float32 kernel, written (=) and added (+=)
+// to a dx that holds values: the same tolerance as the forward's (one rounding of the output, float32
+// sums in another order; with +=, dx's value joins the float32 sum before that one rounding).
+void expect_data_paths_agree(const cpu::Conv2dShape& s, bool accumulate) {
+  ASSERT_TRUE(cpu::conv2d_backward_data_bf16_direct(s));
+  std::mt19937 rng(s.c_in * 17 + s.c_out * 5 + s.h + s.kh + accumulate);
+  const std::size_t w_count = std::size_t(s.c_out) * (s.c_in / s.groups) * s.kh * s.kw;
+  const auto dy = random_bf16(s.out_count(), rng), w = random_bf16(w_count, rng);
+  const auto before = accumulate ? random_bf16(s.in_count(), rng) : std::vector<bf16>(s.in_count(), to_bf16(7.0f));
+  std::vector<bf16> fast = before, ws(cpu::conv2d_backward_data_bf16_workspace(s));
+  cpu::conv2d_backward_data_bf16(fast.data(), dy.data(), w.data(), s, ws.data(), accumulate);
+  std::vector<float> slow = widened(before), wsf(cpu::conv2d_backward_data_workspace(s));
+  cpu::conv2d_backward_data<float>(slow.data(), widened(dy).data(), widened(w).data(), s, wsf.data(), accumulate);
+  auto magnitudes = [](std::vector<float> v) {
+    for (float& e : v) e = std::fabs(e);
+    return v;
+  };
+  std::vector<float> magnitude = magnitudes(widened(before));
+  cpu::conv2d_backward_data<float>(magnitude.data(), magnitudes(widened(dy)).data(), magnitudes(widened(w)).data(), s,
+                                   wsf.data(), accumulate);
+  for (std::size_t i = 0; i < fast.size(); ++i) {
+    const float fallback = to_float(to_bf16(slow[i])), got = to_float(fast[i]);
+    const double tol = std::ldexp(std::fabs(fallback), -7) + 1e-6 * magnitude[i];
+    ASSERT_NEAR(got, fallback, tol) << "dx " << i << " of c_in " << s.c_in << " c_out " << s.c_out << " k " << s.kh
+                                    << " pad " << s.pad_h << " groups " << s.groups << (accumulate ? " +=" : " =");
+  }
+}
+
+TEST(Conv2dBf16, DataGradientMatchesTheWidenedFloat32Path) {
+  if (!cpu::has_bf16_dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  for (bool accumulate : {false, true}) {
+    expect_data_paths_agree(conv(2, 3, 9, 5, 3, 1, 1), accumulate);
+    expect_data_paths_agree(conv(3, 16, 8, 4, 3, 1, 1), accumulate);
+    expect_data_paths_agree(conv(2, 6, 28, 6, 5, 1, 2), accumulate);
+    expect_data_paths_agree(conv(2, 7, 12, 9, 3, 1, 0), accumulate);
+    expect_data_paths_agree(conv(2, 12, 7, 8, 1, 1, 0), accumulate);
+    expect_data_paths_agree(conv(2, 8, 10, 12, 3, 1, 1, 4), accumulate);
+    expect_data_paths_agree(conv(2, 8, 10, 8, 3, 1, 1, 8), accumulate);
+    expect_data_paths_agree(conv(9, 32, 14, 16, 3, 1, 1), accumulate);
+  }
+  EXPECT_FALSE(cpu::conv2d_backward_data_bf16_direct(conv(2, 8, 10, 8, 3, 2, 1)));
+}
+
 }  // namespace
 }  // namespace crumb

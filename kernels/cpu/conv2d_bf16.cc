@@ -1,4 +1,4 @@
-// The bf16 convolution forward on AVX512_BF16's vdpbf16ps. Per sample and group, the column matrix is
+// The bf16 convolution forward, and the stride-1 data gradient as a forward over dy, on AVX512_BF16's vdpbf16ps. Per sample and group, the column matrix is
 // packed into the workspace as vdpbf16ps reads it: rows in pairs, each pixel's two entries side by side
 // ([k / 2][pixels][2], pixels padded to 16), so that one 512-bit load holds 16 pixels' pairs and one
 // broadcast 32-bit load a pair of the weight's row. Tiles of 8 output channels by 32 pixels sum in
@@ -100,13 +100,26 @@ struct Direct {
         flat((s.h_out * w + 31) / 32 * 32),
         pairs((s.c_in / s.groups + 1) / 2),
         taps(s.kh * s.kw) {}
-  // Per thread: the interleaved planes, then the outputs at flat positions (bf16).
-  std::ptrdiff_t slice_len(const Conv2dShape& s) const { return pairs * plane * 2 + (s.c_out / s.groups) * flat; }
+  // Per thread: the interleaved planes, then the outputs at flat positions (bf16, or float32 where they
+  // are added to what the output holds).
+  std::ptrdiff_t slice_len(const Conv2dShape& s, bool wide = false) const {
+    return pairs * plane * 2 + (s.c_out / s.groups) * flat * (wide ? 2 : 1);
+  }
   // Shared: the weights as [c_out][tap][pair] pairs.
   std::ptrdiff_t weights_len(const Conv2dShape& s) const { return std::ptrdiff_t{s.c_out} * taps * pairs * 2; }
 };
 
 bool runs_direct(const Conv2dShape& s) { return s.stride_h == 1 && s.stride_w == 1; }
+
+// The data gradient of stride-1 s as a forward convolution: dx is the correlation of dy, padded by
+// kernel - 1 - pad, with the kernel flipped and its channels transposed (within each group).
+Conv2dShape transposed(const Conv2dShape& s) {
+  Conv2dShape t = s;
+  t.c_in = s.c_out, t.h = s.h_out, t.w = s.w_out;
+  t.c_out = s.c_in, t.h_out = s.h, t.w_out = s.w;
+  t.pad_h = s.kh - 1 - s.pad_h, t.pad_w = s.kw - 1 - s.pad_w;
+  return t;
+}
 
 // One sample's group of input channels (from x_g) into the padded pair planes.
 void pack_planes(const Conv2dShape& s, const Direct& d, const uint16_t* x_g, uint32_t* planes) {
@@ -131,15 +144,16 @@ void pack_planes(const Conv2dShape& s, const Direct& d, const uint16_t* x_g, uin
   }
 }
 
-// The weights of every output channel as [tap][pair] pairs (the odd channel's partner zero).
-void pack_weights(const Conv2dShape& s, const Direct& d, const uint16_t* w, uint32_t* out) {
+// The weights of every output channel of s as [tap][pair] pairs (the odd channel's partner zero);
+// weight(co, ci, t): output channel co's weight for input channel ci of its group at tap t.
+template <class Weight> void pack_weights(const Conv2dShape& s, const Direct& d, Weight&& weight, uint32_t* out) {
   const int c_in_g = s.c_in / s.groups;
   for (int co = 0; co < s.c_out; ++co)
     for (int t = 0; t < d.taps; ++t)
       for (std::ptrdiff_t j = 0; j < d.pairs; ++j) {
-        const uint16_t* wc = w + (std::ptrdiff_t{co} * c_in_g + 2 * j) * d.taps + t;
+        const int ci = static_cast<int>(2 * j);
         out[(std::ptrdiff_t{co} * d.taps + t) * d.pairs + j] =
-            uint32_t{wc[0]} | (2 * j + 1 < c_in_g ? uint32_t{wc[d.taps]} << 16 : 0u);
+            uint32_t{weight(co, ci, t)} | (ci + 1 < c_in_g ? uint32_t{weight(co, ci + 1, t)} << 16 : 0u);
       }
 }
 
@@ -230,8 +244,9 @@ void conv_group(uint16_t* y_g, const uint16_t* w_g, const B* b_g, int c_out_g, c
   }
 }
 
-// Flat outputs [p, p + 16 V) of rows [co, co + R), over the taps, each tap's pairs in order.
-template <int R, int V, class B>
+// Flat outputs [p, p + 16 V) of rows [co, co + R), over the taps, each tap's pairs in order: into out as
+// bf16, or as float32 sums (no bias, no ReLU) where the output adds them to what it holds.
+template <int R, int V, class B, bool Wide>
 CRUMB_TARGET_DPBF16 void direct_tile(uint16_t* out, std::ptrdiff_t ldo, const uint32_t* wp, const uint32_t* planes,
                                      const Conv2dShape& s, const Direct& d, const B* b, bool relu) {
   __m512 acc[R][V];
@@ -251,44 +266,65 @@ CRUMB_TARGET_DPBF16 void direct_tile(uint16_t* out, std::ptrdiff_t ldo, const ui
   }
   for (int r = 0; r < R; ++r) {
     const __m512 bias = _mm512_set1_ps(b ? to_float(b[r]) : 0.0f);
-    for (int v = 0; v < V; ++v)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + r * ldo + 16 * v),
-                          output_lanes(acc[r][v], b ? &bias : nullptr, relu));
+    for (int v = 0; v < V; ++v) {
+      if constexpr (Wide)
+        _mm512_storeu_ps(reinterpret_cast<float*>(out) + r * ldo + 16 * v, acc[r][v]);
+      else
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + r * ldo + 16 * v),
+                            output_lanes(acc[r][v], b ? &bias : nullptr, relu));
+    }
   }
 }
 
 template <class B> using DirectFn = void (*)(uint16_t*, std::ptrdiff_t, const uint32_t*, const uint32_t*,
                                              const Conv2dShape&, const Direct&, const B*, bool);
-template <class B, int V, int... R> constexpr void fill_direct(DirectFn<B>* t, std::integer_sequence<int, R...>) {
-  ((t[R] = direct_tile<R + 1, V, B>), ...);
+template <class B, int V, bool Wide, int... R>
+constexpr void fill_direct(DirectFn<B>* t, std::integer_sequence<int, R...>) {
+  ((t[R] = direct_tile<R + 1, V, B, Wide>), ...);
 }
 
-// One sample's group: y_g [c_out / groups, hw] from its packed planes, through the flat outputs in `out`.
+// One sample's group: y_g [c_out / groups, hw] (=, or += with accumulate: added in float32 and rounded
+// once) from its packed planes, through the flat outputs in `out`.
 template <class B>
 void direct_group(uint16_t* y_g, const uint32_t* wp_g, const B* b_g, const Conv2dShape& s, const Direct& d,
-                  const uint32_t* planes, uint16_t* out, bool relu) {
+                  const uint32_t* planes, uint16_t* out, bool relu, bool accumulate = false) {
   static const auto table = [] {
     struct {
-      DirectFn<B> one[kRows], two[kRows];
+      DirectFn<B> one[kRows], two[kRows], wide_one[kRows], wide_two[kRows];
     } t{};
-    fill_direct<B, 1>(t.one, std::make_integer_sequence<int, kRows>{});
-    fill_direct<B, 2>(t.two, std::make_integer_sequence<int, kRows>{});
+    fill_direct<B, 1, false>(t.one, std::make_integer_sequence<int, kRows>{});
+    fill_direct<B, 2, false>(t.two, std::make_integer_sequence<int, kRows>{});
+    fill_direct<B, 1, true>(t.wide_one, std::make_integer_sequence<int, kRows>{});
+    fill_direct<B, 2, true>(t.wide_two, std::make_integer_sequence<int, kRows>{});
     return t;
   }();
   const int c_out_g = s.c_out / s.groups;
   const std::ptrdiff_t used = std::ptrdiff_t{s.h_out} * d.w;
   for (std::ptrdiff_t p = 0; p < used; p += 32) {
     const bool two = used - p > 16;
+    const DirectFn<B>* tiles = accumulate ? (two ? table.wide_two : table.wide_one) : (two ? table.two : table.one);
     for (int co = 0; co < c_out_g; co += kRows) {
       const int rows = std::min(kRows, c_out_g - co);
-      (two ? table.two : table.one)[rows - 1](out + co * d.flat + p, d.flat, wp_g + co * d.taps * d.pairs, planes + p, s,
-                                              d, b_g ? b_g + co : nullptr, relu);
+      // Wide outputs are float32: twice the bf16 elements apart, at twice the offset.
+      const int scale = accumulate ? 2 : 1;
+      tiles[rows - 1](out + scale * (co * d.flat + p), d.flat, wp_g + co * d.taps * d.pairs, planes + p, s, d,
+                      b_g ? b_g + co : nullptr, relu);
     }
   }
   for (int co = 0; co < c_out_g; ++co)
-    for (int oh = 0; oh < s.h_out; ++oh)
-      std::memcpy(y_g + (std::ptrdiff_t{co} * s.h_out + oh) * s.w_out, out + co * d.flat + oh * d.w,
-                  sizeof(uint16_t) * s.w_out);
+    for (int oh = 0; oh < s.h_out; ++oh) {
+      uint16_t* dst = y_g + (std::ptrdiff_t{co} * s.h_out + oh) * s.w_out;
+      if (accumulate) {
+        const float* sums = reinterpret_cast<const float*>(out) + co * d.flat + oh * d.w;
+        for (int ow = 0; ow < s.w_out; ++ow) {
+          bf16 v;
+          v.bits = dst[ow];
+          dst[ow] = from_float<bf16>(to_float(v) + sums[ow]).bits;
+        }
+      } else {
+        std::memcpy(dst, out + co * d.flat + oh * d.w, sizeof(uint16_t) * s.w_out);
+      }
+    }
 }
 #endif
 
@@ -317,7 +353,8 @@ void conv2d_forward_bf16(bf16* y, const bf16* x, const bf16* w, const B* b, cons
   if (runs_direct(s)) {
     const Direct d(s);
     auto* const wp = reinterpret_cast<uint32_t*>(workspace);
-    pack_weights(s, d, ws, wp);
+    const int taps = d.taps;
+    pack_weights(s, d, [&](int co, int ci, int t) { return ws[(std::ptrdiff_t{co} * c_in_g + ci) * taps + t]; }, wp);
     uint16_t* const slices_at = reinterpret_cast<uint16_t*>(workspace) + d.weights_len(s);
 #pragma omp parallel for schedule(static) num_threads(n_slices) if (n_slices > 1)
     for (int slice = 0; slice < n_slices; ++slice) {
@@ -347,6 +384,56 @@ void conv2d_forward_bf16(bf16* y, const bf16* x, const bf16* w, const B* b, cons
 #else
   (void)y, (void)x, (void)w, (void)b, (void)s, (void)workspace, (void)relu;
   CRUMB_FAIL("conv2d_forward_bf16: this build has no AVX512_BF16 kernels (check has_bf16_dot() first)");
+#endif
+}
+
+bool conv2d_backward_data_bf16_direct(const Conv2dShape& s) {
+  return runs_direct(s) && s.pad_h < s.kh && s.pad_w < s.kw;
+}
+
+std::size_t conv2d_backward_data_bf16_workspace(const Conv2dShape& s) {
+  const Conv2dShape t = transposed(s);
+  const Direct d(t);
+  return static_cast<std::size_t>(d.weights_len(t) + slices(t) * d.slice_len(t, true));
+}
+
+void conv2d_backward_data_bf16(bf16* dx, const bf16* dy, const bf16* w, const Conv2dShape& s, bf16* workspace,
+                               bool accumulate) {
+#if CRUMB_DPBF16
+  CRUMB_CHECK(has_bf16_dot(), "conv2d_backward_data_bf16: this CPU has no AVX512_BF16 (check has_bf16_dot() first)");
+  CRUMB_CHECK(conv2d_backward_data_bf16_direct(s), "conv2d_backward_data_bf16: stride 1 and padding under the kernel only");
+  const Conv2dShape t = transposed(s);
+  const Direct d(t);
+  const int groups = s.groups, c_in_g = s.c_in / groups, c_out_g = s.c_out / groups, taps = d.taps;
+  auto* const ws = reinterpret_cast<const uint16_t*>(w);
+  auto* const wp = reinterpret_cast<uint32_t*>(workspace);
+  // Output channel ci of the transposed convolution (an input channel of s, in group ci / c_in_g) reads
+  // input channel co of its group (an output channel of s) through s's weight flipped.
+  pack_weights(t, d, [&](int ci, int co, int tap) {
+    return ws[((std::ptrdiff_t{ci / c_in_g} * c_out_g + co) * c_in_g + ci % c_in_g) * taps + (taps - 1 - tap)];
+  }, wp);
+  const std::ptrdiff_t dy_len = std::ptrdiff_t{s.c_out} * s.h_out * s.w_out, dx_len = std::ptrdiff_t{s.c_in} * s.h * s.w;
+  const int n_slices =
+      1.0 * s.n * s.c_out * c_in_g * taps * s.h * s.w < detail::kParallelMacs ? 1 : std::min(slices(t), omp_get_max_threads());
+  auto* const dys = reinterpret_cast<const uint16_t*>(dy);
+  auto* const dxs = reinterpret_cast<uint16_t*>(dx);
+  uint16_t* const slices_at = reinterpret_cast<uint16_t*>(workspace) + d.weights_len(t);
+#pragma omp parallel for schedule(static) num_threads(n_slices) if (n_slices > 1)
+  for (int slice = 0; slice < n_slices; ++slice) {
+    auto* planes = reinterpret_cast<uint32_t*>(slices_at + slice * d.slice_len(t, true));
+    uint16_t* out = slices_at + slice * d.slice_len(t, true) + d.pairs * d.plane * 2;
+    const int i0 = s.n * slice / n_slices, i1 = s.n * (slice + 1) / n_slices;
+    for (int i = i0; i < i1; ++i)
+      for (int g = 0; g < groups; ++g) {
+        pack_planes(t, d, dys + i * dy_len + std::ptrdiff_t{g} * c_out_g * s.h_out * s.w_out, planes);
+        direct_group(dxs + i * dx_len + std::ptrdiff_t{g} * c_in_g * s.h * s.w,
+                     wp + std::ptrdiff_t{g} * c_in_g * d.taps * d.pairs, static_cast<const float*>(nullptr), t, d,
+                     planes, out, false, accumulate);
+      }
+  }
+#else
+  (void)dx, (void)dy, (void)w, (void)s, (void)workspace, (void)accumulate;
+  CRUMB_FAIL("conv2d_backward_data_bf16: this build has no AVX512_BF16 kernels (check has_bf16_dot() first)");
 #endif
 }
 

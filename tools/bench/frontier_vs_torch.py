@@ -15,7 +15,9 @@ Crumb side: at each of PyTorch's memories M, `train --memory-budget M + L` (L: C
 input batches, which the PyTorch figure leaves out as it leaves out its input tensor) trains --steps + 1
 optimizer steps on synthetic data; memory is the plan's total without the loader buffers (the arena,
 preallocated, plus parameters, gradients, momentum, BatchNorm state and any host swap pool, from the run's
-JSON and --explain; --strategy recompute by default, as a swap pool on a CPU is host memory too), time is train_seconds / steps (its first step included). BatchNorm normalises over the whole batch on
+JSON and --explain; --strategy recompute by default, as a swap pool on a CPU is host memory too), time is
+the mean of the --steps steps after the first (from its --log: each step's end, batch x steps over the
+rate so far), as PyTorch's steps after its warm-up. BatchNorm normalises over the whole batch on
 both sides (--bn-group = batch) unless --bn-group says otherwise, so both compute the same step; Crumb can
 then only recompute or swap, not micro-batch.
 
@@ -30,6 +32,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -117,14 +120,20 @@ def crumb_in_memory(common):
 
 
 def run_crumb(a, common, batch, budget, persistent):
-    args = common + ["--memory-budget", str(int(budget)), "--epochs", "1", "--limit-train",
-                     str(batch * (a.steps + 1)), "--limit-test", "16"]
-    p = subprocess.run(args, capture_output=True, text=True)
-    if p.returncode != 0:
-        return {"error": p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}"}
+    with tempfile.TemporaryDirectory() as tmp:
+        log = os.path.join(tmp, "steps.jsonl")
+        args = common + ["--memory-budget", str(int(budget)), "--epochs", "1", "--limit-train",
+                         str(batch * (a.steps + 1)), "--limit-test", "16", "--log", log]
+        p = subprocess.run(args, capture_output=True, text=True)
+        if p.returncode != 0:
+            return {"error": p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}"}
+        with open(log) as f:
+            steps = [e for e in map(json.loads, f) if e["event"] == "step"]
     j = json.loads(p.stdout.strip().splitlines()[-1])
+    # When each step ended: its samples so far over the rate so far.
+    ends = [e["step"] * batch / e["samples_per_s"] for e in steps]
     return {"memory_bytes": j["arena_bytes"] + persistent + j["host_pool_bytes"],
-            "step_s": j["train_seconds"] / (a.steps + 1), "plan": j["strategy_used"], "micro_batch": j["micro_batch"],
+            "step_s": (ends[-1] - ends[0]) / (len(ends) - 1), "plan": j["strategy_used"], "micro_batch": j["micro_batch"],
             "recomputed": j["recomputed"], "swapped": j["swapped"], "arena_bytes": j["arena_bytes"],
             "budget": int(budget)}
 
