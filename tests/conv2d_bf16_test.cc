@@ -21,6 +21,24 @@ cpu::Conv2dShape conv(int n, int c_in, int hw, int c_out, int k, int stride, int
   return {n, c_in, hw, hw, c_out, k, k, stride, stride, pad, pad, out, out, groups};
 }
 
+std::vector<float> magnitudes(std::vector<float> v) {
+  for (float& e : v) e = std::fabs(e);
+  return v;
+}
+
+// fast against the float32 path's slow rounded to bf16: one bf16 ulp of the output (2^-8 relative, either
+// rounding) plus float32 summation error (magnitude: the same kernel over |operands|).
+void expect_within_one_rounding(const std::vector<bf16>& fast, const std::vector<float>& slow,
+                                const std::vector<float>& magnitude, const cpu::Conv2dShape& s, const char* what) {
+  for (std::size_t i = 0; i < fast.size(); ++i) {
+    const float fallback = to_float(to_bf16(slow[i])), got = to_float(fast[i]);
+    const double tol = std::ldexp(std::fabs(fallback), -7) + 1e-6 * magnitude[i];
+    ASSERT_NEAR(got, fallback, tol) << "element " << i << " of c_in " << s.c_in << " c_out " << s.c_out << " k "
+                                    << s.kh << " stride " << s.stride_h << " pad " << s.pad_h << " groups " << s.groups
+                                    << what;
+  }
+}
+
 std::vector<bf16> run_fast(const cpu::Conv2dShape& s, const std::vector<bf16>& x, const std::vector<bf16>& w,
                            const bf16* b, bool relu) {
   std::vector<bf16> y(s.out_count()), ws(cpu::conv2d_forward_bf16_workspace(s));
@@ -37,23 +55,12 @@ void expect_paths_agree(const cpu::Conv2dShape& s, bool relu) {
   std::vector<float> slow(s.out_count()), ws(cpu::conv2d_forward_workspace(s));
   cpu::conv2d_forward<float>(slow.data(), xf.data(), wf.data(), bf.data(), s, ws.data(), relu);
   // Each output's sum of |x w| (and |b|): the float32 kernel on the magnitudes.
-  auto magnitudes = [](std::vector<float> v) {
-    for (float& e : v) e = std::fabs(e);
-    return v;
-  };
   std::vector<float> magnitude(s.out_count());
   cpu::conv2d_forward<float>(magnitude.data(), magnitudes(xf).data(), magnitudes(wf).data(), magnitudes(bf).data(), s,
                              ws.data(), false);
-  for (std::size_t i = 0; i < fast.size(); ++i) {
-    const float fallback = to_float(to_bf16(slow[i])), got = to_float(fast[i]);
-    // One bf16 ulp of the output (2^-8 relative, either rounding) plus float32 summation error.
-    const double tol = std::ldexp(std::fabs(fallback), -7) + 1e-6 * magnitude[i];
-    ASSERT_NEAR(got, fallback, tol) << "output " << i << " of c_in " << s.c_in << " c_out " << s.c_out << " k "
-                                    << s.kh << " stride " << s.stride_h << " groups " << s.groups;
-    if (relu) {
-      ASSERT_GE(got, 0.0f);
-    }
-  }
+  expect_within_one_rounding(fast, slow, magnitude, s, relu ? " relu" : "");
+  if (relu)
+    for (const bf16& v : fast) ASSERT_GE(to_float(v), 0.0f);
 }
 
 TEST(Conv2dBf16, DotProductPathMatchesTheWidenedFloat32Path) {
@@ -99,19 +106,10 @@ void expect_data_paths_agree(const cpu::Conv2dShape& s, bool accumulate) {
   cpu::conv2d_backward_data_bf16(fast.data(), dy.data(), w.data(), s, ws.data(), accumulate);
   std::vector<float> slow = widened(before), wsf(cpu::conv2d_backward_data_workspace(s));
   cpu::conv2d_backward_data<float>(slow.data(), widened(dy).data(), widened(w).data(), s, wsf.data(), accumulate);
-  auto magnitudes = [](std::vector<float> v) {
-    for (float& e : v) e = std::fabs(e);
-    return v;
-  };
   std::vector<float> magnitude = magnitudes(widened(before));
   cpu::conv2d_backward_data<float>(magnitude.data(), magnitudes(widened(dy)).data(), magnitudes(widened(w)).data(), s,
                                    wsf.data(), accumulate);
-  for (std::size_t i = 0; i < fast.size(); ++i) {
-    const float fallback = to_float(to_bf16(slow[i])), got = to_float(fast[i]);
-    const double tol = std::ldexp(std::fabs(fallback), -7) + 1e-6 * magnitude[i];
-    ASSERT_NEAR(got, fallback, tol) << "dx " << i << " of c_in " << s.c_in << " c_out " << s.c_out << " k " << s.kh
-                                    << " pad " << s.pad_h << " groups " << s.groups << (accumulate ? " +=" : " =");
-  }
+  expect_within_one_rounding(fast, slow, magnitude, s, accumulate ? " dx +=" : " dx =");
 }
 
 TEST(Conv2dBf16, DataGradientMatchesTheWidenedFloat32Path) {
