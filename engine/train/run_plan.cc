@@ -315,7 +315,7 @@ Frontier plan_frontier(const TrainConfig& c, const data::DataShape& shape, int b
   for (const auto& [graph, name] : variants) {
     const std::size_t least = least_budget(*graph, r);
     if (least >= below) continue;
-    CostModel costs = measure_costs(*graph, timing, device);
+    CostModel costs = measure_costs(*graph, timing, r.device, r.index);
     if (!out.points.empty()) costs = align_costs(*graph, std::move(costs), t.graph, out.costs);
     Frontier f = memory_frontier(*graph, r, std::move(costs));
     if (out.points.empty()) {

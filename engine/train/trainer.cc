@@ -64,7 +64,6 @@ bool sum_over_ranks(Communicator& comm, BatchResult& r, bool stop) {
   return totals[2] > 0;
 }
 
-
 // count float32 or float64 values of src into dst from element `at` on, as float32 or float64.
 void copy_as(void* dst, DType as, std::size_t at, const void* src, DType from, std::size_t count) {
   auto copy = [&](auto* d) {

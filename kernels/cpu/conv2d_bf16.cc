@@ -1,9 +1,9 @@
-// The bf16 convolution forward, and the stride-1 data gradient as a forward over dy, on AVX512_BF16's vdpbf16ps. Per sample and group, the column matrix is
-// packed into the workspace as vdpbf16ps reads it: rows in pairs, each pixel's two entries side by side
-// ([k / 2][pixels][2], pixels padded to 16), so that one 512-bit load holds 16 pixels' pairs and one
-// broadcast 32-bit load a pair of the weight's row. Tiles of 8 output channels by 32 pixels sum in
-// float32 over the pairs in order; every output takes the same sequence of operations wherever it falls,
-// so the batch (the micro-batch size) does not change it.
+// The bf16 convolution forward, and the stride-1 data gradient as a forward over dy, on AVX512_BF16's vdpbf16ps. Per
+// sample and group, the column matrix is packed into the workspace as vdpbf16ps reads it: rows in pairs, each pixel's
+// two entries side by side ([k / 2][pixels][2], pixels padded to 16), so that one 512-bit load holds 16 pixels' pairs
+// and one broadcast 32-bit load a pair of the weight's row. Tiles of 8 output channels by 32 pixels sum in float32 over
+// the pairs in order; every output takes the same sequence of operations wherever it falls, so the batch (the micro-
+// batch size) does not change it.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -36,6 +36,12 @@ struct Packing {
 };
 
 int slices(const Conv2dShape& s) { return std::max(1, std::min(s.n, kMaxSlices)); }
+
+// The slices that run side by side: one where the convolution is too small to split.
+int running_slices(const Conv2dShape& s) {
+  const Packing p(s);
+  return 1.0 * s.n * s.c_out * p.k * p.hw < detail::kParallelMacs ? 1 : std::min(slices(s), omp_get_max_threads());
+}
 
 // Row r of the group's plain column matrix (hw entries, zeros outside the input), into d: the valid
 // rows and columns of its tap found once, each output row a short copy.
@@ -300,13 +306,13 @@ void direct_group(uint16_t* y_g, const uint32_t* wp_g, const B* b_g, const Conv2
   }();
   const int c_out_g = s.c_out / s.groups;
   const std::ptrdiff_t used = std::ptrdiff_t{s.h_out} * d.w;
+  // Wide outputs are float32: twice the bf16 elements apart, at twice the offset.
+  const int scale = accumulate ? 2 : 1;
   for (std::ptrdiff_t p = 0; p < used; p += 32) {
     const bool two = used - p > 16;
     const DirectFn<B>* tiles = accumulate ? (two ? table.wide_two : table.wide_one) : (two ? table.two : table.one);
     for (int co = 0; co < c_out_g; co += kRows) {
       const int rows = std::min(kRows, c_out_g - co);
-      // Wide outputs are float32: twice the bf16 elements apart, at twice the offset.
-      const int scale = accumulate ? 2 : 1;
       tiles[rows - 1](out + scale * (co * d.flat + p), d.flat, wp_g + co * d.taps * d.pairs, planes + p, s, d,
                       b_g ? b_g + co : nullptr, relu);
     }
@@ -316,11 +322,7 @@ void direct_group(uint16_t* y_g, const uint32_t* wp_g, const B* b_g, const Conv2
       uint16_t* dst = y_g + (std::ptrdiff_t{co} * s.h_out + oh) * s.w_out;
       if (accumulate) {
         const float* sums = reinterpret_cast<const float*>(out) + co * d.flat + oh * d.w;
-        for (int ow = 0; ow < s.w_out; ++ow) {
-          bf16 v;
-          v.bits = dst[ow];
-          dst[ow] = from_float<bf16>(to_float(v) + sums[ow]).bits;
-        }
+        for (int ow = 0; ow < s.w_out; ++ow) detail::put(std::true_type{}, reinterpret_cast<bf16*>(dst)[ow], sums[ow]);
       } else {
         std::memcpy(dst, out + co * d.flat + oh * d.w, sizeof(uint16_t) * s.w_out);
       }
@@ -346,7 +348,7 @@ void conv2d_forward_bf16(bf16* y, const bf16* x, const bf16* w, const B* b, cons
   const Packing p(s);
   const int groups = s.groups, c_in_g = s.c_in / groups, c_out_g = s.c_out / groups;
   const std::ptrdiff_t x_len = std::ptrdiff_t{s.c_in} * s.h * s.w, y_len = std::ptrdiff_t{s.c_out} * p.hw;
-  const int n_slices = 1.0 * s.n * s.c_out * p.k * p.hw < detail::kParallelMacs ? 1 : std::min(slices(s), omp_get_max_threads());
+  const int n_slices = running_slices(s);
   auto* const xs = reinterpret_cast<const uint16_t*>(x);
   auto* const ws = reinterpret_cast<const uint16_t*>(w);
   auto* const ys = reinterpret_cast<uint16_t*>(y);
@@ -401,7 +403,8 @@ void conv2d_backward_data_bf16(bf16* dx, const bf16* dy, const bf16* w, const Co
                                bool accumulate) {
 #if CRUMB_DPBF16
   CRUMB_CHECK(has_bf16_dot(), "conv2d_backward_data_bf16: this CPU has no AVX512_BF16 (check has_bf16_dot() first)");
-  CRUMB_CHECK(conv2d_backward_data_bf16_direct(s), "conv2d_backward_data_bf16: stride 1 and padding under the kernel only");
+  CRUMB_CHECK(conv2d_backward_data_bf16_direct(s),
+              "conv2d_backward_data_bf16: stride 1 and padding under the kernel only");
   const Conv2dShape t = transposed(s);
   const Direct d(t);
   const int groups = s.groups, c_in_g = s.c_in / groups, c_out_g = s.c_out / groups, taps = d.taps;
@@ -412,9 +415,9 @@ void conv2d_backward_data_bf16(bf16* dx, const bf16* dy, const bf16* w, const Co
   pack_weights(t, d, [&](int ci, int co, int tap) {
     return ws[((std::ptrdiff_t{ci / c_in_g} * c_out_g + co) * c_in_g + ci % c_in_g) * taps + (taps - 1 - tap)];
   }, wp);
-  const std::ptrdiff_t dy_len = std::ptrdiff_t{s.c_out} * s.h_out * s.w_out, dx_len = std::ptrdiff_t{s.c_in} * s.h * s.w;
-  const int n_slices =
-      1.0 * s.n * s.c_out * c_in_g * taps * s.h * s.w < detail::kParallelMacs ? 1 : std::min(slices(t), omp_get_max_threads());
+  const std::ptrdiff_t dy_len = std::ptrdiff_t{s.c_out} * s.h_out * s.w_out;
+  const std::ptrdiff_t dx_len = std::ptrdiff_t{s.c_in} * s.h * s.w;
+  const int n_slices = running_slices(t);
   auto* const dys = reinterpret_cast<const uint16_t*>(dy);
   auto* const dxs = reinterpret_cast<uint16_t*>(dx);
   uint16_t* const slices_at = reinterpret_cast<uint16_t*>(workspace) + d.weights_len(t);

@@ -258,6 +258,8 @@ def main():
     if a.replot:
         with open(a.replot) as f:
             return chart(json.loads(f.read().strip().splitlines()[-1])["results"], a.svg)
+    if a.repeat < 1 or a.steps < 1:
+        ap.error("--repeat and --steps must be at least 1")
     a.budgets = [float(b) for b in a.budgets.split(",")]
     results = []
     for model in a.models.split(","):
