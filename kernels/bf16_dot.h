@@ -7,4 +7,12 @@ namespace crumb::cpu {
 
 bool has_bf16_dot();
 
+// Whether the stride-1 bf16 convolutions (forward and data gradient) multiply on AMX tiles
+// (TDPBF16PS: 16 x 16 float32 sums of 32 bf16 products a step) instead of vdpbf16ps: the CPU has
+// AMX-BF16, Linux granted the process its tile data (arch_prctl), and allow_amx has not turned it off.
+bool uses_amx();
+// Tests run both tile paths on a CPU with AMX; a plan's workspace sizes follow the choice, so it is made
+// before any plan is compiled, not between compiling and running one.
+void allow_amx(bool allowed);
+
 }  // namespace crumb::cpu

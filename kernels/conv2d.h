@@ -52,4 +52,14 @@ std::size_t conv2d_backward_data_bf16_workspace(const Conv2dShape& s);
 void conv2d_backward_data_bf16(bf16* dx, const bf16* dy, const bf16* w, const Conv2dShape& s, bf16* workspace,
                                bool accumulate);
 
+// ---- bf16 weight gradient on AMX (kernels/cpu/conv2d_weight_amx.cc) where uses_amx(), the stride is 1
+// and each group has at least 16 input and 16 output channels (conv2d_backward_weight_amx_applies): dw
+// [c_out, c_in / groups, kh, kw] and db [c_out] (may be null) in float32 (=|+=) the sums of dy's and x's
+// bf16 products, each one fixed sequence (sample by sample) whatever the threads; s.lean takes one
+// sample a pass, the same bits in less workspace. Workspace in bf16 elements.
+bool conv2d_backward_weight_amx_applies(const Conv2dShape& s);
+std::size_t conv2d_backward_weight_amx_workspace(const Conv2dShape& s);
+void conv2d_backward_weight_amx(float* dw, float* db, const bf16* dy, const bf16* x, const Conv2dShape& s,
+                                bf16* workspace, bool accumulate);
+
 }  // namespace crumb::cpu

@@ -6,9 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <omp.h>
 #include <random>
+#include <tuple>
 #include <vector>
 
+#include "kernels/bf16_dot.h"
 #include "kernels/conv2d.h"
 #include "kernels/half.h"
 #include "tests/bf16_values.h"
@@ -20,6 +23,16 @@ cpu::Conv2dShape conv(int n, int c_in, int hw, int c_out, int k, int stride, int
   const int out = (hw + 2 * pad - k) / stride + 1;
   return {n, c_in, hw, hw, c_out, k, k, stride, stride, pad, pad, out, out, groups};
 }
+
+// The tile paths this CPU has: vdpbf16ps, and AMX where uses_amx(); each test runs in every one.
+class Bf16Tiles {
+ public:
+  static std::vector<bool> modes() { return cpu::uses_amx() ? std::vector<bool>{false, true} : std::vector<bool>{false}; }
+  explicit Bf16Tiles(bool amx) { cpu::allow_amx(amx); }
+  ~Bf16Tiles() { cpu::allow_amx(true); }
+  Bf16Tiles(const Bf16Tiles&) = delete;
+  Bf16Tiles& operator=(const Bf16Tiles&) = delete;
+};
 
 std::vector<float> magnitudes(std::vector<float> v) {
   for (float& e : v) e = std::fabs(e);
@@ -59,37 +72,73 @@ void expect_paths_agree(const cpu::Conv2dShape& s, bool relu) {
   cpu::conv2d_forward<float>(magnitude.data(), magnitudes(xf).data(), magnitudes(wf).data(), magnitudes(bf).data(), s,
                              ws.data(), false);
   expect_within_one_rounding(fast, slow, magnitude, s, relu ? " relu" : "");
-  if (relu)
+  if (relu) {
     for (const bf16& v : fast) ASSERT_GE(to_float(v), 0.0f);
+  }
 }
 
 TEST(Conv2dBf16, DotProductPathMatchesTheWidenedFloat32Path) {
   if (!cpu::has_bf16_dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
-  // Odd and even rows per group (k), channel counts off the 8-row tiles, maps off the 16 and 32-pixel
-  // vectors, strides, padding, 1x1, grouped and depthwise.
-  expect_paths_agree(conv(2, 3, 9, 5, 3, 1, 1), false);
-  expect_paths_agree(conv(3, 4, 8, 16, 3, 1, 1), true);
-  expect_paths_agree(conv(2, 6, 28, 6, 5, 1, 2), true);
-  expect_paths_agree(conv(2, 16, 11, 9, 3, 2, 1), false);
-  expect_paths_agree(conv(2, 8, 7, 12, 1, 1, 0), true);
-  expect_paths_agree(conv(2, 8, 10, 12, 3, 1, 1, 4), false);
-  expect_paths_agree(conv(2, 8, 10, 8, 3, 1, 1, 8), true);
-  expect_paths_agree(conv(9, 16, 16, 32, 3, 1, 1), true);
+  for (bool amx : Bf16Tiles::modes()) {
+    SCOPED_TRACE(amx ? "AMX" : "vdpbf16ps");
+    const Bf16Tiles tiles(amx);
+    // Odd and even rows per group (k), channel counts off the 8-row tiles, maps off the 16 and 32-pixel
+    // vectors, strides, padding, 1x1, grouped and depthwise.
+    expect_paths_agree(conv(2, 3, 9, 5, 3, 1, 1), false);
+    expect_paths_agree(conv(3, 4, 8, 16, 3, 1, 1), true);
+    expect_paths_agree(conv(2, 6, 28, 6, 5, 1, 2), true);
+    expect_paths_agree(conv(2, 16, 11, 9, 3, 2, 1), false);
+    expect_paths_agree(conv(2, 8, 7, 12, 1, 1, 0), true);
+    expect_paths_agree(conv(2, 8, 10, 12, 3, 1, 1, 4), false);
+    expect_paths_agree(conv(2, 8, 10, 8, 3, 1, 1, 8), true);
+    expect_paths_agree(conv(9, 16, 16, 32, 3, 1, 1), true);
+    // AMX's tiles: pairs padded to whole tiles (24 pairs as 2 x 12, 17 as 2 x 9), output channels to 16
+    // (a block of 32 and one of 16), grouped, 1x1, and more than one tile of pairs per tap.
+    expect_paths_agree(conv(2, 48, 9, 40, 3, 1, 1), true);
+    expect_paths_agree(conv(2, 34, 7, 17, 5, 1, 2), false);
+    expect_paths_agree(conv(2, 64, 6, 32, 3, 1, 1, 2), true);
+    expect_paths_agree(conv(3, 32, 7, 16, 1, 1, 0), false);
+    expect_paths_agree(conv(2, 80, 5, 64, 3, 1, 0), true);
+  }
+}
+
+// The tile paths are chosen, and AMX's pads its tiles: its workspace is another size.
+TEST(Conv2dBf16, AmxRunsWhereTheCpuHasIt) {
+  if (!cpu::uses_amx()) GTEST_SKIP() << "this CPU (or its kernel) has no AMX-BF16";
+  const cpu::Conv2dShape s = conv(2, 34, 7, 17, 5, 1, 2);
+  std::size_t sizes[2];
+  for (bool amx : {false, true}) {
+    const Bf16Tiles tiles(amx);
+    EXPECT_EQ(cpu::uses_amx(), amx);
+    sizes[amx] = cpu::conv2d_forward_bf16_workspace(s);
+  }
+  EXPECT_GT(sizes[1], sizes[0]);
 }
 
 // Each output is one sequence of operations: a sample gives the same bits whatever the batch it runs in.
-TEST(Conv2dBf16, SampleResultsDoNotDependOnTheBatch) {
-  if (!cpu::has_bf16_dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+void expect_batch_independent(const cpu::Conv2dShape& s) {
   std::mt19937 rng(5);
-  const cpu::Conv2dShape s = conv(11, 5, 12, 10, 3, 1, 1), one = conv(1, 5, 12, 10, 3, 1, 1);
-  const auto x = random_bf16(s.in_count(), rng), w = random_bf16(std::size_t(10) * 5 * 9, rng);
-  const auto b = random_bf16(10, rng);
+  cpu::Conv2dShape one = s;
+  one.n = 1;
+  const std::size_t w_count = std::size_t(s.c_out) * (s.c_in / s.groups) * s.kh * s.kw;
+  const auto x = random_bf16(s.in_count(), rng), w = random_bf16(w_count, rng);
+  const auto b = random_bf16(s.c_out, rng);
   const std::vector<bf16> whole = run_fast(s, x, w, b.data(), false);
   const std::size_t x_len = one.in_count(), y_len = one.out_count();
   for (int i = 0; i < s.n; ++i) {
     const std::vector<bf16> xi(x.begin() + i * x_len, x.begin() + (i + 1) * x_len);
     const std::vector<bf16> yi = run_fast(one, xi, w, b.data(), false);
     for (std::size_t j = 0; j < y_len; ++j) ASSERT_EQ(yi[j].bits, whole[i * y_len + j].bits) << i << ", " << j;
+  }
+}
+
+TEST(Conv2dBf16, SampleResultsDoNotDependOnTheBatch) {
+  if (!cpu::has_bf16_dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  for (bool amx : Bf16Tiles::modes()) {
+    SCOPED_TRACE(amx ? "AMX" : "vdpbf16ps");
+    const Bf16Tiles tiles(amx);
+    expect_batch_independent(conv(11, 5, 12, 10, 3, 1, 1));
+    expect_batch_independent(conv(11, 36, 9, 20, 3, 1, 1));
   }
 }
 
@@ -114,17 +163,96 @@ void expect_data_paths_agree(const cpu::Conv2dShape& s, bool accumulate) {
 
 TEST(Conv2dBf16, DataGradientMatchesTheWidenedFloat32Path) {
   if (!cpu::has_bf16_dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
-  for (bool accumulate : {false, true}) {
-    expect_data_paths_agree(conv(2, 3, 9, 5, 3, 1, 1), accumulate);
-    expect_data_paths_agree(conv(3, 16, 8, 4, 3, 1, 1), accumulate);
-    expect_data_paths_agree(conv(2, 6, 28, 6, 5, 1, 2), accumulate);
-    expect_data_paths_agree(conv(2, 7, 12, 9, 3, 1, 0), accumulate);
-    expect_data_paths_agree(conv(2, 12, 7, 8, 1, 1, 0), accumulate);
-    expect_data_paths_agree(conv(2, 8, 10, 12, 3, 1, 1, 4), accumulate);
-    expect_data_paths_agree(conv(2, 8, 10, 8, 3, 1, 1, 8), accumulate);
-    expect_data_paths_agree(conv(9, 32, 14, 16, 3, 1, 1), accumulate);
+  for (bool amx : Bf16Tiles::modes()) {
+    SCOPED_TRACE(amx ? "AMX" : "vdpbf16ps");
+    const Bf16Tiles tiles(amx);
+    for (bool accumulate : {false, true}) {
+      expect_data_paths_agree(conv(2, 3, 9, 5, 3, 1, 1), accumulate);
+      expect_data_paths_agree(conv(3, 16, 8, 4, 3, 1, 1), accumulate);
+      expect_data_paths_agree(conv(2, 6, 28, 6, 5, 1, 2), accumulate);
+      expect_data_paths_agree(conv(2, 7, 12, 9, 3, 1, 0), accumulate);
+      expect_data_paths_agree(conv(2, 12, 7, 8, 1, 1, 0), accumulate);
+      expect_data_paths_agree(conv(2, 8, 10, 12, 3, 1, 1, 4), accumulate);
+      expect_data_paths_agree(conv(2, 8, 10, 8, 3, 1, 1, 8), accumulate);
+      expect_data_paths_agree(conv(9, 32, 14, 16, 3, 1, 1), accumulate);
+      // On AMX: dy's 40 channels as 2 x 10 pairs, dx's 34 as 48 rows, grouped.
+      expect_data_paths_agree(conv(2, 34, 9, 40, 3, 1, 1), accumulate);
+      expect_data_paths_agree(conv(2, 64, 6, 64, 3, 1, 1, 2), accumulate);
+    }
   }
   EXPECT_FALSE(cpu::conv2d_backward_data_bf16_direct(conv(2, 8, 10, 8, 3, 2, 1)));
+}
+
+// The weight gradient on AMX against the float32 kernel on the widened values: the products are exact
+// in float32 either way, so they differ only in the order of the float32 sums (dw and db are float32).
+struct WeightRun {
+  std::vector<float> dw, db;
+};
+WeightRun weight_amx(const cpu::Conv2dShape& s, const std::vector<bf16>& dy, const std::vector<bf16>& x,
+                     const WeightRun& before, bool accumulate) {
+  WeightRun r = before;
+  std::vector<bf16> ws(cpu::conv2d_backward_weight_amx_workspace(s));
+  cpu::conv2d_backward_weight_amx(r.dw.data(), r.db.data(), dy.data(), x.data(), s, ws.data(), accumulate);
+  return r;
+}
+
+void expect_weight_paths_agree(const cpu::Conv2dShape& s, bool accumulate) {
+  ASSERT_TRUE(cpu::conv2d_backward_weight_amx_applies(s));
+  std::mt19937 rng(s.c_in * 13 + s.c_out * 3 + s.h + s.kh + accumulate);
+  const std::size_t w_count = std::size_t(s.c_out) * (s.c_in / s.groups) * s.kh * s.kw;
+  const auto dy = random_bf16(s.out_count(), rng), x = random_bf16(s.in_count(), rng);
+  WeightRun before{widened(random_bf16(w_count, rng)), widened(random_bf16(s.c_out, rng))};
+  if (!accumulate) before = {std::vector<float>(w_count, 7.0f), std::vector<float>(s.c_out, 7.0f)};
+  const WeightRun fast = weight_amx(s, dy, x, before, accumulate);
+  WeightRun slow = before, magnitude{magnitudes(before.dw), magnitudes(before.db)};
+  std::vector<float> wsf(cpu::conv2d_backward_weight_workspace(s));
+  cpu::conv2d_backward_weight<float>(slow.dw.data(), slow.db.data(), widened(dy).data(), widened(x).data(), s,
+                                     wsf.data(), accumulate);
+  cpu::conv2d_backward_weight<float>(magnitude.dw.data(), magnitude.db.data(), magnitudes(widened(dy)).data(),
+                                     magnitudes(widened(x)).data(), s, wsf.data(), accumulate);
+  for (auto [got, want, mag, what] : {std::tuple{&fast.dw, &slow.dw, &magnitude.dw, "dw"},
+                                      std::tuple{&fast.db, &slow.db, &magnitude.db, "db"}})
+    for (std::size_t i = 0; i < got->size(); ++i)
+      ASSERT_NEAR((*got)[i], (*want)[i], 1e-5 * (*mag)[i] + 1e-30)
+          << what << " element " << i << " of c_in " << s.c_in << " c_out " << s.c_out << " k " << s.kh << " pad "
+          << s.pad_h << " groups " << s.groups << (accumulate ? " +=" : " =");
+}
+
+TEST(Conv2dBf16, WeightGradientOnAmxMatchesTheFloat32Kernel) {
+  if (!cpu::uses_amx()) GTEST_SKIP() << "this CPU (or its kernel) has no AMX-BF16";
+  for (bool accumulate : {false, true}) {
+    expect_weight_paths_agree(conv(2, 16, 9, 16, 3, 1, 1), accumulate);
+    // Channels padded to whole tiles (34 as 48: an odd number of input blocks), 5x5, 1x1, no padding,
+    // grouped, and more samples than a pass holds (40 of 7x7 maps: passes of 32 and 8).
+    expect_weight_paths_agree(conv(3, 34, 7, 20, 3, 1, 1), accumulate);
+    expect_weight_paths_agree(conv(2, 32, 6, 48, 5, 1, 2), accumulate);
+    expect_weight_paths_agree(conv(2, 64, 5, 32, 1, 1, 0), accumulate);
+    expect_weight_paths_agree(conv(2, 16, 10, 16, 3, 1, 0), accumulate);
+    expect_weight_paths_agree(conv(2, 64, 6, 32, 3, 1, 1, 2), accumulate);
+    expect_weight_paths_agree(conv(40, 16, 5, 16, 3, 1, 1), accumulate);
+  }
+  EXPECT_FALSE(cpu::conv2d_backward_weight_amx_applies(conv(2, 16, 10, 16, 3, 2, 1)));
+  EXPECT_FALSE(cpu::conv2d_backward_weight_amx_applies(conv(2, 8, 10, 16, 3, 1, 1)));
+}
+
+// Lean passes (one sample each, less workspace) and any thread count give the same bits.
+TEST(Conv2dBf16, WeightGradientOnAmxHasTheSameBitsLeanAndOnAnyThreads) {
+  if (!cpu::uses_amx()) GTEST_SKIP() << "this CPU (or its kernel) has no AMX-BF16";
+  std::mt19937 rng(9);
+  cpu::Conv2dShape s = conv(24, 32, 12, 48, 3, 1, 1);
+  const auto dy = random_bf16(s.out_count(), rng), x = random_bf16(s.in_count(), rng);
+  const WeightRun zero{std::vector<float>(std::size_t(48) * 32 * 9), std::vector<float>(48)};
+  const WeightRun whole = weight_amx(s, dy, x, zero, false);
+  s.lean = true;
+  EXPECT_LT(cpu::conv2d_backward_weight_amx_workspace(s), cpu::conv2d_backward_weight_amx_workspace(conv(24, 32, 12, 48, 3, 1, 1)));
+  const int threads = omp_get_max_threads();
+  for (int t : {1, 2, 3}) {
+    omp_set_num_threads(t);
+    const WeightRun lean = weight_amx(s, dy, x, zero, false);
+    for (std::size_t i = 0; i < whole.dw.size(); ++i) ASSERT_EQ(lean.dw[i], whole.dw[i]) << i << " at threads " << t;
+    for (std::size_t i = 0; i < whole.db.size(); ++i) ASSERT_EQ(lean.db[i], whole.db[i]) << i << " at threads " << t;
+  }
+  omp_set_num_threads(threads);
 }
 
 }  // namespace

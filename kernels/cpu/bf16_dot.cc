@@ -1,8 +1,37 @@
 #include "kernels/bf16_dot.h"
 
+#include <atomic>
+#include <cstdlib>
+#include <string>
+
 #include "kernels/cpu/dpbf16.h"
 
+#if CRUMB_DPBF16 && defined(__linux__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 namespace crumb::cpu {
+namespace {
+
+std::atomic<bool> amx_allowed{true};
+
+bool has_amx_bf16() {
+#if CRUMB_DPBF16 && defined(__linux__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  const bool tile = (d >> 24) & 1, bf16 = (d >> 22) & 1;
+  // Linux gives a process AMX's 8 KiB of tile state only when asked (ARCH_REQ_XCOMP_PERM for
+  // XFEATURE_XTILEDATA); without it the first tile instruction faults.
+  constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
+  return tile && bf16 && syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
 
 bool has_bf16_dot() {
 #if CRUMB_DPBF16
@@ -12,5 +41,14 @@ bool has_bf16_dot() {
   return false;
 #endif
 }
+
+bool uses_amx() {
+  // CRUMB_CPU_AMX=off keeps the vdpbf16ps tiles (to compare the two, or a run's bits with a CPU without AMX).
+  static const bool has = has_bf16_dot() && has_amx_bf16() &&
+                          !(std::getenv("CRUMB_CPU_AMX") && std::string(std::getenv("CRUMB_CPU_AMX")) == "off");
+  return has && amx_allowed.load(std::memory_order_relaxed);
+}
+
+void allow_amx(bool allowed) { amx_allowed.store(allowed, std::memory_order_relaxed); }
 
 }  // namespace crumb::cpu

@@ -10,7 +10,9 @@
 #include <utility>
 
 #include "engine/base/error.h"
+#include "kernels/bf16_dot.h"
 #include "kernels/conv2d.h"
+#include "kernels/cpu/amx.h"
 #include "kernels/cpu/dpbf16.h"
 #include "kernels/cpu/kernel_util.h"
 
@@ -94,25 +96,46 @@ void pack_columns(const Conv2dShape& s, const Packing& p, const uint16_t* x_g, u
 // (32-bit entries), and the outputs computed at flat positions oh * W + ow of the padded width W, where
 // every tap is the same contiguous run shifted by ki * W + kj; the W - w_out positions past each row's
 // end are computed too and dropped when the rows are copied out.
+//
+// On AMX (uses_amx()) the same layout is what TDPBF16PS reads: a B tile is kc channel pairs (rows, one
+// plane apart) by 16 flat positions, an A tile 16 output channels by the same kc pairs of one tap of the
+// packed weights, and a C tile the 16 x 16 float32 sums, stored into the flat outputs. The pairs are
+// padded with zero planes to a multiple of kc and the output channels with zero weights to 16, so that
+// every tile is whole. Only where both channel counts fill a tile: a depthwise or 3-channel layer would
+// multiply mostly zeros.
+bool tiles_fit(const Conv2dShape& s) { return s.c_in / s.groups >= 16 && s.c_out / s.groups >= 16; }
+
 struct Direct {
+  bool amx;
   std::ptrdiff_t w;      // padded width W
   std::ptrdiff_t plane;  // entries per channel pair: the padded plane, then a run's overreach
   std::ptrdiff_t flat;   // flat output positions, h_out * W, rounded up to 32
-  std::ptrdiff_t pairs;  // input channels per group in pairs
+  std::ptrdiff_t pairs;  // input channels per group in pairs (on AMX, padded to a multiple of kc)
+  std::ptrdiff_t rows;   // output channels per group in the packed weights and outputs (on AMX, to 16)
+  int kc;                // pairs per AMX tile
   int taps;
   explicit Direct(const Conv2dShape& s)
-      : w(s.w + 2 * s.pad_w),
+      : amx(uses_amx() && tiles_fit(s)),
+        w(s.w + 2 * s.pad_w),
         plane((s.h + 2 * s.pad_h) * w + 32 + s.kw),
         flat((s.h_out * w + 31) / 32 * 32),
         pairs((s.c_in / s.groups + 1) / 2),
-        taps(s.kh * s.kw) {}
-  // Per thread: the interleaved planes, then the outputs at flat positions (bf16, or float32 where they
-  // are added to what the output holds).
-  std::ptrdiff_t slice_len(const Conv2dShape& s, bool wide = false) const {
-    return pairs * plane * 2 + (s.c_out / s.groups) * flat * (wide ? 2 : 1);
+        rows(s.c_out / s.groups),
+        kc(0),
+        taps(s.kh * s.kw) {
+    if (amx) {
+      const std::ptrdiff_t chunks = (pairs + 15) / 16;
+      kc = static_cast<int>((pairs + chunks - 1) / chunks);
+      pairs = chunks * kc;
+      rows = (rows + 15) / 16 * 16;
+    }
   }
-  // Shared: the weights as [c_out][tap][pair] pairs.
-  std::ptrdiff_t weights_len(const Conv2dShape& s) const { return std::ptrdiff_t{s.c_out} * taps * pairs * 2; }
+  // Per thread: the interleaved planes, then the outputs at flat positions (bf16, or float32 where they
+  // are added to what the output holds or come out of AMX's tiles).
+  std::ptrdiff_t slice_len(bool wide = false) const { return pairs * plane * 2 + rows * flat * (wide || amx ? 2 : 1); }
+  // Shared: the weights as [group][row][tap][pair] pairs.
+  std::ptrdiff_t weights_len(const Conv2dShape& s) const { return std::ptrdiff_t{s.groups} * rows * taps * pairs * 2; }
+  std::ptrdiff_t group_weights() const { return rows * taps * pairs; }
 };
 
 bool runs_direct(const Conv2dShape& s) { return s.stride_h == 1 && s.stride_w == 1; }
@@ -132,7 +155,7 @@ void pack_planes(const Conv2dShape& s, const Direct& d, const uint16_t* x_g, uin
   std::memset(planes, 0, sizeof(uint32_t) * d.pairs * d.plane);
   const int c_in_g = s.c_in / s.groups;
   const std::ptrdiff_t in_plane = std::ptrdiff_t{s.h} * s.w;
-  for (std::ptrdiff_t j = 0; j < d.pairs; ++j) {
+  for (std::ptrdiff_t j = 0; j < (c_in_g + 1) / 2; ++j) {
     const uint16_t* even = x_g + 2 * j * in_plane;
     const uint16_t* odd = 2 * j + 1 < c_in_g ? even + in_plane : nullptr;
     for (int ih = 0; ih < s.h; ++ih) {
@@ -150,17 +173,19 @@ void pack_planes(const Conv2dShape& s, const Direct& d, const uint16_t* x_g, uin
   }
 }
 
-// The weights of every output channel of s as [tap][pair] pairs (the odd channel's partner zero);
-// weight(co, ci, t): output channel co's weight for input channel ci of its group at tap t.
+// The weights of every group of s as [row][tap][pair] pairs, zero past the group's channels (the odd
+// channel's partner, AMX's padding); weight(co, ci, t): output channel co's weight for input channel ci
+// of its group at tap t.
 template <class Weight> void pack_weights(const Conv2dShape& s, const Direct& d, Weight&& weight, uint32_t* out) {
-  const int c_in_g = s.c_in / s.groups;
-  for (int co = 0; co < s.c_out; ++co)
-    for (int t = 0; t < d.taps; ++t)
-      for (std::ptrdiff_t j = 0; j < d.pairs; ++j) {
-        const int ci = static_cast<int>(2 * j);
-        out[(std::ptrdiff_t{co} * d.taps + t) * d.pairs + j] =
-            uint32_t{weight(co, ci, t)} | (ci + 1 < c_in_g ? uint32_t{weight(co, ci + 1, t)} << 16 : 0u);
-      }
+  const int c_in_g = s.c_in / s.groups, c_out_g = s.c_out / s.groups;
+  auto half = [&](int co, int ci, int t) { return ci < c_in_g ? uint32_t{weight(co, ci, t)} : 0u; };
+  for (int g = 0; g < s.groups; ++g)
+    for (std::ptrdiff_t r = 0; r < d.rows; ++r)
+      for (int t = 0; t < d.taps; ++t)
+        for (std::ptrdiff_t j = 0; j < d.pairs; ++j) {
+          const int co = g * c_out_g + static_cast<int>(r), ci = static_cast<int>(2 * j);
+          *out++ = r < c_out_g ? half(co, ci, t) | half(co, ci + 1, t) << 16 : 0u;
+        }
 }
 
 #if CRUMB_DPBF16
@@ -289,6 +314,75 @@ constexpr void fill_direct(DirectFn<B>* t, std::integer_sequence<int, R...>) {
   ((t[R] = direct_tile<R + 1, V, B, Wide>), ...);
 }
 
+// Flat outputs [p, p + 32) of packed rows [co, co + 16 M) into out (float32, ldo apart), over the taps,
+// each tap's pairs kc at a time: C tiles 0-3 (rows block m, positions block n at 2 m + n), A tiles 4-5
+// (the weights of rows block m), B tiles 6-7 (the planes at positions block n).
+template <int M>
+CRUMB_TARGET_AMX void amx_block(float* out, std::ptrdiff_t ldo, const uint32_t* wp, const uint32_t* planes,
+                                const Conv2dShape& s, const Direct& d) {
+  _tile_zero(0);
+  _tile_zero(1);
+  if constexpr (M == 2) {
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+  const std::ptrdiff_t per_row = d.taps * d.pairs;
+  const long a_stride = static_cast<long>(per_row * 4), b_stride = static_cast<long>(d.plane * 4);
+  for (int t = 0; t < d.taps; ++t) {
+    const uint32_t* src = planes + (t / s.kw) * d.w + t % s.kw;
+    for (std::ptrdiff_t j = 0; j < d.pairs; j += d.kc) {
+      _tile_loadd(6, src + j * d.plane, b_stride);
+      _tile_loadd(7, src + j * d.plane + 16, b_stride);
+      _tile_loadd(4, wp + t * d.pairs + j, a_stride);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      if constexpr (M == 2) {
+        _tile_loadd(5, wp + 16 * per_row + t * d.pairs + j, a_stride);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+    }
+  }
+  const long ld = static_cast<long>(ldo * 4);
+  _tile_stored(0, out, ld);
+  _tile_stored(1, out + 16, ld);
+  if constexpr (M == 2) {
+    _tile_stored(2, out + 16 * ldo, ld);
+    _tile_stored(3, out + 16 * ldo + 16, ld);
+  }
+}
+
+// Every flat output of a sample's group as float32 sums, [d.rows][d.flat], on AMX's tiles.
+CRUMB_TARGET_AMX void amx_sums(float* out, const uint32_t* wp_g, const uint32_t* planes, const Conv2dShape& s,
+                               const Direct& d) {
+  detail::amx_fence();
+  detail::TileConfig c;
+  for (int i = 0; i < 8; ++i) {
+    const bool a = i == 4 || i == 5, b = i >= 6;
+    c.colsb[i] = static_cast<uint16_t>(a ? d.kc * 4 : 64);
+    c.rows[i] = static_cast<uint8_t>(b ? d.kc : 16);
+  }
+  _tile_loadconfig(&c);
+  const std::ptrdiff_t used = std::ptrdiff_t{s.h_out} * d.w, per_row = d.taps * d.pairs;
+  for (std::ptrdiff_t p = 0; p < used; p += 32)
+    for (std::ptrdiff_t co = 0; co < d.rows; co += 32) {
+      float* o = out + co * d.flat + p;
+      if (d.rows - co >= 32)
+        amx_block<2>(o, d.flat, wp_g + co * per_row, planes + p, s, d);
+      else
+        amx_block<1>(o, d.flat, wp_g + co * per_row, planes + p, s, d);
+    }
+  _tile_release();
+}
+
+// n float32 sums rounded into bf16 as the vdpbf16ps tiles store theirs (bias, ReLU).
+CRUMB_TARGET_DPBF16 void store_sums(uint16_t* dst, const float* sums, int n, const __m512* bias, bool relu) {
+  for (int i = 0; i < n; i += 16) {
+    const auto m = static_cast<__mmask16>(n - i >= 16 ? 0xffff : (1u << (n - i)) - 1);
+    _mm256_mask_storeu_epi16(dst + i, m, output_lanes(_mm512_maskz_loadu_ps(m, sums + i), bias, relu));
+  }
+}
+
 // One sample's group: y_g [c_out / groups, hw] (=, or += with accumulate: added in float32 and rounded
 // once) from its packed planes, through the flat outputs in `out`.
 template <class B>
@@ -305,28 +399,38 @@ void direct_group(uint16_t* y_g, const uint32_t* wp_g, const B* b_g, const Conv2
     return t;
   }();
   const int c_out_g = s.c_out / s.groups;
-  const std::ptrdiff_t used = std::ptrdiff_t{s.h_out} * d.w;
-  // Wide outputs are float32: twice the bf16 elements apart, at twice the offset.
-  const int scale = accumulate ? 2 : 1;
-  for (std::ptrdiff_t p = 0; p < used; p += 32) {
-    const bool two = used - p > 16;
-    const DirectFn<B>* tiles = accumulate ? (two ? table.wide_two : table.wide_one) : (two ? table.two : table.one);
-    for (int co = 0; co < c_out_g; co += kRows) {
-      const int rows = std::min(kRows, c_out_g - co);
-      tiles[rows - 1](out + scale * (co * d.flat + p), d.flat, wp_g + co * d.taps * d.pairs, planes + p, s, d,
-                      b_g ? b_g + co : nullptr, relu);
-    }
-  }
-  for (int co = 0; co < c_out_g; ++co)
-    for (int oh = 0; oh < s.h_out; ++oh) {
-      uint16_t* dst = y_g + (std::ptrdiff_t{co} * s.h_out + oh) * s.w_out;
-      if (accumulate) {
-        const float* sums = reinterpret_cast<const float*>(out) + co * d.flat + oh * d.w;
-        for (int ow = 0; ow < s.w_out; ++ow) detail::put(std::true_type{}, reinterpret_cast<bf16*>(dst)[ow], sums[ow]);
-      } else {
-        std::memcpy(dst, out + co * d.flat + oh * d.w, sizeof(uint16_t) * s.w_out);
+  if (d.amx) {
+    amx_sums(reinterpret_cast<float*>(out), wp_g, planes, s, d);
+  } else {
+    const std::ptrdiff_t used = std::ptrdiff_t{s.h_out} * d.w;
+    // Wide outputs are float32: twice the bf16 elements apart, at twice the offset.
+    const int scale = accumulate ? 2 : 1;
+    for (std::ptrdiff_t p = 0; p < used; p += 32) {
+      const bool two = used - p > 16;
+      const DirectFn<B>* tiles = accumulate ? (two ? table.wide_two : table.wide_one) : (two ? table.two : table.one);
+      for (int co = 0; co < c_out_g; co += kRows) {
+        const int rows = std::min(kRows, c_out_g - co);
+        tiles[rows - 1](out + scale * (co * d.flat + p), d.flat, wp_g + co * d.taps * d.pairs, planes + p, s, d,
+                        b_g ? b_g + co : nullptr, relu);
       }
     }
+  }
+  // The rows out of the flat positions: float32 sums (added to y, or on AMX biased and rounded), or bf16.
+  const auto* sums = reinterpret_cast<const float*>(out);
+  for (int co = 0; co < c_out_g; ++co) {
+    const __m512 bias = _mm512_set1_ps(b_g ? to_float(b_g[co]) : 0.0f);
+    for (int oh = 0; oh < s.h_out; ++oh) {
+      uint16_t* dst = y_g + (std::ptrdiff_t{co} * s.h_out + oh) * s.w_out;
+      const std::ptrdiff_t at = co * d.flat + oh * d.w;
+      if (accumulate) {
+        for (int ow = 0; ow < s.w_out; ++ow) detail::put(std::true_type{}, reinterpret_cast<bf16*>(dst)[ow], sums[at + ow]);
+      } else if (d.amx) {
+        store_sums(dst, sums + at, s.w_out, b_g ? &bias : nullptr, relu);
+      } else {
+        std::memcpy(dst, out + at, sizeof(uint16_t) * s.w_out);
+      }
+    }
+  }
 }
 #endif
 
@@ -335,7 +439,7 @@ void direct_group(uint16_t* y_g, const uint32_t* wp_g, const B* b_g, const Conv2
 std::size_t conv2d_forward_bf16_workspace(const Conv2dShape& s) {
   if (runs_direct(s)) {
     const Direct d(s);
-    return static_cast<std::size_t>(d.weights_len(s) + slices(s) * d.slice_len(s));
+    return static_cast<std::size_t>(d.weights_len(s) + slices(s) * d.slice_len());
   }
   return static_cast<std::size_t>(slices(s) * Packing(s).slice_len());
 }
@@ -360,13 +464,13 @@ void conv2d_forward_bf16(bf16* y, const bf16* x, const bf16* w, const B* b, cons
     uint16_t* const slices_at = reinterpret_cast<uint16_t*>(workspace) + d.weights_len(s);
 #pragma omp parallel for schedule(static) num_threads(n_slices) if (n_slices > 1)
     for (int slice = 0; slice < n_slices; ++slice) {
-      auto* planes = reinterpret_cast<uint32_t*>(slices_at + slice * d.slice_len(s));
-      uint16_t* out = slices_at + slice * d.slice_len(s) + d.pairs * d.plane * 2;
+      auto* planes = reinterpret_cast<uint32_t*>(slices_at + slice * d.slice_len());
+      uint16_t* out = slices_at + slice * d.slice_len() + d.pairs * d.plane * 2;
       const int i0 = s.n * slice / n_slices, i1 = s.n * (slice + 1) / n_slices;
       for (int i = i0; i < i1; ++i)
         for (int g = 0; g < groups; ++g) {
           pack_planes(s, d, xs + i * x_len + std::ptrdiff_t{g} * c_in_g * s.h * s.w, planes);
-          direct_group(ys + i * y_len + std::ptrdiff_t{g} * c_out_g * p.hw, wp + std::ptrdiff_t{g} * c_out_g * d.taps * d.pairs,
+          direct_group(ys + i * y_len + std::ptrdiff_t{g} * c_out_g * p.hw, wp + g * d.group_weights(),
                        b ? b + g * c_out_g : nullptr, s, d, planes, out, relu);
         }
     }
@@ -396,7 +500,7 @@ bool conv2d_backward_data_bf16_direct(const Conv2dShape& s) {
 std::size_t conv2d_backward_data_bf16_workspace(const Conv2dShape& s) {
   const Conv2dShape t = transposed(s);
   const Direct d(t);
-  return static_cast<std::size_t>(d.weights_len(t) + slices(t) * d.slice_len(t, true));
+  return static_cast<std::size_t>(d.weights_len(t) + slices(t) * d.slice_len(true));
 }
 
 void conv2d_backward_data_bf16(bf16* dx, const bf16* dy, const bf16* w, const Conv2dShape& s, bf16* workspace,
@@ -423,14 +527,14 @@ void conv2d_backward_data_bf16(bf16* dx, const bf16* dy, const bf16* w, const Co
   uint16_t* const slices_at = reinterpret_cast<uint16_t*>(workspace) + d.weights_len(t);
 #pragma omp parallel for schedule(static) num_threads(n_slices) if (n_slices > 1)
   for (int slice = 0; slice < n_slices; ++slice) {
-    auto* planes = reinterpret_cast<uint32_t*>(slices_at + slice * d.slice_len(t, true));
-    uint16_t* out = slices_at + slice * d.slice_len(t, true) + d.pairs * d.plane * 2;
+    auto* planes = reinterpret_cast<uint32_t*>(slices_at + slice * d.slice_len(true));
+    uint16_t* out = slices_at + slice * d.slice_len(true) + d.pairs * d.plane * 2;
     const int i0 = s.n * slice / n_slices, i1 = s.n * (slice + 1) / n_slices;
     for (int i = i0; i < i1; ++i)
       for (int g = 0; g < groups; ++g) {
         pack_planes(t, d, dys + i * dy_len + std::ptrdiff_t{g} * c_out_g * s.h_out * s.w_out, planes);
         direct_group(dxs + i * dx_len + std::ptrdiff_t{g} * c_in_g * s.h * s.w,
-                     wp + std::ptrdiff_t{g} * c_in_g * d.taps * d.pairs, static_cast<const float*>(nullptr), t, d,
+                     wp + g * d.group_weights(), static_cast<const float*>(nullptr), t, d,
                      planes, out, false, accumulate);
       }
   }
