@@ -5,7 +5,7 @@
 # usage: tools/bench/compare.sh [--model lenet5|cnn|mlp|resnet20|resnet18|resnet50|vgg11_bn|all]
 #          [--epochs 1] [--batch 64] [--threads 2] [--device cpu] [--dataset fashion-mnist|cifar10]
 #          [--data DIR] [--crumb PATH] [--repeat 3] [--limit-train N] [--torch-tf32 off|default|on]
-#          [-- extra train flags]   (vgg11_bn needs 32x32 images: --dataset cifar10 --data DIR)
+#          [--precision fp32|bf16|fp16] [-- extra train flags]   (vgg11_bn: --dataset cifar10 --data DIR)
 #
 # Each side runs --repeat times, alternating Crumb and PyTorch, and the best samples/s of each side
 # is reported: on a shared machine throughput drifts by tens of percent within minutes, and the
@@ -13,7 +13,7 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-model=lenet5 epochs=1 batch=64 threads=2 device=cpu dataset=fashion-mnist data="" crumb="" repeat=3 torch_tf32=off limit_train=0
+model=lenet5 epochs=1 batch=64 threads=2 device=cpu dataset=fashion-mnist data="" crumb="" repeat=3 torch_tf32=off limit_train=0 precision=fp32
 crumb_extra=()
 # Fixed so both sides train the same problem; not meant to be tuned here.
 lr=0.05 momentum=0.9 seed=0
@@ -35,6 +35,7 @@ while [[ $# -gt 0 ]]; do
     --repeat) repeat=$2 ;;
     --torch-tf32) torch_tf32=$2 ;;
     --limit-train) limit_train=$2 ;;
+    --precision) precision=$2 ;;  # both sides: Crumb's --precision, PyTorch's autocast (GradScaler for fp16)
     *) echo "unknown argument: $1" >&2; usage ;;
   esac
   shift 2
@@ -54,7 +55,7 @@ crumb=$(crumb_binary "$crumb")
 py=$("$repo/tools/bench/setup_venv.sh" | tail -n 1)
 
 common=(--epochs "$epochs" --batch "$batch" --lr "$lr" --momentum "$momentum"
-        --threads "$threads" --seed "$seed" --dataset "$dataset")
+        --threads "$threads" --seed "$seed" --dataset "$dataset" --precision "$precision")
 [[ -n "$data" ]] && common+=(--data "$data")
 [[ "$limit_train" != 0 ]] && common+=(--limit-train "$limit_train")
 
@@ -97,6 +98,7 @@ for m in models:
         "torch_version": t["torch_version"],
         "torch_device": t["device"],
         "torch_tf32": t.get("tf32"),
+        "precision": t.get("precision"),
         "crumb_device": c["device"],
     })
 hdr = ("model", "crumb sam/s", "torch sam/s", "crumb/torch",
