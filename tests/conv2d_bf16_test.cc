@@ -24,15 +24,23 @@ cpu::Conv2dShape conv(int n, int c_in, int hw, int c_out, int k, int stride, int
   return {n, c_in, hw, hw, c_out, k, k, stride, stride, pad, pad, out, out, groups};
 }
 
-// The tile paths this CPU has: vdpbf16ps, and AMX where uses_amx(); each test runs in every one.
-class Bf16Tiles {
+// allow_amx(amx) for a scope.
+class AmxAllowed {
  public:
-  static std::vector<bool> modes() { return cpu::uses_amx() ? std::vector<bool>{false, true} : std::vector<bool>{false}; }
-  explicit Bf16Tiles(bool amx) { cpu::allow_amx(amx); }
-  ~Bf16Tiles() { cpu::allow_amx(true); }
-  Bf16Tiles(const Bf16Tiles&) = delete;
-  Bf16Tiles& operator=(const Bf16Tiles&) = delete;
+  explicit AmxAllowed(bool amx) { cpu::allow_amx(amx); }
+  ~AmxAllowed() { cpu::allow_amx(true); }
+  AmxAllowed(const AmxAllowed&) = delete;
+  AmxAllowed& operator=(const AmxAllowed&) = delete;
 };
+
+// body() in every tile path this CPU has: vdpbf16ps, and AMX where uses_amx().
+template <class F> void in_every_tile_path(F&& body) {
+  for (bool amx : cpu::uses_amx() ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+    SCOPED_TRACE(amx ? "AMX" : "vdpbf16ps");
+    const AmxAllowed allowed(amx);
+    body();
+  }
+}
 
 std::vector<float> magnitudes(std::vector<float> v) {
   for (float& e : v) e = std::fabs(e);
@@ -79,9 +87,7 @@ void expect_paths_agree(const cpu::Conv2dShape& s, bool relu) {
 
 TEST(Conv2dBf16, DotProductPathMatchesTheWidenedFloat32Path) {
   if (!cpu::has_bf16_dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
-  for (bool amx : Bf16Tiles::modes()) {
-    SCOPED_TRACE(amx ? "AMX" : "vdpbf16ps");
-    const Bf16Tiles tiles(amx);
+  in_every_tile_path([] {
     // Odd and even rows per group (k), channel counts off the 8-row tiles, maps off the 16 and 32-pixel
     // vectors, strides, padding, 1x1, grouped and depthwise.
     expect_paths_agree(conv(2, 3, 9, 5, 3, 1, 1), false);
@@ -99,7 +105,7 @@ TEST(Conv2dBf16, DotProductPathMatchesTheWidenedFloat32Path) {
     expect_paths_agree(conv(2, 64, 6, 32, 3, 1, 1, 2), true);
     expect_paths_agree(conv(3, 32, 7, 16, 1, 1, 0), false);
     expect_paths_agree(conv(2, 80, 5, 64, 3, 1, 0), true);
-  }
+  });
 }
 
 // The tile paths are chosen, and AMX's pads its tiles: its workspace is another size.
@@ -108,7 +114,7 @@ TEST(Conv2dBf16, AmxRunsWhereTheCpuHasIt) {
   const cpu::Conv2dShape s = conv(2, 34, 7, 17, 5, 1, 2);
   std::size_t sizes[2];
   for (bool amx : {false, true}) {
-    const Bf16Tiles tiles(amx);
+    const AmxAllowed allowed(amx);
     EXPECT_EQ(cpu::uses_amx(), amx);
     sizes[amx] = cpu::conv2d_forward_bf16_workspace(s);
   }
@@ -134,12 +140,10 @@ void expect_batch_independent(const cpu::Conv2dShape& s) {
 
 TEST(Conv2dBf16, SampleResultsDoNotDependOnTheBatch) {
   if (!cpu::has_bf16_dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
-  for (bool amx : Bf16Tiles::modes()) {
-    SCOPED_TRACE(amx ? "AMX" : "vdpbf16ps");
-    const Bf16Tiles tiles(amx);
+  in_every_tile_path([] {
     expect_batch_independent(conv(11, 5, 12, 10, 3, 1, 1));
     expect_batch_independent(conv(11, 36, 9, 20, 3, 1, 1));
-  }
+  });
 }
 
 // The stride-1 data gradient on vdpbf16ps against the widened float32 kernel, written (=) and added (+=)
@@ -163,9 +167,7 @@ void expect_data_paths_agree(const cpu::Conv2dShape& s, bool accumulate) {
 
 TEST(Conv2dBf16, DataGradientMatchesTheWidenedFloat32Path) {
   if (!cpu::has_bf16_dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
-  for (bool amx : Bf16Tiles::modes()) {
-    SCOPED_TRACE(amx ? "AMX" : "vdpbf16ps");
-    const Bf16Tiles tiles(amx);
+  in_every_tile_path([] {
     for (bool accumulate : {false, true}) {
       expect_data_paths_agree(conv(2, 3, 9, 5, 3, 1, 1), accumulate);
       expect_data_paths_agree(conv(3, 16, 8, 4, 3, 1, 1), accumulate);
@@ -179,7 +181,7 @@ TEST(Conv2dBf16, DataGradientMatchesTheWidenedFloat32Path) {
       expect_data_paths_agree(conv(2, 34, 9, 40, 3, 1, 1), accumulate);
       expect_data_paths_agree(conv(2, 64, 6, 64, 3, 1, 1, 2), accumulate);
     }
-  }
+  });
   EXPECT_FALSE(cpu::conv2d_backward_data_bf16_direct(conv(2, 8, 10, 8, 3, 2, 1)));
 }
 
