@@ -44,16 +44,18 @@ std::size_t conv2d_forward_bf16_workspace(const Conv2dShape& s);
 template <class B>
 void conv2d_forward_bf16(bf16* y, const bf16* x, const bf16* w, const B* b, const Conv2dShape& s, bf16* workspace,
                          bool relu = false);
-// The data gradient the same way where s has stride 1 and padding under the kernel
+// The data gradient the same way where s has stride 1 and padding under the kernel, or on AMX stride 2
 // (conv2d_backward_data_bf16_direct): the correlation of dy with the flipped kernel, dx (=|+=) its sums
-// (added to dx in float32 and rounded once).
+// (added to dx in float32 and rounded once). On AMX (uses_amx()) the stride-1 passes run on its tiles,
+// and stride-2 ones as stride-1 passes over the input's phases (kernels/cpu/conv2d_phases.h).
 bool conv2d_backward_data_bf16_direct(const Conv2dShape& s);
 std::size_t conv2d_backward_data_bf16_workspace(const Conv2dShape& s);
 void conv2d_backward_data_bf16(bf16* dx, const bf16* dy, const bf16* w, const Conv2dShape& s, bf16* workspace,
                                bool accumulate);
 
 // ---- bf16 weight gradient on AMX (kernels/cpu/conv2d_weight_amx.cc) where uses_amx(), the stride is 1
-// and each group has at least 16 input and 16 output channels (conv2d_backward_weight_amx_applies): dw
+// (or 2, through the input's phases) and each group has at least 16 input and 16 output channels
+// (conv2d_backward_weight_amx_applies): dw
 // [c_out, c_in / groups, kh, kw] and db [c_out] (may be null) in float32 (=|+=) the sums of dy's and x's
 // bf16 products, each one fixed sequence (sample by sample) whatever the threads; s.lean takes one
 // sample a pass, the same bits in less workspace. Workspace in bf16 elements.

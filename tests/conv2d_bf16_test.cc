@@ -105,6 +105,12 @@ TEST(Conv2dBf16, DotProductPathMatchesTheWidenedFloat32Path) {
     expect_paths_agree(conv(2, 64, 6, 32, 3, 1, 1, 2), true);
     expect_paths_agree(conv(3, 32, 7, 16, 1, 1, 0), false);
     expect_paths_agree(conv(2, 80, 5, 64, 3, 1, 0), true);
+    // Stride 2 on AMX, through the input's phases (3x3: four, 1x1: one; odd maps, 5x5).
+    expect_paths_agree(conv(2, 16, 11, 32, 3, 2, 1), true);
+    expect_paths_agree(conv(3, 8, 9, 16, 3, 2, 1), false);
+    expect_paths_agree(conv(2, 16, 10, 32, 1, 2, 0), false);
+    expect_paths_agree(conv(2, 20, 13, 24, 3, 2, 1), true);
+    expect_paths_agree(conv(2, 8, 12, 16, 5, 2, 2), false);
   });
 }
 
@@ -143,6 +149,7 @@ TEST(Conv2dBf16, SampleResultsDoNotDependOnTheBatch) {
   in_every_tile_path([] {
     expect_batch_independent(conv(11, 5, 12, 10, 3, 1, 1));
     expect_batch_independent(conv(11, 36, 9, 20, 3, 1, 1));
+    expect_batch_independent(conv(11, 16, 9, 32, 3, 2, 1));
   });
 }
 
@@ -180,9 +187,16 @@ TEST(Conv2dBf16, DataGradientMatchesTheWidenedFloat32Path) {
       // On AMX: dy's 40 channels as 2 x 10 pairs, dx's 34 as 48 rows, grouped.
       expect_data_paths_agree(conv(2, 34, 9, 40, 3, 1, 1), accumulate);
       expect_data_paths_agree(conv(2, 64, 6, 64, 3, 1, 1, 2), accumulate);
+      if (cpu::uses_amx()) {  // stride 2 through the phases; elsewhere widened
+        expect_data_paths_agree(conv(2, 16, 11, 32, 3, 2, 1), accumulate);
+        expect_data_paths_agree(conv(2, 16, 10, 32, 1, 2, 0), accumulate);
+        expect_data_paths_agree(conv(3, 20, 13, 24, 3, 2, 1), accumulate);
+        expect_data_paths_agree(conv(2, 8, 12, 16, 5, 2, 2), accumulate);
+      }
     }
   });
   EXPECT_FALSE(cpu::conv2d_backward_data_bf16_direct(conv(2, 8, 10, 8, 3, 2, 1)));
+  EXPECT_FALSE(cpu::conv2d_backward_data_bf16_direct(conv(2, 16, 10, 32, 3, 3, 1)));
 }
 
 // The weight gradient on AMX against the float32 kernel on the widened values: the products are exact
@@ -232,30 +246,36 @@ TEST(Conv2dBf16, WeightGradientOnAmxMatchesTheFloat32Kernel) {
     expect_weight_paths_agree(conv(2, 16, 10, 16, 3, 1, 0), accumulate);
     expect_weight_paths_agree(conv(2, 64, 6, 32, 3, 1, 1, 2), accumulate);
     expect_weight_paths_agree(conv(40, 16, 5, 16, 3, 1, 1), accumulate);
+    // Stride 2 through the phases, in chunks of 8 samples (11: 8 and 3).
+    expect_weight_paths_agree(conv(11, 16, 11, 32, 3, 2, 1), accumulate);
+    expect_weight_paths_agree(conv(2, 16, 10, 32, 1, 2, 0), accumulate);
+    expect_weight_paths_agree(conv(2, 8, 12, 16, 5, 2, 2), accumulate);
   }
-  EXPECT_FALSE(cpu::conv2d_backward_weight_amx_applies(conv(2, 16, 10, 16, 3, 2, 1)));
+  EXPECT_FALSE(cpu::conv2d_backward_weight_amx_applies(conv(2, 16, 10, 16, 3, 3, 1)));
   EXPECT_FALSE(cpu::conv2d_backward_weight_amx_applies(conv(2, 8, 10, 16, 3, 1, 1)));
 }
 
-// Lean passes (one sample each, less workspace) and any thread count give the same bits.
+// Lean passes (one sample each, less workspace) and any thread count give the same bits, at stride 1 and
+// through the phases at stride 2.
 TEST(Conv2dBf16, WeightGradientOnAmxHasTheSameBitsLeanAndOnAnyThreads) {
   if (!cpu::uses_amx()) GTEST_SKIP() << "this CPU (or its kernel) has no AMX-BF16";
-  std::mt19937 rng(9);
-  cpu::Conv2dShape s = conv(24, 32, 12, 48, 3, 1, 1);
-  const auto dy = random_bf16(s.out_count(), rng), x = random_bf16(s.in_count(), rng);
-  const WeightRun zero{std::vector<float>(std::size_t(48) * 32 * 9), std::vector<float>(48)};
-  const WeightRun whole = weight_amx(s, dy, x, zero, false);
-  s.lean = true;
-  EXPECT_LT(cpu::conv2d_backward_weight_amx_workspace(s), cpu::conv2d_backward_weight_amx_workspace(conv(24, 32, 12, 48, 3, 1, 1)));
-  const int threads = omp_get_max_threads();
-  for (int t : {1, 2, 3}) {
-    omp_set_num_threads(t);
-    const WeightRun lean = weight_amx(s, dy, x, zero, false);
-    for (std::size_t i = 0; i < whole.dw.size(); ++i) ASSERT_EQ(lean.dw[i], whole.dw[i]) << i << " at threads " << t;
-    for (std::size_t i = 0; i < whole.db.size(); ++i) ASSERT_EQ(lean.db[i], whole.db[i]) << i << " at threads " << t;
+  for (const cpu::Conv2dShape& shape : {conv(24, 32, 12, 48, 3, 1, 1), conv(19, 16, 13, 32, 3, 2, 1)}) {
+    std::mt19937 rng(9);
+    cpu::Conv2dShape s = shape;
+    const auto dy = random_bf16(s.out_count(), rng), x = random_bf16(s.in_count(), rng);
+    const WeightRun zero{std::vector<float>(std::size_t(s.c_out) * s.c_in * s.kh * s.kw), std::vector<float>(s.c_out)};
+    const WeightRun whole = weight_amx(s, dy, x, zero, false);
+    s.lean = true;
+    EXPECT_LT(cpu::conv2d_backward_weight_amx_workspace(s), cpu::conv2d_backward_weight_amx_workspace(shape));
+    const int threads = omp_get_max_threads();
+    for (int t : {1, 2, 3}) {
+      omp_set_num_threads(t);
+      const WeightRun lean = weight_amx(s, dy, x, zero, false);
+      for (std::size_t i = 0; i < whole.dw.size(); ++i) ASSERT_EQ(lean.dw[i], whole.dw[i]) << i << " at threads " << t;
+      for (std::size_t i = 0; i < whole.db.size(); ++i) ASSERT_EQ(lean.db[i], whole.db[i]) << i << " at threads " << t;
+    }
+    omp_set_num_threads(threads);
   }
-  omp_set_num_threads(threads);
 }
-
 }  // namespace
 }  // namespace crumb

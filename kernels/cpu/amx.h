@@ -6,6 +6,15 @@
 #pragma once
 
 #include "kernels/cpu/dpbf16.h"
+#include "kernels/cpu/shapes.h"
+
+namespace crumb::cpu {
+
+// Whether a convolution's groups fill AMX's tiles: 16 input and 16 output channels at least. Fewer would
+// multiply mostly padding (a depthwise or 3-channel layer); those keep the vdpbf16ps or widened paths.
+inline bool amx_tiles_fit(const Conv2dShape& s) { return s.c_in / s.groups >= 16 && s.c_out / s.groups >= 16; }
+
+}  // namespace crumb::cpu
 
 #if CRUMB_DPBF16
 #include <cstdint>

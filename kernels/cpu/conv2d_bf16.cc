@@ -13,6 +13,7 @@
 #include "kernels/bf16_dot.h"
 #include "kernels/conv2d.h"
 #include "kernels/cpu/amx.h"
+#include "kernels/cpu/conv2d_phases.h"
 #include "kernels/cpu/dpbf16.h"
 #include "kernels/cpu/kernel_util.h"
 
@@ -101,9 +102,7 @@ void pack_columns(const Conv2dShape& s, const Packing& p, const uint16_t* x_g, u
 // plane apart) by 16 flat positions, an A tile 16 output channels by the same kc pairs of one tap of the
 // packed weights, and a C tile the 16 x 16 float32 sums, stored into the flat outputs. The pairs are
 // padded with zero planes to a multiple of kc and the output channels with zero weights to 16, so that
-// every tile is whole. Only where both channel counts fill a tile: a depthwise or 3-channel layer would
-// multiply mostly zeros.
-bool tiles_fit(const Conv2dShape& s) { return s.c_in / s.groups >= 16 && s.c_out / s.groups >= 16; }
+// every tile is whole. Only where both channel counts fill a tile (amx_tiles_fit).
 
 struct Direct {
   bool amx;
@@ -115,7 +114,7 @@ struct Direct {
   int kc;                // pairs per AMX tile
   int taps;
   explicit Direct(const Conv2dShape& s)
-      : amx(uses_amx() && tiles_fit(s)),
+      : amx(uses_amx() && amx_tiles_fit(s)),
         w(s.w + 2 * s.pad_w),
         plane((s.h + 2 * s.pad_h) * w + 32 + s.kw),
         flat((s.h_out * w + 31) / 32 * 32),
@@ -375,11 +374,18 @@ CRUMB_TARGET_AMX void amx_sums(float* out, const uint32_t* wp_g, const uint32_t*
   _tile_release();
 }
 
-// n float32 sums rounded into bf16 as the vdpbf16ps tiles store theirs (bias, ReLU).
-CRUMB_TARGET_DPBF16 void store_sums(uint16_t* dst, const float* sums, int n, const __m512* bias, bool relu) {
+// n float32 sums rounded into bf16 as the vdpbf16ps tiles store theirs (bias, ReLU), or with `add` added
+// to what dst holds in float32 first (kernel_util's put: one rounding).
+CRUMB_TARGET_DPBF16 void store_sums(uint16_t* dst, const float* sums, int n, const __m512* bias, bool relu,
+                                    bool add = false) {
   for (int i = 0; i < n; i += 16) {
     const auto m = static_cast<__mmask16>(n - i >= 16 ? 0xffff : (1u << (n - i)) - 1);
-    _mm256_mask_storeu_epi16(dst + i, m, output_lanes(_mm512_maskz_loadu_ps(m, sums + i), bias, relu));
+    __m512 v = _mm512_maskz_loadu_ps(m, sums + i);
+    if (add) {
+      const __m512i held = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, dst + i));
+      v = _mm512_add_ps(_mm512_castsi512_ps(_mm512_slli_epi32(held, 16)), v);
+    }
+    _mm256_mask_storeu_epi16(dst + i, m, output_lanes(v, bias, relu));
   }
 }
 
@@ -422,10 +428,8 @@ void direct_group(uint16_t* y_g, const uint32_t* wp_g, const B* b_g, const Conv2
     for (int oh = 0; oh < s.h_out; ++oh) {
       uint16_t* dst = y_g + (std::ptrdiff_t{co} * s.h_out + oh) * s.w_out;
       const std::ptrdiff_t at = co * d.flat + oh * d.w;
-      if (accumulate) {
-        for (int ow = 0; ow < s.w_out; ++ow) detail::put(std::true_type{}, reinterpret_cast<bf16*>(dst)[ow], sums[at + ow]);
-      } else if (d.amx) {
-        store_sums(dst, sums + at, s.w_out, b_g ? &bias : nullptr, relu);
+      if (accumulate || d.amx) {
+        store_sums(dst, sums + at, s.w_out, b_g ? &bias : nullptr, relu, accumulate);
       } else {
         std::memcpy(dst, out + at, sizeof(uint16_t) * s.w_out);
       }
@@ -437,6 +441,7 @@ void direct_group(uint16_t* y_g, const uint32_t* wp_g, const B* b_g, const Conv2
 }  // namespace
 
 std::size_t conv2d_forward_bf16_workspace(const Conv2dShape& s) {
+  if (detail::runs_phased(s)) return detail::phased_forward_workspace(s);
   if (runs_direct(s)) {
     const Direct d(s);
     return static_cast<std::size_t>(d.weights_len(s) + slices(s) * d.slice_len());
@@ -449,6 +454,7 @@ void conv2d_forward_bf16(bf16* y, const bf16* x, const bf16* w, const B* b, cons
                          bool relu) {
 #if CRUMB_DPBF16
   CRUMB_CHECK(has_bf16_dot(), "conv2d_forward_bf16: this CPU has no AVX512_BF16 (check has_bf16_dot() first)");
+  if (detail::runs_phased(s)) return detail::phased_forward(y, x, w, b, s, workspace, relu);
   const Packing p(s);
   const int groups = s.groups, c_in_g = s.c_in / groups, c_out_g = s.c_out / groups;
   const std::ptrdiff_t x_len = std::ptrdiff_t{s.c_in} * s.h * s.w, y_len = std::ptrdiff_t{s.c_out} * p.hw;
@@ -494,10 +500,11 @@ void conv2d_forward_bf16(bf16* y, const bf16* x, const bf16* w, const B* b, cons
 }
 
 bool conv2d_backward_data_bf16_direct(const Conv2dShape& s) {
-  return runs_direct(s) && s.pad_h < s.kh && s.pad_w < s.kw;
+  return (runs_direct(s) && s.pad_h < s.kh && s.pad_w < s.kw) || detail::runs_phased(s);
 }
 
 std::size_t conv2d_backward_data_bf16_workspace(const Conv2dShape& s) {
+  if (detail::runs_phased(s)) return detail::phased_data_workspace(s);
   const Conv2dShape t = transposed(s);
   const Direct d(t);
   return static_cast<std::size_t>(d.weights_len(t) + slices(t) * d.slice_len(true));
@@ -508,7 +515,8 @@ void conv2d_backward_data_bf16(bf16* dx, const bf16* dy, const bf16* w, const Co
 #if CRUMB_DPBF16
   CRUMB_CHECK(has_bf16_dot(), "conv2d_backward_data_bf16: this CPU has no AVX512_BF16 (check has_bf16_dot() first)");
   CRUMB_CHECK(conv2d_backward_data_bf16_direct(s),
-              "conv2d_backward_data_bf16: stride 1 and padding under the kernel only");
+              "conv2d_backward_data_bf16: stride 1 and padding under the kernel, or stride 2 on AMX, only");
+  if (detail::runs_phased(s)) return detail::phased_data(dx, dy, w, s, workspace, accumulate);
   const Conv2dShape t = transposed(s);
   const Direct d(t);
   const int groups = s.groups, c_in_g = s.c_in / groups, c_out_g = s.c_out / groups, taps = d.taps;

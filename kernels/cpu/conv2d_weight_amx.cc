@@ -14,6 +14,7 @@
 #include "engine/base/error.h"
 #include "kernels/conv2d.h"
 #include "kernels/cpu/amx.h"
+#include "kernels/cpu/conv2d_phases.h"
 #include "kernels/cpu/kernel_util.h"
 
 namespace crumb::cpu {
@@ -156,10 +157,11 @@ int threads_for(double macs, int items) {
 }  // namespace
 
 bool conv2d_backward_weight_amx_applies(const Conv2dShape& s) {
-  return uses_amx() && s.stride_h == 1 && s.stride_w == 1 && s.c_in / s.groups >= 16 && s.c_out / s.groups >= 16;
+  return (uses_amx() && s.stride_h == 1 && s.stride_w == 1 && amx_tiles_fit(s)) || detail::runs_phased(s);
 }
 
 std::size_t conv2d_backward_weight_amx_workspace(const Conv2dShape& s) {
+  if (detail::runs_phased(s)) return detail::phased_weight_workspace(s);
   const Geom g(s);
   return static_cast<std::size_t>(g.planes_len() + g.dyt_len() + g.slots_len() + g.sums_len());
 }
@@ -168,7 +170,8 @@ void conv2d_backward_weight_amx(float* dw, float* db, const bf16* dy, const bf16
                                 bf16* workspace, bool accumulate) {
 #if CRUMB_DPBF16
   CRUMB_CHECK(conv2d_backward_weight_amx_applies(s),
-              "conv2d_backward_weight_amx: needs AMX, stride 1 and 16 channels a group (check the _applies rule)");
+              "conv2d_backward_weight_amx: needs AMX, stride 1 or 2 and 16 channels a group (check the _applies rule)");
+  if (detail::runs_phased(s)) return detail::phased_weight(dw, db, dy, x, s, workspace, accumulate);
   const Geom g(s);
   auto* const planes = reinterpret_cast<uint16_t*>(workspace);
   auto* const dyt = reinterpret_cast<uint32_t*>(planes + g.planes_len());
@@ -229,17 +232,7 @@ void conv2d_backward_weight_amx(float* dw, float* db, const bf16* dy, const bf16
           d = accumulate ? d + v : v;
         }
   }
-  if (!db) return;
-  const std::ptrdiff_t hw = std::ptrdiff_t{s.h_out} * s.w_out;
-#pragma omp parallel for schedule(static) if (1.0 * s.n * y_len >= detail::kParallelMacs)
-  for (int co = 0; co < s.c_out; ++co) {
-    float sum = 0.0f;
-    for (int i = 0; i < s.n; ++i) {
-      const bf16* row = dy + i * y_len + co * hw;
-      for (std::ptrdiff_t p = 0; p < hw; ++p) sum += to_float(row[p]);
-    }
-    db[co] = accumulate ? db[co] + sum : sum;
-  }
+  if (db) detail::bias_gradient(db, dy, s, accumulate);
 #else
   (void)dw, (void)db, (void)dy, (void)x, (void)s, (void)workspace, (void)accumulate;
   CRUMB_FAIL("conv2d_backward_weight_amx: this build has no AMX kernels (check conv2d_backward_weight_amx_applies)");

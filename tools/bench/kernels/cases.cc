@@ -120,7 +120,7 @@ bool every_node(const Node&) { return true; }
 // can be (engine/strategy/in_place.h), so the fused ops and their recomputations run at the model's shapes.
 std::shared_ptr<Graph> build_graph(const Suite& s, const models::NormSpec& norm, bool fused = false) {
   const models::ModelSpec spec(s.channels, s.height, s.width, s.classes, norm);
-  auto g = std::make_shared<Graph>(models::build(s.model, spec));
+  auto g = std::make_shared<Graph>(models::build(s.model, spec, s.dtype));
   build_backward(*g);
   if (fused) {
     fuse(*g);
@@ -266,6 +266,10 @@ Buffer filled(Backend& b, std::size_t bytes, DType dtype, Fill fill) {
     std::vector<float> host(count);
     for (std::size_t i = 0; i < count; ++i) host[i] = value(i);
     b.upload(buf.data(), host.data(), bytes);
+  } else if (dtype == DType::BF16) {
+    std::vector<bf16> host(count);
+    for (std::size_t i = 0; i < count; ++i) host[i] = to_bf16(value(i));
+    b.upload(buf.data(), host.data(), bytes);
   } else {
     std::vector<double> host(count);
     for (std::size_t i = 0; i < count; ++i) host[i] = value(i);
@@ -284,6 +288,7 @@ const std::vector<Suite>& suites() {
   static const std::vector<Suite> all = {
       {"lenet5", "lenet5", 1, 28, 28, 10, 64},          {"cnn", "cnn", 1, 28, 28, 10, 64},
       {"resnet20", "resnet20", 3, 32, 32, 10, 128},     {"resnet20_28", "resnet20", 1, 28, 28, 10, 128},
+      {"resnet20_28_bf16", "resnet20", 1, 28, 28, 10, 128, DType::BF16},
       {"resnet18_28", "resnet18", 1, 28, 28, 10, 128},  {"resnet50_224", "resnet50", 3, 224, 224, 1000, 8},
       {"vgg11_bn_32", "vgg11_bn", 3, 32, 32, 10, 128},  {"vgg11_bn_224", "vgg11_bn", 3, 224, 224, 1000, 8},
       {"deepbench", "", 0, 0, 0, 0, 0},  {"op_cases", "", 0, 0, 0, 0, 0},

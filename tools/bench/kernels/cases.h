@@ -59,8 +59,9 @@ struct Suite {
   std::string name;   // as in Case::suite
   std::string model;  // the model it builds (registry name; empty for DeepBench)
   int channels, height, width, classes, batch;
+  DType dtype = DType::F32;  // the model's activations (bf16: the rows --precision bf16 runs)
 };
-// The suites in run order: lenet5, cnn, resnet20, resnet50 at 224x224, vgg11_bn at 32x32 and 224x224,
+// The suites in run order: lenet5, cnn, resnet20 (at 28x28 also in bf16), resnet50 at 224x224, vgg11_bn at 32x32 and 224x224,
 // deepbench, and op_cases (the engine's op test cases, tests/ops/registry.h).
 const std::vector<Suite>& suites();
 
