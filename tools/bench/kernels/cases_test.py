@@ -12,16 +12,17 @@ import sys
 
 # The engine's ops (OpDef::name) of the reference models' training graphs and of the op test cases
 # (batch_norm_apply: BatchNorm recomputed in the backward pass; to_nhwc, to_nchw: the channels-last cases'
-# conversions; the fused normalisation ops of the fusion cases), and the optimizer's passes.
+# conversions; the fused normalisation ops of the fusion cases; cast: the bf16 suite's input converted from
+# float32), and the optimizer's passes.
 OPS = """conv2d conv2d_backward_data conv2d_backward_weight linear linear_backward_data linear_backward_weight
 max_pool2d max_pool2d_backward avg_pool2d avg_pool2d_backward global_avg_pool global_avg_pool_backward
 adaptive_avg_pool2d adaptive_avg_pool2d_backward batch_norm batch_norm_backward group_norm group_norm_backward
 batch_norm_apply batch_norm_relu batch_norm_relu_backward batch_norm_add_relu batch_norm_add_relu_backward
 batch_norm_apply_relu group_norm_relu group_norm_relu_backward group_norm_add_relu group_norm_add_relu_backward
 relu relu_backward dropout dropout_backward add softmax_cross_entropy softmax_cross_entropy_backward
-leaky_relu leaky_relu_backward hardtanh hardtanh_backward to_nhwc to_nchw sgd_momentum_step adamw_step
+leaky_relu leaky_relu_backward hardtanh hardtanh_backward to_nhwc to_nchw cast sgd_momentum_step adamw_step
 count_nonfinite""".split()
-SUITES = "lenet5 cnn resnet20 resnet20_28 resnet18_28 resnet50_224 vgg11_bn_32 vgg11_bn_224 deepbench op_cases".split()
+SUITES = "lenet5 cnn resnet20 resnet20_28 resnet20_28_bf16 resnet18_28 resnet50_224 vgg11_bn_32 vgg11_bn_224 deepbench op_cases".split()
 
 
 def main():
