@@ -84,7 +84,7 @@ const Tolerances kResNet20Bf16Dot = {2e-3, 2.2e-2, [](const std::string& name) {
 
 // resnet20 where its convolutions run on AMX (cpu::uses_amx(): all three passes, stride 2 through the
 // input's phases), measured on an Intel Xeon with AMX-BF16: loss 3.9e-4, statistics 7.8e-4, updates 0.11
-// in L2, 0.41 in the dot product; the next loss 3.2e-2 (float32's 2.7e-2; 2.6e-2 while the strided
+// in L2, 0.41 in the dot product; the next loss 3.0e-2 (float32's 2.7e-2; 2.6e-2 while the strided
 // convolutions still ran on vdpbf16ps and widened), fc's update's dot product 1.9e-2, layer1's statistics
 // within 1.05e-4. The same kind of draw again: each pass is within one bf16 rounding of the widened path's
 // (Conv2dBf16.*; the weight gradient, float32, within its float32 sums' error), and the outputs round to

@@ -4,7 +4,8 @@
 // [2 (ow + b) + t]: phase (r, t) of xp, X_rt[i][j] = xp[2 i + r][2 j + t], is one input channel more, and
 // the convolution a stride-1 one with ceil(k / 2) taps a side, no padding, over c_in x (phases) channels;
 // the taps past the kernel (2a + r >= k) have zero weights (a 3x3 kernel multiplies 16 taps for 9; a 1x1
-// has one phase and no extra work). Samples go through in chunks, whose phased input is workspace.
+// would have one phase: a subsampled input, which 1x1 kernels keep their own paths for). Samples go
+// through in chunks, whose phased input is workspace.
 #pragma once
 
 #include <cstddef>
