@@ -31,4 +31,17 @@ void linear_backward_weight(T* dw, T* db, const T* dy, const T* x, int n, int in
 template <class B>
 void linear_forward_bf16(bf16* y, const bf16* x, const bf16* w, const B* b, int n, int in, int out, bool relu = false);
 
+// ---- bf16 on AMX (kernels/cpu/linear_amx.cc), all three passes, where uses_amx(): tile GEMMs of bf16
+// products summed in float32, each output's sum over its K in order (a sample's forward output does not
+// depend on the batch), y and dx rounded once (dx += in float32 first), dw and db float32 (=|+=). One
+// workspace size, in bf16 elements, serves the three.
+std::size_t linear_amx_workspace(int n, int in, int out);
+template <class B>
+void linear_forward_amx(bf16* y, const bf16* x, const bf16* w, const B* b, int n, int in, int out, bf16* workspace,
+                        bool relu = false);
+void linear_backward_data_amx(bf16* dx, const bf16* dy, const bf16* w, int n, int in, int out, bf16* workspace,
+                              bool accumulate);
+void linear_backward_weight_amx(float* dw, float* db, const bf16* dy, const bf16* x, int n, int in, int out,
+                                bf16* workspace, bool accumulate);
+
 }  // namespace crumb::cpu

@@ -103,5 +103,107 @@ TEST(LinearBf16, DotPairRoundsEachAddAndFlushesSubnormals) {
 }
 #endif
 
+// ---- AMX (kernels/cpu/linear_amx.cc): the three passes against the float32 kernels on the widened values.
+// The products are exact in float32 either way; the forward and the data gradient differ by their float32
+// sums' order and one bf16 rounding, the weight gradient (float32) by the order alone.
+struct AmxCase {
+  int n, in, out;
+};
+// Tile edges on every side: 1, under, at and past 16 and 32 in every dimension, and lenet5's and an mlp's.
+const AmxCase kAmxCases[] = {{1, 1, 1},    {3, 31, 5},    {16, 32, 16},  {17, 33, 17},
+                             {40, 70, 35}, {64, 400, 120}, {33, 784, 100}};
+
+double tol_bf16(float fallback, double magnitude) { return std::ldexp(std::fabs(fallback), -7) + 1e-6 * magnitude; }
+
+TEST(LinearAmx, ForwardMatchesTheWidenedFloat32Path) {
+  if (!cpu::uses_amx()) GTEST_SKIP() << "this CPU (or its kernel) has no AMX-BF16";
+  for (const AmxCase& c : kAmxCases)
+    for (bool relu : {false, true}) {
+      std::mt19937 rng(c.n * 7 + c.in * 3 + c.out + relu);
+      const auto x = random_bf16(std::size_t(c.n) * c.in, rng), w = random_bf16(std::size_t(c.out) * c.in, rng);
+      const auto b = random_bf16(c.out, rng);
+      std::vector<bf16> fast(std::size_t(c.n) * c.out), ws(cpu::linear_amx_workspace(c.n, c.in, c.out));
+      cpu::linear_forward_amx(fast.data(), x.data(), w.data(), b.data(), c.n, c.in, c.out, ws.data(), relu);
+      const auto xf = widened(x), wf = widened(w), bf = widened(b);
+      std::vector<float> slow(fast.size()), wsf(cpu::linear_forward_workspace(c.n, c.in, c.out));
+      cpu::linear_forward<float>(slow.data(), xf.data(), wf.data(), bf.data(), c.n, c.in, c.out, wsf.data(), relu);
+      for (int i = 0; i < c.n; ++i)
+        for (int o = 0; o < c.out; ++o) {
+          double magnitude = std::fabs(bf[o]);
+          for (int k = 0; k < c.in; ++k) magnitude += std::fabs(double(xf[i * c.in + k]) * wf[o * c.in + k]);
+          const float fallback = to_float(to_bf16(slow[i * c.out + o])), got = to_float(fast[i * c.out + o]);
+          ASSERT_NEAR(got, fallback, tol_bf16(fallback, magnitude))
+              << "n " << c.n << " in " << c.in << " out " << c.out << " at (" << i << ", " << o << ")";
+        }
+    }
+}
+
+TEST(LinearAmx, SampleResultsDoNotDependOnTheBatch) {
+  if (!cpu::uses_amx()) GTEST_SKIP() << "this CPU (or its kernel) has no AMX-BF16";
+  std::mt19937 rng(3);
+  const int n = 37, in = 70, out = 19;
+  const auto x = random_bf16(std::size_t(n) * in, rng), w = random_bf16(std::size_t(out) * in, rng);
+  const auto b = random_bf16(out, rng);
+  std::vector<bf16> whole(std::size_t(n) * out), one(out), ws(cpu::linear_amx_workspace(n, in, out));
+  cpu::linear_forward_amx(whole.data(), x.data(), w.data(), b.data(), n, in, out, ws.data());
+  for (int i = 0; i < n; ++i) {
+    cpu::linear_forward_amx(one.data(), x.data() + i * in, w.data(), b.data(), 1, in, out, ws.data());
+    for (int o = 0; o < out; ++o) ASSERT_EQ(one[o].bits, whole[i * out + o].bits) << i << ", " << o;
+  }
+}
+
+TEST(LinearAmx, DataGradientMatchesTheWidenedFloat32Path) {
+  if (!cpu::uses_amx()) GTEST_SKIP() << "this CPU (or its kernel) has no AMX-BF16";
+  for (const AmxCase& c : kAmxCases)
+    for (bool accumulate : {false, true}) {
+      std::mt19937 rng(c.n * 5 + c.in * 11 + c.out + accumulate);
+      const auto dy = random_bf16(std::size_t(c.n) * c.out, rng), w = random_bf16(std::size_t(c.out) * c.in, rng);
+      const auto before = random_bf16(std::size_t(c.n) * c.in, rng);
+      std::vector<bf16> fast = before, ws(cpu::linear_amx_workspace(c.n, c.in, c.out));
+      cpu::linear_backward_data_amx(fast.data(), dy.data(), w.data(), c.n, c.in, c.out, ws.data(), accumulate);
+      const auto dyf = widened(dy), wf = widened(w);
+      std::vector<float> slow = widened(before), wsf(cpu::linear_backward_data_workspace(c.in, c.out));
+      cpu::linear_backward_data<float>(slow.data(), dyf.data(), wf.data(), c.n, c.in, c.out, wsf.data(), accumulate);
+      for (int i = 0; i < c.n; ++i)
+        for (int k = 0; k < c.in; ++k) {
+          double magnitude = accumulate ? std::fabs(to_float(before[i * c.in + k])) : 0.0;
+          for (int o = 0; o < c.out; ++o) magnitude += std::fabs(double(dyf[i * c.out + o]) * wf[o * c.in + k]);
+          const float fallback = to_float(to_bf16(slow[i * c.in + k])), got = to_float(fast[i * c.in + k]);
+          ASSERT_NEAR(got, fallback, tol_bf16(fallback, magnitude))
+              << "n " << c.n << " in " << c.in << " out " << c.out << " at (" << i << ", " << k << ")"
+              << (accumulate ? " +=" : " =");
+        }
+    }
+}
+
+TEST(LinearAmx, WeightGradientMatchesTheFloat32Kernel) {
+  if (!cpu::uses_amx()) GTEST_SKIP() << "this CPU (or its kernel) has no AMX-BF16";
+  for (const AmxCase& c : kAmxCases)
+    for (bool accumulate : {false, true}) {
+      std::mt19937 rng(c.n * 3 + c.in * 13 + c.out + accumulate);
+      const auto dy = random_bf16(std::size_t(c.n) * c.out, rng), x = random_bf16(std::size_t(c.n) * c.in, rng);
+      const std::vector<float> dw0 = widened(random_bf16(std::size_t(c.out) * c.in, rng)),
+                               db0 = widened(random_bf16(c.out, rng));
+      std::vector<float> dw = dw0, db = db0;
+      std::vector<bf16> ws(cpu::linear_amx_workspace(c.n, c.in, c.out));
+      cpu::linear_backward_weight_amx(dw.data(), db.data(), dy.data(), x.data(), c.n, c.in, c.out, ws.data(), accumulate);
+      const auto dyf = widened(dy), xf = widened(x);
+      std::vector<float> dws = dw0, dbs = db0;
+      cpu::linear_backward_weight<float>(dws.data(), dbs.data(), dyf.data(), xf.data(), c.n, c.in, c.out, accumulate);
+      for (int o = 0; o < c.out; ++o) {
+        double bias_magnitude = accumulate ? std::fabs(db0[o]) : 0.0;
+        for (int i = 0; i < c.n; ++i) bias_magnitude += std::fabs(dyf[i * c.out + o]);
+        ASSERT_NEAR(db[o], dbs[o], 1e-5 * bias_magnitude + 1e-30) << "db " << o << (accumulate ? " +=" : " =");
+        for (int k = 0; k < c.in; ++k) {
+          double magnitude = accumulate ? std::fabs(dw0[o * c.in + k]) : 0.0;
+          for (int i = 0; i < c.n; ++i) magnitude += std::fabs(double(dyf[i * c.out + o]) * xf[i * c.in + k]);
+          ASSERT_NEAR(dw[o * c.in + k], dws[o * c.in + k], 1e-5 * magnitude + 1e-30)
+              << "n " << c.n << " in " << c.in << " out " << c.out << " at (" << o << ", " << k << ")"
+              << (accumulate ? " +=" : " =");
+        }
+      }
+    }
+}
+
 }  // namespace
 }  // namespace crumb

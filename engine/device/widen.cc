@@ -194,6 +194,10 @@ CompiledStep compile_adapted(Backend& b, const Graph& g, const Node& n, int max_
 
 OpImpl widened_in_slices() { return OpImpl(run).with_prepare(prepare_sliced).with_workspace(workspace_sliced); }
 
+bool all_of_dtype(const Graph& g, const std::vector<ValueId>& values, DType dtype) {
+  return std::all_of(values.begin(), values.end(), [&](ValueId v) { return g.value(v).dtype == dtype; });
+}
+
 void add_widened_in_slices(ImplTable& t, Device device, std::initializer_list<const OpDef*> ops) {
   for (const OpDef* op : ops)
     for (DType dtype : {DType::BF16, DType::F16}) t.add(*op, device, dtype, widened_in_slices());

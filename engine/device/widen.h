@@ -13,6 +13,8 @@
 // The copies are workspace, so the plan and the budget count them.
 #pragma once
 #include <initializer_list>
+#include <memory>
+#include <vector>
 
 #include "engine/device/backend.h"
 
@@ -43,5 +45,43 @@ inline constexpr std::size_t kWidenSliceBytes = std::size_t{1} << 20;
 OpImpl widened_in_slices();
 // Adds widened_in_slices() as the BF16 and F16 rows of each op on `device`.
 void add_widened_in_slices(ImplTable& t, Device device, std::initializer_list<const OpDef*> ops);
+
+// A 16-bit row with a native kernel where the CPU and the node allow it (Applies: its operands' dtypes,
+// its shape, the instructions the CPU has), decided per node when the plan is compiled, and another row
+// elsewhere (Fallback: widened_in_slices() unless given): Run and Workspace (bytes) for the native
+// kernel, the other row's own for the rest.
+struct NativeOrFallback : OpState {
+  bool native = false;
+  OpImpl fallback;
+  std::unique_ptr<OpState> fallback_state;
+};
+template <bool (*Applies)(const Graph&, const Node&), StepFn Run,
+          std::size_t (*Workspace)(const Graph&, const Node&, int batch), OpImpl (*Fallback)() = widened_in_slices>
+OpImpl native_or_fallback() {
+  auto prepare = [](const Graph& g, const Node& n, int max_batch, Backend& b) -> std::unique_ptr<OpState> {
+    auto s = std::make_unique<NativeOrFallback>();
+    s->native = Applies(g, n);
+    if (!s->native) {
+      s->fallback = Fallback();
+      if (s->fallback.prepare) s->fallback_state = s->fallback.prepare(g, n, max_batch, b);
+    }
+    return s;
+  };
+  auto workspace = [](const Graph& g, const Node& n, int batch, const OpState* state) -> std::size_t {
+    const auto& s = *static_cast<const NativeOrFallback*>(state);
+    if (s.native) return Workspace(g, n, batch);
+    return s.fallback.workspace ? s.fallback.workspace(g, n, batch, s.fallback_state.get()) : 0;
+  };
+  auto run = [](const StepArgs& a) {
+    const auto& s = *static_cast<const NativeOrFallback*>(a.state);
+    if (s.native) return Run(a);
+    StepArgs row = a;
+    row.state = s.fallback_state.get();
+    s.fallback.run(row);
+  };
+  return OpImpl(run).with_prepare(prepare).with_workspace(workspace);
+}
+// Whether every value of `values` has dtype `dtype` (a native row's operands).
+bool all_of_dtype(const Graph& g, const std::vector<ValueId>& values, DType dtype);
 
 }  // namespace crumb

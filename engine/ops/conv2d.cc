@@ -148,17 +148,9 @@ std::size_t bf16_workspace(const Graph&, const Node& n, int batch, const OpState
   return cpu::conv2d_forward_bf16_workspace(shape_of(n, batch)) * sizeof(bf16);
 }
 
-// bf16's backward passes run natively where the CPU and the node allow it, decided when the plan is
-// compiled, and otherwise widened in slices, whose state this holds: the data gradient at stride 1 on
-// vdpbf16ps (the forward's kernel over dy with the kernel flipped), the weight gradient on AMX.
-struct Bf16State : OpState {
-  OpImpl widened = widened_in_slices();
-  std::unique_ptr<OpState> widened_state;  // null: native
-};
-
-bool all_of_dtype(const Graph& g, const std::vector<ValueId>& values, DType dtype) {
-  return std::all_of(values.begin(), values.end(), [&](ValueId v) { return g.value(v).dtype == dtype; });
-}
+// bf16's backward passes run natively where the CPU and the node allow it (native_or_fallback, else widened): the data
+// gradient at stride 1 on vdpbf16ps (the forward's kernel over dy with the kernel flipped) or AMX, the
+// weight gradient on AMX.
 bool native_data(const Graph& g, const Node& n) {
   return cpu::has_bf16_dot() && all_of_dtype(g, n.in, DType::BF16) && all_of_dtype(g, n.out, DType::BF16) &&
          cpu::conv2d_backward_data_bf16_direct(shape_of(n, 1));
@@ -167,19 +159,11 @@ bool native_weight(const Graph& g, const Node& n) {
   return all_of_dtype(g, n.in, DType::BF16) && all_of_dtype(g, n.out, DType::F32) &&
          cpu::conv2d_backward_weight_amx_applies(shape_of(n, 1));
 }
-
-template <bool (*Native)(const Graph&, const Node&)>
-std::unique_ptr<OpState> prepare_bf16(const Graph& g, const Node& n, int max_batch, Backend& b) {
-  auto s = std::make_unique<Bf16State>();
-  if (!Native(g, n)) s->widened_state = s->widened.prepare(g, n, max_batch, b);
-  return s;
+std::size_t data_bf16_workspace(const Graph&, const Node& n, int batch) {
+  return cpu::conv2d_backward_data_bf16_workspace(shape_of(n, batch)) * sizeof(bf16);
 }
-
-template <std::size_t (*Elems)(const cpu::Conv2dShape&)>
-std::size_t bf16_state_workspace(const Graph& g, const Node& n, int batch, const OpState* state) {
-  const auto& s = *static_cast<const Bf16State*>(state);
-  if (s.widened_state) return s.widened.workspace(g, n, batch, s.widened_state.get());
-  return Elems(shape_of(n, batch)) * sizeof(bf16);
+std::size_t weight_bf16_workspace(const Graph&, const Node& n, int batch) {
+  return cpu::conv2d_backward_weight_amx_workspace(shape_of(n, batch)) * sizeof(bf16);
 }
 
 void data_bf16(const StepArgs& a) {
@@ -190,16 +174,6 @@ void weight_bf16(const StepArgs& a) {
   cpu::conv2d_backward_weight_amx(a.out<float>(0), a.node->out.size() == 2 ? a.out<float>(1) : nullptr,
                                   a.in<bf16>(0), a.in<bf16>(1), shape(a), static_cast<bf16*>(a.workspace),
                                   a.accumulate);
-}
-
-template <void (*Native)(const StepArgs&)> void run_bf16(const StepArgs& a) {
-  const auto& s = *static_cast<const Bf16State*>(a.state);
-  if (s.widened_state) {
-    StepArgs row = a;
-    row.state = s.widened_state.get();
-    return s.widened.run(row);
-  }
-  Native(a);
 }
 
 template <class T>
@@ -257,12 +231,9 @@ CRUMB_ON_LOAD {
                  .with_workspace(workspace<cpu::conv2d_backward_weight_workspace>));
   // bf16's forward and stride-1 data gradient run on vdpbf16ps (or AMX) where the CPU has it, its
   // stride-1 weight gradient on AMX; else (and fp16's) widened.
-  t.add(kConv2dBwdData, Device::CPU, DType::BF16,
-        OpImpl(run_bf16<data_bf16>).with_prepare(prepare_bf16<native_data>)
-            .with_workspace(bf16_state_workspace<cpu::conv2d_backward_data_bf16_workspace>));
+  t.add(kConv2dBwdData, Device::CPU, DType::BF16, native_or_fallback<native_data, data_bf16, data_bf16_workspace>());
   t.add(kConv2dBwdWeight, Device::CPU, DType::BF16,
-        OpImpl(run_bf16<weight_bf16>).with_prepare(prepare_bf16<native_weight>)
-            .with_workspace(bf16_state_workspace<cpu::conv2d_backward_weight_amx_workspace>));
+        native_or_fallback<native_weight, weight_bf16, weight_bf16_workspace>());
   t.add(kConv2dBwdData, Device::CPU, DType::F16, widened_in_slices());
   t.add(kConv2dBwdWeight, Device::CPU, DType::F16, widened_in_slices());
   t.add(kConv2d, Device::CPU, DType::BF16,

@@ -91,6 +91,45 @@ void fwd_cpu_bf16(const StepArgs& a) {
   }
 }
 
+// bf16 on AMX, all three passes, where the CPU has it (native_or_fallback, decided per node when the plan is
+// compiled); else the forward on vdpbf16ps where the CPU has that, and the rest widened.
+bool amx_forward(const Graph& g, const Node& n) {
+  return cpu::uses_amx() && all_of_dtype(g, {n.in[0], n.in[1]}, DType::BF16) && all_of_dtype(g, n.out, DType::BF16);
+}
+bool amx_data(const Graph& g, const Node& n) {
+  return cpu::uses_amx() && all_of_dtype(g, n.in, DType::BF16) && all_of_dtype(g, n.out, DType::BF16);
+}
+bool amx_weight(const Graph& g, const Node& n) {
+  return cpu::uses_amx() && all_of_dtype(g, n.in, DType::BF16) && all_of_dtype(g, n.out, DType::F32);
+}
+std::size_t amx_workspace(const Graph&, const Node& n, int batch) {
+  const LinearGeometry& s = ops::geometry<LinearGeometry>(n);
+  return cpu::linear_amx_workspace(batch, s.in, s.out) * sizeof(bf16);
+}
+void fwd_amx(const StepArgs& a) {
+  const LinearGeometry& s = ops::geometry<LinearGeometry>(*a.node);
+  auto* ws = static_cast<bf16*>(a.workspace);
+  const bool relu = relu_epilogue(*a.node);
+  if (a.node->in.size() == 3 && a.in_value(2).dtype == DType::F32) {
+    cpu::linear_forward_amx(a.out<bf16>(), a.in<bf16>(0), a.in<bf16>(1), a.in<float>(2), a.n, s.in, s.out, ws, relu);
+  } else {
+    cpu::linear_forward_amx(a.out<bf16>(), a.in<bf16>(0), a.in<bf16>(1), a.node->in.size() == 3 ? a.in<bf16>(2) : nullptr,
+                            a.n, s.in, s.out, ws, relu);
+  }
+}
+void data_amx(const StepArgs& a) {
+  const LinearGeometry& s = ops::geometry<LinearGeometry>(*a.node);
+  cpu::linear_backward_data_amx(a.out<bf16>(), a.in<bf16>(0), a.in<bf16>(1), a.n, s.in, s.out,
+                                static_cast<bf16*>(a.workspace), a.accumulate);
+}
+void weight_amx(const StepArgs& a) {
+  const LinearGeometry& s = ops::geometry<LinearGeometry>(*a.node);
+  cpu::linear_backward_weight_amx(a.out<float>(0), a.node->out.size() == 2 ? a.out<float>(1) : nullptr,
+                                  a.in<bf16>(0), a.in<bf16>(1), a.n, s.in, s.out, static_cast<bf16*>(a.workspace),
+                                  a.accumulate);
+}
+OpImpl forward_bf16_fallback() { return cpu::has_bf16_dot() ? OpImpl(fwd_cpu_bf16) : widened_in_slices(); }
+
 template <class T>
 void bwd_data_cpu(const StepArgs& a) {
   const LinearGeometry& s = ops::geometry<LinearGeometry>(*a.node);
@@ -124,10 +163,11 @@ CRUMB_ON_LOAD {
   CRUMB_CPU_ROWS(t, kLinear, fwd_cpu, .with_workspace(fwd_workspace));
   CRUMB_CPU_ROWS(t, kLinearBwdData, bwd_data_cpu, .with_workspace(bwd_data_workspace));
   CRUMB_CPU_ROWS(t, kLinearBwdWeight, bwd_weight_cpu);
-  // bf16's forward runs on vdpbf16ps where the CPU has it, else (and fp16's) widened like the gradients.
-  add_widened_in_slices(t, Device::CPU, {&kLinearBwdData, &kLinearBwdWeight});
-  t.add(kLinear, Device::CPU, DType::BF16, cpu::has_bf16_dot() ? OpImpl(fwd_cpu_bf16) : widened_in_slices());
-  t.add(kLinear, Device::CPU, DType::F16, widened_in_slices());
+  // bf16 on AMX or vdpbf16ps where the CPU has them (above), fp16 widened.
+  t.add(kLinear, Device::CPU, DType::BF16, native_or_fallback<amx_forward, fwd_amx, amx_workspace, forward_bf16_fallback>());
+  t.add(kLinearBwdData, Device::CPU, DType::BF16, native_or_fallback<amx_data, data_amx, amx_workspace>());
+  t.add(kLinearBwdWeight, Device::CPU, DType::BF16, native_or_fallback<amx_weight, weight_amx, amx_workspace>());
+  for (const OpDef* op : {&kLinear, &kLinearBwdData, &kLinearBwdWeight}) t.add(*op, Device::CPU, DType::F16, widened_in_slices());
   add_fusion_rule({"linear+relu", 2, [](Graph& g) {
                      return fuse_relu_epilogue(g, kLinear, [](Node& n) { n.attrs = LinearAttrs{true}; });
                    }});

@@ -51,32 +51,6 @@ struct Geom {
 };
 
 #if CRUMB_DPBF16
-// 16 rows of 16 32-bit entries (lds apart) into 16 columns (ldd apart).
-CRUMB_TARGET_DPBF16 void transpose16(const uint32_t* src, std::ptrdiff_t lds, uint32_t* dst, std::ptrdiff_t ldd) {
-  __m512i r[16], t[16];
-  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(src + i * lds);
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-  for (int i = 0; i < 2; ++i)
-    for (int c = 0; c < 4; ++c) {
-      t[8 * i + c] = _mm512_shuffle_i32x4(r[8 * i + c], r[8 * i + 4 + c], 0x88);
-      t[8 * i + 4 + c] = _mm512_shuffle_i32x4(r[8 * i + c], r[8 * i + 4 + c], 0xdd);
-    }
-  for (int c = 0; c < 8; ++c) {
-    r[c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0x88);
-    r[8 + c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0xdd);
-  }
-  for (int i = 0; i < 16; ++i) _mm512_storeu_si512(dst + i * ldd, r[i]);
-}
-
 // Input row c of a sample into its padded plane (zeros around it, and for the padding channels).
 void plane_row(const Conv2dShape& s, const Geom& g, const uint16_t* x_c, bool real, uint16_t* row) {
   std::memset(row, 0, sizeof(uint16_t) * g.lp);
@@ -94,7 +68,7 @@ void transposed_rows(const Conv2dShape& s, const Geom& g, const uint16_t* dy_g, 
       std::memcpy(slot + r * g.k + oh * g.w, dy_g + (std::ptrdiff_t{co + r} * s.h_out + oh) * s.w_out,
                   sizeof(uint16_t) * s.w_out);
   const auto* flat = reinterpret_cast<const uint32_t*>(slot);
-  for (std::ptrdiff_t p = 0; p < g.k / 2; p += 16) transpose16(flat + p, g.k / 2, dyt + p * g.co + co, g.co);
+  for (std::ptrdiff_t p = 0; p < g.k / 2; p += 16) detail::transpose16x16(flat + p, g.k / 2, dyt + p * g.co + co, g.co);
 }
 
 // The sums of input rows [ci0, ci0 + 16 M) by output channels [co0, co0 + 16 N) at one tap (planes from
