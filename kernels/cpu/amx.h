@@ -19,6 +19,8 @@ inline bool amx_tiles_fit(const Conv2dShape& s) { return s.c_in / s.groups >= 16
 #if CRUMB_DPBF16
 #include <cstdint>
 
+#include <immintrin.h>
+
 #define CRUMB_TARGET_AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
 
 namespace crumb::cpu::detail {
@@ -32,6 +34,54 @@ struct alignas(64) TileConfig {
 };
 
 inline void amx_fence() { asm volatile("" ::: "memory"); }
+
+// Every tile 16 rows of 64 bytes (A: 16 rows of 32 bf16, B: 16 pairs of rows of 16 columns, C: 16 x 16
+// float32), after the operands are in memory; released when a thread is done with its tiles.
+CRUMB_TARGET_AMX inline void configure_square_tiles() {
+  amx_fence();
+  TileConfig c;
+  for (int i = 0; i < 8; ++i) c.colsb[i] = 64, c.rows[i] = 16;
+  _tile_loadconfig(&c);
+}
+CRUMB_TARGET_AMX inline void release_tiles() { _tile_release(); }
+
+// An M x N block (M, N: 1 or 2) of 16 x 16 float32 sums in tiles 0-3 ((i, j) at 2 i + j), A in 4-5, B in
+// 6-7: zeroed or loaded, one step of K, stored. Strides are in bytes; A's second block is 16 rows on, B's
+// 16 columns (64 bytes) on, C's 16 rows and 16 columns.
+template <int M, int N> CRUMB_TARGET_AMX inline void tiles_zero() {
+  _tile_zero(0);
+  if constexpr (N == 2) _tile_zero(1);
+  if constexpr (M == 2) _tile_zero(2);
+  if constexpr (M == 2 && N == 2) _tile_zero(3);
+}
+template <int M, int N> CRUMB_TARGET_AMX inline void tiles_load(const float* c, long stride) {
+  const char* p = reinterpret_cast<const char*>(c);
+  _tile_loadd(0, p, stride);
+  if constexpr (N == 2) _tile_loadd(1, p + 64, stride);
+  if constexpr (M == 2) _tile_loadd(2, p + 16 * stride, stride);
+  if constexpr (M == 2 && N == 2) _tile_loadd(3, p + 16 * stride + 64, stride);
+}
+template <int M, int N> CRUMB_TARGET_AMX inline void tiles_step(const void* a, long a_stride, const void* b, long b_stride) {
+  const char* pa = static_cast<const char*>(a);
+  const char* pb = static_cast<const char*>(b);
+  _tile_loadd(6, pb, b_stride);
+  if constexpr (N == 2) _tile_loadd(7, pb + 64, b_stride);
+  _tile_loadd(4, pa, a_stride);
+  _tile_dpbf16ps(0, 4, 6);
+  if constexpr (N == 2) _tile_dpbf16ps(1, 4, 7);
+  if constexpr (M == 2) {
+    _tile_loadd(5, pa + 16 * a_stride, a_stride);
+    _tile_dpbf16ps(2, 5, 6);
+    if constexpr (N == 2) _tile_dpbf16ps(3, 5, 7);
+  }
+}
+template <int M, int N> CRUMB_TARGET_AMX inline void tiles_store(float* c, long stride) {
+  char* p = reinterpret_cast<char*>(c);
+  _tile_stored(0, p, stride);
+  if constexpr (N == 2) _tile_stored(1, p + 64, stride);
+  if constexpr (M == 2) _tile_stored(2, p + 16 * stride, stride);
+  if constexpr (M == 2 && N == 2) _tile_stored(3, p + 16 * stride + 64, stride);
+}
 
 }  // namespace crumb::cpu::detail
 #endif

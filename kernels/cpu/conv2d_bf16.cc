@@ -319,36 +319,15 @@ constexpr void fill_direct(DirectFn<B>* t, std::integer_sequence<int, R...>) {
 template <int M>
 CRUMB_TARGET_AMX void amx_block(float* out, std::ptrdiff_t ldo, const uint32_t* wp, const uint32_t* planes,
                                 const Conv2dShape& s, const Direct& d) {
-  _tile_zero(0);
-  _tile_zero(1);
-  if constexpr (M == 2) {
-    _tile_zero(2);
-    _tile_zero(3);
-  }
+  detail::tiles_zero<M, 2>();
   const std::ptrdiff_t per_row = d.taps * d.pairs;
-  const long a_stride = static_cast<long>(per_row * 4), b_stride = static_cast<long>(d.plane * 4);
   for (int t = 0; t < d.taps; ++t) {
     const uint32_t* src = planes + (t / s.kw) * d.w + t % s.kw;
-    for (std::ptrdiff_t j = 0; j < d.pairs; j += d.kc) {
-      _tile_loadd(6, src + j * d.plane, b_stride);
-      _tile_loadd(7, src + j * d.plane + 16, b_stride);
-      _tile_loadd(4, wp + t * d.pairs + j, a_stride);
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(1, 4, 7);
-      if constexpr (M == 2) {
-        _tile_loadd(5, wp + 16 * per_row + t * d.pairs + j, a_stride);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-      }
-    }
+    for (std::ptrdiff_t j = 0; j < d.pairs; j += d.kc)
+      detail::tiles_step<M, 2>(wp + t * d.pairs + j, static_cast<long>(per_row * 4), src + j * d.plane,
+                               static_cast<long>(d.plane * 4));
   }
-  const long ld = static_cast<long>(ldo * 4);
-  _tile_stored(0, out, ld);
-  _tile_stored(1, out + 16, ld);
-  if constexpr (M == 2) {
-    _tile_stored(2, out + 16 * ldo, ld);
-    _tile_stored(3, out + 16 * ldo + 16, ld);
-  }
+  detail::tiles_store<M, 2>(out, static_cast<long>(ldo * 4));
 }
 
 // Every flat output of a sample's group as float32 sums, [d.rows][d.flat], on AMX's tiles.
@@ -371,7 +350,7 @@ CRUMB_TARGET_AMX void amx_sums(float* out, const uint32_t* wp_g, const uint32_t*
       else
         amx_block<1>(o, d.flat, wp_g + co * per_row, planes + p, s, d);
     }
-  _tile_release();
+  detail::release_tiles();
 }
 
 // n float32 sums rounded into bf16 as the vdpbf16ps tiles store theirs (bias, ReLU), or with `add` added

@@ -76,49 +76,20 @@ void transposed_rows(const Conv2dShape& s, const Geom& g, const uint16_t* dy_g, 
 template <int M, int N>
 CRUMB_TARGET_AMX void weight_block(float* sums, std::ptrdiff_t ld, bool first, const uint16_t* planes,
                                    const uint32_t* dyt, const Geom& g, int count) {
-  const long c_stride = static_cast<long>(ld * 4), a_stride = static_cast<long>(g.lp * 2),
-             b_stride = static_cast<long>(g.co * 4);
+  const long c_stride = static_cast<long>(ld * 4);
   if (first) {
-    _tile_zero(0);
-    if constexpr (N == 2) _tile_zero(1);
-    if constexpr (M == 2) _tile_zero(2);
-    if constexpr (M == 2 && N == 2) _tile_zero(3);
+    detail::tiles_zero<M, N>();
   } else {
-    _tile_loadd(0, sums, c_stride);
-    if constexpr (N == 2) _tile_loadd(1, sums + 16, c_stride);
-    if constexpr (M == 2) _tile_loadd(2, sums + 16 * ld, c_stride);
-    if constexpr (M == 2 && N == 2) _tile_loadd(3, sums + 16 * ld + 16, c_stride);
+    detail::tiles_load<M, N>(sums, c_stride);
   }
   for (int j = 0; j < count; ++j) {
     const uint16_t* a = planes + j * g.ci * g.lp;
     const uint32_t* b = dyt + j * (g.k / 2) * g.co;
-    for (std::ptrdiff_t q = 0; q < g.k; q += 32) {
-      _tile_loadd(6, b + q / 2 * g.co, b_stride);
-      if constexpr (N == 2) _tile_loadd(7, b + q / 2 * g.co + 16, b_stride);
-      _tile_loadd(4, a + q, a_stride);
-      _tile_dpbf16ps(0, 4, 6);
-      if constexpr (N == 2) _tile_dpbf16ps(1, 4, 7);
-      if constexpr (M == 2) {
-        _tile_loadd(5, a + 16 * g.lp + q, a_stride);
-        _tile_dpbf16ps(2, 5, 6);
-        if constexpr (N == 2) _tile_dpbf16ps(3, 5, 7);
-      }
-    }
+    for (std::ptrdiff_t q = 0; q < g.k; q += 32)
+      detail::tiles_step<M, N>(a + q, static_cast<long>(g.lp * 2), b + q / 2 * g.co, static_cast<long>(g.co * 4));
   }
-  _tile_stored(0, sums, c_stride);
-  if constexpr (N == 2) _tile_stored(1, sums + 16, c_stride);
-  if constexpr (M == 2) _tile_stored(2, sums + 16 * ld, c_stride);
-  if constexpr (M == 2 && N == 2) _tile_stored(3, sums + 16 * ld + 16, c_stride);
+  detail::tiles_store<M, N>(sums, c_stride);
 }
-
-CRUMB_TARGET_AMX void configure_tiles() {
-  detail::amx_fence();
-  detail::TileConfig c;
-  for (int i = 0; i < 8; ++i) c.colsb[i] = 64, c.rows[i] = 16;
-  _tile_loadconfig(&c);
-}
-
-CRUMB_TARGET_AMX void release_tiles() { _tile_release(); }
 
 using BlockFn = void (*)(float*, std::ptrdiff_t, bool, const uint16_t*, const uint32_t*, const Geom&, int);
 constexpr BlockFn kBlocks[2][2] = {{weight_block<1, 1>, weight_block<1, 2>}, {weight_block<2, 1>, weight_block<2, 2>}};
@@ -180,7 +151,7 @@ void conv2d_backward_weight_amx(float* dw, float* db, const bf16* dy, const bf16
 #pragma omp parallel num_threads(threads_for(pass_macs, static_cast<int>(blocks))) \
     if (pass_macs >= detail::kParallelMacs)
       {
-        configure_tiles();
+        detail::configure_square_tiles();
 #pragma omp for schedule(static)
         for (std::ptrdiff_t it = 0; it < blocks; ++it) {
           const int t = static_cast<int>(it / ci_pairs);
@@ -192,7 +163,7 @@ void conv2d_backward_weight_amx(float* dw, float* db, const bf16* dy, const bf16
                                   planes + 16 * cb * g.lp + shift, dyt + 16 * ob, g, count);
           }
         }
-        release_tiles();
+        detail::release_tiles();
       }
     }
     // dw[co][ci][t] out of the sums [t][ci][co].

@@ -62,40 +62,15 @@ void transpose(const uint32_t* src, std::ptrdiff_t rows, std::ptrdiff_t cols, ui
 }
 
 // C [m, n] = A [m, k] B, A bf16 rows (lda elements apart), B [k / 2, n] pairs (ldb apart); m and n
-// multiples of 16, k of 32. Tiles 0-3 the sums (block (i, j) at 2 i + j), 4-5 A, 6-7 B.
+// multiples of 16, k of 32.
 template <int M, int N>
 CRUMB_TARGET_AMX void gemm_block(float* c, std::ptrdiff_t ldc, const uint16_t* a, std::ptrdiff_t lda, const uint32_t* b,
                                  std::ptrdiff_t ldb, std::ptrdiff_t k) {
-  const long sa = static_cast<long>(lda * 2), sb = static_cast<long>(ldb * 4), sc = static_cast<long>(ldc * 4);
-  _tile_zero(0);
-  if constexpr (N == 2) _tile_zero(1);
-  if constexpr (M == 2) _tile_zero(2);
-  if constexpr (M == 2 && N == 2) _tile_zero(3);
-  for (std::ptrdiff_t q = 0; q < k; q += 32) {
-    _tile_loadd(6, b + q / 2 * ldb, sb);
-    if constexpr (N == 2) _tile_loadd(7, b + q / 2 * ldb + 16, sb);
-    _tile_loadd(4, a + q, sa);
-    _tile_dpbf16ps(0, 4, 6);
-    if constexpr (N == 2) _tile_dpbf16ps(1, 4, 7);
-    if constexpr (M == 2) {
-      _tile_loadd(5, a + 16 * lda + q, sa);
-      _tile_dpbf16ps(2, 5, 6);
-      if constexpr (N == 2) _tile_dpbf16ps(3, 5, 7);
-    }
-  }
-  _tile_stored(0, c, sc);
-  if constexpr (N == 2) _tile_stored(1, c + 16, sc);
-  if constexpr (M == 2) _tile_stored(2, c + 16 * ldc, sc);
-  if constexpr (M == 2 && N == 2) _tile_stored(3, c + 16 * ldc + 16, sc);
+  detail::tiles_zero<M, N>();
+  for (std::ptrdiff_t q = 0; q < k; q += 32)
+    detail::tiles_step<M, N>(a + q, static_cast<long>(lda * 2), b + q / 2 * ldb, static_cast<long>(ldb * 4));
+  detail::tiles_store<M, N>(c, static_cast<long>(ldc * 4));
 }
-
-CRUMB_TARGET_AMX void configure_tiles() {
-  detail::amx_fence();
-  detail::TileConfig cfg;
-  for (int i = 0; i < 8; ++i) cfg.colsb[i] = 64, cfg.rows[i] = 16;
-  _tile_loadconfig(&cfg);
-}
-CRUMB_TARGET_AMX void release_tiles() { _tile_release(); }
 
 using BlockFn = void (*)(float*, std::ptrdiff_t, const uint16_t*, std::ptrdiff_t, const uint32_t*, std::ptrdiff_t,
                          std::ptrdiff_t);
@@ -105,13 +80,13 @@ void gemm(float* c, const uint16_t* a, const uint32_t* b, std::ptrdiff_t m, std:
   const std::ptrdiff_t mb = (m / 16 + 1) / 2, nb = (n / 16 + 1) / 2;
 #pragma omp parallel if (parallel(1.0 * m * n * k))
   {
-    configure_tiles();
+    detail::configure_square_tiles();
 #pragma omp for schedule(static)
     for (std::ptrdiff_t blk = 0; blk < mb * nb; ++blk) {
       const std::ptrdiff_t i = blk / nb * 32, j = blk % nb * 32;
       kBlocks[m - i >= 32 ? 1 : 0][n - j >= 32 ? 1 : 0](c + i * n + j, n, a + i * k, k, b + j, n, k);
     }
-    release_tiles();
+    detail::release_tiles();
   }
 }
 
