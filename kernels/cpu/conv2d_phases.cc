@@ -38,6 +38,25 @@ struct Phases {
   }
   // Phase channel of input channel c at row and column parities (r, t).
   int channel(int c, int r, int t) const { return (c * rows + r) * cols + t; }
+  // A pass's workspace: `head` elements (the phased weights or their gradient), a chunk's phases, then the
+  // stride-1 pass's own (`inner` elements).
+  struct Parts {
+    uint16_t* head;
+    uint16_t* phases;
+    bf16* inner;
+  };
+  std::size_t workspace(std::ptrdiff_t head, std::size_t inner) const {
+    return static_cast<std::size_t>(round32(head) + round32(s1.n * x_len)) + inner;
+  }
+  Parts parts(bf16* ws, std::ptrdiff_t head) const {
+    auto* h = reinterpret_cast<uint16_t*>(ws);
+    uint16_t* phases = h + round32(head);
+    return {h, phases, reinterpret_cast<bf16*>(phases + round32(s1.n * x_len))};
+  }
+  // f(i0, count) for the chunks of n samples.
+  template <class F> void for_each_chunk(int n, F&& f) const {
+    for (int i0 = 0; i0 < n; i0 += s1.n) f(i0, std::min(s1.n, n - i0));
+  }
 };
 
 // The run of one input row at column parity t: positions iw0, iw0 + 2, ... of the row are phase
@@ -146,70 +165,60 @@ bool runs_phased(const Conv2dShape& s) {
 
 std::size_t phased_forward_workspace(const Conv2dShape& s) {
   const Phases p(s);
-  return static_cast<std::size_t>(round32(p.w_len) + round32(p.s1.n * p.x_len)) + conv2d_forward_bf16_workspace(p.s1);
+  return p.workspace(p.w_len, conv2d_forward_bf16_workspace(p.s1));
 }
 
 template <class B>
 void phased_forward(bf16* y, const bf16* x, const bf16* w, const B* b, const Conv2dShape& s, bf16* workspace,
                     bool relu) {
   const Phases p(s);
-  auto* const wp = reinterpret_cast<uint16_t*>(workspace);
-  uint16_t* const xs = wp + round32(p.w_len);
-  bf16* const inner = reinterpret_cast<bf16*>(xs + round32(p.s1.n * p.x_len));
-  phase_weights(s, p, reinterpret_cast<const uint16_t*>(w), wp);
+  const Phases::Parts ws = p.parts(workspace, p.w_len);
+  phase_weights(s, p, reinterpret_cast<const uint16_t*>(w), ws.head);
   const std::ptrdiff_t x_len = std::ptrdiff_t{s.c_in} * s.h * s.w, y_len = std::ptrdiff_t{s.c_out} * s.h_out * s.w_out;
-  for (int i0 = 0; i0 < s.n; i0 += p.s1.n) {
-    const int count = std::min(p.s1.n, s.n - i0);
-    phase_input(s, p, reinterpret_cast<const uint16_t*>(x + i0 * x_len), count, xs);
-    conv2d_forward_bf16(y + i0 * y_len, reinterpret_cast<const bf16*>(xs), reinterpret_cast<const bf16*>(wp), b,
-                        p.chunk(count), inner, relu);
-  }
+  p.for_each_chunk(s.n, [&](int i0, int count) {
+    phase_input(s, p, reinterpret_cast<const uint16_t*>(x + i0 * x_len), count, ws.phases);
+    conv2d_forward_bf16(y + i0 * y_len, reinterpret_cast<const bf16*>(ws.phases), reinterpret_cast<const bf16*>(ws.head),
+                        b, p.chunk(count), ws.inner, relu);
+  });
 }
 
 std::size_t phased_data_workspace(const Conv2dShape& s) {
   const Phases p(s);
-  return static_cast<std::size_t>(round32(p.w_len) + round32(p.s1.n * p.x_len)) +
-         conv2d_backward_data_bf16_workspace(p.s1);
+  return p.workspace(p.w_len, conv2d_backward_data_bf16_workspace(p.s1));
 }
 
 void phased_data(bf16* dx, const bf16* dy, const bf16* w, const Conv2dShape& s, bf16* workspace, bool accumulate) {
   const Phases p(s);
-  auto* const wp = reinterpret_cast<uint16_t*>(workspace);
-  uint16_t* const dxs = wp + round32(p.w_len);
-  bf16* const inner = reinterpret_cast<bf16*>(dxs + round32(p.s1.n * p.x_len));
-  phase_weights(s, p, reinterpret_cast<const uint16_t*>(w), wp);
+  const Phases::Parts ws = p.parts(workspace, p.w_len);
+  phase_weights(s, p, reinterpret_cast<const uint16_t*>(w), ws.head);
   const std::ptrdiff_t x_len = std::ptrdiff_t{s.c_in} * s.h * s.w, y_len = std::ptrdiff_t{s.c_out} * s.h_out * s.w_out;
-  for (int i0 = 0; i0 < s.n; i0 += p.s1.n) {
-    const int count = std::min(p.s1.n, s.n - i0);
+  p.for_each_chunk(s.n, [&](int i0, int count) {
     auto* const dx_i = reinterpret_cast<uint16_t*>(dx + i0 * x_len);
     // += adds to dx's own values in their phases: one float32 add and one rounding, as the stride-1 pass.
-    if (accumulate) phase_input(s, p, dx_i, count, dxs);
-    conv2d_backward_data_bf16(reinterpret_cast<bf16*>(dxs), dy + i0 * y_len, reinterpret_cast<const bf16*>(wp),
-                              p.chunk(count), inner, accumulate);
-    unphase_input(s, p, dxs, count, dx_i, accumulate);
-  }
+    if (accumulate) phase_input(s, p, dx_i, count, ws.phases);
+    conv2d_backward_data_bf16(reinterpret_cast<bf16*>(ws.phases), dy + i0 * y_len, reinterpret_cast<const bf16*>(ws.head),
+                              p.chunk(count), ws.inner, accumulate);
+    unphase_input(s, p, ws.phases, count, dx_i, accumulate);
+  });
 }
 
 std::size_t phased_weight_workspace(const Conv2dShape& s) {
   const Phases p(s);
-  return static_cast<std::size_t>(round32(2 * p.w_len) + round32(p.s1.n * p.x_len)) +
-         conv2d_backward_weight_amx_workspace(p.s1);
+  return p.workspace(2 * p.w_len, conv2d_backward_weight_amx_workspace(p.s1));
 }
 
 void phased_weight(float* dw, float* db, const bf16* dy, const bf16* x, const Conv2dShape& s, bf16* workspace,
                    bool accumulate) {
   const Phases p(s);
-  auto* const dwp = reinterpret_cast<float*>(workspace);
-  auto* const xs = reinterpret_cast<uint16_t*>(workspace) + round32(2 * p.w_len);
-  bf16* const inner = reinterpret_cast<bf16*>(xs + round32(p.s1.n * p.x_len));
+  const Phases::Parts ws = p.parts(workspace, 2 * p.w_len);
+  auto* const dwp = reinterpret_cast<float*>(ws.head);
   const std::ptrdiff_t x_len = std::ptrdiff_t{s.c_in} * s.h * s.w, y_len = std::ptrdiff_t{s.c_out} * s.h_out * s.w_out;
-  for (int i0 = 0; i0 < s.n; i0 += p.s1.n) {
-    const int count = std::min(p.s1.n, s.n - i0);
-    phase_input(s, p, reinterpret_cast<const uint16_t*>(x + i0 * x_len), count, xs);
+  p.for_each_chunk(s.n, [&](int i0, int count) {
+    phase_input(s, p, reinterpret_cast<const uint16_t*>(x + i0 * x_len), count, ws.phases);
     // Chunks after the first add their sums to the phased gradient's in float32.
-    conv2d_backward_weight_amx(dwp, nullptr, dy + i0 * y_len, reinterpret_cast<const bf16*>(xs), p.chunk(count), inner,
-                               i0 > 0);
-  }
+    conv2d_backward_weight_amx(dwp, nullptr, dy + i0 * y_len, reinterpret_cast<const bf16*>(ws.phases), p.chunk(count),
+                               ws.inner, i0 > 0);
+  });
   // dw[co][c][ki][kj] out of the phased gradient; the taps past the kernel are dropped.
 #pragma omp parallel for schedule(static) if (p.w_len > kParallelGrain)
   for (int co = 0; co < s.c_out; ++co)
