@@ -125,6 +125,10 @@ TEST(LinearAmx, ForwardMatchesTheWidenedFloat32Path) {
       std::vector<bf16> fast(std::size_t(c.n) * c.out), ws(cpu::linear_amx_workspace(c.n, c.in, c.out));
       cpu::linear_forward_amx(fast.data(), x.data(), w.data(), b.data(), c.n, c.in, c.out, ws.data(), relu);
       const auto xf = widened(x), wf = widened(w), bf = widened(b);
+      // A float32 bias (where the graph keeps it so) of the same values: the same bits.
+      std::vector<bf16> float_bias(fast.size());
+      cpu::linear_forward_amx(float_bias.data(), x.data(), w.data(), bf.data(), c.n, c.in, c.out, ws.data(), relu);
+      for (std::size_t i = 0; i < fast.size(); ++i) ASSERT_EQ(float_bias[i].bits, fast[i].bits) << i;
       std::vector<float> slow(fast.size()), wsf(cpu::linear_forward_workspace(c.n, c.in, c.out));
       cpu::linear_forward<float>(slow.data(), xf.data(), wf.data(), bf.data(), c.n, c.in, c.out, wsf.data(), relu);
       for (int i = 0; i < c.n; ++i)

@@ -188,23 +188,12 @@ template <class Weight> void pack_weights(const Conv2dShape& s, const Direct& d,
 }
 
 #if CRUMB_DPBF16
-// float32 lanes rounded to bf16 as kernels/half.h's to_bf16 does (nearest even; NaN quieted).
-CRUMB_TARGET_DPBF16 inline __m256i to_bf16_lanes(__m512 v) {
-  const __m512i u = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
-  const __mmask16 nan =
-      _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
-  return _mm512_cvtepi32_epi16(r);
-}
-
 // An output vector as both tiles store it: the bias added where there is one, relu_forward's rule where
 // asked (NaN propagates, -0 becomes 0: a NaN compares false and stays), rounded to bf16.
 CRUMB_TARGET_DPBF16 inline __m256i output_lanes(__m512 acc, const __m512* bias, bool relu) {
   __m512 o = bias ? _mm512_add_ps(acc, *bias) : acc;
   if (relu) o = _mm512_mask_mov_ps(o, _mm512_cmp_ps_mask(o, _mm512_setzero_ps(), _CMP_LE_OQ), _mm512_setzero_ps());
-  return to_bf16_lanes(o);
+  return detail::to_bf16_lanes(o);
 }
 
 // y rows [co, co + R) at pixels [px, px + 16 V) (the last vector under `tail`): acc over the pairs.

@@ -33,6 +33,17 @@ CRUMB_TARGET_DPBF16 inline float sum_lanes(__m512 v) {
   return _mm_cvtss_f32(q);
 }
 
+// float32 lanes rounded to bf16 as kernels/half.h's to_bf16 does (nearest even; NaN quieted).
+CRUMB_TARGET_DPBF16 inline __m256i to_bf16_lanes(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
+  const __mmask16 nan =
+      _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+  return _mm512_cvtepi32_epi16(r);
+}
+
 // 16 rows of 16 32-bit entries (lds apart) into 16 columns (ldd apart).
 CRUMB_TARGET_DPBF16 inline void transpose16x16(const uint32_t* src, std::ptrdiff_t lds, uint32_t* dst,
                                                std::ptrdiff_t ldd) {

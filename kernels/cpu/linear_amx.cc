@@ -12,6 +12,7 @@
 
 #include "engine/base/error.h"
 #include "kernels/cpu/amx.h"
+#include "kernels/cpu/dpbf16.h"
 #include "kernels/cpu/kernel_util.h"
 #include "kernels/linear.h"
 
@@ -90,19 +91,30 @@ void gemm(float* c, const uint16_t* a, const uint32_t* b, std::ptrdiff_t m, std:
   }
 }
 
-// rows x cols of C (ldc apart) into bf16 out (ld apart): + bias, ReLU, or added to what out holds, then
-// rounded once.
+// 16 bias values from b (float32 or bf16) under mask m.
+CRUMB_TARGET_DPBF16 inline __m512 bias_lanes(const float* b, __mmask16 m) { return _mm512_maskz_loadu_ps(m, b); }
+CRUMB_TARGET_DPBF16 inline __m512 bias_lanes(const bf16* b, __mmask16 m) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, b)), 16));
+}
+
+// rows x cols of C (ldc apart) into bf16 out (ld apart): + bias, ReLU (relu_forward's rule: NaN propagates,
+// -0 becomes 0), or added to what out holds in float32, then rounded once (half.h's to_bf16).
 template <class B>
-void store_rows(bf16* out, std::ptrdiff_t ld, const float* c, std::ptrdiff_t ldc, std::ptrdiff_t rows,
-                std::ptrdiff_t cols, const B* bias, bool relu, bool accumulate) {
+CRUMB_TARGET_DPBF16 void store_rows(bf16* out, std::ptrdiff_t ld, const float* c, std::ptrdiff_t ldc,
+                                    std::ptrdiff_t rows, std::ptrdiff_t cols, const B* bias, bool relu,
+                                    bool accumulate) {
 #pragma omp parallel for schedule(static) if (parallel(1.0 * rows * cols))
   for (std::ptrdiff_t r = 0; r < rows; ++r)
-    for (std::ptrdiff_t j = 0; j < cols; ++j) {
-      float v = c[r * ldc + j];
-      if (bias) v += to_float(bias[j]);
-      if (relu && v <= 0.0f) v = 0.0f;  // relu_forward's rule: NaN propagates, -0 becomes 0
-      bf16& o = out[r * ld + j];
-      o = to_bf16(accumulate ? to_float(o) + v : v);
+    for (std::ptrdiff_t j = 0; j < cols; j += 16) {
+      const auto m = static_cast<__mmask16>(cols - j >= 16 ? 0xffff : (1u << (cols - j)) - 1);
+      auto* o = reinterpret_cast<uint16_t*>(out + r * ld + j);
+      __m512 v = _mm512_maskz_loadu_ps(m, c + r * ldc + j);
+      if (bias) v = _mm512_add_ps(v, bias_lanes(bias + j, m));
+      if (relu) v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LE_OQ), _mm512_setzero_ps());
+      if (accumulate)
+        v = _mm512_add_ps(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, o)), 16)),
+                          v);
+      _mm256_mask_storeu_epi16(o, m, detail::to_bf16_lanes(v));
     }
 }
 #endif
@@ -180,11 +192,14 @@ void linear_backward_weight_amx(float* dw, float* db, const bf16* dy, const bf16
       d = accumulate ? d + c[o * in16 + i] : c[o * in16 + i];
     }
   if (!db) return;
-  for (int o = 0; o < out; ++o) {
-    float sum = 0.0f;
-    for (int r = 0; r < n; ++r) sum += to_float(dy[std::ptrdiff_t{r} * out + o]);
-    db[o] = accumulate ? db[o] + sum : sum;
+  // Each channel's sum over the samples in order, all channels a sample at a time (in c, now free).
+  std::fill(c, c + out, 0.0f);
+  for (int r = 0; r < n; ++r) {
+    const bf16* row = dy + std::ptrdiff_t{r} * out;
+#pragma omp simd
+    for (int o = 0; o < out; ++o) c[o] += to_float(row[o]);
   }
+  for (int o = 0; o < out; ++o) db[o] = accumulate ? db[o] + c[o] : c[o];
 #else
   (void)dw, (void)db, (void)dy, (void)x, (void)n, (void)in, (void)out, (void)workspace, (void)accumulate;
 #endif
