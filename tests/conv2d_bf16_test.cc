@@ -111,6 +111,11 @@ TEST(Conv2dBf16, DotProductPathMatchesTheWidenedFloat32Path) {
     expect_paths_agree(conv(2, 16, 10, 32, 1, 2, 0), false);
     expect_paths_agree(conv(2, 20, 13, 24, 3, 2, 1), true);
     expect_paths_agree(conv(2, 8, 12, 16, 5, 2, 2), false);
+    // 33 channels (17 pairs padded to 18), groups of 20 output channels, stride 2 with 2x2 and 1x3 kernels.
+    expect_paths_agree(conv(2, 33, 7, 16, 3, 1, 1), true);
+    expect_paths_agree(conv(2, 64, 6, 40, 3, 1, 1, 2), false);
+    expect_paths_agree(conv(2, 16, 10, 32, 2, 2, 0), true);
+    expect_paths_agree(cpu::Conv2dShape{2, 16, 9, 11, 32, 1, 3, 2, 2, 0, 1, 5, 6, 1}, false);
   });
 }
 
@@ -191,6 +196,8 @@ TEST(Conv2dBf16, DataGradientMatchesTheWidenedFloat32Path) {
         expect_data_paths_agree(conv(2, 16, 11, 32, 3, 2, 1), accumulate);
         expect_data_paths_agree(conv(3, 20, 13, 24, 3, 2, 1), accumulate);
         expect_data_paths_agree(conv(2, 8, 12, 16, 5, 2, 2), accumulate);
+        expect_data_paths_agree(conv(11, 16, 9, 32, 3, 2, 1), accumulate);  // chunks of 8 and 3
+        expect_data_paths_agree(cpu::Conv2dShape{2, 16, 9, 11, 32, 1, 3, 2, 2, 0, 1, 5, 6, 1}, accumulate);
       }
     }
   });
@@ -249,6 +256,10 @@ TEST(Conv2dBf16, WeightGradientOnAmxMatchesTheFloat32Kernel) {
     // Stride 2 through the phases, in chunks of 8 samples (11: 8 and 3).
     expect_weight_paths_agree(conv(11, 16, 11, 32, 3, 2, 1), accumulate);
     expect_weight_paths_agree(conv(2, 8, 12, 16, 5, 2, 2), accumulate);
+    // Groups whose channels need padding (34 inputs as 48, 20 outputs as 32), 33 inputs, a 1x3 stride-2 kernel.
+    expect_weight_paths_agree(conv(2, 68, 6, 40, 3, 1, 1, 2), accumulate);
+    expect_weight_paths_agree(conv(3, 33, 7, 16, 3, 1, 1), accumulate);
+    expect_weight_paths_agree(cpu::Conv2dShape{2, 16, 9, 11, 32, 1, 3, 2, 2, 0, 1, 5, 6, 1}, accumulate);
   }
   EXPECT_FALSE(cpu::conv2d_backward_weight_amx_applies(conv(2, 16, 10, 16, 3, 3, 1)));
   EXPECT_FALSE(cpu::conv2d_backward_weight_amx_applies(conv(2, 16, 10, 32, 1, 2, 0)));

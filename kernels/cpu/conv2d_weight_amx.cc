@@ -6,7 +6,10 @@
 // positions by output channel (TDPBF16PS's pair layout), built once per sample and shared by every tap.
 // The float32 sums of each (tap, 16 input, 16 output channels) tile go sample after sample, 32
 // positions a step, so every sum is one fixed sequence whatever the thread count or how many samples
-// a pass holds (lean passes hold one).
+// a pass holds (lean passes hold one). The positions past each row's end multiply x's neighbouring
+// values by dy's zeros: nothing for finite x, but an infinite x there makes NaN where the float32 kernel,
+// which never reads it for that tap, stays finite. Such an x is read by other taps' outputs anyway, so
+// the step's outputs and loss are not finite either.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
