@@ -11,8 +11,11 @@ bool has_bf16_dot();
 // (TDPBF16PS: 16 x 16 float32 sums of 32 bf16 products a step) instead of vdpbf16ps: the CPU has
 // AMX-BF16, Linux granted the process its tile data (arch_prctl), and allow_amx has not turned it off.
 bool uses_amx();
-// Tests run both tile paths on a CPU with AMX; a plan's workspace sizes follow the choice, so it is made
-// before any plan is compiled, not between compiling and running one.
+// Whether the CPU has AMX-BF16 and Linux granted it, whatever allow_amx says.
+bool has_amx();
+// Tests run both tile paths on a CPU with AMX. The convolution kernels choose theirs as they run, so
+// where the CPU has AMX their workspace sizes are those of the larger path: a plan compiled under one
+// setting runs safely under the other.
 void allow_amx(bool allowed);
 
 }  // namespace crumb::cpu

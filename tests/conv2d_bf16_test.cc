@@ -119,17 +119,34 @@ TEST(Conv2dBf16, DotProductPathMatchesTheWidenedFloat32Path) {
   });
 }
 
-// The tile paths are chosen, and AMX's pads its tiles: its workspace is another size.
-TEST(Conv2dBf16, AmxRunsWhereTheCpuHasIt) {
+// allow_amx switches the tile path, and the workspace sizes are the larger path's under either setting:
+// a plan compiled with AMX off runs with it on (AMX pads its tiles and sums in float32, stride 2 goes
+// through the phases: more workspace than vdpbf16ps takes).
+TEST(Conv2dBf16, WorkspaceCoversEitherTilePath) {
   if (!cpu::uses_amx()) GTEST_SKIP() << "this CPU (or its kernel) has no AMX-BF16";
-  const cpu::Conv2dShape s = conv(2, 34, 7, 17, 5, 1, 2);
-  std::size_t sizes[2];
-  for (bool amx : {false, true}) {
-    const AmxAllowed allowed(amx);
-    EXPECT_EQ(cpu::uses_amx(), amx);
-    sizes[amx] = cpu::conv2d_forward_bf16_workspace(s);
+  for (const cpu::Conv2dShape& s : {conv(2, 34, 7, 17, 5, 1, 2), conv(3, 16, 11, 32, 3, 2, 1)}) {
+    std::size_t forward[2], data[2];
+    for (bool amx : {false, true}) {
+      const AmxAllowed allowed(amx);
+      EXPECT_EQ(cpu::uses_amx(), amx);
+      forward[amx] = cpu::conv2d_forward_bf16_workspace(s);
+      data[amx] = cpu::conv2d_backward_data_bf16_workspace(s);
+    }
+    EXPECT_EQ(forward[0], forward[1]);
+    EXPECT_EQ(data[0], data[1]);
+    // Sized with AMX off, run with it on.
+    std::mt19937 rng(1);
+    const std::size_t w_count = std::size_t(s.c_out) * s.c_in * s.kh * s.kw;
+    const auto x = random_bf16(s.in_count(), rng), w = random_bf16(w_count, rng);
+    std::vector<bf16> y(s.out_count()), ws(forward[0]);
+    cpu::conv2d_forward_bf16(y.data(), x.data(), w.data(), static_cast<const bf16*>(nullptr), s, ws.data());
+    std::vector<float> slow(s.out_count()), wsf(cpu::conv2d_forward_workspace(s));
+    cpu::conv2d_forward<float>(slow.data(), widened(x).data(), widened(w).data(), nullptr, s, wsf.data());
+    std::vector<float> magnitude(s.out_count());
+    cpu::conv2d_forward<float>(magnitude.data(), magnitudes(widened(x)).data(), magnitudes(widened(w)).data(), nullptr,
+                               s, wsf.data());
+    expect_within_one_rounding(y, slow, magnitude, s, " sized without AMX");
   }
-  EXPECT_GT(sizes[1], sizes[0]);
 }
 
 // Each output is one sequence of operations: a sample gives the same bits whatever the batch it runs in.

@@ -42,12 +42,14 @@ bool has_bf16_dot() {
 #endif
 }
 
-bool uses_amx() {
+bool has_amx() {
   // CRUMB_CPU_AMX=off keeps the vdpbf16ps tiles (to compare the two, or a run's bits with a CPU without AMX).
   static const bool has = has_bf16_dot() && has_amx_bf16() &&
                           !(std::getenv("CRUMB_CPU_AMX") && std::string(std::getenv("CRUMB_CPU_AMX")) == "off");
-  return has && amx_allowed.load(std::memory_order_relaxed);
+  return has;
 }
+
+bool uses_amx() { return has_amx() && amx_allowed.load(std::memory_order_relaxed); }
 
 void allow_amx(bool allowed) { amx_allowed.store(allowed, std::memory_order_relaxed); }
 

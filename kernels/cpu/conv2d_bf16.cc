@@ -113,8 +113,8 @@ struct Direct {
   std::ptrdiff_t rows;   // output channels per group in the packed weights and outputs (on AMX, to 16)
   int kc;                // pairs per AMX tile
   int taps;
-  explicit Direct(const Conv2dShape& s)
-      : amx(uses_amx() && amx_tiles_fit(s)),
+  explicit Direct(const Conv2dShape& s, bool amx_allowed = uses_amx())
+      : amx(amx_allowed && amx_tiles_fit(s)),
         w(s.w + 2 * s.pad_w),
         plane((s.h + 2 * s.pad_h) * w + 32 + s.kw),
         flat((s.h_out * w + 31) / 32 * 32),
@@ -408,13 +408,21 @@ void direct_group(uint16_t* y_g, const uint32_t* wp_g, const B* b_g, const Conv2
 
 }  // namespace
 
+// The larger of what the two tile paths need where the CPU has AMX (allow_amx may switch between them
+// after a plan is compiled), else the vdpbf16ps path's.
+template <class Size> std::size_t either_path(Size&& size) {
+  return std::max(size(false), has_amx() ? size(true) : std::size_t{0});
+}
+
 std::size_t conv2d_forward_bf16_workspace(const Conv2dShape& s) {
-  if (detail::runs_phased(s)) return detail::phased_forward_workspace(s);
-  if (runs_direct(s)) {
-    const Direct d(s);
-    return static_cast<std::size_t>(d.weights_len(s) + slices(s) * d.slice_len());
-  }
-  return static_cast<std::size_t>(slices(s) * Packing(s).slice_len());
+  return either_path([&](bool amx) {
+    if (detail::runs_phased(s, amx)) return detail::phased_forward_workspace(s);
+    if (runs_direct(s)) {
+      const Direct d(s, amx);
+      return static_cast<std::size_t>(d.weights_len(s) + slices(s) * d.slice_len());
+    }
+    return static_cast<std::size_t>(slices(s) * Packing(s).slice_len());
+  });
 }
 
 template <class B>
@@ -472,10 +480,12 @@ bool conv2d_backward_data_bf16_direct(const Conv2dShape& s) {
 }
 
 std::size_t conv2d_backward_data_bf16_workspace(const Conv2dShape& s) {
-  if (detail::runs_phased(s)) return detail::phased_data_workspace(s);
-  const Conv2dShape t = transposed(s);
-  const Direct d(t);
-  return static_cast<std::size_t>(d.weights_len(t) + slices(t) * d.slice_len(true));
+  return either_path([&](bool amx) {
+    if (detail::runs_phased(s, amx)) return detail::phased_data_workspace(s);
+    const Conv2dShape t = transposed(s);
+    const Direct d(t, amx);
+    return static_cast<std::size_t>(d.weights_len(t) + slices(t) * d.slice_len(true));
+  });
 }
 
 void conv2d_backward_data_bf16(bf16* dx, const bf16* dy, const bf16* w, const Conv2dShape& s, bf16* workspace,

@@ -10,11 +10,15 @@
 
 #include <cstddef>
 
+#include "kernels/bf16_dot.h"
 #include "kernels/cpu/shapes.h"
 #include "kernels/half.h"
 
 namespace crumb::cpu::detail {
 
+// Whether s runs through its phases: stride 2, ungrouped, over 1x1, the phases filling AMX tiles and amx
+// (by default uses_amx()).
+bool runs_phased(const Conv2dShape& s, bool amx);
 bool runs_phased(const Conv2dShape& s);
 
 std::size_t phased_forward_workspace(const Conv2dShape& s);
