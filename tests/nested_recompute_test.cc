@@ -426,7 +426,13 @@ TEST(DeferBranches, ADeepResidualChainIsQuick) {
   build_backward(g);
   const auto start = std::chrono::steady_clock::now();
   EXPECT_EQ(defer_gradient_branches(g), 0);
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 20.0);
+  // About 4 s here, 28 s under AddressSanitizer on a slow day; the quadratic search took minutes.
+#if defined(__SANITIZE_ADDRESS__)
+  constexpr double kLimit = 120.0;
+#else
+  constexpr double kLimit = 20.0;
+#endif
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), kLimit);
 }
 
 }  // namespace
