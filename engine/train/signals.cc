@@ -1,15 +1,20 @@
 #include "engine/train/signals.h"
 
+#include <atomic>
 #include <csignal>
 #include <cstdlib>
 #include <ctime>
 
 namespace crumb {
 namespace {
-volatile std::sig_atomic_t g_signal = 0;  // the first signal of a stop
-volatile std::sig_atomic_t g_stopping = 0;  // 1 while a run would rather stop than end
-volatile std::sig_atomic_t g_saved = 0;   // the stop's save has finished
-volatile std::sig_atomic_t g_first_second = 0;
+// Lock-free atomics are async-signal-safe, and copies of one signal run their handlers at the same moment
+// on different threads (Linux hands a signal to another thread while one is pending on the first).
+std::atomic<int> g_signal{0};        // the first signal of a stop
+std::atomic<bool> g_stopping{false};  // while a run would rather stop than end
+std::atomic<bool> g_saved{false};     // the stop's save has finished
+std::atomic<long> g_first_second{0};  // when the stop was asked for
+static_assert(std::atomic<int>::is_always_lock_free && std::atomic<bool>::is_always_lock_free &&
+              std::atomic<long>::is_always_lock_free);
 
 // Seconds on the monotonic clock (clock_gettime is async-signal-safe).
 long now_seconds() {
@@ -27,12 +32,14 @@ long now_seconds() {
 
 void on_signal(int sig) {
   if (!g_stopping) end_by(sig);
-  if (!g_signal) {
-    g_signal = sig;
-    g_first_second = static_cast<std::sig_atomic_t>(now_seconds());
-    return;
+  const long now = now_seconds();
+  // The time is stored before the signal is: a copy that finds the signal noted also finds its time.
+  if (g_signal == 0) {
+    g_first_second = now;
+    int none = 0;
+    if (g_signal.compare_exchange_strong(none, sig)) return;
   }
-  if (g_saved || now_seconds() - g_first_second > static_cast<long>(kSignalGraceSeconds)) end_by(sig);
+  if (g_saved || now - g_first_second > static_cast<long>(kSignalGraceSeconds)) end_by(sig);
 }
 
 void install(int sig) {
@@ -51,12 +58,12 @@ void catch_interrupts() {
 
 int interrupted() { return g_signal; }
 
-StopOnSignal::StopOnSignal() { g_stopping = 1; }
+StopOnSignal::StopOnSignal() { g_stopping = true; }
 StopOnSignal::~StopOnSignal() {
-  g_stopping = 0;
+  g_stopping = false;
   // A stop noted during the run has been acted on; a later signal ends the process.
-  if (g_signal) g_saved = 1;
+  if (g_signal) g_saved = true;
 }
-void StopOnSignal::saved() { g_saved = 1; }
+void StopOnSignal::saved() { g_saved = true; }
 
 }  // namespace crumb

@@ -1,0 +1,56 @@
+#include "engine/train/signals.h"
+
+#include <gtest/gtest.h>
+#include <pthread.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <thread>
+#include <vector>
+
+namespace crumb {
+namespace {
+
+// Copies of one stop request handled at the same moment on different threads (a terminal's Ctrl-C to the
+// process group and `timeout` forwarding it land together; Linux hands a process's signal to another
+// thread while the first one's is pending) are one request: none of them may end the process as a second
+// signal would. Each trial is a child process (the handlers' state lasts a process) whose threads all
+// signal themselves at once; it must come back to report the stop.
+TEST(Signals, CopiesHandledTogetherOnThreadsAreOneStop) {
+  constexpr int kTrials = 300, kThreads = 4;
+  int ended_by_signal = 0, other = 0;
+  for (int trial = 0; trial < kTrials; ++trial) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      catch_interrupts();
+      StopOnSignal stop;
+      std::atomic<int> ready{0};
+      std::vector<std::thread> threads;
+      for (int i = 0; i < kThreads; ++i)
+        threads.emplace_back([&] {
+          ready.fetch_add(1);
+          while (ready.load() < kThreads) {
+          }
+          pthread_kill(pthread_self(), SIGINT);
+        });
+      for (std::thread& t : threads) t.join();
+      _exit(interrupted() == SIGINT ? 0 : 3);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    // Ended as the signal ends a process: by it, or by 128 + its number (raised again inside its handler,
+    // where it is blocked).
+    if (WIFSIGNALED(status) || WEXITSTATUS(status) == 128 + SIGINT)
+      ++ended_by_signal;
+    else if (WEXITSTATUS(status) != 0)
+      ++other;
+  }
+  EXPECT_EQ(ended_by_signal, 0) << "of " << kTrials << " trials, a copy of the signal ended the process";
+  EXPECT_EQ(other, 0) << "of " << kTrials << " trials, the stop was not noted";
+}
+
+}  // namespace
+}  // namespace crumb
