@@ -950,6 +950,18 @@ TEST(TrainCli, ResumeFromAnotherFolderIsExact) {
   std::filesystem::remove_all(dir);
 }
 
+// CRUMB_CPU_AMX is on or off (or unset); anything else is refused before any work, not taken for on.
+TEST(TrainCli, CpuAmxSettingIsOnOrOff) {
+  const std::string args = "--model mlp --dataset synthetic --batch 8 --explain";
+  for (const char* bad : {"0", "false", "OFF", "no"})
+    expect_one_error_line(run_train(args, std::string("CRUMB_CPU_AMX=") + bad + " "),
+                          std::string("CRUMB_CPU_AMX=") + bad + " is neither on nor off");
+  for (const char* good : {"on", "off", ""}) {
+    const Result r = run_train(args, std::string("CRUMB_CPU_AMX=") + good + " ");
+    EXPECT_EQ(r.code, 0) << good << ": " << r.err;
+  }
+}
+
 TEST(TrainCli, SizesAreParsedStrictly) {
   expect_one_error_line(run_train("--dataset synthetic --input 1x4294967297x28"), "--input height");
   expect_one_error_line(run_train("--dataset synthetic --input 1x28x28x1"), "--input must be CxHxW");

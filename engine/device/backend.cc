@@ -9,6 +9,7 @@
 
 #include "engine/base/error.h"
 #include "engine/device/widen.h"
+#include "kernels/bf16_dot.h"
 #include "kernels/convert.h"
 
 namespace crumb {
@@ -86,6 +87,9 @@ struct Registered {
 bool always() { return true; }
 std::unique_ptr<Backend> make_cpu(int index) {
   CRUMB_CHECK(index == 0, "the CPU is device 0, not ", index);
+  if (const char* bad = cpu::bad_amx_setting())
+    CRUMB_FAIL("CRUMB_CPU_AMX=", bad, " is neither on nor off (off keeps bf16 layers off the AMX tiles; on, or unset, ",
+               "uses them where the CPU has them)");
   return std::make_unique<CpuBackend>();
 }
 // Never destroyed, nor are the backends in it: buffers released during static destruction still reach

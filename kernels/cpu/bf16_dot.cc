@@ -17,6 +17,13 @@ namespace {
 
 std::atomic<bool> amx_allowed{true};
 
+constexpr const char* kAmxSetting = "CRUMB_CPU_AMX";
+// Unset counts as empty.
+bool amx_setting_is(const char* value) {
+  const char* set = std::getenv(kAmxSetting);
+  return std::string(set ? set : "") == value;
+}
+
 bool has_amx_bf16() {
 #if CRUMB_DPBF16 && defined(__linux__)
   unsigned a = 0, b = 0, c = 0, d = 0;
@@ -43,10 +50,12 @@ bool has_bf16_dot() {
 }
 
 bool has_amx() {
-  // CRUMB_CPU_AMX=off keeps the vdpbf16ps tiles (to compare the two, or a run's bits with a CPU without AMX).
-  static const bool has = has_bf16_dot() && has_amx_bf16() &&
-                          !(std::getenv("CRUMB_CPU_AMX") && std::string(std::getenv("CRUMB_CPU_AMX")) == "off");
+  static const bool has = has_bf16_dot() && has_amx_bf16() && !amx_setting_is("off");
   return has;
+}
+
+const char* bad_amx_setting() {
+  return amx_setting_is("") || amx_setting_is("on") || amx_setting_is("off") ? nullptr : std::getenv(kAmxSetting);
 }
 
 bool uses_amx() { return has_amx() && amx_allowed.load(std::memory_order_relaxed); }
