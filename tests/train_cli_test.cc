@@ -23,6 +23,7 @@
 #include "engine/io/checkpoint.h"
 #include "engine/train/options.h"
 #include "engine/train/trainer.h"
+#include "kernels/bf16_dot.h"
 #include "tests/alloc_counter.h"
 #include "tests/cifar_files.h"
 #include "tests/npy_files.h"
@@ -861,6 +862,29 @@ TEST(TrainCli, Fp64TrainsEveryModel) {
     EXPECT_NE(r.out.find("\"device\":\"cpu\""), std::string::npos) << r.out;
     EXPECT_TRUE(std::isfinite(json_number(r.out, "final_loss"))) << r.out;
   }
+}
+
+// A CPU run's summary says what its kernels run on: the vector instructions of the kernel library loaded,
+// and in bf16 how the layers multiply, as this process finds the CPU (CRUMB_CPU_AMX=off: vdpbf16ps).
+TEST(TrainCli, SummaryNamesWhatTheCpuKernelsRunOn) {
+  const std::string args = "--model lenet5 --dataset synthetic --limit-train 64 --limit-test 16 --batch 32";
+  const Result fp32 = run_train(args);
+  ASSERT_EQ(fp32.code, 0) << fp32.err;
+#if defined(__AVX512F__)  // a native build: the kernels are compiled as this test is
+  EXPECT_NE(fp32.out.find("\"cpu_kernels\":\"avx512\""), std::string::npos) << fp32.out;
+#elif defined(__AVX2__)
+  EXPECT_NE(fp32.out.find("\"cpu_kernels\":\"avx2\""), std::string::npos) << fp32.out;
+#endif
+  EXPECT_NE(fp32.out.find("\"cpu_kernels\":\""), std::string::npos) << fp32.out;
+  EXPECT_EQ(fp32.out.find("cpu_bf16"), std::string::npos) << "float32 has no bf16 path: " << fp32.out;
+  const char* dot = crumb::cpu::has_bf16_dot() ? "avx512_bf16" : "float32";
+  const Result by_default = run_train(args + " --precision bf16");
+  ASSERT_EQ(by_default.code, 0) << by_default.err;
+  EXPECT_NE(by_default.out.find(std::string("\"cpu_bf16\":\"") + (crumb::cpu::has_amx() ? "amx" : dot) + "\""),
+            std::string::npos) << by_default.out;
+  const Result off = run_train(args + " --precision bf16", "CRUMB_CPU_AMX=off ");
+  ASSERT_EQ(off.code, 0) << off.err;
+  EXPECT_NE(off.out.find(std::string("\"cpu_bf16\":\"") + dot + "\""), std::string::npos) << off.out;
 }
 
 TEST(TrainCli, Bf16Trains) {

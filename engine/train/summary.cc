@@ -4,6 +4,7 @@
 
 #include "engine/base/rss.h"
 #include "engine/io/json.h"
+#include "kernels/cpu_kernels.h"
 
 namespace crumb {
 
@@ -29,6 +30,10 @@ RunSummary summarize(Trainer& t, const FitResult& r) {
   s.arena_bytes = t.arena_bytes();
   s.arena_lower_bound = plan.lower_bound;
   s.device = device_name(t.device());
+  if (t.device() == Device::CPU) {
+    s.cpu_kernels = cpu::vector_isa();
+    if (c.precision == Precision::BF16) s.cpu_bf16 = cpu::bf16_multiply();
+  }
   s.precision = precision_name(c.precision);
   s.tf32 = c.precision == Precision::TF32 && backend(t.device()).has_tf32();
   s.loss_scale = t.loss_scaler().scale();
@@ -77,8 +82,10 @@ std::string to_json(const RunSummary& s) {
       .integer("arena_bytes", size(s.arena_bytes))
       .integer("arena_lower_bound", size(s.arena_lower_bound))
       .string("device", s.device)
-      .string("precision", s.precision)
-      .boolean("tf32", s.tf32)
+      .string("precision", s.precision);
+  if (!s.cpu_kernels.empty()) w.string("cpu_kernels", s.cpu_kernels);
+  if (!s.cpu_bf16.empty()) w.string("cpu_bf16", s.cpu_bf16);
+  w      .boolean("tf32", s.tf32)
       .boolean("cuda_graphs", s.cuda_graphs)
       .boolean("deterministic", s.deterministic)
       .string("optimizer", s.optimizer)

@@ -18,6 +18,9 @@ struct RunSummary {
   long long parameters = 0;
   std::size_t arena_bytes = 0, arena_lower_bound = 0;
   std::string device;
+  // CPU runs: the vector instructions of the kernels (cpu::vector_isa), and in bf16 how its layers
+  // multiply (cpu::bf16_multiply); empty elsewhere.
+  std::string cpu_kernels, cpu_bf16;
   std::string precision;  // fp32 | tf32 | bf16 | fp16 | fp64
   bool tf32 = false, cuda_graphs = false;  // tf32: the device rounded float32 products to TF32
   bool deterministic = false;               // --deterministic
