@@ -287,6 +287,7 @@ const std::vector<Suite>& suites() {
   // within minutes on a small machine.
   static const std::vector<Suite> all = {
       {"lenet5", "lenet5", 1, 28, 28, 10, 64},          {"cnn", "cnn", 1, 28, 28, 10, 64},
+      {"mlp", "mlp", 1, 28, 28, 10, 64},
       {"resnet20", "resnet20", 3, 32, 32, 10, 128},     {"resnet20_28", "resnet20", 1, 28, 28, 10, 128},
       {"resnet20_28_bf16", "resnet20", 1, 28, 28, 10, 128, DType::BF16},
       {"resnet18_28", "resnet18", 1, 28, 28, 10, 128},  {"resnet50_224", "resnet50", 3, 224, 224, 1000, 8},

@@ -22,7 +22,7 @@ batch_norm_apply_relu group_norm_relu group_norm_relu_backward group_norm_add_re
 relu relu_backward dropout dropout_backward add softmax_cross_entropy softmax_cross_entropy_backward
 leaky_relu leaky_relu_backward hardtanh hardtanh_backward to_nhwc to_nchw cast sgd_momentum_step adamw_step
 count_nonfinite""".split()
-SUITES = "lenet5 cnn resnet20 resnet20_28 resnet20_28_bf16 resnet18_28 resnet50_224 vgg11_bn_32 vgg11_bn_224 deepbench op_cases".split()
+SUITES = "lenet5 cnn mlp resnet20 resnet20_28 resnet20_28_bf16 resnet18_28 resnet50_224 vgg11_bn_32 vgg11_bn_224 deepbench op_cases".split()
 
 
 def main():
