@@ -86,21 +86,31 @@ inline void ordered_tile(T* dst, std::ptrdiff_t ldd, const T* lhs, std::ptrdiff_
     for (int r = 0; r < R; ++r)
       for (int v = 0; v < V; ++v)
         acc[r][v] = from_dst ? ploadu<Packet>(dst + r * ldd + v * L) : pset1<Packet>(init ? init[r] : T(0));
-    // One flat loop over the depth: around a nested (group, tap) loop GCC spills the accumulators.
-    const std::ptrdiff_t k = std::ptrdiff_t{rhs.groups} * rhs.taps;
-    for (std::ptrdiff_t p = 0, t = 0; p < k; ++p) {
-      const T* b = group + rhs.tap[t];
-      const T* a = lhs_group + (cols ? cols->tap[t] : t);
+    // One depth term: R x V fmas of the right-hand row at b by the left-hand column at a.
+    auto term = [&](const T* a, const T* b) __attribute__((always_inline)) {
       Packet bv[V];
       for (int v = 0; v < V; ++v) bv[v] = ploadu<Packet>(b + v * L);
       for (int r = 0; r < R; ++r) {
         const Packet ar = pset1<Packet>(a[r * ldl]);
         for (int v = 0; v < V; ++v) acc[r][v] = pmadd(ar, bv[v], acc[r][v]);
       }
-      if (++t == rhs.taps) {
-        t = 0;
-        group += rhs.group_stride;
-        lhs_group += lhs_stride;
+    };
+    if (rhs.taps == 1) {
+      // Plain matrices (linear layers, 1x1 convolutions, weight gradients): two pointers that step, where
+      // the tap bookkeeping below took a third of the loop's instructions.
+      const T* b = group + rhs.tap[0];
+      const T* a = lhs_group + (cols ? cols->tap[0] : 0);
+      for (int g = 0; g < rhs.groups; ++g, b += rhs.group_stride, a += lhs_stride) term(a, b);
+    } else {
+      // One flat loop over the depth: around a nested (group, tap) loop GCC spills the accumulators.
+      const std::ptrdiff_t k = std::ptrdiff_t{rhs.groups} * rhs.taps;
+      for (std::ptrdiff_t p = 0, t = 0; p < k; ++p) {
+        term(lhs_group + (cols ? cols->tap[t] : t), group + rhs.tap[t]);
+        if (++t == rhs.taps) {
+          t = 0;
+          group += rhs.group_stride;
+          lhs_group += lhs_stride;
+        }
       }
     }
     for (int r = 0; r < R; ++r)
