@@ -425,7 +425,7 @@ void conv2d_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dS
   // both rows, dot_gemm, ran 42-51% of the fma peak on ResNet-50's 1x1 layers, this 50-74%).
   auto weight_gemm = [&](T* dw_s, const T* dy_b, const CMatR<T>& cols, T* colt, bool acc) {
     const std::ptrdiff_t depth = cols.cols();
-    detail::transpose_into(colt, cols.data(), g.k, depth, depth);
+    detail::transpose_into(colt, g.k, cols.data(), depth, g.k, depth);
     for_each_block<T>(s.c_out, g.k, depth, acc, [&](auto p0, auto p1, auto c0, auto c1, bool from_dst) {
       ordered_gemm(dw_s + c0, g.k, dy_b + p0, depth, colt + p0 * g.k + c0, g.k, s.c_out, c1 - c0, p1 - p0,
                    static_cast<const T*>(nullptr), from_dst);

@@ -1,7 +1,7 @@
 // What the AVX512_BF16 kernels (conv2d_bf16.cc, linear_bf16.cc) share: the target attribute their
 // functions carry, so that every AVX-512 build holds them and has_bf16_dot() chooses them at run time
-// (x86-64-v4 does not include AVX512_BF16), the sum of a register's lanes and a 16 x 16 transpose of
-// 32-bit entries (the AMX kernels' pair layouts). CRUMB_DPBF16 is 1 where they are built: builds for
+// (x86-64-v4 does not include AVX512_BF16), the sum of a register's lanes and the rounding of float32
+// lanes to bf16 (transpose.h has the 16 x 16 transpose the AMX kernels' pair layouts use). CRUMB_DPBF16 is 1 where they are built: builds for
 // AVX-512 only, so that the portable package's x86-64-v2 and -v3 kernel
 // libraries hold no instruction beyond their level (tests/python/test_install.py); the loader gives an
 // AVX-512 CPU the v4 library.
@@ -12,6 +12,8 @@
 
 #include <cstddef>
 #include <cstdint>
+
+#include "kernels/cpu/transpose.h"
 // GCC 12's AVX-512 intrinsics read _mm512_undefined_* values, which -Wuninitialized reports once they
 // are inlined into a function with a target attribute.
 #if !defined(__clang__)
@@ -44,32 +46,6 @@ CRUMB_TARGET_DPBF16 inline __m256i to_bf16_lanes(__m512 v) {
   return _mm512_cvtepi32_epi16(r);
 }
 
-// 16 rows of 16 32-bit entries (lds apart) into 16 columns (ldd apart).
-CRUMB_TARGET_DPBF16 inline void transpose16x16(const uint32_t* src, std::ptrdiff_t lds, uint32_t* dst,
-                                               std::ptrdiff_t ldd) {
-  __m512i r[16], t[16];
-  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(src + i * lds);
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-  for (int i = 0; i < 2; ++i)
-    for (int c = 0; c < 4; ++c) {
-      t[8 * i + c] = _mm512_shuffle_i32x4(r[8 * i + c], r[8 * i + 4 + c], 0x88);
-      t[8 * i + 4 + c] = _mm512_shuffle_i32x4(r[8 * i + c], r[8 * i + 4 + c], 0xdd);
-    }
-  for (int c = 0; c < 8; ++c) {
-    r[c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0x88);
-    r[8 + c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0xdd);
-  }
-  for (int i = 0; i < 16; ++i) _mm512_storeu_si512(dst + i * ldd, r[i]);
-}
 
 }  // namespace crumb::cpu::detail
 #endif

@@ -71,17 +71,14 @@ void paneled(T* dst, std::ptrdiff_t ldd, const T* lhs, std::ptrdiff_t rows, cons
 
 // dst[cols, ld] = src[n, cols]^T, columns n .. ld of each row zero.
 template <class T> void to_columns(T* dst, std::ptrdiff_t ld, const T* src, int n, int cols) {
-  detail::transpose_into(dst, src, n, cols, cols);  // packed [cols, n] first, then spread from the back
-  for (std::ptrdiff_t c = cols - 1; c >= 0; --c) {
-    std::copy_backward(dst + c * n, dst + (c + 1) * n, dst + c * ld + n);
-    std::fill(dst + c * ld + n, dst + (c + 1) * ld, T(0));
-  }
+  detail::transpose_into(dst, ld, src, cols, n, cols);
+  if (ld > n)
+    for (std::ptrdiff_t c = 0; c < cols; ++c) std::fill(dst + c * ld + n, dst + (c + 1) * ld, T(0));
 }
 
 // dst[n, cols] = the first n columns of src[cols, ld], transposed.
 template <class T> void from_columns(T* dst, const T* src, std::ptrdiff_t ld, int n, int cols) {
-  for (int i = 0; i < n; ++i)
-    for (std::ptrdiff_t c = 0; c < cols; ++c) dst[i * std::ptrdiff_t{cols} + c] = src[c * ld + i];
+  detail::transpose_into(dst, cols, src, ld, cols, n);
 }
 
 // f(rows [r0, r1), cols [c0, c1)) over blocks of a rows x cols output, split along the longer side.
@@ -131,7 +128,7 @@ void linear_forward(T* y, const T* x, const T* w, const T* b, int n, int in, int
   }
   const Panels p = Panels::of<T>(in, out);
   for (std::ptrdiff_t c = 0; c < out; c += p.width)  // panel [in, width] = w[c:c+width, :]^T
-    detail::transpose_into(workspace + c * in, w + c * in, p.width_at(c), in, in);
+    detail::transpose_into(workspace + c * in, p.width_at(c), w + c * in, in, p.width_at(c), in);
   split_output(n, out, 1.0 * n * in * out, [&](std::ptrdiff_t r0, std::ptrdiff_t r1, std::ptrdiff_t c0, std::ptrdiff_t c1) {
     // Seeding y with the bias starts every entry's fma sequence at it.
     if (b)

@@ -18,6 +18,7 @@
 #include <cstddef>
 
 #include "kernels/cpu/kernel_util.h"
+#include "kernels/cpu/transpose.h"
 
 namespace crumb::cpu::detail {
 
@@ -256,20 +257,6 @@ void ordered_gemm_tn(T* dst, std::ptrdiff_t ldd, const T* lhs_t, std::ptrdiff_t 
   const LhsCols cols{ldlt, kNoOffset};
   ordered_gemm(dst, ldd, lhs_t, 1, &cols, RhsRows<T>{rhs, ldr, kNoOffset, 1, static_cast<int>(k)}, m, n,
                static_cast<const T*>(nullptr), from_dst);
-}
-
-// dst[cols, rows] = src[rows, cols]^T (src's rows ld apart): ordered_gemm's right-hand operand wants its
-// columns contiguous. In square blocks, so that both sides stay within a few cache lines per block.
-template <class T> void transpose_into(T* dst, const T* src, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t ld) {
-  constexpr std::ptrdiff_t kBlock = 16;
-  for (std::ptrdiff_t r0 = 0; r0 < rows; r0 += kBlock) {
-    const std::ptrdiff_t r1 = r0 + kBlock < rows ? r0 + kBlock : rows;
-    for (std::ptrdiff_t c0 = 0; c0 < cols; c0 += kBlock) {
-      const std::ptrdiff_t c1 = c0 + kBlock < cols ? c0 + kBlock : cols;
-      for (std::ptrdiff_t c = c0; c < c1; ++c)
-        for (std::ptrdiff_t r = r0; r < r1; ++r) dst[c * rows + r] = src[r * ld + c];
-    }
-  }
 }
 
 }  // namespace crumb::cpu::detail
