@@ -3,8 +3,10 @@ bit); an exception raised in a callback (KeyboardInterrupt, BrokenPipeError, the
 the same way and reaches the caller as itself, never aborting the interpreter; a stop does not outlive its
 fit; a Trainer refuses a second call from another thread, and releases the GIL while it trains."""
 
+import json
 import os
 import pathlib
+import struct
 import subprocess
 import sys
 import textwrap
@@ -162,6 +164,29 @@ def test_ctrl_c_during_validation_raises_keyboard_interrupt(tmp_path):
     assert "KeyboardInterrupt at step 4" in r.stdout, r.stdout
     assert "trained on to step 8" in r.stdout  # a whole epoch: the Ctrl-C did not outlive its fit
     assert (tmp_path / "run.safetensors").exists()
+
+
+SIGTERM_MID_EPOCH = """
+def at_step(tr, s):
+    if s["step"] == 2:
+        os.kill(os.getpid(), signal.SIGTERM)
+try:
+    t.fit(x, y, epochs=3, callbacks=[crumb.LambdaCallback(on_step=at_step)])
+finally:
+    print("stopped at step", t._run.info()["steps"], flush=True)
+"""
+
+
+def test_sigterm_stops_saves_and_exits_143(tmp_path):
+    # timeout's or a batch system's SIGTERM (here during step 2's callback): the run stops after that step,
+    # save= holds it, and the program ends with 128 + 15 through SystemExit (finally blocks run), where the
+    # default action lost the steps since the last save.
+    r = run_script(tmp_path, SIGTERM_MID_EPOCH, capture_output=True, text=True)
+    assert r.returncode == 143, (r.returncode, r.stderr)
+    assert "stopped at step 2" in r.stdout, r.stdout
+    data = (tmp_path / "run.safetensors").read_bytes()
+    header = json.loads(data[8:8 + struct.unpack("<Q", data[:8])[0]])
+    assert header["__metadata__"]["optimizer_steps"] == "2"
 
 
 def test_a_closed_stderr_stops_the_run_with_broken_pipe(tmp_path):

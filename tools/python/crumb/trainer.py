@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import threading
 import warnings
 from collections import OrderedDict
 from typing import Literal, Sequence
@@ -296,8 +299,9 @@ class Trainer:
         accuracy, val_loss, val_accuracy, samples_per_s, seconds, micro_batch, arena_bytes, memory_bytes:
         the plan's total, max_rss_bytes: the process's peak resident memory, step); ``self.history`` holds
         every fit's. Ctrl-C (or an exception in a callback) stops after the optimizer step in progress, saves
-        with save=, and raises KeyboardInterrupt (the exception) with the weights intact; ``stop()`` from a
-        callback stops the same way and returns."""
+        with save=, and raises KeyboardInterrupt (the exception) with the weights intact; SIGTERM (timeout,
+        a batch system's end of job) the same, raising SystemExit(143) where the program left SIGTERM's
+        default action; ``stop()`` from a callback stops the same way and returns."""
         if y is None:
             if not _arrays.is_chunks(x):
                 raise Error("fit(x, y): y is missing (or give x as an iterable of (x, y) chunks)")
@@ -342,7 +346,8 @@ class Trainer:
             for c in callbacks:
                 getattr(c, "on_" + event)(self, logs)
 
-        self._run.fit(x, y, xv, yv, classes, epochs, events)
+        with _sigterm_stops():
+            self._run.fit(x, y, xv, yv, classes, epochs, events)
         return done
 
     def stop(self) -> None:
@@ -483,3 +488,23 @@ def _tensors(state, float_type=np.float32) -> list:
             raise Error(f"load_state_dict: {name!r} holds {a.dtype} values; weights and statistics are numbers")
         tensors.append((name, np.asarray(a, dtype=a.dtype.newbyteorder("="), order="C")))
     return tensors
+
+
+@contextlib.contextmanager
+def _sigterm_stops():
+    """During a fit, SIGTERM stops the run as Ctrl-C does (the step in progress ends, save= is written)
+    and then ends the program with SystemExit(128 + 15), where its default action would have killed the
+    process at once and lost the steps since the last save. Only where the program left that default
+    (its own handler is its own) and in the main thread, where Python runs signal handlers."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
