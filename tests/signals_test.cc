@@ -19,7 +19,7 @@ namespace {
 // signal would. Each trial is a child process (the handlers' state lasts a process) whose threads all
 // signal themselves at once; it must come back to report the stop.
 TEST(Signals, CopiesHandledTogetherOnThreadsAreOneStop) {
-  constexpr int kTrials = 300, kThreads = 4;
+  constexpr int kTrials = 100, kThreads = 4;
   int ended_by_signal = 0, other = 0;
   for (int trial = 0; trial < kTrials; ++trial) {
     const pid_t pid = fork();
@@ -50,6 +50,36 @@ TEST(Signals, CopiesHandledTogetherOnThreadsAreOneStop) {
   }
   EXPECT_EQ(ended_by_signal, 0) << "of " << kTrials << " trials, a copy of the signal ended the process";
   EXPECT_EQ(other, 0) << "of " << kTrials << " trials, the stop was not noted";
+}
+
+// Each run starts afresh (a second fit after a stopped one trains, and its first signal stops it rather than
+// ending the process), and outside a run a signal ends the process by that signal, as its default action
+// would, so that a shell sees a process killed by SIGINT.
+TEST(Signals, EachRunStartsAfreshAndOutsideOneTheSignalEndsTheProcess) {
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    catch_interrupts();
+    {
+      StopOnSignal first;
+      raise(SIGINT);
+      if (interrupted() != SIGINT) _exit(3);
+    }
+    if (interrupted() != 0) _exit(4);
+    {
+      StopOnSignal second;
+      if (interrupted() != 0) _exit(5);
+      raise(SIGTERM);  // the first of this run: noted, not the end
+      if (interrupted() != SIGTERM) _exit(6);
+    }
+    raise(SIGINT);
+    _exit(7);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_FALSE(WIFEXITED(status)) << "exit code " << WEXITSTATUS(status);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(WTERMSIG(status), SIGINT);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "engine/train/signals.h"
 
+#include <pthread.h>
+
 #include <atomic>
 #include <csignal>
 #include <cstdlib>
@@ -24,8 +26,13 @@ long now_seconds() {
 }
 
 [[noreturn]] void end_by(int sig) {
-  // Async-signal-safe: restore the default action and deliver the signal again.
+  // Async-signal-safe: restore the default action and deliver the signal again, unblocked (a handler runs
+  // with its signal blocked, which would leave it pending): the process ends by it, as a shell expects.
   std::signal(sig, SIG_DFL);
+  sigset_t only;
+  sigemptyset(&only);
+  sigaddset(&only, sig);
+  pthread_sigmask(SIG_UNBLOCK, &only, nullptr);
   std::raise(sig);
   std::_Exit(128 + sig);
 }
@@ -58,11 +65,16 @@ void catch_interrupts() {
 
 int interrupted() { return g_signal; }
 
-StopOnSignal::StopOnSignal() { g_stopping = true; }
+// Each run starts afresh: a stop noted by the last one was acted on, and a later signal outside a run
+// ends the process.
+StopOnSignal::StopOnSignal() {
+  g_signal = 0;
+  g_saved = false;
+  g_stopping = true;
+}
 StopOnSignal::~StopOnSignal() {
   g_stopping = false;
-  // A stop noted during the run has been acted on; a later signal ends the process.
-  if (g_signal) g_saved = true;
+  g_signal = 0;
 }
 void StopOnSignal::saved() { g_saved = true; }
 

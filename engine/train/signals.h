@@ -2,9 +2,10 @@
 // next safe point, the end of the optimizer step in progress, and saves --save before it exits: no work is
 // lost. Copies of it that arrive together (a terminal signals the whole process group, `timeout` and
 // mpirun forward the signal again) are the same request; a later signal forces the exit only once the
-// stop's save has finished, or kSignalGraceSeconds after the first (a step that will not end). Outside
-// training (planning, loading data, --explain, writing the summary) there is nothing to save, and the
-// first signal ends the process at once, as its default action would.
+// stop's save has finished, or kSignalGraceSeconds after the first (a step that will not end). A run
+// covers the save after a failure too. Outside training (planning, loading data, --explain, writing the
+// summary) there is nothing to save, and the first signal ends the process at once, by that signal, as
+// its default action would. Each run starts afresh.
 #pragma once
 
 namespace crumb {
@@ -18,6 +19,7 @@ int interrupted();
 
 // Training: from construction to destruction, a signal asks the run to stop (interrupted()) instead of
 // ending the process. Once the run has saved after a stop, saved() lets a further signal end it at once.
+// interrupted() is 0 again after it.
 class StopOnSignal {
  public:
   StopOnSignal();

@@ -416,9 +416,11 @@ FitResult Trainer::fit(const std::vector<Callback*>& given) {
   } clear_stop{stop_requested_};
   diverged_ = stepping_ = save_failed_ = false;
   // A failure mid-run (a data file cut short, out of memory, a callback's error) keeps the work done: the
-  // last good optimizer step is saved, as a stop saves it, and the error says so.
+  // last good optimizer step is saved, as a stop saves it, and the error says so. A signal during that
+  // save asks for a stop as one during training does, so the save is not cut short.
+  StopOnSignal stop_on_signal;
   try {
-    return fit_epochs(given);
+    return fit_epochs(given, stop_on_signal);
   } catch (const std::bad_alloc&) {
     throw Error("out of host memory (lower --batch, --micro-batch or --memory-budget)" + after_failure());
   } catch (const std::exception& e) {
@@ -428,10 +430,9 @@ FitResult Trainer::fit(const std::vector<Callback*>& given) {
   }
 }
 
-FitResult Trainer::fit_epochs(const std::vector<Callback*>& given) {
+FitResult Trainer::fit_epochs(const std::vector<Callback*>& given, StopOnSignal& stop_on_signal) {
   std::vector<Callback*> callbacks = given;
   if (log_) callbacks.push_back(log_.get());
-  StopOnSignal stop_on_signal;
   const bool saving = lead() && !cfg_.save.empty();
   FitResult result;
   const long long steps_before = opt_->steps(), micro_batches_before = micro_batches_;

@@ -61,6 +61,7 @@ enum class ChannelsLast : uint8_t { Auto, On, Off };
 OptimizerConfig default_optimizer(OptimizerKind kind);
 
 class RunLog;
+class StopOnSignal;
 
 // A run's whole description. Its options (engine/train/options.h) fill it: train's flags and the Python
 // module's keyword arguments; a C++ program sets its fields. The defaults are train's.
@@ -385,7 +386,7 @@ class Trainer {
   // prepare()'s part for cfg.resume: reads where the run stood, or starts the schedule's `run_steps` anew.
   void continue_run(long long run_steps);
   void check_finite(int epoch, int batch);
-  FitResult fit_epochs(const std::vector<Callback*>& callbacks);
+  FitResult fit_epochs(const std::vector<Callback*>& callbacks, StopOnSignal& stop_on_signal);
   // After an error escaped fit: saves the last good step where there is one and says what was saved.
   std::string after_failure();
   void make_loaders();
