@@ -487,9 +487,15 @@ FitResult Trainer::fit_epochs(const std::vector<Callback*>& given, StopOnSignal&
     e.train_loss = result.last_loss;
     e.train_accuracy = epoch_samples ? static_cast<double>(epoch_correct) / epoch_samples : 0.0;
     if (test_loader_) e.test = evaluate();
-    if (ranks() == 1 && interrupted()) {  // the evaluation stopped early; the epoch is saved
-      result.stopped = true;
-      break;
+    // A signal during the evaluation cut it short: its figures are not the test set's. The epoch is saved.
+    // One rank stops here; the lead of several (the only one that evaluates) reports no test figures and
+    // stops with the others after the next step, which every rank agrees on, or here after the last epoch.
+    if (interrupted()) {
+      if (ranks() == 1 || epoch + 1 == cfg_.epochs) {
+        result.stopped = true;
+        break;
+      }
+      e.test = Evaluation{};
     }
     result.test = e.test;
     e.seconds = seconds_since(t0);
@@ -504,7 +510,11 @@ FitResult Trainer::fit_epochs(const std::vector<Callback*>& given, StopOnSignal&
   }
   // No epoch to train (--epochs 0): evaluate the loaded weights, and save them where asked.
   if (lead() && cfg_.epochs <= start_epoch_ && test_loader_) {
-    result.test = evaluate();
+    const Evaluation e = evaluate();
+    if (interrupted())
+      result.stopped = true;  // cut short: no figures
+    else
+      result.test = e;
     if (saving) save_at(cfg_.epochs, 0);
   }
   // Under mpirun a rank may stop because another one was signalled: then it saw no signal itself.
