@@ -372,6 +372,8 @@ const std::vector<Pool2dShape>& pool_shapes() {
       pool_shape(2, 2, 7, 9, 2, 2, 2, 2, 0, 0),   // 2x2 / 2 dropping an odd last row and column
       pool_shape(2, 2, 5, 4, 2, 2, 1, 1, 1, 1),   // output larger than the input
       pool_shape(8, 16, 28, 28, 2, 2, 2, 2, 0, 0),  // big enough to split across threads
+      pool_shape(1, 2, 6, 70, 2, 2, 2, 2, 0, 0),    // 2x2 / 2 rows of 35: two whole vectors and a tail
+      pool_shape(1, 2, 4, 32, 2, 2, 2, 2, 0, 0),    // rows of exactly one vector
   };
   return shapes;
 }
