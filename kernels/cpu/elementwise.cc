@@ -31,10 +31,15 @@ template <class T> void relu_forward(T* y, const T* x, std::size_t count) {
   });
 }
 
+// dy is loaded whatever the mask: a load under the condition kept GCC from vectorising the loop, which ran
+// scalar with a branch per element that the mask's coin flips mispredicted (6% of mlp's step).
 template <class T> void relu_backward(T* dx, const T* dy, const T* y, std::size_t count, bool accumulate) {
   using A = Arith<T>;
   with_write_mode(accumulate, [=](auto acc) {
-    for_each_index(count, [=](std::ptrdiff_t i) { put(acc, dx[i], load(y[i]) > A(0) ? load(dy[i]) : A(0)); });
+    for_each_index(count, [=](std::ptrdiff_t i) {
+      const A g = load(dy[i]);
+      put(acc, dx[i], load(y[i]) > A(0) ? g : A(0));
+    });
   });
 }
 
@@ -77,8 +82,8 @@ void hardtanh_backward(T* dx, const T* dy, const T* y, std::size_t count, double
   const A l = load(store<T>(static_cast<A>(lo))), h = load(store<T>(static_cast<A>(hi)));
   with_write_mode(accumulate, [=](auto acc) {
     for_each_index(count, [=](std::ptrdiff_t i) {
-      const A v = load(y[i]);
-      put(acc, dx[i], v > l && v < h ? load(dy[i]) : A(0));
+      const A v = load(y[i]), g = load(dy[i]);
+      put(acc, dx[i], v > l && v < h ? g : A(0));
     });
   });
 }
