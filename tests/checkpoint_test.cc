@@ -292,6 +292,41 @@ TEST(Checkpoint, ASaveInterruptedBetweenItsFilesLeavesAPair) {
   remove_checkpoint(path);
 }
 
+// A pair of one step count from two saves (a run started afresh over an earlier run's file, killed between
+// its two files) is told apart by the save each file records: the model file loads with its own save's
+// optimizer file, never the other run's momentum.
+TEST(Checkpoint, APairIsOneSaveNotOneStepCount) {
+  const std::string path = temp_path("one_save");
+  Model a("lenet5", 1);
+  a.steps(2, 7);
+  save_checkpoint(path, a.params, a.opt.get(), "lenet5");
+  const std::string model_then = read_file(path), optimizer_then = read_file(optimizer_path(path));
+  Model fresh("lenet5", 4);
+  fresh.steps(2, 9);  // another run at the same step count
+  save_checkpoint(path, fresh.params, fresh.opt.get(), "lenet5");
+  EXPECT_NE(read_file(optimizer_path(path)), optimizer_then);
+  auto put = [](const std::string& to, const std::string& bytes) { std::ofstream(to, std::ios::binary) << bytes; };
+  // Killed after the new optimizer file was written, before the model file: the first run's model file
+  // beside the second run's optimizer file and the first run's as the previous one.
+  put(path, model_then);
+  put(previous_optimizer_path(path), optimizer_then);
+  Model b("lenet5", 2);
+  load_checkpoint(path, b.params, b.opt.get());
+  Model c("lenet5", 3);
+  put(optimizer_path(path), optimizer_then);
+  std::remove(previous_optimizer_path(path).c_str());
+  load_checkpoint(path, c.params, c.opt.get());
+  EXPECT_EQ(b.state_bytes(), c.state_bytes()) << "the model file took the other save's optimizer file";
+  // Without its own save's file, the other one is refused, not taken for it.
+  save_checkpoint(path, fresh.params, fresh.opt.get(), "lenet5");
+  const std::string other_optimizer = read_file(optimizer_path(path));
+  put(path, model_then);
+  put(optimizer_path(path), other_optimizer);
+  Model d("lenet5", 5);
+  expect_load_error(path, d, {optimizer_path(path), "does not belong to", "by another save"});
+  remove_checkpoint(path);
+}
+
 // A diverged model is never saved (and the files already there stay as they were), and a file holding
 // NaN or infinity is never loaded.
 TEST(Checkpoint, NonFiniteValuesAreNeitherSavedNorLoaded) {
@@ -419,7 +454,8 @@ TEST(Checkpoint, FileFollowsSafetensorsLayout) {
   EXPECT_EQ(header.find("optimizer.momentum"), std::string::npos);
   EXPECT_NE(split(optimizer_path(path)).header.find("\"optimizer.momentum.11.bias\":{\"dtype\":\"F32\",\"shape\":[10],"),
             std::string::npos);
-  EXPECT_NE(header.find("\"__metadata__\":{\"format\":\"crumb\",\"model\":\"lenet5\",\"optimizer\":\"sgd\",\"optimizer_steps\":\"2\"}"),
+  EXPECT_NE(header.find("\"__metadata__\":{\"format\":\"crumb\",\"model\":\"lenet5\",\"optimizer\":\"sgd\",\"optimizer_steps\":\"2\","
+                        "\"save_id\":\""),
             std::string::npos) << header;
 
   // Tensors packed in header order, no gaps, covering the data section exactly.

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <climits>
 #include <cmath>
@@ -135,6 +136,9 @@ void check_coverage(std::vector<const FileTensor*> ts, uint64_t data_size, const
   CRUMB_CHECK(covered == data_size, path, ": data section has ", data_size, " bytes but the tensors cover ", covered);
 }
 
+// The metadata entry naming the save that wrote a model file and its optimizer file.
+constexpr const char* kSaveIdKey = "save_id";
+
 struct Metadata {
   std::vector<std::pair<std::string, std::string>> all;  // every entry, in file order
   std::string model;
@@ -142,6 +146,10 @@ struct Metadata {
   // Files without an "optimizer" entry (written before AdamW, or by other writers) hold SGD state.
   OptimizerKind optimizer = OptimizerKind::Sgd;
   bool names_optimizer = false;  // "optimizer" or "optimizer_steps" present
+  // The save that wrote the file (save_id below), the same in a model file and its optimizer file: a pair
+  // of one step count can still come from two saves (a run started afresh over an earlier run's file).
+  // Empty in files written before it was recorded.
+  std::string save_id;
 };
 
 Metadata parse_metadata(const json::Value& meta, const std::string& path) {
@@ -168,6 +176,7 @@ Metadata parse_metadata(const json::Value& meta, const std::string& path) {
     m.steps = std::stoll(s);
     m.names_optimizer = true;
   }
+  if (const json::Value* id = meta.find(kSaveIdKey)) m.save_id = id->string;
   return m;
 }
 
@@ -291,14 +300,48 @@ bool has_optimizer_file(const std::string& path) {
 }
 
 namespace {
-// The step count an optimizer or model file records, -1 where it cannot be read (absent, damaged).
-long long recorded_steps(const std::string& path) {
-  if (!exists(path)) return -1;
+// What pairs a model file with an optimizer file: the step count and the save that each records; steps
+// -1 where the file cannot be read (absent, damaged).
+struct SaveMark {
+  long long steps = -1;
+  std::string save_id;
+  bool operator==(const SaveMark& o) const { return steps == o.steps && save_id == o.save_id; }
+  bool operator!=(const SaveMark& o) const { return !(*this == o); }
+};
+SaveMark mark_of(const Metadata& m) { return {m.steps, m.save_id}; }
+SaveMark recorded_mark(const std::string& path) {
+  if (!exists(path)) return {};
   try {
-    return read_tensor_file(path, false).meta.steps;
+    return mark_of(read_tensor_file(path, false).meta);
   } catch (const Error&) {
-    return -1;
+    return {};
   }
+}
+
+// What names a save: a digest of the tensors it writes, model and optimizer state, and its step count.
+// Two saves of one step count differ in it unless they wrote the same values (and pairing those is
+// right), and the same run saves the same bytes (checkpoints stay reproducible byte for byte).
+std::string save_id(const std::vector<Chunk>& model, const std::vector<Chunk>& state, long long steps) {
+  uint64_t h = 0x9e3779b97f4a7c15ULL ^ static_cast<uint64_t>(steps);
+  auto mix = [&h](uint64_t v) {
+    h = (h ^ v) * 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 31;
+  };
+  for (const std::vector<Chunk>* part : {&model, &state})
+    for (const Chunk& c : *part) {
+      std::size_t i = 0;
+      for (; i + 8 <= c.bytes; i += 8) {
+        uint64_t v;
+        std::memcpy(&v, c.data + i, 8);
+        mix(v);
+      }
+      uint64_t tail = 0;
+      if (c.bytes > i) std::memcpy(&tail, c.data + i, c.bytes - i);
+      mix(tail ^ (static_cast<uint64_t>(c.bytes) << 56));
+    }
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
+  return text;
 }
 }  // namespace
 
@@ -341,24 +384,26 @@ void save_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt
                       value_bytes(g, v)});
   // Before either file is touched: a diverged model must not replace its optimizer's file either.
   for (const Chunk& c : chunks) check_finite(c, path);
-  std::vector<std::pair<std::string, std::string>> meta{{"format", "crumb"}, {"model", model_name}};
-  if (opt) {
-    meta.push_back({"optimizer", optimizer_name(opt->kind())});
-    meta.push_back({"optimizer_steps", std::to_string(opt->steps())});
-  }
-  meta.insert(meta.end(), run.begin(), run.end());
-  if (opt) {
-    std::vector<Chunk> state;
+  std::vector<Chunk> state;
+  if (opt)
     for (const StateBlock& s : opt->state())
       for (ValueId p : params.params())
         state.push_back({kStatePrefix + s.name + "." + g.value(p).name, params.dtype(), &g.value(p).dims,
                          reinterpret_cast<const char*>(s.host()) + params.byte_offset(p), param_bytes(params, p)});
+  std::vector<std::pair<std::string, std::string>> meta{{"format", "crumb"}, {"model", model_name}};
+  if (opt) {
+    meta.push_back({"optimizer", optimizer_name(opt->kind())});
+    meta.push_back({"optimizer_steps", std::to_string(opt->steps())});
+    meta.push_back({kSaveIdKey, save_id(chunks, state, opt->steps())});
+  }
+  meta.insert(meta.end(), run.begin(), run.end());
+  if (opt) {
     for (const Chunk& c : state) check_finite(c, optimizer_path(path));
     // Two files cannot be replaced at once. The optimizer file that pairs with the model file on disk is
     // kept as <file>.optimizer.prev until the new pair is complete, so a crash or SIGKILL at any point
-    // leaves a model file and an optimizer file of the same step count (loading takes whichever pairs).
-    const long long on_disk = recorded_steps(path);
-    if (on_disk >= 0 && recorded_steps(optimizer_path(path)) == on_disk)
+    // leaves a model file and an optimizer file of one save (loading takes whichever pairs).
+    const SaveMark on_disk = recorded_mark(path);
+    if (on_disk.steps >= 0 && recorded_mark(optimizer_path(path)) == on_disk)
       CRUMB_CHECK(::rename(optimizer_path(path).c_str(), previous_optimizer_path(path).c_str()) == 0, "cannot keep ",
                   optimizer_path(path), " as ", previous_optimizer_path(path), ": ", std::strerror(errno));
     write_tensor_file(optimizer_path(path), state, meta);
@@ -412,15 +457,17 @@ void load_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt
   TensorFile optimizer;
   const bool sidecar = opt && has_optimizer_file(path);
   if (sidecar) {
-    // The optimizer file of the model's step count: <file>.optimizer, or the previous one a save was
-    // interrupted before replacing (save_checkpoint).
-    const bool current = recorded_steps(optimizer_path(path)) == model.meta.steps ||
-                         recorded_steps(previous_optimizer_path(path)) != model.meta.steps;
+    // The optimizer file of the model's save: <file>.optimizer, or the previous one a save was interrupted
+    // before replacing (save_checkpoint).
+    const SaveMark wanted = mark_of(model.meta);
+    const bool current =
+        recorded_mark(optimizer_path(path)) == wanted || recorded_mark(previous_optimizer_path(path)) != wanted;
     optimizer = read_tensor_file(current ? optimizer_path(path) : previous_optimizer_path(path));
-    CRUMB_CHECK(optimizer.meta.names_optimizer && model.meta.names_optimizer &&
-                    optimizer.meta.steps == model.meta.steps && optimizer.meta.optimizer == model.meta.optimizer,
+    CRUMB_CHECK(optimizer.meta.names_optimizer && model.meta.names_optimizer && mark_of(optimizer.meta) == wanted &&
+                    optimizer.meta.optimizer == model.meta.optimizer,
                 optimizer.path, " does not belong to ", path, ": it holds ", optimizer_name(optimizer.meta.optimizer),
                 " state after ", optimizer.meta.steps, " steps, the model file was saved after ", model.meta.steps,
+                optimizer.meta.steps == model.meta.steps ? " by another save" : "",
                 " (a save was interrupted: --resume with --fresh-optimizer starts the optimizer afresh)");
     for (const FileTensor& t : optimizer.tensors)
       CRUMB_CHECK(t.name.compare(0, kStatePrefix.size(), kStatePrefix) == 0, optimizer.path, ": tensor '", t.name,
