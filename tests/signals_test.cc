@@ -82,5 +82,37 @@ TEST(Signals, EachRunStartsAfreshAndOutsideOneTheSignalEndsTheProcess) {
   EXPECT_EQ(WTERMSIG(status), SIGINT);
 }
 
+// A host that keeps SIGINT (Python) has SIGTERM caught for one run only: a stop during it, the default
+// action after it; a handler of the host's own is left alone.
+TEST(Signals, CatchTerminateHoldsForOneRun) {
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    {
+      CatchTerminate term;
+      StopOnSignal run;
+      raise(SIGTERM);
+      if (interrupted() != SIGTERM) _exit(3);
+    }
+    struct sigaction own {};
+    own.sa_handler = SIG_IGN;
+    sigaction(SIGTERM, &own, nullptr);
+    {
+      CatchTerminate term;
+      StopOnSignal run;
+      raise(SIGTERM);  // the host's own action (ignore) stays
+      if (interrupted() != 0) _exit(4);
+    }
+    own.sa_handler = SIG_DFL;
+    sigaction(SIGTERM, &own, nullptr);
+    raise(SIGTERM);
+    _exit(5);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_FALSE(WIFEXITED(status)) << "exit code " << WEXITSTATUS(status);
+  EXPECT_EQ(WTERMSIG(status), SIGTERM);
+}
+
 }  // namespace
 }  // namespace crumb

@@ -65,6 +65,16 @@ void catch_interrupts() {
 
 int interrupted() { return g_signal; }
 
+CatchTerminate::CatchTerminate() {
+  if (sigaction(SIGTERM, nullptr, &previous_) != 0) return;
+  if ((previous_.sa_flags & SA_SIGINFO) || previous_.sa_handler != SIG_DFL) return;
+  install(SIGTERM);
+  installed_ = true;
+}
+CatchTerminate::~CatchTerminate() {
+  if (installed_) sigaction(SIGTERM, &previous_, nullptr);
+}
+
 // Each run starts afresh: a stop noted by the last one was acted on, and a later signal outside a run
 // ends the process.
 StopOnSignal::StopOnSignal() {

@@ -7,6 +7,7 @@
 // summary) there is nothing to save, and the first signal ends the process at once, by that signal, as
 // its default action would. Each run starts afresh.
 #pragma once
+#include <csignal>
 
 namespace crumb {
 
@@ -16,6 +17,21 @@ inline constexpr double kSignalGraceSeconds = 10;
 void catch_interrupts();
 // The signal a training run was asked to stop by, or 0.
 int interrupted();
+
+// For the lifetime of one run in a host that keeps SIGINT for itself (Python's KeyboardInterrupt): SIGTERM,
+// where its action is still the default, is caught as catch_interrupts catches it (a stop, and a later
+// one ends the process as above); its previous action is back afterwards.
+class CatchTerminate {
+ public:
+  CatchTerminate();
+  ~CatchTerminate();
+  CatchTerminate(const CatchTerminate&) = delete;
+  CatchTerminate& operator=(const CatchTerminate&) = delete;
+
+ private:
+  bool installed_ = false;
+  struct sigaction previous_ {};
+};
 
 // Training: from construction to destruction, a signal asks the run to stop (interrupted()) instead of
 // ending the process. Once the run has saved after a stop, saved() lets a further signal end it at once.

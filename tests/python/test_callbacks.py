@@ -6,6 +6,7 @@ fit; a Trainer refuses a second call from another thread, and releases the GIL w
 import json
 import os
 import pathlib
+import signal
 import struct
 import subprocess
 import sys
@@ -178,15 +179,42 @@ finally:
 
 
 def test_sigterm_stops_saves_and_exits_143(tmp_path):
-    # timeout's or a batch system's SIGTERM (here during step 2's callback): the run stops after that step,
-    # save= holds it, and the program ends with 128 + 15 through SystemExit (finally blocks run), where the
-    # default action lost the steps since the last save.
+    # timeout's or a batch system's SIGTERM (here during step 2's callback, so the engine sees it at the
+    # next step): the run stops after step 3, save= holds it, and the program ends with 128 + 15 through
+    # SystemExit (finally blocks run), where the default action lost the steps since the last save.
     r = run_script(tmp_path, SIGTERM_MID_EPOCH, capture_output=True, text=True)
     assert r.returncode == 143, (r.returncode, r.stderr)
-    assert "stopped at step 2" in r.stdout, r.stdout
+    assert "stopped at step 3" in r.stdout, r.stdout
     data = (tmp_path / "run.safetensors").read_bytes()
     header = json.loads(data[8:8 + struct.unpack("<Q", data[:8])[0]])
-    assert header["__metadata__"]["optimizer_steps"] == "2"
+    assert header["__metadata__"]["optimizer_steps"] == "3"
+
+
+SIGTERM_FROM_OUTSIDE = """
+t.fit(x, y, epochs=1)
+print("first fit done", flush=True)
+threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGTERM)).start()
+try:
+    t.fit(x, y, epochs=400)
+finally:
+    print("stopped at step", t._run.info()["steps"], flush=True)
+"""
+
+
+def test_sigterm_while_the_engine_runs_stops_it_and_the_default_returns_after(tmp_path):
+    # SIGTERM while no Python code runs (the steps themselves): the engine's handler, installed for the fit
+    # only, notes it and the run stops after the step in progress; a fit that ended normally left
+    # SIGTERM's default behind (the first fit here; the last line's kill ends the process at once).
+    r = run_script(tmp_path, SIGTERM_FROM_OUTSIDE, capture_output=True, text=True)
+    assert r.returncode == 143, (r.returncode, r.stderr)
+    stopped = int(r.stdout.split("stopped at step")[1].split()[0])
+    assert 4 < stopped < 4 + 400 * 4, r.stdout
+    data = (tmp_path / "run.safetensors").read_bytes()
+    header = json.loads(data[8:8 + struct.unpack("<Q", data[:8])[0]])
+    assert header["__metadata__"]["optimizer_steps"] == str(stopped)
+    after = run_script(tmp_path, "t.fit(x, y, epochs=1)\nos.kill(os.getpid(), signal.SIGTERM)\nprint('alive')",
+                       capture_output=True, text=True)
+    assert after.returncode == -signal.SIGTERM and "alive" not in after.stdout, (after.returncode, after.stdout)
 
 
 def test_a_closed_stderr_stops_the_run_with_broken_pipe(tmp_path):

@@ -10,6 +10,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -25,6 +26,7 @@
 #include "engine/data/statistics.h"
 #include "engine/io/checkpoint.h"
 #include "engine/strategy/memory_report.h"
+#include "engine/train/signals.h"
 #include "engine/train/trainer.h"
 #include "tools/python/layers.h"
 #include "tools/train/figures.h"
@@ -314,11 +316,20 @@ class Run {
       trainer_->train_more(split, epochs);
     norm_settled_ = true;
     PythonEvents callbacks(*this, std::move(events));
+    FitResult r;
     {
+      // SIGTERM (timeout, a batch system's end of job) stops the run as Ctrl-C does, where the program
+      // left its default action, which ended the process at once and lost the steps since the last save.
+      CatchTerminate term;
       nb::gil_scoped_release release;
-      trainer_->fit({&callbacks});
+      r = trainer_->fit({&callbacks});
     }
     if (callbacks.pending) throw std::move(*callbacks.pending);
+    // The program ends as a terminated one does, through its finally blocks: SystemExit(128 + 15).
+    if (r.stopped && r.signal == SIGTERM) {
+      PyErr_SetObject(PyExc_SystemExit, nb::int_(128 + SIGTERM).ptr());
+      throw nb::python_error();
+    }
   }
 
   nb::dict evaluate(const Images& x, const Labels& y, int classes) {

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import threading
 import warnings
 from collections import OrderedDict
 from typing import Literal, Sequence
@@ -301,7 +298,8 @@ class Trainer:
         every fit's. Ctrl-C (or an exception in a callback) stops after the optimizer step in progress, saves
         with save=, and raises KeyboardInterrupt (the exception) with the weights intact; SIGTERM (timeout,
         a batch system's end of job) the same, raising SystemExit(143) where the program left SIGTERM's
-        default action; ``stop()`` from a callback stops the same way and returns."""
+        default action (the engine catches it during the fit; a second one 10 s on ends the process);
+        ``stop()`` from a callback stops the same way and returns."""
         if y is None:
             if not _arrays.is_chunks(x):
                 raise Error("fit(x, y): y is missing (or give x as an iterable of (x, y) chunks)")
@@ -346,8 +344,7 @@ class Trainer:
             for c in callbacks:
                 getattr(c, "on_" + event)(self, logs)
 
-        with _sigterm_stops():
-            self._run.fit(x, y, xv, yv, classes, epochs, events)
+        self._run.fit(x, y, xv, yv, classes, epochs, events)
         return done
 
     def stop(self) -> None:
@@ -488,23 +485,3 @@ def _tensors(state, float_type=np.float32) -> list:
             raise Error(f"load_state_dict: {name!r} holds {a.dtype} values; weights and statistics are numbers")
         tensors.append((name, np.asarray(a, dtype=a.dtype.newbyteorder("="), order="C")))
     return tensors
-
-
-@contextlib.contextmanager
-def _sigterm_stops():
-    """During a fit, SIGTERM stops the run as Ctrl-C does (the step in progress ends, save= is written)
-    and then ends the program with SystemExit(128 + 15), where its default action would have killed the
-    process at once and lost the steps since the last save. Only where the program left that default
-    (its own handler is its own) and in the main thread, where Python runs signal handlers."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
-        yield
-        return
-
-    def stop(signum, frame):
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
