@@ -77,8 +77,13 @@ void Progress::end_bar() {
 
 void Progress::on_epoch_end(Trainer&, const EpochInfo& e) {
   end_bar();
-  std::fprintf(stderr, "epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.4f, %.0f samples/s\n",
-               e.epoch + 1, epochs_, e.train_loss, e.test.loss, e.test.accuracy, e.samples_per_s);
+  // No evaluation (no test data, or one a signal cut short): no test figures rather than zeros.
+  if (e.test.samples > 0)
+    std::fprintf(stderr, "epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.4f, %.0f samples/s\n",
+                 e.epoch + 1, epochs_, e.train_loss, e.test.loss, e.test.accuracy, e.samples_per_s);
+  else
+    std::fprintf(stderr, "epoch %d/%d: train loss %.4f, %.0f samples/s\n", e.epoch + 1, epochs_, e.train_loss,
+                 e.samples_per_s);
 }
 
 void Progress::on_fit_end(Trainer& t, bool, int) {

@@ -68,14 +68,11 @@ void RunLog::on_step(Trainer& t, const StepInfo& s) {
 }
 
 void RunLog::on_epoch_end(Trainer&, const EpochInfo& e) {
-  write(json::ObjectWriter()
-            .string("event", "epoch")
-            .integer("epoch", e.epoch + 1)
-            .number("train_loss", e.train_loss)
-            .number("test_loss", e.test.loss)
-            .number("test_accuracy", e.test.accuracy)
-            .number("seconds", e.seconds)
-            .str());
+  json::ObjectWriter w;
+  w.string("event", "epoch").integer("epoch", e.epoch + 1).number("train_loss", e.train_loss);
+  // No evaluation (no test data, or one a signal cut short): no test figures rather than zeros.
+  if (e.test.samples > 0) w.number("test_loss", e.test.loss).number("test_accuracy", e.test.accuracy);
+  write(w.number("seconds", e.seconds).str());
 }
 
 }  // namespace crumb
