@@ -85,7 +85,7 @@ std::string to_json(const RunSummary& s) {
       .string("precision", s.precision);
   if (!s.cpu_kernels.empty()) w.string("cpu_kernels", s.cpu_kernels);
   if (!s.cpu_bf16.empty()) w.string("cpu_bf16", s.cpu_bf16);
-  w      .boolean("tf32", s.tf32)
+  w.boolean("tf32", s.tf32)
       .boolean("cuda_graphs", s.cuda_graphs)
       .boolean("deterministic", s.deterministic)
       .string("optimizer", s.optimizer)
