@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "engine/io/checkpoint.h"
 #include "engine/train/trainer.h"
 #include "tests/alloc_counter.h"
 #include "tests/npy_files.h"
@@ -385,6 +386,36 @@ TEST(Trainer, DataParallelRanksTrainTheWeightsOfOne) {
   EXPECT_LE(test::relative_error(w2, w1), 1e-5);
   EXPECT_GT(results[0].test.accuracy, 0.0);
   EXPECT_EQ(results[1].test.accuracy, 0.0);  // rank 1 does not evaluate
+}
+
+// The other ranks leave a run only once the lead has saved its last step, whether the run ends or stops:
+// a rank gone sooner could be ended by a forwarded copy of the stop's signal, and mpirun would then end the
+// lead mid-save.
+TEST(Trainer, RanksLeaveTheRunOnlyOnceTheLeadHasSaved) {
+  for (const int stop_after : {0, 3}) {
+    SCOPED_TRACE(stop_after ? "stopped" : "at its end");
+    TrainConfig c = small_run();
+    c.save = temp_path("ranks_leave.safetensors");
+    std::filesystem::remove(c.save);
+    ThreadGroup group(2);
+    std::vector<std::thread> threads;
+    long long steps[2] = {0, 0};
+    std::string on_disk;
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        Trainer t(c, synthetic_data(c), std::make_shared<ThreadCommunicator>(group, r));
+        Counter stop(stop_after);
+        steps[r] = t.fit({&stop}).steps;
+        if (r == 1 && std::filesystem::exists(c.save))
+          for (const auto& [key, value] : checkpoint_metadata(c.save))
+            if (key == "optimizer_steps") on_disk = value;
+      });
+    for (std::thread& t : threads) t.join();
+    EXPECT_EQ(steps[0], steps[1]);
+    EXPECT_EQ(on_disk, std::to_string(steps[0])) << "rank 1 left before the lead's last save was on disk";
+    std::filesystem::remove(c.save);
+    std::filesystem::remove(optimizer_path(c.save));
+  }
 }
 
 // Ranks started with different settings (here the learning rate, then the model) stop before training, each

@@ -54,14 +54,19 @@ std::string rank_digest(const TrainConfig& c, const Graph& g, const data::Datase
   return d;
 }
 
-// Sums the ranks' shares of a batch's loss and accuracy, and whether any rank was asked to stop, so that
-// all ranks stop after the same step.
-bool sum_over_ranks(Communicator& comm, BatchResult& r, bool stop) {
-  double totals[3] = {r.loss_sum, static_cast<double>(r.correct), stop ? 1.0 : 0.0};
-  comm.sum_host(totals, 3);
+struct RankAgreement {
+  bool stop;  // some rank was asked to stop: all of them stop after this step
+  bool end;   // the run ends after this step on every rank, stopped or at its last batch
+};
+
+// Sums the ranks' shares of a batch's loss and accuracy, whether any rank was asked to stop, and how many
+// train no further step.
+RankAgreement sum_over_ranks(Communicator& comm, BatchResult& r, bool stop, bool last) {
+  double totals[4] = {r.loss_sum, static_cast<double>(r.correct), stop ? 1.0 : 0.0, last ? 1.0 : 0.0};
+  comm.sum_host(totals, 4);
   r.loss_sum = totals[0];
   r.correct = static_cast<int64_t>(totals[1]);
-  return totals[2] > 0;
+  return {totals[2] > 0, totals[2] > 0 || totals[3] == comm.size()};
 }
 
 // count float32 or float64 values of src into dst from element `at` on, as float32 or float64.
@@ -286,7 +291,14 @@ bool Trainer::train_batch(StepInfo& info) {
   batch_seconds_ += seconds_since(start);
   micro_batches_ += r.micro_batches;
   const bool stop = interrupted() != 0 || stop_requested_;
-  stop_requested_ = comm_ ? sum_over_ranks(*comm_, r, stop) : stop;
+  if (comm_) {
+    const RankAgreement agreed =
+        sum_over_ranks(*comm_, r, stop, epoch_ + 1 >= cfg_.epochs && b.index + 1 == batches_per_epoch());
+    stop_requested_ = agreed.stop;
+    ranks_end_together_ = agreed.end;
+  } else {
+    stop_requested_ = stop;
+  }
   stop_agreed_ = stop_requested_;
   diverged_ = !std::isfinite(r.loss_sum);
   if (diverged_)
@@ -414,7 +426,7 @@ FitResult Trainer::fit(const std::vector<Callback*>& given) {
     std::atomic<bool>& requested;
     ~ClearStop() { requested = false; }
   } clear_stop{stop_requested_};
-  diverged_ = stepping_ = save_failed_ = false;
+  diverged_ = stepping_ = save_failed_ = ranks_end_together_ = false;
   // A failure mid-run (a data file cut short, out of memory, a callback's error) keeps the work done: the
   // last good optimizer step is saved, as a stop saves it, and the error says so. A signal during that
   // save asks for a stop as one during training does, so the save is not cut short.
@@ -428,6 +440,17 @@ FitResult Trainer::fit(const std::vector<Callback*>& given) {
     if (note.empty()) throw;
     throw Error(e.what() + note);
   }
+}
+
+// A rank that left the run while the lead still saved could be ended by a copy of the stop's signal
+// (mpirun forwards it), and mpirun would then end the lead mid-save. Every rank, the lead once it has saved,
+// meets in one more sum where they all know that the run ends after the same step (a rank that trains
+// fewer epochs than the others leaves at once, and the others' next sum times out as before).
+void Trainer::wait_for_last_save() {
+  if (!ranks_end_together_) return;
+  ranks_end_together_ = false;
+  double none = 0;
+  comm_->sum_host(&none, 1);
 }
 
 FitResult Trainer::fit_epochs(const std::vector<Callback*>& given, StopOnSignal& stop_on_signal) {
@@ -464,6 +487,7 @@ FitResult Trainer::fit_epochs(const std::vector<Callback*>& given, StopOnSignal&
         if (stop) stop_on_signal.saved();
       }
       if (stop) {
+        wait_for_last_save();
         result.stopped = true;
         break;
       }
@@ -477,6 +501,7 @@ FitResult Trainer::fit_epochs(const std::vector<Callback*>& given, StopOnSignal&
     epochs_done_ = epoch + 1;
     // Before the evaluation, which a signal may cut short.
     if (saving) save_at(epoch + 1, 0);
+    if (epoch + 1 == cfg_.epochs) wait_for_last_save();
     result.train_seconds += seconds_since(t0);
     result.samples += epoch_samples;
     // An epoch resumed at its end trains no batch: its loss is not a number, not 0/0.

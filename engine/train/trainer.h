@@ -387,6 +387,7 @@ class Trainer {
   void continue_run(long long run_steps);
   void check_finite(int epoch, int batch);
   FitResult fit_epochs(const std::vector<Callback*>& callbacks, StopOnSignal& stop_on_signal);
+  void wait_for_last_save();
   // After an error escaped fit: saves the last good step where there is one and says what was saved.
   std::string after_failure();
   void make_loaders();
@@ -427,6 +428,7 @@ class Trainer {
   bool save_failed_ = false;  // a save failed (its error says where the weights went)
   std::atomic<bool> stop_requested_{false};  // request_stop() may come from another thread
   bool stop_agreed_ = false;  // the last step's stop decision, the same on every rank
+  bool ranks_end_together_ = false;  // every rank knows the run ends after the last step
   std::function<void(ParamStore&)> initial_state_;
   BatchHooks hooks_;
   bool named_model_ = false;  // the model is cfg.model from the registry (not a network, a graph nor a plan)
