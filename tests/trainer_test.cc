@@ -152,6 +152,59 @@ TEST(Trainer, ResumeIsExact) {
   std::filesystem::remove(optimizer_path(path));
 }
 
+// Each line of a run log, as (event, step or epoch, batch): what a resumed run's log must repeat.
+std::vector<std::string> log_positions(const std::string& path) {
+  std::ifstream f(path);
+  std::vector<std::string> out;
+  for (std::string line; std::getline(f, line);) {
+    const std::size_t numbers = line.find(",\"loss\"") != std::string::npos ? line.find(",\"loss\"")
+                                                                             : line.find(",\"train_loss\"");
+    out.push_back(line.substr(0, numbers));
+  }
+  return out;
+}
+
+// A run killed after its last save had logged steps it never saved: resumed, it trains them again, and its
+// log holds each step and epoch once, as the uninterrupted run's does (a last line cut short goes too).
+TEST(Trainer, AResumedRunsLogHoldsEachStepOnce) {
+  TrainConfig c = small_run();  // 6 batches per epoch, 2 epochs
+  c.log = temp_path("whole.jsonl");
+  Trainer(c, synthetic_data(c)).fit();
+  const std::vector<std::string> whole = log_positions(c.log);
+  ASSERT_EQ(whole.size(), 14u);
+
+  TrainConfig killed = c;
+  killed.log = temp_path("resumed.jsonl");
+  killed.save = temp_path("killed.safetensors");
+  killed.save_every = 4;
+  const std::string at_4 = temp_path("step4.safetensors");
+  // At step 6 the last save is step 4's: kept aside as the checkpoint the kill leaves; the run goes on to
+  // log step 8 (and epoch 1's line) before it stops.
+  struct KeepAndStop : Callback {
+    std::string from, to;
+    void on_step(Trainer& t, const StepInfo& s) override {
+      if (s.step == 6)
+        for (const auto& [a, b] : {std::pair{from, to}, std::pair{optimizer_path(from), optimizer_path(to)}})
+          std::filesystem::copy_file(a, b, std::filesystem::copy_options::overwrite_existing);
+      if (s.step == 8) t.request_stop();
+    }
+  } keep;
+  keep.from = killed.save;
+  keep.to = at_4;
+  std::filesystem::remove(killed.log);
+  Trainer(killed, synthetic_data(killed)).fit({&keep});
+  std::ofstream(killed.log, std::ios::app) << "{\"event\":\"step\",\"step\":9,\"ep";  // a write cut short
+  ASSERT_EQ(log_positions(killed.log).size(), 10u);
+
+  TrainConfig resumed = c;
+  resumed.log = killed.log;
+  resumed.resume = at_4;
+  Trainer(resumed, synthetic_data(resumed)).fit();
+  EXPECT_EQ(log_positions(resumed.log), whole);
+  for (const std::string& p : {c.log, killed.log, killed.save, optimizer_path(killed.save), at_4, optimizer_path(at_4)})
+    std::filesystem::remove(p);
+}
+
 // After the first, a Trainer's steps allocate nothing: loader, scheduler, optimizer and the step's bookkeeping
 // (ragged micro-batches and a short last batch included).
 TEST(Trainer, StepsDoNotAllocate) {

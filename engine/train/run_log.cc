@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "engine/base/error.h"
@@ -14,17 +15,59 @@
 namespace crumb {
 
 RunLog::RunLog(const std::string& path, bool append) : path_(path) {
+  open(O_WRONLY | (append ? O_APPEND : O_TRUNC));
+}
+
+RunLog::RunLog(const std::string& path, int resume_epoch, int resume_batch) : path_(path) {
+  open(O_RDWR | O_APPEND);
+  drop_from(resume_epoch, resume_batch);
+}
+
+void RunLog::open(int flags) {
   // Never through a link; O_NONBLOCK: a FIFO without a reader fails at once instead of blocking the run
   // (and one with a reader is refused below).
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC) | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
-               0644);
-  CRUMB_CHECK(fd_ >= 0, "--log: cannot write ", path, ": ",
+  fd_ = ::open(path_.c_str(), flags | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+  CRUMB_CHECK(fd_ >= 0, "--log: cannot write ", path_, ": ",
               errno == ELOOP ? "it is a symbolic link (name the file itself)" : std::strerror(errno));
   struct stat st;
   if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd_);
-    CRUMB_FAIL("--log: cannot write ", path, ": not a regular file (a FIFO, socket or device)");
+    CRUMB_FAIL("--log: cannot write ", path_, ": not a regular file (a FIFO, socket or device)");
   }
+}
+
+namespace {
+// The integer after "key": in a line this log wrote, or -1.
+long long member(const std::string& line, const char* key) {
+  const std::size_t at = line.find(key);
+  if (at == std::string::npos) return -1;
+  return std::strtoll(line.c_str() + at + std::strlen(key), nullptr, 10);
+}
+}  // namespace
+
+void RunLog::drop_from(int epoch, int batch) {
+  std::string text;
+  char buf[1 << 16];
+  for (off_t at = 0;;) {
+    const ssize_t n = ::pread(fd_, buf, sizeof buf, at);
+    if (n < 0 && errno == EINTR) continue;
+    CRUMB_CHECK(n >= 0, "--log: cannot read ", path_, " to continue it: ", std::strerror(errno));
+    if (n == 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+    at += n;
+  }
+  std::size_t keep = 0;  // bytes: the whole lines before the first one to drop
+  for (std::size_t start = 0, end; (end = text.find('\n', start)) != std::string::npos; start = end + 1) {
+    const std::string line = text.substr(start, end - start);
+    // 1-based in the log. Lines of other kinds, or not this log's, stay.
+    const long long e = member(line, "\"epoch\":") - 1, b = member(line, "\"batch\":") - 1;
+    const bool step = line.rfind("{\"event\":\"step\",", 0) == 0, done = line.rfind("{\"event\":\"epoch\",", 0) == 0;
+    if ((step && (e > epoch || (e == epoch && b >= batch))) || (done && e >= epoch)) break;
+    keep = end + 1;
+  }
+  if (keep < text.size())
+    CRUMB_CHECK(::ftruncate(fd_, static_cast<off_t>(keep)) == 0, "--log: cannot cut ", path_,
+                " back to the resumed step: ", std::strerror(errno));
 }
 
 RunLog::~RunLog() {

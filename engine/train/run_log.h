@@ -16,9 +16,13 @@ namespace crumb {
 
 class RunLog : public Callback {
  public:
-  // Creates path, or truncates it (append: adds to it, as a resumed run does, whose steps continue the
-  // log's); an unwritable path, a symbolic link or anything but a regular file is an error naming it.
+  // Creates path, or truncates it (append: adds to it); an unwritable path, a symbolic link or anything but
+  // a regular file is an error naming it.
   explicit RunLog(const std::string& path, bool append = false);
+  // A run resumed at (epoch, batch), 0-based, the next batch it trains: its steps continue the log's. The
+  // lines from that batch on go first (those a killed run logged after its last save, which this run trains
+  // again), with a last line cut short.
+  RunLog(const std::string& path, int resume_epoch, int resume_batch);
   ~RunLog() override;
   RunLog(const RunLog&) = delete;
   RunLog& operator=(const RunLog&) = delete;
@@ -27,6 +31,8 @@ class RunLog : public Callback {
   void on_epoch_end(Trainer& t, const EpochInfo& e) override;
 
  private:
+  void open(int flags);
+  void drop_from(int epoch, int batch);
   void write(std::string line);
   std::string path_;
   int fd_ = -1;  // -1 once a write failed

@@ -176,7 +176,9 @@ void Trainer::prepare() {
   if (comm_) broadcast_weights(*comm_, *params_);
   if (lead() && !cfg_.save.empty()) check_checkpoint_path(cfg_.save);
   // Opened before training, so a bad path fails at once rather than after the first epoch.
-  if (lead() && !cfg_.log.empty()) log_ = std::make_unique<RunLog>(cfg_.log, cfg_.log_append || !cfg_.resume.empty());
+  if (lead() && !cfg_.log.empty())
+    log_ = cfg_.resume.empty() ? std::make_unique<RunLog>(cfg_.log, cfg_.log_append)
+                               : std::make_unique<RunLog>(cfg_.log, start_epoch_, start_batch_);
   arena_ = std::make_unique<Arena>(device);
   sched_ = std::make_unique<Scheduler>(plan_.graph, *params_, *arena_, std::move(plan_.strategy.plan.train),
                                        std::move(plan_.strategy.plan.eval));

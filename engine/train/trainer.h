@@ -113,7 +113,8 @@ struct TrainConfig {
   // the check that no output replaces an input (engine/train/run_files.h).
   std::vector<FileUse> files;
   // A JSON line per optimizer step and per epoch (engine/train/run_log.h), written by the lead rank; a
-  // resumed run appends, and so does one with log_append (a Python trainer planned again after load(), whose
+  // resumed run appends, after the lines of the steps it trains again (a killed run's, logged after its last
+  // save), and so does one with log_append (a Python trainer planned again after load(), whose
   // earlier fits' lines are in the file).
   std::string log;
   bool log_append = false;
