@@ -12,10 +12,12 @@ using detail::store;
 using detail::with_write_mode;
 
 // Runs f(i) for i in [0, count), threaded only once the range is worth a fork/join. `simd` is safe
-// for in-place use because every f touches its arrays at index i only.
+// for in-place use because every f touches its arrays at index i only. The `if` names `parallel`: on a
+// combined construct a plain `if` applies to `simd` too (OpenMP 5), and GCC ran every range under the
+// grain scalar (mlp's ReLU backward, 7% of its step, one element and one mispredicted branch at a time).
 template <class F> void for_each_index(std::size_t count, F f) {
   const auto end = static_cast<std::ptrdiff_t>(count);
-#pragma omp parallel for simd schedule(static) firstprivate(f) if (end > kParallelGrain)
+#pragma omp parallel for simd schedule(static) firstprivate(f) if (parallel : end > kParallelGrain)
   for (std::ptrdiff_t i = 0; i < end; ++i) f(i);
 }
 
@@ -102,7 +104,7 @@ namespace {
 template <class T> std::size_t nonfinite_in(const T* x, std::size_t count) {
   const auto end = static_cast<std::ptrdiff_t>(count);
   std::size_t bad = 0;
-#pragma omp parallel for simd schedule(static) reduction(+ : bad) if (end > kParallelGrain)
+#pragma omp parallel for simd schedule(static) reduction(+ : bad) if (parallel : end > kParallelGrain)
   for (std::ptrdiff_t i = 0; i < end; ++i) bad += !std::isfinite(x[i]);
   return bad;
 }
