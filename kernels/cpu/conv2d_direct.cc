@@ -4,6 +4,7 @@
 #include <array>
 
 #include "kernels/cpu/dot_gemm.h"
+#include "kernels/cpu/kernel_util.h"
 #include "kernels/cpu/ordered_gemm.h"
 
 namespace crumb::cpu::detail {
@@ -220,11 +221,7 @@ void direct_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dS
           copy_short(dy_grid + j * step + co * n + std::ptrdiff_t{r} * pass.in.wq(),
                      dy_j + co * hw + std::ptrdiff_t{r} * s.w_out, s.w_out);
         }
-        if (db) {
-          T sum(0);
-          for (std::ptrdiff_t q = 0; q < hw; ++q) sum += dy_j[co * hw + q];
-          db[co] += sum;
-        }
+        if (db) db[co] += lane_sum(dy_j + co * hw, hw);
       }
     }
     dot_gemm(dw, dy_grid, n, rhs, s.c_out, Segments{n, count, step});

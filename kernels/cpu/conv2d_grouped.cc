@@ -161,9 +161,7 @@ void depthwise_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv
         double sum = 0;
         for (int i = 0; i < s.n; ++i) {
           const T* DY = dy + (std::ptrdiff_t{i} * s.c_out + co) * out_plane(s);
-          T plane(0);
-          for (std::ptrdiff_t e = 0; e < out_plane(s); ++e) plane += DY[e];
-          sum += plane;
+          sum += lane_sum(DY, out_plane(s));
         }
         put(acc, db[co], static_cast<T>(sum));
       }

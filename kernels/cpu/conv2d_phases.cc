@@ -239,10 +239,7 @@ void bias_gradient(float* db, const bf16* dy, const Conv2dShape& s, bool accumul
 #pragma omp parallel for schedule(static) if (s.n * y_len >= kParallelGrain)
   for (int co = 0; co < s.c_out; ++co) {
     float sum = 0.0f;
-    for (int i = 0; i < s.n; ++i) {
-      const bf16* row = dy + i * y_len + co * hw;
-      for (std::ptrdiff_t q = 0; q < hw; ++q) sum += to_float(row[q]);
-    }
+    for (int i = 0; i < s.n; ++i) sum += lane_sum(dy + i * y_len + co * hw, hw);
     db[co] = accumulate ? db[co] + sum : sum;
   }
 }
