@@ -173,8 +173,8 @@ class Trainer:
             load (FILE): start from the weights + optimizer state in FILE (shapes must match the model)
             log (FILE): write a JSON line per optimizer step (loss, lr, samples/s, micro-batch, arena, max RSS) and
                 per epoch (train/test loss, test accuracy) to FILE, flushed as the run goes (JSON Lines: one object
-                per line, for plots and tail -f); a resumed run appends to it; a write that fails warns once and the
-                run goes on without the log
+                per line, for plots and tail -f); a resumed run appends to it, after cutting off the lines of the
+                steps it trains again; a write that fails warns once and the run goes on without the log
             precision: fp32 | tf32 | bf16 | fp16 | fp64. tf32: CUDA matrix products and convolutions round float32
                 operands to TF32 on tensor cores (faster, ~1e-3 relative error per product; PyTorch's default for
                 convolutions); the CPU computes float32. bf16, fp16: mixed precision as torch.autocast: activations
