@@ -165,7 +165,8 @@ std::vector<std::string> log_positions(const std::string& path) {
 }
 
 // A run killed after its last save had logged steps it never saved: resumed, it trains them again, and its
-// log holds each step and epoch once, as the uninterrupted run's does (a last line cut short goes too).
+// log holds each step once, as the uninterrupted run's does (a line cut short goes too). An earlier run's
+// lines in the same log (Python's trainers append) stay, the same steps though they are.
 TEST(Trainer, AResumedRunsLogHoldsEachStepOnce) {
   TrainConfig c = small_run();  // 6 batches per epoch, 2 epochs
   c.log = temp_path("whole.jsonl");
@@ -191,16 +192,19 @@ TEST(Trainer, AResumedRunsLogHoldsEachStepOnce) {
   } keep;
   keep.from = killed.save;
   keep.to = at_4;
-  std::filesystem::remove(killed.log);
+  std::filesystem::copy_file(c.log, killed.log, std::filesystem::copy_options::overwrite_existing);
+  killed.log_append = true;
   Trainer(killed, synthetic_data(killed)).fit({&keep});
   std::ofstream(killed.log, std::ios::app) << "{\"event\":\"step\",\"step\":9,\"ep";  // a write cut short
-  ASSERT_EQ(log_positions(killed.log).size(), 10u);
+  ASSERT_EQ(log_positions(killed.log).size(), 24u);
 
   TrainConfig resumed = c;
   resumed.log = killed.log;
   resumed.resume = at_4;
   Trainer(resumed, synthetic_data(resumed)).fit();
-  EXPECT_EQ(log_positions(resumed.log), whole);
+  std::vector<std::string> twice = whole;
+  twice.insert(twice.end(), whole.begin(), whole.end());
+  EXPECT_EQ(log_positions(resumed.log), twice);
   for (const std::string& p : {c.log, killed.log, killed.save, optimizer_path(killed.save), at_4, optimizer_path(at_4)})
     std::filesystem::remove(p);
 }

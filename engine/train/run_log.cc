@@ -20,7 +20,12 @@ RunLog::RunLog(const std::string& path, bool append) : path_(path) {
 
 RunLog::RunLog(const std::string& path, int resume_epoch, int resume_batch) : path_(path) {
   open(O_RDWR | O_APPEND);
-  drop_from(resume_epoch, resume_batch);
+  try {
+    drop_from(resume_epoch, resume_batch);
+  } catch (...) {
+    ::close(fd_);
+    throw;
+  }
 }
 
 void RunLog::open(int flags) {
@@ -56,14 +61,16 @@ void RunLog::drop_from(int epoch, int batch) {
     text.append(buf, static_cast<std::size_t>(n));
     at += n;
   }
-  std::size_t keep = 0;  // bytes: the whole lines before the first one to drop
+  // The file's tail from the end of the last line to keep: the lines of this run from the resumed batch
+  // on come last (earlier runs' lines, in a log that Python's trainers appended to, stay wherever they
+  // match), and so does a line cut short.
+  std::size_t keep = 0;
   for (std::size_t start = 0, end; (end = text.find('\n', start)) != std::string::npos; start = end + 1) {
     const std::string line = text.substr(start, end - start);
-    // 1-based in the log. Lines of other kinds, or not this log's, stay.
-    const long long e = member(line, "\"epoch\":") - 1, b = member(line, "\"batch\":") - 1;
+    const long long e = member(line, "\"epoch\":") - 1, b = member(line, "\"batch\":") - 1;  // 1-based in the log
     const bool step = line.rfind("{\"event\":\"step\",", 0) == 0, done = line.rfind("{\"event\":\"epoch\",", 0) == 0;
-    if ((step && (e > epoch || (e == epoch && b >= batch))) || (done && e >= epoch)) break;
-    keep = end + 1;
+    const bool trained_again = (step && (e > epoch || (e == epoch && b >= batch))) || (done && e >= epoch);
+    if (!trained_again) keep = end + 1;
   }
   if (keep < text.size())
     CRUMB_CHECK(::ftruncate(fd_, static_cast<off_t>(keep)) == 0, "--log: cannot cut ", path_,

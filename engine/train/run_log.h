@@ -20,8 +20,8 @@ class RunLog : public Callback {
   // a regular file is an error naming it.
   explicit RunLog(const std::string& path, bool append = false);
   // A run resumed at (epoch, batch), 0-based, the next batch it trains: its steps continue the log's. The
-  // lines from that batch on go first (those a killed run logged after its last save, which this run trains
-  // again), with a last line cut short.
+  // log's last lines from that batch on go first (those a killed run logged after its last save, which
+  // this run trains again), with a line cut short.
   RunLog(const std::string& path, int resume_epoch, int resume_batch);
   ~RunLog() override;
   RunLog(const RunLog&) = delete;
