@@ -402,8 +402,8 @@ std::vector<Option> engine_rows() {
   add("log", T::Path).metavar("FILE").resumable().clients(kTraining)
       .help("write a JSON line per optimizer step (loss, lr, samples/s, micro-batch, arena, max RSS) and per epoch "
             "(train/test loss, test accuracy) to FILE, flushed as the run goes (JSON Lines: one object per line, "
-            "for plots and tail -f); a resumed run appends to it, after cutting off the lines of the steps it trains again; a write that fails warns once and the run goes "
-            "on without the log")
+            "for plots and tail -f); a resumed run appends to it, after cutting off the lines of the steps it "
+            "trains again; a write that fails warns once and the run goes on without the log")
       .field([](auto& c) -> auto& { return c.log; });
   std::vector<std::pair<std::string, Precision>> precisions;
   for (Precision p : {Precision::FP32, Precision::TF32, Precision::BF16, Precision::FP16, Precision::FP64})

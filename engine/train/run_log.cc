@@ -48,33 +48,43 @@ long long member(const std::string& line, const char* key) {
   if (at == std::string::npos) return -1;
   return std::strtoll(line.c_str() + at + std::strlen(key), nullptr, 10);
 }
+
+// Whether a line of the log (its first bytes) is a step from the resumed (epoch, batch) on, or the end of
+// an epoch from the resumed one on: what the resumed run logs again.
+bool trained_again(const std::string& head, int epoch, int batch) {
+  const long long e = member(head, "\"epoch\":") - 1, b = member(head, "\"batch\":") - 1;  // 1-based in the log
+  if (head.rfind("{\"event\":\"step\",", 0) == 0) return e > epoch || (e == epoch && b >= batch);
+  return head.rfind("{\"event\":\"epoch\",", 0) == 0 && e >= epoch;
+}
 }  // namespace
 
 void RunLog::drop_from(int epoch, int batch) {
-  std::string text;
+  // The file's tail from the end of the last line to keep goes: the lines of this run from the resumed
+  // batch on come last (earlier runs' lines, in a log that Python's trainers appended to, stay wherever
+  // they match), and so does a line cut short. Streamed, and only each line's first bytes kept (this log
+  // names the event, epoch and batch first), so a log of any size or line length takes constant memory.
+  constexpr std::size_t kHead = 256;
+  std::string head;
+  off_t keep = 0, at = 0;
   char buf[1 << 16];
-  for (off_t at = 0;;) {
+  for (;;) {
     const ssize_t n = ::pread(fd_, buf, sizeof buf, at);
     if (n < 0 && errno == EINTR) continue;
     CRUMB_CHECK(n >= 0, "--log: cannot read ", path_, " to continue it: ", std::strerror(errno));
     if (n == 0) break;
-    text.append(buf, static_cast<std::size_t>(n));
+    for (ssize_t i = 0; i < n; ++i) {
+      if (buf[i] != '\n') {
+        if (head.size() < kHead) head += buf[i];
+        continue;
+      }
+      if (!trained_again(head, epoch, batch)) keep = at + i + 1;
+      head.clear();
+    }
     at += n;
   }
-  // The file's tail from the end of the last line to keep: the lines of this run from the resumed batch
-  // on come last (earlier runs' lines, in a log that Python's trainers appended to, stay wherever they
-  // match), and so does a line cut short.
-  std::size_t keep = 0;
-  for (std::size_t start = 0, end; (end = text.find('\n', start)) != std::string::npos; start = end + 1) {
-    const std::string line = text.substr(start, end - start);
-    const long long e = member(line, "\"epoch\":") - 1, b = member(line, "\"batch\":") - 1;  // 1-based in the log
-    const bool step = line.rfind("{\"event\":\"step\",", 0) == 0, done = line.rfind("{\"event\":\"epoch\",", 0) == 0;
-    const bool trained_again = (step && (e > epoch || (e == epoch && b >= batch))) || (done && e >= epoch);
-    if (!trained_again) keep = end + 1;
-  }
-  if (keep < text.size())
-    CRUMB_CHECK(::ftruncate(fd_, static_cast<off_t>(keep)) == 0, "--log: cannot cut ", path_,
-                " back to the resumed step: ", std::strerror(errno));
+  if (keep < at)
+    CRUMB_CHECK(::ftruncate(fd_, keep) == 0, "--log: cannot cut ", path_, " back to the resumed step: ",
+                std::strerror(errno));
 }
 
 RunLog::~RunLog() {
