@@ -236,6 +236,10 @@ TYPED_TEST(CpuKernelTest, Conv2d) {
            conv_shape(140, 3, 4, 4, 5, 3, 3, 1, 1, 1, 1),   // 4x4: chunks of 64 samples plus a ragged one
            conv_shape(3, 2, 2, 2, 3, 1, 1, 1, 1, 1, 1),     // 1x1 kernel, pad 1: border outputs see no input
            conv_shape(4, 5, 1, 1, 6, 3, 3, 1, 1, 1, 1),     // 3x3 on 1x1: the centre tap alone
+           // Enough work for a slice per thread: the slices' live-tap sums added up before dw is written.
+           conv_shape(40, 64, 1, 1, 64, 3, 3, 1, 1, 1, 1),  // 3x3 on 1x1: one live tap of 9
+           conv_shape(40, 64, 2, 2, 64, 3, 3, 2, 2, 1, 1),  // 2x2 stride 2 down to 1x1: four live taps
+           conv_shape(40, 32, 2, 2, 48, 3, 3, 1, 1, 1, 1),  // 3x3 on 2x2: every tap live
            // 7x7 backward passes: small in slices of 32 samples or more, else direct / im2col.
            conv_shape(140, 3, 7, 7, 4, 3, 3, 1, 1, 1, 1),   // 70 a slice on 2 threads: chunks + a ragged one
            conv_shape(63, 3, 7, 7, 4, 3, 3, 1, 1, 1, 1),    // 31 and 32 on 2 threads: both ways in one call
@@ -278,6 +282,7 @@ TYPED_TEST(CpuKernelTest, Conv2dThreeThreads) {
   const int saved = omp_get_max_threads();
   omp_set_num_threads(3);
   check_conv<TypeParam>(conv_shape(11, 3, 12, 11, 8, 3, 3, 1, 1, 1, 1));
+  check_conv<TypeParam>(conv_shape(41, 64, 2, 2, 64, 3, 3, 2, 2, 1, 1));  // small map: uneven live-tap slices
   omp_set_num_threads(saved);
 }
 

@@ -36,6 +36,8 @@ TEST(LeanWorkspace, WeightGradientHasTheSameBitsInLessWorkspace) {
            conv(7, 8, 12, 12, 3, 2, 1),   // im2col, strided
            conv(10, 16, 8, 24, 3, 1, 1),  // small maps: blocked samples
            conv(6, 8, 9, 8, 1, 1, 0),     // pointwise
+           conv(40, 64, 1, 64, 3, 1, 1),  // small map, 3x3 on 1x1: the live tap's sums of each slice
+           conv(41, 32, 2, 48, 3, 1, 1),  // small map, every tap live
        }) {
     SCOPED_TRACE(::testing::Message() << "n=" << s.n << " c_in=" << s.c_in << " " << s.h << "x" << s.w);
     std::vector<float> x(s.in_count()), dy(s.out_count()), start(std::size_t(s.c_out) * s.c_in * s.kh * s.kw + s.c_out);

@@ -559,11 +559,11 @@ TEST(TrainCli, StrategySwapsAndRecomputesToFit) {
   ASSERT_EQ(plan.code, 0) << plan.err;
   for (const char* part : {"(--micro-batch; ", " to fit)", "strategy auto: ", "predicted step ", "host pool"})
     EXPECT_NE(plan.out.find(part), std::string::npos) << part << " in:\n" << plan.out;
-  const Result recompute = run_train(run + "--memory-budget 12MiB --strategy recompute --explain");
+  const Result recompute = run_train(run + "--memory-budget 10MiB --strategy recompute --explain");
   ASSERT_EQ(recompute.code, 0) << recompute.err;
   EXPECT_NE(recompute.out.find("\n  recompute "), std::string::npos) << recompute.out;
   EXPECT_EQ(recompute.out.find("\n  swap "), std::string::npos) << recompute.out;
-  const Result frontier = run_train(run + "--memory-budget 12MiB --strategy recompute --frontier");
+  const Result frontier = run_train(run + "--memory-budget 10MiB --strategy recompute --frontier");
   ASSERT_EQ(frontier.code, 0) << frontier.err;
   for (const char* part : {"memory-time frontier at micro-batch 16 (--strategy recompute", "in memory ", "<- the budget's"})
     EXPECT_NE(frontier.out.find(part), std::string::npos) << part << " in:\n" << frontier.out;

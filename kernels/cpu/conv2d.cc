@@ -86,13 +86,16 @@ struct Geom {
         blocked(!direct && !small && hw < kBlockColumns),
         block(!blocked ? 1 : static_cast<int>(std::min<std::ptrdiff_t>(s.n, (kBlockColumns + hw - 1) / hw))),
         col(std::max(direct  ? detail::direct_slice_len(s, pass)
-                     : small ? detail::small_slice_len(s)
+                     : small ? small_len(s, pass)
                      : !blocked && pointwise ? 0
                                              : k * padded_row(block * hw),
-                     small_backward ? detail::small_slice_len(s) : 0)),
+                     small_backward ? small_len(s, pass) : 0)),
         out(!blocked ? 0 : std::ptrdiff_t{s.c_out} * padded_row(block * hw)),
         colt(pass == detail::ConvPass::Weight && !direct && !small ? k * block * hw : 0) {}
   std::ptrdiff_t slice_len() const { return col + out + colt; }
+  static std::ptrdiff_t small_len(const Conv2dShape& s, detail::ConvPass pass) {
+    return pass == detail::ConvPass::Weight ? detail::small_weight_slice_len(s) : detail::small_slice_len(s);
+  }
   bool small_for(int i0, int i1) const {
     return small || (small_backward && i1 - i0 >= detail::kSmallBackwardSamples);
   }
@@ -294,13 +297,17 @@ std::size_t conv2d_backward_data_workspace(const Conv2dShape& s) {
 // Slice 0 accumulates straight into dw/db; the others into partial sums folded in at the end, or (lean)
 // one slice at a time, in one slice's scratch and one partial sum. A lean slice's scratch starts where
 // its own would, modulo kLeanPhases elements: Eigen's vectorised sums over it (the bias gradient) begin
-// at the same alignment, so they add in the same order.
+// at the same alignment, so they add in the same order. Small maps (conv2d_small.h) sum only the live
+// taps: each slice's sums stay in its scratch and are added up there (lean: into one running sum), and a
+// partial is the bias gradient alone; dw, mostly zeros on such maps, is written once.
 std::size_t conv2d_backward_weight_workspace(const Conv2dShape& s) {
   if (s.groups > 1) return detail::grouped_backward_weight_workspace(s);
   const Geom g(s, detail::ConvPass::Weight);
   const int slices = workspace_slices(s);
-  const std::ptrdiff_t partials = (s.lean ? std::min(1, slices - 1) : slices - 1) * (s.c_out * g.k + s.c_out);
-  return static_cast<std::size_t>((s.lean ? g.slice_len() + kLeanPhases : slices * g.slice_len()) + partials);
+  const std::ptrdiff_t partial = g.small ? s.c_out : s.c_out * g.k + s.c_out;
+  const std::ptrdiff_t partials = (s.lean ? std::min(1, slices - 1) : slices - 1) * partial;
+  const std::ptrdiff_t running = s.lean && g.small ? detail::small_taps_len(s) : 0;
+  return static_cast<std::size_t>((s.lean ? g.slice_len() + kLeanPhases : slices * g.slice_len()) + running + partials);
 }
 
 namespace {
@@ -408,17 +415,66 @@ void conv2d_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, 
   });
 }
 
+namespace {
+// dst += src elementwise, threaded where it pays (the same bits on any split).
+template <class T> void add_into(T* dst, const T* src, std::ptrdiff_t n) {
+  detail::parallel_ranges(n, static_cast<double>(n),
+                          [&](std::ptrdiff_t b, std::ptrdiff_t e) { VecMap<T>(dst + b, e - b) += CVecMap<T>(src + b, e - b); });
+}
+
+// Small maps' weight gradient (conv2d_backward_weight_workspace says how the workspace is laid out): the
+// live taps' sums are added slice by slice in slice order, then written into dw (=|+=) once.
+template <class T>
+void small_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dShape& s, const Geom& g, T* workspace,
+                           bool accumulate) {
+  const int slices = active_slices(s, g);
+  const std::ptrdiff_t taps_len = detail::small_taps_len(s), scratch = detail::small_slice_len(s);
+  T* db_partials = workspace + (s.lean ? g.slice_len() + kLeanPhases + taps_len : workspace_slices(s) * g.slice_len());
+  auto run_slice = [&](int slice, int i0, int i1, T* ws, T* db_partial) {
+    detail::small_weight_taps(ws + scratch, !db ? nullptr : slice == 0 ? db : db_partial, dy, x, s, i0, i1, ws,
+                              slice == 0 && accumulate);
+  };
+  auto fold_db = [&](const T* p) {
+    if (db) VecMap<T>(db, s.c_out) += CVecMap<T>(p, s.c_out);
+  };
+  T* sum = workspace + scratch;
+  if (s.lean) {
+    sum = workspace + g.slice_len() + kLeanPhases;
+    for (int slice = 0; slice < slices; ++slice) {
+      T* ws = workspace + slice * g.slice_len() % kLeanPhases;
+      run_slice(slice, s.n * slice / slices, s.n * (slice + 1) / slices, ws, db_partials);
+      if (slice == 0) {
+        std::copy(ws + scratch, ws + scratch + taps_len, sum);
+      } else {
+        add_into(sum, ws + scratch, taps_len);
+        fold_db(db_partials);
+      }
+    }
+  } else {
+    for_each_slice(slices, s.n, [&](int slice, int i0, int i1) {
+      run_slice(slice, i0, i1, workspace + slice * g.slice_len(), db_partials + (slice - 1) * s.c_out);
+    });
+    for (int slice = 1; slice < slices; ++slice) {
+      add_into(sum, workspace + slice * g.slice_len() + scratch, taps_len);
+      fold_db(db_partials + (slice - 1) * s.c_out);
+    }
+  }
+  detail::small_weight_store(dw, sum, s, accumulate);
+}
+}  // namespace
+
 template <class T>
 void conv2d_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dShape& s, T* workspace,
                             bool accumulate) {
   if (s.groups > 1) return detail::grouped_backward_weight(dw, db, dy, x, s, workspace, accumulate);
   const Geom g(s, detail::ConvPass::Weight);
+  if (g.small) return small_backward_weight(dw, db, dy, x, s, g, workspace, accumulate);
   const std::ptrdiff_t dw_len = s.c_out * g.k;
   const std::ptrdiff_t partial_len = dw_len + s.c_out;
   T* partials = workspace + (s.lean ? g.slice_len() + kLeanPhases : workspace_slices(s) * g.slice_len());
   const int slices = active_slices(s, g);
   auto fold = [&](const T* p) {
-    VecMap<T>(dw, dw_len) += CVecMap<T>(p, dw_len);
+    add_into(dw, p, dw_len);
     if (db) VecMap<T>(db, s.c_out) += CVecMap<T>(p + dw_len, s.c_out);
   };
   // dw_s (=|+=) dy_b [c_out, depth] * cols [k, depth]^T, cols transposed into colt (dot products along

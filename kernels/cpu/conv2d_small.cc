@@ -104,8 +104,29 @@ bool conv2d_small_forward(const Conv2dShape& s) {
 
 std::ptrdiff_t small_slice_len(const Conv2dShape& s) {
   const Geom g(s);
-  return (g.x_len + g.y_len) * g.cols + s.c_out * s.c_in * g.taps;
+  return (g.x_len + g.y_len) * g.cols;
 }
+
+namespace {
+// Each tap's block in the weight gradient's sums over the live taps (-1: no output pixel reads it), and
+// how many are live.
+struct LiveTaps {
+  std::array<std::ptrdiff_t, kMaxTaps> slot;
+  std::ptrdiff_t live = 0;
+  explicit LiveTaps(const Conv2dShape& s) {
+    slot.fill(-1);
+    const std::ptrdiff_t block = std::ptrdiff_t{s.c_out} * s.c_in, hw_out = std::ptrdiff_t{s.h_out} * s.w_out;
+    for (std::ptrdiff_t p = 0; p < hw_out; ++p)
+      for_each_tap(s, p, [&](int t, std::ptrdiff_t) {
+        if (slot[t] < 0) slot[t] = live++ * block;
+      });
+  }
+};
+}  // namespace
+
+std::ptrdiff_t small_taps_len(const Conv2dShape& s) { return LiveTaps(s).live * s.c_out * s.c_in; }
+
+std::ptrdiff_t small_weight_slice_len(const Conv2dShape& s) { return small_slice_len(s) + small_taps_len(s); }
 
 // One side of a pass: per sample `channels` planes of `pixels` values.
 struct Side {
@@ -210,28 +231,19 @@ void small_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, i
               });
 }
 
-// dW[:, :, tap] += dy[:, :, p] . x[:, :, q]^T over the samples, for every output pixel p and tap inside
-// the image (reading input pixel q): Eigen GEMMs as deep as the chunk, into [live tap, c_out, c_in] first.
+// by_tap[slot(tap)] = sum over output pixels p and their taps inside the image (reading input pixel q) of
+// dy[:, :, p] . x[:, :, q]^T over the samples: Eigen GEMMs as deep as the chunk. Only the live taps get a
+// block: zeroing and permuting the others' would cost more than the GEMMs.
 template <class T>
-void small_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dShape& s, int i0, int i1, T* ws,
-                           bool accumulate) {
+void small_weight_taps(T* by_tap, T* db, const T* dy, const T* x, const Conv2dShape& s, int i0, int i1, T* ws,
+                       bool accumulate_db) {
   using Strided = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0, Eigen::OuterStride<>>;
   const Geom g(s);
+  const LiveTaps taps(s);
   T* xt = ws;
   T* dyt = xt + g.x_len * g.cols;
-  T* by_tap = dyt + g.y_len * g.cols;
-  const std::ptrdiff_t block = std::ptrdiff_t{s.c_out} * s.c_in;
-  // Only the taps some output pixel reads get a block (on a 1x1 map the centre alone): the others'
-  // gradient is zero, and zeroing and permuting their blocks would cost more than the GEMMs.
-  std::array<std::ptrdiff_t, kMaxTaps> slot;
-  slot.fill(-1);
-  std::ptrdiff_t live = 0;
-  for (std::ptrdiff_t p = 0; p < g.hw_out; ++p)
-    for_each_tap(s, p, [&](int t, std::ptrdiff_t) {
-      if (slot[t] < 0) slot[t] = live++ * block;
-    });
-  std::fill(by_tap, by_tap + live * block, T(0));
-  if (db && !accumulate) std::fill(db, db + s.c_out, T(0));
+  std::fill(by_tap, by_tap + taps.live * s.c_out * s.c_in, T(0));
+  if (db && !accumulate_db) std::fill(db, db + s.c_out, T(0));
   for (int i = i0; i < i1; i += g.chunk) {
     const int count = std::min(g.chunk, i1 - i);
     to_columns(xt, x + i * g.x_len, count, g.x_len, g.cols);
@@ -240,23 +252,50 @@ void small_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dSh
       const Strided DY(dyt + p * g.cols, s.c_out, g.cols, Eigen::OuterStride<>(g.hw_out * g.cols));
       for_each_tap(s, p, [&](int t, std::ptrdiff_t q) {
         const Strided X(xt + q * g.cols, s.c_in, g.cols, Eigen::OuterStride<>(g.hw_in * g.cols));
-        gemm(MatR<T>(by_tap + slot[t], s.c_out, s.c_in), DY, X.transpose(), true);
+        gemm(MatR<T>(by_tap + taps.slot[t], s.c_out, s.c_in), DY, X.transpose(), true);
       });
     }
     if (db)
       for (int co = 0; co < s.c_out; ++co)
         db[co] += CVecMap<T>(dyt + co * g.hw_out * g.cols, g.hw_out * g.cols).sum();
   }
-  with_write_mode(accumulate, [&](auto acc) {  // writes dw in order, reads the live taps' blocks
-    for (std::ptrdiff_t k = 0; k < block; ++k)
-      for (std::ptrdiff_t t = 0; t < g.taps; ++t) put(acc, dw[k * g.taps + t], slot[t] < 0 ? T(0) : by_tap[slot[t] + k]);
+}
+
+// dw is [c_out, c_in, taps]: on a 1x1 map 8 of 9 entries are zeros (their gradient; += leaves them), so
+// this is a stream of dw's size, threaded, in pieces that stay in L1 while each live tap's entries go in.
+template <class T> void small_weight_store(T* dw, const T* by_tap, const Conv2dShape& s, bool accumulate) {
+  constexpr std::ptrdiff_t kPiece = 256;
+  const LiveTaps taps(s);
+  const std::ptrdiff_t block = std::ptrdiff_t{s.c_out} * s.c_in, n_taps = std::ptrdiff_t{s.kh} * s.kw;
+  parallel_ranges(block, static_cast<double>(block * n_taps), [&](std::ptrdiff_t k0, std::ptrdiff_t k1) {
+    with_write_mode(accumulate, [&](auto acc) {
+      for (std::ptrdiff_t p0 = k0; p0 < k1; p0 += kPiece) {
+        const std::ptrdiff_t p1 = std::min(k1, p0 + kPiece);
+        if (!accumulate && taps.live < n_taps) std::fill(dw + p0 * n_taps, dw + p1 * n_taps, T(0));
+        for (std::ptrdiff_t t = 0; t < n_taps; ++t) {
+          if (taps.slot[t] < 0) continue;
+          const T* from = by_tap + taps.slot[t];
+          for (std::ptrdiff_t k = p0; k < p1; ++k) put(acc, dw[k * n_taps + t], load(from[k]));
+        }
+      }
+    });
   });
+}
+
+template <class T>
+void small_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dShape& s, int i0, int i1, T* ws,
+                           bool accumulate) {
+  T* by_tap = ws + small_slice_len(s);
+  small_weight_taps(by_tap, db, dy, x, s, i0, i1, ws, accumulate);
+  small_weight_store(dw, by_tap, s, accumulate);
 }
 
 #define CRUMB_INSTANTIATE(T)                                                                               \
   template void small_forward<T>(T*, const T*, const T*, const T*, const Conv2dShape&, int, int, T*);     \
   template void small_backward_data<T>(T*, const T*, const T*, const Conv2dShape&, int, int, T*, bool);   \
-  template void small_backward_weight<T>(T*, T*, const T*, const T*, const Conv2dShape&, int, int, T*, bool);
+  template void small_backward_weight<T>(T*, T*, const T*, const T*, const Conv2dShape&, int, int, T*, bool);  \
+  template void small_weight_taps<T>(T*, T*, const T*, const T*, const Conv2dShape&, int, int, T*, bool);      \
+  template void small_weight_store<T>(T*, const T*, const Conv2dShape&, bool);
 CRUMB_INSTANTIATE(float)
 CRUMB_INSTANTIATE(double)
 #undef CRUMB_INSTANTIATE

@@ -25,17 +25,29 @@ bool conv2d_small_forward(const Conv2dShape& s);
 bool conv2d_small_backward(const Conv2dShape& s);
 inline constexpr int kSmallBackwardSamples = 32;
 
-// Workspace elements per slice (one thread's samples) for any of the three passes.
+// Workspace elements per slice (one thread's samples): the forward and data-gradient passes'; the weight
+// gradient's adds the slice's sums over the live taps (small_taps_len) after them.
 std::ptrdiff_t small_slice_len(const Conv2dShape& s);
+std::ptrdiff_t small_weight_slice_len(const Conv2dShape& s);
+// The weight gradient's sums over the taps some output pixel reads (on a 1x1 map the centre alone; the
+// other taps' gradient is zero): [live tap, c_out, c_in], in tap order.
+std::ptrdiff_t small_taps_len(const Conv2dShape& s);
 
 // Samples [i0, i1) of the batch, with ws the slice's workspace.
 template <class T>
 void small_forward(T* y, const T* x, const T* w, const T* b, const Conv2dShape& s, int i0, int i1, T* ws);
 template <class T>
 void small_backward_data(T* dx, const T* dy, const T* w, const Conv2dShape& s, int i0, int i1, T* ws, bool accumulate);
-// dw (=|+=) the samples' weight gradient; db likewise where not null.
+// dw (=|+=) the samples' weight gradient; db likewise where not null. ws: small_weight_slice_len.
 template <class T>
 void small_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dShape& s, int i0, int i1, T* ws,
                            bool accumulate);
+// The two halves of small_backward_weight, for callers that sum slices first: by_tap (=) the samples' sums
+// over the live taps (db (=|+=) as above; ws: small_slice_len), then dw (=|+=) by_tap's blocks in place of
+// the live taps, zero elsewhere (threaded).
+template <class T>
+void small_weight_taps(T* by_tap, T* db, const T* dy, const T* x, const Conv2dShape& s, int i0, int i1, T* ws,
+                       bool accumulate_db);
+template <class T> void small_weight_store(T* dw, const T* by_tap, const Conv2dShape& s, bool accumulate);
 
 }  // namespace crumb::cpu::detail
