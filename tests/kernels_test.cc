@@ -283,6 +283,7 @@ TYPED_TEST(CpuKernelTest, Conv2dThreeThreads) {
   omp_set_num_threads(3);
   check_conv<TypeParam>(conv_shape(11, 3, 12, 11, 8, 3, 3, 1, 1, 1, 1));
   check_conv<TypeParam>(conv_shape(41, 64, 2, 2, 64, 3, 3, 2, 2, 1, 1));  // small map: uneven live-tap slices
+  check_conv<TypeParam>(conv_shape(40, 32, 2, 2, 48, 3, 3, 1, 1, 1, 1));  // small map, every tap live
   omp_set_num_threads(saved);
 }
 

@@ -30,7 +30,7 @@ inline constexpr int kSmallBackwardSamples = 32;
 std::ptrdiff_t small_slice_len(const Conv2dShape& s);
 std::ptrdiff_t small_weight_slice_len(const Conv2dShape& s);
 // The weight gradient's sums over the taps some output pixel reads (on a 1x1 map the centre alone; the
-// other taps' gradient is zero): [live tap, c_out, c_in], in tap order.
+// other taps' gradient is zero): [live tap, c_out, c_in], the taps in the order the output pixels first reach them.
 std::ptrdiff_t small_taps_len(const Conv2dShape& s);
 
 // Samples [i0, i1) of the batch, with ws the slice's workspace.
