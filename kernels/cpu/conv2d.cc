@@ -295,11 +295,10 @@ std::size_t conv2d_backward_data_workspace(const Conv2dShape& s) {
 }
 
 // Slice 0 accumulates straight into dw/db; the others into partial sums folded in at the end, or (lean)
-// one slice at a time, in one slice's scratch and one partial sum. A lean slice's scratch starts where
-// its own would, modulo kLeanPhases elements: Eigen's vectorised sums over it (the bias gradient) begin
-// at the same alignment, so they add in the same order. Small maps (conv2d_small.h) sum only the live
-// taps: each slice's sums stay in its scratch and are added up there (lean: into one running sum), and a
-// partial is the bias gradient alone; dw, mostly zeros on such maps, is written once.
+// one slice at a time, in one slice's scratch (kLeanPhases elements of room for its phase: run_slices)
+// and one partial sum. Small maps (conv2d_small.h) sum only the live taps: each slice's sums stay in its
+// scratch and are added up there (lean: into one running sum), and a partial is the bias gradient alone;
+// dw, mostly zeros on such maps, is written once.
 std::size_t conv2d_backward_weight_workspace(const Conv2dShape& s) {
   if (s.groups > 1) return detail::grouped_backward_weight_workspace(s);
   const Geom g(s, detail::ConvPass::Weight);
@@ -422,43 +421,48 @@ template <class T> void add_into(T* dst, const T* src, std::ptrdiff_t n) {
                           [&](std::ptrdiff_t b, std::ptrdiff_t e) { VecMap<T>(dst + b, e - b) += CVecMap<T>(src + b, e - b); });
 }
 
+// The weight gradient's slices: run(slice, i0, i1, scratch) for each, then fold(slice, scratch) for each in
+// slice order; in parallel, each slice in its own scratch, or (lean) one after another on this thread in one
+// slice's scratch, starting where its own would modulo kLeanPhases elements (Eigen's vectorised sums over
+// it then begin at the same alignment, so they add in the same order), each folded as soon as it is done.
+template <class T, class Run, class Fold>
+void run_slices(const Conv2dShape& s, const Geom& g, int slices, T* workspace, Run&& run, Fold&& fold) {
+  if (s.lean) {
+    for (int slice = 0; slice < slices; ++slice) {
+      T* scratch = workspace + slice * g.slice_len() % kLeanPhases;
+      run(slice, s.n * slice / slices, s.n * (slice + 1) / slices, scratch);
+      fold(slice, scratch);
+    }
+    return;
+  }
+  for_each_slice(slices, s.n, [&](int slice, int i0, int i1) { run(slice, i0, i1, workspace + slice * g.slice_len()); });
+  for (int slice = 0; slice < slices; ++slice) fold(slice, workspace + slice * g.slice_len());
+}
+
 // Small maps' weight gradient (conv2d_backward_weight_workspace says how the workspace is laid out): the
 // live taps' sums are added slice by slice in slice order, then written into dw (=|+=) once.
 template <class T>
 void small_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dShape& s, const Geom& g, T* workspace,
                            bool accumulate) {
-  const int slices = active_slices(s, g);
-  const std::ptrdiff_t taps_len = detail::small_taps_len(s), scratch = detail::small_slice_len(s);
+  const std::ptrdiff_t taps_len = detail::small_taps_len(s), sums = detail::small_slice_len(s);
   T* db_partials = workspace + (s.lean ? g.slice_len() + kLeanPhases + taps_len : workspace_slices(s) * g.slice_len());
-  auto run_slice = [&](int slice, int i0, int i1, T* ws, T* db_partial) {
-    detail::small_weight_taps(ws + scratch, !db ? nullptr : slice == 0 ? db : db_partial, dy, x, s, i0, i1, ws,
-                              slice == 0 && accumulate);
-  };
-  auto fold_db = [&](const T* p) {
-    if (db) VecMap<T>(db, s.c_out) += CVecMap<T>(p, s.c_out);
-  };
-  T* sum = workspace + scratch;
-  if (s.lean) {
-    sum = workspace + g.slice_len() + kLeanPhases;
-    for (int slice = 0; slice < slices; ++slice) {
-      T* ws = workspace + slice * g.slice_len() % kLeanPhases;
-      run_slice(slice, s.n * slice / slices, s.n * (slice + 1) / slices, ws, db_partials);
-      if (slice == 0) {
-        std::copy(ws + scratch, ws + scratch + taps_len, sum);
-      } else {
-        add_into(sum, ws + scratch, taps_len);
-        fold_db(db_partials);
-      }
-    }
-  } else {
-    for_each_slice(slices, s.n, [&](int slice, int i0, int i1) {
-      run_slice(slice, i0, i1, workspace + slice * g.slice_len(), db_partials + (slice - 1) * s.c_out);
-    });
-    for (int slice = 1; slice < slices; ++slice) {
-      add_into(sum, workspace + slice * g.slice_len() + scratch, taps_len);
-      fold_db(db_partials + (slice - 1) * s.c_out);
-    }
-  }
+  auto db_partial = [&](int slice) { return db_partials + (s.lean ? 0 : (slice - 1) * s.c_out); };
+  // Slice 0's sums, which the others' are added into: its own (lean: a copy, its scratch being reused).
+  T* sum = s.lean ? workspace + g.slice_len() + kLeanPhases : workspace + sums;
+  run_slices(
+      s, g, active_slices(s, g), workspace,
+      [&](int slice, int i0, int i1, T* scratch) {
+        detail::small_weight_taps(scratch + sums, !db ? nullptr : slice == 0 ? db : db_partial(slice), dy, x, s, i0, i1,
+                                  scratch, slice == 0 && accumulate);
+      },
+      [&](int slice, T* scratch) {
+        if (slice == 0) {
+          if (s.lean) std::copy(scratch + sums, scratch + sums + taps_len, sum);
+          return;
+        }
+        add_into(sum, scratch + sums, taps_len);
+        if (db) VecMap<T>(db, s.c_out) += CVecMap<T>(db_partial(slice), s.c_out);
+      });
   detail::small_weight_store(dw, sum, s, accumulate);
 }
 }  // namespace
@@ -472,7 +476,6 @@ void conv2d_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dS
   const std::ptrdiff_t dw_len = s.c_out * g.k;
   const std::ptrdiff_t partial_len = dw_len + s.c_out;
   T* partials = workspace + (s.lean ? g.slice_len() + kLeanPhases : workspace_slices(s) * g.slice_len());
-  const int slices = active_slices(s, g);
   auto fold = [&](const T* p) {
     add_into(dw, p, dw_len);
     if (db) VecMap<T>(db, s.c_out) += CVecMap<T>(p + dw_len, s.c_out);
@@ -510,19 +513,13 @@ void conv2d_backward_weight(T* dw, T* db, const T* dy, const T* x, const Conv2dS
       if (db_s) assign(VecMap<T>(db_s, s.c_out), CMatR<T>(dy_i, s.c_out, g.hw).rowwise().sum(), acc);
     }
   };
-  if (s.lean) {
-    // The same slices, the same sums folded in the same order, one after another on this thread.
-    for (int slice = 0; slice < slices; ++slice) {
-      run_slice(slice, s.n * slice / slices, s.n * (slice + 1) / slices, workspace + slice * g.slice_len() % kLeanPhases,
-                slice == 0 ? dw : partials);
-      if (slice > 0) fold(partials);
-    }
-    return;
-  }
-  for_each_slice(slices, s.n, [&](int slice, int i0, int i1) {
-    run_slice(slice, i0, i1, workspace + slice * g.slice_len(), slice == 0 ? dw : partials + (slice - 1) * partial_len);
-  });
-  for (int slice = 1; slice < slices; ++slice) fold(partials + (slice - 1) * partial_len);
+  auto partial = [&](int slice) { return partials + (s.lean ? 0 : (slice - 1) * partial_len); };
+  run_slices(
+      s, g, active_slices(s, g), workspace,
+      [&](int slice, int i0, int i1, T* col) { run_slice(slice, i0, i1, col, slice == 0 ? dw : partial(slice)); },
+      [&](int slice, T*) {
+        if (slice > 0) fold(partial(slice));
+      });
 }
 
 #define CRUMB_INSTANTIATE(T)                                                                               \
