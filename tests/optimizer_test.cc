@@ -171,13 +171,41 @@ template <class T = float> void check_nonfinite_count(Device device) {
   }
 }
 
+// The same over a block of many runs, which the CPU's kernels count in their own pass, a run (4096
+// parameters) at a time, split among the threads: non-finite gradients at the first and last parameter and
+// on both sides of run and thread boundaries, with and without momentum and with AdamW.
+template <class T> void check_nonfinite_count_over_runs(Device device) {
+  constexpr int kCount = 100003;  // 24 whole runs and a ragged one; over kParallelGrain, so threaded
+  for (const OptimizerConfig& cfg : {sgd_config(0.1, 0.9, 0.0), sgd_config(0.1, 0.0, 0.0), adamw_config(1e-3, 0.01)}) {
+    Graph g;
+    if (std::is_same_v<T, double>) g.set_float_dtype(DType::F64);
+    const ValueId p = g.param("w", {kCount}, {});
+    ParamStore params(g, device);
+    std::fill_n(static_cast<T*>(params.data(p)), kCount, T(0.25));
+    params.to_device();
+    const std::unique_ptr<Optimizer> opt = make_optimizer(params, cfg);
+    std::vector<T> grad(kCount, T(0.5));
+    auto step = [&] {
+      copy_bytes(params.device_grad(p), memory_of(device), grad.data(), Memory::Host, grad.size() * sizeof(T));
+      opt->step();
+      return opt->nonfinite_parameters();
+    };
+    EXPECT_EQ(step(), 0u) << optimizer_name(cfg.kind);
+    for (int i : {0, 4095, 4096, 50001, 50002, kCount - 1}) grad[i] = i % 2 ? T(NAN) : -std::numeric_limits<T>::infinity();
+    EXPECT_EQ(step(), 6u) << optimizer_name(cfg.kind) << " momentum " << cfg.momentum;
+  }
+}
+
 TEST(Optimizer, CountsNonFiniteParametersOnCpu) {
   check_nonfinite_count(Device::CPU);
   check_nonfinite_count<double>(Device::CPU);
+  check_nonfinite_count_over_runs<float>(Device::CPU);
+  check_nonfinite_count_over_runs<double>(Device::CPU);
 }
 TEST(Optimizer, CountsNonFiniteParametersOnCuda) {
   CRUMB_REQUIRE_GPU();
   check_nonfinite_count(Device::CUDA);
+  check_nonfinite_count_over_runs<float>(Device::CUDA);
 }
 
 TEST(Optimizer, AdamWMatchesTorchOnCpu) { check_adamw(Device::CPU); }

@@ -61,9 +61,11 @@ Optimizer::Optimizer(ParamStore& params, const OptimizerConfig& cfg)
 
 void Optimizer::step(float grad_scale) {
   backend_.activate();
-  update(lr(steps_), StepExtras{grad_scale, params_.device_copy_block(), params_.copy_dtype()});
+  auto* const count = reinterpret_cast<uint64_t*>(nonfinite_.data());
+  update(lr(steps_), StepExtras{grad_scale, params_.device_copy_block(), params_.copy_dtype(),
+                                kernels_.counts_nonfinite ? count : nullptr});
   ++steps_;
-  count_nonfinite(nonfinite_.data(), params_.device_data_block());
+  if (!kernels_.counts_nonfinite) count_nonfinite(count, params_.device_data_block());
 }
 
 void Optimizer::count_nonfinite(void* out, const void* x) {
@@ -138,6 +140,7 @@ const OptimizerKernels kCpuKernels = {
     [](Backend&, double* p, const double* g, double* m, double* v, std::size_t n, const AdamWScalarsOf<double>& s,
        const StepExtras& x) { cpu::adamw_step(p, g, m, v, n, s, x); },
     [](Backend&, uint64_t* out, const double* x, std::size_t n) { *out = cpu::count_nonfinite(x, n); },
+    true,
 };
 }  // namespace
 

@@ -59,6 +59,9 @@ struct OptimizerKernels {
   void (*adamw_f64)(Backend& b, double* params, const double* grads, double* exp_avg, double* exp_avg_sq,
                     std::size_t count, const AdamWScalarsOf<double>& s, const StepExtras& extras) = nullptr;
   void (*count_nonfinite_f64)(Backend& b, uint64_t* out, const double* x, std::size_t count) = nullptr;
+  // sgd and adamw count the non-finite parameters in their pass when StepExtras::nonfinite asks (the CPU's);
+  // elsewhere count_nonfinite runs after them.
+  bool counts_nonfinite = false;
 };
 // Adds a device's kernels, at load time (CRUMB_ON_LOAD).
 void register_optimizer_kernels(Device device, const OptimizerKernels& kernels);

@@ -5,7 +5,9 @@
 // cost bf16 training more than the update itself.
 #pragma once
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 
 #include "kernels/cpu/convert16.h"
@@ -15,15 +17,22 @@
 namespace crumb::cpu::detail {
 
 // Calls update(begin, end) over [0, count) in runs, then writes copies of params[begin, end) if x asks
-// (float parameters only: float64 ones have no copies).
+// (float parameters only: float64 ones have no copies) and counts the run's non-finite parameters if x
+// asks, while the run is in cache: a second pass over the block read it all again from L2 or memory.
 template <class T, class F> void update_in_runs(T* params, std::size_t count, const StepExtras& x, F&& update) {
   constexpr std::ptrdiff_t kRun = 4096;
   const auto end = static_cast<std::ptrdiff_t>(count);
   const std::ptrdiff_t runs = (end + kRun - 1) / kRun;
-#pragma omp parallel for schedule(static) if (end > kParallelGrain)
+  std::uint64_t bad = 0;
+#pragma omp parallel for schedule(static) reduction(+ : bad) if (end > kParallelGrain)
   for (std::ptrdiff_t r = 0; r < runs; ++r) {
     const std::ptrdiff_t begin = r * kRun, stop = std::min(end, begin + kRun);
     update(begin, stop);
+    if (x.nonfinite) {
+      const T* p = params;
+#pragma omp simd reduction(+ : bad)
+      for (std::ptrdiff_t i = begin; i < stop; ++i) bad += !std::isfinite(p[i]);
+    }
     const auto n = static_cast<std::size_t>(stop - begin);
     if constexpr (std::is_same_v<T, float>) {
       if (!x.copy) continue;
@@ -34,6 +43,7 @@ template <class T, class F> void update_in_runs(T* params, std::size_t count, co
       }
     }
   }
+  if (x.nonfinite) *x.nonfinite = bad;
 }
 
 }  // namespace crumb::cpu::detail
