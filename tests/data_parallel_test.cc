@@ -70,6 +70,35 @@ TEST(DataParallel, SharesDifferByAtMostOneSample) {
   EXPECT_EQ(batch_share(37, 2, 1).offset, 19);
 }
 
+// With BatchNorm groups of G samples, shares are runs of whole groups (the batch's last one short), the
+// first ranks one group more: each group is the one a single process forms, and rank 0's share is the
+// largest (each rank plans for it). G <= 0 (the whole batch one group): rank 0 holds it all.
+TEST(DataParallel, SharesHoldWholeGroups) {
+  for (int batch : {1, 5, 12, 20, 24, 37, 44, 96})
+    for (int ranks : {1, 2, 3, 4, 7})
+      for (int group : {1, 3, 8, 32}) {
+        SCOPED_TRACE(::testing::Message() << batch << " over " << ranks << " in groups of " << group);
+        const int groups = (batch + group - 1) / group;
+        int next = 0;
+        for (int r = 0; r < ranks; ++r) {
+          const BatchShare s = batch_share(batch, ranks, r, group);
+          EXPECT_EQ(s.offset, next);
+          EXPECT_TRUE(s.size == 0 || s.offset % group == 0) << "share " << r << " starts inside a group";
+          EXPECT_TRUE(s.size % group == 0 || s.offset + s.size == batch) << "share " << r << " splits a group";
+          const int whole = (s.size + group - 1) / group;
+          EXPECT_TRUE(whole == groups / ranks || whole == groups / ranks + 1) << "share " << r;
+          EXPECT_LE(s.size, batch_share(batch, ranks, 0, group).size);
+          next += s.size;
+        }
+        EXPECT_EQ(next, batch);
+      }
+  EXPECT_EQ(batch_share(24, 2, 0, 8).size, 16);
+  EXPECT_EQ(batch_share(12, 2, 1, 8).offset, 8);
+  EXPECT_EQ(batch_share(12, 2, 1, 8).size, 4);
+  EXPECT_EQ(batch_share(40, 3, 0, 0).size, 40);
+  EXPECT_EQ(batch_share(40, 3, 2, 0).size, 0);
+}
+
 TEST(DataParallel, BucketsCoverTheGradientBlockInReverseOrder) {
   TrainedModel r("cnn", 8, 1);
   const std::vector<ValueId>& ps = r.params.params();

@@ -138,6 +138,55 @@ TEST(MpiRun, TwoRanksKeepTheRunningStatisticsOfOne) {
   for (const std::string& f : {one, two, optimizer_path(one), optimizer_path(two)}) std::filesystem::remove(f);
 }
 
+// Shares hold whole BatchNorm groups, the groups one process forms: a batch of 24 in groups of 8 goes to
+// 2 ranks as 16 + 8 (halves of 12 would split a group), and the epoch's last batch of 12 as 8 + 4 (halves of
+// 6 would split its two groups), so every step is one process's, to float64 rounding, over both batches.
+TEST(MpiRun, SharesHoldWholeBatchNormGroups) {
+  if (!kHaveMpi) GTEST_SKIP() << "this build has no MPI";
+  const std::string args = " --device cpu --model resnet20 --dataset synthetic --input 3x16x16 --classes 4 "
+                           "--limit-train 36 --limit-test 16 --batch 24 --bn-group 8 --precision fp64 "
+                           "--threads 1 --epochs 1";
+  const std::string one = tmp("groups_one.safetensors"), two = tmp("groups_two.safetensors");
+  const Outcome a = shell(std::string(CRUMB_TRAIN_BIN) + args + " --save " + one, "groups_one");
+  ASSERT_EQ(a.code, 0) << a.err;
+  const Outcome b = shell(kMpirun + " -np 2 " + CRUMB_TRAIN_BIN + args + " --save " + two, "groups_two");
+  ASSERT_EQ(b.code, 0) << b.err;
+  EXPECT_NE(b.err.find("data parallel: 2 ranks, shares of 8 to 16 samples"), std::string::npos) << b.err;
+  models::NormSpec norm;
+  norm.bn.group = 8;
+  Graph g = models::build("resnet20", {3, 16, 16, 4, norm}, DType::F64);
+  build_backward(g);
+  ParamStore p1(g), p2(g);
+  load_checkpoint(one, p1, nullptr);
+  load_checkpoint(two, p2, nullptr);
+  auto doubles = [](const ParamStore& p) {
+    const double* d = static_cast<const double*>(p.data_block());
+    return std::vector<double>(d, d + p.count());
+  };
+  const std::vector<double> w1 = doubles(p1), w2 = doubles(p2);
+  EXPECT_LE(test::relative_error(w2, w1), 1e-10);
+  ParamStore init(g);
+  init.init(0);
+  EXPECT_GT(test::relative_error(w1, doubles(init)), 1e-3);
+  for (const std::string& f : {one, two, optimizer_path(one), optimizer_path(two)}) std::filesystem::remove(f);
+}
+
+// BatchNorm over the whole batch cannot be split among ranks: a rank says so in one line, with what to give
+// instead, and stops the job (it cannot know that the others found the same before they wait for it).
+TEST(MpiRun, WholeBatchNormalisationIsRefusedOverRanks) {
+  if (!kHaveMpi) GTEST_SKIP() << "this build has no MPI";
+  const Outcome r = shell(kMpirun + " -np 2 " + CRUMB_TRAIN_BIN +
+                              " --device cpu --model resnet20 --dataset synthetic --input 3x16x16 --limit-train 32 "
+                              "--limit-test 16 --batch 16 --bn-group batch --threads 1 --epochs 1",
+                          "bn_batch");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("train: error: --bn-group batch normalises over the whole batch, which one process holds, but "
+                       "the run has 2 ranks: give --bn-group G"),
+            std::string::npos)
+      << r.err;
+  EXPECT_LT(r.seconds, 60) << r.err;
+}
+
 // Rank 1 cannot read its data: it says so, and the job ends at once (rank 0 is already waiting for it).
 TEST(MpiRun, AFailingRankStopsTheOthers) {
   CRUMB_REQUIRE_MPI_AND_DATA();

@@ -105,7 +105,7 @@ int Loader::batches_per_epoch() const {
 }
 
 BatchShare Loader::share_of(int batch) const {
-  return batch_share(std::min(batch_size_, ds_.count - batch * batch_size_), ranks_, rank_);
+  return batch_share(std::min(batch_size_, ds_.count - batch * batch_size_), ranks_, rank_, group_);
 }
 
 int Loader::parts_of(int batch) const { return (share_of(batch).size + micro_ - 1) / micro_; }
@@ -131,7 +131,7 @@ void Loader::set_augment(Augment a) {
   augment_ = a;
 }
 
-void Loader::set_micro_batch(int m, int rank, int ranks) {
+void Loader::set_micro_batch(int m, int rank, int ranks, int group) {
   CRUMB_CHECK(m >= 1 && ranks >= 1 && rank >= 0 && rank < ranks, "Loader: micro-batch ", m, " for rank ", rank,
               " of ", ranks, " (need m >= 1 and 0 <= rank < ranks)");
   std::unique_lock<std::mutex> lock(mu_);
@@ -139,6 +139,7 @@ void Loader::set_micro_batch(int m, int rank, int ranks) {
   micro_ = m;
   rank_ = rank;
   ranks_ = ranks;
+  group_ = group;
   started_ = false;  // what was prefetched is split the old way
 }
 

@@ -96,9 +96,10 @@ class Loader final : public MicroBatchSource {
 
   // Augments the batches of epochs started from now on (none by default).
   void set_augment(Augment a);
-  // Assembles, from the next start_epoch() on, only rank's share of each batch among ranks
-  // (engine/dist/batch_share.h), in micro-batches of m samples: the slots then hold m samples each.
-  void set_micro_batch(int m, int rank = 0, int ranks = 1);
+  // Assembles, from the next start_epoch() on, only rank's share of each batch among ranks, in whole groups
+  // of `group` samples (engine/dist/batch_share.h), in micro-batches of m samples: the slots then hold m
+  // samples each.
+  void set_micro_batch(int m, int rank = 0, int ranks = 1, int group = 1);
   // Starts epoch `epoch` (0-based) at batch first_batch (a resumed run skips the batches it trained:
   // orders and augmentation depend only on (seed, epoch, batch)); prefetching begins immediately.
   void start_epoch(int epoch, int first_batch = 0);
@@ -145,7 +146,7 @@ class Loader final : public MicroBatchSource {
   Memory memory_;
   DType dtype_;
   Augment augment_;
-  int micro_ = 0, rank_ = 0, ranks_ = 1;  // set_micro_batch's (micro_ = batch_size_ without it)
+  int micro_ = 0, rank_ = 0, ranks_ = 1, group_ = 1;  // set_micro_batch's (micro_ = batch_size_ without it)
   int epoch_ = 0;
   std::vector<float> lut_;         // [channel][byte]: the normalised value of each uint8 pixel
   std::vector<double> lut64_;      // the same in float64, for float64 images

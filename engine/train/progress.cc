@@ -31,7 +31,7 @@ void Progress::on_fit_begin(Trainer& t) {
   if (t.reducer()) {
     const int ranks = t.ranks();
     std::fprintf(stderr, "data parallel: %d ranks, shares of %d to %d samples, gradients summed in %zu buckets\n",
-                 ranks, batch_share(t.batch(), ranks, ranks - 1).size, batch_share(t.batch(), ranks, 0).size,
+                 ranks, t.share_of(t.batch(), ranks - 1).size, t.share_of(t.batch(), 0).size,
                  t.reducer()->buckets().size());
   }
   epochs_ = t.config().epochs;

@@ -336,6 +336,8 @@ Frontier plan_frontier(const TrainConfig& c, const data::DataShape& shape, int b
   return out;
 }
 
+int share_group(const TrainConfig& c, const data::DataShape& shape) { return micro_batch_multiple(model_graph(c, shape)); }
+
 RunPlan plan_graph(const TrainConfig& c, Graph model, int batch, Device device) {
   return plan_model(c, std::move(model), batch, device, false);
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "engine/dist/batch_share.h"
+#include "engine/ops/norm.h"
 #include "engine/base/error.h"
 #include "engine/strategy/memory_report.h"
 
@@ -137,7 +138,7 @@ BatchResult Scheduler::train_batch(InputBatches inputs, int batch, uint64_t rand
 BatchResult Scheduler::train_batch(MicroBatchSource& inputs, int batch, uint64_t random_key, double loss_scale) {
   CRUMB_CHECK(batch >= 1, "batch must be >= 1, got ", batch);
   const Communicator* comm = reducer_ ? &reducer_->communicator() : nullptr;
-  const BatchShare share = comm ? batch_share(batch, comm->size(), comm->rank()) : BatchShare{0, batch};
+  const BatchShare share = comm ? batch_share(batch, comm->size(), comm->rank(), micro_batch_multiple(g_)) : BatchShare{0, batch};
   if (share.size == 0) {
     reducer_->sum_zero();
     moments_->merge_and_commit(false);

@@ -15,6 +15,7 @@
 #include "engine/dist/rank_agreement.h"
 #include "engine/graph/rng.h"
 #include "engine/io/json.h"
+#include "engine/ops/norm.h"
 #include "engine/train/network.h"
 #include "engine/train/run_files.h"
 #include "engine/train/run_log.h"
@@ -120,9 +121,17 @@ void Trainer::build(std::optional<Graph> model, std::optional<RunPlan> plan,
   // A batch larger than the dataset is the whole dataset: buffers are sized by what can be filled. With
   // no samples yet (a trainer that predicts until train_more), the batch training would use.
   batch_ = train.count > 0 ? std::min(cfg_.batch, train.count) : cfg_.batch;
-  // Each rank plans for the largest share, rank 0's.
+  // Each rank plans for the largest share, rank 0's, which holds whole BatchNorm groups: the groups one
+  // process forms, so that the ranks train what it would.
   named_model_ = !model && !plan && cfg_.network.empty();
-  const int share = batch_share(batch_, ranks(), 0).size;
+  const data::DataShape shape{train.channels, train.height, train.width, train.num_classes};
+  const int group = plan ? micro_batch_multiple(plan->graph) : model ? micro_batch_multiple(*model) : share_group(cfg_, shape);
+  CRUMB_CHECK(ranks() == 1 || group != 0, "--bn-group batch normalises over the whole batch, which one process holds, "
+              "but the run has ", ranks(), " ranks: give --bn-group G (each rank then normalises whole groups of G "
+              "samples, the groups one process forms; G = the batch over the ranks keeps each rank's statistics its "
+              "own, as PyTorch's DistributedDataParallel without SyncBatchNorm does), or --norm gn");
+  share_group_ = group;
+  const int share = share_of(batch_, 0).size;
   if (plan) {
     CRUMB_CHECK(plan->device == device, "the plan given to the Trainer is for ", device_name(plan->device),
                 " but the run is on ", device_name(device), ": plan it for the run's device (TrainConfig::device)");
@@ -135,8 +144,7 @@ void Trainer::build(std::optional<Graph> model, std::optional<RunPlan> plan,
     check_micro_batch(plan->graph, m, share);
     plan_ = std::move(*plan);
   } else {
-    plan_ = model ? plan_graph(cfg_, std::move(*model), share, device)
-                  : plan_run(cfg_, {train.channels, train.height, train.width, train.num_classes}, share, device);
+    plan_ = model ? plan_graph(cfg_, std::move(*model), share, device) : plan_run(cfg_, shape, share, device);
   }
   if (comm_) check_ranks_agree(*comm_, rank_digest(cfg_, plan_.graph, train));
 }
@@ -209,7 +217,7 @@ void Trainer::make_loaders() {
           .in(batch_memory)
           .as(image_dtype()));
   // The loader assembles this rank's share of each batch, a micro-batch at a time.
-  train_loader_->set_micro_batch(m, comm_ ? comm_->rank() : 0, ranks());
+  train_loader_->set_micro_batch(m, comm_ ? comm_->rank() : 0, ranks(), share_group_);
   if (cfg_.augment) train_loader_->set_augment({4, true});
   // Evaluation runs in chunks of the micro-batch size: a sum over samples needs no batch.
   test_loader_.reset();

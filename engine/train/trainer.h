@@ -168,6 +168,10 @@ RunPlan plan_graph(const TrainConfig& cfg, Graph model, int batch, Device device
 // A BatchNorm group must fit in the batch it normalises. named: g is the registered model cfg.model (whose
 // groups cfg.norm sets), else its nodes say.
 void check_bn_group(const TrainConfig& cfg, const Graph& g, int batch, bool named);
+// The samples a data-parallel rank's share holds whole (batch_share's group) for cfg's model on inputs of
+// `shape`: its BatchNorm groups' least common multiple (micro_batch_multiple), 1 without BatchNorm, 0 where
+// BatchNorm normalises the whole batch.
+int share_group(const TrainConfig& cfg, const data::DataShape& shape);
 // The memory-time frontier of that plan's graph at micro-batch `micro_batch` (engine/strategy/memory_strategy.h):
 // --explain --frontier and the Python module's Plan.frontier(). For a fused graph, of the graphs a fused plan
 // weighs where a budget takes them (the In-Place form's or the unfused graph's points below the fused
@@ -360,6 +364,8 @@ class Trainer {
   int batch() const { return batch_; }  // samples per batch over every rank
   int micro_batch() const { return plan_.strategy.plan.micro_batch; }
   int ranks() const { return comm_ ? comm_->size() : 1; }
+  // Rank r's share of a batch of `batch` samples: whole BatchNorm groups (engine/dist/batch_share.h).
+  BatchShare share_of(int batch, int rank) const { return batch_share(batch, ranks(), rank, share_group_); }
   bool lead() const { return !comm_ || comm_->rank() == 0; }
   Communicator* communicator() { return comm_.get(); }
   bool prepared() const { return sched_ != nullptr; }
@@ -410,6 +416,7 @@ class Trainer {
   std::shared_ptr<Communicator> comm_;
   std::shared_ptr<const data::DataSplit> data_;
   int batch_ = 0;
+  int share_group_ = 1;  // the samples a rank's share holds whole (batch_share)
   RunPlan plan_;
   std::unique_ptr<ParamStore> params_;
   std::unique_ptr<Optimizer> opt_;
