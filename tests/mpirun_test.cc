@@ -100,27 +100,41 @@ TEST(MpiRun, TwoRanksTrainTheWeightsOfOne) {
   for (const std::string& f : {one, two, optimizer_path(one), optimizer_path(two)}) std::filesystem::remove(f);
 }
 
+// `args` (a resnet20 in BatchNorm groups of 8, 4 classes, 3x16x16 inputs) trained by one process and by 2
+// ranks, their weights loaded into `one` and `two`; the 2 ranks' outcome in `ranks` (their files removed).
+void train_one_and_two_ranks(const std::string& args, const std::string& tag, ParamStore& one, ParamStore& two,
+                             Outcome& ranks) {
+  const std::string common = " --device cpu --model resnet20 --dataset synthetic --input 3x16x16 --classes 4 "
+                             "--bn-group 8 --limit-test 16 --threads 1 --epochs 1" + args;
+  const std::string a = tmp(tag + "_one.safetensors"), b = tmp(tag + "_two.safetensors");
+  const Outcome alone = shell(std::string(CRUMB_TRAIN_BIN) + common + " --save " + a, tag + "_one");
+  ASSERT_EQ(alone.code, 0) << alone.err;
+  ranks = shell(kMpirun + " -np 2 " + CRUMB_TRAIN_BIN + common + " --save " + b, tag + "_two");
+  ASSERT_EQ(ranks.code, 0) << ranks.err;
+  load_checkpoint(a, one, nullptr);
+  load_checkpoint(b, two, nullptr);
+  for (const std::string& f : {a, b, optimizer_path(a), optimizer_path(b)}) std::filesystem::remove(f);
+}
+
+// That model's graph, with its backward pass (the parameter block checkpoints load into), in `dtype`.
+Graph resnet20_in_groups_of_8(DType dtype) {
+  models::NormSpec norm;
+  norm.bn.group = 8;
+  Graph g = models::build("resnet20", {3, 16, 16, 4, norm}, dtype);
+  build_backward(g);
+  return g;
+}
+
 // BatchNorm with deferred running statistics: each rank normalises whole groups of its share, and the
 // ranks' moments are merged before the running statistics are updated, so weights, running statistics
 // and num_batches_tracked equal one process's after a step (one step: over several, BatchNorm's near-zero
 // bias gradients let float rounding grow past any fixed tolerance).
 TEST(MpiRun, TwoRanksKeepTheRunningStatisticsOfOne) {
   if (!kHaveMpi) GTEST_SKIP() << "this build has no MPI";
-  const std::string args = " --device cpu --model resnet20 --dataset synthetic --input 3x16x16 --classes 4 "
-                           "--limit-train 32 --limit-test 16 --batch 32 --bn-group 8 --micro-batch 8 "
-                           "--threads 1 --epochs 1";
-  const std::string one = tmp("bn_one.safetensors"), two = tmp("bn_two.safetensors");
-  const Outcome a = shell(std::string(CRUMB_TRAIN_BIN) + args + " --save " + one, "bn_one");
-  ASSERT_EQ(a.code, 0) << a.err;
-  const Outcome b = shell(kMpirun + " -np 2 " + CRUMB_TRAIN_BIN + args + " --save " + two, "bn_two");
-  ASSERT_EQ(b.code, 0) << b.err;
-  models::NormSpec norm;
-  norm.bn.group = 8;
-  Graph g = models::build("resnet20", {3, 16, 16, 4, norm});
-  build_backward(g);
+  const Graph g = resnet20_in_groups_of_8(DType::F32);
   ParamStore p1(g), p2(g);
-  load_checkpoint(one, p1, nullptr);
-  load_checkpoint(two, p2, nullptr);
+  Outcome ranks;
+  ASSERT_NO_FATAL_FAILURE(train_one_and_two_ranks(" --limit-train 32 --batch 32 --micro-batch 8", "bn", p1, p2, ranks));
   auto floats = [](const void* p, std::size_t n) {
     const float* f = static_cast<const float*>(p);
     return std::vector<float>(f, f + n);
@@ -135,7 +149,6 @@ TEST(MpiRun, TwoRanksKeepTheRunningStatisticsOfOne) {
     const std::size_t n = static_cast<std::size_t>(g.value(v).count(1));
     EXPECT_LE(test::relative_error(floats(p2.state(v), n), floats(p1.state(v), n)), 1e-6) << g.value(v).name;
   }
-  for (const std::string& f : {one, two, optimizer_path(one), optimizer_path(two)}) std::filesystem::remove(f);
 }
 
 // Shares hold whole BatchNorm groups, the groups one process forms: a batch of 24 in groups of 8 goes to
@@ -143,22 +156,12 @@ TEST(MpiRun, TwoRanksKeepTheRunningStatisticsOfOne) {
 // 6 would split its two groups), so every step is one process's, to float64 rounding, over both batches.
 TEST(MpiRun, SharesHoldWholeBatchNormGroups) {
   if (!kHaveMpi) GTEST_SKIP() << "this build has no MPI";
-  const std::string args = " --device cpu --model resnet20 --dataset synthetic --input 3x16x16 --classes 4 "
-                           "--limit-train 36 --limit-test 16 --batch 24 --bn-group 8 --precision fp64 "
-                           "--threads 1 --epochs 1";
-  const std::string one = tmp("groups_one.safetensors"), two = tmp("groups_two.safetensors");
-  const Outcome a = shell(std::string(CRUMB_TRAIN_BIN) + args + " --save " + one, "groups_one");
-  ASSERT_EQ(a.code, 0) << a.err;
-  const Outcome b = shell(kMpirun + " -np 2 " + CRUMB_TRAIN_BIN + args + " --save " + two, "groups_two");
-  ASSERT_EQ(b.code, 0) << b.err;
-  EXPECT_NE(b.err.find("data parallel: 2 ranks, shares of 8 to 16 samples"), std::string::npos) << b.err;
-  models::NormSpec norm;
-  norm.bn.group = 8;
-  Graph g = models::build("resnet20", {3, 16, 16, 4, norm}, DType::F64);
-  build_backward(g);
+  const Graph g = resnet20_in_groups_of_8(DType::F64);
   ParamStore p1(g), p2(g);
-  load_checkpoint(one, p1, nullptr);
-  load_checkpoint(two, p2, nullptr);
+  Outcome ranks;
+  ASSERT_NO_FATAL_FAILURE(
+      train_one_and_two_ranks(" --limit-train 36 --batch 24 --precision fp64", "groups", p1, p2, ranks));
+  EXPECT_NE(ranks.err.find("data parallel: 2 ranks, shares of 8 to 16 samples"), std::string::npos) << ranks.err;
   auto doubles = [](const ParamStore& p) {
     const double* d = static_cast<const double*>(p.data_block());
     return std::vector<double>(d, d + p.count());
@@ -168,7 +171,6 @@ TEST(MpiRun, SharesHoldWholeBatchNormGroups) {
   ParamStore init(g);
   init.init(0);
   EXPECT_GT(test::relative_error(w1, doubles(init)), 1e-3);
-  for (const std::string& f : {one, two, optimizer_path(one), optimizer_path(two)}) std::filesystem::remove(f);
 }
 
 // BatchNorm over the whole batch cannot be split among ranks: a rank says so in one line, with what to give
