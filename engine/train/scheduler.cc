@@ -138,7 +138,7 @@ BatchResult Scheduler::train_batch(InputBatches inputs, int batch, uint64_t rand
 BatchResult Scheduler::train_batch(MicroBatchSource& inputs, int batch, uint64_t random_key, double loss_scale) {
   CRUMB_CHECK(batch >= 1, "batch must be >= 1, got ", batch);
   const Communicator* comm = reducer_ ? &reducer_->communicator() : nullptr;
-  const BatchShare share = comm ? batch_share(batch, comm->size(), comm->rank(), micro_batch_multiple(g_)) : BatchShare{0, batch};
+  const BatchShare share = comm ? batch_share(batch, comm->size(), comm->rank(), share_group_) : BatchShare{0, batch};
   if (share.size == 0) {
     reducer_->sum_zero();
     moments_->merge_and_commit(false);
@@ -159,6 +159,7 @@ void Scheduler::set_data_parallel(GradientReducer* reducer) {
   train_.set_observer(reducer);
   moments_ = reducer ? std::make_unique<MomentsMerge>(train_, reducer->communicator()) : nullptr;
   train_.set_deferred_commit(reducer != nullptr);
+  share_group_ = micro_batch_multiple(g_);
 }
 
 BatchResult Scheduler::evaluate(InputBatches inputs, int batch) {

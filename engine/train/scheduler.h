@@ -87,6 +87,7 @@ class Scheduler {
   std::unique_ptr<InputStaging> staging_;  // devices other than the CPU
   GradientReducer* reducer_ = nullptr;
   std::unique_ptr<MomentsMerge> moments_;  // data-parallel runs
+  int share_group_ = 1;                    // data-parallel runs: the samples a share holds whole (batch_share)
 };
 
 }  // namespace crumb

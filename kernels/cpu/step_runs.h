@@ -29,9 +29,8 @@ template <class T, class F> void update_in_runs(T* params, std::size_t count, co
     const std::ptrdiff_t begin = r * kRun, stop = std::min(end, begin + kRun);
     update(begin, stop);
     if (x.nonfinite) {
-      const T* p = params;
 #pragma omp simd reduction(+ : bad)
-      for (std::ptrdiff_t i = begin; i < stop; ++i) bad += !std::isfinite(p[i]);
+      for (std::ptrdiff_t i = begin; i < stop; ++i) bad += !std::isfinite(params[i]);
     }
     const auto n = static_cast<std::size_t>(stop - begin);
     if constexpr (std::is_same_v<T, float>) {
