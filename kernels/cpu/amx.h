@@ -35,13 +35,19 @@ struct alignas(64) TileConfig {
 
 inline void amx_fence() { asm volatile("" ::: "memory"); }
 
+// LDTILECFG. GCC's _tile_loadconfig tells the compiler it reads only the first 8 bytes of the
+// configuration, so the stores of the shapes after them can be dropped as dead: they were, where
+// configure_square_tiles was inlined into the Python module's x86-64-v4 build, and the first tile
+// instruction then raised SIGILL. This asm reads all 64 bytes.
+inline void load_tile_config(const TileConfig& c) { asm volatile("ldtilecfg %0" : : "m"(c)); }
+
 // Every tile 16 rows of 64 bytes (A: 16 rows of 32 bf16, B: 16 pairs of rows of 16 columns, C: 16 x 16
 // float32), after the operands are in memory; released when a thread is done with its tiles.
 CRUMB_TARGET_AMX inline void configure_square_tiles() {
   amx_fence();
   TileConfig c;
   for (int i = 0; i < 8; ++i) c.colsb[i] = 64, c.rows[i] = 16;
-  _tile_loadconfig(&c);
+  load_tile_config(c);
 }
 CRUMB_TARGET_AMX inline void release_tiles() { _tile_release(); }
 

@@ -329,7 +329,7 @@ CRUMB_TARGET_AMX void amx_sums(float* out, const uint32_t* wp_g, const uint32_t*
     c.colsb[i] = static_cast<uint16_t>(a ? d.kc * 4 : 64);
     c.rows[i] = static_cast<uint8_t>(b ? d.kc : 16);
   }
-  _tile_loadconfig(&c);
+  detail::load_tile_config(c);
   const std::ptrdiff_t used = std::ptrdiff_t{s.h_out} * d.w, per_row = d.taps * d.pairs;
   for (std::ptrdiff_t p = 0; p < used; p += 32)
     for (std::ptrdiff_t co = 0; co < d.rows; co += 32) {

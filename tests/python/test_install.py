@@ -65,15 +65,16 @@ import numpy as np, crumb
 rng = np.random.default_rng(0)
 x = rng.integers(0, 256, size=(96, 1, 28, 28), dtype=np.uint8)
 y = (x[:, 0, :14].mean(axis=(1, 2)) > x[:, 0, 14:].mean(axis=(1, 2))).astype(np.int64)
-t = crumb.Trainer(model="lenet5", batch=32, lr=0.05, seed=0, threads=1, progress=False)
+t = crumb.Trainer(model="lenet5", batch=32, lr=0.05, seed=0, threads=1, progress=False, precision=PRECISION)
 loss = t.fit(x, y, epochs=1)[-1]["loss"]
 maps = open("/proc/self/maps").read().split()
 print([m for m in maps if m.endswith("libcrumb_kernels_cpu.so")][0], loss)
 """
 
 
-def run_training(prefix=()):
-    out = subprocess.run([*prefix, sys.executable, "-c", TRAIN], capture_output=True, text=True, timeout=600,
+def run_training(prefix=(), precision="fp32"):
+    out = subprocess.run([*prefix, sys.executable, "-c", TRAIN.replace("PRECISION", repr(precision))],
+                         capture_output=True, text=True, timeout=600,
                          env=dict(os.environ, PYTHONPATH=str(PACKAGE.parent)))
     assert out.returncode == 0, out.stderr[-2000:]
     library, loss = out.stdout.split()[-2:]
@@ -96,6 +97,12 @@ def test_each_cpu_level_loads_its_kernels_and_trains_alike():
     # FMA or not rounds differently, no more.
     for level in levels:
         assert losses[level] == pytest.approx(losses["x86-64-v2"], rel=1e-4), losses
+    # bf16 takes each level's own kernels (widened on v2 and v3; vdpbf16ps or AMX tiles on v4 where the CPU
+    # has them, whose tile configuration the portable build once compiled away: SIGILL), which round their
+    # sums differently.
+    bf16 = {level: run_training([str(LOADER), "--glibc-hwcaps-mask", level], "bf16")[1] for level in levels}
+    for level in levels:
+        assert bf16[level] == pytest.approx(losses["x86-64-v2"], rel=0.05), bf16
 
 
 @pytest.mark.skipif(shutil.which("qemu-x86_64") is None, reason="needs qemu-x86_64 (Debian: qemu-user)")
