@@ -188,6 +188,25 @@ TEST(Checkpoint, RoundTripRestoresParamsMomentumAndSteps) {
   remove_checkpoint(path);
 }
 
+// An optimizer saved before its first step (an fp16 run whose every step was skipped) resumes at step 0:
+// its schedule and AdamW's bias corrections start where a fresh optimizer's do, not one step on.
+TEST(Checkpoint, AnOptimizerSavedBeforeItsFirstStepResumesAtStepZero) {
+  const std::string path = temp_path("zero_steps");
+  for (const OptimizerConfig& cfg : {sgd_config(0.05, 0.9, 1e-4), adamw_config(1e-3, 0.01)}) {
+    Model a("lenet5", 1, cfg);
+    save_checkpoint(path, a.params, a.opt.get(), "lenet5");
+    Model b("lenet5", 1, cfg);
+    b.steps(2, 8);
+    load_checkpoint(path, b.params, b.opt.get());
+    EXPECT_EQ(b.opt->steps(), 0) << optimizer_name(cfg.kind);
+    a.steps(2, 9);
+    b.steps(2, 9);
+    EXPECT_EQ(b.param_bytes(), a.param_bytes()) << optimizer_name(cfg.kind);
+    EXPECT_EQ(b.state_bytes(), a.state_bytes()) << optimizer_name(cfg.kind);
+    remove_checkpoint(path);
+  }
+}
+
 // A mixed-precision model saves its float32 masters, not the 16-bit copies its ops read: its file is a
 // float32 model's, so any precision loads any other's.
 TEST(Checkpoint, MixedPrecisionSavesTheFloat32Masters) {

@@ -143,6 +143,7 @@ struct Metadata {
   std::vector<std::pair<std::string, std::string>> all;  // every entry, in file order
   std::string model;
   long long steps = 0;
+  bool has_steps = false;  // "optimizer_steps" present (0 included: an optimizer that has not stepped yet)
   // Files without an "optimizer" entry (written before AdamW, or by other writers) hold SGD state.
   OptimizerKind optimizer = OptimizerKind::Sgd;
   bool names_optimizer = false;  // "optimizer" or "optimizer_steps" present
@@ -174,6 +175,7 @@ Metadata parse_metadata(const json::Value& meta, const std::string& path) {
     });
     CRUMB_CHECK(digits, path, ": optimizer_steps \"", s, "\" is not a non-negative integer");
     m.steps = std::stoll(s);
+    m.has_steps = true;
     m.names_optimizer = true;
   }
   if (const json::Value* id = meta.find(kSaveIdKey)) m.save_id = id->string;
@@ -561,8 +563,9 @@ void load_checkpoint(const std::string& path, ParamStore& params, Optimizer* opt
   params.to_device();
   if (!opt) return;
   // State without a step count (a file from another writer) is still a started optimizer: with 0 steps
-  // SGD's first step would overwrite the loaded momentum with the gradient.
-  opt->set_steps(!restore ? 0 : has_state ? std::max(meta.steps, 1LL) : meta.steps);
+  // SGD's first step would overwrite the loaded momentum with the gradient. A recorded count is taken as it
+  // is, 0 included (an fp16 run whose every step was skipped): its schedule and bias corrections start there.
+  opt->set_steps(!restore ? 0 : has_state && !meta.has_steps ? std::max(meta.steps, 1LL) : meta.steps);
   for (const StateBlock& s : opt->state()) {
     char* block = reinterpret_cast<char*>(s.host());
     if (!has_state) {
