@@ -166,6 +166,12 @@ class Graph {
   // they are taken as they are, so a resumed run computes what the run it continues computed.
   const std::unordered_map<std::string, std::string>& kernel_choices() const { return kernel_choices_; }
   void set_kernel_choice(const std::string& key, const std::string& choice) { kernel_choices_[key] = choice; }
+  // Whether the optimizer updates each parameter in the backward pass, as soon as the last step that reads
+  // the parameter or writes its gradient is done (engine/optim/step_in_backward.h). Its ParamGrad values
+  // then live in the arena, from their first writer to that step, instead of in a persistent block: for a
+  // batch run in one micro-batch, whose gradients nothing reads after the update.
+  bool step_in_backward() const { return step_in_backward_; }
+  void set_step_in_backward(bool on) { step_in_backward_ = on; }
 
  private:
   std::vector<Value> values_;
@@ -179,6 +185,7 @@ class Graph {
   bool tf32_ = false;
   bool deterministic_ = false;
   ConvAlgo conv_algo_ = ConvAlgo::Direct;
+  bool step_in_backward_ = false;
   std::unordered_map<std::string, std::string> kernel_choices_;
 };
 

@@ -11,7 +11,7 @@ class AdamW final : public Optimizer {
   AdamW(ParamStore& params, const OptimizerConfig& cfg);
 
  private:
-  void update(double lr, const StepExtras& extras) override;
+  void update(double lr, const StepExtras& extras, const Span& span) override;
 };
 
 }  // namespace crumb

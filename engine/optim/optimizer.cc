@@ -59,13 +59,30 @@ Optimizer::Optimizer(ParamStore& params, const OptimizerConfig& cfg)
   nonfinite_grads_ = Buffer(sizeof(uint64_t), memory_of(params.device()), params.index());
 }
 
+StepExtras Optimizer::extras(float grad_scale, const Span& span, uint64_t* nonfinite) const {
+  char* copy = static_cast<char*>(params_.device_copy_block());
+  return StepExtras{grad_scale, copy ? copy + span.offset * dtype_size(params_.copy_dtype()) : nullptr,
+                    params_.copy_dtype(), nonfinite};
+}
+
 void Optimizer::step(float grad_scale) {
   backend_.activate();
   auto* const count = reinterpret_cast<uint64_t*>(nonfinite_.data());
-  update(lr(steps_), StepExtras{grad_scale, params_.device_copy_block(), params_.copy_dtype(),
-                                kernels_.counts_nonfinite ? count : nullptr});
+  const Span all{0, params_.count(), params_.device_grad_block()};
+  update(lr(steps_), extras(grad_scale, all, kernels_.counts_nonfinite ? count : nullptr), all);
   ++steps_;
   if (!kernels_.counts_nonfinite) count_nonfinite(count, params_.device_data_block());
+}
+
+void Optimizer::step_param(ValueId p, const void* grad) {
+  const Span span{params_.byte_offset(p) / dtype_size(params_.dtype()),
+                  static_cast<std::size_t>(params_.graph().value(p).count(1)), grad};
+  update(lr(steps_), extras(1.0f, span, nullptr), span);
+}
+
+void Optimizer::end_step() {
+  ++steps_;
+  count_nonfinite(nonfinite_.data(), params_.device_data_block());
 }
 
 void Optimizer::count_nonfinite(void* out, const void* x) {

@@ -84,12 +84,19 @@ class Optimizer {
   Optimizer& operator=(const Optimizer&) = delete;
 
   OptimizerKind kind() const { return cfg_.kind; }
+  const ParamStore& params() const { return params_; }
   const OptimizerConfig& config() const { return cfg_; }
   // Updates every parameter from the gradients at lr(steps()), then counts the step. Also counts, on the
   // device and in order with the update, the parameters the step left NaN or infinite. The gradients are
   // read multiplied by grad_scale (1 / the fp16 loss scale); the parameters' 16-bit copies, if the store
   // has them, are written in the same pass.
   void step(float grad_scale = 1.0f);
+  // The same step made one parameter at a time, in the backward pass (engine/optim/step_in_backward.h):
+  // step_param updates p as step() would, from its gradient at `grad` (the device's memory, p's elements,
+  // unpadded); end_step, once every parameter is updated, counts the step and its non-finite parameters.
+  // No loss scale: fp16's check must see the whole gradient before any update.
+  void step_param(ValueId p, const void* grad);
+  void end_step();
   // How many parameters the last step left NaN or infinite (0 before any step): a diverged run, which
   // the ReLU can hide from the loss (it maps NaN to 0). Waits for the step (cheap right after the next
   // batch, which waits for it anyway).
@@ -114,10 +121,21 @@ class Optimizer {
 
  protected:
   Optimizer(ParamStore& params, const OptimizerConfig& cfg);
-  // The update of step steps() (0-based) at learning rate lr, enqueued on the parameters' device.
-  virtual void update(double lr, const StepExtras& extras) = 0;
-  // State block i on the device, as T (the parameters' type).
-  template <class T> T* device_state(std::size_t i) const { return reinterpret_cast<T*>(state_[i].block.device()); }
+  // Elements [offset, offset + count) of the parameter block (and of each state block), and their gradients.
+  struct Span {
+    std::size_t offset = 0, count = 0;
+    const void* grads = nullptr;  // count elements in the device's memory
+  };
+  // The update of step steps() (0-based) at learning rate lr of the span's parameters, enqueued on the
+  // parameters' device. extras.copy points at the span's first 16-bit copy.
+  virtual void update(double lr, const StepExtras& extras, const Span& span) = 0;
+  // The span's parameters, and state block i's part, on the device, as T (the parameters' type).
+  template <class T> T* device_params(const Span& span) const {
+    return static_cast<T*>(params_.device_data_block()) + span.offset;
+  }
+  template <class T> T* device_state(std::size_t i, const Span& span) const {
+    return reinterpret_cast<T*>(state_[i].block.device()) + span.offset;
+  }
 
   ParamStore& params_;
   OptimizerConfig cfg_;
@@ -128,6 +146,7 @@ class Optimizer {
  private:
   // *out (the device's memory) = elements of x (count parameters' worth) that are NaN or infinite.
   void count_nonfinite(void* out, const void* x);
+  StepExtras extras(float grad_scale, const Span& span, uint64_t* nonfinite) const;
 
   std::vector<StateBlock> state_;
   long long steps_ = 0;

@@ -9,22 +9,20 @@ Sgd::Sgd(ParamStore& params, const OptimizerConfig& cfg) : Optimizer(params, cfg
   CRUMB_CHECK(cfg.kind == OptimizerKind::Sgd, "Sgd built from a ", optimizer_name(cfg.kind), " configuration");
 }
 
-void Sgd::update(double lr, const StepExtras& extras) {
+void Sgd::update(double lr, const StepExtras& extras, const Span& span) {
   // On the first step the buffer starts as the gradient (PyTorch clones it), whatever it holds.
   const bool first = steps() == 0;
   if (params_.dtype() == DType::F64) {
-    kernels_.sgd_f64(backend_, static_cast<double*>(params_.device_data_block()),
-                     static_cast<const double*>(params_.device_grad_block()),
-                     state().empty() ? nullptr : device_state<double>(0), params_.count(), lr, cfg_.momentum,
+    kernels_.sgd_f64(backend_, device_params<double>(span), static_cast<const double*>(span.grads),
+                     state().empty() ? nullptr : device_state<double>(0, span), span.count, lr, cfg_.momentum,
                      cfg_.weight_decay, cfg_.nesterov, first, extras);
     return;
   }
-  float* p = static_cast<float*>(params_.device_data_block());
-  const float* g = static_cast<const float*>(params_.device_grad_block());
-  float* m = state().empty() ? nullptr : device_state<float>(0);
   const auto flr = static_cast<float>(lr), momentum = static_cast<float>(cfg_.momentum),
              wd = static_cast<float>(cfg_.weight_decay);
-  kernels_.sgd(backend_, p, g, m, params_.count(), flr, momentum, wd, cfg_.nesterov, first, extras);
+  kernels_.sgd(backend_, device_params<float>(span), static_cast<const float*>(span.grads),
+               state().empty() ? nullptr : device_state<float>(0, span), span.count, flr, momentum, wd, cfg_.nesterov,
+               first, extras);
 }
 
 }  // namespace crumb

@@ -10,7 +10,7 @@ class Sgd final : public Optimizer {
   Sgd(ParamStore& params, const OptimizerConfig& cfg);
 
  private:
-  void update(double lr, const StepExtras& extras) override;
+  void update(double lr, const StepExtras& extras, const Span& span) override;
 };
 
 }  // namespace crumb

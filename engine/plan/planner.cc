@@ -21,7 +21,10 @@ struct Groups {
   int find(int v) { return parent[v] == v ? v : parent[v] = find(parent[v]); }
 };
 
-bool in_arena(const Graph& g, ValueId v) { return g.value(g.storage_root(v)).kind == ValueKind::Activation; }
+bool in_arena(const Graph& g, ValueId v) {
+  const ValueKind k = g.value(g.storage_root(v)).kind;
+  return k == ValueKind::Activation || (k == ValueKind::ParamGrad && g.step_in_backward());
+}
 
 struct Block {
   std::size_t bytes;
@@ -182,14 +185,21 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<NodeId>& order, int bat
       in_host[v] = true;
     }
 
+  // The last step with a kernel that reads each parameter (a view reads nothing itself): with the optimizer
+  // stepping in the backward pass, a parameter's gradient is live until then, where its update runs.
+  std::vector<int> param_read(g.step_in_backward() ? nv : 0, -1);
   for (int s = 0; s < ns; ++s) {
     const Node& n = g.node(order[s]);
     for (ValueId v : n.out) {
       if (!in_arena(g, v)) continue;
-      p.first[v] = p.last[v] = s;
+      // A parameter's gradient that several steps add into (a shared parameter's) begins at the first.
+      if (p.first[v] < 0 || g.value(v).kind != ValueKind::ParamGrad) p.first[v] = s;
+      p.last[v] = s;
       bytes[v] = align_up(static_cast<std::size_t>(g.value(v).count(batch)) * dtype_size(g.value(v).dtype));
     }
     for (ValueId v : n.in) {
+      if (!param_read.empty() && !n.def->view && g.value(g.storage_root(v)).kind == ValueKind::Param)
+        param_read[g.storage_root(v)] = s;
       if (!in_arena(g, v)) continue;
       CRUMB_CHECK(p.first[v] >= 0, "plan_memory: step ", s, " (layer '", n.name, "') reads '", g.value(v).name,
                   "' before it is computed");
@@ -201,6 +211,11 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<NodeId>& order, int bat
   }
   for (ValueId v : keep)
     if (p.first[v] >= 0) p.last[v] = ns - 1;
+  if (!param_read.empty())
+    for (ValueId w : g.params()) {
+      const ValueId dw = g.value(w).grad;
+      if (dw >= 0 && p.first[dw] >= 0) p.last[dw] = std::max(p.last[dw], param_read[w]);
+    }
 
   // Group lifetimes and sizes; views always join their base, in-place outputs join a dead input.
   Groups grp(nv);

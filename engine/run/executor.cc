@@ -91,7 +91,7 @@ void Executor::resolve() {
       ptr_[v] = val.dtype == params_.dtype() ? params_.device_data(v) : params_.device_copy(v);
     else if (val.kind == ValueKind::State)
       ptr_[v] = params_.device_state(v);
-    else if (val.kind == ValueKind::ParamGrad)
+    else if (val.kind == ValueKind::ParamGrad && !g_.step_in_backward())  // else in the arena, or in no pass of this one
       ptr_[v] = params_.device_grad(params_.param_of_grad(v));
   }
   for (std::size_t i = 0, at = 0; i < metric_values_.size(); ++i) {

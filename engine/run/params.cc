@@ -59,7 +59,7 @@ ParamStore::ParamStore(const Graph& g, Device device, int index)
   copy_dtype_ = g.float_dtype();
   if (is_half(copy_dtype_)) copy_ = Buffer(count_ * dtype_size(copy_dtype_), b.memory(), index);
   data_ = MirroredBuffer(bytes(), device, index);
-  grad_ = MirroredBuffer(bytes(), device, index);
+  if (!g.step_in_backward()) grad_ = MirroredBuffer(bytes(), device, index);
   state_offset_.assign(g.num_values(), -1);
   const std::size_t state_bytes = state_layout(g, &state_offset_);
   if (state_bytes) state_ = MirroredBuffer(state_bytes, device, index);
@@ -129,9 +129,20 @@ std::size_t ParamStore::byte_offset(ValueId param) const {
 }
 
 void* ParamStore::data(ValueId param) const { return data_.host() + byte_offset(param); }
-void* ParamStore::grad(ValueId param) const { return grad_.host() + byte_offset(param); }
+void ParamStore::check_grads() const {
+  CRUMB_CHECK(!graph_.step_in_backward(), "the parameters' gradients are not kept: the optimizer steps in the backward pass, each ",
+              "parameter's gradient in the arena only until its update (plan with more --memory-budget to keep them)");
+}
+
+void* ParamStore::grad(ValueId param) const {
+  check_grads();
+  return grad_.host() + byte_offset(param);
+}
 void* ParamStore::device_data(ValueId param) const { return data_.device() + byte_offset(param); }
-void* ParamStore::device_grad(ValueId param) const { return grad_.device() + byte_offset(param); }
+void* ParamStore::device_grad(ValueId param) const {
+  check_grads();
+  return grad_.device() + byte_offset(param);
+}
 
 ValueId ParamStore::param_of_grad(ValueId grad) const {
   return grad >= 0 && grad < (int)grad_owner_.size() ? grad_owner_[grad] : -1;

@@ -28,7 +28,8 @@ class ParamStore {
   // from a generator seeded with `seed`; every state value at its fill value. Written to the device too.
   void init(uint64_t seed);
 
-  // Host copies.
+  // Host copies. A graph whose optimizer steps in the backward pass (Graph::step_in_backward) keeps no
+  // gradient block: grad(), device_grad() and the grad blocks throw, naming why.
   void* data(ValueId param) const;
   void* grad(ValueId param) const;
   // Where the device computes on them (the host copies on the CPU).
@@ -58,9 +59,9 @@ class ParamStore {
   void* device_copy(ValueId param) const;
   // Whole blocks, padding included (count() elements each): host copies and device blocks.
   void* data_block() const { return data_.host(); }
-  void* grad_block() const { return grad_.host(); }
+  void* grad_block() const { return check_grads(), grad_.host(); }
   void* device_data_block() const { return data_.device(); }
-  void* device_grad_block() const { return grad_.device(); }
+  void* device_grad_block() const { return check_grads(), grad_.device(); }
   std::size_t count() const { return count_; }
   std::size_t bytes() const { return count_ * dtype_size(dtype_); }
   int64_t num_parameters() const;  // without padding
@@ -68,6 +69,8 @@ class ParamStore {
   std::size_t byte_offset(ValueId param) const;
 
  private:
+  void check_grads() const;
+
   const Graph& graph_;
   DType dtype_;
   Device device_;

@@ -28,7 +28,9 @@ MemoryBreakdown measure_memory(const Graph& g, const CompiledPass& train, const 
   mb.float_dtype = g.float_dtype();
   mb.master_dtype = g.master_dtype();
   const std::size_t count = ParamStore::block_count(g), persistent = count * dtype_size(mb.master_dtype);
-  mb.params = mb.grads = persistent;
+  mb.params = persistent;
+  mb.grads_in_arena = g.step_in_backward();
+  mb.grads = mb.grads_in_arena ? 0 : persistent;
   if (is_half(mb.float_dtype)) mb.param_copies = count * dtype_size(mb.float_dtype);
   mb.state = ParamStore::state_block_bytes(g);
   const std::vector<std::string> state = state_names(opt);
@@ -119,8 +121,9 @@ std::string persistent_note(const Graph& g, const MemoryBreakdown& mb, std::size
     if (g.value(p).count(1) > g.value(largest).count(1)) largest = p;
   const Value& p = g.value(largest);
   const std::size_t bytes = static_cast<std::size_t>(p.count(1)) * dtype_size(mb.master_dtype);
-  return detail::concat("; the persistent state alone (parameters, gradients, optimizer state), which no micro-batch "
-                        "size or strategy lowers, needs ", format_bytes(mb.persistent()), ": the largest parameter is '",
+  return detail::concat("; the persistent state alone (parameters, ", mb.grads_in_arena ? "" : "gradients, ",
+                        "optimizer state), which no micro-batch size or strategy lowers, needs ",
+                        format_bytes(mb.persistent()), ": the largest parameter is '",
                         p.name, "' ", dims_str(p.dims), " (", format_bytes(bytes),
                         " a copy): make that layer smaller (fewer classes or features, a smaller input)");
 }
@@ -180,7 +183,8 @@ std::vector<BreakdownRow> breakdown_rows(const MemoryBreakdown& mb, std::size_t 
   std::vector<BreakdownRow> rows = {{"parameters", mb.params, master, mixed ? "master weights" : ""}};
   if (mixed)
     rows.push_back({"parameter copies", mb.param_copies, compute, "what 16-bit ops read; the optimizer writes them"});
-  rows.push_back({"gradients", mb.grads, master, ""});
+  rows.push_back({"gradients", mb.grads, master,
+                  mb.grads_in_arena ? "in the arena: the optimizer steps in the backward pass" : ""});
   rows.push_back({"optimizer state", mb.optimizer_state, master, mb.optimizer});
   if (mb.state) rows.push_back({"non-trained state", mb.state, master, "running statistics, I64 counters"});
   rows.push_back({"arena (block)", mb.arena, compute, ""});

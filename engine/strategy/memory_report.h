@@ -35,6 +35,8 @@ struct MemoryBreakdown {
   // size. Set by choose_micro_batch and count_loader for training runs. The data set and its sample order
   // (4 bytes a sample) are outside the budget, like the program.
   std::size_t loader = 0;
+  // The gradients live in the arena, each until its parameter's update (Graph::step_in_backward): grads is 0.
+  bool grads_in_arena = false;
   std::size_t runtime = 0;      // the device runtime's own persistent buffers (cuBLAS workspace on CUDA)
   // Swapped activations (engine/strategy/swap.h) in pinned host memory: outside a device's budget, so not in
   // total(). On the CPU it stands in for a device's host memory, so the schedule runs and is tested there.

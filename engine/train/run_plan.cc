@@ -50,7 +50,9 @@ std::string describe_split(const TrainConfig& c, int batch, const RunPlan& run) 
   return "batch " + std::to_string(batch) + " in " + std::to_string((batch + m - 1) / m) + " micro-batch(es) of " +
          std::to_string(m) + how + (rewritten ? "; " + p.choice.used + " to fit" : "") +
          (run.in_place ? "; fused normalisations keep their inputs alone, In-Place" : "") +
-         (run.unfused ? "; unfused, which needs least here" : "") + ")";
+         (run.unfused ? "; unfused, which needs least here" : "") +
+         (run.graph.step_in_backward() ? "; the optimizer steps in the backward pass, the gradients in the arena" : "") +
+         ")";
 }
 
 // Micro-batching alone (in memory) for g under r, if it meets the budget.
@@ -263,10 +265,28 @@ Graph model_graph(const TrainConfig& c, const data::DataShape& shape) {
   return models::build(c.model, spec, activation_dtype(c.precision));
 }
 
-// plan_graph's work; named: `model` is the registered model c.model (whose BatchNorm groups c.norm sets).
-RunPlan plan_model(const TrainConfig& c, Graph model, int batch, Device device, bool named) {
+// Whether t's optimizer may step in the backward pass (Graph::step_in_backward) for c at `batch` over
+// `ranks` processes: one process, no fp16 loss scaling, no --micro-batch below the batch, and a gradient
+// for every parameter.
+bool may_step_in_backward(const TrainConfig& c, const Graph& g, int batch, int ranks) {
+  if (ranks != 1 || c.precision == Precision::FP16 || (c.micro_batch && c.micro_batch < batch)) return false;
+  std::vector<bool> written(g.num_values(), false);
+  for (NodeId i = 0; i < g.num_nodes(); ++i)
+    for (ValueId v : g.node(i).out) written[v] = true;
+  for (ValueId p : g.params())
+    if (g.value(p).grad < 0 || !written[g.value(p).grad]) return false;
+  return true;
+}
+
+// Whether g's batch runs as one micro-batch whatever the budget: a forced micro-batch of the batch or more,
+// or BatchNorm groups that hold the whole batch.
+bool whole_batch_anyway(const Graph& g, int batch, int micro_batch) {
+  const int group = micro_batch_multiple(g);
+  return micro_batch >= batch || group == 0 || group >= batch;
+}
+
+RunPlan plan_training_graph(const TrainConfig& c, TrainingGraph t, int batch, Device device, int micro_batch) {
   RunPlan p;
-  TrainingGraph t = training_graph(c, std::move(model), batch, device, named);
   p.graph = std::move(t.graph);
   p.device = device;
   p.budget = budget_of(c, device);
@@ -275,7 +295,9 @@ RunPlan plan_model(const TrainConfig& c, Graph model, int batch, Device device, 
   r.strategy = c.strategy;
   r.batch = batch;
   r.budget = p.budget;
-  r.micro_batch = c.micro_batch;
+  // Gradients in the arena are not accumulated over micro-batches: the batch runs as one (the only size
+  // allowed anyway where BatchNorm's groups hold the whole batch).
+  r.micro_batch = p.graph.step_in_backward() && !whole_batch_anyway(p.graph, batch, micro_batch) ? batch : micro_batch;
   r.optimizer = c.optimizer;
   r.device = device;
   if (!t.fused) p.strategy = plan_strategy(p.graph, r);
@@ -284,10 +306,34 @@ RunPlan plan_model(const TrainConfig& c, Graph model, int batch, Device device, 
   return p;
 }
 
+// plan_graph's work; named: `model` is the registered model c.model (whose BatchNorm groups c.norm sets).
+// Where no plan meets the budget, the last memory technique: the whole batch in one micro-batch with the
+// optimizer stepping in the backward pass, whose gradients leave the persistent state.
+RunPlan plan_model(const TrainConfig& c, Graph model, int batch, Device device, bool named, int ranks) {
+  TrainingGraph t = training_graph(c, std::move(model), batch, device, named);
+  if (!may_step_in_backward(c, t.graph, batch, ranks)) return plan_training_graph(c, std::move(t), batch, device, c.micro_batch);
+  TrainingGraph stepping = t;
+  try {
+    return plan_training_graph(c, std::move(t), batch, device, c.micro_batch);
+  } catch (const Error&) {
+    stepping.graph.set_step_in_backward(true);
+    stepping.unfused.set_step_in_backward(true);
+    // The budget's error is the one for the smallest micro-batch the run could take: this plan's where that
+    // is the whole batch anyway.
+    const bool whole = whole_batch_anyway(stepping.graph, batch, c.micro_batch);
+    try {
+      return plan_training_graph(c, std::move(stepping), batch, device, c.micro_batch);
+    } catch (const Error&) {
+      if (whole) throw;
+    }
+    throw;
+  }
+}
+
 }  // namespace
 
-RunPlan plan_run(const TrainConfig& c, const data::DataShape& shape, int batch, Device device) {
-  return plan_model(c, model_graph(c, shape), batch, device, c.network.empty());
+RunPlan plan_run(const TrainConfig& c, const data::DataShape& shape, int batch, Device device, int ranks) {
+  return plan_model(c, model_graph(c, shape), batch, device, c.network.empty(), ranks);
 }
 
 Frontier plan_frontier(const TrainConfig& c, const data::DataShape& shape, int batch, Device device, int micro_batch) {
@@ -338,8 +384,8 @@ Frontier plan_frontier(const TrainConfig& c, const data::DataShape& shape, int b
 
 int share_group(const TrainConfig& c, const data::DataShape& shape) { return micro_batch_multiple(model_graph(c, shape)); }
 
-RunPlan plan_graph(const TrainConfig& c, Graph model, int batch, Device device) {
-  return plan_model(c, std::move(model), batch, device, false);
+RunPlan plan_graph(const TrainConfig& c, Graph model, int batch, Device device, int ranks) {
+  return plan_model(c, std::move(model), batch, device, false, ranks);
 }
 
 }  // namespace crumb

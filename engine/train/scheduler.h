@@ -65,6 +65,10 @@ class Scheduler {
     eval_.set_recording(on);
   }
 
+  // Told each step of the training runs' last micro-batches (the optimizer stepping in the backward pass,
+  // engine/optim/step_in_backward.h); data-parallel training has its reducer told instead.
+  void set_train_observer(StepObserver* observer) { train_.set_observer(observer); }
+
   int micro_batch() const { return train_.max_batch(); }
   const Executor& train_executor() const { return train_; }
   const Executor& eval_executor() const { return eval_; }

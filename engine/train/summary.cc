@@ -47,6 +47,7 @@ RunSummary summarize(Trainer& t, const FitResult& r) {
   s.max_rss_bytes = max_rss_bytes();
   s.strategy = strategy_name(c.strategy);
   s.strategy_used = choice.used;
+  s.step_in_backward = t.graph().step_in_backward();
   s.swapped = choice.swapped.size();
   s.recomputed = choice.recomputed.size();
   s.host_pool_bytes = plan.host_pool_bytes;
@@ -95,6 +96,7 @@ std::string to_json(const RunSummary& s) {
       .integer("max_rss_bytes", size(s.max_rss_bytes))
       .string("strategy", s.strategy)
       .string("strategy_used", s.strategy_used)
+      .boolean("step_in_backward", s.step_in_backward)
       .integer("swapped", size(s.swapped))
       .integer("recomputed", size(s.recomputed))
       .integer("host_pool_bytes", size(s.host_pool_bytes))

@@ -31,6 +31,7 @@ struct RunSummary {
   double final_lr = 0;
   std::size_t memory_budget = 0, max_rss_bytes = 0;
   std::string strategy, strategy_used;
+  bool step_in_backward = false;  // the optimizer stepped in the backward pass (engine/optim/step_in_backward.h)
   std::size_t swapped = 0, recomputed = 0, host_pool_bytes = 0;
   // One micro-batch's step: predicted by the cost model, the same in memory, and measured.
   double predicted_step_s = 0, in_memory_step_s = 0, measured_step_s = 0;

@@ -144,8 +144,12 @@ void Trainer::build(std::optional<Graph> model, std::optional<RunPlan> plan,
     check_micro_batch(plan->graph, m, share);
     plan_ = std::move(*plan);
   } else {
-    plan_ = model ? plan_graph(cfg_, std::move(*model), share, device) : plan_run(cfg_, shape, share, device);
+    plan_ = model ? plan_graph(cfg_, std::move(*model), share, device, ranks())
+                  : plan_run(cfg_, shape, share, device, ranks());
   }
+  CRUMB_CHECK(!plan_.graph.step_in_backward() || (ranks() == 1 && !scaler_.enabled() && plan_.strategy.plan.micro_batch >= share),
+              "the plan has the optimizer step in the backward pass, which needs the batch in one micro-batch, one ",
+              "process and no fp16 loss scaling (each sees every gradient whole first): plan it for this run");
   if (comm_) check_ranks_agree(*comm_, rank_digest(cfg_, plan_.graph, train));
 }
 
@@ -196,6 +200,10 @@ void Trainer::prepare() {
         *comm_, *params_, sched_->train_executor().plan().order,
         plan_buckets(*params_, cfg_.bucket_cap, std::min(cfg_.bucket_cap, kFirstBucketBytes)));
     sched_->set_data_parallel(reducer_.get());
+  }
+  if (plan_.graph.step_in_backward()) {
+    step_in_backward_ = std::make_unique<StepInBackward>(*opt_, sched_->train_executor());
+    sched_->set_train_observer(step_in_backward_.get());
   }
   epoch_ = epochs_done_ = at_epoch_ = start_epoch_;
   at_batch_ = start_batch_;
@@ -297,6 +305,8 @@ bool Trainer::train_batch(StepInfo& info) {
   const Clock::time_point start = Clock::now();
   const double loss_scale = scaler_.scale();
   if (hooks_.before_batch) hooks_.before_batch(*this);
+  // Stepping in the backward pass, the weights are neither the last step's nor this one's until it ends.
+  stepping_ = step_in_backward_ != nullptr;
   BatchResult r = sched_->train_batch(*train_loader_, b.size, random_key(cfg_.seed, opt_->steps()), loss_scale);
   batch_seconds_ += seconds_since(start);
   micro_batches_ += r.micro_batches;
@@ -321,7 +331,7 @@ bool Trainer::train_batch(StepInfo& info) {
   stepping_ = true;
   // fp16: one check of the whole step's gradient (after the sum over ranks, so every rank decides alike).
   info.skipped = scaler_.enabled() && !scaler_.update(opt_->nonfinite_gradients());
-  if (!info.skipped) opt_->step(static_cast<float>(1.0 / loss_scale));
+  if (!info.skipped && !step_in_backward_) opt_->step(static_cast<float>(1.0 / loss_scale));
   stepping_ = false;
   const bool epoch_done = b.index + 1 == batches_per_epoch();
   at_epoch_ = epoch_ + epoch_done;

@@ -31,6 +31,7 @@
 #include "engine/io/output_file.h"
 #include "engine/optim/loss_scaler.h"
 #include "engine/optim/optimizer.h"
+#include "engine/optim/step_in_backward.h"
 #include "engine/run/params.h"
 #include "engine/strategy/memory_strategy.h"
 #include "engine/train/model_registry.h"
@@ -158,13 +159,15 @@ struct RunPlan {
 // why there is none; the CPU for fp64 unless it names another), and its budget.
 Device pick_device(const TrainConfig& cfg);
 std::size_t budget_of(const TrainConfig& cfg, Device device);
-// Plans cfg's model for inputs of `shape` and batches of `batch` samples on `device`.
-RunPlan plan_run(const TrainConfig& cfg, const data::DataShape& shape, int batch, Device device);
+// Plans cfg's model for inputs of `shape` and batches of `batch` samples on `device`, for a run over `ranks`
+// processes (data-parallel: the optimizer never steps in the backward pass, whose gradients must be summed
+// over the ranks first).
+RunPlan plan_run(const TrainConfig& cfg, const data::DataShape& shape, int batch, Device device, int ranks = 1);
 // Plans a model the caller built (`model`: inputs "x" [C, H, W] and "y" and a loss, as models::build makes
 // them, in the float dtype of cfg.precision). A forward graph gets its backward pass and cfg's rewrites
 // (fusion, channels-last) as a registered model does; a graph that has its backward pass already (the
 // caller's own rewrites done) is planned as given.
-RunPlan plan_graph(const TrainConfig& cfg, Graph model, int batch, Device device);
+RunPlan plan_graph(const TrainConfig& cfg, Graph model, int batch, Device device, int ranks = 1);
 // A BatchNorm group must fit in the batch it normalises. named: g is the registered model cfg.model (whose
 // groups cfg.norm sets), else its nodes say.
 void check_bn_group(const TrainConfig& cfg, const Graph& g, int batch, bool named);
@@ -240,7 +243,9 @@ class Trainer;
 
 // What the Trainer calls around each training batch (Trainer::set_batch_hooks), on every rank:
 // before_batch before its micro-batches run; before_step after them, when the gradient block and the
-// state hold the batch's gradients and statistics, before the optimizer steps.
+// state hold the batch's gradients and statistics, before the optimizer steps (where it steps in the
+// backward pass, engine/optim/step_in_backward.h, the parameters are already updated and no gradient
+// block is kept).
 struct BatchHooks {
   std::function<void(Trainer&)> before_batch;
   std::function<void(Trainer&, const BatchResult&)> before_step;
@@ -425,6 +430,7 @@ class Trainer {
   std::unique_ptr<Arena> arena_;
   std::unique_ptr<Scheduler> sched_;
   std::unique_ptr<GradientReducer> reducer_;
+  std::unique_ptr<StepInBackward> step_in_backward_;  // where the plan's graph has the optimizer step there
   std::unique_ptr<RunLog> log_;  // cfg.log, on the lead rank
   int start_epoch_ = 0, start_batch_ = 0;
   int epoch_ = 0;

@@ -125,6 +125,7 @@ class Plan {
   std::string precision() const { return precision_name(cfg_.precision); }
   std::string title() const { return report_.title; }
   std::string strategy() const { return run_->strategy.choice.used; }
+  bool step_in_backward() const { return run_->graph.step_in_backward(); }
 
   // What train --explain prints.
   std::string explain() const {
@@ -672,6 +673,7 @@ NB_MODULE(_crumb, m) {
       .def_prop_ro("precision", &Plan::precision)
       .def_prop_ro("title", &Plan::title)
       .def_prop_ro("strategy", &Plan::strategy)
+      .def_prop_ro("step_in_backward", &Plan::step_in_backward)
       .def("explain", &Plan::explain)
       .def("breakdown", &Plan::breakdown)
       .def("tables", &Plan::tables)
