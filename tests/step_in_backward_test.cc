@@ -9,6 +9,7 @@
 
 #include "engine/base/error.h"
 #include "engine/graph/autograd.h"
+#include "engine/plan/arena_blocks.h"
 #include "engine/strategy/memory_report.h"
 #include "engine/train/model_registry.h"
 #include "engine/train/trainer.h"
@@ -194,6 +195,54 @@ TEST(StepInBackward, PlansTakeItOnlyWhereNothingElseFits) {
   fp16.precision = Precision::FP16;
   EXPECT_THROW(plan_run(fp16, kMnist, 64, Device::CPU), Error);
   EXPECT_THROW(plan_run(mlp_config(arena - 4096, 64), kMnist, 64, Device::CPU), Error);
+
+  // Where micro-batching's least is the smaller micro-batch's, its error names this plan's lower least.
+  try {
+    plan_run(mlp_config(1024, 0), kMnist, 2, Device::CPU);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("less fits with the whole batch of 2 as one micro-batch and the optimizer "
+                                         "stepping in the backward pass: --memory-budget "),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// A plan stepping in the backward pass runs batches of its micro-batch at most: a later fit on more samples
+// than the first one had (a larger batch) is refused, not run in micro-batches whose gradients would be lost.
+TEST(StepInBackward, ALargerBatchLaterIsRefused) {
+  Graph g = models::build("mlp", {1, 12, 12, kClasses, {}});
+  g.set_step_in_backward(true);
+  const Dims x = g.value(g.find_value("x")).dims;
+  auto samples = [&](int n) {
+    return test::batch_of(test::random_floats(n * dims_count(x), 6), x, test::random_labels(n, kClasses, 7), kClasses);
+  };
+  TrainConfig cfg;
+  cfg.model = "test graph";
+  cfg.batch = 16;
+  Trainer t(cfg, std::move(g), samples(8));
+  EXPECT_EQ(t.micro_batch(), 8);
+  try {
+    t.train_more(samples(16), 1);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("for batches of up to 8 samples"), std::string::npos) << e.what();
+  }
+}
+
+// The memory report's blocks name the gradients in the arena as parameter gradients, from their first writer.
+TEST(StepInBackward, TheArenaMapShowsParameterGradients) {
+  Graph g = models::build("lenet5", {1, 28, 28, kClasses, {}});
+  build_backward(g);
+  g.set_step_in_backward(true);
+  const CompiledPass train = compile_pass(g, Pass::Train, 4, Device::CPU, 0);
+  int gradients = 0;
+  for (const ArenaBlock& b : arena_blocks(g, train.plan, 4))
+    if (b.role == BlockRole::ParamGradient) {
+      ++gradients;
+      EXPECT_NE(b.layer.find("backward"), std::string::npos) << b.layer;
+    }
+  EXPECT_EQ(gradients, static_cast<int>(g.params().size()));
 }
 
 // Whoever reads the gradients of a plan that keeps none (a batch hook) is told why.

@@ -30,7 +30,6 @@ void StepInBackward::after_run() {
   // parameter or writes the gradient, never at a view); a miss here would leave a parameter a step behind.
   CRUMB_CHECK(updated_ == params_, "the optimizer updated ", updated_, " of ", params_,
               " parameters in the backward pass: a parameter's last step ran no kernel");
-  updated_ = 0;
   opt_.end_step();
 }
 

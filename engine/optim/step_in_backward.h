@@ -22,6 +22,7 @@ class StepInBackward final : public StepObserver {
   // train: the training executor of a graph with Graph::step_in_backward, whose parameters opt updates.
   StepInBackward(Optimizer& opt, const Executor& train);
 
+  void before_run() override { updated_ = 0; }
   void after_step(const Node& n) override;
   void after_run() override;
 

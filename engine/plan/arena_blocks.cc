@@ -15,9 +15,19 @@ const char* role_name(BlockRole r) {
     case BlockRole::Workspace: return "workspace";
     case BlockRole::SwappedIn: return "swapped back in";
     case BlockRole::Recomputed: return "recomputed";
+    case BlockRole::ParamGradient: return "parameter gradient";
   }
   return "?";
 }
+
+namespace {
+// The step that makes a block's value: its producer, or for a parameter's gradient in the arena (which has
+// none: several steps may add into it) the first step that writes it.
+const Node& first_writer(const Graph& g, const MemoryPlan& plan, ValueId v) {
+  const NodeId producer = g.value(v).producer;
+  return g.node(producer >= 0 ? producer : plan.order[plan.first[v]]);
+}
+}  // namespace
 
 std::vector<ArenaBlock> arena_blocks(const Graph& g, const MemoryPlan& plan, int m) {
   // Index of each owning value's block; members add their lifetime, size and name to it.
@@ -34,7 +44,7 @@ std::vector<ArenaBlock> arena_blocks(const Graph& g, const MemoryPlan& plan, int
       b.offset = static_cast<std::size_t>(plan.offset[root]);
       b.first = plan.first[v];
       b.last = plan.last[v];
-      const Node& producer = g.node(g.value(root).producer);
+      const Node& producer = first_writer(g, plan, root);
       b.layer = producer.name;
       b.op = producer.def->name;
       b.dtype = g.value(root).dtype;
@@ -51,8 +61,9 @@ std::vector<ArenaBlock> arena_blocks(const Graph& g, const MemoryPlan& plan, int
   }
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     ArenaBlock& b = blocks[i];
-    const Node& producer = g.node(g.value(owner[i]).producer);
-    if (producer.backward && producer.train_only)
+    const Node& producer = first_writer(g, plan, owner[i]);
+    if (g.value(owner[i]).kind == ValueKind::ParamGrad) b.role = BlockRole::ParamGradient;
+    else if (producer.backward && producer.train_only)
       b.role = producer.def == &kSwapCopy ? BlockRole::SwappedIn : BlockRole::Recomputed;
     else if (producer.backward) b.role = BlockRole::Gradient;
     else if (g.node(plan.order[b.last]).backward) b.role = BlockRole::Saved;

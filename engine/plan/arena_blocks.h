@@ -19,6 +19,9 @@ enum class BlockRole : uint8_t {
   Workspace,   // one step's kernel scratch
   SwappedIn,   // a saved value copied back from the host pool for the backward pass (engine/strategy/swap.h)
   Recomputed,  // a saved value computed again in the backward pass (engine/strategy/recompute.h)
+  // A parameter's gradient, in the arena until the parameter's update where the optimizer steps in the
+  // backward pass (Graph::step_in_backward); not in kBlockRoles: legends name it where a plan has one.
+  ParamGradient,
 };
 inline constexpr BlockRole kBlockRoles[] = {BlockRole::Activation, BlockRole::Saved,     BlockRole::Gradient,
                                             BlockRole::Workspace,  BlockRole::SwappedIn, BlockRole::Recomputed};

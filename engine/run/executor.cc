@@ -224,6 +224,7 @@ void Executor::enqueue(int n, bool first_micro_batch, bool last_micro_batch, dou
   a.loss_scale = loss_scale;
   a.last = last_micro_batch;
   StepObserver* const observer = last_micro_batch ? observer_ : nullptr;
+  if (observer) observer->before_run();
   for (const Step& s : steps_) {
     a.node = s.node;
     a.state = s.state;

@@ -11,6 +11,8 @@ namespace crumb {
 class StepObserver {
  public:
   virtual ~StepObserver() = default;
+  // A run begins (one that failed part-way ended without after_run).
+  virtual void before_run() {}
   // Node n's step is done (CPU) or enqueued (CUDA).
   virtual void after_step(const Node& n) = 0;
   // The last step is done or enqueued; work the device runs later must see what the observer did.

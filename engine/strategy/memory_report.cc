@@ -60,6 +60,12 @@ MicroBatchPlan plan_micro_batch(const Graph& g, int m, const OptimizerConfig& op
 }
 
 MemoryBreakdown measure_memory(const Graph& g, int m, const OptimizerConfig& opt, Device device, int index, int batch) {
+  if (g.step_in_backward() && m < batch) {
+    // Several micro-batches accumulate into kept gradients: that graph's memory, not this one's.
+    Graph kept = g;
+    kept.set_step_in_backward(false);
+    return measure_memory(kept, m, opt, device, index, batch);
+  }
   MicroBatchPlan p = plan_micro_batch(g, m, opt, device, index);
   if (batch > 0) count_loader(g, batch, p);
   return p.memory;
@@ -131,6 +137,9 @@ std::string persistent_note(const Graph& g, const MemoryBreakdown& mb, std::size
 void check_micro_batch(const Graph& g, int m, int batch) {
   CRUMB_CHECK(m >= 1 && batch >= 1, "micro-batch and batch must be >= 1, got ", m, " and ", batch);
   if (m >= batch) return;
+  CRUMB_CHECK(!g.step_in_backward(), "the plan has the optimizer step in the backward pass, for batches of up to ", m,
+              " samples (each one micro-batch), but this batch has ", batch,
+              ": plan for the larger batch (a new Trainer or train run), or raise --memory-budget");
   const int q = micro_batch_multiple(g);
   CRUMB_CHECK(q != 0, "BatchNorm over the whole batch (--bn-group batch) needs the batch of ", batch,
               " as one micro-batch, but micro-batches hold ", m,

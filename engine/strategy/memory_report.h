@@ -60,7 +60,9 @@ struct MicroBatchPlan {
 // Compiles both passes of g (which must have its backward graph) for micro-batches of m on device.
 MicroBatchPlan plan_micro_batch(const Graph& g, int m, const OptimizerConfig& opt, Device device = Device::CPU,
                                 int index = 0);
-// batch > 0 also counts the loaders' host buffers for training in batches of that size (count_loader).
+// batch > 0 also counts the loaders' host buffers for training in batches of that size (count_loader). A graph
+// whose optimizer steps in the backward pass is measured with its gradients kept where m < batch (a sweep's
+// smaller micro-batches accumulate them).
 MemoryBreakdown measure_memory(const Graph& g, int m, const OptimizerConfig& opt, Device device = Device::CPU,
                                int index = 0, int batch = 0);
 

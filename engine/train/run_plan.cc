@@ -40,7 +40,9 @@ namespace {
 std::string describe_split(const TrainConfig& c, int batch, const RunPlan& run) {
   const StrategyPlan& p = run.strategy;
   const int m = p.plan.micro_batch;
+  const bool stepping = run.graph.step_in_backward();
   const std::string how = c.micro_batch                      ? " (--micro-batch"
+                          : stepping                          ? " (the whole batch: no micro-batch fits with the gradients kept"
                           : p.choice.used == "micro-batch"    ? " (largest that fits the budget"
                           : c.strategy == Strategy::None      ? " (--strategy none"
                           : c.strategy == Strategy::Auto      ? " (the smallest allowed does not fit in memory"
@@ -51,7 +53,7 @@ std::string describe_split(const TrainConfig& c, int batch, const RunPlan& run) 
          std::to_string(m) + how + (rewritten ? "; " + p.choice.used + " to fit" : "") +
          (run.in_place ? "; fused normalisations keep their inputs alone, In-Place" : "") +
          (run.unfused ? "; unfused, which needs least here" : "") +
-         (run.graph.step_in_backward() ? "; the optimizer steps in the backward pass, the gradients in the arena" : "") +
+         (stepping ? "; the optimizer steps in the backward pass, the gradients in the arena" : "") +
          ")";
 }
 
@@ -285,21 +287,35 @@ bool whole_batch_anyway(const Graph& g, int batch, int micro_batch) {
   return micro_batch >= batch || group == 0 || group >= batch;
 }
 
-RunPlan plan_training_graph(const TrainConfig& c, TrainingGraph t, int batch, Device device, int micro_batch) {
-  RunPlan p;
-  p.graph = std::move(t.graph);
-  p.device = device;
-  p.budget = budget_of(c, device);
-  p.batch = batch;
+StrategyRequest request_for(const TrainConfig& c, const Graph& g, int batch, Device device, int micro_batch) {
   StrategyRequest r;
   r.strategy = c.strategy;
   r.batch = batch;
-  r.budget = p.budget;
+  r.budget = budget_of(c, device);
   // Gradients in the arena are not accumulated over micro-batches: the batch runs as one (the only size
   // allowed anyway where BatchNorm's groups hold the whole batch).
-  r.micro_batch = p.graph.step_in_backward() && !whole_batch_anyway(p.graph, batch, micro_batch) ? batch : micro_batch;
+  r.micro_batch = g.step_in_backward() && !whole_batch_anyway(g, batch, micro_batch) ? batch : micro_batch;
   r.optimizer = c.optimizer;
   r.device = device;
+  return r;
+}
+
+// The least budget any plan of t meets (a fused plan weighs its In-Place form and the unfused graph too).
+std::size_t least_of(const TrainingGraph& t, const StrategyRequest& r) {
+  std::size_t least = least_budget(t.graph, r);
+  if (!t.fused) return least;
+  Graph lean = t.graph;
+  recompute_in_place(lean);
+  return std::min({least, least_budget(lean, r), least_budget(t.unfused, r)});
+}
+
+RunPlan plan_training_graph(const TrainConfig& c, TrainingGraph t, int batch, Device device, int micro_batch) {
+  RunPlan p;
+  const StrategyRequest r = request_for(c, t.graph, batch, device, micro_batch);
+  p.graph = std::move(t.graph);
+  p.device = device;
+  p.budget = r.budget;
+  p.batch = batch;
   if (!t.fused) p.strategy = plan_strategy(p.graph, r);
   else if (!plan_in_place(p, r)) plan_fused_strategy(p, std::move(t.unfused), r);
   p.split = describe_split(c, batch, p);
@@ -315,18 +331,23 @@ RunPlan plan_model(const TrainConfig& c, Graph model, int batch, Device device, 
   TrainingGraph stepping = t;
   try {
     return plan_training_graph(c, std::move(t), batch, device, c.micro_batch);
-  } catch (const Error&) {
+  } catch (const Error& micro_batching) {
+    // The budget's error is the one for the smallest micro-batch the run could take: this plan's where that
+    // is the whole batch anyway; else micro-batching's, naming this plan's least where it is lower.
+    const std::size_t least = least_of(stepping, request_for(c, stepping.graph, batch, device, c.micro_batch));
     stepping.graph.set_step_in_backward(true);
     stepping.unfused.set_step_in_backward(true);
-    // The budget's error is the one for the smallest micro-batch the run could take: this plan's where that
-    // is the whole batch anyway.
+    const StrategyRequest r = request_for(c, stepping.graph, batch, device, c.micro_batch);
+    const std::size_t stepping_least = least_of(stepping, r);
     const bool whole = whole_batch_anyway(stepping.graph, batch, c.micro_batch);
     try {
       return plan_training_graph(c, std::move(stepping), batch, device, c.micro_batch);
     } catch (const Error&) {
       if (whole) throw;
     }
-    throw;
+    if (stepping_least >= least) throw;
+    CRUMB_FAIL(micro_batching.what(), "; less fits with the whole batch of ", batch,
+               " as one micro-batch and the optimizer stepping in the backward pass: --memory-budget ", stepping_least);
   }
 }
 

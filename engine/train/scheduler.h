@@ -66,7 +66,7 @@ class Scheduler {
   }
 
   // Told each step of the training runs' last micro-batches (the optimizer stepping in the backward pass,
-  // engine/optim/step_in_backward.h); data-parallel training has its reducer told instead.
+  // engine/optim/step_in_backward.h, which never runs data-parallel: the reducer is told there).
   void set_train_observer(StepObserver* observer) { train_.set_observer(observer); }
 
   int micro_batch() const { return train_.max_batch(); }

@@ -100,6 +100,7 @@ const char* role_colour(BlockRole role) {
     case BlockRole::Workspace: return "#b8b8b8";
     case BlockRole::SwappedIn: return "#33a02c";
     case BlockRole::Recomputed: return "#cab2d6";
+    case BlockRole::ParamGradient: return "#fb9a99";
   }
   return "#000000";
 }
@@ -149,6 +150,8 @@ std::string arena_map_svg(const ReportData& r) {
               ratio + "). Hover a block for its tensors.");
   std::vector<LegendItem> items;
   for (BlockRole role : kBlockRoles) items.push_back({role_colour(role), role_name(role)});
+  if (std::any_of(r.blocks.begin(), r.blocks.end(), [](const ArenaBlock& b) { return b.role == BlockRole::ParamGradient; }))
+    items.push_back({role_colour(BlockRole::ParamGradient), role_name(BlockRole::ParamGradient)});
   items.push_back({"#222222", "lower bound " + byte_label(p.lower_bound), LegendItem::Kind::Line, "6 4"});
   legend(w, 16, 70, kWidth - 32, items);
 

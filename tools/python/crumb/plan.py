@@ -55,6 +55,9 @@ class Plan:
     device = property(lambda self: self._p.device)
     precision = property(lambda self: self._p.precision)
     strategy = property(lambda self: self._p.strategy, doc="micro-batch, swap, recompute or both")
+    step_in_backward = property(lambda self: self._p.step_in_backward,
+                                doc="the optimizer updates each parameter in the backward pass, its gradient in the "
+                                    "arena (where nothing else meets the budget)")
 
     def explain(self) -> str:
         """What ``train --explain`` prints."""
