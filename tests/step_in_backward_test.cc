@@ -208,6 +208,24 @@ TEST(StepInBackward, PlansTakeItOnlyWhereNothingElseFits) {
   }
 }
 
+// The frontier goes on below the least of the plans that keep their gradients, with the points of plans
+// stepping in the backward pass, where the plan at the frontier's micro-batch may take one.
+TEST(StepInBackward, TheFrontierHasItsPoints) {
+  TrainConfig c = mlp_config(std::size_t{1} << 30, 64);
+  c.strategy = Strategy::Recompute;
+  const Frontier f = plan_frontier(c, kMnist, 64, Device::CPU, 64);
+  std::size_t stepping = SIZE_MAX, kept = SIZE_MAX;
+  for (const FrontierPoint& p : f.points) {
+    std::size_t& least = p.graph.find("stepping") != std::string::npos ? stepping : kept;
+    least = std::min(least, p.total);
+  }
+  EXPECT_LT(stepping, kept);
+  EXPECT_EQ(f.points.front().total, stepping);
+  // Not at a micro-batch below the batch.
+  for (const FrontierPoint& p : plan_frontier(c, kMnist, 64, Device::CPU, 32).points)
+    EXPECT_EQ(p.graph.find("stepping"), std::string::npos) << p.graph;
+}
+
 // A plan stepping in the backward pass runs batches of its micro-batch at most: a later fit on more samples
 // than the first one had (a larger batch) is refused, not run in micro-batches whose gradients would be lost.
 TEST(StepInBackward, ALargerBatchLaterIsRefused) {

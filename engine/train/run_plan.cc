@@ -366,23 +366,44 @@ Frontier plan_frontier(const TrainConfig& c, const data::DataShape& shape, int b
   r.micro_batch = micro_batch;
   r.optimizer = c.optimizer;
   r.device = device;
-  if (!t.fused) return memory_frontier(t.graph, r);
   // A fused plan swaps and recomputes on the first of the fused graph, its In-Place form and the unfused
-  // graph whose least budget meets the budget (plan_fused_strategy): each graph's points below the least
-  // budgets of those before it.
-  Graph lean = t.graph;
-  recompute_in_place(lean);
-  const std::pair<const Graph*, const char*> variants[] = {{&t.graph, ""}, {&lean, "In-Place"}, {&t.unfused, "unfused"}};
-  // All measured at one batch (the least of their timing batches), their times aligned with the fused
-  // graph's (align_costs): points of graphs measured at different moments are compared.
+  // graph whose least budget meets the budget (plan_fused_strategy), and where none does, on the same with
+  // the optimizer stepping in the backward pass (plan_model): each graph's points below the least budgets of
+  // those before it.
+  std::vector<std::pair<const Graph*, const char*>> variants = {{&t.graph, ""}};
+  Graph lean;
+  if (t.fused) {
+    lean = t.graph;
+    recompute_in_place(lean);
+    variants.insert(variants.end(), {{&lean, "In-Place"}, {&t.unfused, "unfused"}});
+  }
+  const std::size_t kept = variants.size();
+  std::vector<Graph> stepping(kept);
+  if (may_step_in_backward(c, t.graph, batch, 1) && micro_batch >= batch)
+    for (std::size_t i = 0; i < kept; ++i) {
+      stepping[i] = *variants[i].first;
+      stepping[i].set_step_in_backward(true);
+      variants.emplace_back(&stepping[i], i == 0 ? "stepping" : i == 1 ? "In-Place, stepping" : "unfused, stepping");
+    }
+  if (variants.size() == 1) return memory_frontier(t.graph, r);
+  // All measured at one batch (the least of their timing batches), their times aligned with the first
+  // graph's (align_costs): points of graphs measured at different moments are compared. A graph stepping in
+  // the backward pass runs its kept form's kernels: their times are measured once.
   int timing = std::numeric_limits<int>::max();
-  for (const auto& [graph, name] : variants) timing = std::min(timing, frontier_timing_batch(*graph, r));
+  for (std::size_t i = 0; i < kept; ++i) timing = std::min(timing, frontier_timing_batch(*variants[i].first, r));
+  std::vector<std::optional<CostModel>> measured(kept);
+  auto costs_of = [&](std::size_t i) {
+    std::optional<CostModel>& m = measured[i % kept];
+    if (!m) m = measure_costs(*variants[i % kept].first, timing, r.device, r.index);
+    return *m;
+  };
   Frontier out;
   std::size_t below = std::numeric_limits<std::size_t>::max();
-  for (const auto& [graph, name] : variants) {
+  for (std::size_t i = 0; i < variants.size(); ++i) {
+    const auto& [graph, name] = variants[i];
     const std::size_t least = least_budget(*graph, r);
     if (least >= below) continue;
-    CostModel costs = measure_costs(*graph, timing, r.device, r.index);
+    CostModel costs = costs_of(i);
     if (!out.points.empty()) costs = align_costs(*graph, std::move(costs), t.graph, out.costs);
     Frontier f = memory_frontier(*graph, r, std::move(costs));
     if (out.points.empty()) {

@@ -178,7 +178,8 @@ int share_group(const TrainConfig& cfg, const data::DataShape& shape);
 // The memory-time frontier of that plan's graph at micro-batch `micro_batch` (engine/strategy/memory_strategy.h):
 // --explain --frontier and the Python module's Plan.frontier(). For a fused graph, of the graphs a fused plan
 // weighs where a budget takes them (the In-Place form's or the unfused graph's points below the fused
-// graph's least budget: FrontierPoint::graph).
+// graph's least budget: FrontierPoint::graph), and below all of them, at a micro-batch of the whole batch,
+// those graphs' with the optimizer stepping in the backward pass ("stepping").
 Frontier plan_frontier(const TrainConfig& cfg, const data::DataShape& shape, int batch, Device device, int micro_batch);
 
 // The value `key` recorded in the metadata of the checkpoint at `path` (an error where it records no run).
