@@ -63,15 +63,10 @@ Trained train(const std::string& model, const OptimizerConfig& opt, Precision pr
   // Two CUDA runs give the same bits with cuDNN's deterministic algorithms only.
   g.set_deterministic(device == Device::CUDA);
   const int samples = kBatch * kBatches - 3;
-  TrainConfig cfg;
-  cfg.model = "test graph";
-  cfg.batch = kBatch;
-  cfg.micro_batch = kBatch;
-  cfg.seed = 5;
+  TrainConfig cfg = test::one_batch_config(kBatch, kBatch, device);
   cfg.shuffle = false;
   cfg.optimizer = opt;
   cfg.precision = precision;
-  cfg.device = device;
   cfg.deterministic = device == Device::CUDA;
   const Dims& x = g.value(g.find_value("x")).dims;
   auto data = test::batch_of(test::random_floats(samples * dims_count(x), 6), x,
