@@ -147,7 +147,7 @@ def test_fit_gives_the_weights_of_train(train_bin, tmp_path):
 def test_the_optimizer_steps_in_the_backward_pass_where_nothing_else_fits():
     """Below the in-memory total of one micro-batch, the gradients go into the arena and each parameter is
     updated as soon as its last reader is done: the plan says so, and training gives the same weights."""
-    kw = dict(model="mlp", batch=64, micro_batch=64)
+    kw = dict(model="mlp", batch=64, micro_batch=64, optimizer="adamw")
     roomy = crumb.plan(**kw, input=(1, 12, 12), classes=4)
     assert not roomy.step_in_backward
     budget = roomy.total_bytes - 100 * 1024  # mlp's gradients take 168 KiB more kept than in the arena
@@ -157,7 +157,7 @@ def test_the_optimizer_steps_in_the_backward_pass_where_nothing_else_fits():
     x, y = images(160)
     weights = []
     for b in (None, budget):
-        t = crumb.Trainer(**kw, memory_budget=b, optimizer="adamw", progress=False, seed=3)
+        t = crumb.Trainer(**kw, memory_budget=b, progress=False, seed=3)
         t.fit(x, y, epochs=2)
         weights.append(t.state_dict())
     for name, value in weights[0].items():
