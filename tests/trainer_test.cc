@@ -152,6 +152,46 @@ TEST(Trainer, ResumeIsExact) {
   std::filesystem::remove(optimizer_path(path));
 }
 
+// A run that started from another's weights (--load: its optimizer's steps) and was stopped within an epoch
+// resumes with the schedule's horizon of the run it continues (its steps after the loaded ones), and its
+// epoch's loss and accuracy are the whole epoch's, the batches before the stop included.
+TEST(Trainer, ResumeKeepsALoadedRunsScheduleAndTheEpochsTotals) {
+  const auto data = synthetic_data(small_run());
+  const std::string loaded = temp_path("loaded.safetensors"), path = temp_path("resume_loaded.safetensors");
+  TrainConfig base = small_run();
+  base.epochs = 1;
+  base.save = loaded;
+  Trainer(base, data).fit();
+  TrainConfig c = small_run();
+  c.optimizer.schedule = LrSchedule{};
+  c.optimizer.schedule.kind = LrSchedule::Kind::Cosine;
+  c.load = loaded;
+  Trainer whole(c, data);
+  Counter whole_steps;
+  whole.fit({&whole_steps});
+
+  TrainConfig stopping = c;
+  stopping.save = path;
+  Counter stop_at(3);
+  ASSERT_TRUE(Trainer(stopping, data).fit({&stop_at}).stopped);
+  TrainConfig rest = c;
+  rest.load.clear();
+  rest.resume = path;
+  Trainer continued(rest, data);
+  Counter continued_steps;
+  continued.fit({&continued_steps});
+  EXPECT_EQ(continued.start_batch_index(), 3);
+  EXPECT_EQ(continued_steps.last.lr, whole_steps.last.lr);
+  EXPECT_TRUE(weights(continued) == weights(whole));
+  ASSERT_EQ(continued_steps.epochs.size(), 2u);
+  EXPECT_EQ(continued_steps.epochs[0].train_loss, whole_steps.epochs[0].train_loss);
+  EXPECT_EQ(continued_steps.epochs[0].train_accuracy, whole_steps.epochs[0].train_accuracy);
+  for (const std::string& p : {loaded, path}) {
+    std::filesystem::remove(p);
+    std::filesystem::remove(optimizer_path(p));
+  }
+}
+
 // Each line of a run log, as (event, step or epoch, batch): what a resumed run's log must repeat.
 std::vector<std::string> log_positions(const std::string& path) {
   std::ifstream f(path);

@@ -3,6 +3,7 @@
 // (engine/train/trainer.h).
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -20,6 +21,32 @@ int metadata_int(const CheckpointMetadata& meta, const std::string& key, const s
   CRUMB_CHECK(!v.empty() && v.size() <= 9 && v.find_first_not_of("0123456789") == std::string::npos, path, ": \"",
               key, "\" is \"", v, "\", not a count");
   return std::stoi(v);
+}
+
+// A recorded value that files written before it was recorded lack: `fallback` then.
+long long metadata_count_or(const CheckpointMetadata& meta, const std::string& key, const std::string& path,
+                            long long fallback, bool negative = false) {
+  for (const auto& [k, v] : meta) {
+    if (k != key) continue;
+    const std::size_t digits = negative && !v.empty() && v[0] == '-' ? 1 : 0;
+    CRUMB_CHECK(v.size() > digits && v.size() <= 18 + digits && v.find_first_not_of("0123456789", digits) == std::string::npos,
+                path, ": \"", key, "\" is \"", v, "\", not a count");
+    return std::stoll(v);
+  }
+  return fallback;
+}
+
+double metadata_double_or(const CheckpointMetadata& meta, const std::string& key, const std::string& path,
+                          double fallback) {
+  for (const auto& [k, v] : meta) {
+    if (k != key) continue;
+    char* end = nullptr;
+    const double x = std::strtod(v.c_str(), &end);
+    CRUMB_CHECK(!v.empty() && end == v.c_str() + v.size() && std::isfinite(x), path, ": \"", key, "\" is \"", v,
+                "\", not a finite number");
+    return x;
+  }
+  return fallback;
 }
 
 // Exact decimal text of floats, comma-separated (what the data keys of a checkpoint record).
@@ -69,7 +96,15 @@ void Trainer::continue_run(long long run_steps) {
                           std::to_string(saved_m) + ", this one " + std::to_string(cfg_.threads) + " and " +
                           std::to_string(m) +
                           ": it continues exactly, but float rounding will differ from an uninterrupted run");
-    opt_->set_total_steps(run_steps);
+    // The schedule's horizon is the run's: its epochs' steps after those it started from (a --load's, or
+    // earlier fits' of the Python module), which the checkpoint records.
+    opt_->set_total_steps(metadata_count_or(meta, "train.schedule_offset", cfg_.resume, 0, true) + run_steps);
+    // The epoch it stopped in goes on from its totals so far: its loss and accuracy are the whole epoch's.
+    if (start_batch_) {
+      epoch_so_far_.loss_sum = metadata_double_or(meta, "train.epoch_loss_sum", cfg_.resume, 0);
+      epoch_so_far_.samples = metadata_count_or(meta, "train.epoch_samples", cfg_.resume, 0);
+      epoch_so_far_.correct = metadata_count_or(meta, "train.epoch_correct", cfg_.resume, 0);
+    }
   } else {
     opt_->set_total_steps(opt_->steps() + run_steps);
   }
@@ -81,7 +116,17 @@ void Trainer::save_at(int epoch, int batch, const std::string& path) {
   meta.insert(meta.end(), {{"train.epoch", std::to_string(epoch)},
                            {"train.batch", std::to_string(batch)},
                            {"train.threads", std::to_string(cfg_.threads)},
-                           {"train.micro_batch", std::to_string(micro_batch())}});
+                           {"train.micro_batch", std::to_string(micro_batch())},
+                           {"train.schedule_offset",
+                            std::to_string(opt_->config().schedule.total_steps -
+                                           static_cast<long long>(cfg_.epochs) * batches_per_epoch())}});
+  if (batch) {
+    char sum[32];
+    std::snprintf(sum, sizeof sum, "%.17g", epoch_so_far_.loss_sum);
+    meta.insert(meta.end(), {{"train.epoch_loss_sum", sum},
+                             {"train.epoch_samples", std::to_string(epoch_so_far_.samples)},
+                             {"train.epoch_correct", std::to_string(epoch_so_far_.correct)}});
+  }
   if (scaler_.enabled()) {
     // The scale is a power of two: its exponent is a count, read back as strictly as the others.
     int exponent = 0;

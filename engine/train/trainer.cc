@@ -485,16 +485,18 @@ FitResult Trainer::fit_epochs(const std::vector<Callback*>& given, StopOnSignal&
   for (int epoch = start_epoch_; epoch < cfg_.epochs; ++epoch) {
     if (lead())
       for (Callback* c : callbacks) c->on_epoch_begin(*this, epoch);
+    // A resumed epoch goes on from its totals so far (continue_run), any other starts from none.
+    if (epoch != start_epoch_ || start_batch_ == 0) epoch_so_far_ = {};
     start_epoch(epoch, epoch == start_epoch_ ? start_batch_ : 0);
     const Clock::time_point t0 = Clock::now();
-    double loss_sum = 0;
-    long long epoch_samples = 0, epoch_correct = 0;
+    long long epoch_samples = 0;  // trained by this fit
     StepInfo info;
     while (train_batch(info)) {
-      loss_sum += info.loss * info.samples;
-      epoch_correct += info.correct;
+      epoch_so_far_.loss_sum += info.loss * info.samples;
+      epoch_so_far_.correct += info.correct;
+      epoch_so_far_.samples += info.samples;
       epoch_samples += info.samples;
-      info.epoch_loss = loss_sum / epoch_samples;
+      info.epoch_loss = epoch_so_far_.loss_sum / epoch_so_far_.samples;
       info.samples_per_s = (result.samples + epoch_samples) / (result.train_seconds + seconds_since(t0));
       if (lead())
         for (Callback* c : callbacks) c->on_step(*this, info);
@@ -525,12 +527,14 @@ FitResult Trainer::fit_epochs(const std::vector<Callback*>& given, StopOnSignal&
     result.train_seconds += seconds_since(t0);
     result.samples += epoch_samples;
     // An epoch resumed at its end trains no batch: its loss is not a number, not 0/0.
-    if (epoch_samples) result.last_loss = loss_sum / epoch_samples;
+    const EpochSoFar whole = epoch_so_far_;
+    epoch_so_far_ = {};
+    if (whole.samples) result.last_loss = whole.loss_sum / whole.samples;
     if (!lead()) continue;
     EpochInfo e;
     e.epoch = epoch;
     e.train_loss = result.last_loss;
-    e.train_accuracy = epoch_samples ? static_cast<double>(epoch_correct) / epoch_samples : 0.0;
+    e.train_accuracy = whole.samples ? static_cast<double>(whole.correct) / whole.samples : 0.0;
     if (test_loader_) e.test = evaluate();
     // A signal during the evaluation cut it short: its figures are not the test set's. The epoch is saved.
     // One rank stops here; the lead of several (the only one that evaluates) reports no test figures and

@@ -438,6 +438,12 @@ class Trainer {
   int epochs_done_ = 0;  // whole epochs trained (resumed ones included)
   int at_epoch_ = 0, at_batch_ = 0;          // where the run stands: the next batch to train
   int saved_epoch_ = -1, saved_batch_ = -1;  // where the last save to cfg.save left it
+  // The epoch in progress so far (a resumed one's batches before the resume included): what its loss and
+  // accuracy average over, and what a save within it records.
+  struct EpochSoFar {
+    double loss_sum = 0;
+    long long samples = 0, correct = 0;
+  } epoch_so_far_;
   bool diverged_ = false;     // a divergence check failed: the weights are not worth saving
   bool stepping_ = false;     // inside an optimizer step: the weights are half-way between two steps
   bool save_failed_ = false;  // a save failed (its error says where the weights went)
