@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/base/error.h"
+#include "engine/data/source.h"
 
 namespace crumb::data {
 namespace {
@@ -394,6 +395,26 @@ TEST(SyntheticData, Deterministic) {
   for (uint8_t p : a.pixels) hash = (hash ^ p) * 1099511628211ull;
   for (int32_t y : a.labels) hash = (hash ^ uint64_t(y)) * 1099511628211ull;
   EXPECT_EQ(hash, 15468831138498558042ull) << "update the pinned hash only on a deliberate generator change";
+}
+
+// The synthetic training set does not depend on the test set's size (--limit-test is an evaluation choice,
+// resumable): both are parts of one seed, sharing the class prototypes.
+TEST(SyntheticData, TheTestSetsSizeLeavesTheTrainingSetAlone) {
+  DataSpec spec;
+  spec.dataset = "synthetic";
+  spec.channels = 1;
+  spec.height = spec.width = 8;
+  spec.classes = 4;
+  spec.limit_train = 100;
+  spec.limit_test = 20;
+  const DataSplit a = load_data(spec);
+  spec.limit_test = 50;
+  const DataSplit b = load_data(spec);
+  EXPECT_EQ(a.train.count, 100);
+  EXPECT_EQ(b.test.count, 50);
+  EXPECT_EQ(a.train.pixels, b.train.pixels);
+  EXPECT_EQ(a.train.labels, b.train.labels);
+  EXPECT_NE(a.test.pixels, std::vector<uint8_t>(a.test.pixels.size(), 0));
 }
 
 TEST(SyntheticData, BalancedAndSeparable) {

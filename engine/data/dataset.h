@@ -62,7 +62,10 @@ inline const Normalization kSyntheticNorm{0.5f, 0.25f};
 inline const Normalization kCifar10Norm{{0.4914f, 0.4822f, 0.4465f}, {0.2470f, 0.2435f, 0.2616f}};
 
 // A deterministic dataset for tests: `count` images of size c x h x w whose class is decodable
-// from the pixels (so a model can learn it), generated from `seed`.
-Dataset make_synthetic(int count, int channels, int height, int width, int num_classes, uint64_t seed);
+// from the pixels (so a model can learn it), generated from `seed`. The class prototypes come from `seed`
+// alone and the samples from (seed, part): the parts of one seed (a training and a test set) share their
+// classes, and each part's samples do not depend on another part's size.
+Dataset make_synthetic(int count, int channels, int height, int width, int num_classes, uint64_t seed,
+                       uint64_t part = 0);
 
 }  // namespace crumb::data

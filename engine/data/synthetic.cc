@@ -16,8 +16,8 @@ constexpr int kNoiseHalfWidth = 24;
 
 }  // namespace
 
-Dataset make_synthetic(int count, int channels, int height, int width, int num_classes,
-                       uint64_t seed) {
+Dataset make_synthetic(int count, int channels, int height, int width, int num_classes, uint64_t seed,
+                       uint64_t part) {
   CRUMB_CHECK(count >= 0, "make_synthetic: count must be >= 0, got ", count);
   CRUMB_CHECK(channels > 0 && height > 0 && width > 0, "make_synthetic: image shape ", channels,
               "x", height, "x", width, " must be positive");
@@ -49,7 +49,9 @@ Dataset make_synthetic(int count, int channels, int height, int width, int num_c
         for (int x = 0; x < width; ++x) dst[y * width + x] = level[(y / block) * bw + x / block];
     }
 
-  // Exactly balanced classes (counts differ by at most one), in shuffled order.
+  // Exactly balanced classes (counts differ by at most one), in shuffled order. Part 0 goes on drawing
+  // from the prototypes' stream (what every part drew before parts existed).
+  if (part) rng = Rng(seed ^ (0x9e3779b97f4a7c15ULL * part));
   ds.labels.resize(count);
   for (int i = 0; i < count; ++i) ds.labels[i] = i % num_classes;
   for (int i = count - 1; i > 0; --i) std::swap(ds.labels[i], ds.labels[rng.below(i + 1)]);
