@@ -332,20 +332,24 @@ RunPlan plan_model(const TrainConfig& c, Graph model, int batch, Device device, 
   try {
     return plan_training_graph(c, std::move(t), batch, device, c.micro_batch);
   } catch (const Error& micro_batching) {
+    auto set_stepping = [&](bool on) {
+      stepping.graph.set_step_in_backward(on);
+      stepping.unfused.set_step_in_backward(on);
+    };
+    auto least = [&] { return least_of(stepping, request_for(c, stepping.graph, batch, device, c.micro_batch)); };
+    set_stepping(true);
     // The budget's error is the one for the smallest micro-batch the run could take: this plan's where that
-    // is the whole batch anyway; else micro-batching's, naming this plan's least where it is lower.
-    const std::size_t least = least_of(stepping, request_for(c, stepping.graph, batch, device, c.micro_batch));
-    stepping.graph.set_step_in_backward(true);
-    stepping.unfused.set_step_in_backward(true);
-    const StrategyRequest r = request_for(c, stepping.graph, batch, device, c.micro_batch);
-    const std::size_t stepping_least = least_of(stepping, r);
+    // is the whole batch anyway; else micro-batching's, naming this plan's least where it is lower (the
+    // graphs are kept for that).
     const bool whole = whole_batch_anyway(stepping.graph, batch, c.micro_batch);
     try {
-      return plan_training_graph(c, std::move(stepping), batch, device, c.micro_batch);
+      return plan_training_graph(c, whole ? std::move(stepping) : TrainingGraph(stepping), batch, device, c.micro_batch);
     } catch (const Error&) {
       if (whole) throw;
     }
-    if (stepping_least >= least) throw;
+    const std::size_t stepping_least = least();
+    set_stepping(false);
+    if (stepping_least >= least()) throw;
     CRUMB_FAIL(micro_batching.what(), "; less fits with the whole batch of ", batch,
                " as one micro-batch and the optimizer stepping in the backward pass: --memory-budget ", stepping_least);
   }

@@ -16,23 +16,24 @@
 namespace crumb {
 namespace {
 
+// v, recorded as `key`, as a count of at most max_digits digits (a leading '-' where negative ones are allowed).
+long long count_of(const std::string& v, const std::string& key, const std::string& path, std::size_t max_digits,
+                   bool negative = false) {
+  const std::size_t sign = negative && !v.empty() && v[0] == '-' ? 1 : 0;
+  CRUMB_CHECK(v.size() > sign && v.size() <= max_digits + sign && v.find_first_not_of("0123456789", sign) == std::string::npos,
+              path, ": \"", key, "\" is \"", v, "\", not a count");
+  return std::stoll(v);
+}
+
 int metadata_int(const CheckpointMetadata& meta, const std::string& key, const std::string& path) {
-  const std::string v = recorded_value(meta, key, path);
-  CRUMB_CHECK(!v.empty() && v.size() <= 9 && v.find_first_not_of("0123456789") == std::string::npos, path, ": \"",
-              key, "\" is \"", v, "\", not a count");
-  return std::stoi(v);
+  return static_cast<int>(count_of(recorded_value(meta, key, path), key, path, 9));
 }
 
 // A recorded value that files written before it was recorded lack: `fallback` then.
 long long metadata_count_or(const CheckpointMetadata& meta, const std::string& key, const std::string& path,
                             long long fallback, bool negative = false) {
-  for (const auto& [k, v] : meta) {
-    if (k != key) continue;
-    const std::size_t digits = negative && !v.empty() && v[0] == '-' ? 1 : 0;
-    CRUMB_CHECK(v.size() > digits && v.size() <= 18 + digits && v.find_first_not_of("0123456789", digits) == std::string::npos,
-                path, ": \"", key, "\" is \"", v, "\", not a count");
-    return std::stoll(v);
-  }
+  for (const auto& [k, v] : meta)
+    if (k == key) return count_of(v, key, path, 18, negative);
   return fallback;
 }
 
